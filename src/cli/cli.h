@@ -1,0 +1,10 @@
+/* The spry command line: one function per (sub)command, each in its own file.
+ * main.c only dispatches on the first words. */
+#ifndef SPRY_CLI_H
+#define SPRY_CLI_H
+
+int sp_cli_bench(int argc, char **argv);        /* bench.c: dispatches below */
+int sp_cli_bench_train(int argc, char **argv);  /* bench_train.c */
+int sp_cli_bench_data(int argc, char **argv);   /* bench_data.c */
+
+#endif

@@ -1,0 +1,39 @@
+/* spry: command-line entry point. Subcommands live in their own files. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "spry/common.h"
+
+typedef struct {
+  const char *name;
+  int (*run)(int argc, char **argv);
+  const char *help;
+} command;
+
+static const command commands[] = {
+    {"bench", sp_cli_bench, "measure speed: bench train | bench data (JSON lines)"},
+};
+
+static void usage(FILE *f) {
+  fprintf(f, "spry %s: fast facial-keypoint and video CNN training in C\n\nusage: spry COMMAND [args]\n\n", SPRY_VERSION);
+  for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+    fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].help);
+  fprintf(f, "\nRun `spry COMMAND --help` for a command's options.\n");
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+    usage(argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  if (!strcmp(argv[1], "--version")) {
+    printf("spry %s\n", SPRY_VERSION);
+    return 0;
+  }
+  for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+    if (!strcmp(argv[1], commands[i].name)) return commands[i].run(argc - 1, argv + 1);
+  fprintf(stderr, "spry: unknown command '%s'\n\n", argv[1]);
+  usage(stderr);
+  return 2;
+}

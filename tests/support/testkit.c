@@ -1,0 +1,83 @@
+#define _GNU_SOURCE
+#include "testkit.h"
+
+#include <ftw.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+const char *sp_test_data_dir(void) {
+  const char *d = getenv("SPRY_TEST_DATA");
+  struct stat st;
+  if (!d || stat(d, &st) != 0 || !S_ISDIR(st.st_mode)) return NULL;
+  return d;
+}
+
+const char *sp_test_data_path(const char *rel, char *buf, size_t n) {
+  const char *d = sp_test_data_dir();
+  if (!d) return NULL;
+  snprintf(buf, n, "%s/%s", d, rel);
+  return access(buf, R_OK) == 0 ? buf : NULL;
+}
+
+const char *sp_test_fixture_path(const char *rel, char *buf, size_t n) {
+  const char *d = getenv("SPRY_FIXTURES");
+  snprintf(buf, n, "%s/%s", d ? d : "tests/fixtures", rel);
+  return buf;
+}
+
+const char *sp_test_tmpdir(char *buf, size_t n) {
+  const char *t = getenv("TMPDIR");
+  snprintf(buf, n, "%s/spry-test-XXXXXX", t && *t ? t : "/tmp");
+  if (!mkdtemp(buf)) return NULL;
+  return buf;
+}
+
+static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+  (void)sb; (void)flag; (void)ftw;
+  return remove(path);
+}
+
+void sp_test_rmtree(const char *dir) {
+  if (dir && *dir) nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+int sp_test_sanitized(void) {
+  const char *s = getenv("SPRY_SANITIZED");
+  return s && *s && strcmp(s, "0");
+}
+
+uint64_t sp_test_rng_next(sp_test_rng *r) {
+  uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+float sp_test_rng_uniform(sp_test_rng *r, float lo, float hi) {
+  double u = (double)(sp_test_rng_next(r) >> 11) * (1.0 / 9007199254740992.0);
+  return (float)(lo + (hi - lo) * u);
+}
+
+void sp_test_fill_uniform(sp_test_rng *r, float *x, int64_t n, float lo, float hi) {
+  for (int64_t i = 0; i < n; i++) x[i] = sp_test_rng_uniform(r, lo, hi);
+}
+
+double sp_test_close_ratio(const float *a, const float *b, int64_t n, double rtol, double atol, int64_t *worst) {
+  double w = 0;
+  int64_t wi = 0;
+  for (int64_t i = 0; i < n; i++) {
+    double d = fabs((double)a[i] - (double)b[i]);
+    double r = d / (atol + rtol * fabs((double)b[i]));
+    if (!(r <= w)) { /* catches NaN too */
+      w = isnan(r) ? INFINITY : r;
+      wi = i;
+      if (isnan(r)) break;
+    }
+  }
+  if (worst) *worst = wi;
+  return w;
+}

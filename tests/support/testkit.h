@@ -1,0 +1,39 @@
+/* Helpers shared by every spry test: where the real data and fixtures are,
+ * temporary directories, and small comparisons. Tests use cmocka. */
+#ifndef SPRY_TESTKIT_H
+#define SPRY_TESTKIT_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "spry/tensor.h"
+
+/* ../shared/data as seen from the build (env SPRY_TEST_DATA), or NULL when the
+ * folder is absent (a user's fresh clone): tests that need it call skip(). */
+const char *sp_test_data_dir(void);
+/* Joins the data dir and a relative path into a static-per-call buffer; NULL
+ * when the data dir is absent or the file does not exist. */
+const char *sp_test_data_path(const char *rel, char *buf, size_t n);
+/* tests/fixtures (env SPRY_FIXTURES). */
+const char *sp_test_fixture_path(const char *rel, char *buf, size_t n);
+/* A fresh directory under $TMPDIR (default /tmp) named spry-test-XXXXXX. */
+const char *sp_test_tmpdir(char *buf, size_t n);
+/* Removes a directory tree made by sp_test_tmpdir. */
+void sp_test_rmtree(const char *dir);
+/* True when built with sanitizers (env SPRY_SANITIZED): slow tests shrink. */
+int sp_test_sanitized(void);
+
+/* Deterministic pseudo-random numbers for tests. */
+typedef struct { uint64_t s; } sp_test_rng;
+uint64_t sp_test_rng_next(sp_test_rng *r);
+float sp_test_rng_uniform(sp_test_rng *r, float lo, float hi);
+void sp_test_fill_uniform(sp_test_rng *r, float *x, int64_t n, float lo, float hi);
+
+/* Max |a-b| / (atol + rtol*|b|) over n elements; <= 1 means "close". Writes
+ * the worst index to *worst when not NULL. */
+double sp_test_close_ratio(const float *a, const float *b, int64_t n, double rtol, double atol, int64_t *worst);
+
+#endif
