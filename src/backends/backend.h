@@ -1,0 +1,15 @@
+/* Backend dispatch: a plan asks its backend for the implementation of each op.
+ * The ref backend answers with the op's own reference kernels (ops/<op>.c);
+ * a fast backend answers with its own sp_op_def for the ops it accelerates and
+ * falls back to the reference for the rest. Backends never include each other. */
+#ifndef SPRY_BACKENDS_BACKEND_H
+#define SPRY_BACKENDS_BACKEND_H
+
+#include "ops/op.h"
+#include "spry/graph.h"
+
+/* The implementation to run for op on backend b, or NULL with an error set
+ * when the backend is not available in this build. */
+const sp_op_def *sp_backend_op(sp_backend b, const sp_op_def *op);
+
+#endif

@@ -1,0 +1,84 @@
+/* Plan execution: forward in node order, backward in reverse, no allocation. */
+#include <math.h>
+#include <string.h>
+
+#include "graph/plan_internal.h"
+#include "spry/rng.h"
+
+void sp_plan_set_step(sp_plan *p, uint64_t step) { p->step = step; }
+void sp_plan_enable_profile(sp_plan *p, int on) { p->profile = on; }
+
+int sp_plan_profile(const sp_plan *p, int node, double *fwd_s, double *bwd_s, const char **op_name) {
+  if (node < 0 || node >= p->g->n_nodes) return -1;
+  *fwd_s = p->nodes[node].t_fwd;
+  *bwd_s = p->nodes[node].t_bwd;
+  *op_name = p->g->nodes[node].op ? p->g->nodes[node].op->name : "input";
+  return 0;
+}
+
+/* Test aid: fills every buffer whose life ends at `step` with NaN, so a later
+ * read of dead memory shows up in the results. */
+static void poison_dead(sp_plan *p, int step) {
+  for (int r = 0; r < p->n_reqs; r++) {
+    const sp_buffer_req *b = &p->reqs[r];
+    if (b->end != step) continue;
+    float *x = (float *)((char *)p->arena + b->offset);
+    for (size_t k = 0; k < b->bytes / sizeof(float); k++) x[k] = NAN;
+  }
+}
+
+int sp_plan_forward(sp_plan *p) {
+  const sp_graph *g = p->g;
+  for (int i = 0; i < g->n_nodes; i++) {
+    const sp_node *nd = &g->nodes[i];
+    plan_node *pn = &p->nodes[i];
+    if (!nd->op) continue;
+    pn->args.seed = sp_rng_key(g->seed, p->step, (uint64_t)i);
+    double t0 = p->profile ? sp_now() : 0;
+    p->impl[i]->forward(&pn->args);
+    if (p->profile) pn->t_fwd += sp_now() - t0;
+    if (p->flags & SP_PLAN_POISON) poison_dead(p, i);
+  }
+  return 0;
+}
+
+int sp_plan_backward(sp_plan *p) {
+  const sp_graph *g = p->g;
+  if (!p->training) return sp_error_set("backward on a plan made for inference (training = 0)");
+  int n = g->n_nodes;
+  /* Zeroing happens just before a gradient buffer's first writer runs; index
+   * the buffers by that writer once per call (cheap: one pass over nodes). */
+  for (int i = n - 1; i >= 0; i--) {
+    const sp_node *nd = &g->nodes[i];
+    plan_node *pn = &p->nodes[i];
+    /* Buffers first written by node i: the grads of i's inputs whose latest
+     * consumer is i, and i's own grad when it is a loss seeded here. */
+    if (nd->op) {
+      for (int k = 0; k < nd->n_in; k++) {
+        plan_node *src = &p->nodes[nd->in[k]];
+        if (src->grad_buf >= 0 && src->first_writer == i) {
+          int seen = 0; /* the same input twice (x + x): zero once */
+          for (int j = 0; j < k; j++) seen |= nd->in[j] == nd->in[k];
+          if (!seen) memset(src->grad.data, 0, sp_tensor_bytes(&src->grad));
+        }
+      }
+    }
+    if (!pn->run_backward) continue;
+    if (nd->is_loss) {
+      float *d = pn->grad.data;
+      d[0] = (pn->first_writer == i ? 0.0f : d[0]) + nd->loss_weight;
+    }
+    double t0 = p->profile ? sp_now() : 0;
+    p->impl[i]->backward(&pn->args);
+    if (p->profile) pn->t_bwd += sp_now() - t0;
+    if (p->flags & SP_PLAN_POISON) poison_dead(p, BSTEP(p, i));
+  }
+  return 0;
+}
+
+double sp_plan_loss(const sp_plan *p) {
+  double total = 0;
+  for (int i = 0; i < p->g->n_nodes; i++)
+    if (p->g->nodes[i].is_loss) total += (double)p->g->nodes[i].loss_weight * ((const float *)p->nodes[i].act.data)[0];
+  return total;
+}

@@ -1,0 +1,266 @@
+/* Plans: shape inference, liveness, arena placement and tensor wiring for one
+ * set of input shapes. Execution is in exec.c.
+ *
+ * Timeline: forward of node i is step i; backward of node i is step 2N-1-i.
+ * A buffer is live over [first step that writes it, last step that reads it]:
+ *  - activation of i: from i to its last forward consumer, extended to the
+ *    backward of any consumer whose backward reads its inputs, and to i's own
+ *    backward when that reads the output; outputs and losses live forever;
+ *  - gradient of i: from the backward of its last consumer (the first to
+ *    accumulate into it; it is zeroed just before) to i's own backward;
+ *  - saved scratch of i: from i's forward to i's backward. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/backend.h"
+#include "graph/plan_internal.h"
+
+static int fail_node(const sp_graph *g, int i, const char *why) {
+  const sp_node *n = &g->nodes[i];
+  return sp_error_set("node %d '%s' (%s): %s", i, n->name, n->op ? n->op->name : "input", why);
+}
+
+static int infer_shapes(sp_plan *p, int n_inputs, const sp_input_shape *inputs) {
+  const sp_graph *g = p->g;
+  for (int i = 0; i < g->n_nodes; i++) {
+    const sp_node *n = &g->nodes[i];
+    plan_node *pn = &p->nodes[i];
+    char err[512] = "", a[64];
+    if (!n->op) {
+      int found = 0;
+      for (int k = 0; k < n_inputs; k++)
+        if (!strcmp(inputs[k].name, n->name)) {
+          pn->shape = inputs[k].shape;
+          found = 1;
+        }
+      if (!found) return fail_node(g, i, "no shape given for this graph input");
+      if (n->channels > 0 && (pn->shape.ndim < 2 || pn->shape.d[1] != n->channels)) {
+        snprintf(err, sizeof err, "the graph expects %d channels in dim 1 but the shape is %s", n->channels,
+                 sp_shape_str(&pn->shape, a, sizeof a));
+        return fail_node(g, i, err);
+      }
+      pn->dtype = n->input_dtype;
+      continue;
+    }
+    sp_shape in[SP_OP_MAX_IN], ps[SP_OP_MAX_PARAM];
+    for (int k = 0; k < n->n_in; k++) in[k] = p->nodes[n->in[k]].shape;
+    for (int k = 0; k < n->n_param; k++) ps[k] = g->params[n->param[k]].value.shape;
+    if (n->op->infer(n->attr, n->n_in, in, n->n_param, ps, &pn->shape, err, sizeof err) != 0) {
+      char shapes[512] = "";
+      size_t used = 0;
+      for (int k = 0; k < n->n_in; k++)
+        used += (size_t)snprintf(shapes + used, sizeof shapes - used, "%s%s", k ? ", " : "",
+                                 sp_shape_str(&in[k], a, sizeof a));
+      char msg[1100];
+      snprintf(msg, sizeof msg, "%s (input shapes %s)", err, shapes);
+      return fail_node(g, i, msg);
+    }
+    pn->dtype = SP_F32;
+  }
+  return 0;
+}
+
+/* needs_grad: a trainable parameter is upstream. reaches_loss: a loss is
+ * downstream. Backward runs only where both hold. */
+static void mark_gradients(sp_plan *p) {
+  const sp_graph *g = p->g;
+  int n = g->n_nodes;
+  for (int i = 0; i < n; i++) {
+    const sp_node *nd = &g->nodes[i];
+    plan_node *pn = &p->nodes[i];
+    if (!nd->op || (nd->op->flags & SP_OP_NO_GRAD)) continue;
+    for (int k = 0; k < nd->n_param; k++)
+      if (!(g->params[nd->param[k]].flags & SP_PARAM_BUFFER)) pn->needs_grad = 1;
+    for (int k = 0; k < nd->n_in; k++)
+      if (p->nodes[nd->in[k]].needs_grad) pn->needs_grad = 1;
+  }
+  for (int i = n - 1; i >= 0; i--) {
+    const sp_node *nd = &g->nodes[i];
+    if (nd->is_loss) p->nodes[i].reaches_loss = 1;
+    if (!p->nodes[i].reaches_loss || !nd->op) continue;
+    for (int k = 0; k < nd->n_in; k++) p->nodes[nd->in[k]].reaches_loss = 1;
+  }
+  for (int i = 0; i < n; i++)
+    p->nodes[i].run_backward = p->training && p->nodes[i].needs_grad && p->nodes[i].reaches_loss;
+}
+
+static int add_req(sp_plan *p, size_t bytes, int start, int end) {
+  sp_buffer_req *r = &p->reqs[p->n_reqs];
+  r->bytes = bytes;
+  r->start = start;
+  r->end = end;
+  p->naive_bytes += bytes;
+  return p->n_reqs++;
+}
+
+static void plan_memory(sp_plan *p) {
+  const sp_graph *g = p->g;
+  int n = g->n_nodes, forever = 2 * n;
+  p->reqs = sp_xcalloc((size_t)(3 * n + 1), sizeof(sp_buffer_req));
+  for (int i = 0; i < n; i++) {
+    const sp_node *nd = &g->nodes[i];
+    plan_node *pn = &p->nodes[i];
+    int end = i;
+    for (int c = i + 1; c < n; c++) {
+      const sp_node *cn = &g->nodes[c];
+      for (int k = 0; k < cn->n_in; k++) {
+        if (cn->in[k] != i) continue;
+        if (c > end) end = c;
+        if (p->nodes[c].run_backward && (cn->op->flags & SP_OP_BWD_NEEDS_INPUT) && BSTEP(p, c) > end)
+          end = BSTEP(p, c);
+      }
+    }
+    if (pn->run_backward && nd->op && (nd->op->flags & SP_OP_BWD_NEEDS_OUTPUT) && BSTEP(p, i) > end) end = BSTEP(p, i);
+    if (nd->is_output || nd->is_loss) end = forever;
+    size_t bytes = (size_t)sp_shape_numel(&pn->shape) * sp_dtype_size(pn->dtype);
+    pn->act_buf = add_req(p, bytes, nd->op ? i : 0, end);
+
+    pn->grad_buf = -1;
+    if (pn->run_backward) {
+      /* The latest consumer whose backward runs is the first to accumulate;
+       * a loss with no such consumer is seeded with its weight instead. */
+      int first = BSTEP(p, i);
+      pn->first_writer = i;
+      for (int c = n - 1; c > i; c--) {
+        const sp_node *cn = &g->nodes[c];
+        int uses = 0;
+        for (int k = 0; k < cn->n_in; k++) uses |= cn->in[k] == i;
+        if (uses && p->nodes[c].run_backward) {
+          first = BSTEP(p, c);
+          pn->first_writer = c;
+          break;
+        }
+      }
+      pn->grad_buf = add_req(p, bytes, first, BSTEP(p, i));
+    }
+
+    pn->saved_buf = -1;
+    pn->saved_bytes = 0;
+    if (nd->op && nd->op->saved_bytes) {
+      sp_shape in[SP_OP_MAX_IN];
+      for (int k = 0; k < nd->n_in; k++) in[k] = p->nodes[nd->in[k]].shape;
+      pn->saved_bytes = nd->op->saved_bytes(nd->attr, nd->n_in, in, &pn->shape);
+      if (pn->saved_bytes)
+        pn->saved_buf = add_req(p, pn->saved_bytes, i, pn->run_backward ? BSTEP(p, i) : i);
+    }
+  }
+  p->arena_bytes = sp_memplan_place(p->reqs, p->n_reqs, p->flags & SP_PLAN_NO_REUSE);
+  p->arena = sp_aligned_alloc(p->arena_bytes ? p->arena_bytes : 64);
+  memset(p->arena, 0, p->arena_bytes);
+}
+
+static void wire(sp_plan *p) {
+  sp_graph *g = p->g;
+  char *base = p->arena;
+  for (int i = 0; i < g->n_nodes; i++) {
+    plan_node *pn = &p->nodes[i];
+    pn->act = sp_tensor_view(pn->dtype, pn->shape, base + p->reqs[pn->act_buf].offset);
+    if (pn->grad_buf >= 0) pn->grad = sp_tensor_view(SP_F32, pn->shape, base + p->reqs[pn->grad_buf].offset);
+  }
+  for (int i = 0; i < g->n_nodes; i++) {
+    const sp_node *nd = &g->nodes[i];
+    plan_node *pn = &p->nodes[i];
+    if (!nd->op) continue;
+    sp_op_args *a = &pn->args;
+    memset(a, 0, sizeof *a);
+    a->attr = nd->attr;
+    a->n_in = nd->n_in;
+    for (int k = 0; k < nd->n_in; k++) {
+      plan_node *src = &p->nodes[nd->in[k]];
+      a->in[k] = &src->act;
+      a->d_in[k] = (pn->run_backward && src->grad_buf >= 0) ? &src->grad : NULL;
+    }
+    a->n_param = nd->n_param;
+    for (int k = 0; k < nd->n_param; k++) {
+      sp_param *prm = &g->params[nd->param[k]];
+      a->param[k] = &prm->value;
+      a->d_param[k] = prm->grad.data ? &prm->grad : NULL;
+    }
+    a->n_state = nd->n_state;
+    for (int k = 0; k < nd->n_state; k++) a->state[k] = &g->params[nd->state[k]].value;
+    a->out = &pn->act;
+    a->d_out = pn->grad_buf >= 0 ? &pn->grad : NULL;
+    a->saved = pn->saved_buf >= 0 ? base + p->reqs[pn->saved_buf].offset : NULL;
+    a->training = p->training;
+  }
+}
+
+sp_plan *sp_plan_new(sp_graph *g, int n_inputs, const sp_input_shape *inputs, sp_backend backend, int training,
+                     unsigned flags) {
+  if (g->error) {
+    sp_error_set("graph has a build error: %s", g->error);
+    return NULL;
+  }
+  sp_plan *p = sp_xcalloc(1, sizeof *p);
+  p->g = g;
+  p->backend = backend;
+  p->training = training;
+  p->flags = flags;
+  p->nodes = sp_xcalloc((size_t)(g->n_nodes ? g->n_nodes : 1), sizeof(plan_node));
+  p->impl = sp_xcalloc((size_t)(g->n_nodes ? g->n_nodes : 1), sizeof(const sp_op_def *));
+  for (int i = 0; i < g->n_nodes; i++) {
+    if (!g->nodes[i].op) continue;
+    p->impl[i] = sp_backend_op(backend, g->nodes[i].op);
+    if (!p->impl[i]) {
+      sp_plan_free(p);
+      return NULL;
+    }
+  }
+  if (infer_shapes(p, n_inputs, inputs) != 0) {
+    sp_plan_free(p);
+    return NULL;
+  }
+  mark_gradients(p);
+  plan_memory(p);
+  wire(p);
+  return p;
+}
+
+void sp_plan_free(sp_plan *p) {
+  if (!p) return;
+  sp_aligned_free(p->arena);
+  free(p->reqs);
+  free(p->nodes);
+  free(p->impl);
+  free(p);
+}
+
+sp_tensor *sp_plan_input(sp_plan *p, const char *name) {
+  for (int i = 0; i < p->g->n_nodes; i++)
+    if (!p->g->nodes[i].op && !strcmp(p->g->nodes[i].name, name)) return &p->nodes[i].act;
+  sp_error_set("plan has no input named '%s'", name);
+  return NULL;
+}
+
+const sp_tensor *sp_plan_value(const sp_plan *p, sp_value v) {
+  return v >= 0 && v < p->g->n_nodes ? &p->nodes[v].act : NULL;
+}
+
+const sp_tensor *sp_plan_output(const sp_plan *p, const char *name) {
+  for (int i = 0; i < p->g->n_nodes; i++)
+    if (p->g->nodes[i].is_output && !strcmp(p->g->nodes[i].name, name)) return &p->nodes[i].act;
+  return NULL;
+}
+
+const sp_shape *sp_plan_shape(const sp_plan *p, sp_value v) {
+  return v >= 0 && v < p->g->n_nodes ? &p->nodes[v].shape : NULL;
+}
+
+size_t sp_plan_arena_bytes(const sp_plan *p) { return p->arena_bytes; }
+size_t sp_plan_naive_bytes(const sp_plan *p) { return p->naive_bytes; }
+
+int sp_plan_verify(const sp_plan *p) {
+  for (int i = 0; i < p->n_reqs; i++)
+    for (int j = i + 1; j < p->n_reqs; j++) {
+      const sp_buffer_req *a = &p->reqs[i], *b = &p->reqs[j];
+      if (!a->bytes || !b->bytes) continue;
+      int live_together = a->start <= b->end && b->start <= a->end;
+      int overlap = a->offset < b->offset + b->bytes && b->offset < a->offset + a->bytes;
+      if (live_together && overlap)
+        return sp_error_set("buffers %d [%d,%d] and %d [%d,%d] are live together and overlap in memory", i, a->start,
+                            a->end, j, b->start, b->end);
+    }
+  return 0;
+}

@@ -1,0 +1,36 @@
+/* Plan internals shared by plan.c and exec.c. */
+#ifndef SPRY_PLAN_INTERNAL_H
+#define SPRY_PLAN_INTERNAL_H
+
+#include "graph/graph_internal.h"
+
+#define BSTEP(p, i) (2 * (p)->g->n_nodes - 1 - (i))
+
+typedef struct {
+  sp_shape shape;
+  sp_dtype dtype;
+  int needs_grad, reaches_loss, run_backward;
+  int act_buf, grad_buf, saved_buf;
+  int first_writer; /* node whose backward first accumulates into grad (zero it before) */
+  size_t saved_bytes;
+  sp_tensor act, grad;
+  sp_op_args args;
+  double t_fwd, t_bwd;
+} plan_node;
+
+struct sp_plan {
+  sp_graph *g;
+  sp_backend backend;
+  int training;
+  unsigned flags;
+  plan_node *nodes;
+  const sp_op_def **impl;
+  sp_buffer_req *reqs;
+  int n_reqs;
+  void *arena;
+  size_t arena_bytes, naive_bytes;
+  uint64_t step;
+  int profile;
+};
+
+#endif
