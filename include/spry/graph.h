@@ -40,6 +40,8 @@ sp_graph *sp_graph_new(uint64_t seed);
 void sp_graph_free(sp_graph *g);
 /* First build error ("conv2d 'stage2.0.conv': ..."), or NULL. */
 const char *sp_graph_error(const sp_graph *g);
+/* Records a build error (the first one is kept) and returns -1; for model builders. */
+int sp_graph_fail(sp_graph *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int sp_graph_node_count(const sp_graph *g);
 
 /* Name scopes prefix parameter and node names: "stage2" + "0" + "conv" ->

@@ -38,8 +38,6 @@ struct sp_graph {
   int n_builders_failed;
 };
 
-/* Records the first build error; returns -1. */
-int sp_graph_fail(sp_graph *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* "<scope>.<name>" (or just name at the top level) into buf. */
 const char *sp_graph_scoped(const sp_graph *g, const char *name, char *buf, size_t n);
 

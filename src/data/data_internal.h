@@ -1,0 +1,70 @@
+/* Internal helpers shared by the files of src/data (not public API). */
+#ifndef SPRY_DATA_INTERNAL_H
+#define SPRY_DATA_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "spry/data.h"
+
+/* image_decode.c: one TurboJPEG handle per decoding thread. */
+void *sp_jpeg_decoder_new(void);
+void sp_jpeg_decoder_free(void *h);
+int sp_image_decode_with(void *tj, const uint8_t *buf, size_t len, int c, int denom, const char *what,
+                         sp_image *out);
+
+/* warp.c: 2x3 affine map p' = A p + t, stored row-major {a, b, tx, c, d, ty}. */
+typedef struct {
+  double m[6];
+} sp_affine;
+sp_affine sp_affine_identity(void);
+/* a then b (b applied after a): returns b * a. */
+sp_affine sp_affine_then(sp_affine a, sp_affine b);
+int sp_affine_invert(sp_affine a, sp_affine *inv);
+void sp_affine_apply(const sp_affine *a, float *x, float *y);
+sp_affine sp_affine_translate(double tx, double ty);
+sp_affine sp_affine_scale(double sx, double sy);
+sp_affine sp_affine_rotate_deg(double deg);
+/* Resamples src (HWC, c channels) into a dst_w x dst_h image: dst pixel (x,y)
+ * takes src at inv(x,y) (bilinear; outside = fill). Output is planar (CHW)
+ * when planar is 1, else interleaved. */
+void sp_warp_affine_u8(const uint8_t *src, int sw, int sh, int c, uint8_t *dst, int dw, int dh, int planar,
+                       const sp_affine *dst_to_src, uint8_t fill);
+
+/* color_ops.c: RandAugment's pixel ops on a planar image in place. */
+void sp_color_op(sp_ra_op op, uint8_t *chw, int c, int hw, int w, float magnitude_value);
+/* RandAugment magnitude of an op at bin m (0..30): the torchvision table. */
+float sp_ra_magnitude(sp_ra_op op, int m, int size);
+int sp_ra_is_signed(sp_ra_op op);
+int sp_ra_is_geometric(sp_ra_op op);
+/* The forward map of one geometric op on an s x s image (signed magnitude). */
+sp_affine sp_ra_geometry(sp_ra_op op, float value, int s);
+
+/* text.c: tiny parsing helpers. */
+char *sp_path_join(const char *dir, const char *name);
+char *sp_path_dirname(const char *path);
+const char *sp_path_base(const char *path);
+/* Replaces the extension (from the last '.') of path; returns a new string. */
+char *sp_path_with_ext(const char *path, const char *ext);
+int sp_file_exists(const char *path);
+/* Finite and within a sane range for pixel coordinates. */
+int sp_coord_ok(float v);
+
+/* json_mini.c: a small JSON tree (enough for COCO annotation files). */
+typedef enum { SPJ_NULL, SPJ_BOOL, SPJ_NUM, SPJ_STR, SPJ_ARR, SPJ_OBJ } sp_djson_type;
+typedef struct sp_json {
+  sp_djson_type type;
+  double num;
+  char *str;               /* SPJ_STR value */
+  struct sp_json *items;   /* SPJ_ARR / SPJ_OBJ children */
+  char **keys;             /* SPJ_OBJ keys */
+  int n;
+} sp_json;
+int sp_djson_parse(const char *text, size_t len, sp_json *out, char *err, size_t errlen);
+void sp_djson_free(sp_json *j);
+const sp_json *sp_djson_get(const sp_json *obj, const char *key);
+
+/* fingerprint of a dataset + crop settings (cache invalidation). */
+uint64_t sp_cache_fingerprint(const sp_dataset *ds, const sp_crop_config *cfg);
+
+#endif
