@@ -1,6 +1,9 @@
-/* HardSwish: x * relu6(x + 3) / 6. The derivative is 0 below -3, x/3 + 1/2 on
- * [-3, 3] and 1 above 3; at the two kinks we take PyTorch's choice (the middle
- * branch at both -3 and +3) so gradients there match PyTorch exactly. */
+/* HardSwish: x * relu6(x + 3) / 6. The derivative is 0 below -3, x/3 + 1/2
+ * in between and 1 above 3. At the kinks we follow PyTorch's vectorised CPU
+ * kernel, the path nearly every element takes: x = -3 gives -1/2 (middle
+ * branch), x = +3 gives 1 (identity branch), i.e. the middle branch is
+ * [-3, 3). (PyTorch's scalar tail loop uses [-3, 3] instead, so PyTorch itself
+ * gives 1.5 at +3 for the last few elements of a tensor; we do not copy that.) */
 #include <stdio.h>
 
 #include "ops/ops.h"
@@ -41,7 +44,7 @@ static void hardswish_backward(const sp_op_args *a) {
     float g;
     if (x[i] < -3.0f)
       g = 0.0f;
-    else if (x[i] <= 3.0f)
+    else if (x[i] < 3.0f)
       g = x[i] / 3.0f + 0.5f;
     else
       g = 1.0f;
