@@ -28,8 +28,6 @@ static void check_fail(const sp_opcheck_case *c, const char *fmt, ...) {
   fail_msg("[%s] %s", c->label ? c->label : c->op->name, msg);
 }
 
-static int is_float(const sp_tensor *t) { return t->dtype == SP_F32; }
-
 /* Allocates the run from explicit shapes, wires sp_op_args, runs infer. */
 static void setup(op_run *r, const sp_opcheck_case *c, const sp_shape *in_shape, const sp_dtype *in_dtype,
                   const sp_shape *param_shape, const sp_shape *state_shape) {
