@@ -128,7 +128,7 @@ static void softargmax_forward(const sp_op_args *a) {
 static void softargmax_backward(const sp_op_args *a) {
   if (!a->d_in[0]) return;
   const sp_softargmax_attr *at = a->attr;
-  const sp_shape *s = &a->in[0]->shape;
+  const sp_shape *s = &a->d_in[0]->shape; /* in[0] may be gone */
   const int64_t planes = s->d[0] * s->d[1], h = s->d[2], w = s->d[3], hw = h * w;
   const float *prob = a->saved;
   const float *dy = a->d_out->data;
@@ -179,7 +179,7 @@ static void spatial_softmax_forward(const sp_op_args *a) {
 /* d x = p * (g - sum p g), per plane. */
 static void spatial_softmax_backward(const sp_op_args *a) {
   if (!a->d_in[0]) return;
-  const sp_shape *s = &a->in[0]->shape;
+  const sp_shape *s = &a->d_in[0]->shape;
   const int64_t planes = s->d[0] * s->d[1], hw = s->d[2] * s->d[3];
   const float *p = a->out->data;
   const float *g = a->d_out->data;

@@ -89,7 +89,7 @@ static void add_run(float *restrict d, const float *restrict g, int64_t n) {
 static void tshift_backward(const sp_op_args *a) {
   if (!a->d_in[0]) return;
   const sp_tshift_attr *at = a->attr;
-  const sp_shape *s = &a->in[0]->shape;
+  const sp_shape *s = &a->d_in[0]->shape;  /* not in[0]: its memory may be reused */
   const int64_t nt = s->d[0], T = at->segments, c = s->d[1], hw = s->d[2] * s->d[3];
   const int64_t fb = fold_of(c, at->ratio_back), ff = fold_of(c, at->ratio_fwd);
   const int64_t frame = c * hw;
