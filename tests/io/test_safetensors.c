@@ -238,6 +238,32 @@ static void empty_checkpoint_and_convenience_save(void **state) {
   assert_int_equal(count_tmp_files(), 0);
 }
 
+/* Whatever the header length, the data must start 8-byte aligned so mapped
+ * tensors need no copy. */
+static void header_is_padded_to_8_bytes(void **state) {
+  (void)state;
+  float x = 1.0f;
+  sp_tensor t = sp_tensor_view(SP_F32, sp_shape1(1), &x);
+  char path[512], name[16] = "";
+  tmp_path("pad.safetensors", path, sizeof path);
+  for (int len = 1; len <= 8; len++) {
+    strcat(name, "n");
+    const char *names[] = {name};
+    assert_int_equal(sp_st_save_tensors(path, 1, names, &t, NULL), 0);
+    size_t n;
+    unsigned char *raw = read_bytes(path, &n);
+    uint64_t hlen = 0;
+    for (int i = 7; i >= 0; i--) hlen = hlen << 8 | raw[i];
+    assert_int_equal((8 + hlen) % 8, 0);
+    assert_int_equal(n, 8 + hlen + 4);
+    free(raw);
+    sp_st_file *f = sp_st_open(path);
+    assert_non_null(f);
+    assert_int_equal((uintptr_t)sp_st_get(f, name)->data % 8, 0); /* in the mapping, no copy needed */
+    sp_st_close(f);
+  }
+}
+
 static void writer_refuses_bad_tensors(void **state) {
   (void)state;
   float x[2] = {0};
@@ -330,7 +356,7 @@ static void header_length_fields_refused(void **state) {
   uint64_t big = SP_ST_MAX_HEADER + 1;
   write_st(p, big, "{}", 0);
   assert_int_equal(truncate(p, (off_t)(8 + big)), 0);
-  expect_refused(p, "exceeds the 100000000 byte limit");
+  expect_refused(p, "header length 100000001 exceeds the 100000000 byte limit");
 }
 
 static void bad_json_headers_refused(void **state) {
@@ -593,6 +619,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(round_trip_all_dtypes_scalars_empty_and_metadata),
       cmocka_unit_test(empty_checkpoint_and_convenience_save),
+      cmocka_unit_test(header_is_padded_to_8_bytes),
       cmocka_unit_test(writer_refuses_bad_tensors),
       cmocka_unit_test(unaligned_foreign_file_is_realigned),
       cmocka_unit_test(truncated_files_refused),
