@@ -348,6 +348,7 @@ int sp_st_read_into(const sp_st_file *f, const char *name, sp_tensor *dst) {
                    sp_shape_str(&dst->shape, b, sizeof b));
   }
   size_t bytes = (size_t)(e->end - e->begin);
+  if (bytes && !dst->data) return st_fail(f, "tensor '%s': destination has no data", name);
   if (bytes) memcpy(dst->data, e->t.data, bytes);
   return 0;
 }

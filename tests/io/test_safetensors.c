@@ -190,6 +190,8 @@ static void round_trip_all_dtypes_scalars_empty_and_metadata(void **state) {
   sp_tensor wrong_dt = sp_tensor_alloc(SP_BF16, sp_shape2(2, 3));
   assert_int_equal(sp_st_read_into(f, "conv.weight", &wrong_dt), -1);
   assert_non_null(strstr(sp_last_error(), "BF16"));
+  sp_tensor nodata = sp_tensor_view(SP_F32, sp_shape2(2, 3), NULL);
+  assert_int_equal(sp_st_read_into(f, "conv.weight", &nodata), -1);
   assert_int_equal(sp_st_read_into(f, "nope", &dst), -1);
   assert_non_null(strstr(sp_last_error(), "nope"));
   sp_st_close(f);
