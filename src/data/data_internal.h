@@ -64,6 +64,9 @@ int sp_djson_parse(const char *text, size_t len, sp_json *out, char *err, size_t
 void sp_djson_free(sp_json *j);
 const sp_json *sp_djson_get(const sp_json *obj, const char *key);
 
+/* cache_build.c: online cores (default thread count). */
+int sp_default_threads(void);
+
 /* fingerprint of a dataset + crop settings (cache invalidation). */
 uint64_t sp_cache_fingerprint(const sp_dataset *ds, const sp_crop_config *cfg);
 

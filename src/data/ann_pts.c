@@ -1,0 +1,66 @@
+/* iBUG / 300-W .pts files:
+ *   version: 1
+ *   n_points: 68
+ *   {
+ *   x y
+ *   ...
+ *   }
+ * Coordinates are read as written (300-W uses 1-based Matlab pixels; callers
+ * who care subtract 1). */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "data/data_internal.h"
+
+int sp_read_pts(const char *path, sp_kp_sample *out) {
+  memset(out, 0, sizeof *out);
+  out->identity = -1;
+  FILE *f = fopen(path, "r");
+  if (!f) return sp_error_set("%s: cannot open", path);
+  char line[512];
+  int n_points = -1, in_block = 0, got = 0, closed = 0;
+  while (fgets(line, sizeof line, f)) {
+    char *t = line;
+    while (*t == ' ' || *t == '\t') t++;
+    if (!in_block) {
+      if (!strncmp(t, "n_points", 8)) {
+        char *colon = strchr(t, ':');
+        n_points = colon ? atoi(colon + 1) : -1;
+        if (n_points <= 0 || n_points > SP_MAX_KEYPOINTS) {
+          fclose(f);
+          return sp_error_set("%s: bad n_points line '%.40s'", path, t);
+        }
+        out->pts = sp_xcalloc((size_t)n_points * 2, sizeof(float));
+      } else if (*t == '{') {
+        in_block = 1;
+      }
+      continue;
+    }
+    if (*t == '}') { closed = 1; break; }
+    if (*t == '\n' || *t == '\r' || !*t) continue;
+    float x, y;
+    if (sscanf(t, "%f %f", &x, &y) != 2 || got >= n_points) {
+      fclose(f);
+      sp_kp_sample_free(out);
+      return sp_error_set("%s: bad or extra point line %d", path, got + 1);
+    }
+    out->pts[2 * got] = x;
+    out->pts[2 * got + 1] = y;
+    got++;
+  }
+  fclose(f);
+  if (n_points < 0 || !closed || got != n_points) {
+    sp_kp_sample_free(out);
+    return sp_error_set("%s: expected %d points in a closed { } block, found %d", path, n_points, got);
+  }
+  out->k = n_points;
+  static const char *exts[] = {".jpg", ".png", ".jpeg"};
+  for (size_t i = 0; i < 3 && !out->image; i++) {
+    char *p = sp_path_with_ext(path, exts[i]);
+    if (sp_file_exists(p)) out->image = p; else free(p);
+  }
+  if (!out->image) out->image = sp_path_with_ext(path, ".jpg");
+  return 0;
+}

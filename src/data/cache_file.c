@@ -1,0 +1,179 @@
+/* The on-disk cache: one file, memory-mapped, so a second run skips decoding.
+ *
+ *   header (128 bytes): magic "SPRYCACH", version, fingerprint, n, size,
+ *                       channels, k, skipped, section offsets, total length
+ *   int32  source[n]        dataset index of each sample
+ *   float  points[n][k][2]  crop coordinates
+ *   uint8  vis[n][k]
+ *   uint8  pixels[n][size][size][channels]   (64-byte aligned)
+ *
+ * The fingerprint covers the crop settings and, for every sample, the image
+ * path, its size and mtime, and the annotation values: any change rebuilds. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "data/data_internal.h"
+
+#define CACHE_MAGIC "SPRYCACH"
+#define CACHE_VERSION 1u
+
+typedef struct {
+  char magic[8];
+  uint32_t version, header_size;
+  uint64_t fingerprint;
+  int32_t n, size, channels, k, skipped, pad_;
+  uint64_t off_source, off_points, off_vis, off_pixels, total;
+  uint8_t reserved[128 - 8 - 8 - 8 - 24 - 40];
+} cache_header;
+_Static_assert(sizeof(cache_header) == 128, "cache header is 128 bytes");
+
+static uint64_t fnv(uint64_t h, const void *p, size_t n) {
+  const uint8_t *b = p;
+  for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
+  return h;
+}
+
+uint64_t sp_cache_fingerprint(const sp_dataset *ds, const sp_crop_config *cfg) {
+  uint64_t h = 1469598103934665603ull;
+  uint32_t v = CACHE_VERSION;
+  h = fnv(h, &v, sizeof v);
+  h = fnv(h, &cfg->size, sizeof cfg->size);
+  h = fnv(h, &cfg->channels, sizeof cfg->channels);
+  h = fnv(h, &cfg->margin, sizeof cfg->margin);
+  h = fnv(h, &ds->n, sizeof ds->n);
+  h = fnv(h, &ds->k, sizeof ds->k);
+  for (int i = 0; i < ds->n; i++) {
+    const sp_kp_sample *s = &ds->s[i];
+    h = fnv(h, s->image, strlen(s->image) + 1);
+    struct stat st;
+    int64_t meta[3] = {-1, -1, -1};
+    if (stat(s->image, &st) == 0) {
+      meta[0] = (int64_t)st.st_size;
+      meta[1] = (int64_t)st.st_mtim.tv_sec;
+      meta[2] = (int64_t)st.st_mtim.tv_nsec;
+    }
+    h = fnv(h, meta, sizeof meta);
+    h = fnv(h, &s->has_box, sizeof s->has_box);
+    if (s->has_box) h = fnv(h, s->box, sizeof s->box);
+    h = fnv(h, &s->relative, sizeof s->relative);
+    h = fnv(h, s->pts, sizeof(float) * 2 * (size_t)s->k);
+    if (s->vis) h = fnv(h, s->vis, (size_t)s->k);
+  }
+  return h;
+}
+
+static void layout(cache_header *hd) {
+  uint64_t n = (uint64_t)hd->n, k = (uint64_t)hd->k;
+  hd->off_source = sizeof(cache_header);
+  hd->off_points = hd->off_source + 4 * n;
+  hd->off_vis = hd->off_points + 8 * n * k;
+  hd->off_pixels = (hd->off_vis + n * k + 63) & ~(uint64_t)63;
+  hd->total = hd->off_pixels + n * (uint64_t)hd->size * (uint64_t)hd->size * (uint64_t)hd->channels;
+}
+
+static int write_all(int fd, const void *p, size_t n, const char *path) {
+  const uint8_t *b = p;
+  while (n) {
+    ssize_t w = write(fd, b, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return sp_error_set("%s: write failed (%s)", path, strerror(errno));
+    b += w;
+    n -= (size_t)w;
+  }
+  return 0;
+}
+
+int sp_cache_write(const sp_cache *c, const char *path, const sp_dataset *ds, const sp_crop_config *cfg) {
+  cache_header hd;
+  memset(&hd, 0, sizeof hd);
+  memcpy(hd.magic, CACHE_MAGIC, 8);
+  hd.version = CACHE_VERSION;
+  hd.header_size = sizeof hd;
+  hd.fingerprint = sp_cache_fingerprint(ds, cfg);
+  hd.n = c->n; hd.size = c->size; hd.channels = c->channels; hd.k = c->k; hd.skipped = c->skipped;
+  layout(&hd);
+  /* Write a temporary file and rename it: a reader never sees half a cache,
+   * and two runs racing to build it both end with a complete file. */
+  size_t L = strlen(path);
+  char *tmp = sp_xmalloc(L + 32);
+  snprintf(tmp, L + 32, "%s.tmp%ld", path, (long)getpid());
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) {
+    sp_error_set("%s: cannot create cache file (%s)", tmp, strerror(errno));
+    free(tmp);
+    return -1;
+  }
+  uint8_t zeros[64] = {0};
+  size_t n = (size_t)c->n, k = (size_t)c->k;
+  int rc = write_all(fd, &hd, sizeof hd, tmp);
+  if (!rc) rc = write_all(fd, c->source, 4 * n, tmp);
+  if (!rc) rc = write_all(fd, c->points, 8 * n * k, tmp);
+  if (!rc) rc = write_all(fd, c->vis, n * k, tmp);
+  if (!rc) rc = write_all(fd, zeros, (size_t)(hd.off_pixels - (hd.off_vis + n * k)), tmp);
+  if (!rc) rc = write_all(fd, c->pixels, (size_t)(hd.total - hd.off_pixels), tmp);
+  if (close(fd) != 0 && !rc) rc = sp_error_set("%s: close failed (%s)", tmp, strerror(errno));
+  if (!rc && rename(tmp, path) != 0) rc = sp_error_set("%s: cannot rename to %s (%s)", tmp, path, strerror(errno));
+  if (rc) unlink(tmp);
+  free(tmp);
+  return rc;
+}
+
+/* Maps the file if it is a complete cache with this fingerprint; 1 = stale or
+ * absent (not an error), 0 = mapped, -1 = error. */
+static int try_map(const char *path, uint64_t fp, const sp_crop_config *cfg, int k, sp_cache **out) {
+  int fd = open(path, O_RDONLY);
+  if (fd < 0) return 1;
+  struct stat st;
+  cache_header hd;
+  if (fstat(fd, &st) != 0 || pread(fd, &hd, sizeof hd, 0) != (ssize_t)sizeof hd) { close(fd); return 1; }
+  cache_header want = hd;
+  if (hd.n > 0 && hd.k > 0 && hd.size > 0 && hd.channels > 0) layout(&want);
+  if (memcmp(hd.magic, CACHE_MAGIC, 8) || hd.version != CACHE_VERSION || hd.fingerprint != fp ||
+      hd.size != cfg->size || hd.channels != cfg->channels || hd.k != k || hd.n <= 0 ||
+      want.total != hd.total || want.off_pixels != hd.off_pixels || (uint64_t)st.st_size != hd.total) {
+    close(fd);
+    return 1;
+  }
+  void *m = mmap(NULL, (size_t)hd.total, PROT_READ, MAP_SHARED, fd, 0);
+  close(fd);
+  if (m == MAP_FAILED) return sp_error_set("%s: mmap failed (%s)", path, strerror(errno));
+  sp_cache *c = sp_xcalloc(1, sizeof *c);
+  uint8_t *b = m;
+  c->n = hd.n; c->size = hd.size; c->channels = hd.channels; c->k = hd.k; c->skipped = hd.skipped;
+  c->source = (int32_t *)(b + hd.off_source);
+  c->points = (float *)(b + hd.off_points);
+  c->vis = b + hd.off_vis;
+  c->pixels = b + hd.off_pixels;
+  c->from_file = 1;
+  c->map_ = m;
+  c->map_len_ = (size_t)hd.total;
+  *out = c;
+  return 0;
+}
+
+sp_cache *sp_cache_open(const char *path, const sp_dataset *ds, const sp_crop_config *cfg, int *rebuilt) {
+  uint64_t fp = sp_cache_fingerprint(ds, cfg);
+  sp_cache *c = NULL;
+  int rc = try_map(path, fp, cfg, ds->k, &c);
+  if (rc == 0) {
+    if (rebuilt) *rebuilt = 0;
+    fprintf(stderr, "spry data: mapped %d cached samples from %s\n", c->n, path);
+    return c;
+  }
+  if (rc < 0) return NULL;
+  if (rebuilt) *rebuilt = 1;
+  c = sp_cache_build(ds, cfg);
+  if (!c) return NULL;
+  if (sp_cache_write(c, path, ds, cfg) != 0) {
+    /* The run can go on from RAM; only the next start will be slower. */
+    fprintf(stderr, "spry data: warning: %s\n", sp_last_error());
+  }
+  return c;
+}

@@ -1,0 +1,110 @@
+/* Opening a dataset folder: the layout is recognised from the files present
+ * (see sp_dataset_open_dir in include/spry/data.h). */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "data/data_internal.h"
+
+static int ends_with(const char *s, const char *suffix) {
+  size_t a = strlen(s), b = strlen(suffix);
+  return a >= b && !strcmp(s + a - b, suffix);
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* Sorted entry names of dir (sorted so sample order is the same everywhere). */
+static char **list_dir(const char *dir, int *n) {
+  DIR *d = opendir(dir);
+  *n = 0;
+  if (!d) return NULL;
+  char **names = NULL;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    if (e->d_name[0] == '.') continue;
+    names = sp_xrealloc(names, sizeof(char *) * (size_t)(*n + 1));
+    names[(*n)++] = sp_xstrdup(e->d_name);
+  }
+  closedir(d);
+  if (*n) qsort(names, (size_t)*n, sizeof(char *), cmp_str);
+  return names;
+}
+
+static void free_list(char **names, int n) {
+  for (int i = 0; i < n; i++) free(names[i]);
+  free(names);
+}
+
+/* IMM names "01-1m": the person is the number before '-'. */
+static void imm_identity(sp_dataset *ds, sp_kp_sample *s, const char *file) {
+  const char *base = sp_path_base(file);
+  char id[64];
+  size_t i = 0;
+  while (base[i] >= '0' && base[i] <= '9' && i < sizeof id - 1) { id[i] = base[i]; i++; }
+  id[i] = 0;
+  s->identity = i && base[i] == '-' ? sp_dataset_identity(ds, id) : -1;
+}
+
+typedef int (*single_reader)(const char *, sp_kp_sample *);
+
+static int read_each(const char *dir, char **names, int n, const char *ext, single_reader rd, sp_dataset *ds) {
+  int found = 0;
+  for (int i = 0; i < n; i++) {
+    if (!ends_with(names[i], ext)) continue;
+    found++;
+    char *path = sp_path_join(dir, names[i]);
+    sp_kp_sample s;
+    if (rd(path, &s) != 0) {
+      sp_data_skip(path, "%s", sp_last_error());
+      ds->skipped++;
+    } else {
+      imm_identity(ds, &s, path);
+      sp_dataset_add(ds, &s, path);
+    }
+    free(path);
+  }
+  return found;
+}
+
+int sp_dataset_open_dir(const char *dir, sp_dataset *ds) {
+  sp_dataset_init(ds);
+  int n;
+  char **names = list_dir(dir, &n);
+  if (!names) return sp_error_set("%s: cannot list folder (missing?)", dir);
+  int rc = 0, handled = 0;
+  char *csv = sp_path_join(dir, "keypoints.csv");
+  if (sp_file_exists(csv)) {
+    char *img = sp_path_join(dir, "images");
+    rc = sp_read_keypoints_csv(csv, img, ds);
+    free(img);
+    handled = 1;
+  }
+  free(csv);
+  for (int i = 0; i < n && !handled; i++) {
+    if (!ends_with(names[i], ".json")) continue;
+    char *p = sp_path_join(dir, names[i]);
+    rc = sp_read_coco_keypoints(p, NULL, ds);
+    free(p);
+    handled = 1;
+  }
+  /* dlib: prefer the *_with_face_landmarks.xml files (the others hold boxes only). */
+  for (int pass = 0; pass < 2 && !handled; pass++) {
+    for (int i = 0; i < n; i++) {
+      if (!ends_with(names[i], pass == 0 ? "_with_face_landmarks.xml" : ".xml")) continue;
+      char *p = sp_path_join(dir, names[i]);
+      if (sp_read_dlib_xml(p, ds) != 0) rc = -1;
+      free(p);
+      handled = 1;
+    }
+  }
+  if (!handled) handled = read_each(dir, names, n, ".dat", sp_read_imm_dat, ds) > 0;
+  if (!handled) handled = read_each(dir, names, n, ".asf", sp_read_imm_asf, ds) > 0;
+  if (!handled) handled = read_each(dir, names, n, ".pts", sp_read_pts, ds) > 0;
+  free_list(names, n);
+  if (!handled) return sp_error_set("%s: no annotations found (keypoints.csv, .json, .xml, .dat, .asf or .pts)", dir);
+  if (rc != 0) return -1;
+  if (ds->n == 0) return sp_error_set("%s: no usable samples (%d skipped)", dir, ds->skipped);
+  return 0;
+}

@@ -1,0 +1,202 @@
+/* 2x3 affine maps and the one resampling routine of the pipeline: bilinear
+ * uint8 warp. Every geometric step (crop, resize, scale, rotate, shear,
+ * translate, flip) is folded into one matrix so an image is resampled once.
+ *
+ * Speed matters (it is most of the augment cost): each output row is split
+ * into the span whose 2x2 neighbourhoods lie inside the source, done with
+ * 16.16 fixed-point stepping and 8-bit weights, and the border spans, done
+ * with bounds checks and the fill value. */
+#include <math.h>
+#include <string.h>
+#ifdef __AVX2__
+#include <immintrin.h>
+#endif
+
+#include "data/data_internal.h"
+
+sp_affine sp_affine_identity(void) {
+  sp_affine a = {{1, 0, 0, 0, 1, 0}};
+  return a;
+}
+
+sp_affine sp_affine_then(sp_affine a, sp_affine b) {
+  const double *x = a.m, *y = b.m;
+  sp_affine r = {{y[0] * x[0] + y[1] * x[3], y[0] * x[1] + y[1] * x[4], y[0] * x[2] + y[1] * x[5] + y[2],
+                  y[3] * x[0] + y[4] * x[3], y[3] * x[1] + y[4] * x[4], y[3] * x[2] + y[4] * x[5] + y[5]}};
+  return r;
+}
+
+int sp_affine_invert(sp_affine a, sp_affine *inv) {
+  const double *m = a.m;
+  double det = m[0] * m[4] - m[1] * m[3];
+  if (!(fabs(det) > 1e-12)) return sp_error_set("affine map is singular (det %g)", det);
+  double i0 = m[4] / det, i1 = -m[1] / det, i3 = -m[3] / det, i4 = m[0] / det;
+  sp_affine r = {{i0, i1, -(i0 * m[2] + i1 * m[5]), i3, i4, -(i3 * m[2] + i4 * m[5])}};
+  *inv = r;
+  return 0;
+}
+
+void sp_affine_apply(const sp_affine *a, float *x, float *y) {
+  double X = *x, Y = *y;
+  *x = (float)(a->m[0] * X + a->m[1] * Y + a->m[2]);
+  *y = (float)(a->m[3] * X + a->m[4] * Y + a->m[5]);
+}
+
+sp_affine sp_affine_translate(double tx, double ty) {
+  sp_affine a = {{1, 0, tx, 0, 1, ty}};
+  return a;
+}
+
+sp_affine sp_affine_scale(double sx, double sy) {
+  sp_affine a = {{sx, 0, 0, 0, sy, 0}};
+  return a;
+}
+
+sp_affine sp_affine_rotate_deg(double deg) {
+  double r = deg * M_PI / 180.0, c = cos(r), s = sin(r);
+  sp_affine a = {{c, -s, 0, s, c, 0}};
+  return a;
+}
+
+/* Interval of t in [lo, hi] where v0 + t*dv lies in [0, vmax]. */
+static void clip_line(double v0, double dv, double vmax, double *lo, double *hi) {
+  if (fabs(dv) < 1e-12) {
+    if (v0 < 0 || v0 > vmax) *hi = *lo - 1;
+    return;
+  }
+  double t0 = (0 - v0) / dv, t1 = (vmax - v0) / dv;
+  if (t0 > t1) { double t = t0; t0 = t1; t1 = t; }
+  if (t0 > *lo) *lo = t0;
+  if (t1 < *hi) *hi = t1;
+}
+
+static inline uint8_t sample_slow(const uint8_t *src, int sw, int sh, int c, int ch, double sx, double sy,
+                                  uint8_t fill) {
+  double fx = floor(sx), fy = floor(sy);
+  if (fx < -1 || fy < -1 || fx >= sw || fy >= sh) return fill;
+  int x0 = (int)fx, y0 = (int)fy;
+  double wx = sx - fx, wy = sy - fy;
+  double v[4];
+  for (int j = 0; j < 4; j++) {
+    int xx = x0 + (j & 1), yy = y0 + (j >> 1);
+    v[j] = (xx < 0 || yy < 0 || xx >= sw || yy >= sh) ? fill : src[((size_t)yy * sw + xx) * c + ch];
+  }
+  double r = (v[0] * (1 - wx) + v[1] * wx) * (1 - wy) + (v[2] * (1 - wx) + v[3] * wx) * wy;
+  return (uint8_t)(r + 0.5);
+}
+
+#ifdef __AVX2__
+/* Eight output pixels of an RGB source at a time: 32-bit gathers fetch each
+ * 2x2 neighbourhood. The right-hand pixels are gathered from 2 bytes earlier
+ * (bytes B,R,G,B) so no gather reads past the pixel it needs: the source
+ * needs no padding. Returns the first x not done. */
+static int warp_rgb_planar_avx2(const uint8_t *src, int stride, uint8_t *r0, uint8_t *r1, uint8_t *r2, int x,
+                                int xend, int32_t *fx, int32_t *fy, int32_t dxs, int32_t dys) {
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  const __m256i m255 = _mm256_set1_epi32(255), c256 = _mm256_set1_epi32(256), half = _mm256_set1_epi32(32768);
+  const __m256i vstride = _mm256_set1_epi32(stride);
+  __m256i vfx = _mm256_add_epi32(_mm256_set1_epi32(*fx), _mm256_mullo_epi32(lane, _mm256_set1_epi32(dxs)));
+  __m256i vfy = _mm256_add_epi32(_mm256_set1_epi32(*fy), _mm256_mullo_epi32(lane, _mm256_set1_epi32(dys)));
+  const __m256i step_x = _mm256_set1_epi32(dxs * 8), step_y = _mm256_set1_epi32(dys * 8);
+  const int *base = (const int *)(const void *)src;
+  for (; x + 8 <= xend + 1; x += 8) {
+    __m256i x0 = _mm256_srai_epi32(vfx, 16), y0 = _mm256_srai_epi32(vfy, 16);
+    __m256i wx = _mm256_and_si256(_mm256_srai_epi32(vfx, 8), m255);
+    __m256i wy = _mm256_and_si256(_mm256_srai_epi32(vfy, 8), m255);
+    __m256i off = _mm256_add_epi32(_mm256_mullo_epi32(y0, vstride), _mm256_add_epi32(x0, _mm256_add_epi32(x0, x0)));
+    __m256i off2 = _mm256_add_epi32(off, _mm256_set1_epi32(2));
+    __m256i g00 = _mm256_i32gather_epi32(base, off, 1);
+    __m256i g01 = _mm256_srli_epi32(_mm256_i32gather_epi32(base, off2, 1), 8);
+    __m256i g10 = _mm256_i32gather_epi32(base, _mm256_add_epi32(off, vstride), 1);
+    __m256i g11 = _mm256_srli_epi32(_mm256_i32gather_epi32(base, _mm256_add_epi32(off2, vstride), 1), 8);
+    __m256i iwx = _mm256_sub_epi32(c256, wx), iwy = _mm256_sub_epi32(c256, wy);
+    uint8_t *outs[3] = {r0, r1, r2};
+    for (int ch = 0; ch < 3; ch++) {
+      __m256i a = _mm256_and_si256(g00, m255), b = _mm256_and_si256(g01, m255);
+      __m256i c = _mm256_and_si256(g10, m255), d = _mm256_and_si256(g11, m255);
+      __m256i top = _mm256_add_epi32(_mm256_mullo_epi32(a, iwx), _mm256_mullo_epi32(b, wx));
+      __m256i bot = _mm256_add_epi32(_mm256_mullo_epi32(c, iwx), _mm256_mullo_epi32(d, wx));
+      __m256i v = _mm256_add_epi32(_mm256_add_epi32(_mm256_mullo_epi32(top, iwy), _mm256_mullo_epi32(bot, wy)), half);
+      v = _mm256_srli_epi32(v, 16);
+      __m128i p16 = _mm_packus_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+      _mm_storel_epi64((__m128i *)(void *)(outs[ch] + x), _mm_packus_epi16(p16, p16));
+      g00 = _mm256_srli_epi32(g00, 8); g01 = _mm256_srli_epi32(g01, 8);
+      g10 = _mm256_srli_epi32(g10, 8); g11 = _mm256_srli_epi32(g11, 8);
+    }
+    vfx = _mm256_add_epi32(vfx, step_x);
+    vfy = _mm256_add_epi32(vfy, step_y);
+    *fx += dxs * 8;
+    *fy += dys * 8;
+  }
+  return x;
+}
+#endif
+
+void sp_warp_affine_u8(const uint8_t *src, int sw, int sh, int c, uint8_t *dst, int dw, int dh, int planar,
+                       const sp_affine *inv, uint8_t fill) {
+  const double *m = inv->m;
+  const size_t plane = (size_t)dw * dh;
+  const int stride = sw * c;
+  /* Fixed-point steps along a row; the per-row start is recomputed in double
+   * so errors never accumulate across rows. */
+  const int32_t dxs = (int32_t)lrint(m[0] * 65536.0), dys = (int32_t)lrint(m[3] * 65536.0);
+  /* Margin that covers the fixed-point drift (< 2^-17 per step). */
+  const double guard = 0.005 + 2e-5 * dw;
+  for (int y = 0; y < dh; y++) {
+    double sx0 = m[1] * y + m[2], sy0 = m[4] * y + m[5];
+    /* Inner span: x0+1 <= sw-1 and y0+1 <= sh-1, with a small guard for the
+     * fixed-point drift. */
+    double lo = 0, hi = dw - 1;
+    clip_line(sx0 - guard, m[0], sw - 1 - 2 * guard, &lo, &hi);
+    clip_line(sy0 - guard, m[3], sh - 1 - 2 * guard, &lo, &hi);
+    int ilo = (int)ceil(lo + 1e-3), ihi = (int)floor(hi - 1e-3);
+    if (ilo < 0) ilo = 0;
+    if (ihi > dw - 1) ihi = dw - 1;
+    if (ihi < ilo) { ilo = dw; ihi = dw - 1; }
+    uint8_t *row = planar ? dst + (size_t)y * dw : dst + (size_t)y * dw * c;
+    for (int x = 0; x < ilo; x++) {
+      double sx = sx0 + m[0] * x, sy = sy0 + m[3] * x;
+      for (int ch = 0; ch < c; ch++) {
+        uint8_t v = sample_slow(src, sw, sh, c, ch, sx, sy, fill);
+        if (planar) row[ch * plane + x] = v; else row[x * c + ch] = v;
+      }
+    }
+    if (ilo <= ihi) {
+      int32_t fx = (int32_t)lrint((sx0 + m[0] * ilo) * 65536.0), fy = (int32_t)lrint((sy0 + m[3] * ilo) * 65536.0);
+      if (c == 3 && planar) {
+        uint8_t *r0 = row, *r1 = row + plane, *r2 = row + 2 * plane;
+        int xs = ilo;
+#ifdef __AVX2__
+        xs = warp_rgb_planar_avx2(src, stride, r0, r1, r2, xs, ihi, &fx, &fy, dxs, dys);
+#endif
+        for (int x = xs; x <= ihi; x++, fx += dxs, fy += dys) {
+          int x0 = fx >> 16, y0 = fy >> 16;
+          uint32_t wx = (uint32_t)(fx >> 8) & 255u, wy = (uint32_t)(fy >> 8) & 255u;
+          const uint8_t *p = src + (size_t)y0 * stride + (size_t)x0 * 3, *q = p + stride;
+          uint32_t w00 = (256 - wx) * (256 - wy), w01 = wx * (256 - wy), w10 = (256 - wx) * wy, w11 = wx * wy;
+          r0[x] = (uint8_t)((p[0] * w00 + p[3] * w01 + q[0] * w10 + q[3] * w11 + 32768u) >> 16);
+          r1[x] = (uint8_t)((p[1] * w00 + p[4] * w01 + q[1] * w10 + q[4] * w11 + 32768u) >> 16);
+          r2[x] = (uint8_t)((p[2] * w00 + p[5] * w01 + q[2] * w10 + q[5] * w11 + 32768u) >> 16);
+        }
+      } else {
+        for (int x = ilo; x <= ihi; x++, fx += dxs, fy += dys) {
+          int x0 = fx >> 16, y0 = fy >> 16;
+          uint32_t wx = (uint32_t)(fx >> 8) & 255u, wy = (uint32_t)(fy >> 8) & 255u;
+          const uint8_t *p = src + (size_t)y0 * stride + (size_t)x0 * c, *q = p + stride;
+          uint32_t w00 = (256 - wx) * (256 - wy), w01 = wx * (256 - wy), w10 = (256 - wx) * wy, w11 = wx * wy;
+          for (int ch = 0; ch < c; ch++) {
+            uint8_t v = (uint8_t)((p[ch] * w00 + p[c + ch] * w01 + q[ch] * w10 + q[c + ch] * w11 + 32768u) >> 16);
+            if (planar) row[ch * plane + x] = v; else row[x * c + ch] = v;
+          }
+        }
+      }
+    }
+    for (int x = ihi + 1 > ilo ? ihi + 1 : ilo; x < dw; x++) {
+      double sx = sx0 + m[0] * x, sy = sy0 + m[3] * x;
+      for (int ch = 0; ch < c; ch++) {
+        uint8_t v = sample_slow(src, sw, sh, c, ch, sx, sy, fill);
+        if (planar) row[ch * plane + x] = v; else row[x * c + ch] = v;
+      }
+    }
+  }
+}
