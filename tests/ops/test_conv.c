@@ -304,6 +304,74 @@ static void results_independent_of_thread_count(void **state) {
   omp_set_num_threads(omp_get_num_procs());
 }
 
+/* ---- NULL gradient pointers (frozen params, inputs without gradient) ---- */
+
+/* Runs backward once with every gradient requested, then once per gradient
+ * with only that one requested (the rest NULL): each must match the full run,
+ * so skipping a NULL never disturbs the others. Also covers linear and
+ * batchnorm, which share the (input, weight, bias) pattern. */
+static void grads_alone_match_grads_together(const sp_op_def *op, const void *attr, sp_shape xs, int n_param,
+                                             const sp_shape *ps, int n_state, int training) {
+  char err[256];
+  sp_shape in[1] = {xs}, ys;
+  assert_int_equal(op->infer(attr, 1, in, n_param, ps, &ys, err, sizeof err), 0);
+  sp_test_rng r = {5};
+  sp_tensor x = sp_tensor_alloc(SP_F32, xs), y = sp_tensor_alloc(SP_F32, ys), dy = sp_tensor_alloc(SP_F32, ys);
+  sp_tensor p[SP_OP_MAX_PARAM], st[SP_OP_MAX_PARAM];
+  sp_tensor full[1 + SP_OP_MAX_PARAM], one[1 + SP_OP_MAX_PARAM];
+  sp_test_fill_uniform(&r, x.data, sp_tensor_numel(&x), -1, 1);
+  sp_test_fill_uniform(&r, dy.data, sp_tensor_numel(&dy), -1, 1);
+  full[0] = sp_tensor_alloc(SP_F32, xs), one[0] = sp_tensor_alloc(SP_F32, xs);
+  for (int i = 0; i < n_param; i++) {
+    p[i] = sp_tensor_alloc(SP_F32, ps[i]);
+    sp_test_fill_uniform(&r, p[i].data, sp_tensor_numel(&p[i]), -1, 1);
+    full[1 + i] = sp_tensor_alloc(SP_F32, ps[i]), one[1 + i] = sp_tensor_alloc(SP_F32, ps[i]);
+  }
+  for (int i = 0; i < n_state; i++) {
+    st[i] = sp_tensor_alloc(SP_F32, sp_shape1(xs.d[1]));
+    sp_test_fill_uniform(&r, st[i].data, sp_tensor_numel(&st[i]), 0.5f, 1.5f);
+  }
+  size_t nsaved = op->saved_bytes ? op->saved_bytes(attr, 1, in, &ys) : 0;
+  void *saved = nsaved ? sp_xmalloc(nsaved) : NULL;
+  sp_op_args a = {.attr = attr, .n_in = 1, .in = {&x}, .d_in = {&full[0]}, .n_param = n_param, .n_state = n_state,
+                  .out = &y, .d_out = &dy, .saved = saved, .training = training};
+  for (int i = 0; i < n_param; i++) a.param[i] = &p[i], a.d_param[i] = &full[1 + i];
+  for (int i = 0; i < n_state; i++) a.state[i] = &st[i];
+  op->forward(&a);
+  op->backward(&a);
+  for (int k = 0; k <= n_param; k++) {
+    memset(one[k].data, 0, sp_tensor_bytes(&one[k]));
+    a.d_in[0] = k == 0 ? &one[0] : NULL;
+    for (int i = 0; i < n_param; i++) a.d_param[i] = k == 1 + i ? &one[1 + i] : NULL;
+    op->backward(&a);
+    assert_memory_equal(one[k].data, full[k].data, sp_tensor_bytes(&one[k]));
+  }
+  a.d_in[0] = NULL; /* nothing requested: must be a no-op, not a crash */
+  for (int i = 0; i < n_param; i++) a.d_param[i] = NULL;
+  op->backward(&a);
+  free(saved);
+  for (int i = 0; i < n_state; i++) sp_tensor_free(&st[i]);
+  for (int i = 0; i < n_param; i++) sp_tensor_free(&p[i]), sp_tensor_free(&full[1 + i]), sp_tensor_free(&one[1 + i]);
+  sp_tensor_free(&full[0]), sp_tensor_free(&one[0]);
+  sp_tensor_free(&x), sp_tensor_free(&y), sp_tensor_free(&dy);
+}
+
+static void null_gradient_pointers_are_skipped(void **state) {
+  (void)state;
+  sp_conv2d_attr c = {2, 1, 1, 0, 1, 1, 2};
+  sp_shape cp[2] = {sp_shape4(6, 2, 3, 3), sp_shape1(6)};
+  grads_alone_match_grads_together(&sp_op_conv2d, &c, sp_shape4(2, 4, 7, 5), 2, cp, 0, 1);
+  sp_conv_transpose2d_attr t = {2, 2, 1, 0, 1, 0, 1, 1, 1};
+  sp_shape tp[2] = {sp_shape4(3, 4, 3, 2), sp_shape1(4)};
+  grads_alone_match_grads_together(&sp_op_conv_transpose2d, &t, sp_shape4(2, 3, 4, 5), 2, tp, 0, 1);
+  sp_shape lp[2] = {sp_shape2(4, 9), sp_shape1(4)};
+  grads_alone_match_grads_together(&sp_op_linear, NULL, sp_shape2(3, 9), 2, lp, 0, 1);
+  const sp_batchnorm_attr bn = {1e-5f, 0.1f};
+  sp_shape bp[2] = {sp_shape1(3), sp_shape1(3)};
+  grads_alone_match_grads_together(&sp_op_batchnorm, &bn, sp_shape4(2, 3, 4, 3), 2, bp, 2, 1);
+  grads_alone_match_grads_together(&sp_op_batchnorm, &bn, sp_shape2(5, 3), 2, bp, 2, 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(conv2d_infer_shapes_and_errors),
@@ -315,6 +383,7 @@ int main(void) {
       cmocka_unit_test(conv2d_matches_pytorch),
       cmocka_unit_test(conv_transpose2d_matches_pytorch),
       cmocka_unit_test(results_independent_of_thread_count),
+      cmocka_unit_test(null_gradient_pointers_are_skipped),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
