@@ -153,6 +153,8 @@ size_t sp_plan_arena_bytes(const sp_plan *p);
 size_t sp_plan_naive_bytes(const sp_plan *p);
 /* Checks that no two buffers that are live at the same time overlap. */
 int sp_plan_verify(const sp_plan *p);
+/* FLOPs of one forward pass (conv, deconv and linear; 2 per multiply-add). */
+double sp_plan_forward_flops(const sp_plan *p);
 /* Optional per-op timing (for `bench --profile`): seconds spent per node. */
 void sp_plan_enable_profile(sp_plan *p, int on);
 int sp_plan_profile(const sp_plan *p, int node, double *fwd_s, double *bwd_s, const char **op_name);

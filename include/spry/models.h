@@ -17,6 +17,21 @@ extern "C" {
  * module ("layers.2.1.conv.weight", "fc1.weight", "bn1.running_mean"). */
 sp_value sp_model_vgg(sp_graph *g, sp_value image, int height, int width, int keypoints);
 
+/* A model by name, for the CLI and benchmarks. */
+typedef struct {
+  const char *name; /* "vgg-face", "vgg-nose" */
+  int channels;     /* image channels (1 gray, 3 RGB) */
+  int height, width;
+  int keypoints;    /* vgg-nose forces 1 */
+} sp_model_spec;
+
+/* Adds the model on `image` and returns its output (points [N,K,2] for the
+ * keypoint models), or -1 with the graph's error set (unknown name: the
+ * message lists the known ones). */
+sp_value sp_model_build(sp_graph *g, const sp_model_spec *spec, sp_value image);
+/* Space-separated list of known model names. */
+const char *sp_model_names(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,3 +1,234 @@
+/* `spry bench train`: training (or inference) speed of a model, one JSON line
+ * per measurement; medians over timed steps after warm-up. */
+#include <omp.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/args.h"
 #include "cli/cli.h"
-int sp_cli_bench_train(int argc, char **argv) { (void)argc; (void)argv; fprintf(stderr, "not yet\n"); return 1; }
+#include "io/json.h"
+#include "spry/graph.h"
+#include "spry/models.h"
+#include "spry/optim.h"
+#include "spry/rng.h"
+#include "spry/train.h"
+
+typedef struct {
+  const char *model, *backend_name, *dtype;
+  sp_backend backend;
+  int batch, threads, steps, warmup, height, width, keypoints, channels, infer, profile;
+} bench_opts;
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: spry bench train [--model M] [--backend ref|cpu] [--batch B] [--threads T]\n"
+          "                        [--dtype f32|bf16] [--size S|HxW] [--steps N] [--warmup W]\n"
+          "                        [--keypoints K] [--channels C] [--infer] [--profile]\n"
+          "models: %s\n",
+          sp_model_names());
+}
+
+static int parse(int argc, char **argv, bench_opts *o) {
+  *o = (bench_opts){"vgg-face", "ref", "f32", SP_BACKEND_REF, 64, omp_get_max_threads(), 10, 1, 224, 224, 68, -1, 0, 0};
+  for (int i = 1; i < argc; i++) {
+    const char *size = NULL;
+    int r = 0;
+    if (!strcmp(argv[i], "--help")) {
+      usage(stdout);
+      exit(0);
+    }
+    if ((r = sp_arg_str(argc, argv, &i, "--model", &o->model)) ||
+        (r = sp_arg_str(argc, argv, &i, "--backend", &o->backend_name)) ||
+        (r = sp_arg_str(argc, argv, &i, "--dtype", &o->dtype)) ||
+        (r = sp_arg_int(argc, argv, &i, "--batch", 1, 1 << 16, &o->batch)) ||
+        (r = sp_arg_int(argc, argv, &i, "--threads", 1, 1024, &o->threads)) ||
+        (r = sp_arg_int(argc, argv, &i, "--steps", 1, 1 << 20, &o->steps)) ||
+        (r = sp_arg_int(argc, argv, &i, "--warmup", 0, 1 << 20, &o->warmup)) ||
+        (r = sp_arg_int(argc, argv, &i, "--keypoints", 1, 1 << 16, &o->keypoints)) ||
+        (r = sp_arg_int(argc, argv, &i, "--channels", 1, 4, &o->channels)) ||
+        (r = sp_arg_flag(argv, i, "--infer", &o->infer)) || (r = sp_arg_flag(argv, i, "--profile", &o->profile))) {
+      if (r < 0) return -1;
+      continue;
+    }
+    if ((r = sp_arg_str(argc, argv, &i, "--size", &size)) == 1) {
+      if (sp_parse_size(size, &o->height, &o->width) != 0) {
+        fprintf(stderr, "spry bench train: --size wants S or HxW, got '%s'\n", size);
+        return -1;
+      }
+      continue;
+    }
+    if (r < 0) return -1;
+    fprintf(stderr, "spry bench train: unknown option '%s'\n", argv[i]);
+    usage(stderr);
+    return -1;
+  }
+  if (sp_backend_parse(o->backend_name, &o->backend) != 0) {
+    fprintf(stderr, "spry bench train: %s\n", sp_last_error());
+    return -1;
+  }
+  if (strcmp(o->dtype, "f32") && strcmp(o->dtype, "bf16")) {
+    fprintf(stderr, "spry bench train: --dtype must be f32 or bf16, got '%s'\n", o->dtype);
+    return -1;
+  }
+  if (!strcmp(o->dtype, "bf16")) {
+    fprintf(stderr, "spry bench train: bf16 needs the cpu backend, which this build does not have yet\n");
+    return -1;
+  }
+  if (o->channels < 0) o->channels = !strncmp(o->model, "vgg", 3) ? 1 : 3;
+  return 0;
+}
+
+static void fill_random(sp_tensor *t, uint64_t key) {
+  sp_rng r = sp_rng_make(key);
+  float *x = t->data;
+  for (int64_t i = 0; i < sp_tensor_numel(t); i++) x[i] = sp_rng_range(&r, -1, 1);
+}
+
+static void print_line(const bench_opts *o, const char *bench, int batch, double step_s, double flops_per_step) {
+  sp_json_buf b;
+  char size[32];
+  sp_json_buf_init(&b);
+  snprintf(size, sizeof size, "%dx%d", o->height, o->width);
+  sp_json_obj_begin(&b);
+  sp_json_key(&b, "bench"), sp_json_str(&b, bench);
+  sp_json_key(&b, "model"), sp_json_str(&b, o->model);
+  sp_json_key(&b, "backend"), sp_json_str(&b, sp_backend_name(o->backend));
+  sp_json_key(&b, "dtype"), sp_json_str(&b, o->dtype);
+  sp_json_key(&b, "batch"), sp_json_int(&b, batch);
+  sp_json_key(&b, "threads"), sp_json_int(&b, o->threads);
+  sp_json_key(&b, "size"), sp_json_str(&b, size);
+  sp_json_key(&b, "steps"), sp_json_int(&b, o->steps);
+  sp_json_key(&b, "images_per_s"), sp_json_f64(&b, batch / step_s);
+  sp_json_key(&b, "ms_per_step"), sp_json_f64(&b, 1e3 * step_s);
+  sp_json_key(&b, "gflops_per_s"), sp_json_f64(&b, flops_per_step / step_s * 1e-9);
+  sp_json_obj_end(&b);
+  printf("%s\n", b.s);
+  sp_json_buf_free(&b);
+}
+
+/* Time per op kind, forward and backward, summed over the timed steps. */
+static void print_profile(const bench_opts *o, const sp_plan *p, int n_nodes, int steps) {
+  const char *kinds[64];
+  double fwd[64] = {0}, bwd[64] = {0};
+  int n_kinds = 0;
+  for (int i = 0; i < n_nodes; i++) {
+    double f, b;
+    const char *name;
+    sp_plan_profile(p, i, &f, &b, &name);
+    int k = 0;
+    while (k < n_kinds && strcmp(kinds[k], name)) k++;
+    if (k == n_kinds) {
+      if (n_kinds == 64) continue;
+      kinds[n_kinds++] = name;
+    }
+    fwd[k] += f;
+    bwd[k] += b;
+  }
+  for (int k = 0; k < n_kinds; k++) {
+    if (fwd[k] == 0 && bwd[k] == 0) continue;
+    sp_json_buf b;
+    sp_json_buf_init(&b);
+    sp_json_obj_begin(&b);
+    sp_json_key(&b, "bench"), sp_json_str(&b, "train_profile");
+    sp_json_key(&b, "model"), sp_json_str(&b, o->model);
+    sp_json_key(&b, "op"), sp_json_str(&b, kinds[k]);
+    sp_json_key(&b, "fwd_ms_per_step"), sp_json_f64(&b, 1e3 * fwd[k] / steps);
+    sp_json_key(&b, "bwd_ms_per_step"), sp_json_f64(&b, 1e3 * bwd[k] / steps);
+    sp_json_obj_end(&b);
+    printf("%s\n", b.s);
+    sp_json_buf_free(&b);
+  }
+}
+
+static sp_graph *build(const bench_opts *o, sp_value *out) {
+  sp_graph *g = sp_graph_new(1);
+  sp_value x = sp_graph_input(g, "image", SP_F32, o->channels);
+  sp_value t = sp_graph_input(g, "points", SP_F32, o->keypoints);
+  sp_model_spec spec = {o->model, o->channels, o->height, o->width, o->keypoints};
+  *out = sp_model_build(g, &spec, x);
+  sp_graph_output(g, *out, "points_out");
+  sp_graph_loss(g, sp_l1_loss(g, *out, t), 1.0f);
+  if (sp_graph_error(g)) {
+    fprintf(stderr, "spry bench train: %s\n", sp_graph_error(g));
+    sp_graph_free(g);
+    return NULL;
+  }
+  return g;
+}
+
+static int run_train(const bench_opts *o) {
+  sp_value out;
+  sp_graph *g = build(o, &out);
+  if (!g) return 1;
+  int k = !strcmp(o->model, "vgg-nose") ? 1 : o->keypoints;
+  sp_input_shape in[2] = {{"image", sp_shape4(o->batch, o->channels, o->height, o->width)},
+                          {"points", sp_shape3(o->batch, k, 2)}};
+  sp_plan *p = sp_plan_new(g, 2, in, o->backend, 1, 0);
+  if (!p) {
+    fprintf(stderr, "spry bench train: %s\n", sp_last_error());
+    sp_graph_free(g);
+    return 1;
+  }
+  fill_random(sp_plan_input(p, "image"), 1);
+  fill_random(sp_plan_input(p, "points"), 2);
+  int n;
+  sp_opt_param *params = sp_train_opt_params(g, &n);
+  sp_opt_config cfg = sp_opt_config_default(SP_OPT_ADAMW);
+  sp_optimizer *opt = sp_optimizer_new(&cfg, n, params);
+  double *times = sp_xmalloc(sizeof(double) * (size_t)o->steps);
+  for (int s = 0; s < o->warmup + o->steps; s++) {
+    if (s == o->warmup && o->profile) sp_plan_enable_profile(p, 1);
+    double t0 = sp_now();
+    sp_graph_zero_grad(g);
+    sp_plan_forward(p);
+    sp_plan_backward(p);
+    sp_optimizer_step(opt, 1e-4f);
+    if (s >= o->warmup) times[s - o->warmup] = sp_now() - t0;
+  }
+  double flops = 3.0 * sp_plan_forward_flops(p);
+  print_line(o, "train", o->batch, sp_median(times, o->steps), flops);
+  if (o->profile) print_profile(o, p, sp_graph_node_count(g), o->steps);
+  free(times);
+  sp_optimizer_free(opt);
+  free(params);
+  sp_plan_free(p);
+  sp_graph_free(g);
+  return 0;
+}
+
+static int run_infer(const bench_opts *o) {
+  static const int batches[2] = {1, 64};
+  sp_value out;
+  sp_graph *g = build(o, &out);
+  if (!g) return 1;
+  for (int b = 0; b < 2; b++) {
+    sp_input_shape in[2] = {{"image", sp_shape4(batches[b], o->channels, o->height, o->width)},
+                            {"points", sp_shape3(batches[b], o->keypoints, 2)}};
+    sp_plan *p = sp_plan_new(g, 2, in, o->backend, 0, 0);
+    if (!p) {
+      fprintf(stderr, "spry bench train: %s\n", sp_last_error());
+      sp_graph_free(g);
+      return 1;
+    }
+    fill_random(sp_plan_input(p, "image"), 1);
+    double *times = sp_xmalloc(sizeof(double) * (size_t)o->steps);
+    for (int s = 0; s < o->warmup + o->steps; s++) {
+      double t0 = sp_now();
+      sp_plan_forward(p);
+      if (s >= o->warmup) times[s - o->warmup] = sp_now() - t0;
+    }
+    print_line(o, "infer", batches[b], sp_median(times, o->steps), sp_plan_forward_flops(p));
+    free(times);
+    sp_plan_free(p);
+  }
+  sp_graph_free(g);
+  return 0;
+}
+
+int sp_cli_bench_train(int argc, char **argv) {
+  bench_opts o;
+  if (parse(argc, argv, &o) != 0) return 2;
+  omp_set_num_threads(o.threads);
+  return o.infer ? run_infer(&o) : run_train(&o);
+}

@@ -1,0 +1,18 @@
+/* Tiny option parsing shared by the subcommands: "--name value" pairs. */
+#ifndef SPRY_CLI_ARGS_H
+#define SPRY_CLI_ARGS_H
+
+#include <stdint.h>
+
+/* Each returns 1 when argv[*i] is the option (consuming its value), 0 when it
+ * is not, and -1 (after printing a message naming the option) when the value
+ * is missing or malformed. */
+int sp_arg_int(int argc, char **argv, int *i, const char *name, int64_t lo, int64_t hi, int *out);
+int sp_arg_str(int argc, char **argv, int *i, const char *name, const char **out);
+int sp_arg_flag(char **argv, int i, const char *name, int *out);
+/* "224" or "160x192" into h, w. */
+int sp_parse_size(const char *s, int *h, int *w);
+/* Median of n doubles (sorts in place). */
+double sp_median(double *v, int n);
+
+#endif
