@@ -8,6 +8,7 @@
  * ever adds into an element another thread writes, and each sum runs in a fixed
  * order in double, so results do not depend on the thread count. */
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "ops/ops.h"
 
@@ -113,6 +114,22 @@ static void geom_of_args(const sp_op_args *a, conv_geom *g) {
     sp_panic("%s", err);
 }
 
+/* The outputs o in [*lo, *hi) whose tap lands inside the input:
+ * 0 <= o*s + off < n_in, 0 <= o < n_out. Hoisting this bound out of the inner
+ * loop leaves it branch-free (and vectorisable). */
+static void tap_range(int64_t off, int64_t s, int64_t n_in, int64_t n_out, int64_t *lo, int64_t *hi) {
+  *lo = off >= 0 ? 0 : (-off + s - 1) / s;
+  const int64_t last = n_in - 1 - off; /* o*s <= last */
+  *hi = last < 0 ? 0 : last / s + 1;
+  if (*hi > n_out) *hi = n_out;
+  if (*lo > *hi) *lo = *hi;
+}
+
+/* Forward and the input gradient walk (channel, tap) in the outer loops and
+ * whole rows in the inner ones, accumulating into a per-thread double plane.
+ * Each element still receives its terms in (channel, kh, kw) order, exactly
+ * as the textbook per-element sum; a float*float product is exact in double,
+ * so whether the compiler fuses multiply-add does not change any bit. */
 static void conv2d_forward(const sp_op_args *a) {
   conv_geom g;
   geom_of_args(a, &g);
@@ -120,39 +137,39 @@ static void conv2d_forward(const sp_op_args *a) {
   const float *x = a->in[0]->data, *w = a->param[0]->data;
   const float *b = a->n_param > 1 && a->param[1] ? a->param[1]->data : NULL;
   float *y = a->out->data;
-  const int64_t cout_g = g.cout / g.groups;
-#pragma omp parallel for schedule(static) if (work >= PAR_MIN_WORK)
-  for (int64_t nc = 0; nc < g.n * g.cout; nc++) {
-    const int64_t n = nc / g.cout, co = nc % g.cout, grp = co / cout_g;
-    const float *xg = x + (n * g.cin + grp * g.cin_g) * g.h * g.w;
-    const float *wc = w + co * g.cin_g * g.kh * g.kw;
-    float *yc = y + nc * g.ho * g.wo;
-    for (int64_t oh = 0; oh < g.ho; oh++) {
-      for (int64_t ow = 0; ow < g.wo; ow++) {
-        double s = b ? b[co] : 0.0;
-        for (int64_t ci = 0; ci < g.cin_g; ci++) {
-          for (int64_t i = 0; i < g.kh; i++) {
-            const int64_t ih = oh * g.sh - g.ph + i * g.dh;
-            if (ih < 0 || ih >= g.h) continue;
-            for (int64_t j = 0; j < g.kw; j++) {
-              const int64_t iw = ow * g.sw - g.pw + j * g.dw;
-              if (iw < 0 || iw >= g.w) continue;
-              s += (double)xg[(ci * g.h + ih) * g.w + iw] * wc[(ci * g.kh + i) * g.kw + j];
+  const int64_t cout_g = g.cout / g.groups, hw_out = g.ho * g.wo;
+#pragma omp parallel if (work >= PAR_MIN_WORK)
+  {
+    double *acc = sp_xmalloc(sizeof(double) * (size_t)hw_out);
+#pragma omp for schedule(static)
+    for (int64_t nc = 0; nc < g.n * g.cout; nc++) {
+      const int64_t n = nc / g.cout, co = nc % g.cout, grp = co / cout_g;
+      const float *xg = x + (n * g.cin + grp * g.cin_g) * g.h * g.w;
+      const float *wc = w + co * g.cin_g * g.kh * g.kw;
+      const double init = b ? b[co] : 0.0;
+      for (int64_t k = 0; k < hw_out; k++) acc[k] = init;
+      for (int64_t ci = 0; ci < g.cin_g; ci++) {
+        for (int64_t i = 0; i < g.kh; i++) {
+          for (int64_t j = 0; j < g.kw; j++) {
+            const double wv = wc[(ci * g.kh + i) * g.kw + j];
+            const int64_t off = j * g.dw - g.pw;
+            int64_t ow0, ow1;
+            tap_range(off, g.sw, g.w, g.wo, &ow0, &ow1);
+            for (int64_t oh = 0; oh < g.ho; oh++) {
+              const int64_t ih = oh * g.sh - g.ph + i * g.dh;
+              if (ih < 0 || ih >= g.h) continue;
+              const float *xr = xg + (ci * g.h + ih) * g.w;
+              double *ar = acc + oh * g.wo;
+              for (int64_t ow = ow0; ow < ow1; ow++) ar[ow] += (double)xr[ow * g.sw + off] * wv;
             }
           }
         }
-        yc[oh * g.wo + ow] = (float)s;
       }
+      float *yc = y + nc * hw_out;
+      for (int64_t k = 0; k < hw_out; k++) yc[k] = (float)acc[k];
     }
+    free(acc);
   }
-}
-
-/* Output index o that reads input index i through tap k, or -1 when none:
- * o*s - p + k*d == i with 0 <= o < n_out. */
-static int64_t tap_source(int64_t i, int64_t k, int64_t s, int64_t p, int64_t d, int64_t n_out) {
-  const int64_t t = i + p - k * d;
-  if (t < 0 || t % s) return -1;
-  return t / s < n_out ? t / s : -1;
 }
 
 static void conv2d_backward(const sp_op_args *a) {
@@ -163,33 +180,43 @@ static void conv2d_backward(const sp_op_args *a) {
   float *dx = a->d_in[0] ? a->d_in[0]->data : NULL;
   float *dw = a->d_param[0] ? a->d_param[0]->data : NULL;
   float *db = a->n_param > 1 && a->d_param[1] ? a->d_param[1]->data : NULL;
-  const int64_t cout_g = g.cout / g.groups, hw_out = g.ho * g.wo;
+  const int64_t cout_g = g.cout / g.groups, hw_out = g.ho * g.wo, hw_in = g.h * g.w;
 
+  /* dx[ih,iw] = sum over (cout in group, kh, kw) of dy[oh,ow] w, where
+   * oh*s - p + k*d == ih: scattered from dy rows into one input plane that
+   * this iteration alone owns. */
   if (dx) {
-#pragma omp parallel for schedule(static) if (work >= PAR_MIN_WORK)
-    for (int64_t nc = 0; nc < g.n * g.cin; nc++) {
-      const int64_t n = nc / g.cin, c = nc % g.cin, grp = c / g.cin_g, ci = c % g.cin_g;
-      float *dxc = dx + nc * g.h * g.w;
-      for (int64_t ih = 0; ih < g.h; ih++) {
-        for (int64_t iw = 0; iw < g.w; iw++) {
-          double s = 0.0;
-          for (int64_t col = 0; col < cout_g; col++) {
-            const int64_t co = grp * cout_g + col;
-            const float *dyc = dy + (n * g.cout + co) * hw_out;
-            const float *wc = w + (co * g.cin_g + ci) * g.kh * g.kw;
-            for (int64_t i = 0; i < g.kh; i++) {
-              const int64_t oh = tap_source(ih, i, g.sh, g.ph, g.dh, g.ho);
-              if (oh < 0) continue;
-              for (int64_t j = 0; j < g.kw; j++) {
-                const int64_t ow = tap_source(iw, j, g.sw, g.pw, g.dw, g.wo);
-                if (ow < 0) continue;
-                s += (double)dyc[oh * g.wo + ow] * wc[i * g.kw + j];
+#pragma omp parallel if (work >= PAR_MIN_WORK)
+    {
+      double *acc = sp_xmalloc(sizeof(double) * (size_t)hw_in);
+#pragma omp for schedule(static)
+      for (int64_t nc = 0; nc < g.n * g.cin; nc++) {
+        const int64_t n = nc / g.cin, c = nc % g.cin, grp = c / g.cin_g, ci = c % g.cin_g;
+        for (int64_t k = 0; k < hw_in; k++) acc[k] = 0.0;
+        for (int64_t col = 0; col < cout_g; col++) {
+          const int64_t co = grp * cout_g + col;
+          const float *dyc = dy + (n * g.cout + co) * hw_out;
+          const float *wc = w + (co * g.cin_g + ci) * g.kh * g.kw;
+          for (int64_t i = 0; i < g.kh; i++) {
+            for (int64_t j = 0; j < g.kw; j++) {
+              const double wv = wc[i * g.kw + j];
+              const int64_t off = j * g.dw - g.pw;
+              int64_t ow0, ow1;
+              tap_range(off, g.sw, g.w, g.wo, &ow0, &ow1);
+              for (int64_t oh = 0; oh < g.ho; oh++) {
+                const int64_t ih = oh * g.sh - g.ph + i * g.dh;
+                if (ih < 0 || ih >= g.h) continue;
+                double *ar = acc + ih * g.w;
+                const float *dyr = dyc + oh * g.wo;
+                for (int64_t ow = ow0; ow < ow1; ow++) ar[ow * g.sw + off] += (double)dyr[ow] * wv;
               }
             }
           }
-          dxc[ih * g.w + iw] += (float)s;
         }
+        float *dxc = dx + nc * hw_in;
+        for (int64_t k = 0; k < hw_in; k++) dxc[k] += (float)acc[k];
       }
+      free(acc);
     }
   }
 

@@ -7,6 +7,7 @@
  * gradient over (n, cin), weight gradient over weight elements. Sums run in
  * double in a fixed order, so results do not depend on the thread count. */
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "ops/ops.h"
 
@@ -120,14 +121,23 @@ static void geom_of_args(const sp_op_args *a, tconv_geom *g) {
     sp_panic("%s", err); /* infer accepted these shapes: a graph bug */
 }
 
-/* Input index i that reaches output index o through tap k, or -1 when none:
- * i*s - p + k*d == o with 0 <= i < n_in. */
-static int64_t tap_source(int64_t o, int64_t k, int64_t s, int64_t p, int64_t d, int64_t n_in) {
-  const int64_t t = o + p - k * d;
-  if (t < 0 || t % s) return -1;
-  return t / s < n_in ? t / s : -1;
+/* The inputs i in [*lo, *hi) whose tap lands inside the output:
+ * 0 <= i*s + off < n_out, 0 <= i < n_in. Hoisting this bound out of the inner
+ * loop leaves it branch-free (and vectorisable). */
+static void tap_range(int64_t off, int64_t s, int64_t n_out, int64_t n_in, int64_t *lo, int64_t *hi) {
+  *lo = off >= 0 ? 0 : (-off + s - 1) / s;
+  const int64_t last = n_out - 1 - off; /* i*s <= last */
+  *hi = last < 0 ? 0 : last / s + 1;
+  if (*hi > n_in) *hi = n_in;
+  if (*lo > *hi) *lo = *hi;
 }
 
+/* Forward and the input gradient walk (channel, tap) in the outer loops and
+ * whole rows in the inner ones, accumulating into a per-thread double plane
+ * that one iteration owns. Each element still receives its terms in
+ * (channel, kh, kw) order, as the per-element textbook sum would; a
+ * float*float product is exact in double, so fused multiply-add or not, the
+ * bits are the same. */
 static void tconv_forward(const sp_op_args *a) {
   tconv_geom g;
   geom_of_args(a, &g);
@@ -135,31 +145,40 @@ static void tconv_forward(const sp_op_args *a) {
   const float *x = a->in[0]->data, *w = a->param[0]->data;
   const float *b = a->n_param > 1 && a->param[1] ? a->param[1]->data : NULL;
   float *y = a->out->data;
-  const int64_t khw = g.kh * g.kw;
-#pragma omp parallel for schedule(static) if (work >= PAR_MIN_WORK)
-  for (int64_t nc = 0; nc < g.n * g.cout; nc++) {
-    const int64_t n = nc / g.cout, co = nc % g.cout, grp = co / g.cout_g, col = co % g.cout_g;
-    float *yc = y + nc * g.ho * g.wo;
-    for (int64_t oh = 0; oh < g.ho; oh++) {
-      for (int64_t ow = 0; ow < g.wo; ow++) {
-        double s = b ? b[co] : 0.0;
-        for (int64_t cl = 0; cl < g.cin_g; cl++) {
-          const int64_t c = grp * g.cin_g + cl;
-          const float *xc = x + (n * g.cin + c) * g.h * g.w;
-          const float *wc = w + (c * g.cout_g + col) * khw;
-          for (int64_t i = 0; i < g.kh; i++) {
-            const int64_t ih = tap_source(oh, i, g.sh, g.ph, g.dh, g.h);
-            if (ih < 0) continue;
-            for (int64_t j = 0; j < g.kw; j++) {
-              const int64_t iw = tap_source(ow, j, g.sw, g.pw, g.dw, g.w);
-              if (iw < 0) continue;
-              s += (double)xc[ih * g.w + iw] * wc[i * g.kw + j];
+  const int64_t khw = g.kh * g.kw, hw_out = g.ho * g.wo;
+#pragma omp parallel if (work >= PAR_MIN_WORK)
+  {
+    double *acc = sp_xmalloc(sizeof(double) * (size_t)hw_out);
+#pragma omp for schedule(static)
+    for (int64_t nc = 0; nc < g.n * g.cout; nc++) {
+      const int64_t n = nc / g.cout, co = nc % g.cout, grp = co / g.cout_g, col = co % g.cout_g;
+      const double init = b ? b[co] : 0.0;
+      for (int64_t k = 0; k < hw_out; k++) acc[k] = init;
+      /* x pixel (ih, iw) lands on (ih*s - p + i*d, iw*s - p + j*d). */
+      for (int64_t cl = 0; cl < g.cin_g; cl++) {
+        const int64_t c = grp * g.cin_g + cl;
+        const float *xc = x + (n * g.cin + c) * g.h * g.w;
+        const float *wc = w + (c * g.cout_g + col) * khw;
+        for (int64_t i = 0; i < g.kh; i++) {
+          for (int64_t j = 0; j < g.kw; j++) {
+            const double wv = wc[i * g.kw + j];
+            const int64_t off = j * g.dw - g.pw;
+            int64_t iw0, iw1;
+            tap_range(off, g.sw, g.wo, g.w, &iw0, &iw1);
+            for (int64_t ih = 0; ih < g.h; ih++) {
+              const int64_t oh = ih * g.sh - g.ph + i * g.dh;
+              if (oh < 0 || oh >= g.ho) continue;
+              const float *xr = xc + ih * g.w;
+              double *ar = acc + oh * g.wo;
+              for (int64_t iw = iw0; iw < iw1; iw++) ar[iw * g.sw + off] += (double)xr[iw] * wv;
             }
           }
         }
-        yc[oh * g.wo + ow] = (float)s;
       }
+      float *yc = y + nc * hw_out;
+      for (int64_t k = 0; k < hw_out; k++) yc[k] = (float)acc[k];
     }
+    free(acc);
   }
 }
 
@@ -171,33 +190,40 @@ static void tconv_backward(const sp_op_args *a) {
   float *dx = a->d_in[0] ? a->d_in[0]->data : NULL;
   float *dw = a->d_param[0] ? a->d_param[0]->data : NULL;
   float *db = a->n_param > 1 && a->d_param[1] ? a->d_param[1]->data : NULL;
-  const int64_t khw = g.kh * g.kw, hw_out = g.ho * g.wo;
+  const int64_t khw = g.kh * g.kw, hw_out = g.ho * g.wo, hw_in = g.h * g.w;
 
   /* dx is a plain convolution of dy with the same weights. */
   if (dx) {
-#pragma omp parallel for schedule(static) if (work >= PAR_MIN_WORK)
-    for (int64_t nc = 0; nc < g.n * g.cin; nc++) {
-      const int64_t n = nc / g.cin, c = nc % g.cin, grp = c / g.cin_g;
-      float *dxc = dx + nc * g.h * g.w;
-      for (int64_t ih = 0; ih < g.h; ih++) {
-        for (int64_t iw = 0; iw < g.w; iw++) {
-          double s = 0.0;
-          for (int64_t col = 0; col < g.cout_g; col++) {
-            const float *dyc = dy + (n * g.cout + grp * g.cout_g + col) * hw_out;
-            const float *wc = w + (c * g.cout_g + col) * khw;
-            for (int64_t i = 0; i < g.kh; i++) {
-              const int64_t oh = ih * g.sh - g.ph + i * g.dh;
-              if (oh < 0 || oh >= g.ho) continue;
-              for (int64_t j = 0; j < g.kw; j++) {
-                const int64_t ow = iw * g.sw - g.pw + j * g.dw;
-                if (ow < 0 || ow >= g.wo) continue;
-                s += (double)dyc[oh * g.wo + ow] * wc[i * g.kw + j];
+#pragma omp parallel if (work >= PAR_MIN_WORK)
+    {
+      double *acc = sp_xmalloc(sizeof(double) * (size_t)hw_in);
+#pragma omp for schedule(static)
+      for (int64_t nc = 0; nc < g.n * g.cin; nc++) {
+        const int64_t n = nc / g.cin, c = nc % g.cin, grp = c / g.cin_g;
+        for (int64_t k = 0; k < hw_in; k++) acc[k] = 0.0;
+        for (int64_t col = 0; col < g.cout_g; col++) {
+          const float *dyc = dy + (n * g.cout + grp * g.cout_g + col) * hw_out;
+          const float *wc = w + (c * g.cout_g + col) * khw;
+          for (int64_t i = 0; i < g.kh; i++) {
+            for (int64_t j = 0; j < g.kw; j++) {
+              const double wv = wc[i * g.kw + j];
+              const int64_t off = j * g.dw - g.pw;
+              int64_t iw0, iw1;
+              tap_range(off, g.sw, g.wo, g.w, &iw0, &iw1);
+              for (int64_t ih = 0; ih < g.h; ih++) {
+                const int64_t oh = ih * g.sh - g.ph + i * g.dh;
+                if (oh < 0 || oh >= g.ho) continue;
+                const float *dyr = dyc + oh * g.wo;
+                double *ar = acc + ih * g.w;
+                for (int64_t iw = iw0; iw < iw1; iw++) ar[iw] += (double)dyr[iw * g.sw + off] * wv;
               }
             }
           }
-          dxc[ih * g.w + iw] += (float)s;
         }
+        float *dxc = dx + nc * hw_in;
+        for (int64_t k = 0; k < hw_in; k++) dxc[k] += (float)acc[k];
       }
+      free(acc);
     }
   }
 
