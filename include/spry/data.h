@@ -169,6 +169,10 @@ typedef enum {
   SP_RA_POSTERIZE, SP_RA_SOLARIZE, SP_RA_AUTOCONTRAST, SP_RA_EQUALIZE, SP_RA_NUM_OPS
 } sp_ra_op;
 const char *sp_ra_op_name(sp_ra_op op);
+/* The op's value at magnitude bin m (0..30) for an image of side `size`:
+ * torchvision's table (shear 0..0.3, translate 0..150/331 of the side,
+ * rotate 0..30 deg, enhance 0..0.9, posterize bits 8..4, solarize 255..0). */
+float sp_ra_magnitude(sp_ra_op op, int m, int size);
 
 /* Point flags in a batch. */
 #define SP_PT_OUTSIDE 1u   /* left the output crop (coordinates kept) */

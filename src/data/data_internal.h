@@ -33,8 +33,6 @@ void sp_warp_affine_u8(const uint8_t *src, int sw, int sh, int c, uint8_t *dst, 
 
 /* color_ops.c: RandAugment's pixel ops on a planar image in place. */
 void sp_color_op(sp_ra_op op, uint8_t *chw, int c, int hw, int w, float magnitude_value);
-/* RandAugment magnitude of an op at bin m (0..30): the torchvision table. */
-float sp_ra_magnitude(sp_ra_op op, int m, int size);
 int sp_ra_is_signed(sp_ra_op op);
 int sp_ra_is_geometric(sp_ra_op op);
 /* The forward map of one geometric op on an s x s image (signed magnitude). */
