@@ -16,8 +16,12 @@ void sp_data_skip(const char *file, const char *reason_fmt, ...) {
   va_start(ap, reason_fmt);
   vsnprintf(reason, sizeof reason, reason_fmt, ap);
   va_end(ap);
+  /* Errors often start with the file name already: do not say it twice. */
+  const char *r = reason;
+  size_t fl = file ? strlen(file) : 0;
+  if (fl && !strncmp(r, file, fl) && r[fl] == ':' && r[fl + 1] == ' ') r += fl + 2;
   /* One fprintf call so lines from parallel decoders do not interleave. */
-  fprintf(stderr, "spry data: skip %s: %s\n", file ? file : "?", reason);
+  fprintf(stderr, "spry data: skip %s: %s\n", file ? file : "?", r);
 }
 
 char *sp_path_join(const char *dir, const char *name) {
