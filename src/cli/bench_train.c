@@ -145,7 +145,7 @@ static sp_graph *build(const bench_opts *o, sp_value *out) {
   sp_graph *g = sp_graph_new(1);
   sp_value x = sp_graph_input(g, "image", SP_F32, o->channels);
   sp_value t = sp_graph_input(g, "points", SP_F32, o->keypoints);
-  sp_model_spec spec = {o->model, o->channels, o->height, o->width, o->keypoints};
+  sp_model_spec spec = {.name = o->model, .channels = o->channels, .height = o->height, .width = o->width, .keypoints = o->keypoints};
   *out = sp_model_build(g, &spec, x);
   sp_graph_output(g, *out, "points_out");
   sp_graph_loss(g, sp_l1_loss(g, *out, t), 1.0f);

@@ -1,0 +1,74 @@
+/* Run configuration: one YAML file (+ `--set key=value` overrides) describing a
+ * keypoint training run. Unknown keys and bad values are errors naming the key
+ * and its line. Every key and its default: configs/README.md. */
+#ifndef SPRY_CONFIG_H
+#define SPRY_CONFIG_H
+
+#include <stdint.h>
+
+#include "spry/optim.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { SP_LOSS_L1, SP_LOSS_L2, SP_LOSS_MSE, SP_LOSS_EUCLIDEAN } sp_loss_kind;
+
+typedef struct {
+  char model[32];  /* vgg-face, vgg-nose, resunet18, resunet50, ... */
+  struct {         /* model switches (ResNet family) */
+    int variant_c, variant_d, stem_conv, blurpool, hardswish;
+    float width;   /* channel multiplier of the encoder/decoder (1 = standard) */
+  } model_options;
+
+  struct {
+    char path[1024];   /* dataset folder (any format sp_dataset_open_dir reads) */
+    char format[16];   /* auto (only auto for now: formats are detected) */
+    char split[16];    /* identity | list | none */
+    double val_fraction;
+    char val_list[1024];
+    int keypoints[256]; /* optional subset of point indices (e.g. the nose tip) */
+    int n_keypoints;    /* 0 = all */
+    int crop_size;      /* cached working crop side */
+    int size;           /* network input side */
+    int channels;       /* 1 gray, 3 RGB */
+    float margin;       /* crop context around the face box */
+    int cache_file;     /* keep an mmap-able cache file in the run directory */
+    float mean[3], std[3];
+  } data;
+
+  struct {
+    float scale_min, scale_max, translate, rotate, flip;
+    int ra_n, ra_m;
+  } augment;
+
+  struct {
+    sp_loss_kind kind;
+    float structure_weight;
+    int neighbours;
+  } loss;
+
+  sp_opt_config optimizer;
+  float lr;
+  float clip_norm; /* 0 = off */
+
+  sp_lr_schedule schedule; /* base_lr, total_epochs filled from lr/epochs */
+  double warmup_fraction;  /* alternative to warmup_epochs: fraction of training */
+
+  int epochs, batch, threads, workers;
+  uint64_t seed;
+  char precision[8]; /* f32 | bf16 */
+  char backend[8];   /* ref | cpu */
+  char out[1024];
+  int eval_every;    /* epochs between validation passes (1) */
+} sp_train_config;
+
+/* Defaults, then the file, then each "key=value" of sets (in order). */
+int sp_train_config_load(const char *path, int n_sets, char *const *sets, sp_train_config *cfg);
+sp_train_config sp_train_config_default(void);
+const char *sp_loss_kind_name(sp_loss_kind k);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

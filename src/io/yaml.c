@@ -1,0 +1,215 @@
+/* YAML to tree via libyaml's document API. */
+#include "io/yaml.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <yaml.h>
+
+#include "spry/common.h"
+
+static sp_yaml *node_new(sp_yaml_kind kind, int line) {
+  sp_yaml *y = sp_xcalloc(1, sizeof *y);
+  y->kind = kind;
+  y->line = line;
+  return y;
+}
+
+void sp_yaml_free(sp_yaml *y) {
+  if (!y) return;
+  for (int i = 0; i < y->n; i++) {
+    if (y->keys) free(y->keys[i]);
+    sp_yaml_free(y->items[i]);
+  }
+  free(y->keys);
+  free(y->items);
+  free(y->value);
+  free(y);
+}
+
+static void push(sp_yaml *parent, char *key, sp_yaml *child) {
+  parent->items = sp_xrealloc(parent->items, sizeof(sp_yaml *) * (size_t)(parent->n + 1));
+  if (parent->kind == SP_YAML_MAP) {
+    parent->keys = sp_xrealloc(parent->keys, sizeof(char *) * (size_t)(parent->n + 1));
+    parent->keys[parent->n] = key;
+  }
+  parent->items[parent->n++] = child;
+}
+
+/* Converts libyaml node `id` (depth-limited: configs are shallow, hostile
+ * files are not allowed to recurse forever). */
+static sp_yaml *convert(yaml_document_t *doc, int id, int depth, const char *label) {
+  yaml_node_t *node = yaml_document_get_node(doc, id);
+  if (!node) return NULL;
+  int line = (int)node->start_mark.line + 1;
+  if (depth > 32) {
+    sp_error_set("%s:%d: nesting deeper than 32 levels", label, line);
+    return NULL;
+  }
+  if (node->type == YAML_SCALAR_NODE) {
+    sp_yaml *y = node_new(SP_YAML_SCALAR, line);
+    y->value = sp_xmalloc(node->data.scalar.length + 1);
+    memcpy(y->value, node->data.scalar.value, node->data.scalar.length);
+    y->value[node->data.scalar.length] = 0;
+    return y;
+  }
+  if (node->type == YAML_SEQUENCE_NODE) {
+    sp_yaml *y = node_new(SP_YAML_SEQ, line);
+    for (yaml_node_item_t *it = node->data.sequence.items.start; it < node->data.sequence.items.top; it++) {
+      sp_yaml *c = convert(doc, *it, depth + 1, label);
+      if (!c) return sp_yaml_free(y), NULL;
+      push(y, NULL, c);
+    }
+    return y;
+  }
+  sp_yaml *y = node_new(SP_YAML_MAP, line);
+  for (yaml_node_pair_t *p = node->data.mapping.pairs.start; p < node->data.mapping.pairs.top; p++) {
+    yaml_node_t *k = yaml_document_get_node(doc, p->key);
+    if (!k || k->type != YAML_SCALAR_NODE) {
+      sp_error_set("%s:%d: map keys must be plain words", label, line);
+      return sp_yaml_free(y), NULL;
+    }
+    char *key = sp_xmalloc(k->data.scalar.length + 1);
+    memcpy(key, k->data.scalar.value, k->data.scalar.length);
+    key[k->data.scalar.length] = 0;
+    if (sp_yaml_get(y, key)) {
+      sp_error_set("%s:%d: key '%s' appears twice", label, (int)k->start_mark.line + 1, key);
+      free(key);
+      return sp_yaml_free(y), NULL;
+    }
+    sp_yaml *c = convert(doc, p->value, depth + 1, label);
+    if (!c) return free(key), sp_yaml_free(y), NULL;
+    push(y, key, c);
+  }
+  return y;
+}
+
+static sp_yaml *load(yaml_parser_t *parser, const char *label) {
+  yaml_document_t doc;
+  if (!yaml_parser_load(parser, &doc)) {
+    sp_error_set("%s:%d: %s", label, (int)parser->problem_mark.line + 1,
+                 parser->problem ? parser->problem : "YAML syntax error");
+    return NULL;
+  }
+  sp_yaml *root;
+  yaml_node_t *top = yaml_document_get_root_node(&doc);
+  if (!top) root = node_new(SP_YAML_MAP, 1);
+  else if (top->type != YAML_MAPPING_NODE) {
+    sp_error_set("%s:%d: the top level must be a map of keys", label, (int)top->start_mark.line + 1);
+    root = NULL;
+  } else root = convert(&doc, 1, 0, label);
+  yaml_document_delete(&doc);
+  return root;
+}
+
+sp_yaml *sp_yaml_load_string(const char *text, const char *label) {
+  yaml_parser_t parser;
+  if (!yaml_parser_initialize(&parser)) return sp_error_set("%s: cannot start the YAML parser", label), NULL;
+  yaml_parser_set_input_string(&parser, (const unsigned char *)text, strlen(text));
+  sp_yaml *y = load(&parser, label);
+  yaml_parser_delete(&parser);
+  return y;
+}
+
+sp_yaml *sp_yaml_load_file(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return sp_error_set("%s: cannot open: %s", path, strerror(errno)), NULL;
+  yaml_parser_t parser;
+  if (!yaml_parser_initialize(&parser)) {
+    fclose(f);
+    return sp_error_set("%s: cannot start the YAML parser", path), NULL;
+  }
+  yaml_parser_set_input_file(&parser, f);
+  sp_yaml *y = load(&parser, path);
+  yaml_parser_delete(&parser);
+  fclose(f);
+  return y;
+}
+
+sp_yaml *sp_yaml_get(const sp_yaml *map, const char *key) {
+  if (!map || map->kind != SP_YAML_MAP) return NULL;
+  for (int i = 0; i < map->n; i++)
+    if (!strcmp(map->keys[i], key)) return map->items[i];
+  return NULL;
+}
+
+static sp_yaml *parse_value(const char *v) {
+  size_t n = strlen(v);
+  if (n >= 2 && v[0] == '[' && v[n - 1] == ']') {
+    sp_yaml *seq = node_new(SP_YAML_SEQ, 0);
+    char *body = sp_xstrdup(v + 1);
+    body[n - 2] = 0;
+    char *save = NULL;
+    for (char *tok = strtok_r(body, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+      while (*tok == ' ') tok++;
+      char *end = tok + strlen(tok);
+      while (end > tok && end[-1] == ' ') *--end = 0;
+      sp_yaml *s = node_new(SP_YAML_SCALAR, 0);
+      s->value = sp_xstrdup(tok);
+      push(seq, NULL, s);
+    }
+    free(body);
+    return seq;
+  }
+  sp_yaml *s = node_new(SP_YAML_SCALAR, 0);
+  s->value = sp_xstrdup(v);
+  return s;
+}
+
+int sp_yaml_set(sp_yaml *root, const char *assignment) {
+  const char *eq = strchr(assignment, '=');
+  if (!eq || eq == assignment) return sp_error_set("--set wants key=value, got '%s'", assignment);
+  char *path = sp_xmalloc((size_t)(eq - assignment) + 1);
+  memcpy(path, assignment, (size_t)(eq - assignment));
+  path[eq - assignment] = 0;
+  sp_yaml *node = root;
+  char *save = NULL, *part = strtok_r(path, ".", &save);
+  while (part) {
+    char *next = strtok_r(NULL, ".", &save);
+    sp_yaml *child = sp_yaml_get(node, part);
+    if (!next) {
+      sp_yaml *value = parse_value(eq + 1);
+      if (child) {
+        for (int i = 0; i < node->n; i++)
+          if (node->items[i] == child) {
+            sp_yaml_free(child);
+            node->items[i] = value;
+          }
+      } else push(node, sp_xstrdup(part), value);
+    } else {
+      if (!child) {
+        child = node_new(SP_YAML_MAP, 0);
+        push(node, sp_xstrdup(part), child);
+      } else if (child->kind != SP_YAML_MAP) {
+        int rc = sp_error_set("--set %s: '%s' is not a map", assignment, part);
+        free(path);
+        return rc;
+      }
+      node = child;
+    }
+    part = next;
+  }
+  free(path);
+  return 0;
+}
+
+static const char *find_unused(const sp_yaml *y, const char *prefix, char *buf, int n, int *line) {
+  if (y->kind != SP_YAML_MAP) return NULL;
+  for (int i = 0; i < y->n; i++) {
+    char path[512];
+    snprintf(path, sizeof path, "%s%s%s", prefix, prefix[0] ? "." : "", y->keys[i]);
+    if (!y->items[i]->used) {
+      snprintf(buf, (size_t)n, "%s", path);
+      *line = y->items[i]->line;
+      return buf;
+    }
+    const char *deeper = find_unused(y->items[i], path, buf, n, line);
+    if (deeper) return deeper;
+  }
+  return NULL;
+}
+
+const char *sp_yaml_first_unused(const sp_yaml *root, char *buf, int n, int *line) {
+  return find_unused(root, "", buf, n, line);
+}

@@ -1,0 +1,80 @@
+/* Keypoint metrics on hand-computed cases. */
+#include <math.h>
+
+#include "spry/metrics.h"
+#include "testkit.h"
+
+/* A 68-point face whose eye corners are known: every point at (100, 100)
+ * except the eyes: left eye points at x 40..50 (outer corner 40), right eye
+ * at x 150..160 (outer corner 160), all at y 80. Inter-ocular = 120,
+ * inter-pupil = 155 - 45 = 110. */
+static void make_face(float *p) {
+  for (int i = 0; i < 68; i++) p[2 * i] = 100, p[2 * i + 1] = 100;
+  for (int i = 0; i < 6; i++) {
+    p[2 * (36 + i)] = 40 + 2 * i, p[2 * (36 + i) + 1] = 80;
+    p[2 * (42 + i)] = 150 + 2 * i, p[2 * (42 + i) + 1] = 80;
+  }
+}
+
+static void hand_computed_nme(void **state) {
+  (void)state;
+  float gt[2 * 68 * 2], pred[2 * 68 * 2];
+  make_face(gt);
+  make_face(gt + 136);
+  for (int i = 0; i < 2 * 68 * 2; i++) pred[i] = gt[i];
+  /* Face 0: every point 6 px to the right -> mean 6 px, NME-IO 0.05.
+   * Face 1: every point 12 px down -> mean 12 px, NME-IO 0.10, IP 12/110. */
+  for (int i = 0; i < 68; i++) pred[2 * i] += 6, pred[136 + 2 * i + 1] += 12;
+  sp_eye_points eyes;
+  assert_int_equal(sp_eye_points_for_k(68, &eyes), 1);
+  sp_kp_metrics m;
+  double per[2];
+  assert_int_equal(sp_kp_metrics_compute(pred, gt, 2, 68, &eyes, &m, per), 0);
+  assert_int_equal(m.count, 2);
+  assert_true(fabs(m.mean_px - 9.0) < 1e-9);
+  assert_true(fabs(per[0] - 0.05) < 1e-9);
+  assert_true(fabs(per[1] - 0.10) < 1e-9);
+  assert_true(fabs(m.nme_io - 0.075) < 1e-9);
+  assert_true(fabs(m.nme_ip - (6.0 / 110 + 12.0 / 110) / 2) < 1e-9);
+  assert_true(fabs(m.fr_008 - 0.5) < 1e-12); /* 0.10 > 0.08 fails; 0.05 passes */
+  assert_true(fabs(m.fr_010 - 0.0) < 1e-12); /* 0.10 is not above 0.10 */
+  assert_true(fabs(m.auc_010 - (0.5 + 0.0) / 2) < 1e-9);
+  double t[11], frac[11];
+  sp_ced_curve(per, 2, 0.1, 11, t, frac);
+  assert_true(fabs(frac[4] - 0.0) < 1e-12 && fabs(frac[5] - 0.5) < 1e-12 && fabs(frac[10] - 1.0) < 1e-12);
+}
+
+static void mirrored_face_uses_outer_corners(void **state) {
+  (void)state;
+  /* Swap which group is on the left: the normaliser must stay 120. */
+  float gt[136], pred[136];
+  make_face(gt);
+  for (int i = 0; i < 68; i++) gt[2 * i] = 200 - gt[2 * i];
+  for (int i = 0; i < 136; i++) pred[i] = gt[i] + (i % 2 ? 0 : 12);
+  sp_eye_points eyes;
+  sp_eye_points_for_k(68, &eyes);
+  sp_kp_metrics m;
+  sp_kp_metrics_compute(pred, gt, 1, 68, &eyes, &m, NULL);
+  assert_true(fabs(m.nme_io - 0.1) < 1e-9);
+}
+
+static void no_eyes_gives_nan_nme(void **state) {
+  (void)state;
+  float gt[2] = {10, 10}, pred[2] = {13, 14};
+  sp_eye_points eyes;
+  assert_int_equal(sp_eye_points_for_k(1, &eyes), 0);
+  sp_kp_metrics m;
+  assert_int_equal(sp_kp_metrics_compute(pred, gt, 1, 1, &eyes, &m, NULL), 0);
+  assert_true(fabs(m.mean_px - 5.0) < 1e-9);
+  assert_true(isnan(m.nme_io));
+  assert_int_equal(sp_kp_metrics_compute(pred, gt, 0, 1, &eyes, &m, NULL), -1);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(hand_computed_nme),
+      cmocka_unit_test(mirrored_face_uses_outer_corners),
+      cmocka_unit_test(no_eyes_gives_nan_nme),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
