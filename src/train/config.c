@@ -13,6 +13,7 @@
 typedef struct {
   const char *file;
   sp_yaml *root;
+  int failed; /* a section that should be a map is not one */
 } reader;
 
 static int bad(const reader *r, const char *key, const sp_yaml *v, const char *want) {
@@ -20,22 +21,31 @@ static int bad(const reader *r, const char *key, const sp_yaml *v, const char *w
                       v && v->line ? v->line : 0, want, v && v->value ? v->value : "a list or map");
 }
 
-/* Finds "a.b" under root, marking the maps on the way used. */
+/* Finds "a.b" under root, marking the maps on the way used. A section that
+ * is not a map ("loss: [1, 2]" where loss.type is read) is an error. */
 static sp_yaml *find(const reader *r, const char *key) {
   char path[256];
   snprintf(path, sizeof path, "%s", key);
   sp_yaml *node = r->root;
-  char *save = NULL;
-  for (char *part = strtok_r(path, ".", &save); part && node; part = strtok_r(NULL, ".", &save)) {
+  char *save = NULL, *part = strtok_r(path, ".", &save);
+  size_t depth = 0;
+  while (part && node) {
+    if (node->kind != SP_YAML_MAP) {
+      ((reader *)r)->failed = 1;
+      sp_error_set("%s: %.*s (line %d): expected a map of keys", r->file, (int)depth - 1, key, node->line);
+      return NULL;
+    }
+    depth += strlen(part) + 1;
     node = sp_yaml_get(node, part);
     if (node) node->used = 1;
+    part = strtok_r(NULL, ".", &save);
   }
   return node;
 }
 
 static int get_double(const reader *r, const char *key, double lo, double hi, double *out) {
   sp_yaml *v = find(r, key);
-  if (!v) return 0;
+  if (!v) return r->failed ? -1 : 0;
   char want[128];
   snprintf(want, sizeof want, "a number in [%g, %g]", lo, hi);
   if (v->kind != SP_YAML_SCALAR) return bad(r, key, v, want);
@@ -65,7 +75,7 @@ static int get_int(const reader *r, const char *key, long lo, long hi, int *out)
 
 static int get_bool(const reader *r, const char *key, int *out) {
   sp_yaml *v = find(r, key);
-  if (!v) return 0;
+  if (!v) return r->failed ? -1 : 0;
   if (v->kind == SP_YAML_SCALAR) {
     const char *s = v->value;
     if (!strcmp(s, "true") || !strcmp(s, "yes") || !strcmp(s, "on") || !strcmp(s, "1")) return *out = 1, 0;
@@ -76,7 +86,7 @@ static int get_bool(const reader *r, const char *key, int *out) {
 
 static int get_string(const reader *r, const char *key, char *out, size_t n, const char *const *choices) {
   sp_yaml *v = find(r, key);
-  if (!v) return 0;
+  if (!v) return r->failed ? -1 : 0;
   if (v->kind != SP_YAML_SCALAR || strlen(v->value) >= n) return bad(r, key, v, "a short text");
   if (choices) {
     int ok = 0;
@@ -95,7 +105,7 @@ static int get_string(const reader *r, const char *key, char *out, size_t n, con
 /* A list of numbers, e.g. scale: [0.75, 1.333]. */
 static int get_list(const reader *r, const char *key, int max, double lo, double hi, double *out, int *count) {
   sp_yaml *v = find(r, key);
-  if (!v) return 0;
+  if (!v) return r->failed ? -1 : 0;
   char want[128];
   snprintf(want, sizeof want, "a list of at most %d numbers in [%g, %g]", max, lo, hi);
   if (v->kind != SP_YAML_SEQ || v->n > max) return bad(r, key, v, want);
@@ -246,7 +256,7 @@ static int read_all(reader *r, sp_train_config *c) {
 
 int sp_train_config_load(const char *path, int n_sets, char *const *sets, sp_train_config *cfg) {
   *cfg = sp_train_config_default();
-  reader r = {path ? path : "(defaults)", NULL};
+  reader r = {path ? path : "(defaults)", NULL, 0};
   r.root = path ? sp_yaml_load_file(path) : sp_yaml_load_string("{}", "(defaults)");
   if (!r.root) return -1;
   for (int i = 0; i < n_sets; i++)

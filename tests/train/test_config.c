@@ -1,0 +1,101 @@
+/* Run configs: values land in the right fields, --set overrides, and every
+ * mistake is an error that names the key and its line. */
+#include <stdio.h>
+#include <string.h>
+
+#include "spry/config.h"
+#include "testkit.h"
+
+static char dir[256];
+
+static const char *write_config(const char *name, const char *text) {
+  static char path[512];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  fputs(text, f);
+  fclose(f);
+  return path;
+}
+
+static void seed_recipe_is_read(void **state) {
+  (void)state;
+  const char *path = write_config("face68.yaml",
+                                  "model: resunet50\n"
+                                  "data:\n  path: faces\n  size: 224\n  channels: 3\n  keypoints: [30, 31]\n"
+                                  "augment:\n  scale: [0.75, 1.3333]\n  flip: 0.5\n  randaugment: [2, 7]\n"
+                                  "loss:\n  type: l1\n  structure_weight: 0.2\n"
+                                  "optimizer:\n  type: sgd\n  lr: 0.8\n  momentum: 0.9\n  weight_decay: 1e-5\n"
+                                  "schedule:\n  warmup_epochs: 3\n  decay: cosine\n"
+                                  "epochs: 300\nbatch: 64\nseed: 7\n");
+  sp_train_config c;
+  assert_int_equal(sp_train_config_load(path, 0, NULL, &c), 0);
+  assert_string_equal(c.model, "resunet50");
+  assert_int_equal(c.data.channels, 3);
+  assert_int_equal(c.data.n_keypoints, 2);
+  assert_int_equal(c.data.keypoints[1], 31);
+  assert_true(c.augment.scale_max > 1.333f && c.augment.scale_max < 1.334f);
+  assert_int_equal(c.augment.ra_n, 2);
+  assert_int_equal(c.augment.ra_m, 7);
+  assert_int_equal(c.loss.kind, SP_LOSS_L1);
+  assert_true(c.loss.structure_weight == 0.2f);
+  assert_int_equal(c.optimizer.kind, SP_OPT_SGD);
+  assert_true(c.optimizer.momentum == 0.9f);
+  assert_true(c.optimizer.weight_decay == 1e-5f);
+  assert_true(c.schedule.base_lr == 0.8f);
+  assert_true(c.schedule.warmup_epochs == 3.0);
+  assert_true(c.schedule.total_epochs == 300.0);
+  assert_int_equal(c.seed, 7);
+}
+
+static void warmup_fraction_and_overrides(void **state) {
+  (void)state;
+  const char *path = write_config("imm.yaml", "epochs: 300\noptimizer:\n  lr: 0.001\n");
+  char *sets[] = {"batch=16", "optimizer.type=sgd", "augment.scale=[0.9, 1.1]", "out=runs/x"};
+  sp_train_config c;
+  assert_int_equal(sp_train_config_load(path, 4, sets, &c), 0);
+  assert_true(c.schedule.warmup_epochs == 3.0); /* 1/100 of 300 epochs by default */
+  assert_int_equal(c.batch, 16);
+  assert_int_equal(c.optimizer.kind, SP_OPT_SGD);
+  assert_true(c.augment.scale_min == 0.9f);
+  assert_string_equal(c.out, "runs/x");
+}
+
+static void expect_error(const char *text, int n_sets, char **sets, const char *must1, const char *must2) {
+  const char *path = write_config("bad.yaml", text);
+  sp_train_config c;
+  assert_int_equal(sp_train_config_load(path, n_sets, sets, &c), -1);
+  const char *e = sp_last_error();
+  if (!strstr(e, must1) || (must2 && !strstr(e, must2))) fail_msg("error '%s' lacks '%s' / '%s'", e, must1, must2);
+}
+
+static void mistakes_name_key_and_line(void **state) {
+  (void)state;
+  expect_error("epochs: 10\noptimizer:\n  lrr: 0.1\n", 0, NULL, "optimizer.lrr", "line 3");
+  expect_error("batch: lots\n", 0, NULL, "batch", "lots");
+  expect_error("batch: 2.5\n", 0, NULL, "batch", "integer");
+  expect_error("optimizer:\n  type: rmsprop\n", 0, NULL, "optimizer.type", "adamw");
+  expect_error("augment:\n  flip: 1.5\n", 0, NULL, "augment.flip", "[0, 1]");
+  expect_error("loss: [1, 2]\n", 0, NULL, "loss", NULL);
+  expect_error("epochs: 10\nepochs: 20\n", 0, NULL, "twice", "bad.yaml:2:");
+  expect_error("data:\n  path: [unclosed\n", 0, NULL, "bad.yaml", NULL);
+  char *sets[] = {"optimizer.momentm=0.9"};
+  expect_error("epochs: 1\n", 1, sets, "optimizer.momentm", "--set");
+  char *bad_set[] = {"noequals"};
+  expect_error("epochs: 1\n", 1, bad_set, "key=value", NULL);
+  sp_train_config c;
+  assert_int_equal(sp_train_config_load("no/such/file.yaml", 0, NULL, &c), -1);
+  assert_non_null(strstr(sp_last_error(), "no/such/file.yaml"));
+}
+
+int main(void) {
+  if (!sp_test_tmpdir(dir, sizeof dir)) return 1;
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(seed_recipe_is_read),
+      cmocka_unit_test(warmup_fraction_and_overrides),
+      cmocka_unit_test(mistakes_name_key_and_line),
+  };
+  int rc = cmocka_run_group_tests(tests, NULL, NULL);
+  sp_test_rmtree(dir);
+  return rc;
+}
