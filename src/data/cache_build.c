@@ -57,7 +57,7 @@ static int build_one(build_job *job, void *tj, int i) {
   size_t len;
   if (sp_read_file(s->image, &buf, &len) != 0) return -1;
   int w, h;
-  if (sp_image_probe(buf, len, &w, &h) != 0) {
+  if (sp_image_probe_with(tj, buf, len, &w, &h) != 0) {
     sp_error_push("%s", s->image);
     free(buf);
     return -1;
@@ -103,8 +103,15 @@ static void *build_worker(void *arg) {
   for (;;) {
     int i = atomic_fetch_add(&job->next, 1);
     if (i >= job->ds->n) break;
-    if (build_one(job, tj, i) == 0) job->ok[i] = 1;
-    else sp_data_skip(job->ds->s[i].image, "%s", sp_last_error());
+    if (build_one(job, tj, i) == 0) {
+      job->ok[i] = 1;
+    } else {
+      sp_data_skip(job->ds->s[i].image, "%s", sp_last_error());
+      /* TurboJPEG 2.x leaves a handle unusable after some header errors (the
+       * next good file then fails too): start from a fresh one. */
+      sp_jpeg_decoder_free(tj);
+      tj = sp_jpeg_decoder_new();
+    }
   }
   sp_jpeg_decoder_free(tj);
   return NULL;

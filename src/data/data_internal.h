@@ -10,6 +10,7 @@
 /* image_decode.c: one TurboJPEG handle per decoding thread. */
 void *sp_jpeg_decoder_new(void);
 void sp_jpeg_decoder_free(void *h);
+int sp_image_probe_with(void *tj, const uint8_t *buf, size_t len, int *w, int *h);
 int sp_image_decode_with(void *tj, const uint8_t *buf, size_t len, int c, int denom, const char *what,
                          sp_image *out);
 

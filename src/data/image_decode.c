@@ -103,7 +103,9 @@ static int decode_png(const uint8_t *buf, size_t len, int c, const char *what, i
 
 /* ----------------------------------------------------------------- JPEG */
 
-int sp_image_probe(const uint8_t *buf, size_t len, int *w, int *h) {
+int sp_image_probe(const uint8_t *buf, size_t len, int *w, int *h) { return sp_image_probe_with(NULL, buf, len, w, h); }
+
+int sp_image_probe_with(void *handle, const uint8_t *buf, size_t len, int *w, int *h) {
   sp_image_format f = sp_image_sniff(buf, len);
   if (f == SP_IMG_PNG) {
     sp_image im;
@@ -112,12 +114,12 @@ int sp_image_probe(const uint8_t *buf, size_t len, int *w, int *h) {
     return 0;
   }
   if (f != SP_IMG_JPEG) return sp_error_set("not a JPEG or PNG file (unknown magic bytes)");
-  tjhandle tj = tjInitDecompress();
+  tjhandle tj = handle ? handle : tjInitDecompress();
   if (!tj) return sp_error_set("cannot create TurboJPEG decoder");
   int sub, cs;
   int rc = tjDecompressHeader3(tj, buf, (unsigned long)len, w, h, &sub, &cs);
   if (rc != 0) sp_error_set("bad JPEG header (%s)", tjGetErrorStr2(tj));
-  tjDestroy(tj);
+  if (!handle) tjDestroy(tj);
   return rc == 0 ? 0 : -1;
 }
 

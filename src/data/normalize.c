@@ -1,6 +1,9 @@
 /* u8 -> f32/bf16 normalisation of a whole batch in one pass: each channel is
  * a 256-entry table (x/255 - mean)/std, so the pass is a load, a lookup and a
- * store per pixel, parallel over images and planes with OpenMP. */
+ * store per pixel. It runs on the calling (consumer) thread only: the loader's
+ * workers already occupy the cores, and an OpenMP team here was measured to
+ * halve the loader's throughput on 2 cores (its spinning threads steal the
+ * workers' time). */
 #include <string.h>
 
 #include "data/data_internal.h"
@@ -21,7 +24,6 @@ int sp_normalize_u8(const uint8_t *src, int64_t n, int c, int64_t hw, const floa
     }
   }
   const int64_t planes = n * c;
-#pragma omp parallel for schedule(static) if (planes * hw > (1 << 18))
   for (int64_t p = 0; p < planes; p++) {
     const int ch = (int)(p % c);
     const uint8_t *s = src + p * hw;

@@ -179,7 +179,22 @@ void sp_warp_affine_u8(const uint8_t *src, int sw, int sh, int c, uint8_t *dst, 
           r2[x] = (uint8_t)((p[2] * w00 + p[5] * w01 + q[2] * w10 + q[5] * w11 + 32768u) >> 16);
         }
       } else {
-        for (int x = ilo; x <= ihi; x++, fx += dxs, fy += dys) {
+        int x = ilo;
+#ifdef __AVX2__
+        if (c == 3 && dw <= 4096) {
+          /* Interleaved RGB output (the cache build): vector span into three
+           * row buffers, then interleave. */
+          uint8_t tr[3][4096];
+          int xe = warp_rgb_planar_avx2(src, stride, tr[0], tr[1], tr[2], x, ihi, &fx, &fy, dxs, dys);
+          for (int i = x; i < xe; i++) {
+            row[3 * i] = tr[0][i];
+            row[3 * i + 1] = tr[1][i];
+            row[3 * i + 2] = tr[2][i];
+          }
+          x = xe;
+        }
+#endif
+        for (; x <= ihi; x++, fx += dxs, fy += dys) {
           int x0 = fx >> 16, y0 = fy >> 16;
           uint32_t wx = (uint32_t)(fx >> 8) & 255u, wy = (uint32_t)(fy >> 8) & 255u;
           const uint8_t *p = src + (size_t)y0 * stride + (size_t)x0 * c, *q = p + stride;

@@ -1,0 +1,94 @@
+/* Internal pieces of the video reader shared by src/data/video_*.c. */
+#ifndef SPRY_VIDEO_INTERNAL_H
+#define SPRY_VIDEO_INTERNAL_H
+
+#include <stdint.h>
+
+#include "spry/video.h"
+
+/* ------------------------------------------------------------ index
+ * One scan of the packets (demux only, no decoding) gives everything a
+ * frame-accurate seek needs. Decode position = packet order in the file. */
+typedef struct sp_vindex {
+  int64_t n_frames;     /* display-order frames */
+  int64_t n_packets;    /* video packets, decode order (includes discarded ones) */
+  int seekable;         /* every packet had a distinct pts */
+  /* per display frame i (seekable mode): */
+  int64_t *pts;         /* ascending */
+  int32_t *dec;         /* decode position of frame i's packet */
+  int32_t *start;       /* decode position of the keyframe to start decoding at */
+  /* per packet, sorted by pts (seekable mode): pts -> decode position */
+  int64_t *pkt_pts;
+  int32_t *pkt_dec;
+  /* per keyframe, decode order */
+  int64_t n_keys;
+  int32_t *key_dec;
+  int64_t *key_seek_ts; /* timestamp to hand av_seek_frame (dts, else pts) */
+  int64_t *key_disp;    /* display indices of keyframes, ascending */
+  int64_t n_keys_disp;
+  double fps, duration;
+  int refs;             /* owned by the cache under its lock */
+} sp_vindex;
+
+struct AVFormatContext;
+/* Scans fmt's stream si from the current position (the file start). */
+sp_vindex *sp_vindex_scan(struct AVFormatContext *fmt, int si, const char *what);
+void sp_vindex_release(sp_vindex *ix);
+/* Process-wide cache keyed by (path, size, mtime); NULL when absent. */
+sp_vindex *sp_vindex_cache_get(const char *path);
+void sp_vindex_cache_put(const char *path, sp_vindex *ix);
+/* Display index of the frame with this pts (binary search), or -1. */
+int64_t sp_vindex_frame_of_pts(const sp_vindex *ix, int64_t pts);
+/* Decode position of the packet with this pts, or -1. */
+int64_t sp_vindex_dec_of_pts(const sp_vindex *ix, int64_t pts);
+
+/* ------------------------------------------------------- conversion */
+struct SwsContext;
+typedef struct {
+  struct SwsContext *sws;
+  uint8_t *tmp;          /* resized full frame before cropping */
+  size_t tmp_cap;
+} sp_vconv;
+
+/* Resolves geometry for a w x h source: resized size and crop window. */
+int sp_video_geom_resolve(const sp_video_geom *g, int w, int h, int *rw, int *rh, int *ch, int *cw, int *cy,
+                          int *cx, const char *what);
+/* Converts one picture (any libavutil pixel format) into out per g. cs/range
+ * are AVColorSpace / AVColorRange values of the source. */
+int sp_vconv_run(sp_vconv *c, const uint8_t *const src[4], const int stride[4], int w, int h, int pix_fmt, int cs,
+                 int range, const sp_video_geom *g, uint8_t *out, const char *what);
+/* Same with the geometry already resolved: scale w x h to rw x rh, keep the
+ * ch x cw window at (cy, cx); planar = CHW output. */
+int sp_vconv_scale(sp_vconv *c, const uint8_t *const src[4], const int stride[4], int w, int h, int pix_fmt, int cs,
+                   int range, int rw, int rh, int ch, int cw, int cy, int cx, int planar, uint8_t *out,
+                   const char *what);
+void sp_vconv_free(sp_vconv *c);
+
+/* --------------------------------------------------------- backends */
+typedef struct sp_video_ops {
+  int (*info)(sp_video *v, sp_video_info *out);
+  int (*get_frames)(sp_video *v, const int64_t *idx, int n, const sp_video_geom *g, uint8_t *out);
+  int64_t (*decode_all)(sp_video *v, const sp_video_geom *g, sp_video_frame_fn fn, void *user);
+  int (*native_size)(sp_video *v, int *h, int *w);
+  void (*close)(sp_video *v);
+} sp_video_ops;
+
+struct sp_video {
+  const sp_video_ops *ops;
+  char *path;
+  sp_video_options opt;
+  sp_video_stats stats;
+  sp_vconv conv;
+  void *impl;           /* backend state */
+};
+
+/* video_reader.c / video_frames.c: fill v->ops and v->impl, or return -1. */
+int sp_video_open_ffmpeg(sp_video *v);
+int sp_video_open_frames(sp_video *v);
+/* video_frames.c: the frame file name convention, 0-based index -> img_%05d.jpg. */
+void sp_frames_name(char *buf, size_t n, int64_t index);
+
+/* Sort helper: indices of idx[0..n) ordered by key[] then by position. */
+void sp_video_sort_by_key(const int64_t *key, int n, int *order);
+
+#endif
