@@ -63,8 +63,13 @@ typedef struct {
   int eval_every;    /* epochs between validation passes (1) */
 } sp_train_config;
 
-/* Defaults, then the file, then each "key=value" of sets (in order). */
-int sp_train_config_load(const char *path, int n_sets, char *const *sets, sp_train_config *cfg);
+/* Defaults, then the file, then each "key=value" of sets (in order). When
+ * resolved is not NULL it receives the YAML text with the sets applied
+ * (malloc'ed): checkpoints store it so eval can rebuild the run. */
+int sp_train_config_load(const char *path, int n_sets, char *const *sets, sp_train_config *cfg, char **resolved);
+/* Same from YAML text (label names it in messages). */
+int sp_train_config_parse(const char *yaml, const char *label, int n_sets, char *const *sets, sp_train_config *cfg,
+                          char **resolved);
 sp_train_config sp_train_config_default(void);
 const char *sp_loss_kind_name(sp_loss_kind k);
 

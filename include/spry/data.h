@@ -133,6 +133,7 @@ typedef struct sp_cache {
   float *points;      /* [n][k][2], crop pixel coordinates */
   uint8_t *vis;       /* [n][k] */
   int32_t *source;    /* [n] index of the dataset sample */
+  float *crop;        /* [n][3] the crop square in the source image: x0, y0, side (pixels) */
   int skipped;        /* images that failed to decode */
   int from_file;      /* 1 when mapped from a cache file */
   void *map_;         /* internal */
@@ -147,6 +148,11 @@ sp_cache *sp_cache_build(const sp_dataset *ds, const sp_crop_config *cfg);
 sp_cache *sp_cache_open(const char *path, const sp_dataset *ds, const sp_crop_config *cfg, int *rebuilt);
 int sp_cache_write(const sp_cache *c, const char *path, const sp_dataset *ds, const sp_crop_config *cfg);
 void sp_cache_free(sp_cache *c);
+/* Side of sample i's crop square in source pixels (errors in crop pixels
+ * times side / size are errors in the original image). */
+double sp_cache_crop_side(const sp_cache *c, int i);
+/* Crop pixel coordinates of sample i -> source image pixel coordinates. */
+void sp_cache_crop_to_source(const sp_cache *c, int i, float *x, float *y);
 
 /* ----------------------------------------------------------- augmentation */
 

@@ -23,6 +23,9 @@ typedef struct {
   uint64_t seed;           /* run seed (all randomness derives from it) */
   const char *config;      /* the run's configuration text (YAML or JSON), may be NULL */
   const char *model;       /* model name, may be NULL */
+  int64_t step_in_epoch;   /* > 0 when saved mid-epoch (Ctrl-C): batches already trained */
+  double loss_sum;         /* training loss summed over those batches (exact resume of the epoch mean) */
+  double best;             /* best validation mean error so far (INFINITY if none) */
 } sp_checkpoint_meta;
 
 /* Writes parameters and buffers under their graph names, the optimizer state
@@ -35,6 +38,21 @@ int sp_checkpoint_save(const char *path, sp_graph *g, const sp_optimizer *opt, c
  * *meta (strings copied into buf; config may be truncated to buf_size). */
 int sp_checkpoint_load(const char *path, sp_graph *g, sp_optimizer *opt, sp_checkpoint_meta *meta, char *buf,
                        size_t buf_size);
+
+/* ---- the keypoint trainer (train/trainer.c) ---- */
+#include "spry/config.h"
+#include "spry/metrics.h"
+
+typedef struct {
+  double train_loss, val_loss, best_mean_px;
+  sp_kp_metrics val; /* metrics of the last validation pass */
+} sp_train_summary;
+
+/* Trains cfg into cfg->out (metrics.jsonl, last.safetensors, best.safetensors).
+ * config_text is stored in the checkpoints (so eval can rebuild the model).
+ * resume: continue from cfg->out/last.safetensors. Returns 0, 130 when
+ * stopped by SIGINT/SIGTERM (after saving), or -1 with an error. */
+int sp_train_run(const sp_train_config *cfg, const char *config_text, int resume, sp_train_summary *summary);
 
 #ifdef __cplusplus
 }

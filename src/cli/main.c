@@ -12,6 +12,7 @@ typedef struct {
 } command;
 
 static const command commands[] = {
+    {"train", sp_cli_train, "train a keypoint model from a YAML config"},
     {"bench", sp_cli_bench, "measure speed: bench train | bench data (JSON lines)"},
 };
 

@@ -94,6 +94,8 @@ static int build_one(build_job *job, void *tj, int i) {
   }
   for (int j = 0; j < k; j++) job->c->vis[(size_t)i * k + j] = s->vis ? s->vis[j] : 1;
   job->c->source[i] = i;
+  float *crop = job->c->crop + (size_t)i * 3;
+  crop[0] = (float)x0, crop[1] = (float)y0, crop[2] = (float)side;
   return 0;
 }
 
@@ -142,6 +144,7 @@ sp_cache *sp_cache_build(const sp_dataset *ds, const sp_crop_config *cfg) {
   c->points = sp_xmalloc(sizeof(float) * 2 * (size_t)ds->k * (size_t)ds->n);
   c->vis = sp_xmalloc((size_t)ds->k * (size_t)ds->n);
   c->source = sp_xmalloc(sizeof(int32_t) * (size_t)ds->n);
+  c->crop = sp_xmalloc(sizeof(float) * 3 * (size_t)ds->n);
   build_job job = {ds, cfg, c, sp_xcalloc((size_t)ds->n, 1), 0};
   int nt = cfg->threads > 0 ? cfg->threads : sp_default_threads();
   if (nt > ds->n) nt = ds->n;
@@ -162,6 +165,7 @@ sp_cache *sp_cache_build(const sp_dataset *ds, const sp_crop_config *cfg) {
       memmove(c->points + (size_t)n * 2 * c->k, c->points + (size_t)i * 2 * c->k, sizeof(float) * 2 * (size_t)c->k);
       memmove(c->vis + (size_t)n * c->k, c->vis + (size_t)i * c->k, (size_t)c->k);
       c->source[n] = c->source[i];
+      memmove(c->crop + (size_t)n * 3, c->crop + (size_t)i * 3, sizeof(float) * 3);
     }
     n++;
   }
@@ -187,6 +191,17 @@ void sp_cache_free(sp_cache *c) {
     free(c->points);
     free(c->vis);
     free(c->source);
+    free(c->crop);
   }
   free(c);
+}
+
+double sp_cache_crop_side(const sp_cache *c, int i) { return c->crop[(size_t)i * 3 + 2]; }
+
+void sp_cache_crop_to_source(const sp_cache *c, int i, float *x, float *y) {
+  /* Inverse of the build's source -> crop map u' = (u - x0 + 0.5) * S / side - 0.5. */
+  const float *crop = c->crop + (size_t)i * 3;
+  double r = crop[2] / c->size;
+  *x = (float)((*x + 0.5) * r - 0.5 + crop[0]);
+  *y = (float)((*y + 0.5) * r - 0.5 + crop[1]);
 }

@@ -5,6 +5,7 @@
  *   int32  source[n]        dataset index of each sample
  *   float  points[n][k][2]  crop coordinates
  *   uint8  vis[n][k]
+ *   float  crop[n][3]       crop square in the source image: x0, y0, side
  *   uint8  pixels[n][size][size][channels]   (64-byte aligned)
  *
  * The fingerprint covers the crop settings and, for every sample, the image
@@ -22,15 +23,15 @@
 #include "data/data_internal.h"
 
 #define CACHE_MAGIC "SPRYCACH"
-#define CACHE_VERSION 1u
+#define CACHE_VERSION 2u
 
 typedef struct {
   char magic[8];
   uint32_t version, header_size;
   uint64_t fingerprint;
   int32_t n, size, channels, k, skipped, pad_;
-  uint64_t off_source, off_points, off_vis, off_pixels, total;
-  uint8_t reserved[128 - 8 - 8 - 8 - 24 - 40];
+  uint64_t off_source, off_points, off_vis, off_pixels, total, off_crop;
+  uint8_t reserved[128 - 8 - 8 - 8 - 24 - 48];
 } cache_header;
 _Static_assert(sizeof(cache_header) == 128, "cache header is 128 bytes");
 
@@ -74,7 +75,8 @@ static void layout(cache_header *hd) {
   hd->off_source = sizeof(cache_header);
   hd->off_points = hd->off_source + 4 * n;
   hd->off_vis = hd->off_points + 8 * n * k;
-  hd->off_pixels = (hd->off_vis + n * k + 63) & ~(uint64_t)63;
+  hd->off_crop = (hd->off_vis + n * k + 3) & ~(uint64_t)3;
+  hd->off_pixels = (hd->off_crop + 12 * n + 63) & ~(uint64_t)63;
   hd->total = hd->off_pixels + n * (uint64_t)hd->size * (uint64_t)hd->size * (uint64_t)hd->channels;
 }
 
@@ -116,7 +118,9 @@ int sp_cache_write(const sp_cache *c, const char *path, const sp_dataset *ds, co
   if (!rc) rc = write_all(fd, c->source, 4 * n, tmp);
   if (!rc) rc = write_all(fd, c->points, 8 * n * k, tmp);
   if (!rc) rc = write_all(fd, c->vis, n * k, tmp);
-  if (!rc) rc = write_all(fd, zeros, (size_t)(hd.off_pixels - (hd.off_vis + n * k)), tmp);
+  if (!rc) rc = write_all(fd, zeros, (size_t)(hd.off_crop - (hd.off_vis + n * k)), tmp);
+  if (!rc) rc = write_all(fd, c->crop, 12 * n, tmp);
+  if (!rc) rc = write_all(fd, zeros, (size_t)(hd.off_pixels - (hd.off_crop + 12 * n)), tmp);
   if (!rc) rc = write_all(fd, c->pixels, (size_t)(hd.total - hd.off_pixels), tmp);
   if (close(fd) != 0 && !rc) rc = sp_error_set("%s: close failed (%s)", tmp, strerror(errno));
   if (!rc && rename(tmp, path) != 0) rc = sp_error_set("%s: cannot rename to %s (%s)", tmp, path, strerror(errno));
@@ -137,7 +141,7 @@ static int try_map(const char *path, uint64_t fp, const sp_crop_config *cfg, int
   if (hd.n > 0 && hd.k > 0 && hd.size > 0 && hd.channels > 0) layout(&want);
   if (memcmp(hd.magic, CACHE_MAGIC, 8) || hd.version != CACHE_VERSION || hd.fingerprint != fp ||
       hd.size != cfg->size || hd.channels != cfg->channels || hd.k != k || hd.n <= 0 ||
-      want.total != hd.total || want.off_pixels != hd.off_pixels || (uint64_t)st.st_size != hd.total) {
+      want.total != hd.total || want.off_pixels != hd.off_pixels || want.off_crop != hd.off_crop || (uint64_t)st.st_size != hd.total) {
     close(fd);
     return 1;
   }
@@ -150,6 +154,7 @@ static int try_map(const char *path, uint64_t fp, const sp_crop_config *cfg, int
   c->source = (int32_t *)(b + hd.off_source);
   c->points = (float *)(b + hd.off_points);
   c->vis = b + hd.off_vis;
+  c->crop = (float *)(b + hd.off_crop);
   c->pixels = b + hd.off_pixels;
   c->from_file = 1;
   c->map_ = m;

@@ -213,3 +213,73 @@ static const char *find_unused(const sp_yaml *y, const char *prefix, char *buf, 
 const char *sp_yaml_first_unused(const sp_yaml *root, char *buf, int n, int *line) {
   return find_unused(root, "", buf, n, line);
 }
+
+/* ---- emitting (resolved configs stored in checkpoints) ---- */
+
+typedef struct {
+  char *s;
+  size_t len, cap;
+} text;
+
+static void put(text *t, const char *s) {
+  size_t n = strlen(s);
+  if (t->len + n + 1 > t->cap) {
+    t->cap = 2 * (t->len + n + 1) + 256;
+    t->s = sp_xrealloc(t->s, t->cap);
+  }
+  memcpy(t->s + t->len, s, n + 1);
+  t->len += n;
+}
+
+/* Plain when it is safe to read back unchanged, else double-quoted. */
+static void put_scalar(text *t, const char *v) {
+  int plain = v[0] && !strchr(" -?:,[]{}#&*!|>'\"%@`", v[0]) && v[strlen(v) - 1] != ' ';
+  for (const char *c = v; plain && *c; c++)
+    if (*c == '#' || *c == '\n' || (*c == ':' && (c[1] == ' ' || !c[1])) || (unsigned char)*c < 32) plain = 0;
+  if (plain) {
+    put(t, v);
+    return;
+  }
+  put(t, "\"");
+  for (const char *c = v; *c; c++) {
+    char esc[8];
+    if (*c == '"' || *c == '\\') snprintf(esc, sizeof esc, "\\%c", *c);
+    else if (*c == '\n') snprintf(esc, sizeof esc, "\\n");
+    else if ((unsigned char)*c < 32) snprintf(esc, sizeof esc, "\\x%02x", (unsigned char)*c);
+    else snprintf(esc, sizeof esc, "%c", *c);
+    put(t, esc);
+  }
+  put(t, "\"");
+}
+
+static void emit(text *t, const sp_yaml *y, int indent) {
+  char pad[80];
+  snprintf(pad, sizeof pad, "%*s", indent, "");
+  for (int i = 0; i < y->n; i++) {
+    const sp_yaml *c = y->items[i];
+    put(t, pad);
+    if (y->kind == SP_YAML_MAP) {
+      put_scalar(t, y->keys[i]);
+      put(t, ":");
+    } else {
+      put(t, "-");
+    }
+    if (c->kind == SP_YAML_SCALAR) {
+      put(t, " ");
+      put_scalar(t, c->value);
+      put(t, "\n");
+    } else if (c->n == 0) {
+      put(t, c->kind == SP_YAML_MAP ? " {}\n" : " []\n");
+    } else {
+      put(t, "\n");
+      emit(t, c, indent + 2);
+    }
+  }
+}
+
+char *sp_yaml_emit(const sp_yaml *root) {
+  text t = {0};
+  put(&t, "");
+  emit(&t, root, 0);
+  return t.s;
+}

@@ -28,4 +28,7 @@ int sp_yaml_set(sp_yaml *root, const char *assignment);
 /* First key (dotted path) under root that no reader marked used, or NULL. */
 const char *sp_yaml_first_unused(const sp_yaml *root, char *buf, int n, int *line);
 
+/* Block-style YAML that reads back to the same tree (malloc'ed). */
+char *sp_yaml_emit(const sp_yaml *root);
+
 #endif

@@ -3,6 +3,7 @@
  * parameter names, so a spry checkpoint maps onto the matching PyTorch
  * module's state_dict; optimizer state is kept apart under "optim.". */
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +36,12 @@ int sp_checkpoint_save(const char *path, sp_graph *g, const sp_optimizer *opt, c
       sp_st_writer_meta(w, "iteration", num);
       snprintf(num, sizeof num, "%" PRIu64, meta->seed);
       sp_st_writer_meta(w, "seed", num);
+      snprintf(num, sizeof num, "%" PRId64, meta->step_in_epoch);
+      sp_st_writer_meta(w, "step_in_epoch", num);
+      snprintf(num, sizeof num, "%.17g", meta->loss_sum);
+      sp_st_writer_meta(w, "loss_sum", num);
+      snprintf(num, sizeof num, "%.17g", meta->best);
+      sp_st_writer_meta(w, "best", num);
       if (meta->config) sp_st_writer_meta(w, "config", meta->config);
       if (meta->model) sp_st_writer_meta(w, "model", meta->model);
     }
@@ -108,6 +115,11 @@ int sp_checkpoint_load(const char *path, sp_graph *g, sp_optimizer *opt, sp_chec
       meta->seed = strtoull(seed, &end, 10);
       if (*seed == 0 || *end != 0) rc = sp_error_set("%s: metadata 'seed' is not an integer: '%s'", path, seed);
     }
+    if (rc == 0) rc = parse_i64(f, path, "step_in_epoch", &meta->step_in_epoch);
+    meta->best = INFINITY;
+    const char *d = sp_st_meta(f, "loss_sum");
+    if (d) meta->loss_sum = strtod(d, NULL);
+    if ((d = sp_st_meta(f, "best"))) meta->best = strtod(d, NULL);
     char *cursor = buf;
     size_t left = buf ? buf_size : 0;
     meta->model = copy_into(sp_st_meta(f, "model"), &cursor, &left);

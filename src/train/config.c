@@ -254,24 +254,35 @@ static int read_all(reader *r, sp_train_config *c) {
   return 0;
 }
 
-int sp_train_config_load(const char *path, int n_sets, char *const *sets, sp_train_config *cfg) {
-  *cfg = sp_train_config_default();
-  reader r = {path ? path : "(defaults)", NULL, 0};
-  r.root = path ? sp_yaml_load_file(path) : sp_yaml_load_string("{}", "(defaults)");
-  if (!r.root) return -1;
+static int finish(reader *r, int n_sets, char *const *sets, sp_train_config *cfg, char **resolved) {
+  if (!r->root) return -1;
   for (int i = 0; i < n_sets; i++)
-    if (sp_yaml_set(r.root, sets[i]) != 0) {
-      sp_yaml_free(r.root);
+    if (sp_yaml_set(r->root, sets[i]) != 0) {
+      sp_yaml_free(r->root);
       return -1;
     }
-  int rc = read_all(&r, cfg);
+  int rc = read_all(r, cfg);
   if (rc == 0) {
     char key[512];
     int line = 0;
-    if (sp_yaml_first_unused(r.root, key, sizeof key, &line))
-      rc = line ? sp_error_set("%s: unknown key '%s' (line %d)", r.file, key, line)
-                : sp_error_set("%s: unknown key '%s' (from --set)", r.file, key);
+    if (sp_yaml_first_unused(r->root, key, sizeof key, &line))
+      rc = line ? sp_error_set("%s: unknown key '%s' (line %d)", r->file, key, line)
+                : sp_error_set("%s: unknown key '%s' (from --set)", r->file, key);
   }
-  sp_yaml_free(r.root);
+  if (rc == 0 && resolved) *resolved = sp_yaml_emit(r->root);
+  sp_yaml_free(r->root);
   return rc;
+}
+
+int sp_train_config_load(const char *path, int n_sets, char *const *sets, sp_train_config *cfg, char **resolved) {
+  *cfg = sp_train_config_default();
+  reader r = {path, sp_yaml_load_file(path), 0};
+  return finish(&r, n_sets, sets, cfg, resolved);
+}
+
+int sp_train_config_parse(const char *yaml, const char *label, int n_sets, char *const *sets, sp_train_config *cfg,
+                          char **resolved) {
+  *cfg = sp_train_config_default();
+  reader r = {label, sp_yaml_load_string(yaml, label), 0};
+  return finish(&r, n_sets, sets, cfg, resolved);
 }

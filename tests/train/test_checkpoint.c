@@ -66,7 +66,7 @@ static void resume_continues_bit_for_bit(void **state) {
 
   run_open(&first, 5);
   train_steps(&first, 0, 3);
-  sp_checkpoint_meta meta = {1, 3, 77, "model: vgg-face\nbatch: 3\n", "vgg-face"};
+  sp_checkpoint_meta meta = {.epoch = 1, .iteration = 3, .seed = 77, .config = "model: vgg-face\nbatch: 3\n", .model = "vgg-face"};
   assert_int_equal(sp_checkpoint_save(path, first.g, first.opt, &meta), 0);
   run_close(&first);
 

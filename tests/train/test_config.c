@@ -1,6 +1,7 @@
 /* Run configs: values land in the right fields, --set overrides, and every
  * mistake is an error that names the key and its line. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "spry/config.h"
@@ -29,7 +30,7 @@ static void seed_recipe_is_read(void **state) {
                                   "schedule:\n  warmup_epochs: 3\n  decay: cosine\n"
                                   "epochs: 300\nbatch: 64\nseed: 7\n");
   sp_train_config c;
-  assert_int_equal(sp_train_config_load(path, 0, NULL, &c), 0);
+  assert_int_equal(sp_train_config_load(path, 0, NULL, &c, NULL), 0);
   assert_string_equal(c.model, "resunet50");
   assert_int_equal(c.data.channels, 3);
   assert_int_equal(c.data.n_keypoints, 2);
@@ -53,7 +54,7 @@ static void warmup_fraction_and_overrides(void **state) {
   const char *path = write_config("imm.yaml", "epochs: 300\noptimizer:\n  lr: 0.001\n");
   char *sets[] = {"batch=16", "optimizer.type=sgd", "augment.scale=[0.9, 1.1]", "out=runs/x"};
   sp_train_config c;
-  assert_int_equal(sp_train_config_load(path, 4, sets, &c), 0);
+  assert_int_equal(sp_train_config_load(path, 4, sets, &c, NULL), 0);
   assert_true(c.schedule.warmup_epochs == 3.0); /* 1/100 of 300 epochs by default */
   assert_int_equal(c.batch, 16);
   assert_int_equal(c.optimizer.kind, SP_OPT_SGD);
@@ -61,10 +62,27 @@ static void warmup_fraction_and_overrides(void **state) {
   assert_string_equal(c.out, "runs/x");
 }
 
+static void resolved_text_reads_back(void **state) {
+  (void)state;
+  const char *path = write_config("r.yaml", "model: vgg-nose\ndata:\n  path: \"dir with: colon\"\n  keypoints: [52]\n");
+  char *sets[] = {"optimizer.lr=0.0001", "augment.randaugment=[1, 4]"};
+  sp_train_config a, b;
+  char *text = NULL;
+  assert_int_equal(sp_train_config_load(path, 2, sets, &a, &text), 0);
+  assert_non_null(text);
+  assert_int_equal(sp_train_config_parse(text, "stored", 0, NULL, &b, NULL), 0);
+  assert_string_equal(b.data.path, "dir with: colon");
+  assert_int_equal(b.data.keypoints[0], 52);
+  assert_true(b.lr == 0.0001f);
+  assert_int_equal(b.augment.ra_m, 4);
+  assert_string_equal(b.model, "vgg-nose");
+  free(text);
+}
+
 static void expect_error(const char *text, int n_sets, char **sets, const char *must1, const char *must2) {
   const char *path = write_config("bad.yaml", text);
   sp_train_config c;
-  assert_int_equal(sp_train_config_load(path, n_sets, sets, &c), -1);
+  assert_int_equal(sp_train_config_load(path, n_sets, sets, &c, NULL), -1);
   const char *e = sp_last_error();
   if (!strstr(e, must1) || (must2 && !strstr(e, must2))) fail_msg("error '%s' lacks '%s' / '%s'", e, must1, must2);
 }
@@ -84,7 +102,7 @@ static void mistakes_name_key_and_line(void **state) {
   char *bad_set[] = {"noequals"};
   expect_error("epochs: 1\n", 1, bad_set, "key=value", NULL);
   sp_train_config c;
-  assert_int_equal(sp_train_config_load("no/such/file.yaml", 0, NULL, &c), -1);
+  assert_int_equal(sp_train_config_load("no/such/file.yaml", 0, NULL, &c, NULL), -1);
   assert_non_null(strstr(sp_last_error(), "no/such/file.yaml"));
 }
 
@@ -94,6 +112,7 @@ int main(void) {
       cmocka_unit_test(seed_recipe_is_read),
       cmocka_unit_test(warmup_fraction_and_overrides),
       cmocka_unit_test(mistakes_name_key_and_line),
+      cmocka_unit_test(resolved_text_reads_back),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   sp_test_rmtree(dir);

@@ -1,0 +1,132 @@
+/* Keypoint data for a run: read the folder, split by identity (or a list),
+ * cache uint8 crops (RAM, and an mmap-able file in the run directory), and
+ * describe the predicted subset of points. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "train/trainer_internal.h"
+
+static int split(const sp_train_config *cfg, sp_kp_data *d) {
+  if (!strcmp(cfg->data.split, "none")) {
+    /* Train and validate on everything (useful for tiny smoke runs). */
+    if (sp_dataset_split_identity(&d->all, SP_SPLIT_TRAIN, 0.0, &d->train) != 0) return -1;
+    return sp_dataset_split_identity(&d->all, SP_SPLIT_TRAIN, 0.0, &d->val);
+  }
+  if (!strcmp(cfg->data.split, "list")) {
+    if (!cfg->data.val_list[0]) return sp_error_set("data.split is 'list' but data.val_list is not set");
+    /* The list names the validation images; training is the rest. */
+    if (sp_dataset_split_list(&d->all, cfg->data.val_list, &d->val) != 0) return -1;
+    sp_dataset_init(&d->train);
+    for (int i = 0; i < d->all.n; i++) {
+      int in_val = 0;
+      for (int j = 0; j < d->val.n && !in_val; j++) in_val = !strcmp(d->val.s[j].image, d->all.s[i].image);
+      if (in_val) continue;
+      sp_kp_sample s = d->all.s[i];
+      s.image = sp_xstrdup(s.image);
+      s.pts = sp_xmalloc(sizeof(float) * 2 * (size_t)s.k);
+      memcpy(s.pts, d->all.s[i].pts, sizeof(float) * 2 * (size_t)s.k);
+      if (d->all.s[i].vis) {
+        s.vis = sp_xmalloc((size_t)s.k);
+        memcpy(s.vis, d->all.s[i].vis, (size_t)s.k);
+      }
+      s.identity = -1;
+      if (sp_dataset_add(&d->train, &s, NULL) != 0) return -1;
+    }
+    return 0;
+  }
+  if (sp_dataset_split_identity(&d->all, SP_SPLIT_TRAIN, cfg->data.val_fraction, &d->train) != 0) return -1;
+  return sp_dataset_split_identity(&d->all, SP_SPLIT_VAL, cfg->data.val_fraction, &d->val);
+}
+
+static sp_cache *cache(const sp_train_config *cfg, const char *cache_dir, const char *name, const sp_dataset *ds) {
+  sp_crop_config cc = sp_crop_config_default();
+  cc.size = cfg->data.crop_size;
+  cc.channels = cfg->data.channels;
+  cc.margin = cfg->data.margin;
+  cc.threads = cfg->workers;
+  if (!cfg->data.cache_file || !cache_dir) return sp_cache_build(ds, &cc);
+  char path[2048];
+  snprintf(path, sizeof path, "%s/%s", cache_dir, name);
+  int rebuilt = 0;
+  sp_cache *c = sp_cache_open(path, ds, &cc, &rebuilt);
+  if (c) fprintf(stderr, "spry: %s cache %s (%d crops)\n", name, rebuilt ? "built" : "reused", c->n);
+  return c;
+}
+
+/* Eyes of the full scheme, re-expressed in subset indices (kept only when
+ * every eye point is predicted). */
+static void subset_eyes(sp_kp_data *d) {
+  sp_eye_points full;
+  memset(&d->eyes, 0, sizeof d->eyes);
+  if (!sp_eye_points_for_k(d->k_all, &full)) return;
+  sp_eye_points e = full;
+  for (int side = 0; side < 2; side++) {
+    int n = side ? full.n_right : full.n_left;
+    int *idx = side ? e.right : e.left;
+    for (int i = 0; i < n; i++) {
+      int found = -1;
+      for (int j = 0; j < d->k; j++)
+        if (d->subset[j] == idx[i]) found = j;
+      if (found < 0) return;
+      idx[i] = found;
+    }
+  }
+  d->eyes = e;
+}
+
+int sp_kp_data_open(const sp_train_config *cfg, const char *cache_dir, sp_kp_data *d) {
+  memset(d, 0, sizeof *d);
+  if (!cfg->data.path[0]) return sp_error_set("data.path is not set (the dataset folder)");
+  sp_dataset_init(&d->all);
+  if (sp_dataset_open_dir(cfg->data.path, &d->all) != 0) return -1;
+  if (d->all.n == 0) return sp_error_set("%s: no usable annotated images", cfg->data.path);
+  if (split(cfg, d) != 0) return -1;
+  if (d->train.n == 0 || d->val.n == 0)
+    return sp_error_set("%s: the split left %d training and %d validation images", cfg->data.path, d->train.n,
+                        d->val.n);
+  d->k_all = d->all.k;
+  d->k = cfg->data.n_keypoints ? cfg->data.n_keypoints : d->k_all;
+  for (int i = 0; i < d->k; i++) {
+    d->subset[i] = cfg->data.n_keypoints ? cfg->data.keypoints[i] : i;
+    if (d->subset[i] >= d->k_all)
+      return sp_error_set("data.keypoints: index %d, but the data has %d points", d->subset[i], d->k_all);
+  }
+  d->scheme = sp_scheme_for_k(d->k_all);
+  if (cfg->augment.flip > 0 && !d->scheme)
+    return sp_error_set("augment.flip needs a flip table, and none is known for %d points (IMM-58 and iBUG-68 are)",
+                        d->k_all);
+  if (cache_dir) mkdir(cache_dir, 0755);
+  d->train_cache = cache(cfg, cache_dir, "cache_train.bin", &d->train);
+  d->val_cache = d->train_cache ? cache(cfg, cache_dir, "cache_val.bin", &d->val) : NULL;
+  if (!d->train_cache || !d->val_cache) return -1;
+  if (d->train_cache->n == 0 || d->val_cache->n == 0) return sp_error_set("%s: no image could be decoded", cfg->data.path);
+  d->mean_shape = sp_xcalloc((size_t)d->k * 2, sizeof(float));
+  for (int i = 0; i < d->train_cache->n; i++)
+    for (int j = 0; j < d->k; j++)
+      for (int c = 0; c < 2; c++)
+        d->mean_shape[2 * j + c] += d->train_cache->points[((size_t)i * d->k_all + d->subset[j]) * 2 + c];
+  for (int j = 0; j < 2 * d->k; j++) d->mean_shape[j] /= (float)d->train_cache->n;
+  subset_eyes(d);
+  return 0;
+}
+
+void sp_kp_data_free(sp_kp_data *d) {
+  sp_cache_free(d->train_cache);
+  sp_cache_free(d->val_cache);
+  sp_dataset_free(&d->all);
+  sp_dataset_free(&d->train);
+  sp_dataset_free(&d->val);
+  free(d->mean_shape);
+  memset(d, 0, sizeof *d);
+}
+
+void sp_kp_points_to_model(const sp_kp_data *d, const float *batch_pts, int n, float scale, float offset,
+                           float *dst) {
+  for (int i = 0; i < n; i++)
+    for (int j = 0; j < d->k; j++)
+      for (int c = 0; c < 2; c++)
+        dst[((size_t)i * d->k + j) * 2 + c] = batch_pts[((size_t)i * d->k_all + d->subset[j]) * 2 + c] * scale + offset;
+}

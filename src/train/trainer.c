@@ -1,0 +1,309 @@
+/* The keypoint trainer: epochs of augmented batches through one training
+ * plan, a validation pass per epoch, metrics.jsonl, checkpoints (last + best),
+ * exact resume, and a clean stop on Ctrl-C. */
+#include <errno.h>
+#include <math.h>
+#include <omp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "io/json.h"
+#include "spry/train.h"
+#include "train/trainer_internal.h"
+
+static volatile sig_atomic_t stop_requested;
+static void on_sigint(int sig) {
+  (void)sig;
+  stop_requested = 1;
+}
+
+typedef struct {
+  const sp_train_config *cfg;
+  const char *config_text;
+  sp_kp_data data;
+  sp_graph *g;
+  int32_t neighbours[SP_MAX_KEYPOINTS * 8];
+  float scale, offset;
+  sp_backend backend;
+  sp_plan *train_plan;
+  sp_plan *eval_plan, *eval_tail; /* full batches, and the last partial one */
+  sp_loader *train_loader, *val_loader;
+  sp_opt_param *params;
+  int n_params;
+  sp_optimizer *opt;
+  float *targets; /* [batch][k][2] model units */
+  char dir[1024];
+} run;
+
+static int ensure_dir(const char *dir) {
+  char path[1024];
+  snprintf(path, sizeof path, "%s", dir);
+  for (char *p = path + 1; *p; p++)
+    if (*p == '/') {
+      *p = 0;
+      if (mkdir(path, 0755) != 0 && errno != EEXIST) return sp_error_set("%s: cannot create: %s", path, strerror(errno));
+      *p = '/';
+    }
+  if (mkdir(path, 0755) != 0 && errno != EEXIST) return sp_error_set("%s: cannot create: %s", path, strerror(errno));
+  return 0;
+}
+
+static sp_plan *plan_for(run *r, int n, int training) {
+  sp_input_shape in[2] = {{"image", sp_shape4(n, r->cfg->data.channels, r->cfg->data.size, r->cfg->data.size)},
+                          {"points", sp_shape3(n, r->data.k, 2)}};
+  return sp_plan_new(r->g, 2, in, r->backend, training, 0);
+}
+
+static void fill_inputs(run *r, sp_plan *p, const sp_batch *b) {
+  sp_batch_normalize(b, r->cfg->data.mean, r->cfg->data.std, SP_F32, sp_plan_input(p, "image")->data);
+  sp_kp_points_to_model(&r->data, b->points, b->n, r->scale, r->offset, sp_plan_input(p, "points")->data);
+}
+
+/* Validation: loss, and metrics in pixels of the original image (errors in
+ * the network's input pixels times the crop's source side / input side). */
+typedef struct {
+  double loss;
+  sp_kp_metrics m;
+} val_result;
+
+static int validate(run *r, int64_t epoch, val_result *out) {
+  const sp_cache *vc = r->data.val_cache;
+  int k = r->data.k, S = r->cfg->data.size;
+  float *pred = sp_xmalloc(sizeof(float) * (size_t)vc->n * k * 2);
+  float *gt = sp_xmalloc(sizeof(float) * (size_t)vc->n * k * 2);
+  double loss_sum = 0;
+  int done = 0;
+  sp_loader_start_epoch(r->val_loader, epoch);
+  const sp_batch *b;
+  while ((b = sp_loader_next(r->val_loader))) {
+    sp_plan *p = b->n == r->cfg->batch ? r->eval_plan : r->eval_tail;
+    if (!p || !sp_shape_equal(&sp_plan_input(p, "image")->shape,
+                              &(sp_shape){4, {b->n, r->cfg->data.channels, S, S}})) {
+      sp_plan_free(r->eval_tail);
+      p = r->eval_tail = plan_for(r, b->n, 0);
+      if (!p) return free(pred), free(gt), -1;
+    }
+    fill_inputs(r, p, b);
+    sp_plan_forward(p);
+    loss_sum += sp_plan_loss(p) * b->n;
+    const float *u = sp_plan_output(p, "points_out")->data;
+    for (int i = 0; i < b->n; i++) {
+      double side = sp_cache_crop_side(vc, b->index[i]);
+      double px = side / S; /* input pixels -> source pixels */
+      for (int j = 0; j < k; j++)
+        for (int c = 0; c < 2; c++) {
+          size_t o = ((size_t)(done + i) * k + j) * 2 + c;
+          float in_px = (u[((size_t)i * k + j) * 2 + c] - r->offset) / r->scale;
+          float gt_px = b->points[((size_t)i * r->data.k_all + r->data.subset[j]) * 2 + c];
+          pred[o] = (float)(in_px * px);
+          gt[o] = (float)(gt_px * px);
+        }
+    }
+    done += b->n;
+  }
+  out->loss = done ? loss_sum / done : NAN;
+  int rc = sp_kp_metrics_compute(pred, gt, done, k, r->data.eyes.n_left ? &r->data.eyes : NULL, &out->m, NULL);
+  free(pred);
+  free(gt);
+  return rc;
+}
+
+static void append_metrics(run *r, int64_t epoch, double train_loss, double lr, double img_s, double epoch_s,
+                           const val_result *v) {
+  char path[1100];
+  snprintf(path, sizeof path, "%s/metrics.jsonl", r->dir);
+  FILE *f = fopen(path, "a");
+  if (!f) {
+    fprintf(stderr, "spry: cannot append to %s: %s\n", path, strerror(errno));
+    return;
+  }
+  sp_json_buf b;
+  sp_json_buf_init(&b);
+  sp_json_obj_begin(&b);
+  sp_json_key(&b, "epoch"), sp_json_int(&b, epoch + 1);
+  sp_json_key(&b, "train_loss"), sp_json_f64(&b, train_loss);
+  sp_json_key(&b, "lr"), sp_json_f64(&b, lr);
+  sp_json_key(&b, "images_per_s"), sp_json_f64(&b, img_s);
+  sp_json_key(&b, "epoch_s"), sp_json_f64(&b, epoch_s);
+  if (v) {
+    sp_json_key(&b, "val_loss"), sp_json_f64(&b, v->loss);
+    sp_json_key(&b, "val_mean_px"), sp_json_f64(&b, v->m.mean_px);
+    sp_json_key(&b, "val_nme_io"), sp_json_f64(&b, v->m.nme_io);
+    sp_json_key(&b, "val_nme_ip"), sp_json_f64(&b, v->m.nme_ip);
+  }
+  sp_json_obj_end(&b);
+  fprintf(f, "%s\n", b.s);
+  fclose(f);
+  sp_json_buf_free(&b);
+}
+
+static int save(run *r, const char *name, int64_t epoch, int64_t step_in_epoch, double loss_sum, double best) {
+  char path[1100];
+  snprintf(path, sizeof path, "%s/%s", r->dir, name);
+  sp_checkpoint_meta meta = {.epoch = epoch, .iteration = sp_optimizer_steps(r->opt), .seed = r->cfg->seed,
+                             .config = r->config_text, .model = r->cfg->model, .step_in_epoch = step_in_epoch,
+                             .loss_sum = loss_sum, .best = best};
+  return sp_checkpoint_save(path, r->g, r->opt, &meta);
+}
+
+static int setup(run *r, const sp_train_config *cfg, const char *config_text) {
+  memset(r, 0, sizeof *r);
+  r->cfg = cfg;
+  r->config_text = config_text;
+  snprintf(r->dir, sizeof r->dir, "%s", cfg->out);
+  if (ensure_dir(r->dir) != 0) return -1;
+  if (sp_backend_parse(cfg->backend, &r->backend) != 0) return -1;
+  if (cfg->threads > 0) omp_set_num_threads(cfg->threads);
+  if (sp_kp_data_open(cfg, r->dir, &r->data) != 0) return -1;
+  if (r->data.train_cache->n < cfg->batch)
+    return sp_error_set("batch %d is larger than the %d training images", cfg->batch, r->data.train_cache->n);
+  r->g = sp_kp_build_graph(cfg, &r->data, r->neighbours, &r->scale, &r->offset);
+  if (!r->g) return -1;
+  r->train_plan = plan_for(r, cfg->batch, 1);
+  r->eval_plan = r->train_plan ? plan_for(r, cfg->batch, 0) : NULL;
+  if (!r->eval_plan) return -1;
+  r->params = sp_train_opt_params(r->g, &r->n_params);
+  sp_opt_config oc = cfg->optimizer;
+  r->opt = sp_optimizer_new(&oc, r->n_params, r->params);
+  if (!r->opt) return -1;
+
+  sp_loader_config lc = sp_loader_config_default(cfg->batch, cfg->data.size);
+  lc.workers = cfg->workers;
+  lc.seed = cfg->seed;
+  lc.shuffle = 1;
+  lc.drop_last = 1;
+  lc.aug.scale_min = cfg->augment.scale_min;
+  lc.aug.scale_max = cfg->augment.scale_max;
+  lc.aug.translate = cfg->augment.translate;
+  lc.aug.rotate_deg = cfg->augment.rotate;
+  lc.aug.flip_prob = cfg->augment.flip;
+  lc.aug.ra_n = cfg->augment.ra_n;
+  lc.aug.ra_m = cfg->augment.ra_m;
+  r->train_loader = sp_loader_create(r->data.train_cache, r->data.scheme, &lc);
+  sp_loader_config vc = lc;
+  vc.shuffle = 0;
+  vc.drop_last = 0;
+  vc.aug = sp_augment_config_none(cfg->data.size);
+  r->val_loader = r->train_loader ? sp_loader_create(r->data.val_cache, NULL, &vc) : NULL;
+  if (!r->val_loader) return -1;
+  fprintf(stderr, "spry: %s, %d keypoints, %d train / %d val images, %lld parameters, %s backend, plan %.1f MB (%.1f MB naive)\n",
+          cfg->model, r->data.k, r->data.train_cache->n, r->data.val_cache->n,
+          (long long)sp_graph_param_numel(r->g, 1), cfg->backend, sp_plan_arena_bytes(r->train_plan) / 1e6,
+          sp_plan_naive_bytes(r->train_plan) / 1e6);
+  return 0;
+}
+
+static void teardown(run *r) {
+  sp_loader_destroy(r->train_loader);
+  sp_loader_destroy(r->val_loader);
+  sp_optimizer_free(r->opt);
+  free(r->params);
+  sp_plan_free(r->train_plan);
+  sp_plan_free(r->eval_plan);
+  sp_plan_free(r->eval_tail);
+  sp_graph_free(r->g);
+  sp_kp_data_free(&r->data);
+}
+
+int sp_train_run(const sp_train_config *cfg, const char *config_text, int resume, sp_train_summary *summary) {
+  run r;
+  int rc = setup(&r, cfg, config_text);
+  int64_t start_epoch = 0, start_step = 0;
+  double resumed_loss_sum = 0;
+  double best = INFINITY;
+  if (rc == 0 && resume) {
+    char path[1100], buf[1 << 16];
+    snprintf(path, sizeof path, "%s/last.safetensors", r.dir);
+    sp_checkpoint_meta m;
+    rc = sp_checkpoint_load(path, r.g, r.opt, &m, buf, sizeof buf);
+    if (rc == 0) {
+      start_epoch = m.epoch;
+      start_step = m.step_in_epoch;
+      resumed_loss_sum = m.loss_sum;
+      best = m.best;
+      fprintf(stderr, "spry: resuming %s at epoch %lld step %lld\n", path, (long long)start_epoch + 1,
+              (long long)start_step);
+    }
+  }
+  stop_requested = 0;
+  struct sigaction sa = {0}, old_int, old_term;
+  sa.sa_handler = on_sigint;
+  sigaction(SIGINT, &sa, &old_int);
+  sigaction(SIGTERM, &sa, &old_term);
+  int steps = rc == 0 ? sp_loader_batches_per_epoch(r.train_loader) : 0;
+  val_result v = {0};
+  double last_train_loss = NAN;
+  for (int64_t epoch = start_epoch; rc == 0 && epoch < cfg->epochs; epoch++) {
+    sp_progress bar;
+    sp_progress_begin(&bar);
+    sp_loader_start_epoch(r.train_loader, epoch);
+    double loss_sum = epoch == start_epoch ? resumed_loss_sum : 0, t0 = sp_now(), lr = 0;
+    int step = 0, trained = 0;
+    const sp_batch *b;
+    while ((b = sp_loader_next(r.train_loader))) {
+      if (epoch == start_epoch && step < start_step) { /* already trained before the resume */
+        step++;
+        continue;
+      }
+      fill_inputs(&r, r.train_plan, b);
+      sp_graph_zero_grad(r.g);
+      sp_plan_set_step(r.train_plan, (uint64_t)sp_optimizer_steps(r.opt));
+      sp_plan_forward(r.train_plan);
+      sp_plan_backward(r.train_plan);
+      if (cfg->clip_norm > 0) sp_clip_grad_norm(r.n_params, r.params, cfg->clip_norm);
+      lr = sp_lr_at_epoch(&cfg->schedule, sp_epoch_progress((double)epoch, step, steps));
+      sp_optimizer_step(r.opt, (float)lr);
+      double loss = sp_plan_loss(r.train_plan);
+      if (!isfinite(loss)) {
+        rc = sp_error_set("the loss became %g at epoch %lld step %d (learning rate %g too high?)", loss,
+                          (long long)epoch + 1, step, lr);
+        break;
+      }
+      loss_sum += loss;
+      step++;
+      trained++;
+      double dt = sp_now() - t0;
+      sp_progress_draw(&bar, (int)epoch + 1, cfg->epochs, step, steps, loss_sum / step, trained * cfg->batch / dt, 0);
+      if (stop_requested) break;
+    }
+    sp_progress_end(&bar);
+    if (rc != 0) break;
+    if (stop_requested) {
+      rc = save(&r, "last.safetensors", epoch, step, loss_sum, best);
+      fprintf(stderr, "spry: interrupted at epoch %lld step %d; saved %s/last.safetensors (resume with --resume)\n",
+              (long long)epoch + 1, step, r.dir);
+      rc = rc == 0 ? 130 : rc;
+      break;
+    }
+    double epoch_s = sp_now() - t0, train_loss = loss_sum / (steps ? steps : 1);
+    last_train_loss = train_loss;
+    int do_val = (epoch + 1) % cfg->eval_every == 0 || epoch + 1 == cfg->epochs;
+    if (do_val && validate(&r, epoch, &v) != 0) {
+      rc = -1;
+      break;
+    }
+    append_metrics(&r, epoch, train_loss, lr, trained * cfg->batch / epoch_s, epoch_s, do_val ? &v : NULL);
+    fprintf(stderr, "epoch %lld/%d  train %.4f", (long long)epoch + 1, cfg->epochs, train_loss);
+    if (do_val) fprintf(stderr, "  val %.4f  %.2f px  NME-IO %.4f", v.loss, v.m.mean_px, v.m.nme_io);
+    fprintf(stderr, "  %.0f img/s  %.1f s\n", trained * cfg->batch / epoch_s, epoch_s);
+    if (do_val && v.m.mean_px < best) {
+      best = v.m.mean_px;
+      if ((rc = save(&r, "best.safetensors", epoch + 1, 0, 0, best)) != 0) break;
+    }
+    /* last.safetensors is the per-epoch checkpoint; it carries best so far. */
+    if ((rc = save(&r, "last.safetensors", epoch + 1, 0, 0, best)) != 0) break;
+  }
+  sigaction(SIGINT, &old_int, NULL);
+  sigaction(SIGTERM, &old_term, NULL);
+  if (summary) {
+    summary->val = v.m;
+    summary->val_loss = v.loss;
+    summary->train_loss = last_train_loss;
+    summary->best_mean_px = best;
+  }
+  teardown(&r);
+  return rc;
+}

@@ -1,0 +1,49 @@
+/* Pieces of the keypoint trainer shared by the files of train/ and the CLI. */
+#ifndef SPRY_TRAINER_INTERNAL_H
+#define SPRY_TRAINER_INTERNAL_H
+
+#include "spry/config.h"
+#include "spry/data.h"
+#include "spry/graph.h"
+#include "spry/metrics.h"
+
+/* Data for a keypoint run: caches hold every annotated point (crops are made
+ * around the whole face); `subset` picks the points the model predicts. */
+typedef struct {
+  sp_dataset all, train, val;
+  sp_cache *train_cache, *val_cache;
+  const sp_scheme *scheme; /* flip table of the full point set, NULL = no flips */
+  int k_all, k;            /* annotated points, predicted points */
+  int subset[SP_MAX_KEYPOINTS];
+  float *mean_shape;       /* [k][2] training mean of the predicted points, crop pixels */
+  sp_eye_points eyes;      /* in subset indices; n_left = 0 when the subset has no eyes */
+} sp_kp_data;
+
+/* Reads, splits and caches the data of cfg. cache_dir (may be NULL) holds the
+ * mmap-able cache files. */
+int sp_kp_data_open(const sp_train_config *cfg, const char *cache_dir, sp_kp_data *d);
+void sp_kp_data_free(sp_kp_data *d);
+/* Copies the predicted points of a batch ([n][k_all][2] crop pixels) into
+ * dst ([n][k][2]) in model units. */
+void sp_kp_points_to_model(const sp_kp_data *d, const float *batch_pts, int n, float units_scale, float units_offset,
+                           float *dst);
+
+/* The keypoint model and its losses for cfg. Inputs "image" [N,C,S,S] and
+ * "points" [N,K,2] (model units); output "points_out". Model units: the
+ * regression models (vgg-*) predict (p - S/2) / (S/2), the heatmap models
+ * (resunet*) predict pixels; *scale and *offset map pixels to model units
+ * (u = p * scale + offset). */
+sp_graph *sp_kp_build_graph(const sp_train_config *cfg, const sp_kp_data *d, int32_t *neighbours,
+                            float *scale, float *offset);
+
+/* Progress bar on stderr: "epoch 3/30 [=====>   ] 12/48 loss 0.123 310 img/s ETA 0:42". */
+typedef struct {
+  double start, last_draw;
+  int enabled;
+} sp_progress;
+void sp_progress_begin(sp_progress *p);
+void sp_progress_draw(sp_progress *p, int epoch, int epochs, int step, int steps, double loss, double img_per_s,
+                      int force);
+void sp_progress_end(sp_progress *p);
+
+#endif
