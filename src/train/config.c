@@ -104,6 +104,7 @@ static int get_string(const reader *r, const char *key, char *out, size_t n, con
 
 /* A list of numbers, e.g. scale: [0.75, 1.333]. */
 static int get_list(const reader *r, const char *key, int max, double lo, double hi, double *out, int *count) {
+  *count = 0;
   sp_yaml *v = find(r, key);
   if (!v) return r->failed ? -1 : 0;
   char want[128];
