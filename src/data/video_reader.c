@@ -29,6 +29,7 @@ typedef struct {
   AVFrame *frame;
   int si;
   int pending;        /* pkt holds a peeked packet not yet sent */
+  int fresh;          /* the demuxer is at the start, nothing read yet */
   sp_vindex *ix;
   int run_active;     /* decoder state is continuous since run_start */
   int64_t run_start;  /* decode position the current run began at */
@@ -84,6 +85,7 @@ static int open_format(ff_state *s, const char *path, int first) {
   for (unsigned i = 0; i < s->fmt->nb_streams; i++)
     s->fmt->streams[i]->discard = (int)i == s->si ? AVDISCARD_DEFAULT : AVDISCARD_ALL;
   s->pending = 0;
+  s->fresh = 1;
   return 0;
 }
 
@@ -92,6 +94,8 @@ static int ensure_index(sp_video *v) {
   if (s->ix) return 0;
   if (!v->opt.no_index_cache) s->ix = sp_vindex_cache_get(v->path);
   if (!s->ix) {
+    /* The scan must start at the first packet wherever earlier reads left off. */
+    if (!s->fresh && open_format(s, v->path, 0) != 0) return -1;
     s->ix = sp_vindex_scan(s->fmt, s->si, v->path);
     if (!s->ix) return -1;
     if (!v->opt.no_index_cache) sp_vindex_cache_put(v->path, s->ix);
@@ -114,6 +118,7 @@ static int read_video_packet(ff_state *s) {
   for (int tries = 0; tries < 1000000; tries++) {
     int r = av_read_frame(s->fmt, s->pkt);
     if (r < 0) return 0; /* EOF or unreadable tail: both end the stream */
+    s->fresh = 0;
     if (s->pkt->stream_index == s->si && s->pkt->size > 0) return 1;
     av_packet_unref(s->pkt);
   }
@@ -311,6 +316,10 @@ static int ff_get_frames(sp_video *v, const int64_t *idx, int n, const sp_video_
   /* Frames can come out this many packets after their own (reordering
    * depth plus frame-thread latency); past that a frame is declared lost. */
   int64_t slack = 48 + 2 * (int64_t)(s->dec->thread_count > 0 ? s->dec->thread_count : 1);
+  /* Frames whose packets went in before this request may already have come
+   * out (and been dropped): only packets sent from here on are certain to be
+   * seen, so earlier ones need a seek even when the keyframe was passed. */
+  int64_t first_unsent = s->next_dec, count_at_start = s->out_count;
   int rc = 0;
   for (int p = 0; p < q.m && rc == 0; p++) {
     int k = proc[p];
@@ -318,9 +327,13 @@ static int ff_get_frames(sp_video *v, const int64_t *idx, int n, const sp_video_
     int64_t f = q.uf[k];
     if (ix->seekable) {
       int64_t st = ix->start[f];
-      if (!(s->run_active && s->run_start <= st && st <= s->next_dec)) rc = seek_to_key(v, st);
-    } else if (!(s->run_active && s->out_count <= f)) {
+      if (!(s->run_active && s->run_start <= st && st <= s->next_dec && ix->dec[f] >= first_unsent)) {
+        rc = seek_to_key(v, st);
+        first_unsent = s->next_dec;
+      }
+    } else if (!(s->run_active && count_at_start <= f)) {
       rc = rewind_start(v);
+      count_at_start = 0;
     }
     while (rc == 0 && !q.done[k]) {
       int r = decode_step(v, capture, &q);

@@ -1,0 +1,183 @@
+/* spry video: frame-accurate clip reading, clip sampling, pre-decoded frame
+ * folders, list files and the synthetic action set.
+ *
+ * A frame index always means display order: frame i is the i-th frame a full
+ * sequential decode of the file outputs. The reader maps indices to packet
+ * timestamps (never to decode order), so B-frames, open GOPs and variable frame
+ * rates give the same pixels as decoding the whole file from the start.
+ *
+ * One sp_video handle is not thread-safe; open one per worker thread (opening
+ * is cheap after the first time: keyframe indexes are cached per process). */
+#ifndef SPRY_VIDEO_H
+#define SPRY_VIDEO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "spry/common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------- reader */
+
+typedef struct sp_video sp_video;
+
+typedef struct {
+  int threads;          /* decoder threads; 0 = 1 (loader workers parallelise across clips) */
+  int no_index_cache;   /* 1 = always rescan the file instead of the process-wide index cache */
+} sp_video_options;
+
+typedef struct {
+  char codec[32];       /* "h264", "mpeg4", "gif", ..., or "jpeg" for a frame folder */
+  char container[32];   /* demuxer name, or "frames" */
+  int width, height;    /* native frame size */
+  int64_t frames;       /* frames in display order, counted (not the header's claim) */
+  int64_t header_frames;/* what the container says (0 = unknown); may be wrong */
+  double fps;           /* average frame rate (0 = unknown) */
+  double duration;      /* seconds (0 = unknown) */
+  int64_t n_keyframes;
+  const int64_t *keyframes; /* display indices of keyframes; valid until close */
+  int seekable;         /* 0: timestamps are missing, every fetch decodes from frame 0 */
+} sp_video_info;
+
+typedef enum { SP_VIDEO_HWC = 0, SP_VIDEO_CHW = 1 } sp_video_layout;
+
+/* Output geometry: resize so that the short side is `short_side` (0 = native
+ * size), then take a crop_h x crop_w window (0 = the whole resized frame) whose
+ * top-left corner is (crop_y, crop_x), -1 = centred. RGB uint8. */
+typedef struct {
+  int short_side;
+  int crop_h, crop_w;
+  int crop_y, crop_x;
+  sp_video_layout layout;
+} sp_video_geom;
+/* Native size, whole frame, HWC. */
+sp_video_geom sp_video_geom_native(void);
+/* Short side `size`, centred size x size crop, given layout. */
+sp_video_geom sp_video_geom_square(int size, sp_video_layout layout);
+
+/* Opens a video file, or a frame folder (img_00001.jpg ...; see prepare). */
+sp_video *sp_video_open(const char *path);
+sp_video *sp_video_open_with(const char *path, const sp_video_options *opt);
+void sp_video_close(sp_video *v);
+/* Builds the keyframe index on first use; info points into v. */
+int sp_video_get_info(sp_video *v, sp_video_info *out);
+/* Display-order frame count, or -1 (error set). */
+int64_t sp_video_frame_count(sp_video *v);
+/* Output size of one frame for geometry g. */
+int sp_video_out_size(sp_video *v, const sp_video_geom *g, int *h, int *w);
+
+/* Writes frames idx[0..n) (any order, repeats allowed) into out, frame after
+ * frame, each out_h * out_w * 3 bytes. Each needed GOP is decoded once: frames
+ * are fetched in decode order, seeking only forward to the nearest keyframe
+ * that precedes them. Returns 0, or -1 with an error naming the file and the
+ * frame (index out of range, undecodable data, truncated file). */
+int sp_video_get_frames(sp_video *v, const int64_t *idx, int n, const sp_video_geom *g, uint8_t *out);
+
+/* The reference path: decodes the whole file from the start and calls fn for
+ * every output frame (index = output order). fn returns non-zero to stop.
+ * Returns the number of frames seen, or -1. */
+typedef int (*sp_video_frame_fn)(int64_t index, const uint8_t *px, int h, int w, void *user);
+int64_t sp_video_decode_all(sp_video *v, const sp_video_geom *g, sp_video_frame_fn fn, void *user);
+
+/* Work counters since open (tests check that each GOP is decoded once). */
+typedef struct {
+  int64_t seeks, packets, decoded, converted;
+} sp_video_stats;
+sp_video_stats sp_video_get_stats(const sp_video *v);
+
+/* -------------------------------------------------------------- sampling */
+
+/* TSN segment sampling: n_frames split into `segments` equal spans; training
+ * picks one uniformly random frame per span from sp_rng_key(seed, epoch,
+ * index), testing takes each span's centre. Spans shorter than one frame
+ * repeat frames in order. Writes `segments` indices; 0 or -1. */
+int sp_sample_tsn(int64_t n_frames, int segments, int train, uint64_t seed, int64_t epoch, int64_t index,
+                  int64_t *out);
+/* Dense sampling: `clip_len` frames at `stride` from a start that is random in
+ * training and, in testing, clip `clip` of `n_clips` evenly spaced starts
+ * (n_clips = 1: the centred clip). Indices past the end are clamped to the
+ * last frame. Writes clip_len indices; 0 or -1. */
+int sp_sample_dense(int64_t n_frames, int clip_len, int stride, int train, int clip, int n_clips, uint64_t seed,
+                    int64_t epoch, int64_t index, int64_t *out);
+
+/* ------------------------------------------------------------ list files */
+
+/* A `path label` list (mmaction / PaddleVideo style); a frames list may also
+ * hold `dir n_frames label`. Relative paths are taken from the list's folder. */
+typedef struct {
+  int n;
+  char **path;     /* resolved paths */
+  int *label;
+  int64_t *frames; /* n_frames column, or -1 when absent */
+} sp_video_list;
+int sp_video_list_read(const char *list_path, sp_video_list *out);
+void sp_video_list_free(sp_video_list *l);
+/* Scans dir/CLASS/ * for videos (and frame folders): classes sorted by name get
+ * labels 0..; with `labels_csv` (lines `relative_path,label` or class names one
+ * per line, file named *.txt) the labels come from it instead. Writes the list
+ * (paths relative to the list's folder when possible) and, for class
+ * sub-folders, classes.txt beside it. Returns the number of entries or -1. */
+int sp_video_list_build(const char *dir, const char *labels_csv, const char *list_out);
+
+/* ----------------------------------------------------- pre-decoded frames */
+
+typedef struct {
+  int short_side;  /* resize before saving; 0 = native */
+  int quality;     /* JPEG quality, default 90 */
+  int workers;     /* parallel videos; 0 = cores */
+} sp_prepare_config;
+/* Decodes every video of list_path to out_dir/<name>/img_00001.jpg ... and
+ * writes out_dir/frames.list (`name n_frames label`) and a per-folder
+ * n_frames file. Bad videos are reported and skipped. Returns videos done or -1. */
+int sp_prepare_frames(const char *list_path, const char *out_dir, const sp_prepare_config *cfg);
+/* One video to one folder; returns the frame count or -1. */
+int64_t sp_prepare_video_frames(const char *video, const char *dir, int short_side, int quality);
+
+/* ------------------------------------------------------- image writers */
+
+/* RGB (c=3) or gray (c=1) HWC uint8 to a PNG / JPEG file; 0 or -1. */
+int sp_write_png(const char *path, const uint8_t *px, int h, int w, int c);
+int sp_write_jpeg(const char *path, const uint8_t *px, int h, int w, int c, int quality);
+
+/* -------------------------------------------------- encoder + synth set */
+
+typedef struct sp_video_writer sp_video_writer;
+typedef struct {
+  int width, height;
+  int fps;            /* nominal rate, time base 1/fps unless vfr */
+  int gop;            /* keyframe interval (default 12) */
+  int b_frames;       /* max consecutive B-frames (default 2; 0 = none) */
+  int open_gop;       /* H.264 only: non-IDR keyframes with leading B-frames */
+  int vfr;            /* frame durations vary (time base 1/(fps*4)) */
+  int force_mpeg4;    /* MPEG-4 Part 2 even when H.264 is available */
+  int quality;        /* crf-like quantiser, default 20 */
+} sp_video_writer_config;
+sp_video_writer_config sp_video_writer_config_default(int width, int height);
+/* Container from the extension (.mp4, .avi, .mkv). */
+sp_video_writer *sp_video_writer_open(const char *path, const sp_video_writer_config *cfg);
+/* Adds one RGB HWC frame. */
+int sp_video_writer_add(sp_video_writer *w, const uint8_t *rgb);
+/* Flushes and writes the trailer; frees w either way. */
+int sp_video_writer_close(sp_video_writer *w);
+/* "h264 (libx264)" or "mpeg4"; what the writer uses by default. */
+const char *sp_video_writer_codec(void);
+
+#define SP_SYNTH_CLASSES 4
+/* move_right, move_left, rotate_cw, rotate_ccw. Left is right played
+ * backwards and ccw is cw played backwards (same content per clip), so the
+ * frame-averaged image says nothing about the class: only motion does. */
+const char *sp_synth_class_name(int cls);
+/* Renders frame t of clip (seed, clip_id) of class cls: size x size RGB HWC. */
+void sp_synth_render(uint64_t seed, int64_t clip_id, int cls, int t, int frames, int size, uint8_t *rgb);
+/* Writes count clips to out_dir/<class>/clip_NNNNN.mp4, labels.txt (class
+ * names) and list.txt (`path label`). Classes cycle, so counts are balanced.
+ * Returns 0 or -1. */
+int sp_synth_actions(const char *out_dir, int count, int frames, int size, uint64_t seed);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
