@@ -105,8 +105,9 @@ void sp_plot_colormap(double t, uint8_t rgb[3]);
  * image in dimmed grey with the map blended on top in sp_plot_colormap
  * colours (the map is scaled by its own maximum, so any scale works; the
  * colour's opacity follows the value, so the face shows through where the map
- * is low), an optional white-ringed marker at points[i] (image pixels; NULL for
- * none) and captions[i] under it (captions or any entry may be NULL).
+ * is low), an optional white crosshair, open in the middle so the map shows,
+ * at points[i] (image pixels; NULL for none) and captions[i] under it
+ * (captions or any entry may be NULL).
  * maps[i] is h x w floats (the image's size); non-finite entries count as 0.
  * Panels are cell_px wide (height by the image's aspect), laid out left to
  * right with a margin of max(4, cell_px / 24) px around and between them. */
@@ -144,6 +145,12 @@ typedef struct {
 int sp_report_index_html(const char *html_path, const char *title, int n_rows,
                          const char *const *keys, const char *const *values, int n_items,
                          const sp_report_item *items);
+
+/* Frees the process-wide caches behind text drawing (cairo's font and
+ * pattern caches, fontconfig's configuration), which otherwise show up as
+ * leaks under LeakSanitizer/valgrind. Call at most once, at exit, when no
+ * thread draws any more (tests and the CLI's main). */
+void sp_plot_release_caches(void);
 
 #ifdef __cplusplus
 }

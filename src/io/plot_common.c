@@ -1,6 +1,7 @@
 /* Shared plumbing for the plot_*.c files: atomic output, surfaces, colours
  * and text helpers. */
 #define _GNU_SOURCE /* mkostemp */
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -231,4 +232,12 @@ const char *sp_plot_text_fit(cairo_t *cr, const char *s, double max_w, char *buf
   }
   snprintf(buf, n, "%s", sp_plot_text_width(cr, "...") <= max_w ? "..." : "");
   return buf;
+}
+
+void sp_plot_release_caches(void) {
+  cairo_debug_reset_static_data();
+  /* FcFini is looked up at run time: fontconfig is cairo's dependency, not
+   * one spry links, and a cairo built without it simply has none. */
+  void (*fc_fini)(void) = (void (*)(void))dlsym(RTLD_DEFAULT, "FcFini");
+  if (fc_fini) fc_fini();
 }

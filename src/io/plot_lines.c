@@ -29,6 +29,22 @@ static double nice_step(double raw) {
   return s * p;
 }
 
+/* "1e+06" -> "1e6", "2.5e-05" -> "2.5e-5": shorter labels, same meaning. */
+static void compact_exponent(char *buf) {
+  char *e = strchr(buf, 'e');
+  if (!e) return;
+  char *src = e + 1, *dst = e + 1;
+  if (*src == '+') src++;
+  else if (*src == '-') *dst++ = *src++;
+  while (*src == '0' && src[1]) src++;
+  memmove(dst, src, strlen(src) + 1);
+}
+
+static void format_tick(double v, char *buf, size_t n) {
+  snprintf(buf, n, "%g", v);
+  compact_exponent(buf);
+}
+
 static void format_linear(double v, double step, double maxabs, char *buf, size_t n) {
   if (v == 0) {
     snprintf(buf, n, "0");
@@ -37,6 +53,7 @@ static void format_linear(double v, double step, double maxabs, char *buf, size_
     int sig = (int)floor(log10(maxabs)) - (int)floor(log10(step)) + 1;
     sig = sig < 1 ? 1 : sig > 15 ? 15 : sig;
     snprintf(buf, n, "%.*g", sig, v);
+    compact_exponent(buf);
   } else {
     int dec = step >= 1 ? 0 : (int)ceil(-log10(step) - 1e-6);
     snprintf(buf, n, "%.*f", dec, v);
@@ -109,7 +126,7 @@ static void axis_log(axis *a, double lo, double hi, int target) {
         int main_tick = mode == 0 || m == 1 || (mode == 1 && (m == 2 || m == 5));
         if (main_tick && a->n < MAX_TICKS) {
           a->v[a->n] = c;
-          snprintf(a->label[a->n], sizeof a->label[a->n], "%g", c);
+          format_tick(c, a->label[a->n], sizeof a->label[a->n]);
           a->n++;
         } else if (!main_tick) {
           axis_add(a->minor, &a->n_minor, c);
@@ -127,7 +144,7 @@ static void axis_log(axis *a, double lo, double hi, int target) {
     if (((int)(e - elo)) % k == 0) {
       if (a->n < MAX_TICKS) {
         a->v[a->n] = c;
-        snprintf(a->label[a->n], sizeof a->label[a->n], "%g", c);
+        format_tick(c, a->label[a->n], sizeof a->label[a->n]);
         a->n++;
       }
     } else {
@@ -165,7 +182,7 @@ static void draw_grid_and_axes(cairo_t *cr, const frame *f, double fs) {
   double tick = fs * 0.4, gap = fs * 0.3;
   cairo_set_line_width(cr, 1.0);
   if (f->ay->n_minor > 0) {
-    cairo_set_source_rgb(cr, 0.95, 0.95, 0.95);
+    cairo_set_source_rgb(cr, 0.93, 0.93, 0.93);
     for (int i = 0; i < f->ay->n_minor; i++) {
       double y = crisp(px_y(f, f->ay->minor[i]));
       cairo_move_to(cr, f->x0, y);
@@ -395,7 +412,7 @@ int sp_plot_lines(const char *png_path, int w, int h, const char *title, const c
   tx = tx < 2 ? 2 : tx > 12 ? 12 : tx;
   for (;;) { /* fewer x ticks until their labels do not collide */
     axis_linear(&ax, xlo, xhi, tx);
-    if (tx <= 2 || (axis_widest(cr, &ax) + fs * 1.2) * (ax.n - 1) <= pw) break;
+    if (tx <= 2 || (axis_widest(cr, &ax) + fs * 2) * (ax.n - 1) <= pw) break;
     tx--;
   }
 

@@ -143,9 +143,15 @@ int sp_heatmaps_png(const char *png_path, const uint8_t *img, int w, int h, int 
     cairo_surface_destroy(panel);
     if (points && isfinite(points[2 * i]) && isfinite(points[2 * i + 1])) {
       double px = x0 + (points[2 * i] + 0.5) * scale, py = y0 + (points[2 * i + 1] + 0.5) * scale;
-      double r = fmax(4, cell_px / 40.0);
-      /* An open ring, so the map under the point stays visible. */
-      cairo_arc(cr, px, py, r, 0, 2 * M_PI);
+      double r = fmax(4, cell_px / 36.0);
+      /* A crosshair with an open centre, so the map under the point (often
+       * its peak) stays visible. */
+      for (int q = 0; q < 4; q++) {
+        double dx = q == 0 ? 1 : q == 1 ? -1 : 0, dy = q == 2 ? 1 : q == 3 ? -1 : 0;
+        cairo_move_to(cr, px + dx * r * 0.6, py + dy * r * 0.6);
+        cairo_line_to(cr, px + dx * r * 1.8, py + dy * r * 1.8);
+      }
+      cairo_set_line_cap(cr, CAIRO_LINE_CAP_ROUND);
       cairo_set_source_rgba(cr, 0, 0, 0, 0.7);
       cairo_set_line_width(cr, 3.5);
       cairo_stroke_preserve(cr);
