@@ -378,6 +378,9 @@ int sp_plot_lines(const char *png_path, int w, int h, const char *title, const c
       yhi = fmax(yhi, y);
       n_points++;
     }
+  /* Spans beyond double range (-1e308..1e308) cannot be mapped to pixels. */
+  if (n_points > 0 && (!isfinite(xhi - xlo) || !isfinite(yhi - ylo)))
+    return sp_error_set("%s: data range too wide to plot (x %g..%g, y %g..%g)", path, xlo, xhi, ylo, yhi);
   if (n_points == 0) {
     xlo = 0;
     xhi = 1;

@@ -286,6 +286,10 @@ static void bad_chart_arguments_are_refused(void **state) {
   assert_non_null(strstr(sp_last_error(), "broken"));
   assert_int_equal(sp_plot_lines(path, 10, 10, NULL, NULL, NULL, 0, NULL, 0), -1);
   assert_non_null(strstr(sp_last_error(), "bad.png"));
+  double huge[2] = {-1e308, 1e308};
+  sp_series wide = {"huge", v, huge, 2};
+  assert_int_equal(sp_plot_lines(path, 640, 480, NULL, NULL, NULL, 1, &wide, 0), -1);
+  assert_non_null(strstr(sp_last_error(), "too wide"));
   struct stat st;
   assert_int_not_equal(stat(path, &st), 0); /* nothing written */
 }
