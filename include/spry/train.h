@@ -45,6 +45,7 @@ int sp_checkpoint_load(const char *path, sp_graph *g, sp_optimizer *opt, sp_chec
 
 typedef struct {
   double train_loss, val_loss, best_mean_px;
+  double mean_shape_px; /* validation error of predicting the training mean shape */
   sp_kp_metrics val; /* metrics of the last validation pass */
 } sp_train_summary;
 

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "io/json.h"
 #include "spry/config.h"
 #include "spry/train.h"
 
@@ -59,9 +60,21 @@ int sp_cli_train(int argc, char **argv) {
   sp_train_summary s;
   int rc = sp_train_run(&cfg, text, resume != NULL, &s);
   if (rc == -1) fprintf(stderr, "spry train: %s\n", sp_last_error());
-  else if (rc == 0)
-    printf("{\"out\":\"%s\",\"train_loss\":%.6g,\"val_loss\":%.6g,\"val_mean_px\":%.6g,\"best_mean_px\":%.6g}\n", cfg.out,
-           s.train_loss, s.val_loss, s.val.mean_px, s.best_mean_px);
+  else if (rc == 0) {
+    sp_json_buf b;
+    sp_json_buf_init(&b);
+    sp_json_obj_begin(&b);
+    sp_json_key(&b, "out"), sp_json_str(&b, cfg.out);
+    sp_json_key(&b, "train_loss"), sp_json_f64(&b, s.train_loss);
+    sp_json_key(&b, "val_loss"), sp_json_f64(&b, s.val_loss);
+    sp_json_key(&b, "val_mean_px"), sp_json_f64(&b, s.val.mean_px);
+    sp_json_key(&b, "val_nme_io"), sp_json_f64(&b, s.val.nme_io);
+    sp_json_key(&b, "best_mean_px"), sp_json_f64(&b, s.best_mean_px);
+    sp_json_key(&b, "mean_shape_px"), sp_json_f64(&b, s.mean_shape_px);
+    sp_json_obj_end(&b);
+    printf("%s\n", b.s);
+    sp_json_buf_free(&b);
+  }
   free(text);
   free(sets);
   return rc == -1 ? 1 : rc;

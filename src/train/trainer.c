@@ -67,6 +67,7 @@ static void fill_inputs(run *r, sp_plan *p, const sp_batch *b) {
 typedef struct {
   double loss;
   sp_kp_metrics m;
+  double baseline_px; /* error of predicting the training mean shape (in each crop) */
 } val_result;
 
 static int validate(run *r, int64_t epoch, val_result *out) {
@@ -105,6 +106,18 @@ static int validate(run *r, int64_t epoch, val_result *out) {
     done += b->n;
   }
   out->loss = done ? loss_sum / done : NAN;
+  /* The floor a model must beat: the training mean shape placed in every
+   * validation crop (cache pixels -> source pixels by side / crop size). */
+  double base = 0;
+  for (int i = 0; i < vc->n; i++) {
+    double px = sp_cache_crop_side(vc, i) / vc->size, face = 0;
+    for (int j = 0; j < k; j++) {
+      const float *g = vc->points + ((size_t)i * r->data.k_all + r->data.subset[j]) * 2;
+      face += hypot(g[0] - r->data.mean_shape[2 * j], g[1] - r->data.mean_shape[2 * j + 1]) * px;
+    }
+    base += face / k;
+  }
+  out->baseline_px = vc->n ? base / vc->n : NAN;
   int rc = sp_kp_metrics_compute(pred, gt, done, k, r->data.eyes.n_left ? &r->data.eyes : NULL, &out->m, NULL);
   free(pred);
   free(gt);
@@ -133,6 +146,7 @@ static void append_metrics(run *r, int64_t epoch, double train_loss, double lr, 
     sp_json_key(&b, "val_mean_px"), sp_json_f64(&b, v->m.mean_px);
     sp_json_key(&b, "val_nme_io"), sp_json_f64(&b, v->m.nme_io);
     sp_json_key(&b, "val_nme_ip"), sp_json_f64(&b, v->m.nme_ip);
+    sp_json_key(&b, "val_mean_shape_px"), sp_json_f64(&b, v->baseline_px);
   }
   sp_json_obj_end(&b);
   fprintf(f, "%s\n", b.s);
@@ -287,7 +301,9 @@ int sp_train_run(const sp_train_config *cfg, const char *config_text, int resume
     }
     append_metrics(&r, epoch, train_loss, lr, trained * cfg->batch / epoch_s, epoch_s, do_val ? &v : NULL);
     fprintf(stderr, "epoch %lld/%d  train %.4f", (long long)epoch + 1, cfg->epochs, train_loss);
-    if (do_val) fprintf(stderr, "  val %.4f  %.2f px  NME-IO %.4f", v.loss, v.m.mean_px, v.m.nme_io);
+    if (do_val)
+      fprintf(stderr, "  val %.4f  %.2f px (mean shape %.2f)  NME-IO %.4f", v.loss, v.m.mean_px, v.baseline_px,
+              v.m.nme_io);
     fprintf(stderr, "  %.0f img/s  %.1f s\n", trained * cfg->batch / epoch_s, epoch_s);
     if (do_val && v.m.mean_px < best) {
       best = v.m.mean_px;
@@ -303,6 +319,7 @@ int sp_train_run(const sp_train_config *cfg, const char *config_text, int resume
     summary->val_loss = v.loss;
     summary->train_loss = last_train_loss;
     summary->best_mean_px = best;
+    summary->mean_shape_px = v.baseline_px;
   }
   teardown(&r);
   return rc;
