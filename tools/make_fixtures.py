@@ -16,7 +16,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
-GROUPS = ["conv", "pool", "head", "optim", "models"]
+GROUPS = ["conv", "pool", "head", "optim", "models", "resnet"]
 
 
 def main():
