@@ -23,7 +23,7 @@ typedef struct {
 
   struct {
     char path[1024];   /* dataset folder (any format sp_dataset_open_dir reads) */
-    char format[16];   /* auto (only auto for now: formats are detected) */
+    char format[16];   /* auto (detected), csv, coco, dlib, imm, asf, pts */
     char split[16];    /* identity | list | none */
     double val_fraction;
     char val_list[1024];

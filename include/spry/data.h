@@ -89,6 +89,9 @@ int sp_read_keypoints_csv(const char *csv_path, const char *image_dir, sp_datase
  * (*_with_face_landmarks.xml or the one .xml), or a COCO .json. Identities are
  * set for IMM (person number) and the CSV layout (name up to the last '_'). */
 int sp_dataset_open_dir(const char *dir, sp_dataset *ds);
+/* Same, reading only the given format: auto, csv, coco, dlib, imm (.dat or
+ * .asf), asf or pts. */
+int sp_dataset_open_dir_format(const char *dir, const char *format, sp_dataset *ds);
 
 /* Splits: `take` is 1 for samples to keep. */
 typedef enum { SP_SPLIT_TRAIN, SP_SPLIT_VAL } sp_split_part;

@@ -13,6 +13,7 @@ typedef struct {
 
 static const command commands[] = {
     {"train", sp_cli_train, "train a keypoint model from a YAML config"},
+    {"eval", sp_cli_eval, "accuracy of a checkpoint: mean px, NME, FR, AUC, CED plot (JSON last line)"},
     {"synth", sp_cli_synth, "synthetic data: synth faces (68-point keypoints) | synth actions"},
     {"bench", sp_cli_bench, "measure speed: bench train | bench data (JSON lines)"},
 };

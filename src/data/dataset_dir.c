@@ -68,21 +68,29 @@ static int read_each(const char *dir, char **names, int n, const char *ext, sing
   return found;
 }
 
-int sp_dataset_open_dir(const char *dir, sp_dataset *ds) {
+int sp_dataset_open_dir(const char *dir, sp_dataset *ds) { return sp_dataset_open_dir_format(dir, "auto", ds); }
+
+static int wants(const char *format, const char *name) { return !strcmp(format, "auto") || !strcmp(format, name); }
+
+int sp_dataset_open_dir_format(const char *dir, const char *format, sp_dataset *ds) {
+  static const char *const known[] = {"auto", "csv", "coco", "dlib", "imm", "asf", "pts"};
+  int ok = 0;
+  for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) ok |= !strcmp(format, known[i]);
+  if (!ok) return sp_error_set("unknown annotation format '%s' (auto, csv, coco, dlib, imm, asf, pts)", format);
   sp_dataset_init(ds);
   int n;
   char **names = list_dir(dir, &n);
   if (!names) return sp_error_set("%s: cannot list folder (missing?)", dir);
   int rc = 0, handled = 0;
   char *csv = sp_path_join(dir, "keypoints.csv");
-  if (sp_file_exists(csv)) {
+  if (wants(format, "csv") && sp_file_exists(csv)) {
     char *img = sp_path_join(dir, "images");
     rc = sp_read_keypoints_csv(csv, img, ds);
     free(img);
     handled = 1;
   }
   free(csv);
-  for (int i = 0; i < n && !handled; i++) {
+  for (int i = 0; i < n && !handled && wants(format, "coco"); i++) {
     if (!ends_with(names[i], ".json")) continue;
     char *p = sp_path_join(dir, names[i]);
     rc = sp_read_coco_keypoints(p, NULL, ds);
@@ -90,7 +98,7 @@ int sp_dataset_open_dir(const char *dir, sp_dataset *ds) {
     handled = 1;
   }
   /* dlib: prefer the *_with_face_landmarks.xml files (the others hold boxes only). */
-  for (int pass = 0; pass < 2 && !handled; pass++) {
+  for (int pass = 0; pass < 2 && !handled && wants(format, "dlib"); pass++) {
     for (int i = 0; i < n; i++) {
       if (!ends_with(names[i], pass == 0 ? "_with_face_landmarks.xml" : ".xml")) continue;
       char *p = sp_path_join(dir, names[i]);
@@ -99,11 +107,13 @@ int sp_dataset_open_dir(const char *dir, sp_dataset *ds) {
       handled = 1;
     }
   }
-  if (!handled) handled = read_each(dir, names, n, ".dat", sp_read_imm_dat, ds) > 0;
-  if (!handled) handled = read_each(dir, names, n, ".asf", sp_read_imm_asf, ds) > 0;
-  if (!handled) handled = read_each(dir, names, n, ".pts", sp_read_pts, ds) > 0;
+  if (!handled && wants(format, "imm")) handled = read_each(dir, names, n, ".dat", sp_read_imm_dat, ds) > 0;
+  if (!handled && (wants(format, "asf") || !strcmp(format, "imm")))
+    handled = read_each(dir, names, n, ".asf", sp_read_imm_asf, ds) > 0;
+  if (!handled && wants(format, "pts")) handled = read_each(dir, names, n, ".pts", sp_read_pts, ds) > 0;
   free_list(names, n);
-  if (!handled) return sp_error_set("%s: no annotations found (keypoints.csv, .json, .xml, .dat, .asf or .pts)", dir);
+  if (!handled)
+    return sp_error_set("%s: no annotations found (%s: keypoints.csv, .json, .xml, .dat, .asf or .pts)", dir, format);
   if (rc != 0) return -1;
   if (ds->n == 0) return sp_error_set("%s: no usable samples (%d skipped)", dir, ds->skipped);
   return 0;

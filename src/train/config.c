@@ -168,7 +168,7 @@ static int read_all(reader *r, sp_train_config *c) {
   static const char *const decays[] = {"cosine", "step", "constant", NULL};
   static const char *const precisions[] = {"f32", "bf16", NULL};
   static const char *const backends[] = {"ref", "cpu", NULL};
-  static const char *const formats[] = {"auto", NULL};
+  static const char *const formats[] = {"auto", "csv", "coco", "dlib", "imm", "asf", "pts", NULL};
   char loss[16] = "", opt[16] = "", decay[16] = "";
   double list[256];
   int n = 0;

@@ -81,7 +81,7 @@ int sp_kp_data_open(const sp_train_config *cfg, const char *cache_dir, sp_kp_dat
   memset(d, 0, sizeof *d);
   if (!cfg->data.path[0]) return sp_error_set("data.path is not set (the dataset folder)");
   sp_dataset_init(&d->all);
-  if (sp_dataset_open_dir(cfg->data.path, &d->all) != 0) return -1;
+  if (sp_dataset_open_dir_format(cfg->data.path, cfg->data.format, &d->all) != 0) return -1;
   if (d->all.n == 0) return sp_error_set("%s: no usable annotated images", cfg->data.path);
   if (split(cfg, d) != 0) return -1;
   if (d->train.n == 0 || d->val.n == 0)

@@ -29,7 +29,7 @@ typedef struct {
   float scale, offset;
   sp_backend backend;
   sp_plan *train_plan;
-  sp_plan *eval_plan, *eval_tail; /* full batches, and the last partial one */
+  sp_kp_evaluator eval;
   sp_loader *train_loader, *val_loader;
   sp_opt_param *params;
   int n_params;
@@ -51,10 +51,11 @@ static int ensure_dir(const char *dir) {
   return 0;
 }
 
-static sp_plan *plan_for(run *r, int n, int training) {
-  sp_input_shape in[2] = {{"image", sp_shape4(n, r->cfg->data.channels, r->cfg->data.size, r->cfg->data.size)},
-                          {"points", sp_shape3(n, r->data.k, 2)}};
-  return sp_plan_new(r->g, 2, in, r->backend, training, 0);
+static sp_plan *train_plan(run *r) {
+  sp_input_shape in[2] = {
+      {"image", sp_shape4(r->cfg->batch, r->cfg->data.channels, r->cfg->data.size, r->cfg->data.size)},
+      {"points", sp_shape3(r->cfg->batch, r->data.k, 2)}};
+  return sp_plan_new(r->g, 2, in, r->backend, 1, 0);
 }
 
 static void fill_inputs(run *r, sp_plan *p, const sp_batch *b) {
@@ -71,54 +72,11 @@ typedef struct {
 } val_result;
 
 static int validate(run *r, int64_t epoch, val_result *out) {
-  const sp_cache *vc = r->data.val_cache;
-  int k = r->data.k, S = r->cfg->data.size;
-  float *pred = sp_xmalloc(sizeof(float) * (size_t)vc->n * k * 2);
-  float *gt = sp_xmalloc(sizeof(float) * (size_t)vc->n * k * 2);
-  double loss_sum = 0;
-  int done = 0;
-  sp_loader_start_epoch(r->val_loader, epoch);
-  const sp_batch *b;
-  while ((b = sp_loader_next(r->val_loader))) {
-    sp_plan *p = b->n == r->cfg->batch ? r->eval_plan : r->eval_tail;
-    if (!p || !sp_shape_equal(&sp_plan_input(p, "image")->shape,
-                              &(sp_shape){4, {b->n, r->cfg->data.channels, S, S}})) {
-      sp_plan_free(r->eval_tail);
-      p = r->eval_tail = plan_for(r, b->n, 0);
-      if (!p) return free(pred), free(gt), -1;
-    }
-    fill_inputs(r, p, b);
-    sp_plan_forward(p);
-    loss_sum += sp_plan_loss(p) * b->n;
-    const float *u = sp_plan_output(p, "points_out")->data;
-    for (int i = 0; i < b->n; i++) {
-      double side = sp_cache_crop_side(vc, b->index[i]);
-      double px = side / S; /* input pixels -> source pixels */
-      for (int j = 0; j < k; j++)
-        for (int c = 0; c < 2; c++) {
-          size_t o = ((size_t)(done + i) * k + j) * 2 + c;
-          float in_px = (u[((size_t)i * k + j) * 2 + c] - r->offset) / r->scale;
-          float gt_px = b->points[((size_t)i * r->data.k_all + r->data.subset[j]) * 2 + c];
-          pred[o] = (float)(in_px * px);
-          gt[o] = (float)(gt_px * px);
-        }
-    }
-    done += b->n;
-  }
-  out->loss = done ? loss_sum / done : NAN;
-  /* The floor a model must beat: the training mean shape placed in every
-   * validation crop (cache pixels -> source pixels by side / crop size). */
-  double base = 0;
-  for (int i = 0; i < vc->n; i++) {
-    double px = sp_cache_crop_side(vc, i) / vc->size, face = 0;
-    for (int j = 0; j < k; j++) {
-      const float *g = vc->points + ((size_t)i * r->data.k_all + r->data.subset[j]) * 2;
-      face += hypot(g[0] - r->data.mean_shape[2 * j], g[1] - r->data.mean_shape[2 * j + 1]) * px;
-    }
-    base += face / k;
-  }
-  out->baseline_px = vc->n ? base / vc->n : NAN;
-  int rc = sp_kp_metrics_compute(pred, gt, done, k, r->data.eyes.n_left ? &r->data.eyes : NULL, &out->m, NULL);
+  float *pred, *gt;
+  int n;
+  if (sp_kp_evaluate(&r->eval, r->data.val_cache, r->val_loader, epoch, &pred, &gt, &n, &out->loss) != 0) return -1;
+  int rc = sp_kp_metrics_compute(pred, gt, n, r->data.k, r->data.eyes.n_left ? &r->data.eyes : NULL, &out->m, NULL);
+  out->baseline_px = sp_kp_mean_shape_error(&r->data, r->data.val_cache);
   free(pred);
   free(gt);
   return rc;
@@ -176,9 +134,9 @@ static int setup(run *r, const sp_train_config *cfg, const char *config_text) {
     return sp_error_set("batch %d is larger than the %d training images", cfg->batch, r->data.train_cache->n);
   r->g = sp_kp_build_graph(cfg, &r->data, r->neighbours, &r->scale, &r->offset);
   if (!r->g) return -1;
-  r->train_plan = plan_for(r, cfg->batch, 1);
-  r->eval_plan = r->train_plan ? plan_for(r, cfg->batch, 0) : NULL;
-  if (!r->eval_plan) return -1;
+  r->train_plan = train_plan(r);
+  if (!r->train_plan) return -1;
+  r->eval = (sp_kp_evaluator){r->g, r->backend, cfg, &r->data, r->scale, r->offset, NULL, NULL};
   r->params = sp_train_opt_params(r->g, &r->n_params);
   sp_opt_config oc = cfg->optimizer;
   r->opt = sp_optimizer_new(&oc, r->n_params, r->params);
@@ -216,8 +174,7 @@ static void teardown(run *r) {
   sp_optimizer_free(r->opt);
   free(r->params);
   sp_plan_free(r->train_plan);
-  sp_plan_free(r->eval_plan);
-  sp_plan_free(r->eval_tail);
+  sp_kp_evaluator_free(&r->eval);
   sp_graph_free(r->g);
   sp_kp_data_free(&r->data);
 }

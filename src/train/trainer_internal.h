@@ -36,6 +36,24 @@ void sp_kp_points_to_model(const sp_kp_data *d, const float *batch_pts, int n, f
 sp_graph *sp_kp_build_graph(const sp_train_config *cfg, const sp_kp_data *d, int32_t *neighbours,
                             float *scale, float *offset);
 
+/* Runs the model over every sample of `cache` (in order, no augmentation)
+ * and returns predictions and ground truth in pixels of the source images
+ * ([n][k][2], malloc'ed) and the mean loss. Plans for the full and the last
+ * partial batch are made on demand and kept in *full / *tail. */
+typedef struct {
+  sp_graph *g;
+  sp_backend backend;
+  const sp_train_config *cfg;
+  const sp_kp_data *data;
+  float scale, offset; /* pixels -> model units */
+  sp_plan *full, *tail;
+} sp_kp_evaluator;
+int sp_kp_evaluate(sp_kp_evaluator *e, const sp_cache *cache, sp_loader *loader, int64_t epoch, float **pred,
+                   float **gt, int *n, double *loss);
+void sp_kp_evaluator_free(sp_kp_evaluator *e);
+/* Mean error of predicting the training mean shape in each crop of cache. */
+double sp_kp_mean_shape_error(const sp_kp_data *d, const sp_cache *cache);
+
 /* Progress bar on stderr: "epoch 3/30 [=====>   ] 12/48 loss 0.123 310 img/s ETA 0:42". */
 typedef struct {
   double start, last_draw;

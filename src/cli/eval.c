@@ -1,0 +1,156 @@
+/* `spry eval --weights W [--data DIR] [--format F] [CONFIG]`: accuracy of a
+ * checkpoint on its run's validation split or on any annotated folder. The
+ * last line of output is one JSON object. */
+#include <libgen.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "io/json.h"
+#include "spry/plot.h"
+#include "spry/safetensors.h"
+#include "spry/train.h"
+#include "train/trainer_internal.h"
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: spry eval --weights W.safetensors [--data DIR] [--format F] [--out DIR] [--backend B] [CONFIG]\n"
+          "  Evaluates on the run's validation split (config stored in the checkpoint, or CONFIG),\n"
+          "  or on every image of DIR (--data; format auto|csv|coco|dlib|imm|asf|pts).\n"
+          "  Writes OUT/ced.png (default OUT: the checkpoint's folder); the last output line is JSON:\n"
+          "  mean_px, nme_io, nme_ip, fr_008, fr_010, auc_010 (fractions), count.\n");
+}
+
+static void put_metric(sp_json_buf *b, const char *key, double v) {
+  sp_json_key(b, key);
+  if (isfinite(v)) sp_json_f64(b, v);
+  else sp_json_null(b);
+}
+
+static int write_ced(const char *dir, const double *per_face, int n, int have_eyes) {
+  enum { STEPS = 101 };
+  double t[STEPS], f[STEPS];
+  double max = have_eyes ? 0.2 : 0;
+  if (!have_eyes)
+    for (int i = 0; i < n; i++) max = fmax(max, per_face[i]);
+  sp_ced_curve(per_face, n, max > 0 ? max : 1, STEPS, t, f);
+  char path[2048];
+  snprintf(path, sizeof path, "%s/ced.png", dir);
+  sp_series s = {"validation", t, f, STEPS};
+  int rc = sp_plot_lines(path, 720, 480, "Cumulative error distribution", have_eyes ? "NME (inter-ocular)" : "mean error (px)",
+                         "fraction of faces", 1, &s, 0);
+  if (rc == 0) fprintf(stderr, "spry eval: wrote %s\n", path);
+  return rc;
+}
+
+int sp_cli_eval(int argc, char **argv) {
+  const char *weights = NULL, *data = NULL, *format = NULL, *config = NULL, *out = NULL, *backend = NULL;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return usage(stdout), 0;
+    if (!strcmp(argv[i], "--weights") && i + 1 < argc) weights = argv[++i];
+    else if (!strcmp(argv[i], "--data") && i + 1 < argc) data = argv[++i];
+    else if (!strcmp(argv[i], "--format") && i + 1 < argc) format = argv[++i];
+    else if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
+    else if (!strcmp(argv[i], "--backend") && i + 1 < argc) backend = argv[++i];
+    else if (argv[i][0] != '-' && !config) config = argv[i];
+    else {
+      fprintf(stderr, "spry eval: unexpected argument '%s'\n", argv[i]);
+      return usage(stderr), 2;
+    }
+  }
+  if (!weights) return usage(stderr), 2;
+
+  /* The run's config: given, or the one stored in the checkpoint. */
+  char *sets[4];
+  int n_sets = 0;
+  char set_data[1100], set_format[64], set_backend[64];
+  if (data) {
+    snprintf(set_data, sizeof set_data, "data.path=%s", data);
+    sets[n_sets++] = set_data;
+    sets[n_sets++] = "data.split=none";
+  }
+  if (format) snprintf(set_format, sizeof set_format, "data.format=%s", format), sets[n_sets++] = set_format;
+  if (backend) snprintf(set_backend, sizeof set_backend, "backend=%s", backend), sets[n_sets++] = set_backend;
+  sp_train_config cfg;
+  int rc;
+  if (config) {
+    rc = sp_train_config_load(config, n_sets, sets, &cfg, NULL);
+  } else {
+    sp_st_file *f = sp_st_open(weights);
+    const char *text = f ? sp_st_meta(f, "config") : NULL;
+    if (f && !text) sp_error_set("%s: no config stored in the checkpoint; pass the run's CONFIG", weights);
+    rc = text ? sp_train_config_parse(text, weights, n_sets, sets, &cfg, NULL) : -1;
+    sp_st_close(f);
+  }
+  if (rc != 0) {
+    fprintf(stderr, "spry eval: %s\n", sp_last_error());
+    return 2;
+  }
+  char weights_dir[2048];
+  snprintf(weights_dir, sizeof weights_dir, "%s", weights);
+  if (!out) out = dirname(weights_dir);
+
+  sp_kp_data d;
+  int32_t neighbours[SP_MAX_KEYPOINTS * 8];
+  float scale, offset;
+  sp_graph *g = NULL;
+  sp_backend be;
+  cfg.augment.flip = 0; /* no augmentation in evaluation: no flip table needed */
+  cfg.data.cache_file = 0;
+  if (sp_backend_parse(cfg.backend, &be) != 0 || sp_kp_data_open(&cfg, NULL, &d) != 0 ||
+      !(g = sp_kp_build_graph(&cfg, &d, neighbours, &scale, &offset)) ||
+      sp_checkpoint_load(weights, g, NULL, NULL, NULL, 0) != 0) {
+    fprintf(stderr, "spry eval: %s\n", sp_last_error());
+    sp_graph_free(g);
+    return 1;
+  }
+  sp_loader_config lc = sp_loader_config_default(cfg.batch, cfg.data.size);
+  lc.workers = cfg.workers;
+  lc.shuffle = 0;
+  lc.drop_last = 0;
+  lc.aug = sp_augment_config_none(cfg.data.size);
+  sp_loader *loader = sp_loader_create(d.val_cache, NULL, &lc);
+  sp_kp_evaluator e = {g, be, &cfg, &d, scale, offset, NULL, NULL};
+  float *pred = NULL, *gt = NULL;
+  int n = 0;
+  double loss;
+  sp_kp_metrics m;
+  double *per_face = NULL;
+  rc = loader ? sp_kp_evaluate(&e, d.val_cache, loader, 0, &pred, &gt, &n, &loss) : -1;
+  if (rc == 0) {
+    per_face = sp_xmalloc(sizeof(double) * (size_t)(n ? n : 1));
+    rc = sp_kp_metrics_compute(pred, gt, n, d.k, d.eyes.n_left ? &d.eyes : NULL, &m, per_face);
+  }
+  if (rc == 0 && write_ced(out, per_face, n, d.eyes.n_left > 0) != 0)
+    fprintf(stderr, "spry eval: warning: %s\n", sp_last_error());
+  if (rc == 0) {
+    fprintf(stderr, "spry eval: %d faces  mean error %.3f px (mean shape %.3f px)  NME inter-ocular %.4f  "
+                    "inter-pupil %.4f  FR@0.08 %.3f  FR@0.10 %.3f  AUC@0.10 %.4f\n",
+            n, m.mean_px, sp_kp_mean_shape_error(&d, d.val_cache), m.nme_io, m.nme_ip, m.fr_008, m.fr_010, m.auc_010);
+    sp_json_buf b;
+    sp_json_buf_init(&b);
+    sp_json_obj_begin(&b);
+    put_metric(&b, "mean_px", m.mean_px);
+    put_metric(&b, "nme_io", m.nme_io);
+    put_metric(&b, "nme_ip", m.nme_ip);
+    put_metric(&b, "fr_008", m.fr_008);
+    put_metric(&b, "fr_010", m.fr_010);
+    put_metric(&b, "auc_010", m.auc_010);
+    sp_json_key(&b, "count"), sp_json_int(&b, n);
+    sp_json_obj_end(&b);
+    printf("%s\n", b.s);
+    sp_json_buf_free(&b);
+  } else {
+    fprintf(stderr, "spry eval: %s\n", sp_last_error());
+  }
+  free(per_face);
+  free(pred);
+  free(gt);
+  sp_kp_evaluator_free(&e);
+  sp_loader_destroy(loader);
+  sp_graph_free(g);
+  sp_kp_data_free(&d);
+  return rc == 0 ? 0 : 1;
+}

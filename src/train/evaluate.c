@@ -1,0 +1,89 @@
+/* Predictions over a cached dataset, mapped back to source-image pixels:
+ * shared by the trainer's validation pass and `spry eval`. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "train/trainer_internal.h"
+
+static sp_plan *plan_for(sp_kp_evaluator *e, int n) {
+  const sp_train_config *c = e->cfg;
+  sp_input_shape in[2] = {{"image", sp_shape4(n, c->data.channels, c->data.size, c->data.size)},
+                          {"points", sp_shape3(n, e->data->k, 2)}};
+  return sp_plan_new(e->g, 2, in, e->backend, 0, 0);
+}
+
+static sp_plan *plan_of_size(sp_kp_evaluator *e, int n) {
+  sp_plan **slot = n == e->cfg->batch ? &e->full : &e->tail;
+  if (*slot && sp_plan_input(*slot, "image")->shape.d[0] == n) return *slot;
+  sp_plan_free(*slot);
+  return *slot = plan_for(e, n);
+}
+
+int sp_kp_evaluate(sp_kp_evaluator *e, const sp_cache *cache, sp_loader *loader, int64_t epoch, float **pred_out,
+                   float **gt_out, int *n_out, double *loss_out) {
+  const sp_kp_data *d = e->data;
+  int k = d->k, S = e->cfg->data.size;
+  float *pred = sp_xmalloc(sizeof(float) * (size_t)cache->n * k * 2);
+  float *gt = sp_xmalloc(sizeof(float) * (size_t)cache->n * k * 2);
+  double loss_sum = 0;
+  int done = 0;
+  sp_loader_start_epoch(loader, epoch);
+  const sp_batch *b;
+  while ((b = sp_loader_next(loader))) {
+    sp_plan *p = plan_of_size(e, b->n);
+    if (!p) {
+      free(pred);
+      free(gt);
+      return -1;
+    }
+    sp_batch_normalize(b, e->cfg->data.mean, e->cfg->data.std, SP_F32, sp_plan_input(p, "image")->data);
+    sp_kp_points_to_model(d, b->points, b->n, e->scale, e->offset, sp_plan_input(p, "points")->data);
+    sp_plan_forward(p);
+    loss_sum += sp_plan_loss(p) * b->n;
+    const float *u = sp_plan_output(p, "points_out")->data;
+    for (int i = 0; i < b->n; i++) {
+      /* Network input pixels -> cache crop pixels (the unaugmented map is a
+       * zoom about the centres) -> source pixels (the crop square). */
+      int idx = b->index[i];
+      double zoom = (double)cache->size / S, cc = (cache->size - 1) * 0.5, cs = (S - 1) * 0.5;
+      for (int j = 0; j < k; j++) {
+        size_t o = ((size_t)(done + i) * k + j) * 2;
+        float px = (u[((size_t)i * k + j) * 2] - e->offset) / e->scale;
+        float py = (u[((size_t)i * k + j) * 2 + 1] - e->offset) / e->scale;
+        pred[o] = (float)((px - cs) * zoom + cc);
+        pred[o + 1] = (float)((py - cs) * zoom + cc);
+        sp_cache_crop_to_source(cache, idx, &pred[o], &pred[o + 1]);
+        const float *g = cache->points + ((size_t)idx * d->k_all + d->subset[j]) * 2;
+        gt[o] = g[0];
+        gt[o + 1] = g[1];
+        sp_cache_crop_to_source(cache, idx, &gt[o], &gt[o + 1]);
+      }
+    }
+    done += b->n;
+  }
+  *pred_out = pred;
+  *gt_out = gt;
+  *n_out = done;
+  *loss_out = done ? loss_sum / done : NAN;
+  return 0;
+}
+
+void sp_kp_evaluator_free(sp_kp_evaluator *e) {
+  sp_plan_free(e->full);
+  sp_plan_free(e->tail);
+  e->full = e->tail = NULL;
+}
+
+double sp_kp_mean_shape_error(const sp_kp_data *d, const sp_cache *c) {
+  double total = 0;
+  for (int i = 0; i < c->n; i++) {
+    double px = sp_cache_crop_side(c, i) / c->size, face = 0;
+    for (int j = 0; j < d->k; j++) {
+      const float *g = c->points + ((size_t)i * d->k_all + d->subset[j]) * 2;
+      face += hypot(g[0] - d->mean_shape[2 * j], g[1] - d->mean_shape[2 * j + 1]) * px;
+    }
+    total += face / d->k;
+  }
+  return c->n ? total / c->n : NAN;
+}
