@@ -11,4 +11,7 @@ int sp_cli_eval(int argc, char **argv);         /* eval.c */
 int sp_cli_synth(int argc, char **argv);        /* synth.c: faces | actions */
 int sp_cli_synth_actions(int argc, char **argv); /* synth_actions.c */
 
+int sp_cli_video(int argc, char **argv);        /* video.c: info | frames */
+int sp_cli_prepare(int argc, char **argv);      /* prepare.c: frames | list */
+int sp_cli_bench_video(int argc, char **argv);  /* bench_video.c */
 #endif

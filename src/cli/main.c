@@ -15,6 +15,8 @@ static const command commands[] = {
     {"train", sp_cli_train, "train a keypoint model from a YAML config"},
     {"eval", sp_cli_eval, "accuracy of a checkpoint: mean px, NME, FR, AUC, CED plot (JSON last line)"},
     {"synth", sp_cli_synth, "synthetic data: synth faces (68-point keypoints) | synth actions"},
+    {"video", sp_cli_video, "inspect a video: video info FILE | video frames FILE --index ... --out DIR"},
+    {"prepare", sp_cli_prepare, "video datasets: prepare frames (pre-decode to JPEG) | prepare list"},
     {"bench", sp_cli_bench, "measure speed: bench train | bench data (JSON lines)"},
 };
 

@@ -88,6 +88,9 @@ int sp_video_open_frames(sp_video *v);
 /* video_frames.c: the frame file name convention, 0-based index -> img_%05d.jpg. */
 void sp_frames_name(char *buf, size_t n, int64_t index);
 
+/* Sets FFmpeg's log level once per process (quiet unless SPRY_AV_LOG=1). */
+void sp_video_quiet_ffmpeg(void);
+
 /* Sort helper: indices of idx[0..n) ordered by key[] then by position. */
 void sp_video_sort_by_key(const int64_t *key, int n, int *order);
 

@@ -46,13 +46,14 @@ static const char *averr(int r) {
   return buf;
 }
 
-static void quiet_ffmpeg(void) {
+static void quiet_ffmpeg_once(void) {
   /* FFmpeg's own logging would interleave with our JSON output; errors are
    * reported by us with the file name. SPRY_AV_LOG=1 turns it back on. */
   const char *e = getenv("SPRY_AV_LOG");
   av_log_set_level(e && *e == '1' ? AV_LOG_INFO : AV_LOG_QUIET);
 }
 static pthread_once_t log_once = PTHREAD_ONCE_INIT;
+void sp_video_quiet_ffmpeg(void) { pthread_once(&log_once, quiet_ffmpeg_once); }
 
 static int is_still_image(const AVFormatContext *fmt) {
   const char *n = fmt->iformat->name;
@@ -432,7 +433,7 @@ static void ff_close(sp_video *v) {
 static const sp_video_ops ff_ops = {ff_info, ff_get_frames, ff_decode_all, ff_native_size, ff_close};
 
 int sp_video_open_ffmpeg(sp_video *v) {
-  pthread_once(&log_once, quiet_ffmpeg);
+  sp_video_quiet_ffmpeg();
   ff_state *s = sp_xcalloc(1, sizeof *s);
   v->impl = s;
   v->ops = &ff_ops;

@@ -1,0 +1,110 @@
+/* `spry prepare frames|list`: dataset preparation for video training.
+ *   frames: pre-decode a `path label` list into JPEG frame folders
+ *   list:   build the `path label` list from class sub-folders or a csv */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "spry/video.h"
+
+
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: spry prepare frames --list LIST --out DIR [--size S] [--quality Q] [--workers W]\n"
+          "         decodes every clip of LIST to DIR/<name>/img_00001.jpg ... (+ n_frames) and writes\n"
+          "         DIR/frames.list (`name n_frames label`); --size S resizes the short side first\n"
+          "       spry prepare list DIR --out LIST [--labels FILE]\n"
+          "         one `path label` line per clip of DIR/<class>/ (classes sorted by name, written to\n"
+          "         classes.txt beside LIST); --labels takes the class order from a names file\n"
+          "         (one per line, e.g. labels.txt), or `relative_path,label` pairs from a csv\n");
+}
+
+static int prepare_frames(int argc, char **argv) {
+  const char *list = NULL, *out = NULL;
+  sp_prepare_config cfg = {0, 90, 0};
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      usage(stdout);
+      return 0;
+    }
+    if (!v) {
+      fprintf(stderr, "spry prepare frames: %s needs a value\n", a);
+      return 2;
+    }
+    if (!strcmp(a, "--list")) list = v;
+    else if (!strcmp(a, "--out")) out = v;
+    else if (!strcmp(a, "--size")) cfg.short_side = atoi(v);
+    else if (!strcmp(a, "--quality")) cfg.quality = atoi(v);
+    else if (!strcmp(a, "--workers")) cfg.workers = atoi(v);
+    else {
+      fprintf(stderr, "spry prepare frames: unknown option %s\n", a);
+      usage(stderr);
+      return 2;
+    }
+    i++;
+  }
+  if (!list || !out || cfg.short_side < 0 || cfg.quality < 1 || cfg.quality > 100 || cfg.workers < 0) {
+    usage(stderr);
+    return 2;
+  }
+  double t0 = sp_now();
+  int done = sp_prepare_frames(list, out, &cfg);
+  if (done < 0) {
+    fprintf(stderr, "spry prepare frames: %s\n", sp_last_error());
+    return 1;
+  }
+  fprintf(stderr, "spry prepare frames: %d clips to %s/frames.list in %.1f s\n", done, out, sp_now() - t0);
+  return done > 0 ? 0 : 1;
+}
+
+static int prepare_list(int argc, char **argv) {
+  const char *dir = NULL, *out = NULL, *labels = NULL;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      usage(stdout);
+      return 0;
+    }
+    if (a[0] != '-') {
+      dir = a;
+      continue;
+    }
+    if (!v) {
+      fprintf(stderr, "spry prepare list: %s needs a value\n", a);
+      return 2;
+    }
+    if (!strcmp(a, "--out")) out = v;
+    else if (!strcmp(a, "--labels")) labels = v;
+    else {
+      fprintf(stderr, "spry prepare list: unknown option %s\n", a);
+      usage(stderr);
+      return 2;
+    }
+    i++;
+  }
+  if (!dir || !out) {
+    usage(stderr);
+    return 2;
+  }
+  int n = sp_video_list_build(dir, labels, out);
+  if (n < 0) {
+    fprintf(stderr, "spry prepare list: %s\n", sp_last_error());
+    return 1;
+  }
+  fprintf(stderr, "spry prepare list: %d clips in %s\n", n, out);
+  return 0;
+}
+
+int sp_cli_prepare(int argc, char **argv) {
+  if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+    usage(argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  if (!strcmp(argv[1], "frames")) return prepare_frames(argc - 1, argv + 1);
+  if (!strcmp(argv[1], "list")) return prepare_list(argc - 1, argv + 1);
+  fprintf(stderr, "spry prepare: unknown command '%s' (frames, list)\n", argv[1]);
+  return 2;
+}
