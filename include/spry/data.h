@@ -40,6 +40,15 @@ void sp_image_free(sp_image *im);
 /* Whole file into memory (for decoding); caller frees *buf. */
 int sp_read_file(const char *path, uint8_t **buf, size_t *len);
 
+/* Square crops: the square (x0, y0, side) of src resampled (bilinear, black
+ * outside) to size x size, planar (CHW) or interleaved; the same pixel-centre
+ * convention as the cache, so a model sees new images as it saw training crops. */
+void sp_image_crop_square(const sp_image *src, double x0, double y0, double side, int size, int planar, uint8_t *out);
+/* Crop pixel coordinates -> source pixel coordinates for that square. */
+void sp_crop_to_source(double x0, double y0, double side, int size, float *x, float *y);
+/* The square the cache would cut around a face box (x, y, w, h) with margin. */
+void sp_crop_square_for_box(const float box[4], float margin, double *x0, double *y0, double *side);
+
 /* --------------------------------------------------------------- samples */
 
 /* One face: an image, an optional face box, K points, optional visibility.
