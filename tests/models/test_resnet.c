@@ -203,6 +203,9 @@ static sp_plan *run_step(sp_graph *g, sp_st_file *f, sp_value out, int n, int h,
 
 static void torchvision_resnet18_matches_torch(void **state) {
   (void)state;
+  /* Full width: ~4 GFLOP on the plain-C backend, too slow under sanitizers;
+   * the width-8 parity tests below cover the same code there. */
+  if (sp_test_sanitized()) skip();
   sp_st_file *f = open_fixture("models/resnet_torchvision18.safetensors");
   sp_value out;
   sp_graph *g = build_named("resnet18", 0, 64, 64, 0, &out);
@@ -348,7 +351,7 @@ static void every_variant_builds(void **state) {
       s.blurpool = v == 3 ? 1 : all;
       s.hardswish = v == 4 ? 1 : all;
       check_shapes(models[m], &s, 64, 64);
-      check_shapes(models[m], &s, 96, 128);
+      if (!sp_test_sanitized()) check_shapes(models[m], &s, 96, 128);
     }
 }
 
