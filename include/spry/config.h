@@ -16,10 +16,10 @@ typedef enum { SP_LOSS_L1, SP_LOSS_L2, SP_LOSS_MSE, SP_LOSS_EUCLIDEAN } sp_loss_
 
 typedef struct {
   char model[32];  /* vgg-face, vgg-nose, resunet18, resunet50, ... */
-  struct {         /* model switches (ResNet family) */
-    int variant_c, variant_d, stem_conv, blurpool, hardswish;
-    float width;   /* channel multiplier of the encoder/decoder (1 = standard) */
-  } model_options;
+  struct {         /* model switches, passed to sp_model_spec_set (variant_c, blurpool, base_width, ...) */
+    char key[32], value[32];
+  } model_options[16];
+  int n_model_options;
 
   struct {
     char path[1024];   /* dataset folder (any format sp_dataset_open_dir reads) */

@@ -9,6 +9,7 @@
 
 #include "io/yaml.h"
 #include "spry/config.h"
+#include "spry/models.h"
 
 typedef struct {
   const char *file;
@@ -121,6 +122,32 @@ static int get_list(const reader *r, const char *key, int max, double lo, double
   return 0;
 }
 
+/* model_options: a map of switches handed to the model registry, which
+ * validates each one (so the keys stay defined in one place). */
+static int read_model_options(reader *r, sp_train_config *c) {
+  sp_yaml *m = find(r, "model_options");
+  if (!m) return r->failed ? -1 : 0;
+  if (m->kind != SP_YAML_MAP || m->n > 16) return bad(r, "model_options", m, "a map of at most 16 switches");
+  for (int i = 0; i < m->n; i++) {
+    sp_yaml *v = m->items[i];
+    char key[64];
+    snprintf(key, sizeof key, "model_options.%s", m->keys[i]);
+    if (v->kind != SP_YAML_SCALAR || strlen(v->value) >= 32 || strlen(m->keys[i]) >= 32)
+      return bad(r, key, v, "a short value");
+    sp_model_spec scratch = {.name = c->model};
+    if (sp_model_spec_set(&scratch, m->keys[i], v->value) != 0) {
+      char why[512]; /* the message buffer is about to be rewritten */
+      snprintf(why, sizeof why, "%s", sp_last_error());
+      return sp_error_set("%s: %s (line %d): %s", r->file, key, v->line, why);
+    }
+    v->used = 1;
+    snprintf(c->model_options[i].key, sizeof c->model_options[i].key, "%s", m->keys[i]);
+    snprintf(c->model_options[i].value, sizeof c->model_options[i].value, "%s", v->value);
+  }
+  c->n_model_options = m->n;
+  return 0;
+}
+
 const char *sp_loss_kind_name(sp_loss_kind k) {
   static const char *names[] = {"l1", "l2", "mse", "euclidean"};
   return (unsigned)k < 4 ? names[k] : "?";
@@ -130,7 +157,6 @@ sp_train_config sp_train_config_default(void) {
   sp_train_config c;
   memset(&c, 0, sizeof c);
   snprintf(c.model, sizeof c.model, "vgg-face");
-  c.model_options.width = 1.0f;
   snprintf(c.data.format, sizeof c.data.format, "auto");
   snprintf(c.data.split, sizeof c.data.split, "identity");
   c.data.val_fraction = 0.2;
@@ -173,12 +199,7 @@ static int read_all(reader *r, sp_train_config *c) {
   double list[256];
   int n = 0;
   double warmup_epochs = -1, seed = (double)c->seed;
-  if (get_string(r, "model", c->model, sizeof c->model, NULL) || get_bool(r, "model_options.variant_c", &c->model_options.variant_c) ||
-      get_bool(r, "model_options.variant_d", &c->model_options.variant_d) ||
-      get_bool(r, "model_options.stem_conv", &c->model_options.stem_conv) ||
-      get_bool(r, "model_options.blurpool", &c->model_options.blurpool) ||
-      get_bool(r, "model_options.hardswish", &c->model_options.hardswish) ||
-      get_float(r, "model_options.width", 0.0625, 4, &c->model_options.width) ||
+  if (get_string(r, "model", c->model, sizeof c->model, NULL) || read_model_options(r, c) ||
       get_string(r, "data.path", c->data.path, sizeof c->data.path, NULL) ||
       get_string(r, "data.format", c->data.format, sizeof c->data.format, formats) ||
       get_string(r, "data.split", c->data.split, sizeof c->data.split, splits) ||

@@ -19,6 +19,11 @@ sp_graph *sp_kp_build_graph(const sp_train_config *cfg, const sp_kp_data *d, int
   sp_value t = sp_graph_input(g, "points", SP_F32, d->k);
   sp_model_spec spec = {.name = cfg->model, .channels = cfg->data.channels, .height = size, .width = size,
                         .keypoints = d->k};
+  for (int i = 0; i < cfg->n_model_options; i++)
+    if (sp_model_spec_set(&spec, cfg->model_options[i].key, cfg->model_options[i].value) != 0) {
+      sp_graph_free(g);
+      return NULL;
+    }
   sp_value p = sp_model_build(g, &spec, x);
   sp_graph_output(g, p, "points_out");
   sp_value loss = -1;

@@ -47,6 +47,12 @@ static void seed_recipe_is_read(void **state) {
   assert_true(c.schedule.warmup_epochs == 3.0);
   assert_true(c.schedule.total_epochs == 300.0);
   assert_int_equal(c.seed, 7);
+  assert_int_equal(c.n_model_options, 0);
+  const char *opts = write_config("opts.yaml", "model: resunet18\nmodel_options:\n  hardswish: true\n  base_width: 32\n");
+  assert_int_equal(sp_train_config_load(opts, 0, NULL, &c, NULL), 0);
+  assert_int_equal(c.n_model_options, 2);
+  assert_string_equal(c.model_options[1].key, "base_width");
+  assert_string_equal(c.model_options[1].value, "32");
 }
 
 static void warmup_fraction_and_overrides(void **state) {
@@ -90,6 +96,8 @@ static void expect_error(const char *text, int n_sets, char **sets, const char *
 static void mistakes_name_key_and_line(void **state) {
   (void)state;
   expect_error("epochs: 10\noptimizer:\n  lrr: 0.1\n", 0, NULL, "optimizer.lrr", "line 3");
+  expect_error("model: resunet18\nmodel_options:\n  blurpol: true\n", 0, NULL, "model_options.blurpol", "line 3");
+  expect_error("model: resunet18\nmodel_options:\n  blurpool: maybe\n", 0, NULL, "model_options.blurpool", "maybe");
   expect_error("batch: lots\n", 0, NULL, "batch", "lots");
   expect_error("batch: 2.5\n", 0, NULL, "batch", "integer");
   expect_error("optimizer:\n  type: rmsprop\n", 0, NULL, "optimizer.type", "adamw");
