@@ -102,11 +102,3 @@ int sp_cli_synth(int argc, char **argv) {
   fprintf(stderr, "spry synth: unknown kind '%s' (faces, actions)\n", argv[1]);
   return 2;
 }
-
-/* synth_actions.c is written separately; until it links in, this stands in. */
-__attribute__((weak)) int sp_cli_synth_actions(int argc, char **argv) {
-  (void)argc;
-  (void)argv;
-  fprintf(stderr, "spry synth actions: not built yet\n");
-  return 2;
-}

@@ -392,6 +392,7 @@ static void draw_nose(cairo_t *cr, const syn_geom *g, const syn_look *L) {
   cairo_set_source(cr, hl);
   cairo_arc(cr, tip[0], tip[1], 0.08 * s, 0, 2 * PI_F);
   cairo_fill(cr);
+  cairo_pattern_destroy(hl);
 }
 
 static void draw_mouth(cairo_t *cr, const syn_geom *g, const syn_look *L) {
@@ -438,6 +439,7 @@ static void draw_mouth(cairo_t *cr, const syn_geom *g, const syn_look *L) {
   cairo_set_source(cr, hl);
   cairo_arc(cr, hx, hy, 0.07 * s, 0, 2 * PI_F);
   cairo_fill(cr);
+  cairo_pattern_destroy(hl);
 }
 
 /* Fringe: from the top of the hair down to a hairline that never reaches the
