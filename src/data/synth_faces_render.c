@@ -148,9 +148,11 @@ int sp_synth_face_render(uint64_t seed, int identity, int view, const sp_synth_f
   float u_low = sp_rng_uniform(&how);
   float noise = sp_rng_range(&how, 0, opt.noise_max);
   int q = opt.jpeg_min + (int)sp_rng_below(&how, (uint32_t)(opt.jpeg_max - opt.jpeg_min + 1));
-  if (u_low < 0.5f * opt.blur_prob) syn_lowres_rgb(out->px, w, h, 2);
+  int lowres = u_low < 0.5f * opt.blur_prob;
+  if (lowres) syn_lowres_rgb(out->px, w, h, 2);
   if (u_blur < opt.blur_prob) syn_blur_rgb(out->px, w, h, sigma, box);
   else sigma = 0;
+  if (lowres) sigma = fmaxf(sigma, 1.0f); /* the 2x mosaic + blur acts like sigma ~1 */
   syn_noise_rgb(out->px, w, h, noise, &how);
 
   if (info) {
