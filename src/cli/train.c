@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "spry/plot.h"
 #include "io/json.h"
 #include "spry/config.h"
 #include "spry/train.h"
@@ -77,5 +78,6 @@ int sp_cli_train(int argc, char **argv) {
   }
   free(text);
   free(sets);
+  sp_plot_release_caches(); /* fontconfig's caches: leak-clean exits under ASan */
   return rc == -1 ? 1 : rc;
 }

@@ -271,6 +271,12 @@ int sp_train_run(const sp_train_config *cfg, const char *config_text, int resume
   }
   sigaction(SIGINT, &old_int, NULL);
   sigaction(SIGTERM, &old_term, NULL);
+  if (rc == 0) {
+    if (sp_kp_report(r.dir, &r.eval, r.val_loader) == 0)
+      fprintf(stderr, "spry: report in %s/index.html\n", r.dir);
+    else
+      fprintf(stderr, "spry: warning: report incomplete: %s\n", sp_last_error());
+  }
   if (summary) {
     summary->val = v.m;
     summary->val_loss = v.loss;

@@ -54,6 +54,10 @@ void sp_kp_evaluator_free(sp_kp_evaluator *e);
 /* Mean error of predicting the training mean shape in each crop of cache. */
 double sp_kp_mean_shape_error(const sp_kp_data *d, const sp_cache *cache);
 
+/* Writes the run report (PNGs + index.html) into dir from dir/metrics.jsonl
+ * and an evaluation of the validation set. */
+int sp_kp_report(const char *dir, sp_kp_evaluator *e, sp_loader *val_loader);
+
 /* Progress bar on stderr: "epoch 3/30 [=====>   ] 12/48 loss 0.123 310 img/s ETA 0:42". */
 typedef struct {
   double start, last_draw;

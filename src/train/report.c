@@ -1,0 +1,245 @@
+/* The run report: PNG figures and an index.html in the run directory, for a
+ * person to look at: loss and validation curves, the best and worst
+ * validation faces with predicted vs. true points, the CED, the ResUNet's
+ * heatmaps for a few keypoints, and the first layer's filters. */
+#define _GNU_SOURCE
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "io/json.h"
+#include "spry/plot.h"
+#include "spry/train.h"
+#include "train/trainer_internal.h"
+
+typedef struct {
+  double *epoch, *train, *val, *px, *base;
+  int n;
+} history;
+
+static void history_free(history *h) {
+  free(h->epoch), free(h->train), free(h->val), free(h->px), free(h->base);
+}
+
+static double field(const sp_json *o, const char *key) {
+  double v = NAN;
+  const sp_json *x = sp_json_get(o, key);
+  if (x) sp_json_as_double(x, &v);
+  return v;
+}
+
+/* metrics.jsonl -> arrays (one row per epoch; resumed runs append). */
+static int read_history(const char *dir, history *h) {
+  memset(h, 0, sizeof *h);
+  char path[1100], line[4096];
+  snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+  FILE *f = fopen(path, "r");
+  if (!f) return sp_error_set("%s: cannot open", path);
+  int cap = 0;
+  while (fgets(line, sizeof line, f)) {
+    sp_json *o = sp_json_parse(line, strlen(line), sizeof line);
+    if (!o) continue;
+    if (h->n == cap) {
+      cap = cap ? 2 * cap : 64;
+      h->epoch = sp_xrealloc(h->epoch, sizeof(double) * (size_t)cap);
+      h->train = sp_xrealloc(h->train, sizeof(double) * (size_t)cap);
+      h->val = sp_xrealloc(h->val, sizeof(double) * (size_t)cap);
+      h->px = sp_xrealloc(h->px, sizeof(double) * (size_t)cap);
+      h->base = sp_xrealloc(h->base, sizeof(double) * (size_t)cap);
+    }
+    h->epoch[h->n] = field(o, "epoch");
+    h->train[h->n] = field(o, "train_loss");
+    h->val[h->n] = field(o, "val_loss");
+    h->px[h->n] = field(o, "val_mean_px");
+    h->base[h->n] = field(o, "val_mean_shape_px");
+    h->n++;
+    sp_json_free(o);
+  }
+  fclose(f);
+  return 0;
+}
+
+/* Source pixels -> cache crop pixels of sample i (inverse of the crop). */
+static void to_crop(const sp_cache *c, int i, const float *src, int k, float *dst) {
+  const float *sq = c->crop + (size_t)i * 3;
+  double r = c->size / sq[2];
+  for (int j = 0; j < k; j++) {
+    dst[2 * j] = (float)((src[2 * j] - sq[0] + 0.5) * r - 0.5);
+    dst[2 * j + 1] = (float)((src[2 * j + 1] - sq[1] + 0.5) * r - 0.5);
+  }
+}
+
+static int cmp_err(const void *a, const void *b, void *ctx) {
+  const double *e = ctx;
+  double x = e[*(const int *)a], y = e[*(const int *)b];
+  return x < y ? -1 : x > y;
+}
+
+static int face_grid(const char *path, const char *title, const sp_kp_data *d, const sp_cache *c, const int *order,
+                     int n, const float *pred, const float *gt, const double *err, char captions[][48]) {
+  sp_grid_cell cells[8];
+  float *pts = sp_xmalloc(sizeof(float) * 4 * (size_t)d->k * 8);
+  for (int i = 0; i < n; i++) {
+    int f = order[i], src = f; /* evaluation order = cache order (no shuffle) */
+    float *p = pts + (size_t)i * 4 * d->k, *g = p + 2 * d->k;
+    to_crop(c, src, pred + (size_t)f * d->k * 2, d->k, p);
+    to_crop(c, src, gt + (size_t)f * d->k * 2, d->k, g);
+    snprintf(captions[i], 48, "%.1f px", err[f]);
+    cells[i] = (sp_grid_cell){c->pixels + (size_t)src * c->size * c->size * c->channels, c->size, c->size,
+                              c->channels, p, g, d->k, captions[i]};
+  }
+  int rc = sp_keypoint_grid_png(path, title, 4, n, cells, 192, 0);
+  free(pts);
+  return rc;
+}
+
+/* Heatmaps of the first validation face for a few telling keypoints. */
+static int heatmap_figure(const char *path, sp_kp_evaluator *e, const sp_cache *c) {
+  const sp_train_config *cfg = e->cfg;
+  int S = cfg->data.size, C = cfg->data.channels, k = e->data->k;
+  sp_input_shape in[2] = {{"image", sp_shape4(1, C, S, S)}, {"points", sp_shape3(1, k, 2)}};
+  sp_plan *p = sp_plan_new(e->g, 2, in, e->backend, 0, 0);
+  if (!p) return -1;
+  if (!sp_plan_output(p, "heatmaps")) {
+    sp_plan_free(p);
+    return 1; /* a regression model: nothing to draw */
+  }
+  sp_image crop = {c->size, c->size, c->channels, c->pixels};
+  uint8_t *hwc = sp_xmalloc((size_t)S * S * C), *chw = sp_xmalloc((size_t)S * S * C);
+  sp_image_crop_square(&crop, 0, 0, c->size, S, 0, hwc);
+  sp_image_crop_square(&crop, 0, 0, c->size, S, 1, chw);
+  sp_normalize_u8(chw, 1, C, (int64_t)S * S, cfg->data.mean, cfg->data.std, SP_F32, sp_plan_input(p, "image")->data);
+  sp_plan_forward(p);
+  const float *logits = sp_plan_output(p, "heatmaps")->data;
+  const float *pts = sp_plan_output(p, "points_out")->data;
+  /* iBUG-68: outer eye corners, nose tip, mouth centre (the seed's figure). */
+  int pick68[4] = {36, 45, 30, 66}, pick[4], n = k < 4 ? k : 4;
+  const char *names68[4] = {"eye corner", "eye corner", "nose tip", "mouth"};
+  char names[4][32];
+  const char *captions[4];
+  float *maps[4], marks[8];
+  for (int i = 0; i < n; i++) {
+    pick[i] = k == 68 ? pick68[i] : i * k / n;
+    snprintf(names[i], sizeof names[i], "%s (%d)", k == 68 ? names68[i] : "point", pick[i]);
+    captions[i] = names[i];
+    const float *h = logits + (size_t)pick[i] * S * S;
+    maps[i] = sp_xmalloc(sizeof(float) * (size_t)S * S);
+    float mx = -INFINITY;
+    for (int j = 0; j < S * S; j++) mx = fmaxf(mx, h[j]);
+    double sum = 0;
+    for (int j = 0; j < S * S; j++) sum += maps[i][j] = expf(h[j] - mx);
+    for (int j = 0; j < S * S; j++) maps[i][j] = (float)(maps[i][j] / sum);
+    marks[2 * i] = (pts[2 * pick[i]] - e->offset) / e->scale;
+    marks[2 * i + 1] = (pts[2 * pick[i] + 1] - e->offset) / e->scale;
+  }
+  int rc = sp_heatmaps_png(path, hwc, S, S, C, n, (const float *const *)maps, captions, marks, 192);
+  for (int i = 0; i < n; i++) free(maps[i]);
+  free(hwc);
+  free(chw);
+  sp_plan_free(p);
+  return rc;
+}
+
+static int first_filters(const char *path, sp_graph *g) {
+  for (int i = 0; i < sp_graph_param_count(g); i++) {
+    const sp_tensor *w = sp_graph_param_value(g, i);
+    if (w->shape.ndim == 4 && sp_graph_param_grad(g, i))
+      return sp_filters_png(path, w->data, (int)w->shape.d[0], (int)w->shape.d[1], (int)w->shape.d[2],
+                            (int)w->shape.d[3], 40);
+  }
+  return 1;
+}
+
+int sp_kp_report(const char *dir, sp_kp_evaluator *e, sp_loader *val_loader) {
+  const sp_kp_data *d = e->data;
+  const sp_cache *c = d->val_cache;
+  char path[1200];
+  history h;
+  if (read_history(dir, &h) != 0) return -1;
+  sp_report_item items[8];
+  int n_items = 0, rc = 0;
+  snprintf(path, sizeof path, "%s/loss.png", dir);
+  sp_series loss[2] = {{"train", h.epoch, h.train, h.n}, {"validation", h.epoch, h.val, h.n}};
+  rc |= sp_plot_lines(path, 800, 480, "Loss", "epoch", "loss", 2, loss, 1);
+  items[n_items++] = (sp_report_item){"Loss", "loss.png", "Training loss (mean over the epoch) and validation loss."};
+  snprintf(path, sizeof path, "%s/val_error.png", dir);
+  sp_series err[2] = {{"model", h.epoch, h.px, h.n}, {"training mean shape", h.epoch, h.base, h.n}};
+  rc |= sp_plot_lines(path, 800, 480, "Validation error", "epoch", "mean error (px of the original image)", 2, err, 0);
+  items[n_items++] = (sp_report_item){"Validation error", "val_error.png",
+                                      "Mean point error on the validation faces, against the floor of predicting "
+                                      "the training mean shape in every crop."};
+
+  float *pred = NULL, *gt = NULL;
+  int n = 0;
+  double vloss;
+  if (sp_kp_evaluate(e, c, val_loader, 0, &pred, &gt, &n, &vloss) != 0) {
+    history_free(&h);
+    return -1;
+  }
+  sp_kp_metrics m;
+  double *per = sp_xmalloc(sizeof(double) * (size_t)n), *px = sp_xmalloc(sizeof(double) * (size_t)n);
+  sp_kp_metrics_compute(pred, gt, n, d->k, d->eyes.n_left ? &d->eyes : NULL, &m, per);
+  int *order = sp_xmalloc(sizeof(int) * (size_t)n);
+  for (int i = 0; i < n; i++) {
+    order[i] = i;
+    double s = 0;
+    for (int j = 0; j < d->k; j++)
+      s += hypot(pred[((size_t)i * d->k + j) * 2] - gt[((size_t)i * d->k + j) * 2],
+                 pred[((size_t)i * d->k + j) * 2 + 1] - gt[((size_t)i * d->k + j) * 2 + 1]);
+    px[i] = s / d->k;
+  }
+  qsort_r(order, (size_t)n, sizeof(int), cmp_err, px);
+  char captions[8][48];
+  int shown = n < 8 ? n : 8;
+  snprintf(path, sizeof path, "%s/best.png", dir);
+  rc |= face_grid(path, "Best validation faces (green: truth, red: prediction)", d, c, order, shown, pred, gt, px,
+                  captions);
+  snprintf(path, sizeof path, "%s/worst.png", dir);
+  int worst[8];
+  for (int i = 0; i < shown; i++) worst[i] = order[n - 1 - i];
+  rc |= face_grid(path, "Worst validation faces (green: truth, red: prediction)", d, c, worst, shown, pred, gt, px,
+                  captions);
+  items[n_items++] = (sp_report_item){"Best validation faces", "best.png", "Mean error per face under each crop."};
+  items[n_items++] = (sp_report_item){"Worst validation faces", "worst.png", NULL};
+
+  int have_eyes = d->eyes.n_left > 0;
+  enum { STEPS = 101 };
+  double t[STEPS], frac[STEPS], maxe = 0;
+  for (int i = 0; i < n; i++) maxe = fmax(maxe, per[i]);
+  sp_ced_curve(per, n, have_eyes ? 0.2 : (maxe > 0 ? maxe : 1), STEPS, t, frac);
+  snprintf(path, sizeof path, "%s/ced.png", dir);
+  sp_series ced = {"validation", t, frac, STEPS};
+  rc |= sp_plot_lines(path, 800, 480, "Cumulative error distribution",
+                      have_eyes ? "NME (inter-ocular)" : "mean error (px)", "fraction of faces", 1, &ced, 0);
+  items[n_items++] = (sp_report_item){"Cumulative error distribution", "ced.png", NULL};
+
+  snprintf(path, sizeof path, "%s/heatmaps.png", dir);
+  int hm = heatmap_figure(path, e, c);
+  if (hm == 0)
+    items[n_items++] = (sp_report_item){"Heatmaps", "heatmaps.png",
+                                        "The model's probability map for a few keypoints of the first validation "
+                                        "face; the coordinate is its expected value (soft-argmax)."};
+  rc |= hm < 0;
+  snprintf(path, sizeof path, "%s/filters.png", dir);
+  if (first_filters(path, e->g) == 0)
+    items[n_items++] = (sp_report_item){"First-layer filters", "filters.png", NULL};
+
+  char v[6][64];
+  const char *keys[6] = {"validation faces", "mean error (px)", "mean shape baseline (px)", "NME inter-ocular",
+                         "NME inter-pupil", "AUC@0.10"};
+  const char *vals[6] = {v[0], v[1], v[2], v[3], v[4], v[5]};
+  snprintf(v[0], 64, "%d", n);
+  snprintf(v[1], 64, "%.3f", m.mean_px);
+  snprintf(v[2], 64, "%.3f", sp_kp_mean_shape_error(d, c));
+  snprintf(v[3], 64, "%.4f", m.nme_io);
+  snprintf(v[4], 64, "%.4f", m.nme_ip);
+  snprintf(v[5], 64, "%.4f", m.auc_010);
+  snprintf(path, sizeof path, "%s/index.html", dir);
+  char title[256];
+  snprintf(title, sizeof title, "spry run: %s", e->cfg->model);
+  rc |= sp_report_index_html(path, title, 6, keys, vals, n_items, items);
+  free(pred), free(gt), free(per), free(px), free(order);
+  history_free(&h);
+  return rc ? -1 : 0;
+}
