@@ -1,7 +1,7 @@
 /* Picture -> RGB uint8 in the caller's buffer: colour conversion, short-side
- * resize and crop with libswscale. Without a crop, swscale writes straight
- * into the output (RGB24 for HWC, planar GBRP with permuted plane pointers for
- * CHW); with one it scales into a scratch frame and copies the window. */
+ * resize and crop with libswscale. Without a crop, HWC output is written by
+ * swscale straight into the caller's buffer; otherwise swscale fills a
+ * scratch frame and the window is copied (and de-interleaved for CHW). */
 #include <libavutil/pixdesc.h>
 #include <libavutil/pixfmt.h>
 #include <libswscale/swscale.h>
@@ -74,7 +74,9 @@ int sp_vconv_run(sp_vconv *c, const uint8_t *const src[4], const int stride[4], 
 int sp_vconv_scale(sp_vconv *c, const uint8_t *const src[4], const int stride[4], int w, int h, int pix_fmt, int cs,
                    int range, int rw, int rh, int ch, int cw, int cy, int cx, int planar, uint8_t *out,
                    const char *what) {
-  enum AVPixelFormat dst_fmt = planar ? AV_PIX_FMT_GBRP : AV_PIX_FMT_RGB24;
+  /* Always packed RGB out of swscale: its planar (GBRP) writer rounds
+   * differently, and CHW must be exactly HWC transposed. */
+  enum AVPixelFormat dst_fmt = AV_PIX_FMT_RGB24;
   /* Bilinear when resizing (what the loaders we compare with use); pure
    * conversion otherwise. ACCURATE_RND keeps swscale off its fast unscaled
    * yuv2rgb path, which reads the decoder's row padding at the right edge:
@@ -82,19 +84,19 @@ int sp_vconv_scale(sp_vconv *c, const uint8_t *const src[4], const int stride[4]
   int flags = (rw != w || rh != h) ? SWS_BILINEAR | SWS_ACCURATE_RND : SWS_POINT | SWS_ACCURATE_RND;
   c->sws = sws_getCachedContext(c->sws, w, h, (enum AVPixelFormat)pix_fmt, rw, rh, dst_fmt, flags, NULL, NULL,
                                 NULL);
-  if (!c->sws)
-    return sp_error_set("%s: libswscale cannot convert %s %dx%d to RGB %dx%d", what,
-                        av_get_pix_fmt_name((enum AVPixelFormat)pix_fmt) ? av_get_pix_fmt_name((enum AVPixelFormat)pix_fmt) : "?",
-                        w, h, rw, rh);
+  if (!c->sws) {
+    const char *name = av_get_pix_fmt_name((enum AVPixelFormat)pix_fmt);
+    return sp_error_set("%s: libswscale cannot convert %s %dx%d to RGB %dx%d", what, name ? name : "?", w, h, rw,
+                        rh);
+  }
   int src_full = range == AVCOL_RANGE_JPEG;
   const int *coef = sws_getCoefficients(sws_colorspace(cs));
   /* Fails (harmlessly) for RGB sources, which have no YUV matrix. */
   sws_setColorspaceDetails(c->sws, coef, src_full, sws_getCoefficients(SWS_CS_DEFAULT), 1, 0, 1 << 16, 1 << 16);
 
-  int whole = ch == rh && cw == rw;
-  size_t plane = (size_t)ch * cw;
+  int direct = ch == rh && cw == rw && !planar;
   uint8_t *dst = out;
-  if (!whole) {
+  if (!direct) {
     size_t need = (size_t)rw * rh * 3;
     if (c->tmp_cap < need) {
       free(c->tmp);
@@ -103,26 +105,22 @@ int sp_vconv_scale(sp_vconv *c, const uint8_t *const src[4], const int stride[4]
     }
     dst = c->tmp;
   }
-  size_t dplane = (size_t)rw * rh;
-  uint8_t *dptr[4] = {0};
-  int dstride[4] = {0};
-  if (planar) {
-    /* GBRP's planes are G, B, R: point them at our R, G, B planes. */
-    dptr[0] = dst + dplane;
-    dptr[1] = dst + 2 * dplane;
-    dptr[2] = dst;
-    dstride[0] = dstride[1] = dstride[2] = rw;
-  } else {
-    dptr[0] = dst;
-    dstride[0] = rw * 3;
-  }
+  uint8_t *dptr[4] = {dst, NULL, NULL, NULL};
+  int dstride[4] = {rw * 3, 0, 0, 0};
   int r = sws_scale(c->sws, src, stride, 0, h, dptr, dstride);
   if (r != rh) return sp_error_set("%s: libswscale produced %d of %d rows", what, r, rh);
-  if (whole) return 0;
+  if (direct) return 0;
   if (planar) {
-    for (int p = 0; p < 3; p++)
-      for (int y = 0; y < ch; y++)
-        memcpy(out + p * plane + (size_t)y * cw, dst + p * dplane + (size_t)(y + cy) * rw + cx, (size_t)cw);
+    size_t plane = (size_t)ch * cw;
+    for (int y = 0; y < ch; y++) {
+      const uint8_t *row = dst + ((size_t)(y + cy) * rw + cx) * 3;
+      uint8_t *o0 = out + (size_t)y * cw, *o1 = o0 + plane, *o2 = o1 + plane;
+      for (int x = 0; x < cw; x++) {
+        o0[x] = row[3 * x];
+        o1[x] = row[3 * x + 1];
+        o2[x] = row[3 * x + 2];
+      }
+    }
   } else {
     for (int y = 0; y < ch; y++)
       memcpy(out + (size_t)y * cw * 3, dst + ((size_t)(y + cy) * rw + cx) * 3, (size_t)cw * 3);

@@ -52,6 +52,7 @@ static void index_free(sp_vindex *ix) {
   free(ix->pkt_dec);
   free(ix->key_dec);
   free(ix->key_seek_ts);
+  free(ix->key_dts);
   free(ix->key_disp);
   free(ix);
 }
@@ -101,12 +102,14 @@ sp_vindex *sp_vindex_scan(AVFormatContext *fmt, int si, const char *what) {
   ix->n_packets = n;
   ix->key_dec = sp_xmalloc((size_t)(nkeys + 1) * sizeof(int32_t));
   ix->key_seek_ts = sp_xmalloc((size_t)(nkeys + 1) * sizeof(int64_t));
+  ix->key_dts = sp_xmalloc((size_t)(nkeys + 1) * sizeof(int64_t));
   ix->key_disp = sp_xmalloc((size_t)(nkeys + 1) * sizeof(int64_t));
   int64_t *key_pts = sp_xmalloc((size_t)(nkeys + 1) * sizeof(int64_t));
   for (int64_t i = 0; i < n; i++)
     if (rec[i].key) {
       ix->key_dec[ix->n_keys] = rec[i].dec;
-      ix->key_seek_ts[ix->n_keys] = rec[i].dts != AV_NOPTS_VALUE ? rec[i].dts : rec[i].pts;
+      ix->key_seek_ts[ix->n_keys] = rec[i].pts != AV_NOPTS_VALUE ? rec[i].pts : rec[i].dts;
+      ix->key_dts[ix->n_keys] = rec[i].dts != AV_NOPTS_VALUE ? rec[i].dts : rec[i].pts;
       key_pts[ix->n_keys] = rec[i].pts;
       ix->n_keys++;
     }

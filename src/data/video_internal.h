@@ -23,7 +23,8 @@ typedef struct sp_vindex {
   /* per keyframe, decode order */
   int64_t n_keys;
   int32_t *key_dec;
-  int64_t *key_seek_ts; /* timestamp to hand av_seek_frame (dts, else pts) */
+  int64_t *key_seek_ts; /* timestamps to try with av_seek_frame: the pts, */
+  int64_t *key_dts;     /* then the dts (demuxers index one or the other) */
   int64_t *key_disp;    /* display indices of keyframes, ascending */
   int64_t n_keys_disp;
   double fps, duration;

@@ -153,11 +153,17 @@ static int seek_to_key(sp_video *v, int64_t key_dec) {
   }
   if (k < 0 || ix->key_dec[k] == 0) return rewind_start(v);
   v->stats.seeks++;
-  avcodec_flush_buffers(s->dec);
-  av_packet_unref(s->pkt);
-  s->pending = 0;
-  int r = av_seek_frame(s->fmt, s->si, ix->key_seek_ts[k], AVSEEK_FLAG_BACKWARD);
-  if (r >= 0 && read_video_packet(s)) {
+  /* Matroska indexes keyframes by pts, MP4 by (shifted) dts: seeking by pts
+   * lands on the keyframe in both; dts is the second try. Landing on an
+   * earlier keyframe is still right, only slower. */
+  for (int attempt = 0; attempt < 2; attempt++) {
+    int64_t ts = attempt == 0 ? ix->key_seek_ts[k] : ix->key_dts[k];
+    if (attempt == 1 && ts == ix->key_seek_ts[k]) break;
+    avcodec_flush_buffers(s->dec);
+    av_packet_unref(s->pkt);
+    s->pending = 0;
+    int r = av_seek_frame(s->fmt, s->si, ts, AVSEEK_FLAG_BACKWARD);
+    if (r < 0 || !read_video_packet(s)) continue;
     int64_t d = s->pkt->pts == AV_NOPTS_VALUE ? -1 : sp_vindex_dec_of_pts(ix, s->pkt->pts);
     if (d >= 0 && d <= key_dec && (s->pkt->flags & AV_PKT_FLAG_KEY)) {
       s->pending = 1;
@@ -336,13 +342,26 @@ static int ff_get_frames(sp_video *v, const int64_t *idx, int n, const sp_video_
       rc = rewind_start(v);
       count_at_start = 0;
     }
+    /* A decoder may refuse to output frames right after a keyframe it cannot
+     * fully trust (FFmpeg's H.264 waits for a recovery point; the last open-GOP
+     * keyframe of a Matroska file is such a case): then retry once from the
+     * previous keyframe and once from the start before giving up. */
+    int retries = 0;
+    int64_t from = ix->seekable ? ix->start[f] : 0;
     while (rc == 0 && !q.done[k]) {
       int r = decode_step(v, capture, &q);
-      if (r < 0) rc = -1;
-      else if (r == 0 && !q.done[k])
+      int lost = r == 0 || (r > 0 && !q.done[k] && ix->seekable && s->next_dec > ix->dec[f] + slack);
+      if (r < 0) {
+        rc = -1;
+      } else if (lost && !q.done[k] && ix->seekable && from > 0 && retries < 2) {
+        from = retries++ == 0 ? from - 1 : 0;
+        rc = seek_to_key(v, from);
+        first_unsent = s->next_dec;
+      } else if (r == 0 && !q.done[k]) {
         rc = sp_error_set("%s: frame %lld could not be decoded (truncated or corrupt data)", v->path, (long long)f);
-      else if (!q.done[k] && ix->seekable && s->next_dec > ix->dec[f] + slack)
+      } else if (lost && !q.done[k]) {
         rc = sp_error_set("%s: the decoder never produced frame %lld (corrupt data)", v->path, (long long)f);
+      }
     }
   }
   free(proc);
