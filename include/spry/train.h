@@ -54,6 +54,9 @@ typedef struct {
  * resume: continue from cfg->out/last.safetensors. Returns 0, 130 when
  * stopped by SIGINT/SIGTERM (after saving), or -1 with an error. */
 int sp_train_run(const sp_train_config *cfg, const char *config_text, int resume, sp_train_summary *summary);
+/* Makes the next runs stop (and save, as on Ctrl-C) once the optimizer has
+ * taken `steps` steps; 0 turns it off. For tests of interrupted runs. */
+void sp_train_stop_after(int64_t steps);
 
 #ifdef __cplusplus
 }

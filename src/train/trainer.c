@@ -20,6 +20,11 @@ static void on_sigint(int sig) {
   stop_requested = 1;
 }
 
+/* Tests stop a run exactly where Ctrl-C would, after a given number of
+ * optimizer steps (0 = never). */
+static int64_t stop_after_steps;
+void sp_train_stop_after(int64_t steps) { stop_after_steps = steps; }
+
 typedef struct {
   const sp_train_config *cfg;
   const char *config_text;
@@ -238,6 +243,7 @@ int sp_train_run(const sp_train_config *cfg, const char *config_text, int resume
       trained++;
       double dt = sp_now() - t0;
       sp_progress_draw(&bar, (int)epoch + 1, cfg->epochs, step, steps, loss_sum / step, trained * cfg->batch / dt, 0);
+      if (stop_after_steps > 0 && sp_optimizer_steps(r.opt) >= stop_after_steps) stop_requested = 1;
       if (stop_requested) break;
     }
     sp_progress_end(&bar);

@@ -1,0 +1,186 @@
+/* The keypoint trainer end to end: a run interrupted mid-epoch and resumed
+ * ends bit for bit where an uninterrupted run ends; eval and predict on its
+ * checkpoint; and on the real IMM faces the nose-tip model gets well below
+ * the error of predicting the mean position. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "spry/config.h"
+#include "spry/safetensors.h"
+#include "spry/synth.h"
+#include "spry/train.h"
+#include "testkit.h"
+
+static char dir[256];
+
+static int run(const char *config_text, const char *out, int n_sets, char **extra, int resume, sp_train_summary *s) {
+  char set_out[600];
+  snprintf(set_out, sizeof set_out, "out=%s", out);
+  char *sets[16];
+  int n = 0;
+  sets[n++] = set_out;
+  for (int i = 0; i < n_sets; i++) sets[n++] = extra[i];
+  sp_train_config cfg;
+  char *text = NULL;
+  if (sp_train_config_parse(config_text, "test", n, sets, &cfg, &text) != 0) fail_msg("%s", sp_last_error());
+  int rc = sp_train_run(&cfg, text, resume, s);
+  free(text);
+  return rc;
+}
+
+static char *slurp(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *b = malloc((size_t)n + 1);
+  if (fread(b, 1, (size_t)n, f) != (size_t)n) n = 0;
+  b[n] = 0;
+  fclose(f);
+  return b;
+}
+
+static char config[1024];
+
+static void interrupted_run_resumes_exactly(void **state) {
+  (void)state;
+  char straight[512], stopped[512], path[600];
+  snprintf(straight, sizeof straight, "%s/straight", dir);
+  snprintf(stopped, sizeof stopped, "%s/stopped", dir);
+  sp_train_summary a, b;
+  assert_int_equal(run(config, straight, 0, NULL, 0, &a), 0);
+  /* 3 batches per epoch: stop after 4 steps = mid second epoch, as Ctrl-C would. */
+  sp_train_stop_after(4);
+  assert_int_equal(run(config, stopped, 0, NULL, 0, &b), 130);
+  sp_train_stop_after(0);
+  assert_int_equal(run(config, stopped, 0, NULL, 1, &b), 0);
+  assert_true(a.val.mean_px == b.val.mean_px);
+  assert_true(a.train_loss == b.train_loss);
+  /* Same metrics history and same final weights, bit for bit. */
+  snprintf(path, sizeof path, "%s/metrics.jsonl", straight);
+  char *ma = slurp(path);
+  snprintf(path, sizeof path, "%s/metrics.jsonl", stopped);
+  char *mb = slurp(path);
+  assert_non_null(ma);
+  assert_non_null(mb);
+  /* Timing fields differ; compare the losses of each line. */
+  for (char *la = ma, *lb = mb; la && lb && *la; la = strchr(la, '\n'), lb = strchr(lb, '\n')) {
+    if (*la == '\n') la++, lb++;
+    if (!*la) break;
+    double ta = strtod(strstr(la, "\"train_loss\":") + 13, NULL), tb = strtod(strstr(lb, "\"train_loss\":") + 13, NULL);
+    assert_true(ta == tb);
+  }
+  free(ma);
+  free(mb);
+  snprintf(path, sizeof path, "%s/last.safetensors", straight);
+  sp_st_file *fa = sp_st_open(path);
+  snprintf(path, sizeof path, "%s/last.safetensors", stopped);
+  sp_st_file *fb = sp_st_open(path);
+  assert_non_null(fa);
+  assert_non_null(fb);
+  assert_int_equal(sp_st_count(fa), sp_st_count(fb));
+  for (int i = 0; i < sp_st_count(fa); i++) {
+    const sp_tensor *x = sp_st_get(fa, sp_st_name(fa, i)), *y = sp_st_get(fb, sp_st_name(fa, i));
+    assert_non_null(y);
+    assert_memory_equal(x->data, y->data, sp_tensor_bytes(x));
+  }
+  sp_st_close(fa);
+  sp_st_close(fb);
+  /* The report is there. */
+  snprintf(path, sizeof path, "%s/index.html", straight);
+  char *html = slurp(path);
+  assert_non_null(html);
+  assert_non_null(strstr(html, "best.png"));
+  free(html);
+}
+
+static int run_cli(const char *args, char *out, size_t n) {
+  const char *bin = getenv("SPRY_BIN");
+  if (!bin) return -1;
+  char cmd[2048];
+  snprintf(cmd, sizeof cmd, "%s %s 2>/dev/null", bin, args);
+  FILE *p = popen(cmd, "r");
+  if (!p) return -1;
+  size_t got = fread(out, 1, n - 1, p);
+  out[got] = 0;
+  return pclose(p);
+}
+
+static void eval_and_predict_on_the_checkpoint(void **state) {
+  (void)state;
+  char args[1500], out[65536];
+  snprintf(args, sizeof args, "eval --weights %s/straight/best.safetensors", dir);
+  assert_int_equal(run_cli(args, out, sizeof out), 0);
+  const char *last = strrchr(out, '{');
+  assert_non_null(last);
+  assert_non_null(strstr(last, "\"mean_px\":"));
+  assert_non_null(strstr(last, "\"nme_io\":"));
+  assert_non_null(strstr(last, "\"auc_010\":"));
+  assert_non_null(strstr(last, "\"count\":"));
+  /* predict: one JSON line per image with 68 points inside a sane range. */
+  snprintf(args, sizeof args,
+           "predict --weights %s/straight/best.safetensors --overlay %s/ov.png %s/faces/images/Synth_Person_0000_00.jpg",
+           dir, dir, dir);
+  assert_int_equal(run_cli(args, out, sizeof out), 0);
+  assert_non_null(strstr(out, "\"image\":"));
+  int points = 0;
+  for (const char *p = strstr(out, "\"points\":[") + 10; *p && *p != '}'; p++) points += *p == '[';
+  assert_int_equal(points, 68);
+  char png[600];
+  snprintf(png, sizeof png, "%s/ov.png", dir);
+  FILE *f = fopen(png, "rb");
+  assert_non_null(f);
+  fclose(f);
+  /* A bad image is an error naming it, not a crash. */
+  snprintf(args, sizeof args, "predict --weights %s/straight/best.safetensors %s/nothing.jpg", dir, dir);
+  assert_int_not_equal(run_cli(args, out, sizeof out), 0);
+}
+
+static void imm_nose_beats_the_mean_position(void **state) {
+  (void)state;
+  char buf[1024];
+  const char *imm = sp_test_data_path("imm_face_db", buf, sizeof buf);
+  if (!imm) skip();
+  if (sp_test_sanitized()) skip(); /* minutes under ASan; the synthetic runs cover the code */
+  char text[2048], out[600];
+  snprintf(text, sizeof text,
+           "model: vgg-nose\ndata:\n  path: %s\n  keypoints: [52]\n  crop_size: 80\n  size: 64\n  channels: 1\n"
+           "  margin: 0.25\naugment:\n  scale: [0.85, 1.15]\n  rotate: 8\n  flip: 0.5\n  randaugment: [1, 5]\n"
+           "optimizer:\n  type: adamw\n  lr: 0.001\nepochs: 10\nbatch: 16\nseed: 1\n",
+           imm);
+  snprintf(out, sizeof out, "%s/nose", dir);
+  sp_train_summary s;
+  assert_int_equal(run(text, out, 0, NULL, 0, &s), 0);
+  printf("# IMM nose tip: validation %.2f px (best %.2f), mean-position floor %.2f px\n", s.val.mean_px,
+         s.best_mean_px, s.mean_shape_px);
+  /* 64x64 input on the reference backend keeps this test short: about 4.7 source
+   * pixels per input pixel, so the bar is 15% under the floor. */
+  assert_true(s.best_mean_px < 0.85 * s.mean_shape_px);
+}
+
+int main(void) {
+  if (!sp_test_tmpdir(dir, sizeof dir)) return 1;
+  char faces[512];
+  snprintf(faces, sizeof faces, "%s/faces", dir);
+  sp_synth_face_options o = sp_synth_face_defaults();
+  o.progress = 0;
+  if (sp_synth_faces(faces, 60, 3, &o) != 0) {
+    fprintf(stderr, "%s\n", sp_last_error());
+    return 1;
+  }
+  snprintf(config, sizeof config,
+           "model: vgg-face\ndata:\n  path: %s\n  val_fraction: 0.2\n  crop_size: 40\n  size: 32\n  channels: 1\n"
+           "augment:\n  randaugment: [1, 5]\noptimizer:\n  lr: 0.002\nepochs: 3\nbatch: 16\nseed: 5\nworkers: 2\n",
+           faces);
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(interrupted_run_resumes_exactly),
+      cmocka_unit_test(eval_and_predict_on_the_checkpoint),
+      cmocka_unit_test(imm_nose_beats_the_mean_position),
+  };
+  int rc = cmocka_run_group_tests(tests, NULL, NULL);
+  sp_test_rmtree(dir);
+  return rc;
+}
