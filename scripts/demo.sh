@@ -1,8 +1,33 @@
 #!/usr/bin/env bash
-# `make demo`: a short tour of what works today. The keypoint issue replaces this
-# with "train a small keypoint model, evaluate it, leave a report".
+# `make demo`: train a small keypoint model for a few minutes, evaluate it,
+# and leave a report directory. Uses the real IMM faces when they are present
+# (../shared/data/imm_face_db, or $SPRY_DATA/imm_face_db), synthetic faces
+# rendered by `spry synth faces` otherwise.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-echo "== spry demo: one training step of the seed's VGG (vgg-face, 224x224 gray, batch 8) on the reference backend"
-build/spry bench train --model vgg-face --backend ref --batch 8 --steps 2 --profile
-echo "== training a keypoint model end to end (spry train) arrives with the keypoint issue"
+spry=build/spry
+out=${SPRY_DEMO_OUT:-runs/demo}
+backend=${SPRY_BACKEND:-ref}
+data_root=${SPRY_DATA:-../shared/data}
+mkdir -p runs
+
+if [ -d "$data_root/imm_face_db" ]; then
+  echo "== demo: the seed's part 2 (58 IMM points, modified VGG) on the real IMM faces, small and short"
+  config=configs/imm-face58.yaml
+  sets=(--set "data.path=$data_root/imm_face_db" --set data.size=96 --set data.crop_size=112
+        --set epochs=12 --set batch=16 --set optimizer.lr=0.002)
+else
+  echo "== demo: no real faces found; rendering 600 synthetic faces with 68 landmarks"
+  $spry synth faces --count 600 --out runs/demo-faces --seed 1 --quiet
+  config=configs/faces68-resunet18.yaml
+  sets=(--set data.path=runs/demo-faces --set model=vgg-face --set data.channels=1 --set data.size=96
+        --set data.crop_size=112 --set epochs=8 --set batch=16 --set optimizer.type=adamw --set optimizer.lr=0.002
+        --set loss.structure_weight=0.2)
+fi
+
+rm -rf "$out"
+$spry train "$config" "${sets[@]}" --set "out=$out" --set "backend=$backend"
+echo "== evaluating $out/best.safetensors"
+$spry eval --weights "$out/best.safetensors"
+echo
+echo "Report: $out/index.html (open it in a browser)"
