@@ -54,6 +54,19 @@ typedef struct {
  * resume: continue from cfg->out/last.safetensors. Returns 0, 130 when
  * stopped by SIGINT/SIGTERM (after saving), or -1 with an error. */
 int sp_train_run(const sp_train_config *cfg, const char *config_text, int resume, sp_train_summary *summary);
+/* ---- prediction on new images (train/predictor.c) ---- */
+#include "spry/data.h"
+typedef struct sp_kp_predictor sp_kp_predictor;
+/* Loads a trained keypoint checkpoint (its run config is stored inside).
+ * backend NULL keeps the run's backend. NULL with an error on failure. */
+sp_kp_predictor *sp_kp_predictor_open(const char *weights, const char *backend);
+int sp_kp_predictor_keypoints(const sp_kp_predictor *p);
+int sp_kp_predictor_channels(const sp_kp_predictor *p); /* load images with this many channels */
+/* Points [K][2] in im's pixels. box (x, y, w, h of the landmarks' box, as the
+ * training crops were cut) or NULL for the whole image. */
+int sp_kp_predict(sp_kp_predictor *p, const sp_image *im, const float *box, float *pts);
+void sp_kp_predictor_close(sp_kp_predictor *p);
+
 /* Makes the next runs stop (and save, as on Ctrl-C) once the optimizer has
  * taken `steps` steps; 0 turns it off. For tests of interrupted runs. */
 void sp_train_stop_after(int64_t steps);
