@@ -128,6 +128,10 @@ typedef struct {
 enum {
   SP_PLAN_NO_REUSE = 1u << 0, /* every buffer its own memory (for tests) */
   SP_PLAN_POISON = 1u << 1,   /* fill buffers with NaN when their life ends (for tests) */
+  /* Mixed precision (cpu backend): bf16 weights and activations in forward and
+   * backward, f32 accumulation, f32 parameter gradients; parameters, optimizer
+   * state and graph outputs stay f32. */
+  SP_PLAN_BF16 = 1u << 2,
 };
 
 /* Shape inference (errors name the node, its op and the shapes), memory plan,

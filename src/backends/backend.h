@@ -12,4 +12,9 @@
  * when the backend is not available in this build. */
 const sp_op_def *sp_backend_op(sp_backend b, const sp_op_def *op);
 
+/* The cpu backend's answer (backends/cpu/dispatch.c): its oneDNN
+ * implementation, or its plain adapter around the reference kernel; NULL with
+ * an error set when the build has no oneDNN. */
+const sp_op_def *sp_backend_cpu_op(const sp_op_def *op);
+
 #endif

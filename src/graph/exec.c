@@ -35,6 +35,7 @@ int sp_plan_forward(sp_plan *p) {
     if (!nd->op) continue;
     pn->args.seed = sp_rng_key(g->seed, p->step, (uint64_t)i);
     double t0 = p->profile ? sp_now() : 0;
+    pn->args.scratch = pn->fwd_scratch;
     p->impl[i]->forward(&pn->args);
     if (p->profile) pn->t_fwd += sp_now() - t0;
     if (p->flags & SP_PLAN_POISON) poison_dead(p, i);
@@ -59,7 +60,10 @@ int sp_plan_backward(sp_plan *p) {
         if (src->grad_buf >= 0 && src->first_writer == i) {
           int seen = 0; /* the same input twice (x + x): zero once */
           for (int j = 0; j < k; j++) seen |= nd->in[j] == nd->in[k];
-          if (!seen) memset(src->grad.data, 0, sp_tensor_bytes(&src->grad));
+          /* An implementation that overwrites a fresh gradient needs no zeros,
+           * unless this node's backward does not run at all. */
+          int overwrites = (p->impl[i]->flags & SP_OP_GRAD_OVERWRITES_FRESH) && pn->run_backward;
+          if (!seen && !overwrites) memset(src->grad.data, 0, p->reqs[src->grad_buf].bytes);
         }
       }
     }
@@ -69,6 +73,7 @@ int sp_plan_backward(sp_plan *p) {
       d[0] = (pn->first_writer == i ? 0.0f : d[0]) + nd->loss_weight;
     }
     double t0 = p->profile ? sp_now() : 0;
+    pn->args.scratch = pn->bwd_scratch;
     p->impl[i]->backward(&pn->args);
     if (p->profile) pn->t_bwd += sp_now() - t0;
     if (p->flags & SP_PLAN_POISON) poison_dead(p, BSTEP(p, i));

@@ -8,7 +8,15 @@
  *    backward when that reads the output; outputs and losses live forever;
  *  - gradient of i: from the backward of its last consumer (the first to
  *    accumulate into it; it is zeroed just before) to i's own backward;
- *  - saved scratch of i: from i's forward to i's backward. */
+ *  - saved scratch of i: from i's forward to i's backward;
+ *  - a fast backend's per-step scratch of i: step i, and step 2N-1-i.
+ *
+ * Fast backends (cpu) take part through their ops' prepare/bind/release hooks
+ * (ops/op.h): prepare runs in node order before memory planning and reports
+ * each output's layout and byte size (blocked layouts pad channels; bf16
+ * halves them), the saved and scratch bytes; bind runs once the buffers have
+ * addresses. Graph outputs and losses are always plain, so sp_plan_output and
+ * sp_plan_loss read them as row-major f32. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -86,6 +94,63 @@ static void mark_gradients(sp_plan *p) {
     p->nodes[i].run_backward = p->training && p->nodes[i].needs_grad && p->nodes[i].reaches_loss;
 }
 
+/* Lets the backend choose each node's implementation state, output layout
+ * and buffer sizes; nodes without a prepare hook get plain sizes. */
+static int prepare_nodes(sp_plan *p) {
+  sp_graph *g = p->g;
+  for (int i = 0; i < g->n_nodes; i++) {
+    const sp_node *nd = &g->nodes[i];
+    plan_node *pn = &p->nodes[i];
+    pn->act_bytes = (size_t)sp_shape_numel(&pn->shape) * sp_dtype_size(pn->dtype);
+    pn->saved_bytes = 0;
+    if (!nd->op) continue;
+    if (nd->op->saved_bytes) {
+      sp_shape in[SP_OP_MAX_IN];
+      for (int k = 0; k < nd->n_in; k++) in[k] = p->nodes[nd->in[k]].shape;
+      pn->saved_bytes = nd->op->saved_bytes(nd->attr, nd->n_in, in, &pn->shape);
+    }
+    const sp_op_def *impl = p->impl[i];
+    if (!impl->prepare) continue;
+    sp_op_prep pr;
+    memset(&pr, 0, sizeof pr);
+    pr.op = nd->op;
+    pr.attr = nd->attr;
+    pr.n_in = nd->n_in;
+    for (int k = 0; k < nd->n_in; k++) {
+      const plan_node *src = &p->nodes[nd->in[k]];
+      pr.in_shape[k] = src->shape;
+      pr.in_dtype[k] = src->dtype;
+      pr.in_layout[k] = src->layout;
+      pr.need_d_in[k] = pn->run_backward && src->run_backward;
+    }
+    pr.n_param = nd->n_param;
+    for (int k = 0; k < nd->n_param; k++) {
+      pr.param_shape[k] = g->params[nd->param[k]].value.shape;
+      pr.param_grad[k] = g->params[nd->param[k]].grad.data != NULL;
+    }
+    pr.n_state = nd->n_state;
+    pr.out_shape = pn->shape;
+    pr.training = p->training;
+    pr.run_backward = pn->run_backward;
+    pr.out_plain = nd->is_output || nd->is_loss;
+    pr.bf16 = (p->flags & SP_PLAN_BF16) != 0;
+    pr.out_bytes = pn->act_bytes;
+    pr.saved_bytes = pn->saved_bytes;
+    if (impl->prepare(&pr) != 0) {
+      char why[600];
+      snprintf(why, sizeof why, "%s backend: %s", sp_backend_name(p->backend), sp_last_error());
+      return fail_node(g, i, why);
+    }
+    pn->impl_state = pr.state;
+    pn->layout = pr.out_layout;
+    pn->act_bytes = pr.out_bytes;
+    pn->saved_bytes = pr.saved_bytes;
+    pn->fwd_scratch_bytes = pr.fwd_scratch_bytes;
+    pn->bwd_scratch_bytes = pr.bwd_scratch_bytes;
+  }
+  return 0;
+}
+
 static int add_req(sp_plan *p, size_t bytes, int start, int end) {
   sp_buffer_req *r = &p->reqs[p->n_reqs];
   r->bytes = bytes;
@@ -98,7 +163,7 @@ static int add_req(sp_plan *p, size_t bytes, int start, int end) {
 static void plan_memory(sp_plan *p) {
   const sp_graph *g = p->g;
   int n = g->n_nodes, forever = 2 * n;
-  p->reqs = sp_xcalloc((size_t)(3 * n + 1), sizeof(sp_buffer_req));
+  p->reqs = sp_xcalloc((size_t)(5 * n + 1), sizeof(sp_buffer_req));
   for (int i = 0; i < n; i++) {
     const sp_node *nd = &g->nodes[i];
     plan_node *pn = &p->nodes[i];
@@ -114,7 +179,7 @@ static void plan_memory(sp_plan *p) {
     }
     if (pn->run_backward && nd->op && (nd->op->flags & SP_OP_BWD_NEEDS_OUTPUT) && BSTEP(p, i) > end) end = BSTEP(p, i);
     if (nd->is_output || nd->is_loss) end = forever;
-    size_t bytes = (size_t)sp_shape_numel(&pn->shape) * sp_dtype_size(pn->dtype);
+    size_t bytes = pn->act_bytes;
     pn->act_buf = add_req(p, bytes, nd->op ? i : 0, end);
 
     pn->grad_buf = -1;
@@ -137,14 +202,10 @@ static void plan_memory(sp_plan *p) {
     }
 
     pn->saved_buf = -1;
-    pn->saved_bytes = 0;
-    if (nd->op && nd->op->saved_bytes) {
-      sp_shape in[SP_OP_MAX_IN];
-      for (int k = 0; k < nd->n_in; k++) in[k] = p->nodes[nd->in[k]].shape;
-      pn->saved_bytes = nd->op->saved_bytes(nd->attr, nd->n_in, in, &pn->shape);
-      if (pn->saved_bytes)
-        pn->saved_buf = add_req(p, pn->saved_bytes, i, pn->run_backward ? BSTEP(p, i) : i);
-    }
+    if (pn->saved_bytes) pn->saved_buf = add_req(p, pn->saved_bytes, i, pn->run_backward ? BSTEP(p, i) : i);
+    pn->fwd_scratch_buf = pn->fwd_scratch_bytes ? add_req(p, pn->fwd_scratch_bytes, i, i) : -1;
+    pn->bwd_scratch_buf =
+        pn->run_backward && pn->bwd_scratch_bytes ? add_req(p, pn->bwd_scratch_bytes, BSTEP(p, i), BSTEP(p, i)) : -1;
   }
   p->arena_bytes = sp_memplan_place(p->reqs, p->n_reqs, p->flags & SP_PLAN_NO_REUSE);
   p->arena = sp_aligned_alloc(p->arena_bytes ? p->arena_bytes : 64);
@@ -184,7 +245,30 @@ static void wire(sp_plan *p) {
     a->d_out = pn->grad_buf >= 0 ? &pn->grad : NULL;
     a->saved = pn->saved_buf >= 0 ? base + p->reqs[pn->saved_buf].offset : NULL;
     a->training = p->training;
+    a->impl = pn->impl_state;
+    pn->fwd_scratch = pn->fwd_scratch_buf >= 0 ? base + p->reqs[pn->fwd_scratch_buf].offset : NULL;
+    pn->bwd_scratch = pn->bwd_scratch_buf >= 0 ? base + p->reqs[pn->bwd_scratch_buf].offset : NULL;
+    for (int k = 0; k < nd->n_in; k++) {
+      int seen = 0; /* the same input twice (x + x): only the first use is fresh */
+      for (int j = 0; j < k; j++) seen |= nd->in[j] == nd->in[k];
+      if (a->d_in[k] && !seen && p->nodes[nd->in[k]].first_writer == i) a->d_in_fresh |= 1u << k;
+    }
   }
+}
+
+/* Backend state that needs buffer addresses (primitive arguments). */
+static int bind_nodes(sp_plan *p) {
+  for (int i = 0; i < p->g->n_nodes; i++) {
+    const sp_op_def *impl = p->impl[i];
+    if (!impl || !impl->bind) continue;
+    plan_node *pn = &p->nodes[i];
+    if (impl->bind(pn->impl_state, &pn->args, pn->fwd_scratch, pn->bwd_scratch) != 0) {
+      char why[600];
+      snprintf(why, sizeof why, "%s backend: %s", sp_backend_name(p->backend), sp_last_error());
+      return fail_node(p->g, i, why);
+    }
+  }
+  return 0;
 }
 
 sp_plan *sp_plan_new(sp_graph *g, int n_inputs, const sp_input_shape *inputs, sp_backend backend, int training,
@@ -212,14 +296,29 @@ sp_plan *sp_plan_new(sp_graph *g, int n_inputs, const sp_input_shape *inputs, sp
     sp_plan_free(p);
     return NULL;
   }
+  if ((flags & SP_PLAN_BF16) && backend == SP_BACKEND_REF) {
+    sp_error_set("bf16 plans need the cpu backend (the ref backend computes in f32)");
+    sp_plan_free(p);
+    return NULL;
+  }
   mark_gradients(p);
+  if (prepare_nodes(p) != 0) {
+    sp_plan_free(p);
+    return NULL;
+  }
   plan_memory(p);
   wire(p);
+  if (bind_nodes(p) != 0) {
+    sp_plan_free(p);
+    return NULL;
+  }
   return p;
 }
 
 void sp_plan_free(sp_plan *p) {
   if (!p) return;
+  for (int i = 0; p->nodes && i < p->g->n_nodes; i++)
+    if (p->impl[i] && p->impl[i]->release && p->nodes[i].impl_state) p->impl[i]->release(p->nodes[i].impl_state);
   sp_aligned_free(p->arena);
   free(p->reqs);
   free(p->nodes);

@@ -16,6 +16,14 @@ typedef struct {
   sp_tensor act, grad;
   sp_op_args args;
   double t_fwd, t_bwd;
+  /* Fast backends: the layout prepare() reported (NULL: plain), the byte size
+   * of the activation (and gradient) buffer, and per-step scratch buffers. */
+  void *impl_state; /* prepare()'s state (sp_op_args.impl) */
+  const void *layout;
+  size_t act_bytes;
+  size_t fwd_scratch_bytes, bwd_scratch_bytes;
+  int fwd_scratch_buf, bwd_scratch_buf;
+  void *fwd_scratch, *bwd_scratch;
 } plan_node;
 
 struct sp_plan {

@@ -30,6 +30,10 @@ enum {
   SP_OP_BWD_NEEDS_OUTPUT = 1u << 1, /* backward reads out */
   SP_OP_IS_LOSS = 1u << 2,          /* output is a scalar loss */
   SP_OP_NO_GRAD = 1u << 3,          /* op has no backward (e.g. argmax-style outputs) */
+  /* Implementation flag (fast backends): when this node is the first to write
+   * an input's gradient (sp_op_args.d_in_fresh), backward overwrites it, so the
+   * plan skips zeroing that buffer. */
+  SP_OP_GRAD_OVERWRITES_FRESH = 1u << 4,
 };
 
 typedef struct sp_op_args {
@@ -47,7 +51,43 @@ typedef struct sp_op_args {
   void *saved; /* saved_bytes() bytes: forward writes, backward reads */
   int training;
   uint64_t seed; /* per node and step: stochastic ops (dropout) draw from it */
+  /* ---- fast backends only (reference kernels ignore these) ---- */
+  void *impl;          /* the state prepare() made for this node */
+  void *scratch;       /* prep.fwd_scratch_bytes in forward, prep.bwd_scratch_bytes in backward */
+  unsigned d_in_fresh; /* bit k: this node is the first writer of d_in[k] (see SP_OP_GRAD_OVERWRITES_FRESH) */
 } sp_op_args;
+
+/* What a fast backend's prepare() sees and reports for one node. The plan calls
+ * it in node order after shape inference, so every input's layout is known;
+ * what it reports sizes the node's buffers in the arena. A layout is opaque to
+ * the plan (the backend's memory descriptor, owned by the producing node's
+ * state); NULL means plain: contiguous row-major, f32 (or the graph input's
+ * dtype). A value's gradient has its value's layout and byte size. */
+typedef struct sp_op_prep {
+  /* given */
+  const struct sp_op_def *op; /* the graph's op (its reference kernels) */
+  const void *attr;
+  int n_in;
+  sp_shape in_shape[SP_OP_MAX_IN];
+  sp_dtype in_dtype[SP_OP_MAX_IN];
+  const void *in_layout[SP_OP_MAX_IN];
+  int need_d_in[SP_OP_MAX_IN]; /* backward must produce this input's gradient */
+  int n_param;
+  sp_shape param_shape[SP_OP_MAX_PARAM];
+  int param_grad[SP_OP_MAX_PARAM]; /* the parameter is trainable */
+  int n_state;
+  sp_shape out_shape;
+  int training;     /* the plan was made for training (batch statistics) */
+  int run_backward; /* this node's backward runs */
+  int out_plain;    /* the output must be plain (a graph output or loss) */
+  int bf16;         /* the plan computes in bf16 (SP_PLAN_BF16) */
+  /* reported */
+  void *state;            /* passed back as sp_op_args.impl; freed by release() */
+  const void *out_layout; /* NULL: plain */
+  size_t out_bytes;       /* activation (and gradient) bytes */
+  size_t saved_bytes;     /* replaces op->saved_bytes */
+  size_t fwd_scratch_bytes, bwd_scratch_bytes;
+} sp_op_prep;
 
 typedef struct sp_op_def {
   const char *name;
@@ -60,6 +100,12 @@ typedef struct sp_op_def {
   size_t (*saved_bytes)(const void *attr, int n_in, const sp_shape *in, const sp_shape *out);
   void (*forward)(const sp_op_args *a);
   void (*backward)(const sp_op_args *a);
+  /* ---- fast backends only (NULL for reference ops) ---- */
+  int (*prepare)(sp_op_prep *p);              /* 0, or -1 with sp_error_set */
+  /* Buffers placed: create what needs their addresses. a is the node's wired
+   * args; the scratch pointers are this node's per-step scratch (or NULL). */
+  int (*bind)(void *state, const sp_op_args *a, void *fwd_scratch, void *bwd_scratch);
+  void (*release)(void *state);
 } sp_op_def;
 
 #endif

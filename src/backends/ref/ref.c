@@ -1,8 +1,10 @@
-/* The ref backend: the plain-C reference kernels that live with each op. */
+/* The ref backend: the plain-C reference kernels that live with each op; and
+ * the dispatch to the other backends (each answers for itself). */
 #include "backends/backend.h"
 
 const sp_op_def *sp_backend_op(sp_backend b, const sp_op_def *op) {
   if (b == SP_BACKEND_REF) return op;
+  if (b == SP_BACKEND_CPU) return sp_backend_cpu_op(op);
   sp_error_set("backend '%s' is not available in this build (use --backend ref)", sp_backend_name(b));
   return NULL;
 }

@@ -1,0 +1,143 @@
+/* batchnorm on oneDNN, in the input's layout (output and gradients share it).
+ *
+ * Training computes batch statistics (biased variance, as PyTorch) and saves
+ * mean and variance for backward; the running buffers move here, with the
+ * unbiased variance, since oneDNN does not keep running statistics. Eval with
+ * running buffers uses them as global statistics. Scale and shift are the
+ * graph's gamma and beta (f32) directly. */
+#ifdef SPRY_HAVE_DNNL
+#include <string.h>
+
+#include "backends/cpu/cpu.h"
+#include "ops/ops.h"
+
+typedef struct {
+  cpu_node base;
+  int affine, batch_stats, update_running, run_backward, need_dparam;
+  int64_t c, m;
+  float momentum;
+  dnnl_memory_desc_t md, stat_md;
+  dnnl_primitive_desc_t fwd_pd, bwd_pd, acc_pd;
+  dnnl_primitive_t fwd, bwd, acc;
+  size_t dsrc_off, dscale_off, dshift_off;
+  cpu_exec f, b, b_out;
+  float *mean, *var, *dscale, *dshift;
+} bn_node;
+
+static void bn_forward(cpu_node *n, const sp_op_args *a) {
+  bn_node *s = (bn_node *)n;
+  cpu_exec_run(&s->f);
+  if (!s->update_running) return;
+  float *rm = a->state[0]->data, *rv = a->state[1]->data, mom = s->momentum;
+  double unbias = s->m > 1 ? (double)s->m / (double)(s->m - 1) : 1.0;
+  for (int64_t c = 0; c < s->c; c++) {
+    rm[c] = (1 - mom) * rm[c] + mom * s->mean[c];
+    rv[c] = (float)((1 - mom) * rv[c] + mom * (s->var[c] * unbias));
+  }
+}
+
+static void bn_backward(cpu_node *n, const sp_op_args *a) {
+  bn_node *s = (bn_node *)n;
+  cpu_exec_run(&s->b);
+  cpu_exec_run(&s->b_out);
+  if (s->need_dparam) {
+    if (a->d_param[0]) cpu_add_f32(a->d_param[0]->data, s->dscale, (size_t)s->c);
+    if (a->d_param[1]) cpu_add_f32(a->d_param[1]->data, s->dshift, (size_t)s->c);
+  }
+}
+
+static int bn_bind(cpu_node *n, const sp_op_args *a, char *fs, char *bs) {
+  bn_node *s = (bn_node *)n;
+  cpu_exec_init(&s->f, s->fwd);
+  if (s->batch_stats) {
+    /* Training: statistics go to saved (read by backward); otherwise scratch. */
+    char *stats = a->saved ? (char *)a->saved : fs + cpu_scratchpad_bytes(s->fwd_pd) + 64;
+    stats = (char *)(((uintptr_t)stats + 63) & ~(uintptr_t)63);
+    s->mean = (float *)stats;
+    s->var = s->mean + ((s->c + 15) & ~15);
+  } else {
+    s->mean = a->state[0]->data;
+    s->var = a->state[1]->data;
+  }
+  if (cpu_exec_arg(&s->f, n, DNNL_ARG_SRC, &s->md, a->in[0]->data) ||
+      cpu_exec_arg(&s->f, n, DNNL_ARG_DST, &s->md, a->out->data) ||
+      cpu_exec_arg(&s->f, n, DNNL_ARG_MEAN, &s->stat_md, s->mean) ||
+      cpu_exec_arg(&s->f, n, DNNL_ARG_VARIANCE, &s->stat_md, s->var) ||
+      (s->affine && (cpu_exec_arg(&s->f, n, DNNL_ARG_SCALE, &s->stat_md, a->param[0]->data) ||
+                     cpu_exec_arg(&s->f, n, DNNL_ARG_SHIFT, &s->stat_md, a->param[1]->data))) ||
+      cpu_exec_scratchpad(&s->f, n, s->fwd_pd, fs))
+    return -1;
+  if (!s->run_backward) return 0;
+  int fresh = a->d_in[0] && (a->d_in_fresh & 1u);
+  void *dsrc = fresh ? a->d_in[0]->data : bs + s->dsrc_off;
+  s->dscale = (float *)(bs + s->dscale_off);
+  s->dshift = (float *)(bs + s->dshift_off);
+  cpu_exec_init(&s->b, s->bwd);
+  if (cpu_exec_arg(&s->b, n, DNNL_ARG_SRC, &s->md, a->in[0]->data) ||
+      cpu_exec_arg(&s->b, n, DNNL_ARG_DIFF_DST, &s->md, a->d_out->data) ||
+      cpu_exec_arg(&s->b, n, DNNL_ARG_MEAN, &s->stat_md, s->mean) ||
+      cpu_exec_arg(&s->b, n, DNNL_ARG_VARIANCE, &s->stat_md, s->var) ||
+      cpu_exec_arg(&s->b, n, DNNL_ARG_DIFF_SRC, &s->md, dsrc) ||
+      /* oneDNN 2.6 checks that SHIFT is passed to backward too (it is unused). */
+      (s->affine && (cpu_exec_arg(&s->b, n, DNNL_ARG_SCALE, &s->stat_md, a->param[0]->data) ||
+                     cpu_exec_arg(&s->b, n, DNNL_ARG_SHIFT, &s->stat_md, a->param[1]->data))) ||
+      (s->need_dparam && (cpu_exec_arg(&s->b, n, DNNL_ARG_DIFF_SCALE, &s->stat_md, s->dscale) ||
+                          cpu_exec_arg(&s->b, n, DNNL_ARG_DIFF_SHIFT, &s->stat_md, s->dshift))) ||
+      cpu_exec_scratchpad(&s->b, n, s->bwd_pd, bs))
+    return -1;
+  if (fresh || !a->d_in[0]) cpu_exec_init(&s->b_out, NULL);
+  else if (cpu_bind_reorder(&s->b_out, n, s->acc_pd, s->acc, dsrc, a->d_in[0]->data, bs)) return -1;
+  return 0;
+}
+
+static const cpu_vt bn_vt = {bn_forward, bn_backward, bn_bind, NULL};
+
+static int bn_setup(sp_op_prep *p, bn_node *s) {
+  const sp_batchnorm_attr *at = p->attr;
+  float eps = at ? at->eps : 1e-5f;
+  s->momentum = at ? at->momentum : 0.1f;
+  s->affine = p->n_param == 2;
+  s->batch_stats = p->training || p->n_state == 0;
+  s->update_running = p->training && p->n_state == 2;
+  s->run_backward = p->run_backward;
+  s->need_dparam = p->run_backward && s->affine && (p->param_grad[0] || p->param_grad[1]);
+  s->c = p->in_shape[0].d[1];
+  s->m = sp_shape_numel(&p->in_shape[0]) / s->c;
+  sp_shape cs = sp_shape1(s->c);
+  if (cpu_md_input(&s->md, p, 0) || cpu_md_plain(&s->stat_md, &cs, dnnl_f32)) return -1;
+  if (p->out_plain && !(cpu_md_is_plain(&s->md) && s->md.data_type == dnnl_f32))
+    return sp_error_set("a blocked batchnorm cannot write a plain graph output");
+  unsigned flags = (s->affine ? dnnl_use_scale | dnnl_use_shift : 0) | (s->batch_stats ? 0 : dnnl_use_global_stats);
+  dnnl_prop_kind_t prop = p->run_backward ? dnnl_forward_training : dnnl_forward_inference;
+  dnnl_batch_normalization_desc_t d;
+  DNNL_TRY(dnnl_batch_normalization_forward_desc_init(&d, prop, &s->md, eps, flags));
+  if (cpu_make(&s->base, &d, NULL, NULL, &s->fwd_pd, &s->fwd)) return -1;
+  s->base.out_md = s->md;
+  size_t stats = 2 * sizeof(float) * (size_t)((s->c + 15) & ~15) + 64;
+  size_t fwd = cpu_scratchpad_bytes(s->fwd_pd), bwd = 0;
+  if (s->batch_stats && !p->run_backward) fwd += 64 + stats; /* statistics in scratch after the pad */
+  p->saved_bytes = s->batch_stats && p->run_backward ? stats : 0;
+  if (p->run_backward) {
+    DNNL_TRY(dnnl_batch_normalization_backward_desc_init(&d, s->need_dparam ? dnnl_backward : dnnl_backward_data, &s->md,
+                                                         &s->md, eps, flags));
+    if (cpu_make(&s->base, &d, s->fwd_pd, NULL, &s->bwd_pd, &s->bwd) ||
+        cpu_make_reorder(&s->base, &s->md, &s->md, 1, &s->acc_pd, &s->acc))
+      return -1;
+    bwd = cpu_scratchpad_bytes(s->bwd_pd);
+    if (cpu_scratchpad_bytes(s->acc_pd) > bwd) bwd = cpu_scratchpad_bytes(s->acc_pd);
+    s->dsrc_off = cpu_take(&bwd, cpu_md_bytes(&s->md));
+    s->dscale_off = cpu_take(&bwd, sizeof(float) * (size_t)s->c);
+    s->dshift_off = cpu_take(&bwd, sizeof(float) * (size_t)s->c);
+  }
+  p->fwd_scratch_bytes = fwd;
+  p->bwd_scratch_bytes = bwd;
+  cpu_report(p, &s->base);
+  return 0;
+}
+
+int cpu_bnorm_prepare(sp_op_prep *p) {
+  bn_node *s = cpu_node_new(sizeof *s, &bn_vt);
+  if (bn_setup(p, s) != 0) return cpu_fallback(p, &s->base);
+  return 0;
+}
+#endif

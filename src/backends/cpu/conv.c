@@ -1,0 +1,355 @@
+/* conv2d and conv_transpose2d on oneDNN: forward, backward data, backward
+ * weights (+ bias), in the layouts oneDNN picks (format_any).
+ *
+ * Forward reorders the f32 master weights into the primitive's layout (and
+ * bf16 in bf16 plans) every step, into the saved region, because backward
+ * data reads the same copy; an input that arrives in another layout than the
+ * primitive wants (the image, usually) is reordered once too. The weight
+ * gradient comes out in oneDNN's layout and is reordered into the plain f32
+ * parameter gradient with a sum post-op (gradients accumulate).
+ *
+ * Layout choice: each primitive is first asked for the layouts the tensors
+ * already have (the input's, the forward weights') and, if oneDNN would run
+ * its reference kernel for them, asked again with format_any; the backward
+ * primitives then reorder the weights / the input they need in backward
+ * scratch. (Small channel counts are the usual case: oneDNN's forward takes
+ * a plain input for 8 input channels, its backward kernels want it blocked.) */
+#ifdef SPRY_HAVE_DNNL
+#include <string.h>
+
+#include "backends/cpu/cpu.h"
+#include "ops/ops.h"
+
+enum { R_SRC, R_WEI, R_WEI_BD, R_SRC_BW, R_DDST_BW, R_DX_SET, R_DX_ACC, R_DW, N_REORDERS };
+
+typedef struct {
+  cpu_node base;
+  int has_bias, need_dx, need_dw, run_backward, reorder_src, reorder_wei_bd, reorder_src_bw, reorder_ddst_bw;
+  dnnl_memory_desc_t x_md, src_md, wplain_md, wei_md, bias_md, dst_md, dwei_md;
+  dnnl_memory_desc_t dsrc_md, wei_bd_md, src_bw_md, ddst_bw_md; /* backward data's diff_src, weights; backward weights' src, diff_dst */
+  dnnl_primitive_desc_t fwd_pd, bwd_data_pd, bwd_wei_pd, re_pd[N_REORDERS];
+  dnnl_primitive_t fwd, bwd_data, bwd_wei, re[N_REORDERS];
+  size_t src_off, wei_off;                                /* in saved (training) or forward scratch */
+  size_t dsrc_off, dwei_off, dbias_off, wbd_off, sbw_off, dbw_off; /* in backward scratch */
+  cpu_exec x_src, w_wei, conv, w_bd, s_bw, d_bw, dx, dx_out, dw, dw_out;
+  float *dbias;
+  int64_t n_bias;
+} conv_node;
+
+static void conv_forward(cpu_node *n, const sp_op_args *a) {
+  conv_node *s = (conv_node *)n;
+  if (s->reorder_src) cpu_exec_run(&s->x_src);
+  cpu_exec_run(&s->w_wei);
+  cpu_exec_run(&s->conv);
+}
+
+static void conv_backward(cpu_node *n, const sp_op_args *a) {
+  conv_node *s = (conv_node *)n;
+  if (s->need_dx && a->d_in[0]) {
+    if (s->reorder_wei_bd) cpu_exec_run(&s->w_bd);
+    cpu_exec_run(&s->dx);
+    cpu_exec_run(&s->dx_out);
+  }
+  if (s->need_dw) {
+    if (s->reorder_src_bw) cpu_exec_run(&s->s_bw);
+    if (s->reorder_ddst_bw) cpu_exec_run(&s->d_bw);
+    cpu_exec_run(&s->dw);
+    if (a->d_param[0]) cpu_exec_run(&s->dw_out);
+    if (s->has_bias && a->d_param[1]) cpu_add_f32(a->d_param[1]->data, s->dbias, (size_t)s->n_bias);
+  }
+}
+
+static int conv_bind(cpu_node *n, const sp_op_args *a, char *fs, char *bs) {
+  conv_node *s = (conv_node *)n;
+  char *keep = s->run_backward ? (char *)a->saved : fs;
+  void *src = s->reorder_src ? keep + s->src_off : a->in[0]->data, *wei = keep + s->wei_off;
+  if (s->reorder_src && cpu_bind_reorder(&s->x_src, n, s->re_pd[R_SRC], s->re[R_SRC], a->in[0]->data, src, fs))
+    return -1;
+  if (cpu_bind_reorder(&s->w_wei, n, s->re_pd[R_WEI], s->re[R_WEI], a->param[0]->data, wei, fs)) return -1;
+  cpu_exec_init(&s->conv, s->fwd);
+  if (cpu_exec_arg(&s->conv, n, DNNL_ARG_SRC, &s->src_md, src) || cpu_exec_arg(&s->conv, n, DNNL_ARG_WEIGHTS, &s->wei_md, wei) ||
+      cpu_exec_arg(&s->conv, n, DNNL_ARG_DST, &s->dst_md, a->out->data) ||
+      (s->has_bias && cpu_exec_arg(&s->conv, n, DNNL_ARG_BIAS, &s->bias_md, a->param[1]->data)) ||
+      cpu_exec_scratchpad(&s->conv, n, s->fwd_pd, fs))
+    return -1;
+  if (!s->run_backward) return 0;
+  if (s->need_dx && a->d_in[0]) {
+    /* Straight into the input's gradient when layouts match and nothing was
+     * accumulated there yet; else through scratch and an (accumulating) reorder. */
+    int fresh = (a->d_in_fresh & 1u) != 0, direct = fresh && cpu_md_equal(&s->dsrc_md, &s->x_md);
+    void *dsrc = direct ? a->d_in[0]->data : bs + s->dsrc_off, *wbd = s->reorder_wei_bd ? bs + s->wbd_off : wei;
+    if (s->reorder_wei_bd &&
+        cpu_bind_reorder(&s->w_bd, n, s->re_pd[R_WEI_BD], s->re[R_WEI_BD], a->param[0]->data, wbd, bs))
+      return -1;
+    cpu_exec_init(&s->dx, s->bwd_data);
+    if (cpu_exec_arg(&s->dx, n, DNNL_ARG_DIFF_DST, &s->dst_md, a->d_out->data) ||
+        cpu_exec_arg(&s->dx, n, DNNL_ARG_WEIGHTS, &s->wei_bd_md, wbd) ||
+        cpu_exec_arg(&s->dx, n, DNNL_ARG_DIFF_SRC, &s->dsrc_md, dsrc) || cpu_exec_scratchpad(&s->dx, n, s->bwd_data_pd, bs))
+      return -1;
+    int r = fresh ? R_DX_SET : R_DX_ACC;
+    if (direct) cpu_exec_init(&s->dx_out, NULL);
+    else if (cpu_bind_reorder(&s->dx_out, n, s->re_pd[r], s->re[r], dsrc, a->d_in[0]->data, bs)) return -1;
+  }
+  if (s->need_dw) {
+    void *sbw = s->reorder_src_bw ? bs + s->sbw_off : src;
+    void *dbw = s->reorder_ddst_bw ? bs + s->dbw_off : a->d_out->data;
+    s->dbias = (float *)(bs + s->dbias_off);
+    if (s->reorder_src_bw && cpu_bind_reorder(&s->s_bw, n, s->re_pd[R_SRC_BW], s->re[R_SRC_BW], src, sbw, bs)) return -1;
+    if (s->reorder_ddst_bw &&
+        cpu_bind_reorder(&s->d_bw, n, s->re_pd[R_DDST_BW], s->re[R_DDST_BW], a->d_out->data, dbw, bs))
+      return -1;
+    cpu_exec_init(&s->dw, s->bwd_wei);
+    if (cpu_exec_arg(&s->dw, n, DNNL_ARG_SRC, &s->src_bw_md, sbw) ||
+        cpu_exec_arg(&s->dw, n, DNNL_ARG_DIFF_DST, &s->ddst_bw_md, dbw) ||
+        cpu_exec_arg(&s->dw, n, DNNL_ARG_DIFF_WEIGHTS, &s->dwei_md, bs + s->dwei_off) ||
+        (s->has_bias && cpu_exec_arg(&s->dw, n, DNNL_ARG_DIFF_BIAS, &s->bias_md, s->dbias)) ||
+        cpu_exec_scratchpad(&s->dw, n, s->bwd_wei_pd, bs))
+      return -1;
+    if (a->d_param[0] && cpu_bind_reorder(&s->dw_out, n, s->re_pd[R_DW], s->re[R_DW], bs + s->dwei_off,
+                                          a->d_param[0]->data, bs))
+      return -1;
+  }
+  return 0;
+}
+
+static const cpu_vt conv_vt = {conv_forward, conv_backward, conv_bind, NULL};
+
+typedef struct {
+  int deconv, groups;
+  dnnl_dims_t strides, dil, pad_l, pad_r;
+} conv_geom;
+
+static int init_fwd(const conv_geom *g, dnnl_convolution_desc_t *d, dnnl_prop_kind_t prop, const dnnl_memory_desc_t *src,
+                    const dnnl_memory_desc_t *wei, const dnnl_memory_desc_t *bias, const dnnl_memory_desc_t *dst) {
+  if (g->deconv)
+    DNNL_TRY(dnnl_dilated_deconvolution_forward_desc_init(d, prop, dnnl_deconvolution_direct, src, wei, bias, dst,
+                                                          g->strides, g->dil, g->pad_l, g->pad_r));
+  else
+    DNNL_TRY(dnnl_dilated_convolution_forward_desc_init(d, prop, dnnl_convolution_direct, src, wei, bias, dst,
+                                                        g->strides, g->dil, g->pad_l, g->pad_r));
+  return 0;
+}
+
+static int init_bwd_data(const conv_geom *g, dnnl_convolution_desc_t *d, const dnnl_memory_desc_t *dsrc,
+                         const dnnl_memory_desc_t *wei, const dnnl_memory_desc_t *ddst) {
+  if (g->deconv)
+    DNNL_TRY(dnnl_dilated_deconvolution_backward_data_desc_init(d, dnnl_deconvolution_direct, dsrc, wei, ddst, g->strides,
+                                                                g->dil, g->pad_l, g->pad_r));
+  else
+    DNNL_TRY(dnnl_dilated_convolution_backward_data_desc_init(d, dnnl_convolution_direct, dsrc, wei, ddst, g->strides,
+                                                              g->dil, g->pad_l, g->pad_r));
+  return 0;
+}
+
+static int init_bwd_wei(const conv_geom *g, dnnl_convolution_desc_t *d, const dnnl_memory_desc_t *src,
+                        const dnnl_memory_desc_t *dwei, const dnnl_memory_desc_t *dbias, const dnnl_memory_desc_t *ddst) {
+  if (g->deconv)
+    DNNL_TRY(dnnl_dilated_deconvolution_backward_weights_desc_init(d, dnnl_deconvolution_direct, src, dwei, dbias, ddst,
+                                                                   g->strides, g->dil, g->pad_l, g->pad_r));
+  else
+    DNNL_TRY(dnnl_dilated_convolution_backward_weights_desc_init(d, dnnl_convolution_direct, src, dwei, dbias, ddst,
+                                                                 g->strides, g->dil, g->pad_l, g->pad_r));
+  return 0;
+}
+
+/* Plain f32 weights as the graph stores them, in oneDNN's dims: conv
+ * [O, I/g, kh, kw] (goihw when grouped); transposed conv stores [I, O, kh, kw],
+ * which is oneDNN's (O, I, kh, kw) in iohw order. */
+static int weight_mds(const sp_op_prep *p, const conv_geom *g, dnnl_memory_desc_t *plain, dnnl_memory_desc_t *any,
+                      dnnl_data_type_t dt) {
+  const sp_shape *w = &p->param_shape[0];
+  dnnl_dims_t d;
+  if (g->deconv) {
+    d[0] = w->d[1], d[1] = w->d[0], d[2] = w->d[2], d[3] = w->d[3];
+    DNNL_TRY(dnnl_memory_desc_init_by_tag(plain, 4, d, dnnl_f32, dnnl_iohw));
+    DNNL_TRY(dnnl_memory_desc_init_by_tag(any, 4, d, dt, dnnl_format_tag_any));
+  } else if (g->groups > 1) {
+    d[0] = g->groups, d[1] = w->d[0] / g->groups, d[2] = w->d[1], d[3] = w->d[2], d[4] = w->d[3];
+    DNNL_TRY(dnnl_memory_desc_init_by_tag(plain, 5, d, dnnl_f32, dnnl_goihw));
+    DNNL_TRY(dnnl_memory_desc_init_by_tag(any, 5, d, dt, dnnl_format_tag_any));
+  } else {
+    d[0] = w->d[0], d[1] = w->d[1], d[2] = w->d[2], d[3] = w->d[3];
+    DNNL_TRY(dnnl_memory_desc_init_by_tag(plain, 4, d, dnnl_f32, dnnl_oihw));
+    DNNL_TRY(dnnl_memory_desc_init_by_tag(any, 4, d, dt, dnnl_format_tag_any));
+  }
+  return 0;
+}
+
+/* Forward: the input's own layout if oneDNN has a fast kernel for it. */
+static int choose_fwd(sp_op_prep *p, conv_node *s, const conv_geom *g, const dnnl_memory_desc_t *src_any,
+                      const dnnl_memory_desc_t *wei_any, const dnnl_memory_desc_t *dst_any) {
+  dnnl_convolution_desc_t d;
+  dnnl_prop_kind_t prop = p->training ? dnnl_forward_training : dnnl_forward_inference;
+  const dnnl_memory_desc_t *bias = s->has_bias ? &s->bias_md : NULL;
+  dnnl_memory_desc_t x_dt;
+  if (!cpu_md_is_plain(&s->x_md) && s->x_md.data_type == src_any->data_type) {
+    x_dt = s->x_md;
+    dnnl_primitive_desc_t pd;
+    if (init_fwd(g, &d, prop, &x_dt, wei_any, bias, dst_any) == 0 && cpu_pd(&d, NULL, NULL, &pd) == 0) {
+      if (!cpu_pd_is_ref(pd)) {
+        s->fwd_pd = pd;
+        return cpu_adopt(&s->base, pd, &s->fwd);
+      }
+      dnnl_primitive_desc_destroy(pd);
+    }
+  }
+  if (init_fwd(g, &d, prop, src_any, wei_any, bias, dst_any)) return -1;
+  return cpu_make(&s->base, &d, NULL, NULL, &s->fwd_pd, &s->fwd);
+}
+
+/* Backward data: write diff_src in the input's layout and read the forward
+ * weights if a fast kernel takes them; else oneDNN's choice. */
+static int choose_bwd_data(conv_node *s, const conv_geom *g, const dnnl_memory_desc_t *src_any,
+                           const dnnl_memory_desc_t *wei_any) {
+  dnnl_convolution_desc_t d;
+  const dnnl_memory_desc_t *tries[3][2] = {{&s->x_md, &s->wei_md}, {&s->x_md, wei_any}, {src_any, wei_any}};
+  for (int t = 0; t < 3; t++) {
+    if (tries[t][0]->data_type != src_any->data_type) continue;
+    dnnl_primitive_desc_t pd;
+    if (init_bwd_data(g, &d, tries[t][0], tries[t][1], &s->dst_md) || cpu_pd(&d, s->fwd_pd, NULL, &pd)) continue;
+    if (t < 2 && cpu_pd_is_ref(pd)) {
+      dnnl_primitive_desc_destroy(pd);
+      continue;
+    }
+    s->bwd_data_pd = pd;
+    s->dsrc_md = *cpu_pd_md(pd, dnnl_query_diff_src_md, 0);
+    s->wei_bd_md = *cpu_pd_md(pd, dnnl_query_weights_md, 0);
+    return cpu_adopt(&s->base, pd, &s->bwd_data);
+  }
+  return sp_error_set("no backward-data convolution for these layouts");
+}
+
+/* Backward weights: read the source the forward used and the output
+ * gradient as it is if a fast kernel takes them; else channels-last (oneDNN's
+ * brgemm kernels take any channel count there, its blocked kernels do not
+ * take 8 input channels); else oneDNN's choice. */
+static int choose_bwd_wei(conv_node *s, const conv_geom *g, const dnnl_memory_desc_t *src_any,
+                          const dnnl_memory_desc_t *dwei_any) {
+  dnnl_convolution_desc_t d;
+  dnnl_memory_desc_t src_nhwc, dst_nhwc, dst_any;
+  DNNL_TRY(dnnl_memory_desc_init_by_tag(&src_nhwc, 4, src_any->dims, src_any->data_type, dnnl_acdb));
+  DNNL_TRY(dnnl_memory_desc_init_by_tag(&dst_nhwc, 4, s->dst_md.dims, s->dst_md.data_type, dnnl_acdb));
+  DNNL_TRY(dnnl_memory_desc_init_by_tag(&dst_any, 4, s->dst_md.dims, s->dst_md.data_type, dnnl_format_tag_any));
+  const dnnl_memory_desc_t *tries[4][2] = {
+      {&s->src_md, &s->dst_md}, {&s->x_md, &s->dst_md}, {&src_nhwc, &dst_nhwc}, {src_any, &dst_any}};
+  for (int t = 0; t < 4; t++) {
+    dnnl_primitive_desc_t pd;
+    if (tries[t][0]->data_type != src_any->data_type ||
+        init_bwd_wei(g, &d, tries[t][0], dwei_any, s->has_bias ? &s->bias_md : NULL, tries[t][1]) ||
+        cpu_pd(&d, s->fwd_pd, NULL, &pd))
+      continue;
+    if (t < 3 && cpu_pd_is_ref(pd)) {
+      dnnl_primitive_desc_destroy(pd);
+      continue;
+    }
+    s->bwd_wei_pd = pd;
+    s->src_bw_md = *cpu_pd_md(pd, dnnl_query_src_md, 0);
+    s->ddst_bw_md = *cpu_pd_md(pd, dnnl_query_diff_dst_md, 0);
+    s->dwei_md = *cpu_pd_md(pd, dnnl_query_diff_weights_md, 0);
+    return cpu_adopt(&s->base, pd, &s->bwd_wei);
+  }
+  return sp_error_set("no backward-weights convolution for these layouts");
+}
+
+static void grow(size_t *to, const_dnnl_primitive_desc_t pd) {
+  if (pd && cpu_scratchpad_bytes(pd) > *to) *to = cpu_scratchpad_bytes(pd);
+}
+
+static int conv_setup(sp_op_prep *p, conv_node *s, const conv_geom *g) {
+  dnnl_data_type_t dt = p->bf16 ? dnnl_bf16 : dnnl_f32;
+  dnnl_memory_desc_t src_any, wei_any, dst_any, dwei_any;
+  s->has_bias = p->n_param > 1;
+  s->run_backward = p->run_backward;
+  s->need_dx = p->run_backward && p->need_d_in[0];
+  s->need_dw = p->run_backward && (p->param_grad[0] || (s->has_bias && p->param_grad[1]));
+  if (cpu_md_input(&s->x_md, p, 0) || cpu_md_any(&src_any, &p->in_shape[0], dt) ||
+      weight_mds(p, g, &s->wplain_md, &wei_any, dt))
+    return -1;
+  if (p->out_plain ? cpu_md_plain(&dst_any, &p->out_shape, dnnl_f32) : cpu_md_any(&dst_any, &p->out_shape, dt))
+    return -1;
+  sp_shape bs = sp_shape1(p->out_shape.d[1]);
+  if (cpu_md_plain(&s->bias_md, &bs, dnnl_f32)) return -1;
+  s->n_bias = bs.d[0];
+
+  if (choose_fwd(p, s, g, &src_any, &wei_any, &dst_any)) return -1;
+  s->src_md = *cpu_pd_md(s->fwd_pd, dnnl_query_src_md, 0);
+  s->wei_md = *cpu_pd_md(s->fwd_pd, dnnl_query_weights_md, 0);
+  s->dst_md = *cpu_pd_md(s->fwd_pd, dnnl_query_dst_md, 0);
+  s->base.out_md = s->dst_md;
+  s->reorder_src = !cpu_md_equal(&s->x_md, &s->src_md);
+  if (s->reorder_src && cpu_make_reorder(&s->base, &s->x_md, &s->src_md, 0, &s->re_pd[R_SRC], &s->re[R_SRC])) return -1;
+  if (cpu_make_reorder(&s->base, &s->wplain_md, &s->wei_md, 0, &s->re_pd[R_WEI], &s->re[R_WEI])) return -1;
+
+  if (s->need_dx) {
+    if (choose_bwd_data(s, g, &src_any, &wei_any)) return -1;
+    s->reorder_wei_bd = !cpu_md_equal(&s->wei_bd_md, &s->wei_md);
+    if ((s->reorder_wei_bd &&
+         cpu_make_reorder(&s->base, &s->wplain_md, &s->wei_bd_md, 0, &s->re_pd[R_WEI_BD], &s->re[R_WEI_BD])) ||
+        cpu_make_reorder(&s->base, &s->dsrc_md, &s->x_md, 0, &s->re_pd[R_DX_SET], &s->re[R_DX_SET]) ||
+        cpu_make_reorder(&s->base, &s->dsrc_md, &s->x_md, 1, &s->re_pd[R_DX_ACC], &s->re[R_DX_ACC]))
+      return -1;
+  }
+  if (s->need_dw) {
+    if (cpu_md_retype(&dwei_any, &wei_any, dnnl_f32) || choose_bwd_wei(s, g, &src_any, &dwei_any)) return -1;
+    s->reorder_src_bw = !cpu_md_equal(&s->src_bw_md, &s->src_md);
+    s->reorder_ddst_bw = !cpu_md_equal(&s->ddst_bw_md, &s->dst_md);
+    if ((s->reorder_ddst_bw &&
+         cpu_make_reorder(&s->base, &s->dst_md, &s->ddst_bw_md, 0, &s->re_pd[R_DDST_BW], &s->re[R_DDST_BW])) ||
+        (s->reorder_src_bw &&
+         cpu_make_reorder(&s->base, &s->src_md, &s->src_bw_md, 0, &s->re_pd[R_SRC_BW], &s->re[R_SRC_BW])) ||
+        cpu_make_reorder(&s->base, &s->dwei_md, &s->wplain_md, 1, &s->re_pd[R_DW], &s->re[R_DW]))
+      return -1;
+  }
+
+  /* Scratch: the largest primitive scratchpad first, then temporaries. */
+  size_t fwd = 0, bwd = 0, keep = 0;
+  for (int r = 0; r < N_REORDERS; r++) grow(r <= R_WEI ? &fwd : &bwd, s->re_pd[r]);
+  grow(&fwd, s->fwd_pd);
+  grow(&bwd, s->bwd_data_pd);
+  grow(&bwd, s->bwd_wei_pd);
+  size_t *k = s->run_backward ? &keep : &fwd;
+  if (s->reorder_src) s->src_off = cpu_take(k, cpu_md_bytes(&s->src_md));
+  s->wei_off = cpu_take(k, cpu_md_bytes(&s->wei_md));
+  if (s->need_dx) {
+    s->dsrc_off = cpu_take(&bwd, cpu_md_bytes(&s->dsrc_md));
+    if (s->reorder_wei_bd) s->wbd_off = cpu_take(&bwd, cpu_md_bytes(&s->wei_bd_md));
+  }
+  if (s->need_dw) {
+    s->dwei_off = cpu_take(&bwd, cpu_md_bytes(&s->dwei_md));
+    s->dbias_off = cpu_take(&bwd, sizeof(float) * (size_t)s->n_bias);
+    if (s->reorder_src_bw) s->sbw_off = cpu_take(&bwd, cpu_md_bytes(&s->src_bw_md));
+    if (s->reorder_ddst_bw) s->dbw_off = cpu_take(&bwd, cpu_md_bytes(&s->ddst_bw_md));
+  }
+  p->saved_bytes = keep;
+  p->fwd_scratch_bytes = fwd;
+  p->bwd_scratch_bytes = bwd;
+  cpu_report(p, &s->base);
+  return 0;
+}
+
+int cpu_conv_prepare(sp_op_prep *p) {
+  const sp_conv2d_attr *at = p->attr;
+  if (p->in_shape[0].ndim != 4) return cpu_adapter_prepare(p);
+  conv_geom g = {0, at->groups, {at->stride_h, at->stride_w}, {at->dil_h - 1, at->dil_w - 1},
+                 {at->pad_h, at->pad_w}, {at->pad_h, at->pad_w}};
+  /* oneDNN wants the right padding that reproduces the output size exactly;
+   * PyTorch's floor can drop input rows, which a smaller right pad expresses. */
+  for (int i = 0; i < 2; i++) {
+    int64_t in = p->in_shape[0].d[2 + i], out = p->out_shape.d[2 + i], k = p->param_shape[0].d[2 + i];
+    g.pad_r[i] = (out - 1) * g.strides[i] + (k - 1) * (g.dil[i] + 1) + 1 - in - g.pad_l[i];
+  }
+  conv_node *s = cpu_node_new(sizeof *s, &conv_vt);
+  if (conv_setup(p, s, &g) != 0) return cpu_fallback(p, &s->base);
+  return 0;
+}
+
+int cpu_deconv_prepare(sp_op_prep *p) {
+  const sp_conv_transpose2d_attr *at = p->attr;
+  if (p->in_shape[0].ndim != 4 || at->groups != 1) return cpu_adapter_prepare(p);
+  conv_geom g = {1, 1, {at->stride_h, at->stride_w}, {at->dil_h - 1, at->dil_w - 1},
+                 {at->pad_h, at->pad_w}, {at->pad_h - at->out_pad_h, at->pad_w - at->out_pad_w}};
+  conv_node *s = cpu_node_new(sizeof *s, &conv_vt);
+  if (conv_setup(p, s, &g) != 0) return cpu_fallback(p, &s->base);
+  return 0;
+}
+#endif

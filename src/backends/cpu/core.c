@@ -1,0 +1,289 @@
+/* cpu backend plumbing: engine and stream, error reporting, node lifetime,
+ * memory descriptors, primitive creation and execution records. */
+#ifdef SPRY_HAVE_DNNL
+#include <oneapi/dnnl/dnnl_debug.h>
+#include <pthread.h>
+#include <string.h>
+
+#include "backends/cpu/cpu.h"
+
+int cpu_dnnl_fail(const char *file, int line, const char *call, dnnl_status_t st) {
+  return sp_error_set_at(file, line, "oneDNN %s failed: %s", call, dnnl_status2str(st));
+}
+
+void cpu_dnnl_abort(const char *file, int line, const char *call, dnnl_status_t st) {
+  fprintf(stderr, "spry: %s:%d: oneDNN %s failed while running a bound primitive: %s\n", file, line, call,
+          dnnl_status2str(st));
+  abort();
+}
+
+static dnnl_engine_t g_engine;
+static dnnl_stream_t g_stream;
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+
+/* One engine and one in-order stream for the process: the CPU engine is
+ * stateless apart from its kernels' JIT cache, and execution is synchronous. */
+static void make_engine(void) {
+  if (dnnl_engine_create(&g_engine, dnnl_cpu, 0) != dnnl_success) return;
+  if (dnnl_stream_create(&g_stream, g_engine, dnnl_stream_default_flags) != dnnl_success) g_stream = NULL;
+}
+
+dnnl_engine_t cpu_engine(void) {
+  pthread_once(&g_once, make_engine);
+  return g_engine;
+}
+
+dnnl_stream_t cpu_stream(void) {
+  pthread_once(&g_once, make_engine);
+  return g_stream;
+}
+
+void *cpu_node_new(size_t size, const cpu_vt *vt) {
+  cpu_node *n = sp_xcalloc(1, size);
+  n->vt = vt;
+  return n;
+}
+
+void cpu_node_free(cpu_node *n) {
+  if (!n) return;
+  if (n->vt && n->vt->release) n->vt->release(n);
+  for (int i = 0; i < n->n_mems; i++) dnnl_memory_destroy(n->mems[i]);
+  for (int i = 0; i < n->n_prims; i++) dnnl_primitive_destroy(n->prims[i]);
+  for (int i = 0; i < n->n_pds; i++) dnnl_primitive_desc_destroy(n->pds[i]);
+  free(n);
+}
+
+void cpu_report(sp_op_prep *p, cpu_node *n) {
+  p->state = n;
+  n->out_plain = cpu_md_is_plain(&n->out_md) && n->out_md.data_type == dnnl_f32;
+  p->out_layout = n->out_plain ? NULL : &n->out_md;
+  p->out_bytes = cpu_md_bytes(&n->out_md);
+}
+
+/* ---- memory descriptors ---- */
+
+dnnl_data_type_t cpu_dt(sp_dtype t) {
+  switch (t) {
+  case SP_BF16: return dnnl_bf16;
+  case SP_U8: return dnnl_u8;
+  case SP_I32: return dnnl_s32;
+  default: return dnnl_f32;
+  }
+}
+
+static void dims_of(const sp_shape *s, dnnl_dims_t d) {
+  for (int i = 0; i < s->ndim; i++) d[i] = s->d[i];
+}
+
+int cpu_md_plain(dnnl_memory_desc_t *md, const sp_shape *s, dnnl_data_type_t dt) {
+  static const dnnl_format_tag_t tags[6] = {dnnl_format_tag_undef, dnnl_a, dnnl_ab, dnnl_abc, dnnl_abcd, dnnl_abcde};
+  dnnl_dims_t d;
+  if (s->ndim < 1 || s->ndim > 5) return sp_error_set("cpu backend: %d-dimensional tensors are not supported", s->ndim);
+  dims_of(s, d);
+  DNNL_TRY(dnnl_memory_desc_init_by_tag(md, s->ndim, d, dt, tags[s->ndim]));
+  return 0;
+}
+
+int cpu_md_any(dnnl_memory_desc_t *md, const sp_shape *s, dnnl_data_type_t dt) {
+  dnnl_dims_t d;
+  dims_of(s, d);
+  DNNL_TRY(dnnl_memory_desc_init_by_tag(md, s->ndim, d, dt, dnnl_format_tag_any));
+  return 0;
+}
+
+int cpu_md_input(dnnl_memory_desc_t *md, const sp_op_prep *p, int k) {
+  if (p->in_layout[k]) {
+    *md = *(const dnnl_memory_desc_t *)p->in_layout[k];
+    return 0;
+  }
+  return cpu_md_plain(md, &p->in_shape[k], cpu_dt(p->in_dtype[k]));
+}
+
+int cpu_md_retype(dnnl_memory_desc_t *md, const dnnl_memory_desc_t *src, dnnl_data_type_t dt) {
+  *md = *src;
+  if (src->data_type == dt) return 0;
+  if (src->format_kind == dnnl_format_kind_any) {
+    md->data_type = dt;
+    return 0;
+  }
+  if (src->format_kind != dnnl_blocked) return sp_error_set("cpu backend: cannot retype a non-blocked layout");
+  /* Same blocking, element size changes: strides are in elements, so only
+   * the type changes (the extra/compensation fields are unused for f32/bf16). */
+  md->data_type = dt;
+  return 0;
+}
+
+int cpu_md_equal(const dnnl_memory_desc_t *a, const dnnl_memory_desc_t *b) { return dnnl_memory_desc_equal(a, b); }
+
+int cpu_md_is_plain(const dnnl_memory_desc_t *md) {
+  if (md->format_kind != dnnl_blocked || md->format_desc.blocking.inner_nblks != 0) return 0;
+  /* Row-major dense: strides decrease and each is the product of the dims after it. */
+  dnnl_dim_t want = 1;
+  for (int i = md->ndims - 1; i >= 0; i--) {
+    if (md->padded_dims[i] != md->dims[i] || md->padded_offsets[i] != 0) return 0;
+    if (md->dims[i] != 1 && md->format_desc.blocking.strides[i] != want) return 0;
+    want *= md->dims[i];
+  }
+  return md->offset0 == 0;
+}
+
+size_t cpu_md_bytes(const dnnl_memory_desc_t *md) { return dnnl_memory_desc_get_size(md); }
+
+const dnnl_memory_desc_t *cpu_pd_md(const_dnnl_primitive_desc_t pd, dnnl_query_t what, int index) {
+  return dnnl_primitive_desc_query_md(pd, what, index);
+}
+
+/* ---- primitives ---- */
+
+static int keep(cpu_node *n, dnnl_primitive_desc_t pd, dnnl_primitive_t prim) {
+  if (n->n_pds >= CPU_MAX_PRIMS) {
+    dnnl_primitive_destroy(prim);
+    dnnl_primitive_desc_destroy(pd);
+    return sp_error_set("cpu backend: more than %d primitives in one node", CPU_MAX_PRIMS);
+  }
+  n->pds[n->n_pds++] = pd;
+  n->prims[n->n_prims++] = prim;
+  return 0;
+}
+
+static int make_attr(dnnl_primitive_attr_t *attr, const_dnnl_post_ops_t post_ops) {
+  DNNL_TRY(dnnl_primitive_attr_create(attr));
+  dnnl_status_t st = dnnl_primitive_attr_set_scratchpad_mode(*attr, dnnl_scratchpad_mode_user);
+  if (st == dnnl_success && post_ops) st = dnnl_primitive_attr_set_post_ops(*attr, post_ops);
+  if (st != dnnl_success) {
+    dnnl_primitive_attr_destroy(*attr);
+    return cpu_dnnl_fail(__FILE__, __LINE__, "dnnl_primitive_attr_set_*", st);
+  }
+  return 0;
+}
+
+int cpu_pd(const void *op_desc, const_dnnl_primitive_desc_t hint, const_dnnl_post_ops_t post_ops,
+           dnnl_primitive_desc_t *pd) {
+  dnnl_primitive_attr_t attr;
+  if (make_attr(&attr, post_ops) != 0) return -1;
+  dnnl_status_t st = dnnl_primitive_desc_create(pd, op_desc, attr, cpu_engine(), hint);
+  dnnl_primitive_attr_destroy(attr);
+  if (st != dnnl_success) return cpu_dnnl_fail(__FILE__, __LINE__, "dnnl_primitive_desc_create", st);
+  return 0;
+}
+
+int cpu_adopt(cpu_node *n, dnnl_primitive_desc_t pd, dnnl_primitive_t *prim) {
+  dnnl_status_t st = dnnl_primitive_create(prim, pd);
+  if (st != dnnl_success) {
+    dnnl_primitive_desc_destroy(pd);
+    return cpu_dnnl_fail(__FILE__, __LINE__, "dnnl_primitive_create", st);
+  }
+  return keep(n, pd, *prim);
+}
+
+int cpu_make(cpu_node *n, const void *op_desc, const_dnnl_primitive_desc_t hint, const_dnnl_post_ops_t post_ops,
+             dnnl_primitive_desc_t *pd, dnnl_primitive_t *prim) {
+  if (cpu_pd(op_desc, hint, post_ops, pd) != 0) return -1;
+  return cpu_adopt(n, *pd, prim);
+}
+
+int cpu_make_reorder(cpu_node *n, const dnnl_memory_desc_t *src, const dnnl_memory_desc_t *dst, int accumulate,
+                     dnnl_primitive_desc_t *pd, dnnl_primitive_t *prim) {
+  dnnl_post_ops_t po = NULL;
+  if (accumulate) {
+    DNNL_TRY(dnnl_post_ops_create(&po));
+    dnnl_status_t st = dnnl_post_ops_append_sum(po, 1.0f);
+    if (st != dnnl_success) {
+      dnnl_post_ops_destroy(po);
+      return cpu_dnnl_fail(__FILE__, __LINE__, "dnnl_post_ops_append_sum", st);
+    }
+  }
+  dnnl_primitive_attr_t attr;
+  int rc = make_attr(&attr, po);
+  if (po) dnnl_post_ops_destroy(po);
+  if (rc != 0) return -1;
+  dnnl_status_t st = dnnl_reorder_primitive_desc_create(pd, src, cpu_engine(), dst, cpu_engine(), attr);
+  dnnl_primitive_attr_destroy(attr);
+  if (st != dnnl_success) return cpu_dnnl_fail(__FILE__, __LINE__, "dnnl_reorder_primitive_desc_create", st);
+  st = dnnl_primitive_create(prim, *pd);
+  if (st != dnnl_success) {
+    dnnl_primitive_desc_destroy(*pd);
+    return cpu_dnnl_fail(__FILE__, __LINE__, "dnnl_primitive_create (reorder)", st);
+  }
+  return keep(n, *pd, *prim);
+}
+
+int cpu_pd_is_ref(const_dnnl_primitive_desc_t pd) {
+  const char *impl = NULL;
+  if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success || !impl) return 0;
+  return strncmp(impl, "ref", 3) == 0;
+}
+
+size_t cpu_scratchpad_bytes(const_dnnl_primitive_desc_t pd) {
+  const dnnl_memory_desc_t *md = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+  return md ? dnnl_memory_desc_get_size(md) : 0;
+}
+
+/* ---- memory and execution ---- */
+
+dnnl_memory_t cpu_mem(cpu_node *n, const dnnl_memory_desc_t *md, void *ptr) {
+  dnnl_memory_t m;
+  if (n->n_mems >= CPU_MAX_MEMS) {
+    sp_error_set("cpu backend: more than %d memory objects in one node", CPU_MAX_MEMS);
+    return NULL;
+  }
+  dnnl_status_t st = dnnl_memory_create(&m, md, cpu_engine(), ptr);
+  if (st != dnnl_success) {
+    cpu_dnnl_fail(__FILE__, __LINE__, "dnnl_memory_create", st);
+    return NULL;
+  }
+  n->mems[n->n_mems++] = m;
+  return m;
+}
+
+void cpu_exec_init(cpu_exec *e, dnnl_primitive_t prim) {
+  e->prim = prim;
+  e->n_args = 0;
+}
+
+int cpu_exec_arg(cpu_exec *e, cpu_node *n, int arg, const dnnl_memory_desc_t *md, void *ptr) {
+  if (e->n_args >= CPU_MAX_ARGS) return sp_error_set("cpu backend: too many primitive arguments");
+  dnnl_memory_t m = cpu_mem(n, md, ptr);
+  if (!m) return -1;
+  e->args[e->n_args++] = (dnnl_exec_arg_t){arg, m};
+  return 0;
+}
+
+int cpu_exec_scratchpad(cpu_exec *e, cpu_node *n, const_dnnl_primitive_desc_t pd, char *scratch) {
+  const dnnl_memory_desc_t *md = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+  if (!md || dnnl_memory_desc_get_size(md) == 0) return 0;
+  if (!scratch) return sp_error_set("cpu backend: a primitive needs a scratchpad but the node has no scratch");
+  return cpu_exec_arg(e, n, DNNL_ARG_SCRATCHPAD, md, scratch);
+}
+
+void cpu_exec_run(const cpu_exec *e) {
+  if (!e->prim) return;
+  DNNL_RUN(dnnl_primitive_execute(e->prim, cpu_stream(), e->n_args, e->args));
+}
+
+int cpu_bind_reorder(cpu_exec *e, cpu_node *n, const_dnnl_primitive_desc_t pd, dnnl_primitive_t prim, void *src_ptr,
+                     void *dst_ptr, char *scratch) {
+  cpu_exec_init(e, prim);
+  if (cpu_exec_arg(e, n, DNNL_ARG_FROM, cpu_pd_md(pd, dnnl_query_src_md, 0), src_ptr) != 0 ||
+      cpu_exec_arg(e, n, DNNL_ARG_TO, cpu_pd_md(pd, dnnl_query_dst_md, 0), dst_ptr) != 0)
+    return -1;
+  return cpu_exec_scratchpad(e, n, pd, scratch);
+}
+
+int cpu_fallback(sp_op_prep *p, cpu_node *n) {
+  if (getenv("SPRY_CPU_VERBOSE"))
+    fprintf(stderr, "spry cpu backend: %s runs the reference kernel (%s)\n", p->op->name, sp_last_error());
+  cpu_node_free(n);
+  return cpu_adapter_prepare(p);
+}
+
+size_t cpu_take(size_t *used, size_t bytes) {
+  size_t at = (*used + 63) & ~(size_t)63;
+  *used = at + bytes;
+  return at;
+}
+
+void cpu_add_f32(float *dst, const float *src, size_t n) {
+  for (size_t i = 0; i < n; i++) dst[i] += src[i];
+}
+#endif

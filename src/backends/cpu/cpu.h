@@ -1,0 +1,150 @@
+/* The cpu backend's internals (oneDNN C API), shared by the files of cpu/.
+ *
+ * Every op the backend runs is one `cpu_node` (the sp_op_args.impl state):
+ * prepare() creates its primitive descriptors and primitives once per plan and
+ * reports its output layout (a dnnl_memory_desc_t owned by the node), bind()
+ * wraps the arena's buffers in dnnl memory objects, forward/backward execute.
+ * A node starts with a vtable so prepare can pick the oneDNN path or, for
+ * cases oneDNN cannot do as PyTorch does, the plain adapter (adapter.c: the
+ * reference kernel after one documented reorder to plain f32).
+ *
+ * Layout rules: a value's gradient has the value's layout; graph inputs,
+ * graph outputs and losses are plain f32; parameters are plain f32 in the
+ * graph (master weights) and reordered (to blocked, and to bf16 in bf16 plans)
+ * into the node's saved buffer each forward. */
+#ifndef SPRY_BACKENDS_CPU_H
+#define SPRY_BACKENDS_CPU_H
+
+#include <oneapi/dnnl/dnnl.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "ops/op.h"
+
+/* Status checks that name the call. DNNL_TRY returns -1 with the error set
+ * (prepare/bind); DNNL_RUN aborts (execution cannot fail once bound, so a
+ * failure there is a bug, and forward/backward return void). */
+#define DNNL_TRY(call)                                                                  \
+  do {                                                                                  \
+    dnnl_status_t st_ = (call);                                                         \
+    if (st_ != dnnl_success) return cpu_dnnl_fail(__FILE__, __LINE__, #call, st_);       \
+  } while (0)
+#define DNNL_RUN(call)                                                                  \
+  do {                                                                                  \
+    dnnl_status_t st_ = (call);                                                         \
+    if (st_ != dnnl_success) cpu_dnnl_abort(__FILE__, __LINE__, #call, st_);            \
+  } while (0)
+int cpu_dnnl_fail(const char *file, int line, const char *call, dnnl_status_t st);
+void cpu_dnnl_abort(const char *file, int line, const char *call, dnnl_status_t st) __attribute__((noreturn));
+
+dnnl_engine_t cpu_engine(void); /* process-wide, created on first use */
+dnnl_stream_t cpu_stream(void);
+
+/* ---- nodes ---------------------------------------------------------------- */
+typedef struct cpu_node cpu_node;
+typedef struct {
+  void (*forward)(cpu_node *n, const sp_op_args *a);
+  void (*backward)(cpu_node *n, const sp_op_args *a);
+  int (*bind)(cpu_node *n, const sp_op_args *a, char *fwd_scratch, char *bwd_scratch);
+  void (*release)(cpu_node *n); /* op-specific parts; the common ones go in cpu_node_free */
+} cpu_vt;
+
+#define CPU_MAX_PRIMS 16
+#define CPU_MAX_MEMS 48
+#define CPU_MAX_ARGS 12
+
+/* One primitive execution with its arguments (bound memory objects). */
+typedef struct {
+  dnnl_primitive_t prim;
+  int n_args;
+  dnnl_exec_arg_t args[CPU_MAX_ARGS];
+} cpu_exec;
+
+struct cpu_node {
+  const cpu_vt *vt;
+  dnnl_memory_desc_t out_md; /* the output's layout (the plan's opaque layout) */
+  int out_plain;             /* out_md is plain: report NULL to the plan */
+  int n_pds, n_prims, n_mems;
+  dnnl_primitive_desc_t pds[CPU_MAX_PRIMS];
+  dnnl_primitive_t prims[CPU_MAX_PRIMS];
+  dnnl_memory_t mems[CPU_MAX_MEMS];
+};
+
+/* Allocates a zeroed node of `size` bytes (an op struct starting with cpu_node). */
+void *cpu_node_new(size_t size, const cpu_vt *vt);
+void cpu_node_free(cpu_node *n);
+/* Finishes prepare: reports state, layout and output bytes to the plan. */
+void cpu_report(sp_op_prep *p, cpu_node *n);
+
+/* ---- memory descriptors ------------------------------------------------------ */
+dnnl_data_type_t cpu_dt(sp_dtype t);
+/* Plain row-major md for a shape (1-5 dims). */
+int cpu_md_plain(dnnl_memory_desc_t *md, const sp_shape *s, dnnl_data_type_t dt);
+/* format_any md (the primitive chooses). */
+int cpu_md_any(dnnl_memory_desc_t *md, const sp_shape *s, dnnl_data_type_t dt);
+/* Input k's layout: the producer's md, or plain for a plain value. */
+int cpu_md_input(dnnl_memory_desc_t *md, const sp_op_prep *p, int k);
+/* The same layout in another data type (bf16 <-> f32). */
+int cpu_md_retype(dnnl_memory_desc_t *md, const dnnl_memory_desc_t *src, dnnl_data_type_t dt);
+int cpu_md_equal(const dnnl_memory_desc_t *a, const dnnl_memory_desc_t *b);
+int cpu_md_is_plain(const dnnl_memory_desc_t *md);
+size_t cpu_md_bytes(const dnnl_memory_desc_t *md);
+/* A primitive descriptor's md for a query (dnnl_query_src_md, ...). */
+const dnnl_memory_desc_t *cpu_pd_md(const_dnnl_primitive_desc_t pd, dnnl_query_t what, int index);
+
+/* ---- primitives --------------------------------------------------------------- */
+/* Creates a primitive descriptor (user-managed scratchpad, so scratchpads live
+ * in the plan's arena) and its primitive; both are owned by n. post_ops may
+ * be NULL. Returns 0 or -1 with the error set. */
+/* The two halves of cpu_make, for trying layouts: a descriptor the caller
+ * owns (destroy it if unused), and adopting one into n with its primitive. */
+int cpu_pd(const void *op_desc, const_dnnl_primitive_desc_t hint, const_dnnl_post_ops_t post_ops,
+           dnnl_primitive_desc_t *pd);
+int cpu_adopt(cpu_node *n, dnnl_primitive_desc_t pd, dnnl_primitive_t *prim);
+int cpu_make(cpu_node *n, const void *op_desc, const_dnnl_primitive_desc_t hint, const_dnnl_post_ops_t post_ops,
+             dnnl_primitive_desc_t *pd, dnnl_primitive_t *prim);
+/* A reorder src -> dst; accumulate adds into dst (sum post-op) instead of
+ * overwriting. */
+int cpu_make_reorder(cpu_node *n, const dnnl_memory_desc_t *src, const dnnl_memory_desc_t *dst, int accumulate,
+                     dnnl_primitive_desc_t *pd, dnnl_primitive_t *prim);
+size_t cpu_scratchpad_bytes(const_dnnl_primitive_desc_t pd);
+/* The implementation is oneDNN's reference (slow) kernel: "ref:any". */
+int cpu_pd_is_ref(const_dnnl_primitive_desc_t pd);
+
+/* A memory object over ptr (owned by n); NULL with the error set on failure. */
+dnnl_memory_t cpu_mem(cpu_node *n, const dnnl_memory_desc_t *md, void *ptr);
+/* Starts an execution record and adds arguments to it (bind time). */
+void cpu_exec_init(cpu_exec *e, dnnl_primitive_t prim);
+int cpu_exec_arg(cpu_exec *e, cpu_node *n, int arg, const dnnl_memory_desc_t *md, void *ptr);
+/* The primitive's scratchpad (at the start of the step's scratch region). */
+int cpu_exec_scratchpad(cpu_exec *e, cpu_node *n, const_dnnl_primitive_desc_t pd, char *scratch);
+void cpu_exec_run(const cpu_exec *e);
+/* Binds a reorder made by cpu_make_reorder: from src_ptr to dst_ptr. */
+int cpu_bind_reorder(cpu_exec *e, cpu_node *n, const_dnnl_primitive_desc_t pd, dnnl_primitive_t prim, void *src_ptr,
+                     void *dst_ptr, char *scratch);
+
+/* Bump allocation inside a node's scratch or saved region (64-byte aligned). */
+size_t cpu_take(size_t *used, size_t bytes);
+
+/* Falls back to the plain adapter when oneDNN refuses a case (logged when
+ * SPRY_CPU_VERBOSE is set); n (may be NULL) is freed first. */
+int cpu_fallback(sp_op_prep *p, cpu_node *n);
+
+/* Adds src[0..n) into dst[0..n) (f32; parameter gradients, n small). */
+void cpu_add_f32(float *dst, const float *src, size_t n);
+
+/* ---- ops (one file each) -------------------------------------------------------- */
+int cpu_adapter_prepare(sp_op_prep *p); /* adapter.c: the reference kernel on plain f32 */
+int cpu_conv_prepare(sp_op_prep *p);    /* conv.c: conv2d */
+int cpu_deconv_prepare(sp_op_prep *p);  /* conv.c: conv_transpose2d */
+int cpu_linear_prepare(sp_op_prep *p);
+int cpu_bnorm_prepare(sp_op_prep *p);
+int cpu_relu_prepare(sp_op_prep *p);
+int cpu_maxpool_prepare(sp_op_prep *p);
+int cpu_avgpool_prepare(sp_op_prep *p);
+int cpu_global_avgpool_prepare(sp_op_prep *p);
+int cpu_upsample_prepare(sp_op_prep *p);
+int cpu_add_prepare(sp_op_prep *p);
+int cpu_concat_prepare(sp_op_prep *p);
+
+#endif

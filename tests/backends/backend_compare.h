@@ -1,0 +1,171 @@
+/* Runs the same graph on the ref backend and on the cpu backend and compares
+ * what training sees: the output, the loss, every parameter gradient and the
+ * BN running statistics after one forward + backward. Header-only: shared by
+ * tests/backends/test_cpu_*.c.
+ *
+ * Each case builds `x -> body -> y`; the harness adds y as the output "y" and
+ * an MSE loss against a random target, so y's gradient is dense and random.
+ * Tolerances are per tensor and norm-free: max |cpu - ref| <= tol * max |ref|
+ * (+ 1e-12), which is what "1e-4 relative" means for tensors whose elements
+ * cross zero. A gradient whose values all stay below 1% of the largest
+ * gradient in the model (a bias right before BN has no true gradient: both
+ * backends return rounding noise) is held to that 1% level instead. Plans are made with SP_PLAN_POISON, so a read of a dead buffer
+ * (or of a blocked layout's padding after the buffer was reused) shows up as
+ * NaN. */
+#ifndef SPRY_TEST_BACKEND_COMPARE_H
+#define SPRY_TEST_BACKEND_COMPARE_H
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "ops/ops.h"
+#include "backends/backend.h"
+#include "spry/graph.h"
+#include "testkit.h"
+
+typedef sp_value (*cmp_build_fn)(sp_graph *g, sp_value x);
+
+typedef struct {
+  const char *label;
+  cmp_build_fn build;
+  int n, c, h, w;
+  int training;   /* 1: training plan, forward + backward; 0: inference plan */
+  unsigned flags; /* extra plan flags for the cpu plan (SP_PLAN_BF16) */
+  double tol;     /* per-tensor tolerance; default 1e-4 */
+} cmp_case;
+
+/* Skips the calling test when this build has no cpu backend. */
+static inline void cmp_require_cpu(void) {
+  if (!sp_backend_op(SP_BACKEND_CPU, &sp_op_relu)) {
+    printf("# cpu backend not built (%s): skipped\n", sp_last_error());
+    skip();
+  }
+}
+
+static inline double cmp_max_err(const float *got, const float *want, int64_t n, int64_t *worst, double *scale) {
+  double err = 0, mx = 0;
+  *worst = 0;
+  for (int64_t i = 0; i < n; i++) {
+    double d = fabs((double)got[i] - (double)want[i]);
+    if (!(d <= err)) err = d, *worst = i; /* NaN counts as worst */
+    if (fabs(want[i]) > mx) mx = fabs(want[i]);
+  }
+  *scale = mx;
+  return err;
+}
+
+static inline void cmp_tensor_floor(const cmp_case *c, const char *what, const float *got, const float *want,
+                                    int64_t n, double tol, double floor) {
+  int64_t worst;
+  double scale, err = cmp_max_err(got, want, n, &worst, &scale);
+  if (scale < floor) scale = floor;
+  if (!(err <= tol * scale + 1e-12))
+    fail_msg("[%s] %s[%lld]: cpu %.8g vs ref %.8g (max error %.3g > %.1g x max |ref| %.3g)", c->label, what,
+             (long long)worst, got[worst], want[worst], err, tol, scale);
+}
+
+static inline void cmp_tensor(const cmp_case *c, const char *what, const float *got, const float *want, int64_t n,
+                              double tol) {
+  cmp_tensor_floor(c, what, got, want, n, tol, 0);
+}
+
+/* 1% of the largest |gradient| over the graph's parameters. */
+static inline double cmp_grad_floor(sp_graph *g) {
+  double mx = 0;
+  for (int i = 0; i < sp_graph_param_count(g); i++) {
+    const sp_tensor *gr = sp_graph_param_grad(g, i);
+    if (!gr) continue;
+    for (int64_t j = 0; j < sp_tensor_numel(gr); j++) mx = fmax(mx, fabs(((const float *)gr->data)[j]));
+  }
+  return 0.01 * mx;
+}
+
+static inline sp_graph *cmp_graph(const cmp_case *c, sp_value *y) {
+  sp_graph *g = sp_graph_new(7);
+  sp_value x = sp_graph_input(g, "x", SP_F32, c->c);
+  *y = c->build(g, x);
+  sp_graph_output(g, *y, "y");
+  sp_value t = sp_graph_input(g, "t", SP_F32, -1);
+  sp_graph_loss(g, sp_mse_loss(g, *y, t), 1.0f);
+  if (sp_graph_error(g)) fail_msg("[%s] %s", c->label, sp_graph_error(g));
+  return g;
+}
+
+static inline sp_plan *cmp_plan(const cmp_case *c, sp_graph *g, const sp_shape *y_shape, sp_backend b,
+                                unsigned flags) {
+  sp_input_shape in[2] = {{"x", sp_shape4(c->n, c->c, c->h, c->w)}, {"t", *y_shape}};
+  sp_plan *p = sp_plan_new(g, 2, in, b, c->training, SP_PLAN_POISON | flags);
+  if (!p) fail_msg("[%s] %s plan: %s", c->label, sp_backend_name(b), sp_last_error());
+  return p;
+}
+
+/* The output's shape, from a throwaway inference plan of the body alone. */
+static inline sp_shape cmp_out_shape(const cmp_case *c) {
+  sp_graph *g = sp_graph_new(7);
+  sp_value x = sp_graph_input(g, "x", SP_F32, c->c);
+  sp_value y = c->build(g, x);
+  if (sp_graph_error(g)) fail_msg("[%s] %s", c->label, sp_graph_error(g));
+  sp_input_shape in = {"x", sp_shape4(c->n, c->c, c->h, c->w)};
+  sp_plan *p = sp_plan_new(g, 1, &in, SP_BACKEND_REF, 0, 0);
+  if (!p) fail_msg("[%s] %s", c->label, sp_last_error());
+  sp_shape s = *sp_plan_shape(p, y);
+  sp_plan_free(p);
+  sp_graph_free(g);
+  return s;
+}
+
+static inline void cmp_fill(sp_plan *p, uint64_t seed) {
+  sp_test_rng r = {seed};
+  sp_tensor *x = sp_plan_input(p, "x"), *t = sp_plan_input(p, "t");
+  sp_test_fill_uniform(&r, x->data, sp_tensor_numel(x), -1, 1);
+  sp_test_fill_uniform(&r, t->data, sp_tensor_numel(t), -1, 1);
+}
+
+/* Runs the case on both backends and compares. */
+static inline void cmp_run(const cmp_case *c) {
+  double tol = c->tol > 0 ? c->tol : 1e-4;
+  sp_shape ys = cmp_out_shape(c);
+  sp_value y[2];
+  sp_graph *g[2] = {cmp_graph(c, &y[0]), cmp_graph(c, &y[1])};
+  sp_plan *p[2] = {cmp_plan(c, g[0], &ys, SP_BACKEND_REF, 0), cmp_plan(c, g[1], &ys, SP_BACKEND_CPU, c->flags)};
+  for (int b = 0; b < 2; b++) {
+    for (int i = 0; i < sp_graph_param_count(g[b]); i++) {
+      /* Same values in both graphs: BN running stats get a non-trivial start. */
+      sp_tensor *v = sp_graph_param_value(g[b], i);
+      sp_test_rng r = {1000u + (uint64_t)i};
+      if (strstr(sp_graph_param_name(g[b], i), "running_var"))
+        sp_test_fill_uniform(&r, v->data, sp_tensor_numel(v), 0.5f, 1.5f);
+      else if (strstr(sp_graph_param_name(g[b], i), "running_mean"))
+        sp_test_fill_uniform(&r, v->data, sp_tensor_numel(v), -0.2f, 0.2f);
+      else if (b == 1)
+        memcpy(v->data, sp_graph_param_value(g[0], i)->data, sp_tensor_bytes(v));
+    }
+    cmp_fill(p[b], 99);
+    sp_graph_zero_grad(g[b]);
+    assert_int_equal(sp_plan_forward(p[b]), 0);
+    if (c->training) assert_int_equal(sp_plan_backward(p[b]), 0);
+  }
+  const sp_tensor *out[2] = {sp_plan_output(p[0], "y"), sp_plan_output(p[1], "y")};
+  cmp_tensor(c, "y", out[1]->data, out[0]->data, sp_tensor_numel(out[0]), tol);
+  float loss[2] = {(float)sp_plan_loss(p[0]), (float)sp_plan_loss(p[1])};
+  cmp_tensor(c, "loss", &loss[1], &loss[0], 1, tol);
+  double floor = c->training ? cmp_grad_floor(g[0]) : 0;
+  for (int i = 0; i < sp_graph_param_count(g[0]); i++) {
+    const char *name = sp_graph_param_name(g[0], i);
+    cmp_tensor(c, name, sp_graph_param_value(g[1], i)->data, sp_graph_param_value(g[0], i)->data,
+               sp_tensor_numel(sp_graph_param_value(g[0], i)), tol);
+    if (c->training && sp_graph_param_grad(g[0], i)) {
+      char what[600];
+      snprintf(what, sizeof what, "grad.%s", name);
+      cmp_tensor_floor(c, what, sp_graph_param_grad(g[1], i)->data, sp_graph_param_grad(g[0], i)->data,
+                       sp_tensor_numel(sp_graph_param_grad(g[0], i)), tol, floor);
+    }
+  }
+  for (int b = 0; b < 2; b++) {
+    sp_plan_free(p[b]);
+    sp_graph_free(g[b]);
+  }
+}
+
+#endif

@@ -1,0 +1,113 @@
+/* Every op the cpu backend runs on oneDNN (and a few it adapts) against the
+ * ref backend, in f32, through small plans: x -> conv -> op -> conv -> y, so
+ * the op sees a blocked input and its gradient flows back into a conv. */
+#include "backend_compare.h"
+
+static sp_value pre(sp_graph *g, sp_value x, int c) { return sp_conv2d(g, x, "pre", c, 3, 1, 1, 1, 1, 0); }
+static sp_value post(sp_graph *g, sp_value x, int c) { return sp_conv2d(g, x, "post", c, 1, 1, 0, 1, 1, 1); }
+
+static sp_value b_conv3(sp_graph *g, sp_value x) { return sp_conv2d(g, x, "c", 16, 3, 1, 1, 1, 1, 0); }
+static sp_value b_conv_s2(sp_graph *g, sp_value x) { return post(g, sp_conv2d(g, pre(g, x, 8), "c", 24, 3, 2, 1, 1, 1, 1), 5); }
+static sp_value b_conv_groups(sp_graph *g, sp_value x) { return post(g, sp_conv2d(g, pre(g, x, 8), "c", 16, 3, 1, 1, 1, 2, 0), 4); }
+static sp_value b_conv_dil(sp_graph *g, sp_value x) { return post(g, sp_conv2d(g, pre(g, x, 16), "c", 16, 3, 1, 2, 2, 1, 0), 4); }
+static sp_value b_conv_stem(sp_graph *g, sp_value x) { return post(g, sp_conv2d(g, x, "c", 32, 7, 2, 3, 1, 1, 0), 3); }
+static sp_value b_conv_floor(sp_graph *g, sp_value x) { return post(g, sp_conv2d(g, pre(g, x, 16), "c", 32, 1, 2, 0, 1, 1, 0), 3); }
+static sp_value b_deconv(sp_graph *g, sp_value x) { return post(g, sp_conv_transpose2d(g, pre(g, x, 16), "d", 16, 2, 2, 0, 0, 0), 3); }
+static sp_value b_deconv_pad(sp_graph *g, sp_value x) { return post(g, sp_conv_transpose2d(g, pre(g, x, 16), "d", 8, 3, 2, 1, 1, 1), 3); }
+static sp_value b_bn(sp_graph *g, sp_value x) { return post(g, sp_batchnorm(g, pre(g, x, 16), "bn"), 4); }
+static sp_value b_bn_relu(sp_graph *g, sp_value x) { return post(g, sp_relu(g, sp_batchnorm(g, pre(g, x, 8), "bn")), 4); }
+static sp_value b_relu(sp_graph *g, sp_value x) { return post(g, sp_relu(g, pre(g, x, 16)), 4); }
+static sp_value b_maxpool(sp_graph *g, sp_value x) { return post(g, sp_maxpool2d(g, pre(g, x, 16), 3, 2, 1), 4); }
+static sp_value b_maxpool_ceil(sp_graph *g, sp_value x) {
+  sp_pool2d_attr a = {2, 2, 2, 2, 0, 0, 1, 1};
+  x = pre(g, x, 16);
+  return post(g, sp_graph_node(g, &sp_op_maxpool2d, &a, sizeof a, "mp", 1, &x, 0, NULL, 0, NULL, 16), 4);
+}
+static sp_value b_avgpool(sp_graph *g, sp_value x) { return post(g, sp_avgpool2d(g, pre(g, x, 16), 2, 2, 0, 1, 0), 4); }
+static sp_value b_avgpool_excl(sp_graph *g, sp_value x) { return post(g, sp_avgpool2d(g, pre(g, x, 16), 3, 1, 1, 0, 0), 4); }
+static sp_value b_avgpool_ceil(sp_graph *g, sp_value x) { return post(g, sp_avgpool2d(g, pre(g, x, 16), 2, 2, 0, 1, 1), 4); }
+static sp_value b_gap_linear(sp_graph *g, sp_value x) {
+  x = sp_flatten(g, sp_global_avgpool(g, pre(g, x, 32)));
+  return sp_linear(g, x, "fc", 32, 10, 1);
+}
+static sp_value b_linear_bn(sp_graph *g, sp_value x) {
+  x = sp_linear(g, sp_flatten(g, pre(g, x, 8)), "fc1", 8 * 6 * 6, 64, 1);
+  return sp_linear(g, sp_relu(g, sp_batchnorm(g, x, "bn1")), "fc2", 64, 6, 1);
+}
+static sp_value b_up_nearest(sp_graph *g, sp_value x) { return post(g, sp_upsample(g, pre(g, x, 16), 2, 0), 3); }
+static sp_value b_up_bilinear(sp_graph *g, sp_value x) { return post(g, sp_upsample(g, pre(g, x, 16), 2, 1), 3); }
+static sp_value b_add(sp_graph *g, sp_value x) {
+  x = pre(g, x, 16);
+  return post(g, sp_add(g, sp_conv2d(g, x, "c", 16, 3, 1, 1, 1, 1, 0), x), 4);
+}
+static sp_value b_add_self(sp_graph *g, sp_value x) {
+  x = pre(g, x, 16);
+  return post(g, sp_add(g, x, x), 4);
+}
+static sp_value b_concat(sp_graph *g, sp_value x) {
+  x = pre(g, x, 16);
+  sp_value parts[3] = {sp_conv2d(g, x, "a", 16, 1, 1, 0, 1, 1, 0), x, sp_conv2d(g, x, "b", 32, 3, 1, 1, 1, 1, 0)};
+  return post(g, sp_concat(g, 3, parts), 4);
+}
+static sp_value b_concat_odd(sp_graph *g, sp_value x) {
+  x = pre(g, x, 8);
+  sp_value parts[2] = {sp_conv2d(g, x, "a", 5, 1, 1, 0, 1, 1, 0), x};
+  return post(g, sp_concat(g, 2, parts), 4);
+}
+/* Ops that run the reference kernel after a reorder to plain. */
+static sp_value b_adapted(sp_graph *g, sp_value x) {
+  x = sp_hardswish(g, pre(g, x, 16));
+  x = sp_blurpool(g, x, 3, 2);
+  return post(g, sp_tshift(g, x, 2, 0.125f, 0.125f), 4);
+}
+
+#define CASE(name, body, n, c, h, w) \
+  static void name(void **s) {       \
+    (void)s;                         \
+    cmp_require_cpu();               \
+    cmp_case k = {#name, body, n, c, h, w, 1, 0, 0}; \
+    cmp_run(&k);                     \
+    k.training = 0;                  \
+    cmp_run(&k);                     \
+  }
+
+CASE(conv3x3, b_conv3, 2, 3, 9, 11)
+CASE(conv_stride2_bias, b_conv_s2, 2, 3, 10, 10)
+CASE(conv_groups, b_conv_groups, 2, 3, 8, 8)
+CASE(conv_dilation, b_conv_dil, 2, 3, 9, 9)
+CASE(conv_stem7x7, b_conv_stem, 2, 3, 20, 20)
+CASE(conv_floor_drops_rows, b_conv_floor, 2, 3, 9, 9)
+CASE(deconv_k2s2, b_deconv, 2, 3, 6, 6)
+CASE(deconv_out_pad, b_deconv_pad, 2, 3, 5, 5)
+CASE(batchnorm, b_bn, 4, 3, 6, 6)
+CASE(batchnorm_relu, b_bn_relu, 4, 3, 6, 6)
+CASE(relu, b_relu, 2, 3, 7, 7)
+CASE(maxpool, b_maxpool, 2, 3, 9, 9)
+CASE(maxpool_ceil, b_maxpool_ceil, 2, 3, 9, 9)
+CASE(avgpool, b_avgpool, 2, 3, 8, 8)
+CASE(avgpool_exclude_pad, b_avgpool_excl, 2, 3, 7, 7)
+CASE(avgpool_ceil, b_avgpool_ceil, 2, 3, 9, 9)
+CASE(global_avgpool_linear, b_gap_linear, 3, 3, 7, 7)
+CASE(linear_bn1d, b_linear_bn, 8, 3, 6, 6)
+CASE(upsample_nearest, b_up_nearest, 2, 3, 5, 6)
+CASE(upsample_bilinear, b_up_bilinear, 2, 3, 5, 6)
+CASE(add, b_add, 2, 3, 6, 6)
+CASE(add_same_input, b_add_self, 2, 3, 6, 6)
+CASE(concat, b_concat, 2, 3, 6, 6)
+CASE(concat_unaligned, b_concat_odd, 2, 3, 6, 6)
+CASE(adapted_ref_ops, b_adapted, 4, 3, 8, 8)
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(conv3x3),        cmocka_unit_test(conv_stride2_bias),   cmocka_unit_test(conv_groups),
+      cmocka_unit_test(conv_dilation),  cmocka_unit_test(conv_stem7x7),        cmocka_unit_test(conv_floor_drops_rows),
+      cmocka_unit_test(deconv_k2s2),    cmocka_unit_test(deconv_out_pad),      cmocka_unit_test(batchnorm),
+      cmocka_unit_test(batchnorm_relu), cmocka_unit_test(relu),                cmocka_unit_test(maxpool),
+      cmocka_unit_test(maxpool_ceil),   cmocka_unit_test(avgpool),             cmocka_unit_test(avgpool_exclude_pad),
+      cmocka_unit_test(avgpool_ceil),   cmocka_unit_test(global_avgpool_linear), cmocka_unit_test(linear_bn1d),
+      cmocka_unit_test(upsample_nearest), cmocka_unit_test(upsample_bilinear), cmocka_unit_test(add),
+      cmocka_unit_test(add_same_input), cmocka_unit_test(concat),              cmocka_unit_test(concat_unaligned),
+      cmocka_unit_test(adapted_ref_ops),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
