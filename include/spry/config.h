@@ -29,6 +29,8 @@ typedef struct {
     char val_list[1024];
     int keypoints[256]; /* optional subset of point indices (e.g. the nose tip) */
     int n_keypoints;    /* 0 = all */
+    int flip_table[256]; /* user flip permutation over all annotated points (new[i] = old[flip[i]]) */
+    int n_flip_table;    /* 0 = the scheme known for K (IMM-58, iBUG-68) */
     int crop_size;      /* cached working crop side */
     int size;           /* network input side */
     int channels;       /* 1 gray, 3 RGB */

@@ -212,6 +212,9 @@ static int read_all(reader *r, sp_train_config *c) {
   if (get_list(r, "data.keypoints", 256, 0, 255, list, &n)) return -1;
   c->data.n_keypoints = n;
   for (int i = 0; i < n; i++) c->data.keypoints[i] = (int)list[i];
+  if (get_list(r, "data.flip_table", 256, 0, 255, list, &n)) return -1;
+  c->data.n_flip_table = n;
+  for (int i = 0; i < n; i++) c->data.flip_table[i] = (int)list[i];
   int nm = 0;
   double mean[3], std[3];
   if (get_list(r, "data.mean", 3, -10, 10, mean, &nm)) return -1;

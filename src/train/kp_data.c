@@ -95,6 +95,13 @@ int sp_kp_data_open(const sp_train_config *cfg, const char *cache_dir, sp_kp_dat
       return sp_error_set("data.keypoints: index %d, but the data has %d points", d->subset[i], d->k_all);
   }
   d->scheme = sp_scheme_for_k(d->k_all);
+  if (cfg->data.n_flip_table) {
+    if (cfg->data.n_flip_table != d->k_all)
+      return sp_error_set("data.flip_table has %d entries, the data has %d points", cfg->data.n_flip_table, d->k_all);
+    if (sp_scheme_from_table("config", d->k_all, cfg->data.flip_table, &d->user_scheme) != 0)
+      return sp_error_push("data.flip_table");
+    d->scheme = &d->user_scheme;
+  }
   if (cfg->augment.flip > 0 && !d->scheme)
     return sp_error_set("augment.flip needs a flip table, and none is known for %d points (IMM-58 and iBUG-68 are)",
                         d->k_all);

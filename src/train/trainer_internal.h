@@ -13,6 +13,7 @@ typedef struct {
   sp_dataset all, train, val;
   sp_cache *train_cache, *val_cache;
   const sp_scheme *scheme; /* flip table of the full point set, NULL = no flips */
+  sp_scheme user_scheme;   /* data.flip_table, when given */
   int k_all, k;            /* annotated points, predicted points */
   int subset[SP_MAX_KEYPOINTS];
   float *mean_shape;       /* [k][2] training mean of the predicted points, crop pixels */

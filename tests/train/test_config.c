@@ -99,6 +99,7 @@ static void mistakes_name_key_and_line(void **state) {
   expect_error("model: resunet18\nmodel_options:\n  blurpol: true\n", 0, NULL, "model_options.blurpol", "line 3");
   expect_error("model: resunet18\nmodel_options:\n  blurpool: maybe\n", 0, NULL, "model_options.blurpool", "maybe");
   expect_error("batch: lots\n", 0, NULL, "batch", "lots");
+  expect_error("data:\n  flip_table: [0, 1, x]\n", 0, NULL, "data.flip_table", "x");
   expect_error("batch: 2.5\n", 0, NULL, "batch", "integer");
   expect_error("optimizer:\n  type: rmsprop\n", 0, NULL, "optimizer.type", "adamw");
   expect_error("augment:\n  flip: 1.5\n", 0, NULL, "augment.flip", "[0, 1]");
