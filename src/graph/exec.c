@@ -32,7 +32,7 @@ int sp_plan_forward(sp_plan *p) {
   for (int i = 0; i < g->n_nodes; i++) {
     const sp_node *nd = &g->nodes[i];
     plan_node *pn = &p->nodes[i];
-    if (!nd->op) continue;
+    if (!nd->op || pn->absorbed_by >= 0) continue;
     pn->args.seed = sp_rng_key(g->seed, p->step, (uint64_t)i);
     double t0 = p->profile ? sp_now() : 0;
     pn->args.scratch = pn->fwd_scratch;
@@ -54,6 +54,9 @@ int sp_plan_backward(sp_plan *p) {
     plan_node *pn = &p->nodes[i];
     /* Buffers first written by node i: the grads of i's inputs whose latest
      * consumer is i, and i's own grad when it is a loss seeded here. */
+    /* A node absorbed by its producer (fusion) shares its gradient buffer:
+     * nothing to zero, nothing to run. */
+    if (pn->absorbed_by >= 0) continue;
     if (nd->op) {
       for (int k = 0; k < nd->n_in; k++) {
         plan_node *src = &p->nodes[nd->in[k]];

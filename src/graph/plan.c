@@ -98,11 +98,26 @@ static void mark_gradients(sp_plan *p) {
  * and buffer sizes; nodes without a prepare hook get plain sizes. */
 static int prepare_nodes(sp_plan *p) {
   sp_graph *g = p->g;
-  for (int i = 0; i < g->n_nodes; i++) {
+  int *consumer = sp_xmalloc(sizeof(int) * (size_t)(g->n_nodes ? g->n_nodes : 1)); /* sole consumer, -1 none, -2 many */
+  for (int i = 0; i < g->n_nodes; i++) consumer[i] = -1;
+  for (int c = 0; c < g->n_nodes; c++)
+    for (int k = 0; k < g->nodes[c].n_in; k++) {
+      int v = g->nodes[c].in[k];
+      consumer[v] = consumer[v] == -1 ? c : -2;
+    }
+  for (int i = 0; i < g->n_nodes; i++) p->nodes[i].absorbed_by = -1;
+  int rc = 0;
+  for (int i = 0; i < g->n_nodes && rc == 0; i++) {
     const sp_node *nd = &g->nodes[i];
     plan_node *pn = &p->nodes[i];
     pn->act_bytes = (size_t)sp_shape_numel(&pn->shape) * sp_dtype_size(pn->dtype);
     pn->saved_bytes = 0;
+    if (pn->absorbed_by >= 0) {
+      const plan_node *host = &p->nodes[pn->absorbed_by];
+      pn->layout = host->layout;
+      pn->act_bytes = host->act_bytes;
+      continue;
+    }
     if (!nd->op) continue;
     if (nd->op->saved_bytes) {
       sp_shape in[SP_OP_MAX_IN];
@@ -136,11 +151,19 @@ static int prepare_nodes(sp_plan *p) {
     pr.bf16 = (p->flags & SP_PLAN_BF16) != 0;
     pr.out_bytes = pn->act_bytes;
     pr.saved_bytes = pn->saved_bytes;
+    int c = consumer[i];
+    if (c >= 0 && !nd->is_output && !nd->is_loss && g->nodes[c].n_in == 1) {
+      pr.consumer_op = g->nodes[c].op;
+      pr.consumer_attr = g->nodes[c].attr;
+      pr.consumer_out_plain = g->nodes[c].is_output || g->nodes[c].is_loss;
+    }
     if (impl->prepare(&pr) != 0) {
       char why[600];
       snprintf(why, sizeof why, "%s backend: %s", sp_backend_name(p->backend), sp_last_error());
-      return fail_node(g, i, why);
+      rc = fail_node(g, i, why);
+      break;
     }
+    if (pr.absorb_consumer && pr.consumer_op) p->nodes[c].absorbed_by = i;
     pn->impl_state = pr.state;
     pn->layout = pr.out_layout;
     pn->act_bytes = pr.out_bytes;
@@ -148,7 +171,8 @@ static int prepare_nodes(sp_plan *p) {
     pn->fwd_scratch_bytes = pr.fwd_scratch_bytes;
     pn->bwd_scratch_bytes = pr.bwd_scratch_bytes;
   }
-  return 0;
+  free(consumer);
+  return rc;
 }
 
 static int add_req(sp_plan *p, size_t bytes, int start, int end) {
@@ -180,7 +204,13 @@ static void plan_memory(sp_plan *p) {
     if (pn->run_backward && nd->op && (nd->op->flags & SP_OP_BWD_NEEDS_OUTPUT) && BSTEP(p, i) > end) end = BSTEP(p, i);
     if (nd->is_output || nd->is_loss) end = forever;
     size_t bytes = pn->act_bytes;
-    pn->act_buf = add_req(p, bytes, nd->op ? i : 0, end);
+    int host = pn->absorbed_by;
+    if (host >= 0) { /* shares the host's buffer: extend its life instead */
+      pn->act_buf = p->nodes[host].act_buf;
+      if (p->reqs[pn->act_buf].end < end) p->reqs[pn->act_buf].end = end;
+    } else {
+      pn->act_buf = add_req(p, bytes, nd->op ? i : 0, end);
+    }
 
     pn->grad_buf = -1;
     if (pn->run_backward) {
@@ -198,7 +228,12 @@ static void plan_memory(sp_plan *p) {
           break;
         }
       }
-      pn->grad_buf = add_req(p, bytes, first, BSTEP(p, i));
+      if (host >= 0 && p->nodes[host].grad_buf >= 0) {
+        pn->grad_buf = p->nodes[host].grad_buf;
+        if (p->reqs[pn->grad_buf].start > first) p->reqs[pn->grad_buf].start = first;
+      } else {
+        pn->grad_buf = add_req(p, bytes, first, BSTEP(p, i));
+      }
     }
 
     pn->saved_buf = -1;
@@ -260,8 +295,8 @@ static void wire(sp_plan *p) {
 static int bind_nodes(sp_plan *p) {
   for (int i = 0; i < p->g->n_nodes; i++) {
     const sp_op_def *impl = p->impl[i];
-    if (!impl || !impl->bind) continue;
     plan_node *pn = &p->nodes[i];
+    if (!impl || !impl->bind || !pn->impl_state) continue;
     if (impl->bind(pn->impl_state, &pn->args, pn->fwd_scratch, pn->bwd_scratch) != 0) {
       char why[600];
       snprintf(why, sizeof why, "%s backend: %s", sp_backend_name(p->backend), sp_last_error());

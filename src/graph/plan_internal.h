@@ -19,6 +19,7 @@ typedef struct {
   /* Fast backends: the layout prepare() reported (NULL: plain), the byte size
    * of the activation (and gradient) buffer, and per-step scratch buffers. */
   void *impl_state; /* prepare()'s state (sp_op_args.impl) */
+  int absorbed_by;  /* >= 0: that node computes this one (fusion); this node shares its buffers and never runs */
   const void *layout;
   size_t act_bytes;
   size_t fwd_scratch_bytes, bwd_scratch_bytes;

@@ -81,7 +81,16 @@ typedef struct sp_op_prep {
   int run_backward; /* this node's backward runs */
   int out_plain;    /* the output must be plain (a graph output or loss) */
   int bf16;         /* the plan computes in bf16 (SP_PLAN_BF16) */
+  /* The output's only consumer (NULL when it has none, several, or the output
+   * is a graph output or loss), for fusions. */
+  const struct sp_op_def *consumer_op;
+  const void *consumer_attr;
+  int consumer_out_plain; /* the consumer's output must be plain */
   /* reported */
+  /* 1: this node also computes its sole consumer (e.g. batchnorm + relu): the
+   * plan skips the consumer and gives its output and gradient this node's
+   * buffers, so d_out here is the gradient of the consumer's output. */
+  int absorb_consumer;
   void *state;            /* passed back as sp_op_args.impl; freed by release() */
   const void *out_layout; /* NULL: plain */
   size_t out_bytes;       /* activation (and gradient) bytes */

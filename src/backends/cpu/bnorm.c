@@ -4,7 +4,11 @@
  * mean and variance for backward; the running buffers move here, with the
  * unbiased variance, since oneDNN does not keep running statistics. Eval with
  * running buffers uses them as global statistics. Scale and shift are the
- * graph's gamma and beta (f32) directly. */
+ * graph's gamma and beta (f32) directly.
+ *
+ * When the output's only consumer is a relu, the node absorbs it (oneDNN's
+ * fused BN + ReLU; in training the ReLU mask is a workspace kept in saved),
+ * so the activation is written and read once instead of three times. */
 #ifdef SPRY_HAVE_DNNL
 #include <string.h>
 
@@ -13,10 +17,11 @@
 
 typedef struct {
   cpu_node base;
-  int affine, batch_stats, update_running, run_backward, need_dparam;
+  int affine, batch_stats, update_running, run_backward, need_dparam, fused_relu, has_ws;
   int64_t c, m;
   float momentum;
-  dnnl_memory_desc_t md, stat_md;
+  dnnl_memory_desc_t md, stat_md, ws_md;
+  size_t ws_off;
   dnnl_primitive_desc_t fwd_pd, bwd_pd, acc_pd;
   dnnl_primitive_t fwd, bwd, acc;
   size_t dsrc_off, dscale_off, dshift_off;
@@ -59,7 +64,8 @@ static int bn_bind(cpu_node *n, const sp_op_args *a, char *fs, char *bs) {
     s->mean = a->state[0]->data;
     s->var = a->state[1]->data;
   }
-  if (cpu_exec_arg(&s->f, n, DNNL_ARG_SRC, &s->md, a->in[0]->data) ||
+  if ((s->has_ws && cpu_exec_arg(&s->f, n, DNNL_ARG_WORKSPACE, &s->ws_md, (char *)a->saved + s->ws_off)) ||
+      cpu_exec_arg(&s->f, n, DNNL_ARG_SRC, &s->md, a->in[0]->data) ||
       cpu_exec_arg(&s->f, n, DNNL_ARG_DST, &s->md, a->out->data) ||
       cpu_exec_arg(&s->f, n, DNNL_ARG_MEAN, &s->stat_md, s->mean) ||
       cpu_exec_arg(&s->f, n, DNNL_ARG_VARIANCE, &s->stat_md, s->var) ||
@@ -73,7 +79,8 @@ static int bn_bind(cpu_node *n, const sp_op_args *a, char *fs, char *bs) {
   s->dscale = (float *)(bs + s->dscale_off);
   s->dshift = (float *)(bs + s->dshift_off);
   cpu_exec_init(&s->b, s->bwd);
-  if (cpu_exec_arg(&s->b, n, DNNL_ARG_SRC, &s->md, a->in[0]->data) ||
+  if ((s->has_ws && cpu_exec_arg(&s->b, n, DNNL_ARG_WORKSPACE, &s->ws_md, (char *)a->saved + s->ws_off)) ||
+      cpu_exec_arg(&s->b, n, DNNL_ARG_SRC, &s->md, a->in[0]->data) ||
       cpu_exec_arg(&s->b, n, DNNL_ARG_DIFF_DST, &s->md, a->d_out->data) ||
       cpu_exec_arg(&s->b, n, DNNL_ARG_MEAN, &s->stat_md, s->mean) ||
       cpu_exec_arg(&s->b, n, DNNL_ARG_VARIANCE, &s->stat_md, s->var) ||
@@ -107,7 +114,9 @@ static int bn_setup(sp_op_prep *p, bn_node *s) {
   if (cpu_md_input(&s->md, p, 0) || cpu_md_plain(&s->stat_md, &cs, dnnl_f32)) return -1;
   if (p->out_plain && !(cpu_md_is_plain(&s->md) && s->md.data_type == dnnl_f32))
     return sp_error_set("a blocked batchnorm cannot write a plain graph output");
-  unsigned flags = (s->affine ? dnnl_use_scale | dnnl_use_shift : 0) | (s->batch_stats ? 0 : dnnl_use_global_stats);
+  s->fused_relu = p->consumer_op == &sp_op_relu && !p->consumer_out_plain;
+  unsigned flags = (s->affine ? dnnl_use_scale | dnnl_use_shift : 0) | (s->batch_stats ? 0 : dnnl_use_global_stats) |
+                   (s->fused_relu ? dnnl_fuse_norm_relu : 0);
   dnnl_prop_kind_t prop = p->run_backward ? dnnl_forward_training : dnnl_forward_inference;
   dnnl_batch_normalization_desc_t d;
   DNNL_TRY(dnnl_batch_normalization_forward_desc_init(&d, prop, &s->md, eps, flags));
@@ -116,7 +125,15 @@ static int bn_setup(sp_op_prep *p, bn_node *s) {
   size_t stats = 2 * sizeof(float) * (size_t)((s->c + 15) & ~15) + 64;
   size_t fwd = cpu_scratchpad_bytes(s->fwd_pd), bwd = 0;
   if (s->batch_stats && !p->run_backward) fwd += 64 + stats; /* statistics in scratch after the pad */
-  p->saved_bytes = s->batch_stats && p->run_backward ? stats : 0;
+  size_t saved = s->batch_stats && p->run_backward ? stats : 0;
+  const dnnl_memory_desc_t *ws = cpu_pd_md(s->fwd_pd, dnnl_query_workspace_md, 0);
+  s->has_ws = ws && cpu_md_bytes(ws) > 0;
+  if (s->has_ws) {
+    s->ws_md = *ws;
+    s->ws_off = cpu_take(&saved, cpu_md_bytes(ws));
+  }
+  p->saved_bytes = saved;
+  p->absorb_consumer = s->fused_relu;
   if (p->run_backward) {
     DNNL_TRY(dnnl_batch_normalization_backward_desc_init(&d, s->need_dparam ? dnnl_backward : dnnl_backward_data, &s->md,
                                                          &s->md, eps, flags));
