@@ -1,0 +1,225 @@
+/* Whole models on the cpu backend against the ref backend: the seed's VGG
+ * trained 5 steps with AdamW (losses per step, final parameters), the
+ * residual BlurPool / soft-argmax net and the TSM block of
+ * tests/models/test_torch_parity.c (loss and every gradient), and bitwise
+ * run-to-run reproducibility. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend_compare.h"
+#include "spry/models.h"
+#include "spry/optim.h"
+#include "spry/train.h"
+
+typedef sp_value (*model_fn)(sp_graph *g, sp_value x, sp_value t);
+
+static sp_value vgg(sp_graph *g, sp_value x, sp_value t) {
+  sp_value p = sp_model_vgg(g, x, 64, 64, 58);
+  return sp_l1_loss(g, p, t);
+}
+
+static sp_value conv_bn(sp_graph *g, sp_value x, const char *conv, const char *bn, int out, int k, int s, int pad) {
+  return sp_batchnorm(g, sp_conv2d(g, x, conv, out, k, s, pad, 1, 1, 0), bn);
+}
+
+static sp_value residual(sp_graph *g, sp_value x, sp_value t) {
+  x = sp_relu(g, conv_bn(g, x, "stem", "stem_bn", 8, 3, 1, 1));
+  sp_value y = sp_relu(g, conv_bn(g, x, "b1_conv1", "b1_bn1", 8, 3, 1, 1));
+  x = sp_relu(g, sp_add(g, conv_bn(g, y, "b1_conv2", "b1_bn2", 8, 3, 1, 1), x));
+  y = sp_hardswish(g, conv_bn(g, x, "b2_conv1", "b2_bn1", 16, 3, 2, 1));
+  sp_value s = conv_bn(g, sp_blurpool(g, x, 3, 2), "b2_down", "b2_down_bn", 16, 1, 1, 0);
+  x = sp_hardswish(g, sp_add(g, conv_bn(g, y, "b2_conv2", "b2_bn2", 16, 3, 1, 1), s));
+  x = sp_upsample(g, sp_conv2d(g, x, "head", 5, 1, 1, 0, 1, 1, 1), 2, 1);
+  return sp_l1_loss(g, sp_softargmax(g, x, 1.0f), t);
+}
+
+static sp_value tsm(sp_graph *g, sp_value x, sp_value t) {
+  const int segments = 4, c = 16;
+  sp_value y = sp_tshift(g, x, segments, 0.125f, 0.125f);
+  y = sp_relu(g, sp_batchnorm(g, sp_conv2d(g, y, "conv1", c, 3, 1, 1, 1, 1, 0), "bn1"));
+  y = sp_batchnorm(g, sp_conv2d(g, y, "conv2", c, 3, 1, 1, 1, 1, 0), "bn2");
+  x = sp_relu(g, sp_add(g, y, x));
+  x = sp_global_avgpool(g, x);
+  int64_t frames[4] = {2, 1, segments, c};
+  x = sp_reshape(g, x, 4, frames);
+  sp_pool2d_attr mean_t = {segments, 1, segments, 1, 0, 0, 1, 0};
+  x = sp_graph_node(g, &sp_op_avgpool2d, &mean_t, sizeof mean_t, "consensus", 1, &x, 0, NULL, 0, NULL, 1);
+  x = sp_linear(g, sp_flatten(g, x), "fc", c, 3, 1);
+  return sp_cross_entropy(g, x, t);
+}
+
+typedef struct {
+  const char *label;
+  model_fn build;
+  int channels, targets; /* channels of x; of t (-1 unknown) */
+  sp_dtype target_dtype;
+  sp_shape x_shape, t_shape;
+} model_case;
+
+static const model_case vgg_case = {"vgg-face", vgg, 1, 58, SP_F32, {4, {4, 1, 64, 64}}, {3, {4, 58, 2}}};
+static const model_case residual_case = {"residual", residual, 3, 5, SP_F32, {4, {2, 3, 12, 12}}, {3, {2, 5, 2}}};
+static const model_case tsm_case = {"tsm", tsm, 16, -1, SP_I32, {4, {8, 16, 6, 6}}, {1, {2}}};
+
+typedef struct {
+  sp_graph *g;
+  sp_plan *p;
+} run;
+
+static run make_run(const model_case *m, sp_backend b, unsigned flags, const sp_graph *init) {
+  run r;
+  r.g = sp_graph_new(3);
+  sp_value x = sp_graph_input(r.g, "x", SP_F32, m->channels), t = sp_graph_input(r.g, "t", m->target_dtype, m->targets);
+  sp_graph_loss(r.g, m->build(r.g, x, t), 1.0f);
+  if (sp_graph_error(r.g)) fail_msg("[%s] %s", m->label, sp_graph_error(r.g));
+  if (init)
+    for (int i = 0; i < sp_graph_param_count(r.g); i++)
+      memcpy(sp_graph_param_value(r.g, i)->data, sp_graph_param_value((sp_graph *)init, i)->data,
+             sp_tensor_bytes(sp_graph_param_value(r.g, i)));
+  sp_input_shape in[2] = {{"x", m->x_shape}, {"t", m->t_shape}};
+  r.p = sp_plan_new(r.g, 2, in, b, 1, SP_PLAN_POISON | flags);
+  if (!r.p) fail_msg("[%s] %s plan: %s", m->label, sp_backend_name(b), sp_last_error());
+  return r;
+}
+
+static void fill(const model_case *m, run *r, uint64_t seed) {
+  sp_test_rng rng = {seed};
+  sp_tensor *x = sp_plan_input(r->p, "x"), *t = sp_plan_input(r->p, "t");
+  sp_test_fill_uniform(&rng, x->data, sp_tensor_numel(x), -1, 1);
+  if (m->target_dtype == SP_I32)
+    for (int64_t i = 0; i < sp_tensor_numel(t); i++) ((int32_t *)t->data)[i] = (int32_t)(sp_test_rng_next(&rng) % 3);
+  else
+    sp_test_fill_uniform(&rng, t->data, sp_tensor_numel(t), 4, 60);
+}
+
+static float step(run *r) {
+  sp_graph_zero_grad(r->g);
+  assert_int_equal(sp_plan_forward(r->p), 0);
+  assert_int_equal(sp_plan_backward(r->p), 0);
+  return (float)sp_plan_loss(r->p);
+}
+
+static void free_run(run *r) {
+  sp_plan_free(r->p);
+  sp_graph_free(r->g);
+}
+
+/* One step: loss and every gradient within tol of ref. */
+static void gradients_match(const model_case *m, unsigned flags, double tol) {
+  run ref = make_run(m, SP_BACKEND_REF, 0, NULL), cpu = make_run(m, SP_BACKEND_CPU, flags, ref.g);
+  fill(m, &ref, 5);
+  fill(m, &cpu, 5);
+  float l_ref = step(&ref), l_cpu = step(&cpu);
+  cmp_case c = {m->label, NULL, 0, 0, 0, 0, 1, flags, tol};
+  printf("# %s: loss ref %.7f cpu %.7f\n", m->label, l_ref, l_cpu);
+  cmp_tensor(&c, "loss", &l_cpu, &l_ref, 1, tol);
+  double floor = cmp_grad_floor(ref.g);
+  char what[600];
+  for (int i = 0; i < sp_graph_param_count(ref.g); i++) {
+    const sp_tensor *gr = sp_graph_param_grad(ref.g, i);
+    if (!gr) continue;
+    snprintf(what, sizeof what, "grad.%s", sp_graph_param_name(ref.g, i));
+    cmp_tensor_floor(&c, what, sp_graph_param_grad(cpu.g, i)->data, gr->data, sp_tensor_numel(gr), tol, floor);
+  }
+  free_run(&ref);
+  free_run(&cpu);
+}
+
+static void residual_net_f32(void **s) {
+  (void)s;
+  cmp_require_cpu();
+  gradients_match(&residual_case, 0, 1e-4);
+}
+
+static void tsm_block_f32(void **s) {
+  (void)s;
+  cmp_require_cpu();
+  gradients_match(&tsm_case, 0, 1e-4);
+}
+
+static void vgg_gradients_f32(void **s) {
+  (void)s;
+  cmp_require_cpu();
+  gradients_match(&vgg_case, 0, 1e-4);
+}
+
+/* 5 training steps. With SGD (momentum) the two runs train independently and
+ * the losses must agree within 1e-4 relative at every step. With AdamW the
+ * cpu run is given ref's parameters after every step: Adam divides by the
+ * gradient's own magnitude, so the rounding noise in a gradient that is zero
+ * in exact arithmetic (fc1.bias feeds a BN, whose mean removes it) becomes a
+ * full lr-sized step in a random direction, and independent runs drift apart
+ * as any two float32 implementations do (see tests/models/test_torch_parity.c).
+ * Synced, every step's loss and gradients are checked. */
+static void train_5_steps(sp_opt_kind kind, float lr, int sync) {
+  run ref = make_run(&vgg_case, SP_BACKEND_REF, 0, NULL), cpu = make_run(&vgg_case, SP_BACKEND_CPU, 0, ref.g);
+  sp_opt_config cfg = sp_opt_config_default(kind);
+  if (kind == SP_OPT_SGD) cfg.momentum = 0.9f;
+  int n_ref, n_cpu;
+  sp_opt_param *pr = sp_train_opt_params(ref.g, &n_ref), *pc = sp_train_opt_params(cpu.g, &n_cpu);
+  sp_optimizer *o_ref = sp_optimizer_new(&cfg, n_ref, pr), *o_cpu = sp_optimizer_new(&cfg, n_cpu, pc);
+  cmp_case c = {sync ? "vgg-face AdamW (synced)" : "vgg-face SGD", NULL, 0, 0, 0, 0, 1, 0, 1e-4};
+  char what[600];
+  for (int k = 0; k < 5; k++) {
+    fill(&vgg_case, &ref, 100 + (uint64_t)k);
+    fill(&vgg_case, &cpu, 100 + (uint64_t)k);
+    float l_ref = step(&ref), l_cpu = step(&cpu);
+    printf("# %s step %d: loss ref %.7f cpu %.7f\n", c.label, k, l_ref, l_cpu);
+    cmp_tensor(&c, "loss", &l_cpu, &l_ref, 1, 1e-4);
+    double floor = cmp_grad_floor(ref.g);
+    for (int i = 0; sync && i < sp_graph_param_count(ref.g); i++) {
+      const sp_tensor *gr = sp_graph_param_grad(ref.g, i);
+      if (!gr) continue;
+      snprintf(what, sizeof what, "step %d grad.%s", k, sp_graph_param_name(ref.g, i));
+      cmp_tensor_floor(&c, what, sp_graph_param_grad(cpu.g, i)->data, gr->data, sp_tensor_numel(gr), 1e-4, floor);
+    }
+    assert_int_equal(sp_optimizer_step(o_ref, lr), 0);
+    assert_int_equal(sp_optimizer_step(o_cpu, lr), 0);
+    for (int i = 0; sync && i < sp_graph_param_count(ref.g); i++)
+      memcpy(sp_graph_param_value(cpu.g, i)->data, sp_graph_param_value(ref.g, i)->data,
+             sp_tensor_bytes(sp_graph_param_value(ref.g, i)));
+  }
+  sp_optimizer_free(o_ref);
+  sp_optimizer_free(o_cpu);
+  free(pr);
+  free(pc);
+  free_run(&ref);
+  free_run(&cpu);
+}
+
+static void vgg_training_5_steps(void **s) {
+  (void)s;
+  cmp_require_cpu();
+  train_5_steps(SP_OPT_SGD, 0.01f, 0);
+  train_5_steps(SP_OPT_ADAMW, 1e-3f, 1);
+}
+
+/* Same seed, same thread count: bitwise the same loss and gradients. */
+static void reproducible(const model_case *m, unsigned flags) {
+  run a = make_run(m, SP_BACKEND_CPU, flags, NULL), b = make_run(m, SP_BACKEND_CPU, flags, a.g);
+  fill(m, &a, 9);
+  fill(m, &b, 9);
+  float la = step(&a), lb = step(&b);
+  if (memcmp(&la, &lb, sizeof la)) fail_msg("[%s] loss %.9g then %.9g", m->label, la, lb);
+  for (int i = 0; i < sp_graph_param_count(a.g); i++) {
+    const sp_tensor *ga = sp_graph_param_grad(a.g, i);
+    if (ga && memcmp(ga->data, sp_graph_param_grad(b.g, i)->data, sp_tensor_bytes(ga)))
+      fail_msg("[%s] gradient of %s differs between two identical runs", m->label, sp_graph_param_name(a.g, i));
+  }
+  free_run(&a);
+  free_run(&b);
+}
+
+static void reproducible_f32(void **s) {
+  (void)s;
+  cmp_require_cpu();
+  reproducible(&vgg_case, 0);
+  reproducible(&residual_case, 0);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(residual_net_f32),     cmocka_unit_test(tsm_block_f32), cmocka_unit_test(vgg_gradients_f32),
+      cmocka_unit_test(vgg_training_5_steps), cmocka_unit_test(reproducible_f32),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
