@@ -15,6 +15,7 @@ static const command commands[] = {
     {"train", sp_cli_train, "train a keypoint model from a YAML config"},
     {"eval", sp_cli_eval, "accuracy of a checkpoint: mean px, NME, FR, AUC, CED plot (JSON last line)"},
     {"predict", sp_cli_predict, "keypoints of new images as JSON (original pixels), optional overlay PNG"},
+    {"morph", sp_cli_morph, "face morph A -> B from predicted (or given) keypoints: frames, points.png, morph.gif"},
     {"synth", sp_cli_synth, "synthetic data: synth faces (68-point keypoints) | synth actions"},
     {"video", sp_cli_video, "inspect a video: video info FILE | video frames FILE --index ... --out DIR"},
     {"prepare", sp_cli_prepare, "video datasets: prepare frames (pre-decode to JPEG) | prepare list"},

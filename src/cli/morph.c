@@ -1,0 +1,256 @@
+/* `spry morph --weights W A.jpg B.jpg --out DIR`: automatic face morphing.
+ * The keypoints of both faces come from a trained checkpoint (or from given
+ * point files), B is resized to A's size, and the morph is written as
+ * frame_000.png ... frame_N.png, points.png (points + triangles) and an
+ * animated morph.gif. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+
+#include "cli/args.h"
+#include "cli/cli.h"
+#include "io/json.h"
+#include "spry/morph.h"
+#include "spry/plot.h"
+#include "spry/train.h"
+#include "spry/video.h"
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: spry morph (--weights W.safetensors | --points-a FILE --points-b FILE) A_IMAGE B_IMAGE --out DIR\n"
+          "                  [--frames N] [--box-a x,y,w,h] [--box-b x,y,w,h] [--backend B]\n"
+          "                  [--gif-size PX] [--delay CS]\n"
+          "  Morphs face A into face B: the keypoints of both faces (predicted by the checkpoint, or read\n"
+          "  from point files) are triangulated, both faces are warped to each intermediate shape and\n"
+          "  cross-dissolved. B is resized to A's size first.\n"
+          "  --frames N: N steps, N + 1 frames (default 24): DIR/frame_000.png ... frame_N.png\n"
+          "  --box-a/--box-b: the face's box for the model (as `spry predict --box`); default whole image\n"
+          "  --points-a/--points-b: JSON from `spry predict` (first line) or a bare [[x,y],...] array,\n"
+          "         or an annotation file: IMM .dat/.asf, iBUG .pts; these replace the model's points\n"
+          "  --gif-size PX: longer side of DIR/morph.gif (default 360; 0 = full size)\n"
+          "  --delay CS: GIF frame time in 1/100 s (default 8). The GIF plays A->B->A and loops.\n"
+          "  Also writes DIR/points.png: both faces with their points and the triangles.\n");
+}
+
+static int mkdir_p(const char *dir) {
+  char buf[4096];
+  snprintf(buf, sizeof buf, "%s", dir);
+  for (char *p = buf + 1; *p; p++) {
+    if (*p != '/') continue;
+    *p = 0;
+    if (mkdir(buf, 0755) != 0 && errno != EEXIST) return sp_error_set("%s: cannot create: %s", buf, strerror(errno));
+    *p = '/';
+  }
+  if (mkdir(buf, 0755) != 0 && errno != EEXIST) return sp_error_set("%s: cannot create: %s", buf, strerror(errno));
+  return 0;
+}
+
+static int ends_with(const char *s, const char *suffix) {
+  size_t n = strlen(s), m = strlen(suffix);
+  return n >= m && !strcasecmp(s + n - m, suffix);
+}
+
+/* Points from a file into *pts (malloc), count into *k. im_w/im_h turn IMM
+ * .asf fractions into pixels. */
+static int read_points(const char *path, int im_w, int im_h, float **pts, int *k) {
+  *pts = NULL;
+  if (ends_with(path, ".dat") || ends_with(path, ".asf") || ends_with(path, ".pts")) {
+    sp_kp_sample s;
+    memset(&s, 0, sizeof s);
+    int rc = ends_with(path, ".dat") ? sp_read_imm_dat(path, &s)
+             : ends_with(path, ".asf") ? sp_read_imm_asf(path, &s)
+                                       : sp_read_pts(path, &s);
+    if (rc != 0) return -1;
+    *k = s.k;
+    *pts = sp_xmalloc(sizeof(float) * 2 * (size_t)s.k);
+    for (int i = 0; i < s.k; i++) {
+      (*pts)[2 * i] = s.pts[2 * i] * (s.relative ? (float)im_w : 1.0f);
+      (*pts)[2 * i + 1] = s.pts[2 * i + 1] * (s.relative ? (float)im_h : 1.0f);
+    }
+    sp_kp_sample_free(&s);
+    return 0;
+  }
+  uint8_t *buf;
+  size_t len;
+  if (sp_read_file(path, &buf, &len) != 0) return -1;
+  /* `spry predict` prints one object per line: use the first. */
+  size_t line = 0;
+  while (line < len && buf[line] != '\n') line++;
+  sp_json *doc = sp_json_parse((const char *)buf, line, 64u << 20);
+  free(buf);
+  if (!doc) return sp_error_set("%s: %s", path, sp_last_error());
+  const sp_json *arr = doc->type == SP_JSON_ARRAY ? doc : sp_json_get(doc, "points");
+  int n = (int)sp_json_len(arr), rc = 0;
+  if (!arr || arr->type != SP_JSON_ARRAY || n < 1) rc = sp_error_set("%s: no \"points\" array", path);
+  *pts = sp_xmalloc(sizeof(float) * 2 * (size_t)(n > 0 ? n : 1));
+  for (int i = 0; i < n && !rc; i++) {
+    const sp_json *p = sp_json_at(arr, (size_t)i);
+    double x, y;
+    if (sp_json_len(p) != 2 || p->type != SP_JSON_ARRAY || sp_json_as_double(sp_json_at(p, 0), &x) ||
+        sp_json_as_double(sp_json_at(p, 1), &y))
+      rc = sp_error_set("%s: point %d is not an [x, y] pair of numbers", path, i);
+    (*pts)[2 * i] = (float)x, (*pts)[2 * i + 1] = (float)y;
+  }
+  sp_json_free(doc);
+  if (rc) free(*pts), *pts = NULL;
+  *k = n;
+  return rc;
+}
+
+static int parse_box(const char *s, float box[4]) {
+  return sscanf(s, "%f,%f,%f,%f", &box[0], &box[1], &box[2], &box[3]) == 4 && box[2] > 0 && box[3] > 0 ? 0 : -1;
+}
+
+/* The model's points for one face, predicted on the image loaded with the
+ * channels the model was trained on. */
+static int predict_points(sp_kp_predictor *p, const char *path, const float *box, float **pts, int *k) {
+  sp_image im;
+  if (sp_image_load(path, sp_kp_predictor_channels(p), &im) != 0) return -1;
+  *k = sp_kp_predictor_keypoints(p);
+  *pts = sp_xmalloc(sizeof(float) * 2 * (size_t)*k);
+  int rc = sp_kp_predict(p, &im, box, *pts);
+  sp_image_free(&im);
+  if (rc) free(*pts), *pts = NULL;
+  return rc;
+}
+
+typedef struct {
+  const char *weights, *backend, *out, *img[2], *points[2];
+  int frames, gif_size, delay, has_box[2];
+  float box[2][4];
+} options;
+
+static int parse(int argc, char **argv, options *o) {
+  memset(o, 0, sizeof *o);
+  o->frames = 24, o->gif_size = 360, o->delay = 8;
+  int n_img = 0;
+  for (int i = 1; i < argc; i++) {
+    int r;
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return usage(stdout), 1;
+    if ((r = sp_arg_str(argc, argv, &i, "--weights", &o->weights)) ||
+        (r = sp_arg_str(argc, argv, &i, "--backend", &o->backend)) ||
+        (r = sp_arg_str(argc, argv, &i, "--out", &o->out)) ||
+        (r = sp_arg_str(argc, argv, &i, "--points-a", &o->points[0])) ||
+        (r = sp_arg_str(argc, argv, &i, "--points-b", &o->points[1])) ||
+        (r = sp_arg_int(argc, argv, &i, "--frames", 1, 10000, &o->frames)) ||
+        (r = sp_arg_int(argc, argv, &i, "--gif-size", 0, 8192, &o->gif_size)) ||
+        (r = sp_arg_int(argc, argv, &i, "--delay", 0, 65535, &o->delay))) {
+      if (r < 0) return 2;
+      continue;
+    }
+    int which = !strcmp(argv[i], "--box-a") ? 0 : !strcmp(argv[i], "--box-b") ? 1 : -1;
+    if (which >= 0) {
+      if (i + 1 >= argc || parse_box(argv[++i], o->box[which])) {
+        fprintf(stderr, "spry morph: %s wants x,y,w,h with w, h > 0\n", argv[i - (i + 1 >= argc ? 0 : 1)]);
+        return 2;
+      }
+      o->has_box[which] = 1;
+    } else if (argv[i][0] != '-' && n_img < 2) o->img[n_img++] = argv[i];
+    else {
+      fprintf(stderr, "spry morph: unexpected argument '%s'\n", argv[i]);
+      return usage(stderr), 2;
+    }
+  }
+  if (n_img != 2 || !o->out) return usage(stderr), 2;
+  if (!o->weights && !(o->points[0] && o->points[1])) {
+    fprintf(stderr, "spry morph: give --weights, or both --points-a and --points-b\n");
+    return 2;
+  }
+  return 0;
+}
+
+static int write_outputs(const options *o, const sp_morph *m, const sp_image *a, const sp_image *b, int k) {
+  const int w = a->w, h = a->h, c = a->c, n_frames = o->frames + 1;
+  char path[4200];
+  int n, n_tris;
+  const float *pa = sp_morph_points(m, 0, &n), *pb = sp_morph_points(m, 1, NULL);
+  const int *tris = sp_morph_triangles(m, &n_tris);
+  snprintf(path, sizeof path, "%s/points.png", o->out);
+  if (sp_morph_points_png(path, a->px, b->px, w, h, c, pa, pb, n, k, tris, n_tris)) return -1;
+  /* GIF frames are kept (at GIF size) while the PNGs are written. */
+  const double gs = o->gif_size > 0 && (w > o->gif_size || h > o->gif_size)
+                        ? (double)o->gif_size / (w > h ? w : h) : 1.0;
+  const int gw = gs < 1 ? (int)(w * gs + 0.5) : w, gh = gs < 1 ? (int)(h * gs + 0.5) : h;
+  uint8_t *frame = sp_xmalloc((size_t)w * h * c), *small = sp_xmalloc((size_t)gw * gh * c * n_frames);
+  int rc = 0;
+  for (int f = 0; f < n_frames && !rc; f++) {
+    double t = (double)f / o->frames;
+    rc = sp_morph_render(m, t, t, frame);
+    snprintf(path, sizeof path, "%s/frame_%03d.png", o->out, f);
+    if (!rc) rc = sp_write_png(path, frame, h, w, c);
+    if (!rc) sp_morph_resize(frame, w, h, c, small + (size_t)gw * gh * c * f, gw, gh, NULL, 0);
+  }
+  if (!rc) {
+    /* A -> B -> A, the ends not repeated, so the loop has no stutter. */
+    int n_gif = n_frames > 1 ? 2 * n_frames - 2 : 1;
+    const uint8_t **seq = sp_xmalloc(sizeof(uint8_t *) * (size_t)n_gif);
+    for (int i = 0; i < n_gif; i++) {
+      int f = i < n_frames ? i : 2 * n_frames - 2 - i;
+      seq[i] = small + (size_t)gw * gh * c * f;
+    }
+    snprintf(path, sizeof path, "%s/morph.gif", o->out);
+    rc = sp_gif_write(path, seq, n_gif, gw, gh, c, o->delay);
+    free(seq);
+  }
+  free(frame);
+  free(small);
+  return rc;
+}
+
+int sp_cli_morph(int argc, char **argv) {
+  options o;
+  int prc = parse(argc, argv, &o);
+  if (prc) return prc == 1 ? 0 : prc;
+  sp_image im[2] = {{0}};
+  float *pts[2] = {NULL, NULL};
+  int k[2] = {0, 0}, rc = 1;
+  sp_kp_predictor *p = NULL;
+  sp_morph *m = NULL;
+  if (mkdir_p(o.out)) goto fail;
+  for (int f = 0; f < 2; f++)
+    if (sp_image_load(o.img[f], 3, &im[f])) goto fail;
+  if (!(o.points[0] && o.points[1]) && !(p = sp_kp_predictor_open(o.weights, o.backend))) goto fail;
+  for (int f = 0; f < 2; f++) {
+    int r = o.points[f] ? read_points(o.points[f], im[f].w, im[f].h, &pts[f], &k[f])
+                        : predict_points(p, o.img[f], o.has_box[f] ? o.box[f] : NULL, &pts[f], &k[f]);
+    if (r) goto fail;
+  }
+  if (k[0] != k[1]) {
+    sp_error_set("face A has %d points and face B %d: they must correspond one to one", k[0], k[1]);
+    goto fail;
+  }
+  if (im[1].w != im[0].w || im[1].h != im[0].h) {
+    sp_image b = {im[0].w, im[0].h, 3, sp_xmalloc((size_t)im[0].w * im[0].h * 3)};
+    sp_morph_resize(im[1].px, im[1].w, im[1].h, 3, b.px, b.w, b.h, pts[1], k[1]);
+    sp_image_free(&im[1]);
+    im[1] = b;
+  }
+  m = sp_morph_new(im[0].px, pts[0], im[1].px, pts[1], im[0].w, im[0].h, 3, k[0]);
+  if (!m || write_outputs(&o, m, &im[0], &im[1], k[0])) goto fail;
+  int n_tris;
+  sp_morph_triangles(m, &n_tris);
+  sp_json_buf b;
+  sp_json_buf_init(&b);
+  sp_json_obj_begin(&b);
+  sp_json_key(&b, "out"), sp_json_str(&b, o.out);
+  sp_json_key(&b, "frames"), sp_json_int(&b, o.frames + 1);
+  sp_json_key(&b, "keypoints"), sp_json_int(&b, k[0]);
+  sp_json_key(&b, "triangles"), sp_json_int(&b, n_tris);
+  sp_json_key(&b, "width"), sp_json_int(&b, im[0].w);
+  sp_json_key(&b, "height"), sp_json_int(&b, im[0].h);
+  sp_json_key(&b, "points_from"), sp_json_str(&b, o.points[0] && o.points[1] ? "files" : o.points[0] || o.points[1] ? "mixed" : "model");
+  sp_json_obj_end(&b);
+  printf("%s\n", b.s);
+  sp_json_buf_free(&b);
+  rc = 0;
+fail:
+  if (rc) fprintf(stderr, "spry morph: %s\n", sp_last_error());
+  sp_morph_free(m);
+  sp_kp_predictor_close(p);
+  for (int f = 0; f < 2; f++) free(pts[f]), sp_image_free(&im[f]);
+  sp_plot_release_caches();
+  return rc;
+}
