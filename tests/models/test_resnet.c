@@ -11,22 +11,10 @@
 #include "spry/graph.h"
 #include "spry/models.h"
 #include "spry/safetensors.h"
+#include "fixture.h"
 #include "testkit.h"
 
 #define SAMPLE 17 /* tools/fixtures/resnet.py SAMPLE */
-
-static sp_st_file *open_fixture(const char *name) {
-  char path[1024];
-  sp_st_file *f = sp_st_open(sp_test_fixture_path(name, path, sizeof path));
-  if (!f) fail_msg("%s", sp_last_error());
-  return f;
-}
-
-static const sp_tensor *get(sp_st_file *f, const char *name) {
-  const sp_tensor *t = sp_st_get(f, name);
-  if (!t) fail_msg("fixture lacks '%s'", name);
-  return t;
-}
 
 /* Mirrors hash_init() of tools/fixtures/resnet.py: the i-th parameter with
  * more than one dimension gets (2u - 1) sqrt(3 / fan_in), u = frac(43758.5453
@@ -74,12 +62,12 @@ static void expect_close(sp_st_file *f, const char *key, const float *got, int64
     char sampled[600];
     const char *dot = strchr(key, '.');
     snprintf(sampled, sizeof sampled, "%.*s_sample%s", (int)(dot - key), key, dot);
-    want = get(f, sampled);
+    want = sp_fixture_get(f, sampled);
     stride = SAMPLE;
   }
   char rkey[620];
   snprintf(rkey, sizeof rkey, "f32ratio.%s", key);
-  double limit = fmax(1.0, 4.0 * ((const float *)get(f, rkey)->data)[0]);
+  double limit = fmax(1.0, 4.0 * ((const float *)sp_fixture_get(f, rkey)->data)[0]);
   int64_t m = sp_tensor_numel(want);
   if ((n + stride - 1) / stride != m) fail_msg("%s: %lld elements vs the fixture's %lld", key, (long long)n, (long long)m);
   const float *w = want->data;
@@ -111,7 +99,7 @@ static void compare_all_grads(sp_graph *g, sp_st_file *f) {
 }
 
 static void expect_loss(sp_plan *plan, sp_st_file *f) {
-  float loss = (float)sp_plan_loss(plan), want = ((const float *)get(f, "loss")->data)[0];
+  float loss = (float)sp_plan_loss(plan), want = ((const float *)sp_fixture_get(f, "loss")->data)[0];
   printf("# loss spry %.8f torch %.8f\n", loss, want);
   if (!(fabs(loss - want) <= 1e-5 * fabs(want))) fail_msg("loss %.8g vs PyTorch %.8g", loss, want);
 }
@@ -130,7 +118,7 @@ static sp_graph *build_named(const char *name, int base_width, int h, int w, int
 
 static void torchvision_names_shapes_counts(void **state) {
   (void)state;
-  sp_st_file *f = open_fixture("models/resnet_torchvision_names.safetensors");
+  sp_st_file *f = sp_fixture_open("models/resnet_torchvision_names.safetensors");
   static const int depths[3] = {18, 34, 50};
   static const int64_t params[3] = {11689512, 21797672, 25557032};
   static const int keys[3] = {122, 218, 320}, tracked[3] = {20, 36, 53};
@@ -193,7 +181,7 @@ static sp_plan *run_step(sp_graph *g, sp_st_file *f, sp_value out, int n, int h,
   sp_plan *plan = sp_plan_new(g, 2, shapes, SP_BACKEND_REF, 1, 0);
   if (!plan) fail_msg("%s", sp_last_error());
   formula_image(sp_plan_input(plan, "image")->data, (int64_t)n * 3 * h * w);
-  const sp_tensor *t = get(f, keypoints ? "target" : "labels");
+  const sp_tensor *t = sp_fixture_get(f, keypoints ? "target" : "labels");
   memcpy(sp_plan_input(plan, keypoints ? "target" : "labels")->data, t->data, sp_tensor_bytes(t));
   sp_graph_zero_grad(g);
   assert_int_equal(sp_plan_forward(plan), 0);
@@ -206,7 +194,7 @@ static void torchvision_resnet18_matches_torch(void **state) {
   /* Full width: ~4 GFLOP on the plain-C backend, too slow under sanitizers;
    * the width-8 parity tests below cover the same code there. */
   if (sp_test_sanitized()) skip();
-  sp_st_file *f = open_fixture("models/resnet_torchvision18.safetensors");
+  sp_st_file *f = sp_fixture_open("models/resnet_torchvision18.safetensors");
   sp_value out;
   sp_graph *g = build_named("resnet18", 0, 64, 64, 0, &out);
   sp_plan *plan = run_step(g, f, out, 2, 64, 64, 0);
@@ -226,7 +214,7 @@ static void torchvision_resnet18_matches_torch(void **state) {
 
 static void resnet50_c_d_blurpool_hardswish_matches_torch(void **state) {
   (void)state;
-  sp_st_file *f = open_fixture("models/resnet50_cdbh.safetensors");
+  sp_st_file *f = sp_fixture_open("models/resnet50_cdbh.safetensors");
   sp_graph *g = sp_graph_new(1);
   sp_value x = sp_graph_input(g, "image", SP_F32, 3);
   sp_resnet_config c = {.depth = 50, .width = 8, .num_classes = 10, .variant_c = 1, .variant_d = 1, .blurpool = 1,
@@ -242,7 +230,7 @@ static void resnet50_c_d_blurpool_hardswish_matches_torch(void **state) {
 }
 
 static void resunet_matches(const char *fixture, const sp_resunet_config *c) {
-  sp_st_file *f = open_fixture(fixture);
+  sp_st_file *f = sp_fixture_open(fixture);
   sp_graph *g = sp_graph_new(1);
   sp_value x = sp_graph_input(g, "image", SP_F32, 3), heat;
   sp_value out = sp_model_resunet(g, x, c, &heat);

@@ -13,20 +13,8 @@
 #include "spry/optim.h"
 #include "spry/safetensors.h"
 #include "spry/train.h"
+#include "fixture.h"
 #include "testkit.h"
-
-static sp_st_file *open_fixture(const char *name) {
-  char path[1024];
-  sp_st_file *f = sp_st_open(sp_test_fixture_path(name, path, sizeof path));
-  if (!f) fail_msg("%s", sp_last_error());
-  return f;
-}
-
-static const sp_tensor *get(sp_st_file *f, const char *name) {
-  const sp_tensor *t = sp_st_get(f, name);
-  if (!t) fail_msg("fixture lacks '%s'", name);
-  return t;
-}
 
 /* Mirrors formula_init() in tools/fixtures/models.py. */
 static void formula_init(sp_graph *g) {
@@ -62,7 +50,7 @@ static void expect_close(const char *what, const float *got, const float *want, 
 }
 
 static void vgg_training_matches(const char *fixture, sp_opt_kind kind, float lr) {
-  sp_st_file *f = open_fixture(fixture);
+  sp_st_file *f = sp_fixture_open(fixture);
   sp_graph *g = sp_graph_new(1);
   sp_value x = sp_graph_input(g, "image", SP_F32, 1), t = sp_graph_input(g, "points", SP_F32, 58);
   sp_value p = sp_model_vgg(g, x, 64, 64, 58);
@@ -79,13 +67,13 @@ static void vgg_training_matches(const char *fixture, sp_opt_kind kind, float lr
   sp_opt_param *params = sp_train_opt_params(g, &n);
   sp_optimizer *opt = sp_optimizer_new(&cfg, n, params);
   assert_non_null(opt);
-  const float *want_loss = get(f, "loss")->data;
+  const float *want_loss = sp_fixture_get(f, "loss")->data;
   char name[600];
   for (int s = 0; s < 5; s++) {
     snprintf(name, sizeof name, "step%d.image", s);
-    memcpy(sp_plan_input(plan, "image")->data, get(f, name)->data, sizeof(float) * 4 * 64 * 64);
+    memcpy(sp_plan_input(plan, "image")->data, sp_fixture_get(f, name)->data, sizeof(float) * 4 * 64 * 64);
     snprintf(name, sizeof name, "step%d.points", s);
-    memcpy(sp_plan_input(plan, "points")->data, get(f, name)->data, sizeof(float) * 4 * 58 * 2);
+    memcpy(sp_plan_input(plan, "points")->data, sp_fixture_get(f, name)->data, sizeof(float) * 4 * 58 * 2);
     sp_graph_zero_grad(g);
     sp_plan_forward(plan);
     sp_plan_backward(plan);
@@ -108,7 +96,7 @@ static void vgg_training_matches(const char *fixture, sp_opt_kind kind, float lr
     const sp_tensor *want = sp_st_get(f, name);
     if (!want) {
       snprintf(name, sizeof name, "final_sample.%s", pname);
-      want = get(f, name);
+      want = sp_fixture_get(f, name);
       stride = 97;
     }
     double diff = 0, ref = 0;
@@ -119,7 +107,7 @@ static void vgg_training_matches(const char *fixture, sp_opt_kind kind, float lr
     }
     double err = sqrt(diff) / (sqrt(ref) + 1e-30);
     snprintf(name, sizeof name, "f32err.%s", pname);
-    double torch_err = ((const float *)get(f, name)->data)[0];
+    double torch_err = ((const float *)sp_fixture_get(f, name)->data)[0];
     double limit = fmax(1e-4, 3 * torch_err);
     if (!(err <= limit))
       fail_msg("%s: norm-relative error %.3g vs PyTorch float64 (PyTorch float32: %.3g, limit %.3g)", pname, err,
@@ -148,7 +136,7 @@ static void compare_grads(sp_graph *g, sp_st_file *f, double rtol, double atol) 
     sp_tensor *gr = sp_graph_param_grad(g, i);
     if (!gr) continue;
     snprintf(name, sizeof name, "grad.%s", sp_graph_param_name(g, i));
-    expect_close(name, gr->data, get(f, name)->data, sp_tensor_numel(gr), rtol, atol);
+    expect_close(name, gr->data, sp_fixture_get(f, name)->data, sp_tensor_numel(gr), rtol, atol);
   }
 }
 
@@ -158,7 +146,7 @@ static sp_value conv_bn(sp_graph *g, sp_value x, const char *conv, const char *b
 
 static void residual_blurpool_softargmax(void **state) {
   (void)state;
-  sp_st_file *f = open_fixture("models/residual_blurpool_softargmax.safetensors");
+  sp_st_file *f = sp_fixture_open("models/residual_blurpool_softargmax.safetensors");
   sp_graph *g = sp_graph_new(1);
   sp_value x = sp_graph_input(g, "image", SP_F32, 3), t = sp_graph_input(g, "points", SP_F32, 5);
   x = sp_relu(g, conv_bn(g, x, "stem", "stem_bn", 8, 3, 1, 1));
@@ -175,12 +163,12 @@ static void residual_blurpool_softargmax(void **state) {
   sp_input_shape shapes[2] = {{"image", sp_shape4(2, 3, 12, 12)}, {"points", sp_shape3(2, 5, 2)}};
   sp_plan *plan = sp_plan_new(g, 2, shapes, SP_BACKEND_REF, 1, 0);
   assert_non_null(plan);
-  memcpy(sp_plan_input(plan, "image")->data, get(f, "image")->data, sizeof(float) * 2 * 3 * 12 * 12);
-  memcpy(sp_plan_input(plan, "points")->data, get(f, "points")->data, sizeof(float) * 2 * 5 * 2);
+  memcpy(sp_plan_input(plan, "image")->data, sp_fixture_get(f, "image")->data, sizeof(float) * 2 * 3 * 12 * 12);
+  memcpy(sp_plan_input(plan, "points")->data, sp_fixture_get(f, "points")->data, sizeof(float) * 2 * 5 * 2);
   sp_graph_zero_grad(g);
   sp_plan_forward(plan);
   sp_plan_backward(plan);
-  float loss = (float)sp_plan_loss(plan), want = ((const float *)get(f, "loss")->data)[0];
+  float loss = (float)sp_plan_loss(plan), want = ((const float *)sp_fixture_get(f, "loss")->data)[0];
   if (fabs(loss - want) > 1e-5 * fabs(want)) fail_msg("loss %.8g vs PyTorch %.8g", loss, want);
   compare_grads(g, f, 1e-3, 1e-5);
   sp_plan_free(plan);
@@ -191,7 +179,7 @@ static void residual_blurpool_softargmax(void **state) {
 static void tsm_block_cross_entropy(void **state) {
   (void)state;
   const int n = 2, t = 4, c = 16, classes = 3;
-  sp_st_file *f = open_fixture("models/tsm_block.safetensors");
+  sp_st_file *f = sp_fixture_open("models/tsm_block.safetensors");
   sp_graph *g = sp_graph_new(1);
   sp_value x = sp_graph_input(g, "frames", SP_F32, c), labels = sp_graph_input(g, "labels", SP_I32, -1);
   sp_value y = sp_tshift(g, x, t, 0.125f, 0.125f);
@@ -211,12 +199,12 @@ static void tsm_block_cross_entropy(void **state) {
   sp_input_shape shapes[2] = {{"frames", sp_shape4(n * t, c, 6, 6)}, {"labels", sp_shape1(n)}};
   sp_plan *plan = sp_plan_new(g, 2, shapes, SP_BACKEND_REF, 1, 0);
   if (!plan) fail_msg("%s", sp_last_error());
-  memcpy(sp_plan_input(plan, "frames")->data, get(f, "frames")->data, sizeof(float) * (size_t)(n * t * c * 36));
-  memcpy(sp_plan_input(plan, "labels")->data, get(f, "labels")->data, sizeof(int32_t) * (size_t)n);
+  memcpy(sp_plan_input(plan, "frames")->data, sp_fixture_get(f, "frames")->data, sizeof(float) * (size_t)(n * t * c * 36));
+  memcpy(sp_plan_input(plan, "labels")->data, sp_fixture_get(f, "labels")->data, sizeof(int32_t) * (size_t)n);
   sp_graph_zero_grad(g);
   sp_plan_forward(plan);
   sp_plan_backward(plan);
-  float loss = (float)sp_plan_loss(plan), want = ((const float *)get(f, "loss")->data)[0];
+  float loss = (float)sp_plan_loss(plan), want = ((const float *)sp_fixture_get(f, "loss")->data)[0];
   if (fabs(loss - want) > 1e-5 * fabs(want)) fail_msg("loss %.8g vs PyTorch %.8g", loss, want);
   compare_grads(g, f, 1e-3, 1e-5);
   sp_plan_free(plan);
