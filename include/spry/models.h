@@ -103,6 +103,10 @@ typedef struct {
   int num_classes;  /* resnet18/34/50 classifiers; 0 = 1000 */
   int base_width;   /* ResNet width (layer1's 3x3 channels); 0 = 64 */
   int variant_c, variant_d, stem_conv, blurpool, hardswish, zero_init_residual;
+  /* Video models (tsn-*, tsm-*): frames per clip (0 = 8); TSM shift
+   * fractions (0 = 1/8, negative = none). */
+  int segments;
+  float shift_back, shift_fwd;
 } sp_model_spec;
 
 /* Adds the model on `image` and returns its output (points [N,K,2] for the
@@ -117,6 +121,31 @@ const char *sp_model_names(void);
 int sp_model_spec_set(sp_model_spec *spec, const char *key, const char *value);
 /* Space-separated list of the keys sp_model_spec_set takes. */
 const char *sp_model_spec_keys(void);
+
+/* ---- video: TSN / TSM (src/models/tsn.c) ---------------------------------
+ * Input: frames [N*T, C, H, W], the T frames of each clip consecutive.
+ * Output: clip logits [N, num_classes], the average over each clip's frames
+ * (mmaction's average consensus). Backbone: a torchvision ResNet-18/50
+ * (same parameter names); TSM inserts sp_tshift(x, segments, shift_back,
+ * shift_fwd) at the start of every residual branch, before its first conv
+ * (residual shift), so the identity path keeps the unshifted frame. TSN and
+ * TSM have exactly the same parameters; with shift on and both fractions 0,
+ * TSM computes what TSN computes. Registry names: tsn-r18, tsn-r50, tsm-r18,
+ * tsm-r50 (sp_model_spec.segments, shift_back, shift_fwd, num_classes). */
+typedef struct {
+  int depth;       /* 18 or 50 */
+  int width;       /* layer1's channels; 0 = 64 */
+  int num_classes;
+  int segments;    /* T: frames per clip in the input batch */
+  int shift;       /* 1 = TSM (insert the shifts), 0 = TSN */
+  float shift_back, shift_fwd; /* fraction of channels taken from frame t+1 / t-1 */
+  float dropout;   /* before fc (mmaction uses 0.5 for TSM on Kinetics); 0 = none */
+  int consensus_features; /* 1 = average pooled features before fc instead of logits after */
+} sp_tsn_config;
+
+/* depth, segments and classes; tsm = 1 sets shift with 1/8 + 1/8. */
+sp_tsn_config sp_tsn_config_default(int depth, int segments, int num_classes, int tsm);
+sp_value sp_model_tsn(sp_graph *g, sp_value frames, const sp_tsn_config *cfg);
 
 #ifdef __cplusplus
 }

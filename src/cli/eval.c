@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/cli_video.h"
 #include "io/json.h"
 #include "spry/plot.h"
 #include "spry/safetensors.h"
@@ -46,6 +47,7 @@ static int write_ced(const char *dir, const double *per_face, int n, int have_ey
 }
 
 int sp_cli_eval(int argc, char **argv) {
+  if (sp_cli_eval_is_video(argc, argv)) return sp_cli_eval_video(argc, argv); /* --task video or its checkpoint */
   const char *weights = NULL, *data = NULL, *format = NULL, *config = NULL, *out = NULL, *backend = NULL;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return usage(stdout), 0;

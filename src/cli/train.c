@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/cli_video.h"
 #include "spry/plot.h"
 #include "io/json.h"
 #include "spry/config.h"
@@ -19,6 +20,7 @@ static void usage(FILE *f) {
 }
 
 int sp_cli_train(int argc, char **argv) {
+  if (sp_cli_train_is_video(argc, argv)) return sp_cli_train_video(argc, argv); /* task: video */
   const char *config = NULL, *resume = NULL;
   char **sets = calloc((size_t)argc + 1, sizeof(char *));
   int n_sets = 0;

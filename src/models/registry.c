@@ -7,7 +7,7 @@
 #include "spry/common.h"
 #include "spry/models.h"
 
-const char *sp_model_names(void) { return "vgg-face vgg-nose resnet18 resnet34 resnet50 resunet18 resunet50"; }
+const char *sp_model_names(void) { return "vgg-face vgg-nose resnet18 resnet34 resnet50 resunet18 resunet50 tsn-r18 tsn-r50 tsm-r18 tsm-r50"; }
 
 /* Tri-state switch: 0 keeps the model's default. */
 static int pick(int v, int model_default) { return v > 0 ? 1 : v < 0 ? 0 : model_default; }
@@ -26,10 +26,23 @@ static void resnet_from_spec(const sp_model_spec *s, int depth, int seed_default
   c->zero_init_residual = pick(s->zero_init_residual, 0);
 }
 
+/* tsn-r18 ... tsm-r50: zero fields mean 8 segments and TSM's 1/8 + 1/8. */
+static sp_value video_model(sp_graph *g, const sp_model_spec *s, sp_value image) {
+  int tsm = s->name[2] == 'm';
+  sp_tsn_config c = sp_tsn_config_default(atoi(s->name + 5), s->segments ? s->segments : 8,
+                                          s->num_classes ? s->num_classes : 400, tsm);
+  c.width = s->base_width;
+  if (tsm && s->shift_back) c.shift_back = s->shift_back > 0 ? s->shift_back : 0.0f;
+  if (tsm && s->shift_fwd) c.shift_fwd = s->shift_fwd > 0 ? s->shift_fwd : 0.0f;
+  return sp_model_tsn(g, image, &c);
+}
+
 sp_value sp_model_build(sp_graph *g, const sp_model_spec *spec, sp_value image) {
   const char *n = spec->name ? spec->name : "";
   if (!strcmp(n, "vgg-face")) return sp_model_vgg(g, image, spec->height, spec->width, spec->keypoints);
   if (!strcmp(n, "vgg-nose")) return sp_model_vgg(g, image, spec->height, spec->width, 1);
+  if ((!strncmp(n, "tsn-r", 5) || !strncmp(n, "tsm-r", 5)) && (!strcmp(n + 5, "18") || !strcmp(n + 5, "50")))
+    return video_model(g, spec, image);
   int depth = 0, unet = 0;
   if (!strncmp(n, "resnet", 6)) depth = atoi(n + 6);
   else if (!strncmp(n, "resunet", 7)) depth = atoi(n + 7), unet = 1;
@@ -53,7 +66,8 @@ sp_value sp_model_build(sp_graph *g, const sp_model_spec *spec, sp_value image) 
 }
 
 const char *sp_model_spec_keys(void) {
-  return "keypoints num_classes base_width variant_c variant_d stem_conv blurpool hardswish zero_init_residual";
+  return "keypoints num_classes base_width variant_c variant_d stem_conv blurpool hardswish zero_init_residual "
+         "segments shift_back shift_fwd";
 }
 
 static int parse_bool(const char *key, const char *v, int *out) {
@@ -87,6 +101,15 @@ int sp_model_spec_set(sp_model_spec *s, const char *key, const char *value) {
       {"blurpool", &s->blurpool, 1},     {"hardswish", &s->hardswish, 1},
       {"zero_init_residual", &s->zero_init_residual, 1},
   };
+  /* Shift fractions: an explicit 0 is stored as -1 (0 means the default). */
+  if (!strcmp(key, "shift_back") || !strcmp(key, "shift_fwd")) {
+    char *end;
+    double f = strtod(value, &end);
+    if (!*value || *end || !(f >= 0 && f <= 1)) return sp_error_set("model key '%s': '%s' is not a number in [0, 1]", key, value);
+    *(key[6] == 'b' ? &s->shift_back : &s->shift_fwd) = f > 0 ? (float)f : -1.0f;
+    return 0;
+  }
+  if (!strcmp(key, "segments")) return parse_int(key, value, 1, &s->segments);
   for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
     if (strcmp(key, keys[i].key)) continue;
     if (keys[i].is_bool) return parse_bool(key, value, keys[i].field);

@@ -1,0 +1,120 @@
+/* Clip classification metrics: the softmax of every test clip of a video is
+ * averaged (multi-clip testing), then top-1/top-5 over videos. Shared by the
+ * trainer's validation pass and `spry eval`. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "spry/train.h"
+#include "train/video_internal.h"
+
+int sp_video_evaluate(sp_vnet *n, sp_video_loader *loader, const sp_video_list *list, int64_t epoch,
+                      sp_video_eval_result *out) {
+  const int K = n->num_classes;
+  double *prob = calloc((size_t)list->n * K, sizeof(double));
+  int *seen = calloc((size_t)list->n, sizeof(int));
+  double loss_sum = 0;
+  int clips = 0, rc = 0;
+  sp_video_loader_start_epoch(loader, epoch);
+  const sp_video_batch *b;
+  while ((b = sp_video_loader_next(loader))) {
+    sp_plan *p = sp_vnet_plan(n, b->t, b->n, b->h, 0);
+    if (!p) {
+      rc = -1;
+      continue; /* drain the epoch so the loader is idle afterwards */
+    }
+    sp_vnet_fill(n, p, b);
+    sp_plan_forward(p);
+    loss_sum += sp_plan_loss(p) * b->n;
+    const float *logits = sp_plan_output(p, "logits")->data;
+    for (int i = 0; i < b->n; i++) {
+      const float *z = logits + (size_t)i * K;
+      double mx = z[0], sum = 0;
+      for (int k = 1; k < K; k++) mx = fmax(mx, z[k]);
+      for (int k = 0; k < K; k++) sum += exp(z[k] - mx);
+      double *pv = prob + (size_t)b->video[i] * K;
+      for (int k = 0; k < K; k++) pv[k] += exp(z[k] - mx) / sum;
+      seen[b->video[i]]++;
+    }
+    clips += b->n;
+  }
+  int videos = 0, hit1 = 0, hit5 = 0;
+  for (int v = 0; rc == 0 && v < list->n; v++) {
+    if (!seen[v]) continue;
+    videos++;
+    const double *pv = prob + (size_t)v * K;
+    int label = list->label[v], better = 0;
+    /* Rank of the true class: classes with a strictly higher mean probability
+     * (ties count in the label's favour, as argmax picks the first). */
+    for (int k = 0; k < K; k++) better += pv[k] > pv[label] || (pv[k] == pv[label] && k < label);
+    hit1 += better == 0;
+    hit5 += better < 5;
+  }
+  free(prob);
+  free(seen);
+  if (rc != 0) return -1;
+  out->loss = clips ? loss_sum / clips : NAN;
+  out->top1 = videos ? (double)hit1 / videos : NAN;
+  out->top5 = videos ? (double)hit5 / videos : NAN;
+  out->videos = videos;
+  out->clips = clips;
+  return 0;
+}
+
+static int max_label(const sp_video_list *l) {
+  int m = -1;
+  for (int i = 0; i < l->n; i++) m = l->label[i] > m ? l->label[i] : m;
+  return m;
+}
+
+int sp_video_eval_checkpoint(const sp_video_config *cfg, const char *weights, const char *list_override,
+                             sp_video_summary *out) {
+  const char *path = list_override ? list_override : cfg->data.val_list;
+  if (!path[0]) return sp_error_set("no validation list (data.val_list or --data)");
+  sp_video_list list = {0}, train = {0};
+  if (sp_video_list_open(cfg, path, &list) != 0) return -1;
+  int classes = cfg->data.num_classes;
+  if (!classes) {
+    /* The run sized its classifier from its training list. */
+    classes = max_label(&list) + 1;
+    if (cfg->data.train_list[0] && sp_video_list_open(cfg, cfg->data.train_list, &train) == 0) {
+      int m = max_label(&train) + 1;
+      classes = m > classes ? m : classes;
+      sp_video_list_free(&train);
+    }
+  }
+  sp_vnet net;
+  int rc = sp_vnet_init(&net, cfg, classes);
+  char buf[1 << 16];
+  sp_checkpoint_meta meta;
+  if (rc == 0) rc = sp_checkpoint_load(weights, sp_vnet_graph(&net), NULL, &meta, buf, sizeof buf);
+  sp_video_loader *loader = NULL;
+  if (rc == 0) {
+    sp_video_loader_config lc = sp_video_loader_config_default(cfg->batch, sp_video_cfg_frames(cfg), cfg->data.size);
+    lc.sampler = cfg->data.sampler;
+    lc.stride = cfg->data.stride;
+    lc.short_side = cfg->data.short_side;
+    lc.train = 0;
+    lc.shuffle = 0;
+    lc.drop_last = 0;
+    lc.test_clips = cfg->data.test_clips;
+    lc.workers = cfg->workers;
+    lc.seed = cfg->seed;
+    loader = sp_video_loader_create(&list, &lc);
+    rc = loader ? 0 : -1;
+  }
+  sp_video_eval_result r = {0};
+  if (rc == 0) rc = sp_video_evaluate(&net, loader, &list, 0, &r);
+  if (rc == 0 && out) {
+    memset(out, 0, sizeof *out);
+    out->val_loss = r.loss;
+    out->top1 = r.top1;
+    out->top5 = r.top5;
+    out->val_clips = r.videos;
+  }
+  sp_video_loader_destroy(loader);
+  sp_vnet_free(&net);
+  sp_video_list_free(&list);
+  return rc;
+}

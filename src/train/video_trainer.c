@@ -1,0 +1,266 @@
+/* The video trainer: epochs of clips through plans per batch shape (one
+ * shape normally, a Multigrid cycle of them otherwise), a validation pass,
+ * metrics.jsonl, checkpoints (last + best top-1), exact resume, a clean stop
+ * on Ctrl-C. Same structure as the keypoint trainer (trainer.c). */
+#include <errno.h>
+#include <math.h>
+#include <omp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "io/json.h"
+#include "spry/train.h"
+#include "train/trainer_internal.h"
+#include "train/video_internal.h"
+
+static volatile sig_atomic_t stop_requested;
+static void on_signal(int sig) {
+  (void)sig;
+  stop_requested = 1;
+}
+
+typedef struct {
+  const sp_video_config *cfg;
+  const char *config_text;
+  sp_video_list train, val;
+  sp_vnet net;
+  sp_video_loader *train_loader, *val_loader;
+  sp_opt_param *params;
+  int n_params;
+  sp_optimizer *opt;
+  sp_multigrid mg;
+  sp_video_shape *shapes;
+  int cap_shapes;
+  char dir[1024];
+} run;
+
+static int ensure_dir(const char *dir) {
+  char path[1024];
+  snprintf(path, sizeof path, "%s", dir);
+  for (char *p = path + 1;; p++) {
+    if (*p && *p != '/') continue;
+    char c = *p;
+    *p = 0;
+    if (mkdir(path, 0755) != 0 && errno != EEXIST) return sp_error_set("%s: cannot create: %s", path, strerror(errno));
+    if (!(*p = c)) return 0;
+  }
+}
+
+static int classes_of(const sp_video_config *cfg, const sp_video_list *a, const sp_video_list *b) {
+  if (cfg->data.num_classes) return cfg->data.num_classes;
+  int m = 0;
+  for (int i = 0; i < a->n; i++) m = a->label[i] + 1 > m ? a->label[i] + 1 : m;
+  for (int i = 0; b && i < b->n; i++) m = b->label[i] + 1 > m ? b->label[i] + 1 : m;
+  return m;
+}
+
+static int setup(run *r, const sp_video_config *cfg, const char *config_text) {
+  memset(r, 0, sizeof *r);
+  r->cfg = cfg;
+  r->config_text = config_text;
+  snprintf(r->dir, sizeof r->dir, "%s", cfg->out);
+  if (ensure_dir(r->dir) != 0) return -1;
+  if (cfg->threads > 0) omp_set_num_threads(cfg->threads);
+  if (!cfg->data.train_list[0]) return sp_error_set("data.train_list is not set");
+  if (sp_video_list_open(cfg, cfg->data.train_list, &r->train) != 0) return -1;
+  if (cfg->data.val_list[0] && sp_video_list_open(cfg, cfg->data.val_list, &r->val) != 0) return -1;
+  int classes = classes_of(cfg, &r->train, r->val.n ? &r->val : NULL);
+  if (classes < 2) return sp_error_set("%s: needs at least 2 classes, labels give %d", cfg->data.train_list, classes);
+  if (r->train.n < cfg->batch)
+    return sp_error_set("batch %d is larger than the %d training clips", cfg->batch, r->train.n);
+  if (sp_vnet_init(&r->net, cfg, classes) != 0) return -1;
+  if (cfg->pretrained[0] && sp_vnet_load_pretrained(&r->net, cfg->pretrained) != 0) return -1;
+  r->params = sp_train_opt_params(sp_vnet_graph(&r->net), &r->n_params);
+  r->opt = sp_optimizer_new(&cfg->optimizer, r->n_params, r->params);
+  if (!r->opt) return -1;
+  int frames = sp_video_cfg_frames(cfg);
+  sp_video_loader_config lc = sp_video_loader_config_default(cfg->batch, frames, cfg->data.size);
+  lc.sampler = cfg->data.sampler;
+  lc.stride = cfg->data.stride;
+  lc.short_side = cfg->data.short_side;
+  lc.flip_prob = cfg->data.flip;
+  lc.workers = cfg->workers;
+  lc.seed = cfg->seed;
+  if (!(r->train_loader = sp_video_loader_create(&r->train, &lc))) return -1;
+  if (r->val.n) {
+    sp_video_loader_config vc = lc;
+    vc.train = 0;
+    vc.shuffle = 0;
+    vc.drop_last = 0;
+    vc.test_clips = cfg->data.test_clips;
+    if (!(r->val_loader = sp_video_loader_create(&r->val, &vc))) return -1;
+  }
+  r->mg = (sp_multigrid){cfg->multigrid.long_cycle, cfg->multigrid.short_cycle, cfg->batch, frames, cfg->data.size,
+                         cfg->epochs, sp_video_loader_entries(r->train_loader)};
+  r->cap_shapes = r->mg.entries + 1;
+  r->shapes = sp_xmalloc(sizeof(sp_video_shape) * (size_t)r->cap_shapes);
+  sp_plan *p = sp_vnet_plan(&r->net, frames, cfg->batch, cfg->data.size, 1);
+  if (!p) return -1;
+  fprintf(stderr, "spry: %s, %d classes, %d train / %d val clips, %d frames at %d px, %lld parameters, %s backend, "
+          "plan %.1f MB%s%s\n",
+          cfg->model, classes, r->train.n, r->val.n, frames, cfg->data.size,
+          (long long)sp_graph_param_numel(sp_vnet_graph(&r->net), 1), cfg->backend, sp_plan_arena_bytes(p) / 1e6,
+          cfg->multigrid.long_cycle ? ", multigrid long" : "", cfg->multigrid.short_cycle ? ", multigrid short" : "");
+  return 0;
+}
+
+static void teardown(run *r) {
+  sp_video_loader_destroy(r->train_loader);
+  sp_video_loader_destroy(r->val_loader);
+  sp_optimizer_free(r->opt);
+  free(r->params);
+  free(r->shapes);
+  sp_vnet_free(&r->net);
+  sp_video_list_free(&r->train);
+  sp_video_list_free(&r->val);
+}
+
+static int save(run *r, const char *name, int64_t epoch, int64_t step, double loss_sum, double best) {
+  char path[1100];
+  snprintf(path, sizeof path, "%s/%s", r->dir, name);
+  sp_checkpoint_meta m = {.epoch = epoch, .iteration = sp_optimizer_steps(r->opt), .seed = r->cfg->seed,
+                          .config = r->config_text, .model = r->cfg->model, .step_in_epoch = step,
+                          .loss_sum = loss_sum, .best = best};
+  return sp_checkpoint_save(path, sp_vnet_graph(&r->net), r->opt, &m);
+}
+
+static void append_metrics(run *r, int64_t epoch, double loss, double lr, double clips_s, double epoch_s, int iters,
+                           const sp_video_eval_result *v) {
+  char path[1100];
+  snprintf(path, sizeof path, "%s/metrics.jsonl", r->dir);
+  FILE *f = fopen(path, "a");
+  if (!f) return (void)fprintf(stderr, "spry: cannot append to %s: %s\n", path, strerror(errno));
+  sp_json_buf b;
+  sp_json_buf_init(&b);
+  sp_json_obj_begin(&b);
+  sp_json_key(&b, "epoch"), sp_json_int(&b, epoch + 1);
+  sp_json_key(&b, "train_loss"), sp_json_f64(&b, loss);
+  sp_json_key(&b, "lr"), sp_json_f64(&b, lr);
+  sp_json_key(&b, "clips_per_s"), sp_json_f64(&b, clips_s);
+  sp_json_key(&b, "epoch_s"), sp_json_f64(&b, epoch_s);
+  sp_json_key(&b, "iterations"), sp_json_int(&b, iters);
+  sp_json_key(&b, "stage"), sp_json_int(&b, sp_multigrid_stage(&r->mg, epoch));
+  if (v) {
+    sp_json_key(&b, "val_loss"), sp_json_f64(&b, v->loss);
+    sp_json_key(&b, "val_top1"), sp_json_f64(&b, v->top1);
+    sp_json_key(&b, "val_top5"), sp_json_f64(&b, v->top5);
+  }
+  sp_json_obj_end(&b);
+  fprintf(f, "%s\n", b.s);
+  fclose(f);
+  sp_json_buf_free(&b);
+}
+
+/* One optimizer step on batch b; returns its loss (NAN on a plan error). */
+static double train_step(run *r, const sp_video_batch *b, double lr) {
+  sp_plan *p = sp_vnet_plan(&r->net, b->t, b->n, b->h, 1);
+  if (!p) return NAN;
+  sp_vnet_fill(&r->net, p, b);
+  sp_graph_zero_grad(sp_vnet_graph(&r->net));
+  sp_plan_set_step(p, (uint64_t)sp_optimizer_steps(r->opt));
+  sp_plan_forward(p);
+  sp_plan_backward(p);
+  if (r->cfg->clip_norm > 0) sp_clip_grad_norm(r->n_params, r->params, r->cfg->clip_norm);
+  sp_optimizer_step(r->opt, (float)lr);
+  return sp_plan_loss(p);
+}
+
+int sp_video_train_run(const sp_video_config *cfg, const char *config_text, int resume, sp_video_summary *summary) {
+  run r;
+  int rc = setup(&r, cfg, config_text);
+  int64_t start_epoch = 0, start_step = 0;
+  double resumed_loss = 0, best = -1;
+  if (rc == 0 && resume) {
+    char path[1100], buf[1 << 16];
+    snprintf(path, sizeof path, "%s/last.safetensors", r.dir);
+    sp_checkpoint_meta m;
+    if ((rc = sp_checkpoint_load(path, sp_vnet_graph(&r.net), r.opt, &m, buf, sizeof buf)) == 0) {
+      start_epoch = m.epoch, start_step = m.step_in_epoch, resumed_loss = m.loss_sum, best = m.best;
+      fprintf(stderr, "spry: resuming %s at epoch %lld step %lld\n", path, (long long)start_epoch + 1,
+              (long long)start_step);
+    }
+  }
+  stop_requested = 0;
+  struct sigaction sa = {0}, old_int, old_term;
+  sa.sa_handler = on_signal;
+  sigaction(SIGINT, &sa, &old_int);
+  sigaction(SIGTERM, &sa, &old_term);
+  sp_video_eval_result v = {.loss = NAN, .top1 = NAN, .top5 = NAN};
+  double last_loss = NAN, train_s = 0;
+  int64_t iterations = 0;
+  for (int64_t epoch = start_epoch; rc == 0 && epoch < cfg->epochs; epoch++) {
+    int n = sp_multigrid_epoch_shapes(&r.mg, epoch, 0, r.shapes, r.cap_shapes);
+    if ((rc = sp_video_loader_start_epoch_shapes(r.train_loader, epoch, r.shapes, n)) != 0) break;
+    sp_progress bar;
+    sp_progress_begin(&bar);
+    double loss_sum = epoch == start_epoch ? resumed_loss : 0, t0 = sp_now(), lr = 0;
+    int step = 0, trained = 0;
+    int64_t clips_done = 0, clips_trained = 0;
+    const sp_video_batch *b;
+    while ((b = sp_video_loader_next(r.train_loader))) {
+      if (epoch == start_epoch && step < start_step) { /* trained before the resume */
+        clips_done += b->n;
+        step++;
+        continue;
+      }
+      /* Progress in clips, not iterations: Multigrid changes the batch size
+       * within and between epochs, and the schedule must not jump. */
+      double progress = sp_epoch_progress(epoch, clips_done, r.mg.entries);
+      lr = sp_lr_at_epoch(&cfg->schedule, progress) * sp_multigrid_lr_scale(&r.mg, &r.shapes[step]);
+      double loss = train_step(&r, b, lr);
+      if (!isfinite(loss)) {
+        rc = isnan(loss) && sp_last_error()[0] ? -1
+             : sp_error_set("the loss became %g at epoch %lld step %d (learning rate %g too high?)", loss,
+                            (long long)epoch + 1, step, lr);
+        break;
+      }
+      loss_sum += loss;
+      clips_done += b->n;
+      clips_trained += b->n;
+      step++, trained++, iterations++;
+      sp_progress_draw(&bar, (int)epoch + 1, cfg->epochs, step, n, loss_sum / step, clips_trained / (sp_now() - t0), 0);
+      if (stop_requested) break;
+    }
+    sp_progress_end(&bar);
+    double epoch_s = sp_now() - t0;
+    train_s += epoch_s;
+    if (rc != 0) break;
+    if (stop_requested) {
+      rc = save(&r, "last.safetensors", epoch, step, loss_sum, best);
+      fprintf(stderr, "spry: interrupted at epoch %lld step %d; saved %s/last.safetensors (resume with --resume)\n",
+              (long long)epoch + 1, step, r.dir);
+      rc = rc == 0 ? 130 : rc;
+      break;
+    }
+    last_loss = loss_sum / (step ? step : 1);
+    int do_val = r.val_loader && ((epoch + 1) % cfg->eval_every == 0 || epoch + 1 == cfg->epochs);
+    if (do_val && (rc = sp_video_evaluate(&r.net, r.val_loader, &r.val, epoch, &v)) != 0) break;
+    append_metrics(&r, epoch, last_loss, lr, clips_trained / epoch_s, epoch_s, n, do_val ? &v : NULL);
+    fprintf(stderr, "epoch %lld/%d  train %.4f", (long long)epoch + 1, cfg->epochs, last_loss);
+    if (do_val) fprintf(stderr, "  val %.4f  top-1 %.3f  top-5 %.3f", v.loss, v.top1, v.top5);
+    fprintf(stderr, "  %d it  %.1f clips/s  %.1f s\n", n, clips_trained / epoch_s, epoch_s);
+    if (do_val && v.top1 > best) {
+      best = v.top1;
+      if ((rc = save(&r, "best.safetensors", epoch + 1, 0, 0, best)) != 0) break;
+    }
+    if ((rc = save(&r, "last.safetensors", epoch + 1, 0, 0, best)) != 0) break;
+  }
+  sigaction(SIGINT, &old_int, NULL);
+  sigaction(SIGTERM, &old_term, NULL);
+  if (summary) {
+    memset(summary, 0, sizeof *summary);
+    summary->train_loss = last_loss;
+    summary->val_loss = v.loss;
+    summary->top1 = v.top1;
+    summary->top5 = v.top5;
+    summary->best_top1 = best;
+    summary->train_s = train_s;
+    summary->iterations = iterations;
+    summary->val_clips = v.videos;
+  }
+  teardown(&r);
+  return rc;
+}
