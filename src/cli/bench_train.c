@@ -71,8 +71,8 @@ static int parse(int argc, char **argv, bench_opts *o) {
     fprintf(stderr, "spry bench train: --dtype must be f32 or bf16, got '%s'\n", o->dtype);
     return -1;
   }
-  if (!strcmp(o->dtype, "bf16")) {
-    fprintf(stderr, "spry bench train: bf16 needs the cpu backend, which this build does not have yet\n");
+  if (!strcmp(o->dtype, "bf16") && o->backend != SP_BACKEND_CPU) {
+    fprintf(stderr, "spry bench train: --dtype bf16 needs --backend cpu (the ref backend computes in f32)\n");
     return -1;
   }
   if (o->channels < 0) o->channels = !strncmp(o->model, "vgg", 3) ? 1 : 3;
@@ -141,14 +141,33 @@ static void print_profile(const bench_opts *o, const sp_plan *p, int n_nodes, in
   }
 }
 
+/* ResNet classifiers train on labels with cross-entropy; the keypoint models
+ * regress points with L1 (as the seed). */
+static int is_classifier(const bench_opts *o) { return !strncmp(o->model, "resnet", 6); }
+
+static unsigned plan_flags(const bench_opts *o) { return !strcmp(o->dtype, "bf16") ? SP_PLAN_BF16 : 0; }
+
+static sp_input_shape target_shape(const bench_opts *o, int batch) {
+  int k = !strcmp(o->model, "vgg-nose") ? 1 : o->keypoints;
+  return (sp_input_shape){"target", is_classifier(o) ? sp_shape1(batch) : sp_shape3(batch, k, 2)};
+}
+
+static void fill_target(const bench_opts *o, sp_tensor *t) {
+  if (!is_classifier(o)) {
+    fill_random(t, 2);
+    return;
+  }
+  for (int64_t i = 0; i < sp_tensor_numel(t); i++) ((int32_t *)t->data)[i] = (int32_t)((i * 7919) % 1000);
+}
+
 static sp_graph *build(const bench_opts *o, sp_value *out) {
   sp_graph *g = sp_graph_new(1);
   sp_value x = sp_graph_input(g, "image", SP_F32, o->channels);
-  sp_value t = sp_graph_input(g, "points", SP_F32, o->keypoints);
+  sp_value t = is_classifier(o) ? sp_graph_input(g, "target", SP_I32, -1) : sp_graph_input(g, "target", SP_F32, o->keypoints);
   sp_model_spec spec = {.name = o->model, .channels = o->channels, .height = o->height, .width = o->width, .keypoints = o->keypoints};
   *out = sp_model_build(g, &spec, x);
-  sp_graph_output(g, *out, "points_out");
-  sp_graph_loss(g, sp_l1_loss(g, *out, t), 1.0f);
+  sp_graph_output(g, *out, "out");
+  sp_graph_loss(g, is_classifier(o) ? sp_cross_entropy(g, *out, t) : sp_l1_loss(g, *out, t), 1.0f);
   if (sp_graph_error(g)) {
     fprintf(stderr, "spry bench train: %s\n", sp_graph_error(g));
     sp_graph_free(g);
@@ -161,17 +180,15 @@ static int run_train(const bench_opts *o) {
   sp_value out;
   sp_graph *g = build(o, &out);
   if (!g) return 1;
-  int k = !strcmp(o->model, "vgg-nose") ? 1 : o->keypoints;
-  sp_input_shape in[2] = {{"image", sp_shape4(o->batch, o->channels, o->height, o->width)},
-                          {"points", sp_shape3(o->batch, k, 2)}};
-  sp_plan *p = sp_plan_new(g, 2, in, o->backend, 1, 0);
+  sp_input_shape in[2] = {{"image", sp_shape4(o->batch, o->channels, o->height, o->width)}, target_shape(o, o->batch)};
+  sp_plan *p = sp_plan_new(g, 2, in, o->backend, 1, plan_flags(o));
   if (!p) {
     fprintf(stderr, "spry bench train: %s\n", sp_last_error());
     sp_graph_free(g);
     return 1;
   }
   fill_random(sp_plan_input(p, "image"), 1);
-  fill_random(sp_plan_input(p, "points"), 2);
+  fill_target(o, sp_plan_input(p, "target"));
   int n;
   sp_opt_param *params = sp_train_opt_params(g, &n);
   sp_opt_config cfg = sp_opt_config_default(SP_OPT_ADAMW);
@@ -204,8 +221,8 @@ static int run_infer(const bench_opts *o) {
   if (!g) return 1;
   for (int b = 0; b < 2; b++) {
     sp_input_shape in[2] = {{"image", sp_shape4(batches[b], o->channels, o->height, o->width)},
-                            {"points", sp_shape3(batches[b], o->keypoints, 2)}};
-    sp_plan *p = sp_plan_new(g, 2, in, o->backend, 0, 0);
+                            target_shape(o, batches[b])};
+    sp_plan *p = sp_plan_new(g, 2, in, o->backend, 0, plan_flags(o));
     if (!p) {
       fprintf(stderr, "spry bench train: %s\n", sp_last_error());
       sp_graph_free(g);
