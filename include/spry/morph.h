@@ -35,7 +35,11 @@ extern "C" {
  * (bx-ax)(cy-ay) - (by-ay)(cx-ax) > 0 (clockwise as seen on screen, y down).
  * *tris gets 3 * count ints (free() it; NULL when
  * count is 0). Returns the count, or -1 (non-finite point, n < 0). Fewer than
- * three non-collinear distinct points give 0 triangles. */
+ * three non-collinear distinct points give 0 triangles. The enclosing super
+ * triangle is 1024 extents away, so a hull triangle flatter than that (a hull
+ * point within ~1/4096 of the extent of the line through its neighbours) can
+ * be left out; the morph avoids this by snapping near-border points onto the
+ * frame. O(n^2): meant for face point sets (up to a few thousand points). */
 int sp_delaunay(const float *pts, int n, int **tris);
 
 /* The points added around every face so the triangles cover the whole frame:
@@ -62,7 +66,8 @@ void sp_morph_resize(const uint8_t *src, int sw, int sh, int c, uint8_t *dst, in
 /* ---- morphing ---- */
 
 /* A morph between two same-sized faces with k corresponding keypoints each.
- * The keypoints are clamped into the frame, the frame points are appended
+ * The keypoints are clamped into the frame (those within 0.5 px + 0.2% of
+ * the longer side of an edge go onto it), the frame points are appended
  * (n = k + SP_MORPH_FRAME_POINTS points per face) and the mean shape is
  * triangulated once; every frame reuses those triangles. The images are
  * copied. */
@@ -71,7 +76,8 @@ sp_morph *sp_morph_new(const uint8_t *a, const float *pts_a, const uint8_t *b, c
                        int c, int k);
 /* One frame (w x h x c into out): the intermediate shape (1 - t_shape) A +
  * t_shape B, both faces warped to it and cross-dissolved with weight t_color
- * on B. t = 0 gives A exactly, t = 1 gives B exactly. */
+ * on B. t = 0 gives A exactly, t = 1 gives B exactly. Uses scratch space
+ * inside m: render one frame of a given morph at a time. */
 int sp_morph_render(const sp_morph *m, double t_shape, double t_color, uint8_t *out);
 /* The n = k + SP_MORPH_FRAME_POINTS points of face 0 (A) or 1 (B), clamped,
  * frame points last; and the triangles (3 ints each). Valid until free. */
