@@ -1,0 +1,47 @@
+#!/bin/bash
+# Training (and batch-1 inference) speed of spry's cpu backend against PyTorch
+# on the same machine, back to back, model by model; prints the JSON lines of
+# both and a ratio line per pair. Medians: each side reports the median step
+# of --steps timed steps; run this script several times on a quiet machine.
+#
+#   bench/run_train.sh [threads] [steps]        (MODELS="vgg-face resnet50" to choose)
+set -u
+cd "$(dirname "$0")/.."
+T=${1:-2}
+STEPS=${2:-10}
+SPRY=${SPRY:-build/spry}
+PY=${PY:-/usr/bin/python3}
+MODELS=${MODELS:-"vgg-face resnet50 resunet18 resunet50"}
+export MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=1000000000000 OMP_NUM_THREADS=$T
+
+ratio() { # spry_json torch_json label
+  $PY - "$1" "$2" "$3" <<'PY'
+import json, sys
+a, b = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+print(json.dumps({"bench": "ratio", "what": sys.argv[3], "spry_images_per_s": round(a["images_per_s"], 2),
+                  "torch_images_per_s": round(b["images_per_s"], 2), "torch_layout": b.get("layout"),
+                  "spry_over_torch": round(a["images_per_s"] / b["images_per_s"], 3)}))
+PY
+}
+
+batch_of() { case $1 in vgg-face) echo 64 ;; *) echo 16 ;; esac; }
+
+for m in $MODELS; do
+  if ! $SPRY bench train --model "$m" --steps 1 --warmup 0 --batch 1 --size 64 >/dev/null 2>&1; then
+    echo "{\"bench\":\"skip\",\"model\":\"$m\",\"why\":\"not in this build of spry\"}"
+    continue
+  fi
+  b=$(batch_of "$m")
+  for dt in f32 bf16; do
+    s=$($SPRY bench train --model "$m" --backend cpu --batch "$b" --threads "$T" --dtype $dt --steps "$STEPS" --warmup 2 | tail -1)
+    p=$($PY bench/peers/torch_train.py --model "$m" --batch "$b" --threads "$T" --dtype $dt --steps "$STEPS" --warmup 2 | tail -1)
+    echo "$s"; echo "$p"
+    ratio "$s" "$p" "$m train $dt b$b"
+  done
+  case $m in vgg-face|resunet50)
+    s=$($SPRY bench train --model "$m" --backend cpu --threads "$T" --infer --steps "$STEPS" --warmup 2 | head -1)
+    p=$($PY bench/peers/torch_train.py --model "$m" --threads "$T" --infer --steps "$STEPS" --warmup 2 --layout nchw | tail -1)
+    echo "$s"; echo "$p"
+    ratio "$s" "$p" "$m infer f32 b1 (torch eager)"
+  esac
+done
