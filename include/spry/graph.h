@@ -95,6 +95,11 @@ sp_value sp_conv_transpose2d(sp_graph *g, sp_value x, const char *name, int out_
                              int out_pad, int bias);
 sp_value sp_linear(sp_graph *g, sp_value x, const char *name, int in_features, int out_features, int bias);
 sp_value sp_batchnorm(sp_graph *g, sp_value x, const char *name);
+/* Turns every batchnorm node of g into synchronised batch norm: its batch
+ * statistics and gradient projections are summed over data-parallel ranks by
+ * sum(user, x, n) (in place). Call before making plans. Returns how many
+ * nodes changed. */
+int sp_graph_sync_batchnorm(sp_graph *g, void (*sum)(void *user, double *x, int n), void *user);
 sp_value sp_relu(sp_graph *g, sp_value x);
 sp_value sp_hardswish(sp_graph *g, sp_value x);
 sp_value sp_dropout(sp_graph *g, sp_value x, float p);
@@ -159,6 +164,16 @@ size_t sp_plan_naive_bytes(const sp_plan *p);
 int sp_plan_verify(const sp_plan *p);
 /* FLOPs of one forward pass (conv, deconv and linear; 2 per multiply-add). */
 double sp_plan_forward_flops(const sp_plan *p);
+/* Gradient-ready hook (data-parallel training): after each node's backward,
+ * fn gets the trainable parameters whose gradients that backward made final,
+ * so their all-reduce can start while the rest of backward runs. A parameter
+ * is final after the backward of the earliest node in forward order that
+ * uses it. fn NULL removes the hook. */
+typedef void (*sp_grad_ready_fn)(void *user, const int *params, int n);
+void sp_plan_set_grad_hook(sp_plan *p, sp_grad_ready_fn fn, void *user);
+/* The node after whose backward `param`'s gradient is final, or -1 when no
+ * backward writes it (buffers, frozen or unused parameters). */
+int sp_plan_grad_ready_node(const sp_plan *p, int param);
 /* Optional per-op timing (for `bench --profile`): seconds spent per node. */
 void sp_plan_enable_profile(sp_plan *p, int on);
 int sp_plan_profile(const sp_plan *p, int node, double *fwd_s, double *bwd_s, const char **op_name);

@@ -1,6 +1,7 @@
 /* Builders: one call per op, registering parameters under PyTorch-style names
  * ("<scope>.<name>.weight") so checkpoints line up with torchvision modules. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "graph/graph_internal.h"
@@ -82,6 +83,24 @@ sp_value sp_batchnorm(sp_graph *g, sp_value x, const char *name) {
   s[1] = param(g, name, "running_var", sp_shape1(c), SP_INIT_ONE, 0, SP_PARAM_BUFFER | SP_PARAM_NO_DECAY);
   sp_batchnorm_attr a = {1e-5f, 0.1f};
   return sp_graph_node(g, &sp_op_batchnorm, &a, sizeof a, name, 1, &x, 2, p, 2, s, c);
+}
+
+int sp_graph_sync_batchnorm(sp_graph *g, void (*sum)(void *user, double *x, int n), void *user) {
+  int changed = 0;
+  for (int i = 0; i < g->n_nodes; i++) {
+    sp_node *nd = &g->nodes[i];
+    if (nd->op != &sp_op_batchnorm && nd->op != &sp_op_batchnorm_sync) continue;
+    sp_batchnorm_sync_attr *a = sp_xcalloc(1, sizeof *a);
+    a->bn = *(const sp_batchnorm_attr *)nd->attr; /* both attrs begin with it */
+    a->sum = sum;
+    a->sum_user = user;
+    free(nd->attr);
+    nd->attr = a;
+    /* A distinct op, so fast backends that do not know it run its reference. */
+    nd->op = &sp_op_batchnorm_sync;
+    changed++;
+  }
+  return changed;
 }
 
 static sp_value unary(sp_graph *g, sp_value x, const sp_op_def *op, const void *attr, size_t attr_size) {

@@ -1,5 +1,6 @@
 /* Plan execution: forward in node order, backward in reverse, no allocation. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "graph/plan_internal.h"
@@ -43,6 +44,11 @@ int sp_plan_forward(sp_plan *p) {
   return 0;
 }
 
+static void grad_ready(sp_plan *p, int node) {
+  const int *first = p->grad_ready, *ids = p->grad_ready + p->g->n_nodes + 1;
+  if (first[node + 1] > first[node]) p->grad_hook(p->grad_hook_user, ids + first[node], first[node + 1] - first[node]);
+}
+
 int sp_plan_backward(sp_plan *p) {
   const sp_graph *g = p->g;
   if (!p->training) return sp_error_set("backward on a plan made for inference (training = 0)");
@@ -80,6 +86,7 @@ int sp_plan_backward(sp_plan *p) {
     p->impl[i]->backward(&pn->args);
     if (p->profile) pn->t_bwd += sp_now() - t0;
     if (p->flags & SP_PLAN_POISON) poison_dead(p, BSTEP(p, i));
+    if (p->grad_hook) grad_ready(p, i);
   }
   return 0;
 }
@@ -89,4 +96,46 @@ double sp_plan_loss(const sp_plan *p) {
   for (int i = 0; i < p->g->n_nodes; i++)
     if (p->g->nodes[i].is_loss) total += (double)p->g->nodes[i].loss_weight * ((const float *)p->nodes[i].act.data)[0];
   return total;
+}
+
+int sp_plan_grad_ready_node(const sp_plan *p, int param) {
+  const sp_graph *g = p->g;
+  if (!p->training || param < 0 || param >= g->n_params || !g->params[param].grad.data) return -1;
+  /* Backward runs in reverse node order, so the last backward to add into a
+   * gradient is that of the earliest running node that uses the parameter
+   * (a fused node's backward runs in the node that absorbed it). */
+  int best = -1;
+  for (int i = 0; i < g->n_nodes; i++) {
+    const sp_node *nd = &g->nodes[i];
+    int runs_in = p->nodes[i].absorbed_by >= 0 ? p->nodes[i].absorbed_by : i;
+    if (!nd->op || !p->nodes[runs_in].run_backward) continue;
+    for (int k = 0; k < nd->n_param; k++)
+      if (nd->param[k] == param && (best < 0 || runs_in < best)) best = runs_in;
+  }
+  return best;
+}
+
+void sp_plan_set_grad_hook(sp_plan *p, sp_grad_ready_fn fn, void *user) {
+  const int n = p->g->n_nodes, np = p->g->n_params;
+  free(p->grad_ready);
+  p->grad_ready = NULL;
+  p->grad_hook = NULL;
+  if (!fn) return;
+  /* Counting sort of the parameters by the node that finalises them. */
+  int *node_of = sp_xmalloc(sizeof(int) * (size_t)(np ? np : 1));
+  int *r = sp_xcalloc((size_t)(n + 1 + np), sizeof(int));
+  for (int q = 0; q < np; q++) {
+    node_of[q] = sp_plan_grad_ready_node(p, q);
+    if (node_of[q] >= 0) r[node_of[q] + 1]++;
+  }
+  for (int i = 0; i < n; i++) r[i + 1] += r[i];
+  int *fill = sp_xmalloc(sizeof(int) * (size_t)(n + 1));
+  memcpy(fill, r, sizeof(int) * (size_t)(n + 1));
+  for (int q = 0; q < np; q++)
+    if (node_of[q] >= 0) r[n + 1 + fill[node_of[q]]++] = q;
+  free(fill);
+  free(node_of);
+  p->grad_ready = r;
+  p->grad_hook = fn;
+  p->grad_hook_user = user;
 }

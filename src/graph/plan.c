@@ -358,6 +358,7 @@ void sp_plan_free(sp_plan *p) {
   free(p->reqs);
   free(p->nodes);
   free(p->impl);
+  free(p->grad_ready);
   free(p);
 }
 

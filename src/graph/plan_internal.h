@@ -40,6 +40,12 @@ struct sp_plan {
   size_t arena_bytes, naive_bytes;
   uint64_t step;
   int profile;
+  /* Gradient-ready hook: grad_ready[0..n_nodes] are offsets into
+   * grad_ready[n_nodes + 1 ..], the parameters final after each node's
+   * backward (built by sp_plan_set_grad_hook). */
+  sp_grad_ready_fn grad_hook;
+  void *grad_hook_user;
+  int *grad_ready;
 };
 
 #endif

@@ -36,6 +36,15 @@ typedef struct {
   float momentum; /* 0.1: running = (1-m) running + m batch */
 } sp_batchnorm_attr;
 extern const sp_op_def sp_op_batchnorm;
+/* Synchronised batchnorm (data-parallel): the same with batch statistics of
+ * the global batch; sum(user, x, n) adds n doubles over all ranks in place.
+ * Made by sp_graph_sync_batchnorm from batchnorm nodes. */
+typedef struct {
+  sp_batchnorm_attr bn; /* first: batchnorm's kernels read this attr as theirs */
+  void (*sum)(void *user, double *x, int n);
+  void *sum_user;
+} sp_batchnorm_sync_attr;
+extern const sp_op_def sp_op_batchnorm_sync;
 
 /* ---- activations ------------------------------------------------------- */
 extern const sp_op_def sp_op_relu;      /* no attr */

@@ -1,0 +1,102 @@
+/* Data parallelism changes nothing but speed: W ranks with per-rank batch
+ * G/W take the same 5 SGD steps as one process with batch G when batch norm
+ * is synchronised (statistics of the global batch); with per-rank batch norm
+ * they differ, as expected. Run by `mpirun -np 2` (also passes as 1 process,
+ * where both sides are one process). */
+#include <math.h>
+
+#include "dist_testutil.h"
+#include "spry/optim.h"
+#include "spry/train.h"
+
+enum { GLOBAL_BATCH = 8, STEPS = 5 };
+
+static float *train(int dist, int sync_bn, sp_backend be, int64_t *n) {
+  const int world = dist ? sp_dist_world() : 1, rank = dist ? sp_dist_rank() : 0;
+  const int b = GLOBAL_BATCH / world;
+  sp_graph *g = dt_build();
+  if (dist && sync_bn) sp_dist_enable_sync_bn(g);
+  if (dist) assert_int_equal(sp_dist_bcast_params(g), 0);
+  sp_plan *p = dt_plan(g, b, be);
+  /* Small buckets: several per step, launched at different points of backward. */
+  sp_grad_reducer *red = dist ? sp_grad_reducer_new(g, p, 256) : NULL;
+  int np;
+  sp_opt_param *params = sp_train_opt_params(g, &np);
+  sp_opt_config oc = sp_opt_config_default(SP_OPT_SGD);
+  oc.momentum = 0.9f;
+  sp_optimizer *opt = sp_optimizer_new(&oc, np, params);
+  assert_non_null(opt);
+  for (int s = 0; s < STEPS; s++) {
+    /* Rank r holds slots r*b .. r*b+b-1 of the global batch. */
+    for (int j = 0; j < b; j++) dt_fill(p, j, (int64_t)s * GLOBAL_BATCH + rank * b + j);
+    sp_graph_zero_grad(g);
+    sp_plan_set_step(p, (uint64_t)s);
+    assert_int_equal(sp_plan_forward(p), 0);
+    double loss = sp_plan_loss(p), total = 0;
+    if (red) assert_int_equal(sp_grad_reducer_begin(red, &loss, 1), 0);
+    assert_int_equal(sp_plan_backward(p), 0);
+    if (red) {
+      assert_int_equal(sp_grad_reducer_finish(red, &total), 0);
+      assert_true(fabs(total / world - loss) < 10 * fabs(loss) + 1); /* summed, finite */
+    }
+    assert_int_equal(sp_optimizer_step(opt, 0.05f), 0);
+  }
+  float *snap = dt_snapshot(g, n);
+  sp_grad_reducer_free(red);
+  sp_optimizer_free(opt);
+  free(params);
+  sp_plan_free(p);
+  sp_graph_free(g);
+  return snap;
+}
+
+static void sync_bn_matches_one_process(void **state) {
+  (void)state;
+  int64_t n, m;
+  float *one = train(0, 0, SP_BACKEND_REF, &n), *dist = train(1, 1, SP_BACKEND_REF, &m);
+  assert_int_equal(n, m);
+  int64_t worst;
+  double ratio = sp_test_close_ratio(dist, one, n, 1e-4, 1e-5, &worst);
+  if (ratio > 1)
+    print_error("rank %d: parameter %lld: %g (W ranks) vs %g (1 process)\n", sp_dist_rank(), (long long)worst,
+                dist[worst], one[worst]);
+  assert_true(ratio <= 1);
+  free(one);
+  free(dist);
+}
+
+/* Per-rank statistics normalise each shard by itself: another model. */
+static void local_bn_differs(void **state) {
+  (void)state;
+  if (sp_dist_world() < 2) skip();
+  int64_t n, m;
+  float *one = train(0, 0, SP_BACKEND_REF, &n), *dist = train(1, 0, SP_BACKEND_REF, &m);
+  assert_true(sp_test_close_ratio(dist, one, n, 1e-3, 1e-3, NULL) > 1);
+  free(one);
+  free(dist);
+}
+
+/* The cpu backend runs sync batch norm on the reference kernel (and the rest
+ * on oneDNN): same steps within the backends' agreement. */
+static void sync_bn_on_cpu_backend(void **state) {
+  (void)state;
+#ifdef SPRY_HAVE_DNNL
+  int64_t n, m;
+  float *one = train(0, 0, SP_BACKEND_REF, &n), *dist = train(1, 1, SP_BACKEND_CPU, &m);
+  assert_true(sp_test_close_ratio(dist, one, n, 2e-3, 2e-4, NULL) <= 1);
+  free(one);
+  free(dist);
+#else
+  skip();
+#endif
+}
+
+int main(void) {
+  assert_int_equal(sp_dist_init(), 0);
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(sync_bn_matches_one_process),
+      cmocka_unit_test(local_bn_differs),
+      cmocka_unit_test(sync_bn_on_cpu_backend),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
