@@ -1,8 +1,8 @@
 /* Preloading: decode every image once (in parallel), crop a square around the
  * face, resize to the working size and keep uint8 crops + their points in RAM.
- * JPEGs are decoded at 1/2, 1/4 or 1/8 scale in the DCT domain when the crop
- * is still at least the working size at that scale: decoding is the dominant
- * cost, and the reduced decode is 2-5x cheaper. */
+ * JPEGs are decoded only over the crop's footprint (jpeg_crop.c), at the
+ * smallest DCT scale num/8 that keeps the crop at least the working size:
+ * decoding is the dominant cost, and both cut it several-fold. */
 #define _GNU_SOURCE
 #include <math.h>
 #include <pthread.h>
@@ -50,16 +50,48 @@ typedef struct {
   atomic_int next;
 } build_job;
 
-static int build_one(build_job *job, void *tj, int i) {
+/* Per-thread decoding state: the JPEG decoder and the file buffer are
+ * reused from image to image. */
+typedef struct {
+  sp_jpeg_dec *jd;
+  uint8_t *file;
+  size_t file_cap;
+} build_ctx;
+
+/* The smallest DCT scale num/8 of 1/8, 2/8, 4/8, 8/8 at which the crop is
+ * still at least the working size (so the warp only ever downsamples).
+ * libjpeg-turbo also scales by 3/8, 5/8, 6/8, 7/8, but those run plain-C
+ * IDCTs (and 10x10..14x14 ones for the chroma planes, which it scales up
+ * in the IDCT instead of upsampling): measured on the IMM crops, 6/8 and
+ * 7/8 cost more than the SIMD 8/8 decode, and 5/8 as much. */
+static int pick_scale(double side, int size) {
+  int num = 1;
+  while (num < 8 && side * num / 8.0 < size) num *= 2;
+  return num;
+}
+
+/* floor() of a coordinate, clamped into int range (crops of absurd but
+ * finite points must not overflow the conversion). */
+static int floor_clamped(double v) {
+  if (!(v > -1e8)) return -100000000;
+  if (v > 1e8) return 100000000;
+  return (int)floor(v);
+}
+
+static int build_one(build_job *job, build_ctx *bc, int i) {
   const sp_kp_sample *s = &job->ds->s[i];
   const int S = job->cfg->size, ch = job->cfg->channels, k = job->ds->k;
-  uint8_t *buf;
   size_t len;
-  if (sp_read_file(s->image, &buf, &len) != 0) return -1;
+  if (sp_read_file_into(s->image, &bc->file, &bc->file_cap, &len) != 0) return -1;
+  const uint8_t *buf = bc->file;
+  const int jpeg = sp_image_sniff(buf, len) == SP_IMG_JPEG;
+  /* No decoder (out of memory at thread start): JPEGs are skipped with the
+   * reason from sp_jpeg_dec_new. */
+  if (jpeg && !bc->jd) return sp_error_set("%s: no JPEG decoder (out of memory)", s->image);
   int w, h;
-  if (sp_image_probe_with(tj, buf, len, &w, &h) != 0) {
-    sp_error_push("%s", s->image);
-    free(buf);
+  if (jpeg ? sp_jpeg_dec_header(bc->jd, buf, len, s->image, &w, &h) != 0
+           : sp_image_probe_with(NULL, buf, len, &w, &h) != 0) {
+    if (!jpeg) sp_error_push("%s", s->image);
     return -1;
   }
   float pts[2 * SP_MAX_KEYPOINTS];
@@ -69,23 +101,40 @@ static int build_one(build_job *job, void *tj, int i) {
   }
   double x0, y0, side;
   crop_square(s, pts, job->cfg->margin, &x0, &y0, &side);
-  int denom = 1;
-  while (denom < 8 && side / (denom * 2) >= S) denom *= 2;
-  sp_image im;
-  int rc = sp_image_decode_with(tj, buf, len, ch, denom, s->image, &im);
-  free(buf);
-  if (rc != 0) return -1;
-  /* Maps: source -> crop (forward, for the points) and crop -> decoded image
-   * at 1/denom scale (for the warp). Pixel centres: u' = (u + 0.5) * r - 0.5. */
+  /* Source -> crop (forward, for the points). Pixel centres:
+   * u' = (u + 0.5) * r - 0.5 - (x0 * r). */
   double r = S / side;
   sp_affine fwd = {{r, 0, (0.5 - x0) * r - 0.5, 0, r, (0.5 - y0) * r - 0.5}};
-  double dsx = (double)im.w / w, dsy = (double)im.h / h; /* exact scale of the reduced decode */
-  sp_affine to_scaled = {{dsx, 0, 0.5 * dsx - 0.5, 0, dsy, 0.5 * dsy - 0.5}};
   sp_affine inv;
-  if (sp_affine_invert(fwd, &inv) != 0) { sp_image_free(&im); return -1; }
-  sp_affine crop_to_src = sp_affine_then(inv, to_scaled);
-  sp_warp_affine_u8(im.px, im.w, im.h, ch, job->c->pixels + (size_t)i * S * S * ch, S, S, 0, &crop_to_src, 0);
-  sp_image_free(&im);
+  if (sp_affine_invert(fwd, &inv) != 0) return sp_error_set("%s: degenerate crop", s->image);
+  uint8_t *dst = job->c->pixels + (size_t)i * S * S * ch;
+  if (jpeg) {
+    /* Decode only the crop's footprint, DCT-scaled by num/8. A scaled pixel
+     * j covers source pixels [j, j+1) * 8/num, so its centre maps as
+     * u_s = (u + 0.5) * num/8 - 0.5 (exactly; the rounded-up scaled size
+     * only cuts the padding of the last block). */
+    const int num = pick_scale(side, S);
+    const double ks = num / 8.0;
+    sp_affine to_scaled = {{ks, 0, 0.5 * ks - 0.5, 0, ks, 0.5 * ks - 0.5}};
+    sp_affine crop_to_scaled = sp_affine_then(inv, to_scaled);
+    /* The map is a pure scale + shift: its footprint is spanned by the
+     * first and last crop pixel. Bilinear reads floor(u) and floor(u) + 1;
+     * one more pixel each side absorbs the warp's fixed-point drift. */
+    float ax = 0, ay = 0, bx = (float)(S - 1), by = (float)(S - 1);
+    sp_affine_apply(&crop_to_scaled, &ax, &ay);
+    sp_affine_apply(&crop_to_scaled, &bx, &by);
+    int rx0 = floor_clamped(fmin(ax, bx)) - 1, rx1 = floor_clamped(fmax(ax, bx)) + 3;
+    int ry0 = floor_clamped(fmin(ay, by)) - 1, ry1 = floor_clamped(fmax(ay, by)) + 3;
+    sp_jpeg_region reg;
+    if (sp_jpeg_dec_region(bc->jd, ch, num, rx0, ry0, rx1, ry1, &reg) != 0) return -1;
+    sp_affine crop_to_reg = sp_affine_then(crop_to_scaled, sp_affine_translate(-reg.x0, -reg.y0));
+    sp_warp_affine_u8(reg.px, reg.w, reg.h, ch, dst, S, S, 0, &crop_to_reg, 0);
+  } else {
+    sp_image im;
+    if (sp_image_decode_with(NULL, buf, len, ch, 1, s->image, &im) != 0) return -1;
+    sp_warp_affine_u8(im.px, im.w, im.h, ch, dst, S, S, 0, &inv, 0);
+    sp_image_free(&im);
+  }
   float *out = job->c->points + (size_t)i * k * 2;
   for (int j = 0; j < k; j++) {
     out[2 * j] = pts[2 * j];
@@ -101,21 +150,17 @@ static int build_one(build_job *job, void *tj, int i) {
 
 static void *build_worker(void *arg) {
   build_job *job = arg;
-  void *tj = sp_jpeg_decoder_new();
+  build_ctx bc = {sp_jpeg_dec_new(), NULL, 0};
   for (;;) {
     int i = atomic_fetch_add(&job->next, 1);
     if (i >= job->ds->n) break;
-    if (build_one(job, tj, i) == 0) {
+    if (build_one(job, &bc, i) == 0)
       job->ok[i] = 1;
-    } else {
+    else
       sp_data_skip(job->ds->s[i].image, "%s", sp_last_error());
-      /* TurboJPEG 2.x leaves a handle unusable after some header errors (the
-       * next good file then fails too): start from a fresh one. */
-      sp_jpeg_decoder_free(tj);
-      tj = sp_jpeg_decoder_new();
-    }
   }
-  sp_jpeg_decoder_free(tj);
+  sp_jpeg_dec_free(bc.jd);
+  free(bc.file);
   return NULL;
 }
 

@@ -13,6 +13,32 @@ void sp_jpeg_decoder_free(void *h);
 int sp_image_probe_with(void *tj, const uint8_t *buf, size_t len, int *w, int *h);
 int sp_image_decode_with(void *tj, const uint8_t *buf, size_t len, int c, int denom, const char *what,
                          sp_image *out);
+/* Reads a whole file into *buf (grown as needed, capacity *cap, reused
+ * across calls by one thread); *len = its size. */
+int sp_read_file_into(const char *path, uint8_t **buf, size_t *cap, size_t *len);
+
+/* jpeg_crop.c: JPEG region decoding (libjpeg-turbo's classic API) at any
+ * DCT scale num/8, one decoder per thread. Usage: sp_jpeg_dec_header, then
+ * at most one sp_jpeg_dec_region; buf must stay valid in between. */
+typedef struct sp_jpeg_dec sp_jpeg_dec;
+typedef struct {
+  const uint8_t *px; /* interleaved, w * c bytes per row; owned by the decoder, valid until its next call */
+  int w, h, c;
+  int x0, y0;        /* position of px's first pixel in the scaled image */
+  int sw, sh;        /* size of the whole scaled image: ceil(size * num / 8) */
+} sp_jpeg_region;
+sp_jpeg_dec *sp_jpeg_dec_new(void);
+void sp_jpeg_dec_free(sp_jpeg_dec *d);
+int sp_jpeg_scaled_dim(int dim, int num);
+/* Parses the header (size in *w, *h); fails on a JPEG without its end marker. */
+int sp_jpeg_dec_header(sp_jpeg_dec *d, const uint8_t *buf, size_t len, const char *what, int *w, int *h);
+/* Decodes the rectangle [x0,x1) x [y0,y1) of the image scaled by num/8
+ * (1..8; scaled pixel coordinates, clamped to the image, at least 1 pixel)
+ * into c = 1 (gray) or 3 (RGB) channels. Every pixel of the rectangle equals
+ * the whole image decoded at that scale; the region may extend further left
+ * and right (iMCU alignment), where pixels may differ slightly. Scaled pixel
+ * centres map to the source as u_scaled = (u + 0.5) * num / 8 - 0.5. */
+int sp_jpeg_dec_region(sp_jpeg_dec *d, int c, int num, int x0, int y0, int x1, int y1, sp_jpeg_region *out);
 
 /* warp.c: 2x3 affine map p' = A p + t, stored row-major {a, b, tx, c, d, ty}. */
 typedef struct {
