@@ -18,6 +18,6 @@ int sp_cli_bench(int argc, char **argv) {
   if (!strcmp(argv[1], "data")) return sp_cli_bench_data(argc - 1, argv + 1);
   if (!strcmp(argv[1], "video")) return sp_cli_bench_video(argc - 1, argv + 1);
   if (!strcmp(argv[1], "op")) return sp_cli_bench_op(argc - 1, argv + 1);
-  fprintf(stderr, "spry bench: unknown benchmark '%s' (train, data)\n", argv[1]);
+  fprintf(stderr, "spry bench: unknown benchmark '%s' (train, data, video, op)\n", argv[1]);
   return 2;
 }
