@@ -30,7 +30,8 @@ typedef struct {
 sp_jpeg_dec *sp_jpeg_dec_new(void);
 void sp_jpeg_dec_free(sp_jpeg_dec *d);
 int sp_jpeg_scaled_dim(int dim, int num);
-/* Parses the header (size in *w, *h); fails on a JPEG without its end marker. */
+/* Parses the header (size in *w, *h). A file without an end marker in its
+ * last bytes is decoded to its end by the region call, so a cut fails. */
 int sp_jpeg_dec_header(sp_jpeg_dec *d, const uint8_t *buf, size_t len, const char *what, int *w, int *h);
 /* Decodes the rectangle [x0,x1) x [y0,y1) of the image scaled by num/8
  * (1..8; scaled pixel coordinates, clamped to the image, at least 1 pixel)

@@ -32,6 +32,7 @@ struct sp_jpeg_dec {
   struct jpeg_decompress_struct cinfo;
   err_mgr err;
   int have_header;     /* a header was read and the stream is not finished */
+  int check_end;       /* no end marker seen: decode to the end to tell a cut from padding */
   const char *what;    /* file name for messages */
   const uint8_t *buf;  /* the compressed bytes of the current image */
   size_t len;
@@ -88,11 +89,11 @@ void sp_jpeg_dec_free(sp_jpeg_dec *d) {
 
 int sp_jpeg_scaled_dim(int dim, int num) { return (int)(((long)dim * num + 7) / 8); }
 
-/* A JPEG whose last bytes hold no EOI marker was cut short. Decoding stops
- * after the crop's last row, so the decoder itself would never see the cut
- * when it lies below the crop; the old whole-image decode skipped such
- * files, and so must this one. A few bytes of padding after EOI are
- * tolerated. */
+/* Whether the last bytes hold an EOI marker. Decoding stops after the
+ * crop's last row, so the decoder itself would never see a cut below the
+ * crop; the old whole-image decode skipped such files, and so must this one.
+ * Without the marker (a cut, or a file with a long trailer after EOI) the
+ * region decode goes on to the end, where libjpeg tells the two apart. */
 static int has_eoi(const uint8_t *buf, size_t len) {
   size_t stop = len > 64 ? len - 64 : 0;
   for (size_t i = len; i >= stop + 2; i--)
@@ -110,6 +111,7 @@ int sp_jpeg_dec_header(sp_jpeg_dec *d, const uint8_t *buf, size_t len, const cha
   d->buf = buf;
   d->len = len;
   if (len < 4 || len > (size_t)0xFFFFFFFFu) return sp_error_set("%s: not a JPEG (size %zu)", what, len);
+  d->check_end = !has_eoi(buf, len);
   if (setjmp(d->err.jump)) {
     jpeg_abort_decompress(ci);
     return sp_error_set("%s: corrupt JPEG header (%s)", what, d->err.msg);
@@ -118,10 +120,6 @@ int sp_jpeg_dec_header(sp_jpeg_dec *d, const uint8_t *buf, size_t len, const cha
   if (jpeg_read_header(ci, TRUE) != JPEG_HEADER_OK) {
     jpeg_abort_decompress(ci);
     return sp_error_set("%s: JPEG has no image (tables only)", what);
-  }
-  if (!has_eoi(buf, len)) {
-    jpeg_abort_decompress(ci);
-    return sp_error_set("%s: truncated JPEG (no end-of-image marker)", what);
   }
   *w = (int)ci->image_width;
   *h = (int)ci->image_height;
@@ -159,7 +157,8 @@ static int region_body(sp_jpeg_dec *d) {
                         ci->output_height, ci->output_components, sw, sh, c);
   if (cx > 0 || cw < (JDIMENSION)sw) jpeg_crop_scanline(ci, &cx, &cw); /* may move cx left (iMCU) */
   const int ow = (int)ci->output_width, oh = y1 - y0;
-  size_t need = (size_t)ow * (size_t)oh * (size_t)c;
+  /* One spare row: the end check below reads the image's last row. */
+  size_t need = (size_t)ow * (size_t)(oh + 1) * (size_t)c;
   if (need > d->px_cap) {
     free(d->px);
     d->px = malloc(need);
@@ -178,6 +177,21 @@ static int region_body(sp_jpeg_dec *d) {
     JDIMENSION n = jpeg_read_scanlines(ci, d->rows + got, (JDIMENSION)(oh - got));
     if (n == 0) return sp_error_set("%s: JPEG decoder returned no rows at row %d", d->what, y0 + got);
     got += (int)n;
+  }
+  if (d->check_end) {
+    /* Entropy-decode the rest (warnings are fatal: a cut file fails here)
+     * and read up to the end marker. */
+    /* Skipping to the very bottom decodes nothing (libjpeg-turbo just marks
+     * the input done), so skip all but the last row and read that one. */
+    JDIMENSION left = ci->output_height - ci->output_scanline;
+    if (left > 1 && jpeg_skip_scanlines(ci, left - 1) != left - 1)
+      return sp_error_set("%s: truncated JPEG (image data ends early)", d->what);
+    if (left > 0) {
+      JSAMPROW spare = d->px + (size_t)ow * oh * c;
+      if (jpeg_read_scanlines(ci, &spare, 1) != 1)
+        return sp_error_set("%s: truncated JPEG (no last row)", d->what);
+    }
+    jpeg_finish_decompress(ci);
   }
   sp_jpeg_region *out = d->out;
   out->px = d->px;
