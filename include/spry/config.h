@@ -63,6 +63,12 @@ typedef struct {
   char backend[8];   /* ref | cpu */
   char out[1024];
   int eval_every;    /* epochs between validation passes (1) */
+
+  struct {           /* data parallel over MPI (used when launched by mpirun / srun) */
+    int sync_bn;       /* batch norm with statistics of the global batch (0: per rank) */
+    double timeout_s;  /* a rank waiting longer than this for the others ends the job (300) */
+    double bucket_mb;  /* gradient all-reduce bucket size (4) */
+  } dist;
 } sp_train_config;
 
 /* Defaults, then the file, then each "key=value" of sets (in order). When

@@ -8,6 +8,7 @@
 #include "cli/args.h"
 #include "cli/cli.h"
 #include "io/json.h"
+#include "spry/dist.h"
 #include "spry/graph.h"
 #include "spry/models.h"
 #include "spry/optim.h"
@@ -18,19 +19,29 @@ typedef struct {
   const char *model, *backend_name, *dtype;
   sp_backend backend;
   int batch, threads, steps, warmup, height, width, keypoints, channels, infer, profile;
+  int sync_bn;      /* under mpirun: synchronised batch norm */
+  double bucket_mb; /* under mpirun: gradient bucket size */
 } bench_opts;
+
+/* Data-parallel figures of the train bench (a world of 1 without mpirun). */
+static struct {
+  int ranks, buckets, overlapped;
+  size_t reduced_bytes, param_bytes;
+} dist_stats = {1, 0, 0, 0, 0};
 
 static void usage(FILE *f) {
   fprintf(f,
           "usage: spry bench train [--model M] [--backend ref|cpu] [--batch B] [--threads T]\n"
           "                        [--dtype f32|bf16] [--size S|HxW] [--steps N] [--warmup W]\n"
           "                        [--keypoints K] [--channels C] [--infer] [--profile]\n"
+          "                        [--sync-bn] [--bucket-mb MB]      (under mpirun: --batch is per rank)\n"
           "models: %s\n",
           sp_model_names());
 }
 
 static int parse(int argc, char **argv, bench_opts *o) {
-  *o = (bench_opts){"vgg-face", "ref", "f32", SP_BACKEND_REF, 64, omp_get_max_threads(), 10, 1, 224, 224, 68, -1, 0, 0};
+  *o = (bench_opts){"vgg-face", "ref", "f32", SP_BACKEND_REF, 64, omp_get_max_threads(), 10, 1, 224, 224, 68, -1, 0, 0,
+                    0, 4.0};
   for (int i = 1; i < argc; i++) {
     const char *size = NULL;
     int r = 0;
@@ -47,10 +58,21 @@ static int parse(int argc, char **argv, bench_opts *o) {
         (r = sp_arg_int(argc, argv, &i, "--warmup", 0, 1 << 20, &o->warmup)) ||
         (r = sp_arg_int(argc, argv, &i, "--keypoints", 1, 1 << 16, &o->keypoints)) ||
         (r = sp_arg_int(argc, argv, &i, "--channels", 1, 4, &o->channels)) ||
-        (r = sp_arg_flag(argv, i, "--infer", &o->infer)) || (r = sp_arg_flag(argv, i, "--profile", &o->profile))) {
+        (r = sp_arg_flag(argv, i, "--infer", &o->infer)) || (r = sp_arg_flag(argv, i, "--profile", &o->profile)) ||
+        (r = sp_arg_flag(argv, i, "--sync-bn", &o->sync_bn))) {
       if (r < 0) return -1;
       continue;
     }
+    const char *mb = NULL;
+    if ((r = sp_arg_str(argc, argv, &i, "--bucket-mb", &mb)) == 1) {
+      o->bucket_mb = atof(mb);
+      if (!(o->bucket_mb > 0)) {
+        fprintf(stderr, "spry bench train: --bucket-mb wants a positive size in MB, got '%s'\n", mb);
+        return -1;
+      }
+      continue;
+    }
+    if (r < 0) return -1;
     if ((r = sp_arg_str(argc, argv, &i, "--size", &size)) == 1) {
       if (sp_parse_size(size, &o->height, &o->width) != 0) {
         fprintf(stderr, "spry bench train: --size wants S or HxW, got '%s'\n", size);
@@ -99,9 +121,19 @@ static void print_line(const bench_opts *o, const char *bench, int batch, double
   sp_json_key(&b, "threads"), sp_json_int(&b, o->threads);
   sp_json_key(&b, "size"), sp_json_str(&b, size);
   sp_json_key(&b, "steps"), sp_json_int(&b, o->steps);
-  sp_json_key(&b, "images_per_s"), sp_json_f64(&b, batch / step_s);
+  /* Under mpirun every rank trains `batch` images per step. */
+  int ranks = !strcmp(bench, "train") ? dist_stats.ranks : 1;
+  sp_json_key(&b, "ranks"), sp_json_int(&b, ranks);
+  sp_json_key(&b, "images_per_s"), sp_json_f64(&b, (double)batch * ranks / step_s);
   sp_json_key(&b, "ms_per_step"), sp_json_f64(&b, 1e3 * step_s);
   sp_json_key(&b, "gflops_per_s"), sp_json_f64(&b, flops_per_step / step_s * 1e-9);
+  if (!strcmp(bench, "train")) {
+    sp_json_key(&b, "param_bytes"), sp_json_int(&b, (int64_t)dist_stats.param_bytes);
+    sp_json_key(&b, "allreduce_bytes_per_step"), sp_json_int(&b, (int64_t)dist_stats.reduced_bytes);
+    sp_json_key(&b, "allreduce_buckets"), sp_json_int(&b, dist_stats.buckets);
+    sp_json_key(&b, "buckets_launched_in_backward"), sp_json_int(&b, dist_stats.overlapped);
+    if (ranks > 1) sp_json_key(&b, "sync_bn"), sp_json_bool(&b, o->sync_bn);
+  }
   sp_json_obj_end(&b);
   printf("%s\n", b.s);
   sp_json_buf_free(&b);
@@ -178,8 +210,14 @@ static sp_graph *build(const bench_opts *o, sp_value *out) {
 
 static int run_train(const bench_opts *o) {
   sp_value out;
+  if (sp_dist_init() != 0) {
+    fprintf(stderr, "spry bench train: %s\n", sp_last_error());
+    return 1;
+  }
+  const int world = sp_dist_world(), rank = sp_dist_rank();
   sp_graph *g = build(o, &out);
   if (!g) return 1;
+  if (world > 1 && o->sync_bn) sp_dist_enable_sync_bn(g);
   sp_input_shape in[2] = {{"image", sp_shape4(o->batch, o->channels, o->height, o->width)}, target_shape(o, o->batch)};
   sp_plan *p = sp_plan_new(g, 2, in, o->backend, 1, plan_flags(o));
   if (!p) {
@@ -187,8 +225,10 @@ static int run_train(const bench_opts *o) {
     sp_graph_free(g);
     return 1;
   }
-  fill_random(sp_plan_input(p, "image"), 1);
+  fill_random(sp_plan_input(p, "image"), 1 + (uint64_t)rank); /* each rank its own images */
   fill_target(o, sp_plan_input(p, "target"));
+  sp_dist_bcast_params(g);
+  sp_grad_reducer *red = world > 1 ? sp_grad_reducer_new(g, p, (size_t)(o->bucket_mb * (1 << 20))) : NULL;
   int n;
   sp_opt_param *params = sp_train_opt_params(g, &n);
   sp_opt_config cfg = sp_opt_config_default(SP_OPT_ADAMW);
@@ -199,13 +239,25 @@ static int run_train(const bench_opts *o) {
     double t0 = sp_now();
     sp_graph_zero_grad(g);
     sp_plan_forward(p);
+    if (red) sp_grad_reducer_begin(red, NULL, 0);
     sp_plan_backward(p);
+    if (red) sp_grad_reducer_finish(red, NULL); /* waits: the step time includes the exchange */
     sp_optimizer_step(opt, 1e-4f);
     if (s >= o->warmup) times[s - o->warmup] = sp_now() - t0;
   }
   double flops = 3.0 * sp_plan_forward_flops(p);
-  print_line(o, "train", o->batch, sp_median(times, o->steps), flops);
-  if (o->profile) print_profile(o, p, sp_graph_node_count(g), o->steps);
+  dist_stats.ranks = world;
+  dist_stats.param_bytes = sizeof(float) * (size_t)sp_graph_param_numel(g, 1);
+  if (red) {
+    dist_stats.reduced_bytes = sp_grad_reducer_bytes(red);
+    dist_stats.buckets = sp_grad_reducer_buckets(red);
+    dist_stats.overlapped = sp_grad_reducer_launched_early(red);
+  }
+  /* Ranks step in lock-step (every step waits for all gradients), so rank
+   * 0's time is the job's; it alone prints. */
+  if (rank == 0) print_line(o, "train", o->batch, sp_median(times, o->steps), flops);
+  if (o->profile && rank == 0) print_profile(o, p, sp_graph_node_count(g), o->steps);
+  sp_grad_reducer_free(red);
   free(times);
   sp_optimizer_free(opt);
   free(params);

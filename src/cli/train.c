@@ -8,6 +8,7 @@
 #include "spry/plot.h"
 #include "io/json.h"
 #include "spry/config.h"
+#include "spry/dist.h"
 #include "spry/train.h"
 
 static void usage(FILE *f) {
@@ -63,7 +64,7 @@ int sp_cli_train(int argc, char **argv) {
   sp_train_summary s;
   int rc = sp_train_run(&cfg, text, resume != NULL, &s);
   if (rc == -1) fprintf(stderr, "spry train: %s\n", sp_last_error());
-  else if (rc == 0) {
+  else if (rc == 0 && sp_dist_rank() == 0) { /* one summary per job, from rank 0 */
     sp_json_buf b;
     sp_json_buf_init(&b);
     sp_json_obj_begin(&b);

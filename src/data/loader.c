@@ -220,8 +220,16 @@ int sp_loader_start_epoch(sp_loader *l, int64_t epoch) {
     sp_rng r = sp_rng_make(sp_rng_key(l->cfg.seed, (uint64_t)epoch, UINT64_C(0xFFFFFFFFFFFF)));
     sp_rng_shuffle(&r, all, n);
   }
-  int off = l->cfg.world > 1 ? l->cfg.rank * l->per_rank : 0;
-  memcpy(l->order, all + off, sizeof(int32_t) * (size_t)l->per_rank);
+  /* Batch-interleaved shards: step s of rank r is slice r of the global
+   * batch s (world * batch samples), so W ranks with batch B see exactly the
+   * batches of one process with batch W * B, at any world size. The samples
+   * left after the full batches are split in contiguous pieces. */
+  const int W = l->cfg.world, R = l->cfg.rank, B = l->cfg.batch;
+  const int full = l->per_rank / B * B;
+  const int tiny = (int64_t)l->per_rank * W > n; /* fewer samples than ranks: each rank takes them all */
+  for (int i = 0; i < l->per_rank; i++)
+    l->order[i] = tiny ? all[i] : i < full ? all[((int64_t)(i / B) * W + R) * B + i % B]
+                           : all[(int64_t)full * W + (int64_t)R * (l->per_rank - full) + (i - full)];
   free(all);
   l->epoch = epoch;
   l->next_claim = 0;

@@ -184,6 +184,8 @@ sp_train_config sp_train_config_default(void) {
   snprintf(c.backend, sizeof c.backend, "ref");
   snprintf(c.out, sizeof c.out, "runs/latest");
   c.eval_every = 1;
+  c.dist.timeout_s = 300;
+  c.dist.bucket_mb = 4;
   return c;
 }
 
@@ -269,6 +271,9 @@ static int read_all(reader *r, sp_train_config *c) {
       get_string(r, "precision", c->precision, sizeof c->precision, precisions) ||
       get_string(r, "backend", c->backend, sizeof c->backend, backends) ||
       get_string(r, "out", c->out, sizeof c->out, NULL) || get_int(r, "eval_every", 1, 1000000, &c->eval_every))
+    return -1;
+  if (get_bool(r, "dist.sync_bn", &c->dist.sync_bn) || get_double(r, "dist.timeout_s", 1, 1e6, &c->dist.timeout_s) ||
+      get_double(r, "dist.bucket_mb", 0.001, 4096, &c->dist.bucket_mb))
     return -1;
   c->seed = (uint64_t)seed;
   /* Warm-up: explicit epochs win over the fraction of training. */

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <time.h>
 
 #include "spry/common.h"
@@ -148,11 +149,15 @@ void sp_dist_wait(MPI_Request *req, const char *what, double timeout_s) {
     int done = 0;
     sp_dist_check(MPI_Test(req, &done, MPI_STATUS_IGNORE), "MPI_Test", what);
     if (done) return;
-    /* Spin briefly (the common case finishes in microseconds), then yield the
-     * core to compute threads or an oversubscribed neighbour rank. */
-    if (polls > 2000) {
-      struct timespec ts = {0, polls > 20000 ? 200000 : 20000};
+    /* Open MPI advances a large all-reduce (many pipelined segments) only
+     * inside MPI calls, so sleeping between tests would stall every segment:
+     * poll, yielding the core only if another thread wants it; sleep only
+     * after a second (a peer is computing or late). */
+    if (sp_now() - t0 > 1.0) {
+      struct timespec ts = {0, 100000};
       nanosleep(&ts, NULL);
+    } else if (polls > 1000) {
+      sched_yield();
     }
     if ((polls & 255) == 0 && sp_now() - t0 > timeout_s) timeout_abort(what, timeout_s);
   }

@@ -1,6 +1,13 @@
 /* The keypoint trainer: epochs of augmented batches through one training
  * plan, a validation pass per epoch, metrics.jsonl, checkpoints (last + best),
- * exact resume, and a clean stop on Ctrl-C. */
+ * exact resume, and a clean stop on Ctrl-C.
+ *
+ * Under mpirun / srun it trains data-parallel (spry/dist.h): `batch` is the
+ * global batch, each rank trains batch / world samples of it, gradients are
+ * all-reduced during backward, and rank 0 alone validates (on the whole
+ * validation set), writes checkpoints, metrics and the report, and draws
+ * progress. Steps count global batches, so a run resumes at any world size
+ * that divides the batch. */
 #include <errno.h>
 #include <math.h>
 #include <omp.h>
@@ -11,6 +18,7 @@
 #include <sys/stat.h>
 
 #include "io/json.h"
+#include "spry/dist.h"
 #include "spry/train.h"
 #include "train/trainer_internal.h"
 
@@ -41,7 +49,27 @@ typedef struct {
   sp_optimizer *opt;
   float *targets; /* [batch][k][2] model units */
   char dir[1024];
+  int rank, world, local_batch; /* data parallel: this rank's share of the global batch */
+  sp_grad_reducer *reducer;     /* NULL in a world of one */
+  int refused;                  /* every rank refused the run together */
 } run;
+
+/* Rank 0's outcome of its solo work (resume, validation, saving) for all. */
+typedef struct {
+  int rc;
+  int64_t epoch, step;
+  double loss_sum, best;
+} rank0_state;
+
+/* After rank 0 worked alone: everyone learns how it went. The others may
+ * wait a long time (validation, the report), hence the long timeout. */
+static int share_rank0(run *r, rank0_state *st, const char *what) {
+  if (r->world < 2) return st->rc;
+  sp_dist_barrier(10 * r->cfg->dist.timeout_s, what);
+  sp_dist_bcast(st, sizeof *st, what);
+  if (st->rc != 0 && r->rank > 0) sp_error_set("rank 0 failed during %s (see its message)", what);
+  return st->rc;
+}
 
 static int ensure_dir(const char *dir) {
   char path[1024];
@@ -58,8 +86,8 @@ static int ensure_dir(const char *dir) {
 
 static sp_plan *train_plan(run *r) {
   sp_input_shape in[2] = {
-      {"image", sp_shape4(r->cfg->batch, r->cfg->data.channels, r->cfg->data.size, r->cfg->data.size)},
-      {"points", sp_shape3(r->cfg->batch, r->data.k, 2)}};
+      {"image", sp_shape4(r->local_batch, r->cfg->data.channels, r->cfg->data.size, r->cfg->data.size)},
+      {"points", sp_shape3(r->local_batch, r->data.k, 2)}};
   return sp_plan_new(r->g, 2, in, r->backend, 1, 0);
 }
 
@@ -131,14 +159,31 @@ static int setup(run *r, const sp_train_config *cfg, const char *config_text) {
   r->cfg = cfg;
   r->config_text = config_text;
   snprintf(r->dir, sizeof r->dir, "%s", cfg->out);
+  if (sp_dist_init() != 0) return -1;
+  sp_dist_set_timeout(cfg->dist.timeout_s);
+  r->rank = sp_dist_rank();
+  r->world = sp_dist_world();
+  r->local_batch = cfg->batch / r->world;
+  /* Refused on every rank alike (no rank is left waiting). */
+  if (sp_dist_check_run(config_text, SPRY_VERSION) != 0) {
+    r->refused = 1;
+    return -1;
+  }
+  if (cfg->batch % r->world)
+    return sp_error_set("batch %d is the global batch and must be a multiple of the %d ranks", cfg->batch, r->world);
   if (ensure_dir(r->dir) != 0) return -1;
   if (sp_backend_parse(cfg->backend, &r->backend) != 0) return -1;
   if (cfg->threads > 0) omp_set_num_threads(cfg->threads);
+  /* Rank 0 builds the cache file first; the others then map it. */
+  if (r->rank > 0) sp_dist_barrier(10 * cfg->dist.timeout_s, "rank 0 reading the data");
   if (sp_kp_data_open(cfg, r->dir, &r->data) != 0) return -1;
+  if (r->rank == 0) sp_dist_barrier(10 * cfg->dist.timeout_s, "rank 0 reading the data");
   if (r->data.train_cache->n < cfg->batch)
     return sp_error_set("batch %d is larger than the %d training images", cfg->batch, r->data.train_cache->n);
   r->g = sp_kp_build_graph(cfg, &r->data, r->neighbours, &r->scale, &r->offset);
   if (!r->g) return -1;
+  if (r->world > 1 && cfg->dist.sync_bn) sp_dist_enable_sync_bn(r->g);
+  sp_dist_bcast_params(r->g); /* every rank starts from rank 0's weights */
   r->train_plan = train_plan(r);
   if (!r->train_plan) return -1;
   r->eval = (sp_kp_evaluator){r->g, r->backend, cfg, &r->data, r->scale, r->offset, NULL, NULL};
@@ -146,8 +191,9 @@ static int setup(run *r, const sp_train_config *cfg, const char *config_text) {
   sp_opt_config oc = cfg->optimizer;
   r->opt = sp_optimizer_new(&oc, r->n_params, r->params);
   if (!r->opt) return -1;
+  if (r->world > 1) r->reducer = sp_grad_reducer_new(r->g, r->train_plan, (size_t)(cfg->dist.bucket_mb * (1 << 20)));
 
-  sp_loader_config lc = sp_loader_config_default(cfg->batch, cfg->data.size);
+  sp_loader_config lc = sp_loader_config_default(r->local_batch, cfg->data.size);
   lc.workers = cfg->workers;
   lc.seed = cfg->seed;
   lc.shuffle = 1;
@@ -159,13 +205,23 @@ static int setup(run *r, const sp_train_config *cfg, const char *config_text) {
   lc.aug.flip_prob = cfg->augment.flip;
   lc.aug.ra_n = cfg->augment.ra_n;
   lc.aug.ra_m = cfg->augment.ra_m;
+  lc.rank = r->rank;
+  lc.world = r->world;
   r->train_loader = sp_loader_create(r->data.train_cache, r->data.scheme, &lc);
-  sp_loader_config vc = lc;
+  sp_loader_config vc = lc; /* validation: rank 0, the whole set, global batch */
+  vc.batch = cfg->batch;
+  vc.rank = 0;
+  vc.world = 1;
   vc.shuffle = 0;
   vc.drop_last = 0;
   vc.aug = sp_augment_config_none(cfg->data.size);
   r->val_loader = r->train_loader ? sp_loader_create(r->data.val_cache, NULL, &vc) : NULL;
   if (!r->val_loader) return -1;
+  if (r->rank > 0) return 0;
+  if (r->world > 1)
+    fprintf(stderr, "spry: data parallel over %d ranks, %d images each per step, %s batch norm, %d gradient buckets (%.1f MB)\n",
+            r->world, r->local_batch, cfg->dist.sync_bn ? "synchronised" : "per-rank", sp_grad_reducer_buckets(r->reducer),
+            sp_grad_reducer_bytes(r->reducer) / 1e6);
   fprintf(stderr, "spry: %s, %d keypoints, %d train / %d val images, %lld parameters, %s backend, plan %.1f MB (%.1f MB naive)\n",
           cfg->model, r->data.k, r->data.train_cache->n, r->data.val_cache->n,
           (long long)sp_graph_param_numel(r->g, 1), cfg->backend, sp_plan_arena_bytes(r->train_plan) / 1e6,
@@ -174,6 +230,7 @@ static int setup(run *r, const sp_train_config *cfg, const char *config_text) {
 }
 
 static void teardown(run *r) {
+  sp_grad_reducer_free(r->reducer);
   sp_loader_destroy(r->train_loader);
   sp_loader_destroy(r->val_loader);
   sp_optimizer_free(r->opt);
@@ -187,22 +244,35 @@ static void teardown(run *r) {
 int sp_train_run(const sp_train_config *cfg, const char *config_text, int resume, sp_train_summary *summary) {
   run r;
   int rc = setup(&r, cfg, config_text);
+  /* A rank-local setup failure would leave the others waiting: end the job. */
+  if (rc != 0 && r.world > 1 && !r.refused) sp_dist_abort("setup failed: %s", sp_last_error());
   int64_t start_epoch = 0, start_step = 0;
   double resumed_loss_sum = 0;
   double best = INFINITY;
   if (rc == 0 && resume) {
-    char path[1100], buf[1 << 16];
-    snprintf(path, sizeof path, "%s/last.safetensors", r.dir);
-    sp_checkpoint_meta m;
-    rc = sp_checkpoint_load(path, r.g, r.opt, &m, buf, sizeof buf);
-    if (rc == 0) {
-      start_epoch = m.epoch;
-      start_step = m.step_in_epoch;
-      resumed_loss_sum = m.loss_sum;
-      best = m.best;
-      fprintf(stderr, "spry: resuming %s at epoch %lld step %lld\n", path, (long long)start_epoch + 1,
-              (long long)start_step);
+    /* Rank 0 reads the checkpoint (other machines need not see the file);
+     * steps count global batches, so any world size resumes it. */
+    rank0_state st = {0};
+    if (r.rank == 0) {
+      char path[1100], buf[1 << 16];
+      snprintf(path, sizeof path, "%s/last.safetensors", r.dir);
+      sp_checkpoint_meta m;
+      st.rc = sp_checkpoint_load(path, r.g, r.opt, &m, buf, sizeof buf);
+      if (st.rc == 0) {
+        st = (rank0_state){0, m.epoch, m.step_in_epoch, m.loss_sum, m.best};
+        fprintf(stderr, "spry: resuming %s at epoch %lld step %lld\n", path, (long long)m.epoch + 1,
+                (long long)m.step_in_epoch);
+      }
     }
+    rc = share_rank0(&r, &st, "resume");
+    if (rc == 0 && r.world > 1) {
+      sp_dist_bcast_params(r.g);
+      sp_dist_bcast_optimizer(r.opt);
+    }
+    start_epoch = st.epoch;
+    start_step = st.step;
+    resumed_loss_sum = st.loss_sum;
+    best = st.best;
   }
   stop_requested = 0;
   struct sigaction sa = {0}, old_int, old_term;
@@ -217,7 +287,7 @@ int sp_train_run(const sp_train_config *cfg, const char *config_text, int resume
     sp_progress_begin(&bar);
     sp_loader_start_epoch(r.train_loader, epoch);
     double loss_sum = epoch == start_epoch ? resumed_loss_sum : 0, t0 = sp_now(), lr = 0;
-    int step = 0, trained = 0;
+    int step = 0, trained = 0, stopping = 0;
     const sp_batch *b;
     while ((b = sp_loader_next(r.train_loader))) {
       if (epoch == start_epoch && step < start_step) { /* already trained before the resume */
@@ -228,11 +298,19 @@ int sp_train_run(const sp_train_config *cfg, const char *config_text, int resume
       sp_graph_zero_grad(r.g);
       sp_plan_set_step(r.train_plan, (uint64_t)sp_optimizer_steps(r.opt));
       sp_plan_forward(r.train_plan);
+      double loss = sp_plan_loss(r.train_plan);
+      /* The loss and a Ctrl-C vote ride with the gradients: every rank gets
+       * the global mean loss and stops after the same step. */
+      double totals[2] = {loss, stop_requested ? 1.0 : 0.0};
+      if (r.reducer) sp_grad_reducer_begin(r.reducer, totals, 2);
       sp_plan_backward(r.train_plan);
+      if (r.reducer) {
+        sp_grad_reducer_finish(r.reducer, totals);
+        loss = totals[0] / r.world;
+      }
       if (cfg->clip_norm > 0) sp_clip_grad_norm(r.n_params, r.params, cfg->clip_norm);
       lr = sp_lr_at_epoch(&cfg->schedule, sp_epoch_progress((double)epoch, step, steps));
       sp_optimizer_step(r.opt, (float)lr);
-      double loss = sp_plan_loss(r.train_plan);
       if (!isfinite(loss)) {
         rc = sp_error_set("the loss became %g at epoch %lld step %d (learning rate %g too high?)", loss,
                           (long long)epoch + 1, step, lr);
@@ -242,24 +320,38 @@ int sp_train_run(const sp_train_config *cfg, const char *config_text, int resume
       step++;
       trained++;
       double dt = sp_now() - t0;
-      sp_progress_draw(&bar, (int)epoch + 1, cfg->epochs, step, steps, loss_sum / step, trained * cfg->batch / dt, 0);
-      if (stop_after_steps > 0 && sp_optimizer_steps(r.opt) >= stop_after_steps) stop_requested = 1;
-      if (stop_requested) break;
+      if (r.rank == 0)
+        sp_progress_draw(&bar, (int)epoch + 1, cfg->epochs, step, steps, loss_sum / step, trained * cfg->batch / dt, 0);
+      if (stop_after_steps > 0 && sp_optimizer_steps(r.opt) >= stop_after_steps) stopping = 1;
+      if (r.reducer ? totals[1] > 0 : stop_requested) stopping = 1;
+      if (stopping) break;
     }
     sp_progress_end(&bar);
     if (rc != 0) break;
-    if (stop_requested) {
-      rc = save(&r, "last.safetensors", epoch, step, loss_sum, best);
-      fprintf(stderr, "spry: interrupted at epoch %lld step %d; saved %s/last.safetensors (resume with --resume)\n",
-              (long long)epoch + 1, step, r.dir);
+    if (stopping) {
+      rank0_state st = {0};
+      if (r.rank == 0) {
+        st.rc = save(&r, "last.safetensors", epoch, step, loss_sum, best);
+        fprintf(stderr, "spry: interrupted at epoch %lld step %d; saved %s/last.safetensors (resume with --resume)\n",
+                (long long)epoch + 1, step, r.dir);
+      }
+      rc = share_rank0(&r, &st, "saving the interrupted run");
       rc = rc == 0 ? 130 : rc;
       break;
     }
     double epoch_s = sp_now() - t0, train_loss = loss_sum / (steps ? steps : 1);
     last_train_loss = train_loss;
     int do_val = (epoch + 1) % cfg->eval_every == 0 || epoch + 1 == cfg->epochs;
+    if (r.rank > 0) { /* rank 0 validates and writes; the others wait for its outcome */
+      rank0_state st = {0};
+      if ((rc = share_rank0(&r, &st, "rank 0's validation and checkpoint")) != 0) break;
+      best = st.best;
+      continue;
+    }
     if (do_val && validate(&r, epoch, &v) != 0) {
       rc = -1;
+      rank0_state st = {rc, 0, 0, 0, best};
+      share_rank0(&r, &st, "rank 0's validation and checkpoint");
       break;
     }
     append_metrics(&r, epoch, train_loss, lr, trained * cfg->batch / epoch_s, epoch_s, do_val ? &v : NULL);
@@ -270,14 +362,20 @@ int sp_train_run(const sp_train_config *cfg, const char *config_text, int resume
     fprintf(stderr, "  %.0f img/s  %.1f s\n", trained * cfg->batch / epoch_s, epoch_s);
     if (do_val && v.m.mean_px < best) {
       best = v.m.mean_px;
-      if ((rc = save(&r, "best.safetensors", epoch + 1, 0, 0, best)) != 0) break;
+      if ((rc = save(&r, "best.safetensors", epoch + 1, 0, 0, best)) != 0) {
+      rank0_state st = {rc, 0, 0, 0, best};
+      share_rank0(&r, &st, "rank 0's validation and checkpoint");
+      break;
+    }
     }
     /* last.safetensors is the per-epoch checkpoint; it carries best so far. */
-    if ((rc = save(&r, "last.safetensors", epoch + 1, 0, 0, best)) != 0) break;
+    rc = save(&r, "last.safetensors", epoch + 1, 0, 0, best);
+    rank0_state st = {rc, 0, 0, 0, best};
+    if (share_rank0(&r, &st, "rank 0's validation and checkpoint") != 0) break;
   }
   sigaction(SIGINT, &old_int, NULL);
   sigaction(SIGTERM, &old_term, NULL);
-  if (rc == 0) {
+  if (rc == 0 && r.rank == 0) {
     if (sp_kp_report(r.dir, &r.eval, r.val_loader) == 0)
       fprintf(stderr, "spry: report in %s/index.html\n", r.dir);
     else

@@ -1,0 +1,132 @@
+/* The keypoint trainer under `mpirun -np 2`: with synchronised batch norm a
+ * 2-rank run ends with the weights of the same config trained by one process
+ * (batch is the global batch; the loader gives rank r slice r of every global
+ * batch); a 2-rank run stopped mid-epoch resumes in one process and ends
+ * there too; only rank 0 writes. One-process runs are `spry train` children
+ * with SPRY_MPI=0. SGD, not Adam: a bias before batch norm has a gradient
+ * of pure rounding noise, which Adam would blow up to full-size steps; MSE,
+ * not L1: sign(residual) flips on rounding noise for residuals near 0. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "spry/config.h"
+#include "spry/dist.h"
+#include "spry/safetensors.h"
+#include "spry/synth.h"
+#include "spry/train.h"
+#include "testkit.h"
+
+static char dir[256], cfg_path[300];
+
+static void train_here(const char *out, int resume, int expect) {
+  char set_out[400];
+  snprintf(set_out, sizeof set_out, "out=%s", out);
+  char *sets[1] = {set_out};
+  sp_train_config cfg;
+  char *text = NULL;
+  if (sp_train_config_load(cfg_path, 1, sets, &cfg, &text) != 0) fail_msg("%s", sp_last_error());
+  assert_int_equal(sp_train_run(&cfg, text, resume, NULL), expect);
+  free(text);
+}
+
+/* One process, as a user would start it, on rank 0 only. */
+static void train_alone(const char *args) {
+  if (sp_dist_rank() == 0) {
+    const char *bin = getenv("SPRY_BIN");
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "SPRY_MPI=0 %s train %s %s > /dev/null 2>&1", bin ? bin : "spry", cfg_path, args);
+    assert_int_equal(system(cmd), 0);
+  }
+  sp_dist_barrier(600, "test: one-process run");
+}
+
+static void assert_same_weights(const char *a, const char *b) {
+  if (sp_dist_rank() != 0) return;
+  char pa[400], pb[400];
+  snprintf(pa, sizeof pa, "%s/last.safetensors", a);
+  snprintf(pb, sizeof pb, "%s/last.safetensors", b);
+  sp_st_file *fa = sp_st_open(pa), *fb = sp_st_open(pb);
+  assert_non_null(fa);
+  assert_non_null(fb);
+  assert_int_equal(sp_st_count(fa), sp_st_count(fb));
+  for (int i = 0; i < sp_st_count(fa); i++) {
+    const char *name = sp_st_name(fa, i);
+    const sp_tensor *x = sp_st_get(fa, name), *y = sp_st_get(fb, name);
+    assert_non_null(y);
+    /* Per tensor, against its largest entry: gradient-like buffers (SGD
+     * momentum) hold sums with heavy cancellation, so single entries near 0
+     * carry rounding noise of the tensor's scale, not their own. */
+    const float *xa = x->data, *ya = y->data;
+    double diff = 0, scale = 0;
+    for (int64_t j = 0; j < sp_tensor_numel(x); j++) {
+      double d = fabs((double)xa[j] - ya[j]);
+      diff = d > diff ? d : diff;
+      scale = fabs(ya[j]) > scale ? fabs(ya[j]) : scale;
+    }
+    if (diff > 1e-3 * scale + 1e-6) fail_msg("%s: differs by %g (largest entry %g)", name, diff, scale);
+  }
+  sp_st_close(fa);
+  sp_st_close(fb);
+}
+
+static void two_ranks_match_one_process(void **state) {
+  (void)state;
+  char two[300], one[300], args[400];
+  snprintf(two, sizeof two, "%s/two", dir);
+  snprintf(one, sizeof one, "%s/one", dir);
+  train_here(two, 0, 0);
+  snprintf(args, sizeof args, "--set out=%s", one);
+  train_alone(args);
+  assert_same_weights(two, one);
+  /* Rank 0 alone wrote the run. */
+  char p[400];
+  snprintf(p, sizeof p, "%s/metrics.jsonl", two);
+  assert_int_equal(access(p, F_OK), 0);
+}
+
+static void stopped_on_two_resumes_on_one(void **state) {
+  (void)state;
+  char part[300], one[300], args[400];
+  snprintf(part, sizeof part, "%s/part", dir);
+  snprintf(one, sizeof one, "%s/one", dir);
+  sp_train_stop_after(5); /* 4 steps per epoch: mid second epoch */
+  train_here(part, 0, 130);
+  sp_train_stop_after(0);
+  snprintf(args, sizeof args, "--resume %s", part);
+  train_alone(args);
+  assert_same_weights(part, one);
+}
+
+int main(void) {
+  if (sp_dist_init() != 0) return 1;
+  if (sp_dist_world() < 2) return 77; /* needs mpirun */
+  if (sp_dist_rank() == 0) {
+    if (!sp_test_tmpdir(dir, sizeof dir)) return 1;
+    char faces[300];
+    snprintf(faces, sizeof faces, "%s/faces", dir);
+    sp_synth_face_options o = sp_synth_face_defaults();
+    o.progress = 0;
+    if (sp_synth_faces(faces, 50, 3, &o) != 0) return 1;
+    snprintf(cfg_path, sizeof cfg_path, "%s/run.yaml", dir);
+    FILE *f = fopen(cfg_path, "w");
+    if (!f) return 1;
+    fprintf(f, "model: vgg-face\ndata:\n  path: %s\n  val_fraction: 0.2\n  crop_size: 40\n  size: 32\n  channels: 1\n"
+               "augment:\n  randaugment: [1, 5]\noptimizer:\n  type: sgd\n  momentum: 0.9\n  lr: 0.01\n"
+               "loss:\n  type: mse\nepochs: 2\nbatch: 8\nseed: 5\n"
+               "workers: 1\nthreads: 1\ndist:\n  sync_bn: true\n", faces);
+    fclose(f);
+  }
+  sp_dist_bcast(dir, sizeof dir, "test setup");
+  sp_dist_bcast(cfg_path, sizeof cfg_path, "test setup");
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(two_ranks_match_one_process),
+      cmocka_unit_test(stopped_on_two_resumes_on_one),
+  };
+  int rc = cmocka_run_group_tests(tests, NULL, NULL);
+  sp_dist_barrier(600, "test end");
+  if (sp_dist_rank() == 0) sp_test_rmtree(dir);
+  return rc;
+}
