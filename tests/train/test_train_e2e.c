@@ -147,19 +147,18 @@ static void imm_nose_beats_the_mean_position(void **state) {
   if (!imm) skip();
   if (sp_test_sanitized()) skip(); /* minutes under ASan; the synthetic runs cover the code */
   char text[2048], out[600];
+  /* The cpu (oneDNN) backend makes 128x128 and 20 epochs a few seconds. */
   snprintf(text, sizeof text,
-           "model: vgg-nose\ndata:\n  path: %s\n  keypoints: [52]\n  crop_size: 80\n  size: 64\n  channels: 1\n"
+           "model: vgg-nose\ndata:\n  path: %s\n  keypoints: [52]\n  crop_size: 160\n  size: 128\n  channels: 1\n"
            "  margin: 0.25\naugment:\n  scale: [0.85, 1.15]\n  rotate: 8\n  flip: 0.5\n  randaugment: [1, 5]\n"
-           "optimizer:\n  type: adamw\n  lr: 0.001\nepochs: 10\nbatch: 16\nseed: 1\n",
+           "optimizer:\n  type: adamw\n  lr: 0.001\nepochs: 20\nbatch: 16\nseed: 1\nbackend: cpu\n",
            imm);
   snprintf(out, sizeof out, "%s/nose", dir);
   sp_train_summary s;
   assert_int_equal(run(text, out, 0, NULL, 0, &s), 0);
   printf("# IMM nose tip: validation %.2f px (best %.2f), mean-position floor %.2f px\n", s.val.mean_px,
          s.best_mean_px, s.mean_shape_px);
-  /* 64x64 input on the reference backend keeps this test short: about 4.7 source
-   * pixels per input pixel, so the bar is 15% under the floor. */
-  assert_true(s.best_mean_px < 0.85 * s.mean_shape_px);
+  assert_true(s.best_mean_px < 0.7 * s.mean_shape_px);
 }
 
 int main(void) {
