@@ -2,13 +2,13 @@
 # The fused temporal shift vs composed versions (ours in C, PyTorch's, Paddle's
 # own op where it installs) on the seed's shapes and TSM-R50's layer1 shape.
 # Prints JSON lines. Usage: bench/run_tshift.sh [RUNS]   (from the repo root)
-# Paddle: `python3 -m venv /tmp/paddle-venv && /tmp/paddle-venv/bin/pip install paddlepaddle`,
-# then PADDLE_PY=/tmp/paddle-venv/bin/python bench/run_tshift.sh
+# Paddle: `python3 -m venv VENV && VENV/bin/pip install paddlepaddle`,
+# then PADDLE_PY=VENV/bin/python bench/run_tshift.sh (skipped when it does not import)
 set -u
 runs=${1:-20}
 spry=${SPRY:-build/spry}
 torch_py=${TORCH_PY:-/usr/bin/python3}
-paddle_py=${PADDLE_PY:-/tmp/paddle-venv/bin/python}
+paddle_py=${PADDLE_PY:-python3}
 threads=${THREADS:-$(nproc)}
 cases=("32,16,32,32 2 0.2" "128,64,128,128 2 0.2" "64,256,56,56 8 1/8")
 for c in "${cases[@]}"; do
