@@ -7,21 +7,21 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 spry=build/spry
 out=${SPRY_DEMO_OUT:-runs/demo}
-backend=${SPRY_BACKEND:-ref}
+backend=${SPRY_BACKEND:-cpu}
 data_root=${SPRY_DATA:-../shared/data}
 mkdir -p runs
 
 if [ -d "$data_root/imm_face_db" ]; then
   echo "== demo: the seed's part 2 (58 IMM points, modified VGG) on the real IMM faces, small and short"
   config=configs/imm-face58.yaml
-  sets=(--set "data.path=$data_root/imm_face_db" --set data.size=96 --set data.crop_size=112
-        --set epochs=12 --set batch=16 --set optimizer.lr=0.002)
+  sets=(--set "data.path=$data_root/imm_face_db" --set data.size=128 --set data.crop_size=144
+        --set epochs=60 --set batch=16 --set optimizer.lr=0.002)
 else
   echo "== demo: no real faces found; rendering 600 synthetic faces with 68 landmarks"
   $spry synth faces --count 600 --out runs/demo-faces --seed 1 --quiet
   config=configs/faces68-resunet18.yaml
-  sets=(--set data.path=runs/demo-faces --set model=vgg-face --set data.channels=1 --set data.size=96
-        --set data.crop_size=112 --set epochs=8 --set batch=16 --set optimizer.type=adamw --set optimizer.lr=0.002
+  sets=(--set data.path=runs/demo-faces --set model=vgg-face --set data.channels=1 --set data.size=128
+        --set data.crop_size=144 --set epochs=30 --set batch=16 --set optimizer.type=adamw --set optimizer.lr=0.002
         --set loss.structure_weight=0.2)
 fi
 
