@@ -300,18 +300,6 @@ static void mean_face_and_resize(void **state) {
 
 static char dir[256];
 
-static int run_cli(const char *args, char *out, size_t n) {
-  const char *bin = getenv("SPRY_BIN");
-  if (!bin) return -1;
-  char cmd[4096];
-  snprintf(cmd, sizeof cmd, "%s %s 2>&1", bin, args);
-  FILE *p = popen(cmd, "r");
-  if (!p) return -1;
-  size_t got = fread(out, 1, n - 1, p);
-  out[got] = 0;
-  return pclose(p);
-}
-
 static void write_points_json(const char *path, const float *p, int k) {
   FILE *f = fopen(path, "w");
   assert_non_null(f);
@@ -343,7 +331,7 @@ static void cli_morph_with_given_points(void **state) {
   write_points_json(pb_json, pb, k);
   snprintf(args, sizeof args, "morph --points-a %s --points-b %s %s %s --out %s --frames 4 --delay 5", pa_json,
            pb_json, pa_img, pb_img, out_dir);
-  assert_int_equal(run_cli(args, out, sizeof out), 0);
+  assert_int_equal(sp_test_run_cli(args, 1, out, sizeof out), 0);
   assert_non_null(strstr(out, "\"frames\":5"));
   assert_non_null(strstr(out, "\"keypoints\":10"));
   /* frame_000 is A; frame_004 is B at A's size. */
@@ -372,20 +360,20 @@ static void cli_morph_with_given_points(void **state) {
   free(rgb);
   /* Mismatched point counts, a missing image, a bad point file: errors. */
   write_points_json(pb_json, pb, k - 1);
-  assert_int_not_equal(run_cli(args, out, sizeof out), 0);
+  assert_int_not_equal(sp_test_run_cli(args, 1, out, sizeof out), 0);
   assert_non_null(strstr(out, "correspond"));
   snprintf(args, sizeof args, "morph --points-a %s --points-b %s %s %s/nothing.png --out %s", pa_json, pa_json,
            pa_img, dir, out_dir);
-  assert_int_not_equal(run_cli(args, out, sizeof out), 0);
+  assert_int_not_equal(sp_test_run_cli(args, 1, out, sizeof out), 0);
   FILE *f = fopen(pb_json, "w");
   fputs("{\"points\": [[1, 2], [3]]}", f);
   fclose(f);
   snprintf(args, sizeof args, "morph --points-a %s --points-b %s %s %s --out %s", pa_json, pb_json, pa_img, pa_img,
            out_dir);
-  assert_int_not_equal(run_cli(args, out, sizeof out), 0);
+  assert_int_not_equal(sp_test_run_cli(args, 1, out, sizeof out), 0);
   assert_non_null(strstr(out, "point 1"));
   snprintf(args, sizeof args, "morph %s %s --out %s", pa_img, pa_img, out_dir);
-  assert_int_equal(run_cli(args, out, sizeof out) >> 8, 2); /* neither weights nor points */
+  assert_int_equal(sp_test_run_cli(args, 1, out, sizeof out) >> 8, 2); /* neither weights nor points */
   free(a), free(b), free(b_small);
 }
 
@@ -402,7 +390,7 @@ static void imm_faces_morph(void **state) {
   snprintf(out_dir, sizeof out_dir, "%s/imm", dir);
   snprintf(args, sizeof args, "morph --points-a %s --points-b %s %s %s --out %s --frames %d --gif-size 160", da, db,
            ia, ib, out_dir, sp_test_sanitized() ? 2 : 6);
-  assert_int_equal(run_cli(args, out, sizeof out), 0);
+  assert_int_equal(sp_test_run_cli(args, 1, out, sizeof out), 0);
   assert_non_null(strstr(out, "\"keypoints\":58"));
 }
 

@@ -81,3 +81,15 @@ double sp_test_close_ratio(const float *a, const float *b, int64_t n, double rto
   if (worst) *worst = wi;
   return w;
 }
+
+int sp_test_run_cli(const char *args, int with_stderr, char *out, size_t n) {
+  const char *bin = getenv("SPRY_BIN");
+  if (!bin) return -1;
+  char cmd[4096];
+  snprintf(cmd, sizeof cmd, "%s %s %s", bin, args, with_stderr ? "2>&1" : "2>/dev/null");
+  FILE *p = popen(cmd, "r");
+  if (!p) return -1;
+  size_t got = fread(out, 1, n - 1, p);
+  out[got] = 0;
+  return pclose(p);
+}

@@ -26,6 +26,11 @@ void sp_test_rmtree(const char *dir);
 /* True when built with sanitizers (env SPRY_SANITIZED): slow tests shrink. */
 int sp_test_sanitized(void);
 
+/* Runs `$SPRY_BIN ARGS` (the CLI under test) and captures its stdout (and
+ * stderr when with_stderr) into out. Returns the wait status (0 = exit 0),
+ * or -1 when SPRY_BIN is not set or the command cannot start. */
+int sp_test_run_cli(const char *args, int with_stderr, char *out, size_t n);
+
 /* Deterministic pseudo-random numbers for tests. */
 typedef struct { uint64_t s; } sp_test_rng;
 uint64_t sp_test_rng_next(sp_test_rng *r);

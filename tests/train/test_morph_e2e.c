@@ -17,18 +17,6 @@
 
 static char dir[256];
 
-static int run_cli(const char *args, char *out, size_t n) {
-  const char *bin = getenv("SPRY_BIN");
-  if (!bin) return -1;
-  char cmd[4096];
-  snprintf(cmd, sizeof cmd, "%s %s 2>&1", bin, args);
-  FILE *p = popen(cmd, "r");
-  if (!p) return -1;
-  size_t got = fread(out, 1, n - 1, p);
-  out[got] = 0;
-  return pclose(p);
-}
-
 static void morph_with_a_trained_model(void **state) {
   (void)state;
   if (!getenv("SPRY_BIN")) skip();
@@ -59,7 +47,7 @@ static void morph_with_a_trained_model(void **state) {
            "morph --weights %s/best.safetensors %s/images/Synth_Person_0000_00.jpg "
            "%s/images/Synth_Person_0001_00.jpg --out %s --frames 3 --box-a 4,4,56,56",
            run_dir, faces, faces, out_dir);
-  int rc = run_cli(args, out, sizeof out);
+  int rc = sp_test_run_cli(args, 1, out, sizeof out);
   if (rc != 0) fail_msg("spry morph failed: %s", out);
   assert_non_null(strstr(out, "\"keypoints\":68"));
   assert_non_null(strstr(out, "\"points_from\":\"model\""));
@@ -94,12 +82,12 @@ static void morph_with_a_trained_model(void **state) {
            "morph --weights %s/best.safetensors --points-a %s %s/images/Synth_Person_0000_00.jpg "
            "%s/images/Synth_Person_0001_00.jpg --out %s --frames 2",
            run_dir, path, faces, faces, out_dir);
-  assert_int_equal(run_cli(args, out, sizeof out), 0);
+  assert_int_equal(sp_test_run_cli(args, 1, out, sizeof out), 0);
   assert_non_null(strstr(out, "\"points_from\":\"mixed\""));
   /* A missing checkpoint is an error naming it. */
   snprintf(args, sizeof args, "morph --weights %s/none.safetensors %s/images/Synth_Person_0000_00.jpg "
            "%s/images/Synth_Person_0001_00.jpg --out %s", dir, faces, faces, out_dir);
-  assert_int_not_equal(run_cli(args, out, sizeof out), 0);
+  assert_int_not_equal(sp_test_run_cli(args, 1, out, sizeof out), 0);
   assert_non_null(strstr(out, "none.safetensors"));
 }
 

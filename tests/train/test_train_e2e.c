@@ -98,23 +98,11 @@ static void interrupted_run_resumes_exactly(void **state) {
   free(html);
 }
 
-static int run_cli(const char *args, char *out, size_t n) {
-  const char *bin = getenv("SPRY_BIN");
-  if (!bin) return -1;
-  char cmd[2048];
-  snprintf(cmd, sizeof cmd, "%s %s 2>/dev/null", bin, args);
-  FILE *p = popen(cmd, "r");
-  if (!p) return -1;
-  size_t got = fread(out, 1, n - 1, p);
-  out[got] = 0;
-  return pclose(p);
-}
-
 static void eval_and_predict_on_the_checkpoint(void **state) {
   (void)state;
   char args[1500], out[65536];
   snprintf(args, sizeof args, "eval --weights %s/straight/best.safetensors", dir);
-  assert_int_equal(run_cli(args, out, sizeof out), 0);
+  assert_int_equal(sp_test_run_cli(args, 0, out, sizeof out), 0);
   const char *last = strrchr(out, '{');
   assert_non_null(last);
   assert_non_null(strstr(last, "\"mean_px\":"));
@@ -125,7 +113,7 @@ static void eval_and_predict_on_the_checkpoint(void **state) {
   snprintf(args, sizeof args,
            "predict --weights %s/straight/best.safetensors --overlay %s/ov.png %s/faces/images/Synth_Person_0000_00.jpg",
            dir, dir, dir);
-  assert_int_equal(run_cli(args, out, sizeof out), 0);
+  assert_int_equal(sp_test_run_cli(args, 0, out, sizeof out), 0);
   assert_non_null(strstr(out, "\"image\":"));
   int points = 0;
   for (const char *p = strstr(out, "\"points\":[") + 10; *p && *p != '}'; p++) points += *p == '[';
@@ -137,7 +125,7 @@ static void eval_and_predict_on_the_checkpoint(void **state) {
   fclose(f);
   /* A bad image is an error naming it, not a crash. */
   snprintf(args, sizeof args, "predict --weights %s/straight/best.safetensors %s/nothing.jpg", dir, dir);
-  assert_int_not_equal(run_cli(args, out, sizeof out), 0);
+  assert_int_not_equal(sp_test_run_cli(args, 0, out, sizeof out), 0);
 }
 
 static void imm_nose_beats_the_mean_position(void **state) {
