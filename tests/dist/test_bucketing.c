@@ -42,6 +42,16 @@ static void any_order_reduces_once(void **state) {
   sp_graph *g = dt_build();
   sp_grad_reducer *r = sp_grad_reducer_new(g, NULL, 128);
   const int np = sp_graph_param_count(g);
+  /* Both kinds of bucket are checked below: packed (several small
+   * gradients) and reduced in place (one gradient of 128 bytes or more). */
+  int members[64] = {0}, alone = 0, packed = 0;
+  for (int q = 0; q < np; q++)
+    if (sp_grad_reducer_bucket_of(r, q) >= 0) members[sp_grad_reducer_bucket_of(r, q)]++;
+  for (int b = 0; b < sp_grad_reducer_buckets(r); b++) {
+    alone += members[b] == 1;
+    packed += members[b] > 1;
+  }
+  assert_true(alone > 0 && packed > 0);
   for (int round = 0; round < 3; round++) {
     for (int q = 0; q < np; q++) {
       sp_tensor *gr = sp_graph_param_grad(g, q);
