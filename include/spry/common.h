@@ -34,6 +34,10 @@ char *sp_xstrdup_at(const char *s, const char *file, int line);
 #define sp_xrealloc(p, n) sp_xrealloc_at((p), (n), __FILE__, __LINE__)
 #define sp_xstrdup(s) sp_xstrdup_at((s), __FILE__, __LINE__)
 
+/* mkdir -p: creates path and its missing parents (existing ones are fine);
+ * on failure the error names the folder that could not be made and why. */
+int sp_make_dirs(const char *path);
+
 /* 64-byte aligned allocation (AVX-512 lines); free with sp_aligned_free. */
 void *sp_aligned_alloc(size_t n);
 void sp_aligned_free(void *p);

@@ -35,19 +35,6 @@ static void usage(FILE *f) {
           "  Also writes DIR/points.png: both faces with their points and the triangles.\n");
 }
 
-static int mkdir_p(const char *dir) {
-  char buf[4096];
-  snprintf(buf, sizeof buf, "%s", dir);
-  for (char *p = buf + 1; *p; p++) {
-    if (*p != '/') continue;
-    *p = 0;
-    if (mkdir(buf, 0755) != 0 && errno != EEXIST) return sp_error_set("%s: cannot create: %s", buf, strerror(errno));
-    *p = '/';
-  }
-  if (mkdir(buf, 0755) != 0 && errno != EEXIST) return sp_error_set("%s: cannot create: %s", buf, strerror(errno));
-  return 0;
-}
-
 static int ends_with(const char *s, const char *suffix) {
   size_t n = strlen(s), m = strlen(suffix);
   return n >= m && !strcasecmp(s + n - m, suffix);
@@ -209,7 +196,7 @@ int sp_cli_morph(int argc, char **argv) {
   int k[2] = {0, 0}, rc = 1;
   sp_kp_predictor *p = NULL;
   sp_morph *m = NULL;
-  if (mkdir_p(o.out)) goto fail;
+  if (sp_make_dirs(o.out)) goto fail;
   for (int f = 0; f < 2; f++)
     if (sp_image_load(o.img[f], 3, &im[f])) goto fail;
   if (!(o.points[0] && o.points[1]) && !(p = sp_kp_predictor_open(o.weights, o.backend))) goto fail;

@@ -123,8 +123,8 @@ static int video_frames(int argc, char **argv) {
     free(idx);
     return 2;
   }
-  if (mkdir(out, 0777) != 0 && errno != EEXIST) {
-    fprintf(stderr, "spry video frames: %s: cannot create folder (%s)\n", out, strerror(errno));
+  if (sp_make_dirs(out) != 0) {
+    fprintf(stderr, "spry video frames: %s\n", sp_last_error());
     free(idx);
     return 1;
   }

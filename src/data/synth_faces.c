@@ -104,25 +104,6 @@ static void *worker(void *arg) {
   return NULL;
 }
 
-/* mkdir -p for the output folder. */
-static int make_dirs(const char *path) {
-  char *p = sp_xstrdup(path);
-  for (char *s = p + 1; *s; s++) {
-    if (*s != '/') continue;
-    *s = 0;
-    if (mkdir(p, 0777) != 0 && errno != EEXIST) {
-      int e = errno;
-      free(p);
-      return sp_error_set("%s: cannot create folder: %s", path, strerror(e));
-    }
-    *s = '/';
-  }
-  int rc = 0;
-  if (mkdir(p, 0777) != 0 && errno != EEXIST) rc = sp_error_set("%s: cannot create folder: %s", path, strerror(errno));
-  free(p);
-  return rc;
-}
-
 static int write_csv(const job *J, const char *out_dir) {
   char *path = sp_path_join(out_dir, "keypoints.csv");
   char *tmp = sp_path_join(out_dir, ".keypoints.csv.tmp");
@@ -167,7 +148,7 @@ int sp_synth_faces(const char *out_dir, int count, uint64_t seed, const sp_synth
   if (J.opt.jpeg_min < 1 || J.opt.jpeg_max > 100 || J.opt.jpeg_min > J.opt.jpeg_max)
     return sp_error_set("synth faces: bad JPEG quality range %d..%d", J.opt.jpeg_min, J.opt.jpeg_max);
   char *images = sp_path_join(out_dir, "images");
-  if (make_dirs(images) != 0) {
+  if (sp_make_dirs(images) != 0) {
     free(images);
     return -1;
   }

@@ -13,20 +13,6 @@
 
 #include "data/video_internal.h"
 
-/* mkdir -p */
-static int make_dirs(const char *path) {
-  char p[PATH_MAX];
-  snprintf(p, sizeof p, "%s", path);
-  for (char *s = p + 1; *s; s++)
-    if (*s == '/') {
-      *s = 0;
-      if (mkdir(p, 0777) != 0 && errno != EEXIST) return sp_error_set("%s: cannot create folder (%s)", p, strerror(errno));
-      *s = '/';
-    }
-  if (mkdir(p, 0777) != 0 && errno != EEXIST) return sp_error_set("%s: cannot create folder (%s)", p, strerror(errno));
-  return 0;
-}
-
 typedef struct {
   const char *dir;
   int quality, failed;
@@ -43,7 +29,7 @@ static int save_frame(int64_t i, const uint8_t *px, int h, int w, void *user) {
 }
 
 int64_t sp_prepare_video_frames(const char *video, const char *dir, int short_side, int quality) {
-  if (make_dirs(dir) != 0) return -1;
+  if (sp_make_dirs(dir) != 0) return -1;
   sp_video *v = sp_video_open(video);
   if (!v) return -1;
   sp_video_geom g = sp_video_geom_native();
@@ -77,7 +63,7 @@ static void clip_name(const char *path, const char *list_dir, char *out, size_t 
 int sp_prepare_frames(const char *list_path, const char *out_dir, const sp_prepare_config *cfg) {
   sp_video_list l;
   if (sp_video_list_read(list_path, &l) != 0) return -1;
-  if (make_dirs(out_dir) != 0) {
+  if (sp_make_dirs(out_dir) != 0) {
     sp_video_list_free(&l);
     return -1;
   }

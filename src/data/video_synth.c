@@ -113,11 +113,6 @@ void sp_synth_render(uint64_t seed, int64_t clip_id, int cls, int t, int frames,
     }
 }
 
-static int make_dir(const char *p) {
-  if (mkdir(p, 0777) == 0 || errno == EEXIST) return 0;
-  return sp_error_set("%s: cannot create folder (%s)", p, strerror(errno));
-}
-
 static int write_clip(const char *path, uint64_t seed, int64_t id, int cls, int frames, int size) {
   sp_video_writer_config cfg = sp_video_writer_config_default(size, size);
   cfg.gop = 16;
@@ -139,12 +134,12 @@ int sp_synth_actions(const char *out_dir, int count, int frames, int size, uint6
   if (count <= 0 || frames < 2 || size < 16 || size % 2)
     return sp_error_set("synth actions: need count > 0, frames >= 2 and an even size >= 16 (got %d, %d, %d)", count,
                         frames, size);
-  if (make_dir(out_dir) != 0) return -1;
+  if (sp_make_dirs(out_dir) != 0) return -1;
   size_t plen = strlen(out_dir) + 64;
   char *p = sp_xmalloc(plen);
   for (int c = 0; c < SP_SYNTH_CLASSES; c++) {
     snprintf(p, plen, "%s/%s", out_dir, class_names[c]);
-    if (make_dir(p) != 0) {
+    if (sp_make_dirs(p) != 0) {
       free(p);
       return -1;
     }

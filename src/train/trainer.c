@@ -71,19 +71,6 @@ static int share_rank0(run *r, rank0_state *st, const char *what) {
   return st->rc;
 }
 
-static int ensure_dir(const char *dir) {
-  char path[1024];
-  snprintf(path, sizeof path, "%s", dir);
-  for (char *p = path + 1; *p; p++)
-    if (*p == '/') {
-      *p = 0;
-      if (mkdir(path, 0755) != 0 && errno != EEXIST) return sp_error_set("%s: cannot create: %s", path, strerror(errno));
-      *p = '/';
-    }
-  if (mkdir(path, 0755) != 0 && errno != EEXIST) return sp_error_set("%s: cannot create: %s", path, strerror(errno));
-  return 0;
-}
-
 static sp_plan *train_plan(run *r) {
   sp_input_shape in[2] = {
       {"image", sp_shape4(r->local_batch, r->cfg->data.channels, r->cfg->data.size, r->cfg->data.size)},
@@ -171,7 +158,7 @@ static int setup(run *r, const sp_train_config *cfg, const char *config_text) {
   }
   if (cfg->batch % r->world)
     return sp_error_set("batch %d is the global batch and must be a multiple of the %d ranks", cfg->batch, r->world);
-  if (ensure_dir(r->dir) != 0) return -1;
+  if (sp_make_dirs(r->dir) != 0) return -1;
   if (sp_backend_parse(cfg->backend, &r->backend) != 0) return -1;
   if (cfg->threads > 0) omp_set_num_threads(cfg->threads);
   /* Rank 0 builds the cache file first; the others then map it. */

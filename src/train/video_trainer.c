@@ -37,18 +37,6 @@ typedef struct {
   char dir[1024];
 } run;
 
-static int ensure_dir(const char *dir) {
-  char path[1024];
-  snprintf(path, sizeof path, "%s", dir);
-  for (char *p = path + 1;; p++) {
-    if (*p && *p != '/') continue;
-    char c = *p;
-    *p = 0;
-    if (mkdir(path, 0755) != 0 && errno != EEXIST) return sp_error_set("%s: cannot create: %s", path, strerror(errno));
-    if (!(*p = c)) return 0;
-  }
-}
-
 static int classes_of(const sp_video_config *cfg, const sp_video_list *a, const sp_video_list *b) {
   if (cfg->data.num_classes) return cfg->data.num_classes;
   int m = 0;
@@ -62,7 +50,7 @@ static int setup(run *r, const sp_video_config *cfg, const char *config_text) {
   r->cfg = cfg;
   r->config_text = config_text;
   snprintf(r->dir, sizeof r->dir, "%s", cfg->out);
-  if (ensure_dir(r->dir) != 0) return -1;
+  if (sp_make_dirs(r->dir) != 0) return -1;
   if (cfg->threads > 0) omp_set_num_threads(cfg->threads);
   if (!cfg->data.train_list[0]) return sp_error_set("data.train_list is not set");
   if (sp_video_list_open(cfg, cfg->data.train_list, &r->train) != 0) return -1;
