@@ -137,6 +137,12 @@ enum {
    * backward, f32 accumulation, f32 parameter gradients; parameters, optimizer
    * state and graph outputs stay f32. */
   SP_PLAN_BF16 = 1u << 2,
+  /* Inference over parameters that stay fixed (prediction, evaluation of a
+   * loaded checkpoint): a fast backend prepares each weight (layout,
+   * precision) at the first forward and reuses it. Call
+   * sp_plan_params_changed after writing the parameters. Not for training
+   * plans. */
+  SP_PLAN_FROZEN = 1u << 3,
 };
 
 /* Shape inference (errors name the node, its op and the shapes), memory plan,
@@ -144,12 +150,17 @@ enum {
 sp_plan *sp_plan_new(sp_graph *g, int n_inputs, const sp_input_shape *inputs, sp_backend backend, int training,
                      unsigned flags);
 void sp_plan_free(sp_plan *p);
+/* An input's tensor: it keeps what the caller wrote across forwards. */
 sp_tensor *sp_plan_input(sp_plan *p, const char *name);
 /* A node's output tensor; valid after forward for outputs and losses (others
  * may have been reused). */
 const sp_tensor *sp_plan_value(const sp_plan *p, sp_value v);
 const sp_tensor *sp_plan_output(const sp_plan *p, const char *name);
 const sp_shape *sp_plan_shape(const sp_plan *p, sp_value v);
+/* The graph's parameters or buffers were written (checkpoint load, optimizer
+ * step): a SP_PLAN_FROZEN plan prepares its weights again at the next
+ * forward. Harmless on other plans. */
+void sp_plan_params_changed(sp_plan *p);
 /* Sets the step number that seeds stochastic ops (dropout). */
 void sp_plan_set_step(sp_plan *p, uint64_t step);
 int sp_plan_forward(sp_plan *p);

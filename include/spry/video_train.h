@@ -22,14 +22,17 @@ extern "C" {
 /* ---- Multigrid (Wu et al., CVPR 2020) ------------------------------------
  * Long cycle: training split into 4 equal stages of epochs with shapes
  * [8N, T/4, H/sqrt2], [4N, T/2, H/sqrt2], [2N, T/2, H], [N, T, H].
- * Short cycle: iteration i of an epoch uses H/2, H/sqrt2, H for i % 3 = 0, 1,
- * 2, with the batch 4x, 2x, 1x, so every iteration costs about the same; the
- * last 1/8 of training runs the plain stage shape (the paper's final phase
- * at the base shape, so BN statistics settle at the test shape). Sizes round
- * to multiples of 32 (at least 32), frames to at least 1, batches are capped
- * at the clips of an epoch. Learning rate: the schedule's value at the epoch
- * progress (clips seen / clips per epoch, so it stays continuous while the
- * iterations per epoch change) times batch / N (linear scaling rule). */
+ * Short cycle: iteration i of an epoch uses the stage's H/2, H/sqrt2, H for
+ * (i + epoch) % 3 = 0, 1, 2; the last 1/8 of training runs the plain stage
+ * shape (the paper's final phase at the base shape, so BN statistics settle
+ * at the test shape). Sizes round to multiples of 16 (at least 32), frames
+ * to at least 1; every batch is the one that costs what [N, T, H] costs
+ * (N T H^2 / (t h^2): 8N, 4N, 2N when sizes are exact; 4x, 2x, 1x in the
+ * short cycle), capped at the clips of an epoch. Learning rate, as the
+ * authors' PySlowFast: the schedule's value at the epoch progress (clips
+ * seen / clips per epoch, so it stays continuous while the iterations per
+ * epoch change) times the long-cycle stage's batch / N (linear scaling); the
+ * short cycle's larger batches keep the stage's rate. */
 typedef struct {
   int long_cycle, short_cycle;
   int batch, frames, size; /* the base shape N, T, H (= W) */
@@ -44,8 +47,8 @@ sp_video_shape sp_multigrid_shape(const sp_multigrid *m, int64_t epoch, int64_t 
 /* The epoch's batch shapes, in order, using at most m->entries clips (a last
  * partial batch only when keep_partial). Returns the count (<= cap). */
 int sp_multigrid_epoch_shapes(const sp_multigrid *m, int64_t epoch, int keep_partial, sp_video_shape *out, int cap);
-/* lr multiplier of a batch shape: batch / N. */
-double sp_multigrid_lr_scale(const sp_multigrid *m, const sp_video_shape *s);
+/* lr multiplier during an epoch: its long-cycle stage's batch / N. */
+double sp_multigrid_lr_scale(const sp_multigrid *m, int64_t epoch);
 
 /* ---- configuration --------------------------------------------------------- */
 typedef struct {

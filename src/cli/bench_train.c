@@ -274,7 +274,8 @@ static int run_infer(const bench_opts *o) {
   for (int b = 0; b < 2; b++) {
     sp_input_shape in[2] = {{"image", sp_shape4(batches[b], o->channels, o->height, o->width)},
                             target_shape(o, batches[b])};
-    sp_plan *p = sp_plan_new(g, 2, in, o->backend, 0, plan_flags(o));
+    /* As a deployed model runs: weights prepared once (SP_PLAN_FROZEN). */
+    sp_plan *p = sp_plan_new(g, 2, in, o->backend, 0, plan_flags(o) | SP_PLAN_FROZEN);
     if (!p) {
       fprintf(stderr, "spry bench train: %s\n", sp_last_error());
       sp_graph_free(g);

@@ -37,12 +37,16 @@ int sp_plan_forward(sp_plan *p) {
     pn->args.seed = sp_rng_key(g->seed, p->step, (uint64_t)i);
     double t0 = p->profile ? sp_now() : 0;
     pn->args.scratch = pn->fwd_scratch;
+    pn->args.params_stale = p->params_stale;
     p->impl[i]->forward(&pn->args);
     if (p->profile) pn->t_fwd += sp_now() - t0;
     if (p->flags & SP_PLAN_POISON) poison_dead(p, i);
   }
+  if (p->flags & SP_PLAN_FROZEN) p->params_stale = 0;
   return 0;
 }
+
+void sp_plan_params_changed(sp_plan *p) { p->params_stale = 1; }
 
 static void grad_ready(sp_plan *p, int node) {
   const int *first = p->grad_ready, *ids = p->grad_ready + p->g->n_nodes + 1;

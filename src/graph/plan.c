@@ -5,7 +5,8 @@
  * A buffer is live over [first step that writes it, last step that reads it]:
  *  - activation of i: from i to its last forward consumer, extended to the
  *    backward of any consumer whose backward reads its inputs, and to i's own
- *    backward when that reads the output; outputs and losses live forever;
+ *    backward when that reads the output; inputs, outputs and losses live
+ *    forever;
  *  - gradient of i: from the backward of its last consumer (the first to
  *    accumulate into it; it is zeroed just before) to i's own backward;
  *  - saved scratch of i: from i's forward to i's backward;
@@ -149,6 +150,7 @@ static int prepare_nodes(sp_plan *p) {
     pr.run_backward = pn->run_backward;
     pr.out_plain = nd->is_output || nd->is_loss;
     pr.bf16 = (p->flags & SP_PLAN_BF16) != 0;
+    pr.frozen = (p->flags & SP_PLAN_FROZEN) != 0;
     pr.out_bytes = pn->act_bytes;
     pr.saved_bytes = pn->saved_bytes;
     int c = consumer[i];
@@ -202,7 +204,9 @@ static void plan_memory(sp_plan *p) {
       }
     }
     if (pn->run_backward && nd->op && (nd->op->flags & SP_OP_BWD_NEEDS_OUTPUT) && BSTEP(p, i) > end) end = BSTEP(p, i);
-    if (nd->is_output || nd->is_loss) end = forever;
+    /* Inputs too: a caller fills them once and may run forward again (or
+     * read them back); they are small next to the activations. */
+    if (nd->is_output || nd->is_loss || !nd->op) end = forever;
     size_t bytes = pn->act_bytes;
     int host = pn->absorbed_by;
     if (host >= 0) { /* shares the host's buffer: extend its life instead */
@@ -317,6 +321,12 @@ sp_plan *sp_plan_new(sp_graph *g, int n_inputs, const sp_input_shape *inputs, sp
   p->backend = backend;
   p->training = training;
   p->flags = flags;
+  p->params_stale = 1;
+  if ((flags & SP_PLAN_FROZEN) && training) {
+    sp_error_set("a frozen-weights plan (SP_PLAN_FROZEN) cannot train: its weights change every step");
+    free(p);
+    return NULL;
+  }
   p->nodes = sp_xcalloc((size_t)(g->n_nodes ? g->n_nodes : 1), sizeof(plan_node));
   p->impl = sp_xcalloc((size_t)(g->n_nodes ? g->n_nodes : 1), sizeof(const sp_op_def *));
   for (int i = 0; i < g->n_nodes; i++) {

@@ -40,6 +40,7 @@ struct sp_plan {
   size_t arena_bytes, naive_bytes;
   uint64_t step;
   int profile;
+  int params_stale; /* SP_PLAN_FROZEN: prepare weights at the next forward */
   /* Gradient-ready hook: grad_ready[0..n_nodes] are offsets into
    * grad_ready[n_nodes + 1 ..], the parameters final after each node's
    * backward (built by sp_plan_set_grad_hook). */

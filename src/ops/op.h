@@ -55,6 +55,10 @@ typedef struct sp_op_args {
   void *impl;          /* the state prepare() made for this node */
   void *scratch;       /* prep.fwd_scratch_bytes in forward, prep.bwd_scratch_bytes in backward */
   unsigned d_in_fresh; /* bit k: this node is the first writer of d_in[k] (see SP_OP_GRAD_OVERWRITES_FRESH) */
+  /* Forward of a SP_PLAN_FROZEN plan: 1 when the parameters changed since
+   * the last forward (always 1 in other plans), so weights prepared from
+   * them must be prepared again. */
+  int params_stale;
 } sp_op_args;
 
 /* What a fast backend's prepare() sees and reports for one node. The plan calls
@@ -81,6 +85,7 @@ typedef struct sp_op_prep {
   int run_backward; /* this node's backward runs */
   int out_plain;    /* the output must be plain (a graph output or loss) */
   int bf16;         /* the plan computes in bf16 (SP_PLAN_BF16) */
+  int frozen;       /* SP_PLAN_FROZEN: weights may be prepared once (see params_stale) */
   /* The output's only consumer (NULL when it has none, several, or the output
    * is a graph output or loss), for fusions. */
   const struct sp_op_def *consumer_op;

@@ -120,6 +120,8 @@ typedef struct {
   float ratio_fwd;   /* fraction of channels shifted from t-1 */
 } sp_tshift_attr;
 extern const sp_op_def sp_op_tshift;
+/* Channels in a fold of ratio r over c channels: floor(c r). */
+int64_t sp_tshift_fold(int64_t c, float ratio);
 
 /* ---- losses (scalar output [1], mean-reduced) ------------------------------ */
 

@@ -23,7 +23,7 @@
 
 #include "ops/ops.h"
 
-static int64_t fold_of(int64_t c, float ratio) { return (int64_t)floorf((float)c * ratio); }
+int64_t sp_tshift_fold(int64_t c, float ratio) { return (int64_t)floorf((float)c * ratio); }
 
 static int tshift_infer(const void *attr, int n_in, const sp_shape *in, int n_param, const sp_shape *param,
                         sp_shape *out, char *err, size_t errlen) {
@@ -45,10 +45,10 @@ static int tshift_infer(const void *attr, int n_in, const sp_shape *in, int n_pa
   }
   const int64_t c = in[0].d[1];
   if (!(at->ratio_back >= 0.0f) || !(at->ratio_fwd >= 0.0f) ||
-      fold_of(c, at->ratio_back) + fold_of(c, at->ratio_fwd) > c) {
+      sp_tshift_fold(c, at->ratio_back) + sp_tshift_fold(c, at->ratio_fwd) > c) {
     snprintf(err, errlen, "tshift: ratios back=%g fwd=%g give folds %lld+%lld > C=%lld (input %s)",
-             (double)at->ratio_back, (double)at->ratio_fwd, (long long)fold_of(c, at->ratio_back),
-             (long long)fold_of(c, at->ratio_fwd), (long long)c, sp_shape_str(&in[0], b, sizeof b));
+             (double)at->ratio_back, (double)at->ratio_fwd, (long long)sp_tshift_fold(c, at->ratio_back),
+             (long long)sp_tshift_fold(c, at->ratio_fwd), (long long)c, sp_shape_str(&in[0], b, sizeof b));
     return -1;
   }
   *out = in[0];
@@ -59,7 +59,7 @@ static void tshift_forward(const sp_op_args *a) {
   const sp_tshift_attr *at = a->attr;
   const sp_shape *s = &a->in[0]->shape;
   const int64_t nt = s->d[0], T = at->segments, c = s->d[1], hw = s->d[2] * s->d[3];
-  const int64_t fb = fold_of(c, at->ratio_back), ff = fold_of(c, at->ratio_fwd);
+  const int64_t fb = sp_tshift_fold(c, at->ratio_back), ff = sp_tshift_fold(c, at->ratio_fwd);
   const int64_t frame = c * hw;
   const float *x = a->in[0]->data;
   float *y = a->out->data;
@@ -91,7 +91,7 @@ static void tshift_backward(const sp_op_args *a) {
   const sp_tshift_attr *at = a->attr;
   const sp_shape *s = &a->d_in[0]->shape;  /* not in[0]: its memory may be reused */
   const int64_t nt = s->d[0], T = at->segments, c = s->d[1], hw = s->d[2] * s->d[3];
-  const int64_t fb = fold_of(c, at->ratio_back), ff = fold_of(c, at->ratio_fwd);
+  const int64_t fb = sp_tshift_fold(c, at->ratio_back), ff = sp_tshift_fold(c, at->ratio_fwd);
   const int64_t frame = c * hw;
   const float *g = a->d_out->data;
   float *dx = a->d_in[0]->data;

@@ -10,7 +10,9 @@ static sp_plan *plan_for(sp_kp_evaluator *e, int n) {
   const sp_train_config *c = e->cfg;
   sp_input_shape in[2] = {{"image", sp_shape4(n, c->data.channels, c->data.size, c->data.size)},
                           {"points", sp_shape3(n, e->data->k, 2)}};
-  return sp_plan_new(e->g, 2, in, e->backend, 0, 0);
+  /* Frozen: the weights are prepared once per evaluation pass (below), not
+   * once per batch. */
+  return sp_plan_new(e->g, 2, in, e->backend, 0, SP_PLAN_FROZEN);
 }
 
 static sp_plan *plan_of_size(sp_kp_evaluator *e, int n) {
@@ -29,6 +31,9 @@ int sp_kp_evaluate(sp_kp_evaluator *e, const sp_cache *cache, sp_loader *loader,
   double loss_sum = 0;
   int done = 0;
   sp_loader_start_epoch(loader, epoch);
+  /* The trainer changed the weights since the last pass. */
+  if (e->full) sp_plan_params_changed(e->full);
+  if (e->tail) sp_plan_params_changed(e->tail);
   const sp_batch *b;
   while ((b = sp_loader_next(loader))) {
     sp_plan *p = plan_of_size(e, b->n);

@@ -6,10 +6,18 @@
 
 #include "spry/video_train.h"
 
-/* Multiples of 32 keep every ResNet stage's map whole (5 halvings). */
-static int round32(double px) {
-  int r = (int)lround(px / 32.0) * 32;
+/* Multiples of 16, at least 32: a ResNet's five halvings still end at 1x1
+ * or more, and 64-pixel clips get a real H/sqrt2 (48, not 32). */
+static int round_size(double px) {
+  int r = (int)lround(px / 16.0) * 16;
   return r < 32 ? 32 : r;
+}
+
+/* The batch that costs what the base shape costs: N T H^2 / (t h^2). */
+static int64_t batch_for(const sp_multigrid *m, int frames, int size) {
+  double b = (double)m->batch * m->frames * m->size * m->size / ((double)frames * size * size);
+  int64_t r = (int64_t)llround(b);
+  return r < 1 ? 1 : r;
 }
 
 int sp_multigrid_stage(const sp_multigrid *m, int64_t epoch) {
@@ -18,24 +26,33 @@ int sp_multigrid_stage(const sp_multigrid *m, int64_t epoch) {
   return s < 0 ? 0 : s > 3 ? 3 : (int)s;
 }
 
+/* Long cycle: frame divisor and spatial factor per stage (the batch follows
+ * from the cost). */
+static const int long_t[4] = {4, 2, 2, 1};
+static const double long_s[4] = {M_SQRT1_2, M_SQRT1_2, 1.0, 1.0};
+
+static sp_video_shape long_shape(const sp_multigrid *m, int st) {
+  sp_video_shape s;
+  s.frames = m->frames / long_t[st] > 0 ? m->frames / long_t[st] : 1;
+  s.size = st >= 2 ? m->size : round_size(m->size * long_s[st]);
+  if (s.size > m->size) s.size = m->size;
+  s.batch = (int)batch_for(m, s.frames, s.size);
+  return s;
+}
+
 sp_video_shape sp_multigrid_shape(const sp_multigrid *m, int64_t epoch, int64_t iter) {
-  /* Long cycle: batch factor, frame divisor, spatial factor per stage. */
-  static const int lb[4] = {8, 4, 2, 1}, lt[4] = {4, 2, 2, 1};
-  static const double ls[4] = {M_SQRT1_2, M_SQRT1_2, 1.0, 1.0};
-  /* Short cycle: spatial factor and batch factor (its inverse square). */
+  /* Short cycle: spatial factor of the stage's size. */
   static const double ss[3] = {0.5, M_SQRT1_2, 1.0};
-  static const int sb[3] = {4, 2, 1};
   int st = sp_multigrid_stage(m, epoch);
   /* The final 1/8 of training runs the plain stage shape (the paper's final
    * phase at the base shape). */
   int final_phase = m->epochs > 0 && epoch * 8 >= (int64_t)m->epochs * 7;
   /* Offset by the epoch so that epochs of one or two iterations still cycle. */
   int sc = m->short_cycle && !final_phase ? (int)((iter + epoch) % 3) : 2;
-  sp_video_shape s;
-  s.frames = m->frames / lt[st] > 0 ? m->frames / lt[st] : 1;
-  s.size = st == 3 && sc == 2 ? m->size : round32(m->size * ls[st] * ss[sc]);
+  sp_video_shape s = long_shape(m, st);
+  if (sc < 2) s.size = round_size(s.size * ss[sc]);
   if (s.size > m->size) s.size = m->size;
-  int64_t b = (int64_t)m->batch * lb[st] * sb[sc];
+  int64_t b = batch_for(m, s.frames, s.size);
   if (m->entries > 0 && b > m->entries) b = m->entries;
   s.batch = (int)(b < 1 ? 1 : b);
   return s;
@@ -58,6 +75,7 @@ int sp_multigrid_epoch_shapes(const sp_multigrid *m, int64_t epoch, int keep_par
   return n;
 }
 
-double sp_multigrid_lr_scale(const sp_multigrid *m, const sp_video_shape *s) {
-  return m->batch > 0 ? (double)s->batch / m->batch : 1.0;
+double sp_multigrid_lr_scale(const sp_multigrid *m, int64_t epoch) {
+  if (m->batch <= 0) return 1.0;
+  return (double)long_shape(m, sp_multigrid_stage(m, epoch)).batch / m->batch;
 }

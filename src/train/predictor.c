@@ -58,7 +58,7 @@ sp_kp_predictor *sp_kp_predictor_open(const char *weights, const char *backend) 
   if (rc == 0) {
     int S = p->cfg.data.size, C = p->cfg.data.channels;
     sp_input_shape in[2] = {{"image", sp_shape4(1, C, S, S)}, {"points", sp_shape3(1, p->k, 2)}};
-    if (!(p->plan = sp_plan_new(p->g, 2, in, be, 0, 0))) rc = -1;
+    if (!(p->plan = sp_plan_new(p->g, 2, in, be, 0, SP_PLAN_FROZEN))) rc = -1; /* weights fixed once loaded */
     p->crop = sp_xmalloc((size_t)S * S * C);
   }
   if (rc != 0) {

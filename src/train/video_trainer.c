@@ -197,7 +197,7 @@ int sp_video_train_run(const sp_video_config *cfg, const char *config_text, int 
       /* Progress in clips, not iterations: Multigrid changes the batch size
        * within and between epochs, and the schedule must not jump. */
       double progress = sp_epoch_progress(epoch, clips_done, r.mg.entries);
-      lr = sp_lr_at_epoch(&cfg->schedule, progress) * sp_multigrid_lr_scale(&r.mg, &r.shapes[step]);
+      lr = sp_lr_at_epoch(&cfg->schedule, progress) * sp_multigrid_lr_scale(&r.mg, epoch);
       double loss = train_step(&r, b, lr);
       if (!isfinite(loss)) {
         rc = isnan(loss) && sp_last_error()[0] ? -1

@@ -2,7 +2,8 @@
  * trained 5 steps with AdamW (losses per step, final parameters), the
  * residual BlurPool / soft-argmax net and the TSM block of
  * tests/models/test_torch_parity.c (loss and every gradient), and bitwise
- * run-to-run reproducibility. */
+ * run-to-run reproducibility; frozen inference plans (weights prepared once). */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -250,8 +251,65 @@ static void models_bf16(void **s) {
   reproducible(&vgg_case, SP_PLAN_BF16);
 }
 
+/* Inference loss of m on both backends, the cpu plan frozen (weights
+ * prepared once, SP_PLAN_FROZEN). */
+static double eval_loss(sp_plan *p) {
+  assert_int_equal(sp_plan_forward(p), 0);
+  return sp_plan_loss(p);
+}
+
+static void frozen(const model_case *m) {
+  run ref = make_run(m, SP_BACKEND_REF, 0, NULL), cpu = make_run(m, SP_BACKEND_CPU, 0, ref.g);
+  sp_input_shape in[2] = {{"x", m->x_shape}, {"t", m->t_shape}};
+  sp_plan *pr = sp_plan_new(ref.g, 2, in, SP_BACKEND_REF, 0, 0), *pc = sp_plan_new(cpu.g, 2, in, SP_BACKEND_CPU, 0, SP_PLAN_FROZEN);
+  assert_non_null(pr);
+  assert_non_null(pc);
+  run er = {ref.g, pr}, ec = {cpu.g, pc};
+  fill(m, &er, 11);
+  fill(m, &ec, 11);
+  /* Zero targets: the L1 loss is then the size of the predictions, which
+   * the weights below change (random targets would hide them at init). */
+  memset(sp_plan_input(pr, "t")->data, 0, sp_tensor_bytes(sp_plan_input(pr, "t")));
+  memset(sp_plan_input(pc, "t")->data, 0, sp_tensor_bytes(sp_plan_input(pc, "t")));
+  double l0 = eval_loss(pr), c0 = eval_loss(pc);
+  assert_true(fabs(c0 - l0) <= 1e-4 * fabs(l0));
+  assert_true(fabs(eval_loss(pc) - c0) == 0); /* again, from the kept weights */
+  /* Change every conv and linear weight on both graphs (the ones the cpu
+   * backend prepares): the frozen plan keeps computing with the prepared
+   * ones (that is what it promises) until told. */
+  for (int i = 0; i < sp_graph_param_count(ref.g); i++) {
+    sp_tensor *a = sp_graph_param_value(ref.g, i), *b = sp_graph_param_value(cpu.g, i);
+    if (a->shape.ndim < 2) continue;
+    for (int64_t j = 0; j < sp_tensor_numel(a); j++) ((float *)a->data)[j] = ((float *)b->data)[j] *= 2.0f;
+  }
+  double l1 = eval_loss(pr);
+  print_message("# %s: %.9g -> %.9g\n", m->label, l0, l1);
+  assert_true(fabs(l1 - l0) > 1e-3 * fabs(l0));
+  assert_true(fabs(eval_loss(pc) - c0) == 0);
+  sp_plan_params_changed(pc);
+  assert_true(fabs(eval_loss(pc) - l1) <= 1e-4 * fabs(l1));
+  sp_plan_free(pr);
+  sp_plan_free(pc);
+  free_run(&ref);
+  free_run(&cpu);
+}
+
+static void frozen_inference(void **s) {
+  (void)s;
+  cmp_require_cpu();
+  frozen(&vgg_case);
+  frozen(&residual_case);
+  /* Training plans change their weights every step: refused. */
+  run r = make_run(&residual_case, SP_BACKEND_REF, 0, NULL);
+  sp_input_shape in[2] = {{"x", residual_case.x_shape}, {"t", residual_case.t_shape}};
+  assert_null(sp_plan_new(r.g, 2, in, SP_BACKEND_CPU, 1, SP_PLAN_FROZEN));
+  assert_non_null(strstr(sp_last_error(), "SP_PLAN_FROZEN"));
+  free_run(&r);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(frozen_inference),
       cmocka_unit_test(residual_net_f32),     cmocka_unit_test(tsm_block_f32), cmocka_unit_test(vgg_gradients_f32),
       cmocka_unit_test(vgg_training_5_steps), cmocka_unit_test(reproducible_f32), cmocka_unit_test(models_bf16),
   };

@@ -61,6 +61,22 @@ static sp_value b_adapted(sp_graph *g, sp_value x) {
   return post(g, sp_tshift(g, x, 2, 0.125f, 0.125f), 4);
 }
 
+/* The temporal shift in the blocked layout (backends/cpu/tshift.c). With a
+ * shortcut, as in TSM's residual block, the add writes x's gradient first
+ * and the shift accumulates into it; without, the shift writes it fresh. */
+static sp_value tsm_residual(sp_graph *g, sp_value x, int c, int segments, float ratio) {
+  x = pre(g, x, c);
+  sp_value y = sp_conv2d(g, sp_tshift(g, x, segments, ratio, ratio), "c", c, 3, 1, 1, 1, 1, 0);
+  return post(g, sp_add(g, y, x), 4);
+}
+/* Folds of 2 channels: the first 16-channel block mixes three sources. */
+static sp_value b_tshift_lanes(sp_graph *g, sp_value x) { return tsm_residual(g, x, 16, 2, 0.125f); }
+/* Folds of 16 channels: whole blocks move. */
+static sp_value b_tshift_blocks(sp_graph *g, sp_value x) { return tsm_residual(g, x, 64, 4, 0.25f); }
+/* 20 channels: padding lanes in the second block stay zero. */
+static sp_value b_tshift_padded(sp_graph *g, sp_value x) { return tsm_residual(g, x, 20, 4, 0.125f); }
+static sp_value b_tshift_fresh(sp_graph *g, sp_value x) { return post(g, sp_tshift(g, pre(g, x, 16), 4, 0.25f, 0.125f), 4); }
+
 /* bf16 keeps 8 bits of mantissa (2^-9 relative rounding per value). Reviewed
  * tolerance, relative L2 error per tensor: 6e-2. Measured (x -> conv -> op ->
  * conv, forward and backward) 0.2% .. 3% for most ops; 4.9% for relu, where a
@@ -107,6 +123,42 @@ CASE(add_same_input, b_add_self, 2, 3, 6, 6)
 CASE(concat, b_concat, 2, 3, 6, 6)
 CASE(concat_unaligned, b_concat_odd, 2, 3, 6, 6)
 CASE(adapted_ref_ops, b_adapted, 4, 3, 8, 8)
+CASE(tshift_lanes, b_tshift_lanes, 4, 3, 5, 6)
+CASE(tshift_blocks, b_tshift_blocks, 8, 3, 5, 5)
+CASE(tshift_padded, b_tshift_padded, 8, 3, 4, 5)
+CASE(tshift_fresh, b_tshift_fresh, 8, 3, 5, 5)
+
+#ifdef SPRY_HAVE_DNNL
+#include "backends/cpu/cpu.h"
+
+/* The shift runs in the convolutions' blocked layout (f32 and bf16), not
+ * behind the adapter's reorder to plain: its output keeps the input's layout
+ * and it needs no scratch. */
+static void tshift_keeps_blocked_layout(void **s) {
+  (void)s;
+  cmp_require_cpu();
+  const dnnl_data_type_t types[2] = {dnnl_f32, dnnl_bf16};
+  const dnnl_format_tag_t tags[3] = {dnnl_aBcd16b, dnnl_aBcd8b, dnnl_abcd};
+  for (int ti = 0; ti < 2; ti++)
+    for (int gi = 0; gi < 3; gi++) {
+      sp_tshift_attr at = {4, 0.125f, 0.125f};
+      dnnl_memory_desc_t md;
+      dnnl_dims_t dims = {8, 20, 5, 6};
+      assert_int_equal(dnnl_memory_desc_init_by_tag(&md, 4, dims, types[ti], tags[gi]), dnnl_success);
+      sp_op_prep p = {.op = &sp_op_tshift, .attr = &at, .n_in = 1, .training = 1, .run_backward = 1};
+      p.in_shape[0] = p.out_shape = sp_shape4(8, 20, 5, 6);
+      p.in_dtype[0] = SP_F32;
+      p.in_layout[0] = &md;
+      p.need_d_in[0] = 1;
+      assert_int_equal(cpu_tshift_prepare(&p), 0);
+      int plain_f32 = tags[gi] == dnnl_abcd && types[ti] == dnnl_f32;
+      if (plain_f32) assert_null(p.out_layout); /* plain f32 is reported as NULL */
+      else assert_true(p.out_layout && cpu_md_equal(p.out_layout, &md));
+      assert_int_equal(p.fwd_scratch_bytes + p.bwd_scratch_bytes + p.saved_bytes, 0);
+      cpu_node_free(p.state);
+    }
+}
+#endif
 
 int main(void) {
   const struct CMUnitTest tests[] = {
@@ -118,7 +170,11 @@ int main(void) {
       cmocka_unit_test(avgpool_ceil),   cmocka_unit_test(global_avgpool_linear), cmocka_unit_test(linear_bn1d),
       cmocka_unit_test(upsample_nearest), cmocka_unit_test(upsample_bilinear), cmocka_unit_test(add),
       cmocka_unit_test(add_same_input), cmocka_unit_test(concat),              cmocka_unit_test(concat_unaligned),
-      cmocka_unit_test(adapted_ref_ops),
+      cmocka_unit_test(adapted_ref_ops), cmocka_unit_test(tshift_lanes),       cmocka_unit_test(tshift_blocks),
+      cmocka_unit_test(tshift_padded),  cmocka_unit_test(tshift_fresh),
+#ifdef SPRY_HAVE_DNNL
+      cmocka_unit_test(tshift_keeps_blocked_layout),
+#endif
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

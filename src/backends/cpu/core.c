@@ -50,7 +50,14 @@ void cpu_node_free(cpu_node *n) {
   for (int i = 0; i < n->n_mems; i++) dnnl_memory_destroy(n->mems[i]);
   for (int i = 0; i < n->n_prims; i++) dnnl_primitive_destroy(n->prims[i]);
   for (int i = 0; i < n->n_pds; i++) dnnl_primitive_desc_destroy(n->pds[i]);
+  sp_aligned_free(n->kept);
   free(n);
+}
+
+void *cpu_node_keep(cpu_node *n, size_t bytes) {
+  sp_aligned_free(n->kept);
+  n->kept = sp_aligned_alloc(bytes ? bytes : 64);
+  return n->kept;
 }
 
 void cpu_report(sp_op_prep *p, cpu_node *n) {

@@ -68,6 +68,7 @@ struct cpu_node {
   dnnl_primitive_desc_t pds[CPU_MAX_PRIMS];
   dnnl_primitive_t prims[CPU_MAX_PRIMS];
   dnnl_memory_t mems[CPU_MAX_MEMS];
+  void *kept; /* cpu_node_keep: memory that outlives every step (frozen weights) */
 };
 
 /* Allocates a zeroed node of `size` bytes (an op struct starting with cpu_node). */
@@ -123,6 +124,10 @@ void cpu_exec_run(const cpu_exec *e);
 int cpu_bind_reorder(cpu_exec *e, cpu_node *n, const_dnnl_primitive_desc_t pd, dnnl_primitive_t prim, void *src_ptr,
                      void *dst_ptr, char *scratch);
 
+/* Memory of the node's own that lives as long as the plan (frozen plans
+ * keep prepared weights there); one allocation per node, freed with it. */
+void *cpu_node_keep(cpu_node *n, size_t bytes);
+
 /* Bump allocation inside a node's scratch or saved region (64-byte aligned). */
 size_t cpu_take(size_t *used, size_t bytes);
 
@@ -146,5 +151,6 @@ int cpu_global_avgpool_prepare(sp_op_prep *p);
 int cpu_upsample_prepare(sp_op_prep *p);
 int cpu_add_prepare(sp_op_prep *p);
 int cpu_concat_prepare(sp_op_prep *p);
+int cpu_tshift_prepare(sp_op_prep *p); /* tshift.c: in the blocked layout */
 
 #endif

@@ -14,6 +14,7 @@ typedef struct {
   dnnl_primitive_desc_t fwd_pd, bwd_data_pd, bwd_wei_pd, re_pd[N_REORDERS];
   dnnl_primitive_t fwd, bwd_data, bwd_wei, re[N_REORDERS];
   size_t src_off, wei_off, dsrc_off, dwei_off, dbias_off;
+  void *wei_kept; /* frozen plans: the prepared weights */
   cpu_exec x_src, w_wei, ip, dx, dx_out, dw, dw_out;
   float *dbias;
   int64_t n_bias;
@@ -22,7 +23,7 @@ typedef struct {
 static void linear_forward(cpu_node *n, const sp_op_args *a) {
   linear_node *s = (linear_node *)n;
   if (s->reorder_src) cpu_exec_run(&s->x_src);
-  cpu_exec_run(&s->w_wei);
+  if (!s->wei_kept || a->params_stale) cpu_exec_run(&s->w_wei);
   cpu_exec_run(&s->ip);
 }
 
@@ -42,7 +43,7 @@ static void linear_backward(cpu_node *n, const sp_op_args *a) {
 static int linear_bind(cpu_node *n, const sp_op_args *a, char *fs, char *bs) {
   linear_node *s = (linear_node *)n;
   char *keep = s->run_backward ? (char *)a->saved : fs;
-  void *src = s->reorder_src ? keep + s->src_off : a->in[0]->data, *wei = keep + s->wei_off;
+  void *src = s->reorder_src ? keep + s->src_off : a->in[0]->data, *wei = s->wei_kept ? s->wei_kept : keep + s->wei_off;
   if (s->reorder_src && cpu_bind_reorder(&s->x_src, n, s->re_pd[R_SRC], s->re[R_SRC], a->in[0]->data, src, fs))
     return -1;
   if (cpu_bind_reorder(&s->w_wei, n, s->re_pd[R_WEI], s->re[R_WEI], a->param[0]->data, wei, fs)) return -1;
@@ -136,7 +137,10 @@ static int linear_setup(sp_op_prep *p, linear_node *s) {
   if (s->bwd_wei_pd && cpu_scratchpad_bytes(s->bwd_wei_pd) > bwd) bwd = cpu_scratchpad_bytes(s->bwd_wei_pd);
   size_t *k = s->run_backward ? &keep : &fwd;
   if (s->reorder_src) s->src_off = cpu_take(k, cpu_md_bytes(&s->src_md));
-  s->wei_off = cpu_take(k, cpu_md_bytes(&s->wei_md));
+  /* A frozen plan keeps the prepared weights in the node's own memory and
+   * reorders them only when the parameters changed. */
+  if (p->frozen && !s->run_backward) s->wei_kept = cpu_node_keep(&s->base, cpu_md_bytes(&s->wei_md));
+  else s->wei_off = cpu_take(k, cpu_md_bytes(&s->wei_md));
   if (s->need_dx) s->dsrc_off = cpu_take(&bwd, cpu_md_bytes(&s->src_md));
   if (s->need_dw) {
     s->dwei_off = cpu_take(&bwd, cpu_md_bytes(&s->dwei_md));

@@ -1,0 +1,144 @@
+/* The fused temporal shift in the layout the convolutions around it use.
+ *
+ * TSM puts the shift between blocked-layout convolutions: [N*T, C/B, H, W, B]
+ * with B = 16 or 8 channels per block (oneDNN's aBcd16b / aBcd8b), f32 or
+ * bf16; the plain layout is the same with B = 1. For each frame and channel
+ * block, every lane (channel) comes from the same position of frame t+1 (the
+ * back fold), t-1 (the forward fold), t (the rest) or is zero (past the
+ * clip's ends, or a padding lane). Blocks whose lanes share one source are
+ * one contiguous copy; only the (at most two) blocks that straddle a fold
+ * boundary go lane by lane. No intermediate buffers: one read and one write
+ * in forward, and in backward one write (a fresh gradient) or a read-add-write
+ * (the residual's shortcut wrote it first). Other layouts take the adapter. */
+#ifdef SPRY_HAVE_DNNL
+#include <string.h>
+
+#include "backends/cpu/cpu.h"
+#include "ops/ops.h"
+
+typedef struct {
+  cpu_node base;
+  int64_t frames, segments, c, blocks, block, hw; /* block: lanes per channel block (1: plain) */
+  int64_t back, fwd;                              /* channels in the back / forward fold */
+  size_t elem;                                    /* 4 (f32) or 2 (bf16) */
+} tshift_node;
+
+enum { FROM_ZERO, FROM_NEXT, FROM_PREV, FROM_SAME };
+
+/* Forward: where channel ch of frame t reads from (backward mirrors NEXT and
+ * PREV: the gradient flows back to the frame the value came from). */
+static int source(const tshift_node *s, int64_t ch, int64_t t, int backward) {
+  if (ch >= s->c) return FROM_ZERO;
+  int next = backward ? FROM_PREV : FROM_NEXT, prev = backward ? FROM_NEXT : FROM_PREV;
+  if (ch < s->back) return (backward ? t > 0 : t + 1 < s->segments) ? next : FROM_ZERO;
+  if (ch < s->back + s->fwd) return (backward ? t + 1 < s->segments : t > 0) ? prev : FROM_ZERO;
+  return FROM_SAME;
+}
+
+/* Frames between a source and the frame it is read for. */
+static int64_t step_of(int from) { return (from == FROM_NEXT) - (from == FROM_PREV); }
+
+static void add_f32(float *restrict d, const float *restrict g, int64_t n) {
+  for (int64_t i = 0; i < n; i++) d[i] += g[i];
+}
+
+static void add_bf16(uint16_t *restrict d, const uint16_t *restrict g, int64_t n) {
+  for (int64_t i = 0; i < n; i++) d[i] = sp_f32_to_bf16(sp_bf16_to_f32(d[i]) + sp_bf16_to_f32(g[i]));
+}
+
+/* One element: copy, or add when accumulating. */
+static void put(const tshift_node *s, char *d, const char *g, int accumulate) {
+  if (!accumulate) memcpy(d, g, s->elem);
+  else if (s->elem == 4) *(float *)d += *(const float *)g;
+  else *(uint16_t *)d = sp_f32_to_bf16(sp_bf16_to_f32(*(uint16_t *)d) + sp_bf16_to_f32(*(const uint16_t *)g));
+}
+
+/* y = shift(x) (forward) or dx (+)= shift^T(dy) (backward). */
+static void run(const tshift_node *s, const char *x, char *y, int backward, int accumulate) {
+  const int64_t B = s->block, run_elems = s->hw * B, frame = s->blocks * run_elems;
+  const size_t es = s->elem;
+#pragma omp parallel for collapse(2) schedule(static) if (s->frames * frame > (1 << 15))
+  for (int64_t f = 0; f < s->frames; f++)
+    for (int64_t cb = 0; cb < s->blocks; cb++) {
+      const int64_t t = f % s->segments, at = (f * frame + cb * run_elems) * (int64_t)es;
+      char *out = y + at;
+      int from[16] = {0}, same = 1;
+      for (int64_t l = 0; l < B; l++) {
+        from[l] = source(s, cb * B + l, t, backward);
+        same &= from[l] == from[0];
+      }
+      if (same) {
+        const char *in = x + at + step_of(from[0]) * frame * (int64_t)es;
+        if (from[0] == FROM_ZERO) {
+          if (!accumulate) memset(out, 0, (size_t)run_elems * es);
+        } else if (!accumulate) {
+          memcpy(out, in, (size_t)run_elems * es);
+        } else if (es == 4) {
+          add_f32((float *)out, (const float *)in, run_elems);
+        } else {
+          add_bf16((uint16_t *)out, (const uint16_t *)in, run_elems);
+        }
+        continue;
+      }
+      /* A block across a fold boundary: lane by lane. */
+      for (int64_t l = 0; l < B; l++) {
+        const char *in = x + at + step_of(from[l]) * frame * (int64_t)es;
+        for (int64_t i = 0; i < s->hw; i++) {
+          char *d = out + (i * B + l) * (int64_t)es;
+          if (from[l] != FROM_ZERO) put(s, d, in + (i * B + l) * (int64_t)es, accumulate);
+          else if (!accumulate) memset(d, 0, es);
+        }
+      }
+    }
+}
+
+static void tshift_forward(cpu_node *n, const sp_op_args *a) {
+  run((tshift_node *)n, a->in[0]->data, a->out->data, 0, 0);
+}
+
+static void tshift_backward(cpu_node *n, const sp_op_args *a) {
+  if (!a->d_in[0]) return;
+  run((tshift_node *)n, a->d_out->data, a->d_in[0]->data, 1, !(a->d_in_fresh & 1u));
+}
+
+static const cpu_vt tshift_vt = {tshift_forward, tshift_backward, NULL, NULL};
+
+/* The input's channel block (1 plain, 8, 16), or 0 for a layout not handled. */
+static int block_of(const dnnl_memory_desc_t *md) {
+  static const struct {
+    dnnl_format_tag_t tag;
+    int block;
+  } known[] = {{dnnl_abcd, 1}, {dnnl_aBcd16b, 16}, {dnnl_aBcd8b, 8}};
+  for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) {
+    dnnl_memory_desc_t m;
+    if (dnnl_memory_desc_init_by_tag(&m, 4, md->dims, md->data_type, known[i].tag) == dnnl_success &&
+        cpu_md_equal(&m, md))
+      return known[i].block;
+  }
+  return 0;
+}
+
+int cpu_tshift_prepare(sp_op_prep *p) {
+  dnnl_memory_desc_t md;
+  if (p->in_shape[0].ndim != 4 || cpu_md_input(&md, p, 0) != 0) return cpu_adapter_prepare(p);
+  int block = block_of(&md);
+  if (!block || (md.data_type != dnnl_f32 && md.data_type != dnnl_bf16) ||
+      (p->out_plain && !(block == 1 && md.data_type == dnnl_f32)))
+    return cpu_adapter_prepare(p);
+  const sp_tshift_attr *at = p->attr;
+  tshift_node *s = cpu_node_new(sizeof *s, &tshift_vt);
+  s->frames = p->in_shape[0].d[0];
+  s->segments = at->segments;
+  s->c = p->in_shape[0].d[1];
+  s->block = block;
+  s->blocks = (s->c + block - 1) / block;
+  s->hw = p->in_shape[0].d[2] * p->in_shape[0].d[3];
+  s->back = sp_tshift_fold(s->c, at->ratio_back);
+  s->fwd = sp_tshift_fold(s->c, at->ratio_fwd);
+  s->elem = md.data_type == dnnl_f32 ? 4 : 2;
+  s->base.out_md = md; /* the gradients share it (a value's gradient has its layout) */
+  p->saved_bytes = p->fwd_scratch_bytes = p->bwd_scratch_bytes = 0;
+  cpu_report(p, &s->base);
+  return 0;
+}
+#endif
