@@ -19,6 +19,7 @@ typedef struct {
   const char *model, *backend_name, *dtype;
   sp_backend backend;
   int batch, threads, steps, warmup, height, width, keypoints, channels, infer, profile;
+  int segments; /* video models: frames per clip (the batch counts clips) */
   int sync_bn;      /* under mpirun: synchronised batch norm */
   double bucket_mb; /* under mpirun: gradient bucket size */
 } bench_opts;
@@ -33,7 +34,7 @@ static void usage(FILE *f) {
   fprintf(f,
           "usage: spry bench train [--model M] [--backend ref|cpu] [--batch B] [--threads T]\n"
           "                        [--dtype f32|bf16] [--size S|HxW] [--steps N] [--warmup W]\n"
-          "                        [--keypoints K] [--channels C] [--infer] [--profile]\n"
+          "                        [--keypoints K] [--channels C] [--segments S] [--infer] [--profile]\n"
           "                        [--sync-bn] [--bucket-mb MB]      (under mpirun: --batch is per rank)\n"
           "models: %s\n",
           sp_model_names());
@@ -41,7 +42,7 @@ static void usage(FILE *f) {
 
 static int parse(int argc, char **argv, bench_opts *o) {
   *o = (bench_opts){"vgg-face", "ref", "f32", SP_BACKEND_REF, 64, omp_get_max_threads(), 10, 1, 224, 224, 68, -1, 0, 0,
-                    0, 4.0};
+                    8, 0, 4.0};
   for (int i = 1; i < argc; i++) {
     const char *size = NULL;
     int r = 0;
@@ -58,6 +59,7 @@ static int parse(int argc, char **argv, bench_opts *o) {
         (r = sp_arg_int(argc, argv, &i, "--warmup", 0, 1 << 20, &o->warmup)) ||
         (r = sp_arg_int(argc, argv, &i, "--keypoints", 1, 1 << 16, &o->keypoints)) ||
         (r = sp_arg_int(argc, argv, &i, "--channels", 1, 4, &o->channels)) ||
+        (r = sp_arg_int(argc, argv, &i, "--segments", 1, 1024, &o->segments)) ||
         (r = sp_arg_flag(argv, i, "--infer", &o->infer)) || (r = sp_arg_flag(argv, i, "--profile", &o->profile)) ||
         (r = sp_arg_flag(argv, i, "--sync-bn", &o->sync_bn))) {
       if (r < 0) return -1;
@@ -107,6 +109,12 @@ static void fill_random(sp_tensor *t, uint64_t key) {
   for (int64_t i = 0; i < sp_tensor_numel(t); i++) x[i] = sp_rng_range(&r, -1, 1);
 }
 
+static int is_video(const bench_opts *o) { return !strncmp(o->model, "tsn-", 4) || !strncmp(o->model, "tsm-", 4); }
+static int is_classifier(const bench_opts *o) { return !strncmp(o->model, "resnet", 6) || is_video(o); }
+
+/* Images in the input batch of `batch` samples (clips of video models). */
+static int frames_of(const bench_opts *o, int batch) { return is_video(o) ? batch * o->segments : batch; }
+
 static void print_line(const bench_opts *o, const char *bench, int batch, double step_s, double flops_per_step) {
   sp_json_buf b;
   char size[32];
@@ -124,7 +132,8 @@ static void print_line(const bench_opts *o, const char *bench, int batch, double
   /* Under mpirun every rank trains `batch` images per step. */
   int ranks = !strcmp(bench, "train") ? dist_stats.ranks : 1;
   sp_json_key(&b, "ranks"), sp_json_int(&b, ranks);
-  sp_json_key(&b, "images_per_s"), sp_json_f64(&b, (double)batch * ranks / step_s);
+  sp_json_key(&b, "images_per_s"), sp_json_f64(&b, (double)frames_of(o, batch) * ranks / step_s);
+  if (is_video(o)) sp_json_key(&b, "clips_per_s"), sp_json_f64(&b, (double)batch * ranks / step_s);
   sp_json_key(&b, "ms_per_step"), sp_json_f64(&b, 1e3 * step_s);
   sp_json_key(&b, "gflops_per_s"), sp_json_f64(&b, flops_per_step / step_s * 1e-9);
   if (!strcmp(bench, "train")) {
@@ -175,7 +184,6 @@ static void print_profile(const bench_opts *o, const sp_plan *p, int n_nodes, in
 
 /* ResNet classifiers train on labels with cross-entropy; the keypoint models
  * regress points with L1 (as the seed). */
-static int is_classifier(const bench_opts *o) { return !strncmp(o->model, "resnet", 6); }
 
 static unsigned plan_flags(const bench_opts *o) { return !strcmp(o->dtype, "bf16") ? SP_PLAN_BF16 : 0; }
 
@@ -196,7 +204,8 @@ static sp_graph *build(const bench_opts *o, sp_value *out) {
   sp_graph *g = sp_graph_new(1);
   sp_value x = sp_graph_input(g, "image", SP_F32, o->channels);
   sp_value t = is_classifier(o) ? sp_graph_input(g, "target", SP_I32, -1) : sp_graph_input(g, "target", SP_F32, o->keypoints);
-  sp_model_spec spec = {.name = o->model, .channels = o->channels, .height = o->height, .width = o->width, .keypoints = o->keypoints};
+  sp_model_spec spec = {.name = o->model, .channels = o->channels, .height = o->height, .width = o->width,
+                        .keypoints = o->keypoints, .segments = o->segments};
   *out = sp_model_build(g, &spec, x);
   sp_graph_output(g, *out, "out");
   sp_graph_loss(g, is_classifier(o) ? sp_cross_entropy(g, *out, t) : sp_l1_loss(g, *out, t), 1.0f);
@@ -218,7 +227,8 @@ static int run_train(const bench_opts *o) {
   sp_graph *g = build(o, &out);
   if (!g) return 1;
   if (world > 1 && o->sync_bn) sp_dist_enable_sync_bn(g);
-  sp_input_shape in[2] = {{"image", sp_shape4(o->batch, o->channels, o->height, o->width)}, target_shape(o, o->batch)};
+  sp_input_shape in[2] = {{"image", sp_shape4(frames_of(o, o->batch), o->channels, o->height, o->width)},
+                          target_shape(o, o->batch)};
   sp_plan *p = sp_plan_new(g, 2, in, o->backend, 1, plan_flags(o));
   if (!p) {
     fprintf(stderr, "spry bench train: %s\n", sp_last_error());
@@ -272,7 +282,7 @@ static int run_infer(const bench_opts *o) {
   sp_graph *g = build(o, &out);
   if (!g) return 1;
   for (int b = 0; b < 2; b++) {
-    sp_input_shape in[2] = {{"image", sp_shape4(batches[b], o->channels, o->height, o->width)},
+    sp_input_shape in[2] = {{"image", sp_shape4(frames_of(o, batches[b]), o->channels, o->height, o->width)},
                             target_shape(o, batches[b])};
     /* As a deployed model runs: weights prepared once (SP_PLAN_FROZEN). */
     sp_plan *p = sp_plan_new(g, 2, in, o->backend, 0, plan_flags(o) | SP_PLAN_FROZEN);

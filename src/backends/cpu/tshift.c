@@ -46,11 +46,59 @@ static void add_bf16(uint16_t *restrict d, const uint16_t *restrict g, int64_t n
   for (int64_t i = 0; i < n; i++) d[i] = sp_f32_to_bf16(sp_bf16_to_f32(d[i]) + sp_bf16_to_f32(g[i]));
 }
 
-/* One element: copy, or add when accumulating. */
-static void put(const tshift_node *s, char *d, const char *g, int accumulate) {
-  if (!accumulate) memcpy(d, g, s->elem);
-  else if (s->elem == 4) *(float *)d += *(const float *)g;
-  else *(uint16_t *)d = sp_f32_to_bf16(sp_bf16_to_f32(*(uint16_t *)d) + sp_bf16_to_f32(*(const uint16_t *)g));
+/* A channel block whose lanes come from different frames: at every
+ * position, each lane is selected bitwise from the block of the next, the
+ * previous or the same frame (an all-zero mask gives 0, and a source no lane
+ * uses is not read). Branch-free over the lanes, so it vectorises: a blend
+ * of at most three loads. */
+typedef union {
+  uint32_t u;
+  float f;
+} bits32;
+
+/* B lanes at a time, B a constant so the lane loop is one vector blend. */
+#define MIXED_F32(B)                                                                                  \
+  static void mixed_f32_##B(uint32_t *restrict y, const uint32_t *a, const uint32_t *b, const uint32_t *c, \
+                            const uint32_t mask[3][16], int64_t n, int accumulate) {                  \
+    for (int64_t i = 0; i < n; i++, y += B, a += B, b += B, c += B) {                                 \
+      uint32_t v[B];                                                                                  \
+      for (int l = 0; l < B; l++) v[l] = (a[l] & mask[0][l]) | (b[l] & mask[1][l]) | (c[l] & mask[2][l]); \
+      if (!accumulate) {                                                                              \
+        for (int l = 0; l < B; l++) y[l] = v[l];                                                      \
+      } else {                                                                                        \
+        for (int l = 0; l < B; l++) {                                                                 \
+          bits32 d = {.u = y[l]}, e = {.u = v[l]};                                                    \
+          d.f += e.f;                                                                                 \
+          y[l] = d.u;                                                                                 \
+        }                                                                                             \
+      }                                                                                               \
+    }                                                                                                 \
+  }
+MIXED_F32(16)
+MIXED_F32(8)
+
+static void mixed_f32(const tshift_node *s, void *y, const char *const src[3], const uint32_t mask[3][16],
+                      int accumulate) {
+  /* A source no lane uses reads another one under a zero mask. */
+  const char *any = src[2] ? src[2] : src[0] ? src[0] : src[1];
+  const uint32_t *a = (const uint32_t *)(src[0] ? src[0] : any), *b = (const uint32_t *)(src[1] ? src[1] : any),
+                 *c = (const uint32_t *)(src[2] ? src[2] : any);
+  if (s->block == 16) mixed_f32_16(y, a, b, c, mask, s->hw, accumulate);
+  else mixed_f32_8(y, a, b, c, mask, s->hw, accumulate);
+}
+
+static void mixed_bf16(const tshift_node *s, uint16_t *y, const char *const src_bytes[3], const uint32_t mask[3][16],
+                       int accumulate) {
+  const int64_t B = s->block, n = s->hw;
+  const uint16_t *src[3];
+  for (int k = 0; k < 3; k++) src[k] = (const uint16_t *)src_bytes[k];
+  for (int64_t i = 0; i < n; i++)
+    for (int64_t l = 0; l < B; l++) {
+      uint16_t v = 0;
+      for (int k = 0; k < 3; k++)
+        if (src[k]) v |= (uint16_t)(src[k][i * B + l] & mask[k][l]);
+      y[i * B + l] = accumulate ? sp_f32_to_bf16(sp_bf16_to_f32(y[i * B + l]) + sp_bf16_to_f32(v)) : v;
+    }
 }
 
 /* y = shift(x) (forward) or dx (+)= shift^T(dy) (backward). */
@@ -80,15 +128,18 @@ static void run(const tshift_node *s, const char *x, char *y, int backward, int 
         }
         continue;
       }
-      /* A block across a fold boundary: lane by lane. */
-      for (int64_t l = 0; l < B; l++) {
-        const char *in = x + at + step_of(from[l]) * frame * (int64_t)es;
-        for (int64_t i = 0; i < s->hw; i++) {
-          char *d = out + (i * B + l) * (int64_t)es;
-          if (from[l] != FROM_ZERO) put(s, d, in + (i * B + l) * (int64_t)es, accumulate);
-          else if (!accumulate) memset(d, 0, es);
-        }
-      }
+      /* A block across a fold boundary. */
+      static const int kinds[3] = {FROM_NEXT, FROM_PREV, FROM_SAME};
+      uint32_t mask[3][16] = {{0}};
+      const char *src[3] = {NULL, NULL, NULL};
+      for (int k = 0; k < 3; k++)
+        for (int64_t l = 0; l < B; l++)
+          if (from[l] == kinds[k]) {
+            mask[k][l] = ~0u;
+            src[k] = x + at + step_of(kinds[k]) * frame * (int64_t)es;
+          }
+      if (es == 4) mixed_f32(s, out, src, mask, accumulate);
+      else mixed_bf16(s, (uint16_t *)out, src, mask, accumulate);
     }
 }
 
