@@ -4,7 +4,8 @@
 # both and a ratio line per pair. Medians: each side reports the median step
 # of --steps timed steps; run this script several times on a quiet machine.
 #
-#   bench/run_train.sh [threads] [steps]        (MODELS="vgg-face resnet50" to choose)
+#   bench/run_train.sh [threads] [steps]        (MODELS="vgg-face resnet50" to choose,
+#                                               PARTS="infer" for inference only, DTYPES="f32")
 set -u
 cd "$(dirname "$0")/.."
 T=${1:-2}
@@ -12,6 +13,8 @@ STEPS=${2:-10}
 SPRY=${SPRY:-build/spry}
 PY=${PY:-/usr/bin/python3}
 MODELS=${MODELS:-"vgg-face resnet50 resunet18 resunet50"}
+PARTS=${PARTS:-"train infer"}
+DTYPES=${DTYPES:-"f32 bf16"}
 export MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=1000000000000 OMP_NUM_THREADS=$T
 
 ratio() { # spry_json torch_json label
@@ -32,12 +35,14 @@ for m in $MODELS; do
     continue
   fi
   b=$(batch_of "$m")
-  for dt in f32 bf16; do
+  for dt in $DTYPES; do
+    [[ " $PARTS " == *" train "* ]] || break
     s=$($SPRY bench train --model "$m" --backend cpu --batch "$b" --threads "$T" --dtype $dt --steps "$STEPS" --warmup 2 | tail -1)
     p=$($PY bench/peers/torch_train.py --model "$m" --batch "$b" --threads "$T" --dtype $dt --steps "$STEPS" --warmup 2 | tail -1)
     echo "$s"; echo "$p"
     ratio "$s" "$p" "$m train $dt b$b"
   done
+  [[ " $PARTS " == *" infer "* ]] || continue
   case $m in vgg-face|resunet50)
     s=$($SPRY bench train --model "$m" --backend cpu --threads "$T" --infer --steps "$STEPS" --warmup 2 | head -1)
     p=$($PY bench/peers/torch_train.py --model "$m" --threads "$T" --infer --steps "$STEPS" --warmup 2 --layout nchw | tail -1)
