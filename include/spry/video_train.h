@@ -38,6 +38,7 @@ typedef struct {
   int batch, frames, size; /* the base shape N, T, H (= W) */
   int epochs;
   int entries;             /* clips per epoch (caps the batch) */
+  int cycles;              /* long cycles before the final phase (0 = 1) */
 } sp_multigrid;
 
 /* Long-cycle stage (0..3; 3 when the long cycle is off) of an epoch. */
@@ -75,6 +76,7 @@ typedef struct {
   sp_lr_schedule schedule;
   struct {
     int long_cycle, short_cycle;
+    int cycles; /* long cycles (PySlowFast runs one per learning-rate step) */
   } multigrid;
   int epochs, batch, threads, workers;
   uint64_t seed;

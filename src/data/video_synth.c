@@ -59,16 +59,20 @@ static void make_scene(uint64_t seed, int64_t clip_id, int frames, int size, sce
   make_texture(&r, &s->bg, 50.0f, 120.0f);
   make_texture(&r, &s->obj, 150.0f, 215.0f);
   s->shape = (int)sp_rng_below(&r, 3);
-  s->radius = size * sp_rng_range(&r, 0.14f, 0.22f);
+  /* Large enough that a turn still shows at a quarter of the pixels
+   * (Multigrid's H/2 at T/4 and 64-pixel clips trains on 32 pixels). */
+  s->radius = size * sp_rng_range(&r, 0.2f, 0.28f);
   float travel = size * sp_rng_range(&r, 0.35f, 0.55f); /* total path of a moving shape */
   s->vx = frames > 1 ? travel / (frames - 1) : 0;
   float margin = s->radius + 1;
   s->x0 = sp_rng_range(&r, margin, size - margin - travel > margin ? size - margin - travel : margin);
   s->y0 = sp_rng_range(&r, margin, size - margin);
   s->theta0 = sp_rng_range(&r, 0.0f, 6.2831853f);
-  /* Total turn 1.2..2.0 rad whatever the length: 8 TSN segments then see
-   * steps of ~10-15 degrees, well under the square's 45-degree ambiguity. */
-  s->omega = frames > 1 ? sp_rng_range(&r, 1.2f, 2.0f) / (frames - 1) : 0;
+  /* Total turn 0.8..1.2 rad (46-69 degrees) whatever the length: 8 TSN
+   * segments see steps of 6-10 degrees; the 2 of Multigrid's T/4 are about
+   * half a clip apart, 23-35 degrees, under the square's 45-degree
+   * ambiguity (the plus has one longer arm, the triangle 120 degrees). */
+  s->omega = frames > 1 ? sp_rng_range(&r, 0.8f, 1.2f) / (frames - 1) : 0;
 }
 
 /* Signed distance-like inside test in the shape's own frame (radius 1). */
@@ -90,9 +94,12 @@ void sp_synth_render(uint64_t seed, int64_t clip_id, int cls, int t, int frames,
   /* The reversed class plays the same scene from the other end. */
   int u = (cls % 2) ? frames - 1 - t : t;
   int rotating = cls >= 2;
-  float cx = rotating ? s.x0 + 0.5f * s.vx * (frames - 1) : s.x0 + s.vx * u;
-  float cy = s.y0;
   float th = rotating ? s.theta0 + s.omega * u : s.theta0; /* image y points down: +omega turns clockwise */
+  /* A turning shape also orbits the middle of its path, so the sense of
+   * rotation is a direction of motion too, visible at a few pixels. */
+  float orbit = rotating ? 0.6f * s.radius : 0.0f;
+  float cx = (rotating ? s.x0 + 0.5f * s.vx * (frames - 1) : s.x0 + s.vx * u) + orbit * cosf(th);
+  float cy = s.y0 + orbit * sinf(th);
   float ct = cosf(th), st = sinf(th), inv_r = 1.0f / s.radius, inv_size = 1.0f / size;
   for (int y = 0; y < size; y++)
     for (int x = 0; x < size; x++) {

@@ -20,10 +20,22 @@ static int64_t batch_for(const sp_multigrid *m, int frames, int size) {
   return r < 1 ? 1 : r;
 }
 
+/* The final 1/8 of training runs the base shape (the paper's fine-tuning
+ * phase at the test shape, so BN statistics settle there). */
+static int final_phase(const sp_multigrid *m, int64_t epoch) { return m->epochs > 0 && epoch * 8 >= (int64_t)m->epochs * 7; }
+
 int sp_multigrid_stage(const sp_multigrid *m, int64_t epoch) {
-  if (!m->long_cycle || m->epochs <= 0) return 3;
-  int64_t s = epoch * 4 / m->epochs;
-  return s < 0 ? 0 : s > 3 ? 3 : (int)s;
+  if (!m->long_cycle || m->epochs <= 0 || epoch < 0) return 3;
+  int cycles = m->cycles > 1 ? m->cycles : 1;
+  if (cycles == 1) { /* one cycle over all epochs */
+    int64_t s = epoch * 4 / m->epochs;
+    return s > 3 ? 3 : (int)s;
+  }
+  /* Several cycles over the epochs before the final phase, 4 stages each. */
+  if (final_phase(m, epoch)) return 3;
+  double span = (double)m->epochs * 7 / 8 / cycles, pos = fmod((double)epoch, span) / span;
+  int s = (int)(pos * 4);
+  return s > 3 ? 3 : s;
 }
 
 /* Long cycle: frame divisor and spatial factor per stage (the batch follows
@@ -44,11 +56,8 @@ sp_video_shape sp_multigrid_shape(const sp_multigrid *m, int64_t epoch, int64_t 
   /* Short cycle: spatial factor of the stage's size. */
   static const double ss[3] = {0.5, M_SQRT1_2, 1.0};
   int st = sp_multigrid_stage(m, epoch);
-  /* The final 1/8 of training runs the plain stage shape (the paper's final
-   * phase at the base shape). */
-  int final_phase = m->epochs > 0 && epoch * 8 >= (int64_t)m->epochs * 7;
   /* Offset by the epoch so that epochs of one or two iterations still cycle. */
-  int sc = m->short_cycle && !final_phase ? (int)((iter + epoch) % 3) : 2;
+  int sc = m->short_cycle && !final_phase(m, epoch) ? (int)((iter + epoch) % 3) : 2;
   sp_video_shape s = long_shape(m, st);
   if (sc < 2) s.size = round_size(s.size * ss[sc]);
   if (s.size > m->size) s.size = m->size;

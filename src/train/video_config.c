@@ -112,6 +112,7 @@ static int read_all(sp_yaml_reader *r, void *out) {
   if (!strcmp(decay, "step")) c->schedule.decay = SP_LR_STEP;
   if (!strcmp(decay, "constant")) c->schedule.decay = SP_LR_CONSTANT;
   if (sp_yr_bool(r, "multigrid.long", &c->multigrid.long_cycle) ||
+      sp_yr_int(r, "multigrid.cycles", 1, 1000, &c->multigrid.cycles) ||
       sp_yr_bool(r, "multigrid.short", &c->multigrid.short_cycle) || sp_yr_int(r, "epochs", 1, 1000000, &c->epochs) ||
       sp_yr_int(r, "batch", 1, 65536, &c->batch) || sp_yr_int(r, "threads", 0, 1024, &c->threads) ||
       sp_yr_int(r, "workers", 0, 256, &c->workers) || sp_yr_double(r, "seed", 0, 9007199254740992.0, &seed) ||

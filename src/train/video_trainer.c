@@ -82,7 +82,7 @@ static int setup(run *r, const sp_video_config *cfg, const char *config_text) {
     if (!(r->val_loader = sp_video_loader_create(&r->val, &vc))) return -1;
   }
   r->mg = (sp_multigrid){cfg->multigrid.long_cycle, cfg->multigrid.short_cycle, cfg->batch, frames, cfg->data.size,
-                         cfg->epochs, sp_video_loader_entries(r->train_loader)};
+                         cfg->epochs, sp_video_loader_entries(r->train_loader), cfg->multigrid.cycles};
   r->cap_shapes = r->mg.entries + 1;
   r->shapes = sp_xmalloc(sizeof(sp_video_shape) * (size_t)r->cap_shapes);
   sp_plan *p = sp_vnet_plan(&r->net, frames, cfg->batch, cfg->data.size, 1);

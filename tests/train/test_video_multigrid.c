@@ -39,6 +39,20 @@ static void long_cycle_stages(void **state) {
   }
 }
 
+/* Several long cycles (PySlowFast: one per learning-rate step) over the
+ * first 7/8 of training, then the base shape. */
+static void repeated_long_cycles(void **state) {
+  (void)state;
+  sp_multigrid m = mg(1, 0);
+  m.epochs = 32, m.cycles = 2; /* 28 epochs of cycles: 14 each, 3.5 per stage */
+  const int want[32] = {0, 0, 0, 0, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, /* cycle 1 */
+                        0, 0, 0, 0, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, /* cycle 2 */
+                        3, 3, 3, 3};                              /* final phase */
+  for (int e = 0; e < 32; e++) assert_int_equal(sp_multigrid_stage(&m, e), want[e]);
+  m.cycles = 1; /* one cycle spans all epochs, as before */
+  for (int e = 0; e < 32; e++) assert_int_equal(sp_multigrid_stage(&m, e), e / 8);
+}
+
 static void short_cycle_per_iteration(void **state) {
   (void)state;
   sp_multigrid m = mg(0, 1);
@@ -102,6 +116,7 @@ static void schedule_is_continuous_in_progress(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(long_cycle_stages),
+      cmocka_unit_test(repeated_long_cycles),
       cmocka_unit_test(short_cycle_per_iteration),
       cmocka_unit_test(epochs_are_covered),
       cmocka_unit_test(schedule_is_continuous_in_progress),
