@@ -158,6 +158,8 @@ static int prepare_nodes(sp_plan *p) {
       pr.consumer_op = g->nodes[c].op;
       pr.consumer_attr = g->nodes[c].attr;
       pr.consumer_out_plain = g->nodes[c].is_output || g->nodes[c].is_loss;
+      pr.consumer_n_param = g->nodes[c].n_param;
+      pr.consumer_n_state = g->nodes[c].n_state;
     }
     if (impl->prepare(&pr) != 0) {
       char why[600];
@@ -293,6 +295,9 @@ static void wire(sp_plan *p) {
       if (a->d_in[k] && !seen && p->nodes[nd->in[k]].first_writer == i) a->d_in_fresh |= 1u << k;
     }
   }
+  /* A host reads what it absorbed (a folded batch norm's statistics). */
+  for (int i = 0; i < g->n_nodes; i++)
+    if (p->nodes[i].absorbed_by >= 0) p->nodes[p->nodes[i].absorbed_by].args.consumer = &p->nodes[i].args;
 }
 
 /* Backend state that needs buffer addresses (primitive arguments). */

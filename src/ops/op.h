@@ -59,6 +59,9 @@ typedef struct sp_op_args {
    * the last forward (always 1 in other plans), so weights prepared from
    * them must be prepared again. */
   int params_stale;
+  /* The consumer this node absorbed (sp_op_prep.absorb_consumer), for its
+   * parameters and state (a folded batch norm); NULL otherwise. */
+  const struct sp_op_args *consumer;
 } sp_op_args;
 
 /* What a fast backend's prepare() sees and reports for one node. The plan calls
@@ -91,6 +94,7 @@ typedef struct sp_op_prep {
   const struct sp_op_def *consumer_op;
   const void *consumer_attr;
   int consumer_out_plain; /* the consumer's output must be plain */
+  int consumer_n_param, consumer_n_state;
   /* reported */
   /* 1: this node also computes its sole consumer (e.g. batchnorm + relu): the
    * plan skips the consumer and gives its output and gradient this node's

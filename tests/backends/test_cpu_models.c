@@ -49,6 +49,14 @@ static sp_value tsm(sp_graph *g, sp_value x, sp_value t) {
   return sp_cross_entropy(g, x, t);
 }
 
+/* ResUNet-50 at 96 px: in an inference plan oneDNN picks channels-last for
+ * some decoder convs and blocked for others, so an add meets two layouts
+ * (backends/cpu/join.c reorders one of them). */
+static sp_value resunet50(sp_graph *g, sp_value x, sp_value t) {
+  sp_model_spec spec = {.name = "resunet50", .channels = 3, .height = 96, .width = 96, .keypoints = 5};
+  return sp_l1_loss(g, sp_model_build(g, &spec, x), t);
+}
+
 typedef struct {
   const char *label;
   model_fn build;
@@ -59,6 +67,7 @@ typedef struct {
 
 static const model_case vgg_case = {"vgg-face", vgg, 1, 58, SP_F32, {4, {4, 1, 64, 64}}, {3, {4, 58, 2}}};
 static const model_case residual_case = {"residual", residual, 3, 5, SP_F32, {4, {2, 3, 12, 12}}, {3, {2, 5, 2}}};
+static const model_case resunet50_case = {"resunet50", resunet50, 3, 5, SP_F32, {4, {1, 3, 96, 96}}, {3, {1, 5, 2}}};
 static const model_case tsm_case = {"tsm", tsm, 16, -1, SP_I32, {4, {8, 16, 6, 6}}, {1, {2}}};
 
 typedef struct {
@@ -259,7 +268,16 @@ static double eval_loss(sp_plan *p) {
 }
 
 static void frozen(const model_case *m) {
-  run ref = make_run(m, SP_BACKEND_REF, 0, NULL), cpu = make_run(m, SP_BACKEND_CPU, 0, ref.g);
+  run ref = make_run(m, SP_BACKEND_REF, 0, NULL);
+  /* Trained-looking batch norms (statistics, scale, shift) and biases, so
+   * that folding them into the convolutions (what a frozen cpu plan does)
+   * is a real transformation: every 1-D tensor in [0.5, 1.5). */
+  sp_test_rng rng = {21};
+  for (int i = 0; i < sp_graph_param_count(ref.g); i++) {
+    sp_tensor *t = sp_graph_param_value(ref.g, i);
+    if (t->shape.ndim == 1) sp_test_fill_uniform(&rng, t->data, sp_tensor_numel(t), 0.5f, 1.5f);
+  }
+  run cpu = make_run(m, SP_BACKEND_CPU, 0, ref.g);
   sp_input_shape in[2] = {{"x", m->x_shape}, {"t", m->t_shape}};
   sp_plan *pr = sp_plan_new(ref.g, 2, in, SP_BACKEND_REF, 0, 0), *pc = sp_plan_new(cpu.g, 2, in, SP_BACKEND_CPU, 0, SP_PLAN_FROZEN);
   assert_non_null(pr);
@@ -271,8 +289,19 @@ static void frozen(const model_case *m) {
    * the weights below change (random targets would hide them at init). */
   memset(sp_plan_input(pr, "t")->data, 0, sp_tensor_bytes(sp_plan_input(pr, "t")));
   memset(sp_plan_input(pc, "t")->data, 0, sp_tensor_bytes(sp_plan_input(pc, "t")));
+  sp_plan_enable_profile(pc, 1);
   double l0 = eval_loss(pr), c0 = eval_loss(pc);
   assert_true(fabs(c0 - l0) <= 1e-4 * fabs(l0));
+  /* Each batch norm right after a conv was folded into it: never run. */
+  int folded = 0, bns = 0;
+  for (int i = 0; i < sp_graph_node_count(cpu.g); i++) {
+    double f, b;
+    const char *op;
+    assert_int_equal(sp_plan_profile(pc, i, &f, &b, &op), 0);
+    if (strcmp(op, "batchnorm") == 0) bns++, folded += f == 0;
+  }
+  assert_true(folded > 0);
+  print_message("# %s: %d of %d batch norms folded\n", m->label, folded, bns);
   assert_true(fabs(eval_loss(pc) - c0) == 0); /* again, from the kept weights */
   /* Change every conv and linear weight on both graphs (the ones the cpu
    * backend prepares): the frozen plan keeps computing with the prepared
@@ -299,6 +328,7 @@ static void frozen_inference(void **s) {
   cmp_require_cpu();
   frozen(&vgg_case);
   frozen(&residual_case);
+  frozen(&resunet50_case);
   /* Training plans change their weights every step: refused. */
   run r = make_run(&residual_case, SP_BACKEND_REF, 0, NULL);
   sp_input_shape in[2] = {{"x", residual_case.x_shape}, {"t", residual_case.t_shape}};

@@ -13,8 +13,13 @@
  * its reference kernel for them, asked again with format_any; the backward
  * primitives then reorder the weights / the input they need in backward
  * scratch. (Small channel counts are the usual case: oneDNN's forward takes
- * a plain input for 8 input channels, its backward kernels want it blocked.) */
+ * a plain input for 8 input channels, its backward kernels want it blocked.)
+ *
+ * Frozen inference plans keep the prepared weights and fold a following
+ * batch norm (running statistics) into them: w' = w g / sqrt(v + eps),
+ * b' = (b - m) g / sqrt(v + eps) + beta, so the BN pass disappears. */
 #ifdef SPRY_HAVE_DNNL
+#include <math.h>
 #include <string.h>
 
 #include "backends/cpu/cpu.h"
@@ -31,16 +36,38 @@ typedef struct {
   dnnl_primitive_t fwd, bwd_data, bwd_wei, re[N_REORDERS];
   size_t src_off, wei_off;                                /* in saved (training) or forward scratch */
   void *wei_kept;                                         /* frozen plans: the prepared weights */
+  int fold_bn;                                            /* frozen: the absorbed batch norm is folded in */
+  float *wfold, *bfold;                                   /* its plain folded weights and bias (kept) */
   size_t dsrc_off, dwei_off, dbias_off, wbd_off, sbw_off, dbw_off; /* in backward scratch */
   cpu_exec x_src, w_wei, conv, w_bd, s_bw, d_bw, dx, dx_out, dw, dw_out;
   float *dbias;
   int64_t n_bias;
 } conv_node;
 
+/* Folds the absorbed batch norm's running statistics into plain weights and
+ * a bias (the reorder then takes them into the primitive's layout). */
+static void fold_bn(conv_node *s, const sp_op_args *a) {
+  const sp_op_args *bn = a->consumer;
+  const sp_batchnorm_attr *at = bn->attr;
+  const float *w = a->param[0]->data, *b = s->has_bias ? a->param[1]->data : NULL;
+  const float *gamma = bn->n_param == 2 && bn->param[0] ? bn->param[0]->data : NULL;
+  const float *beta = bn->n_param == 2 && bn->param[1] ? bn->param[1]->data : NULL;
+  const float *mean = bn->state[0]->data, *var = bn->state[1]->data;
+  const int64_t oc = s->n_bias, per = sp_tensor_numel(a->param[0]) / oc;
+  for (int64_t o = 0; o < oc; o++) {
+    float scale = (gamma ? gamma[o] : 1.0f) / sqrtf(var[o] + at->eps);
+    for (int64_t j = 0; j < per; j++) s->wfold[o * per + j] = w[o * per + j] * scale;
+    s->bfold[o] = ((b ? b[o] : 0.0f) - mean[o]) * scale + (beta ? beta[o] : 0.0f);
+  }
+}
+
 static void conv_forward(cpu_node *n, const sp_op_args *a) {
   conv_node *s = (conv_node *)n;
   if (s->reorder_src) cpu_exec_run(&s->x_src);
-  if (!s->wei_kept || a->params_stale) cpu_exec_run(&s->w_wei);
+  if (!s->wei_kept || a->params_stale) {
+    if (s->fold_bn) fold_bn(s, a);
+    cpu_exec_run(&s->w_wei);
+  }
   cpu_exec_run(&s->conv);
 }
 
@@ -66,11 +93,14 @@ static int conv_bind(cpu_node *n, const sp_op_args *a, char *fs, char *bs) {
   void *src = s->reorder_src ? keep + s->src_off : a->in[0]->data, *wei = s->wei_kept ? s->wei_kept : keep + s->wei_off;
   if (s->reorder_src && cpu_bind_reorder(&s->x_src, n, s->re_pd[R_SRC], s->re[R_SRC], a->in[0]->data, src, fs))
     return -1;
-  if (cpu_bind_reorder(&s->w_wei, n, s->re_pd[R_WEI], s->re[R_WEI], a->param[0]->data, wei, fs)) return -1;
+  void *wsrc = s->fold_bn ? (void *)s->wfold : a->param[0]->data;
+  if (s->fold_bn && (!a->consumer || a->consumer->n_state < 2)) return sp_error_set("conv: folded batch norm not wired");
+  if (cpu_bind_reorder(&s->w_wei, n, s->re_pd[R_WEI], s->re[R_WEI], wsrc, wei, fs)) return -1;
+  void *bias = s->fold_bn ? (void *)s->bfold : s->has_bias ? a->param[1]->data : NULL;
   cpu_exec_init(&s->conv, s->fwd);
   if (cpu_exec_arg(&s->conv, n, DNNL_ARG_SRC, &s->src_md, src) || cpu_exec_arg(&s->conv, n, DNNL_ARG_WEIGHTS, &s->wei_md, wei) ||
       cpu_exec_arg(&s->conv, n, DNNL_ARG_DST, &s->dst_md, a->out->data) ||
-      (s->has_bias && cpu_exec_arg(&s->conv, n, DNNL_ARG_BIAS, &s->bias_md, a->param[1]->data)) ||
+      (bias && cpu_exec_arg(&s->conv, n, DNNL_ARG_BIAS, &s->bias_md, bias)) ||
       cpu_exec_scratchpad(&s->conv, n, s->fwd_pd, fs))
     return -1;
   if (!s->run_backward) return 0;
@@ -181,7 +211,7 @@ static int choose_fwd(sp_op_prep *p, conv_node *s, const conv_geom *g, const dnn
                       const dnnl_memory_desc_t *wei_any, const dnnl_memory_desc_t *dst_any) {
   dnnl_convolution_desc_t d;
   dnnl_prop_kind_t prop = p->training ? dnnl_forward_training : dnnl_forward_inference;
-  const dnnl_memory_desc_t *bias = s->has_bias ? &s->bias_md : NULL;
+  const dnnl_memory_desc_t *bias = s->has_bias || s->fold_bn ? &s->bias_md : NULL;
   dnnl_memory_desc_t x_dt;
   if (!cpu_md_is_plain(&s->x_md) && s->x_md.data_type == src_any->data_type) {
     x_dt = s->x_md;
@@ -261,6 +291,10 @@ static int conv_setup(sp_op_prep *p, conv_node *s, const conv_geom *g) {
   dnnl_memory_desc_t src_any, wei_any, dst_any, dwei_any;
   s->has_bias = p->n_param > 1;
   s->run_backward = p->run_backward;
+  /* Inference on fixed weights: a batch norm on running statistics right
+   * after the conv is folded into it. */
+  s->fold_bn = p->frozen && !p->training && !p->run_backward && !g->deconv && p->consumer_op == &sp_op_batchnorm &&
+               p->consumer_n_state >= 2 && !p->consumer_out_plain;
   s->need_dx = p->run_backward && p->need_d_in[0];
   s->need_dw = p->run_backward && (p->param_grad[0] || (s->has_bias && p->param_grad[1]));
   if (cpu_md_input(&s->x_md, p, 0) || cpu_md_any(&src_any, &p->in_shape[0], dt) ||
@@ -312,8 +346,16 @@ static int conv_setup(sp_op_prep *p, conv_node *s, const conv_geom *g) {
   if (s->reorder_src) s->src_off = cpu_take(k, cpu_md_bytes(&s->src_md));
   /* A frozen plan keeps the prepared weights in the node's own memory and
    * reorders them only when the parameters changed. */
-  if (p->frozen && !s->run_backward) s->wei_kept = cpu_node_keep(&s->base, cpu_md_bytes(&s->wei_md));
-  else s->wei_off = cpu_take(k, cpu_md_bytes(&s->wei_md));
+  if (p->frozen && !s->run_backward) {
+    size_t wb = cpu_md_bytes(&s->wei_md), used = 0;
+    size_t at_w = cpu_take(&used, wb), at_f = cpu_take(&used, s->fold_bn ? cpu_md_bytes(&s->wplain_md) : 0),
+           at_b = cpu_take(&used, s->fold_bn ? sizeof(float) * (size_t)s->n_bias : 0);
+    char *kept = cpu_node_keep(&s->base, used);
+    s->wei_kept = kept + at_w;
+    if (s->fold_bn) s->wfold = (float *)(kept + at_f), s->bfold = (float *)(kept + at_b);
+  } else {
+    s->wei_off = cpu_take(k, cpu_md_bytes(&s->wei_md));
+  }
   if (s->need_dx) {
     s->dsrc_off = cpu_take(&bwd, cpu_md_bytes(&s->dsrc_md));
     if (s->reorder_wei_bd) s->wbd_off = cpu_take(&bwd, cpu_md_bytes(&s->wei_bd_md));
@@ -327,6 +369,7 @@ static int conv_setup(sp_op_prep *p, conv_node *s, const conv_geom *g) {
   p->saved_bytes = keep;
   p->fwd_scratch_bytes = fwd;
   p->bwd_scratch_bytes = bwd;
+  p->absorb_consumer = s->fold_bn;
   cpu_report(p, &s->base);
   return 0;
 }

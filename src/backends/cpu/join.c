@@ -3,7 +3,13 @@
  * Backward of both is a copy of (a slice of) the output gradient into each
  * input's gradient: a reorder from the output's layout (a submemory view for
  * concat) into the input's, overwriting when fresh and accumulating (sum
- * post-op) otherwise. */
+ * post-op) otherwise.
+ *
+ * oneDNN's binary add has fast kernels only when both inputs share a layout;
+ * when they do not (an inference plan may pick channels-last for one conv
+ * and blocked for another), the second input is reordered into the first's
+ * layout in forward scratch rather than run on the reference kernel (2.3 s
+ * instead of ~10 ms for one 64x32x224x224 add). */
 #ifdef SPRY_HAVE_DNNL
 #include <string.h>
 
@@ -16,9 +22,20 @@ typedef struct {
   dnnl_primitive_desc_t fwd_pd, grad_pd[SP_OP_MAX_IN][2];
   dnnl_primitive_t fwd, grad_prim[SP_OP_MAX_IN][2];
   cpu_exec f, g[SP_OP_MAX_IN];
+  /* add: input 1 reordered into input 0's layout first (fwd scratch at in1_off) */
+  int reorder_in1;
+  dnnl_memory_desc_t in1_md;
+  dnnl_primitive_desc_t in1_pd;
+  dnnl_primitive_t in1_prim;
+  size_t in1_off;
+  cpu_exec in1;
 } join_node;
 
-static void join_forward(cpu_node *n, const sp_op_args *a) { cpu_exec_run(&((join_node *)n)->f); }
+static void join_forward(cpu_node *n, const sp_op_args *a) {
+  join_node *s = (join_node *)n;
+  if (s->reorder_in1) cpu_exec_run(&s->in1);
+  cpu_exec_run(&s->f);
+}
 
 static void join_backward(cpu_node *n, const sp_op_args *a) {
   join_node *s = (join_node *)n;
@@ -28,10 +45,15 @@ static void join_backward(cpu_node *n, const sp_op_args *a) {
 
 static int join_bind(cpu_node *n, const sp_op_args *a, char *fs, char *bs) {
   join_node *s = (join_node *)n;
+  if (s->reorder_in1 &&
+      cpu_bind_reorder(&s->in1, n, s->in1_pd, s->in1_prim, a->in[1]->data, fs + s->in1_off, fs))
+    return -1;
   cpu_exec_init(&s->f, s->fwd);
   for (int k = 0; k < s->n_in; k++) {
     int arg = s->is_concat ? DNNL_ARG_MULTIPLE_SRC + k : (k ? DNNL_ARG_SRC_1 : DNNL_ARG_SRC_0);
-    if (cpu_exec_arg(&s->f, n, arg, &s->in_md[k], a->in[k]->data)) return -1;
+    int moved = k == 1 && s->reorder_in1;
+    if (cpu_exec_arg(&s->f, n, arg, moved ? &s->in1_md : &s->in_md[k], moved ? (void *)(fs + s->in1_off) : a->in[k]->data))
+      return -1;
   }
   if (cpu_exec_arg(&s->f, n, DNNL_ARG_DST, &s->base.out_md, a->out->data) || cpu_exec_scratchpad(&s->f, n, s->fwd_pd, fs))
     return -1;
@@ -69,13 +91,31 @@ static int add_setup(sp_op_prep *p, join_node *s) {
   if (p->out_plain ? cpu_md_plain(&dst, &p->out_shape, dnnl_f32) : cpu_md_any(&dst, &p->out_shape, s->in_md[0].data_type))
     return -1;
   dnnl_binary_desc_t d;
+  dnnl_primitive_desc_t pd;
   DNNL_TRY(dnnl_binary_desc_init(&d, dnnl_binary_add, &s->in_md[0], &s->in_md[1], &dst));
-  if (cpu_make(&s->base, &d, NULL, NULL, &s->fwd_pd, &s->fwd)) return -1;
+  if (cpu_pd(&d, NULL, NULL, &pd)) return -1;
+  if (cpu_pd_is_ref(pd) && !cpu_md_equal(&s->in_md[0], &s->in_md[1])) {
+    /* Mixed layouts: bring input 1 into input 0's. */
+    dnnl_primitive_desc_destroy(pd);
+    if (cpu_md_retype(&s->in1_md, &s->in_md[0], s->in_md[1].data_type) ||
+        cpu_make_reorder(&s->base, &s->in_md[1], &s->in1_md, 0, &s->in1_pd, &s->in1_prim))
+      return -1;
+    s->reorder_in1 = 1;
+    DNNL_TRY(dnnl_binary_desc_init(&d, dnnl_binary_add, &s->in_md[0], &s->in1_md, &dst));
+    if (cpu_pd(&d, NULL, NULL, &pd)) return -1;
+  }
+  if (cpu_adopt(&s->base, pd, &s->fwd)) return -1;
+  s->fwd_pd = pd;
   s->base.out_md = *cpu_pd_md(s->fwd_pd, dnnl_query_dst_md, 0);
   size_t bwd = 0;
   if (p->run_backward && grad_reorders(p, s, &bwd)) return -1;
   p->saved_bytes = 0;
-  p->fwd_scratch_bytes = cpu_scratchpad_bytes(s->fwd_pd);
+  size_t fwd = cpu_scratchpad_bytes(s->fwd_pd);
+  if (s->reorder_in1) {
+    if (cpu_scratchpad_bytes(s->in1_pd) > fwd) fwd = cpu_scratchpad_bytes(s->in1_pd);
+    s->in1_off = cpu_take(&fwd, cpu_md_bytes(&s->in1_md));
+  }
+  p->fwd_scratch_bytes = fwd;
   p->bwd_scratch_bytes = bwd;
   cpu_report(p, &s->base);
   return 0;
