@@ -17,8 +17,9 @@ int sp_make_dirs(const char *path) {
     if (*s && *s != '/') continue;
     char c = *s;
     *s = 0;
-    if (mkdir(p, 0777) != 0 && errno != EEXIST) {
-      rc = sp_error_set("%s: cannot create folder (%s)", p, strerror(errno));
+    struct stat st;
+    if (mkdir(p, 0777) != 0 && (errno != EEXIST || stat(p, &st) != 0 || !S_ISDIR(st.st_mode))) {
+      rc = sp_error_set("%s: cannot create folder (%s)", p, errno == EEXIST ? "a file of that name exists" : strerror(errno));
       break;
     }
     if (!(*s = c)) break;

@@ -31,11 +31,13 @@ int sp_multigrid_stage(const sp_multigrid *m, int64_t epoch) {
     int64_t s = epoch * 4 / m->epochs;
     return s > 3 ? 3 : (int)s;
   }
-  /* Several cycles over the epochs before the final phase, 4 stages each. */
+  /* Several cycles over the epochs before the final phase (7/8 of them), 4
+   * stages each; in integers, so an epoch on a boundary is never rounded
+   * into the stage before it. */
   if (final_phase(m, epoch)) return 3;
-  double span = (double)m->epochs * 7 / 8 / cycles, pos = fmod((double)epoch, span) / span;
-  int s = (int)(pos * 4);
-  return s > 3 ? 3 : s;
+  int64_t span8 = 7 * (int64_t)m->epochs; /* a cycle is span8 / (8 cycles) epochs */
+  int64_t s = (epoch * 8 * cycles % span8) * 4 / span8;
+  return s > 3 ? 3 : (int)s;
 }
 
 /* Long cycle: frame divisor and spatial factor per stage (the batch follows
@@ -48,7 +50,9 @@ static sp_video_shape long_shape(const sp_multigrid *m, int st) {
   s.frames = m->frames / long_t[st] > 0 ? m->frames / long_t[st] : 1;
   s.size = st >= 2 ? m->size : round_size(m->size * long_s[st]);
   if (s.size > m->size) s.size = m->size;
-  s.batch = (int)batch_for(m, s.frames, s.size);
+  int64_t b = batch_for(m, s.frames, s.size);
+  if (m->entries > 0 && b > m->entries) b = m->entries; /* the lr scale follows the capped batch */
+  s.batch = (int)b;
   return s;
 }
 

@@ -37,9 +37,11 @@ static void names_the_part_that_failed(void **state) {
   snprintf(p, sizeof p, "%s/sub/more", file); /* below a regular file */
   assert_int_equal(sp_make_dirs(p), -1);
   char want[800];
-  snprintf(want, sizeof want, "%s/sub: cannot create folder", file);
+  snprintf(want, sizeof want, "%s: cannot create folder (a file of that name exists)", file);
   assert_non_null(strstr(sp_last_error(), want));
   assert_int_equal(sp_make_dirs(""), -1);
+  assert_int_equal(sp_make_dirs(file), -1); /* the path itself is a file */
+  assert_non_null(strstr(sp_last_error(), "a file of that name exists"));
   sp_test_rmtree(dir);
 }
 

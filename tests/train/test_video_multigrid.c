@@ -51,6 +51,20 @@ static void repeated_long_cycles(void **state) {
   for (int e = 0; e < 32; e++) assert_int_equal(sp_multigrid_stage(&m, e), want[e]);
   m.cycles = 1; /* one cycle spans all epochs, as before */
   for (int e = 0; e < 32; e++) assert_int_equal(sp_multigrid_stage(&m, e), e / 8);
+  /* Boundaries that are not whole in floating point: 16 epochs, 3 cycles of
+   * 14/3 epochs; epoch 7 is 1.5 cycles in: stage 2 of the second cycle. */
+  m.epochs = 16, m.cycles = 3;
+  const int want3[16] = {0, 0, 1, 2, 3, 0, 1, 2, 2, 3, 0, 1, 2, 3, 3, 3};
+  for (int e = 0; e < 16; e++) assert_int_equal(sp_multigrid_stage(&m, e), want3[e]);
+}
+
+/* A batch capped at the epoch's clips scales the lr by what it really is. */
+static void lr_follows_the_capped_batch(void **state) {
+  (void)state;
+  sp_multigrid m = mg(1, 0);
+  m.batch = 16, m.entries = 64; /* stage 0 would want ~125 clips */
+  assert_int_equal(sp_multigrid_shape(&m, 0, 0).batch, 64);
+  assert_true(fabs(sp_multigrid_lr_scale(&m, 0) - 64.0 / 16) < 1e-12);
 }
 
 static void short_cycle_per_iteration(void **state) {
@@ -117,6 +131,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(long_cycle_stages),
       cmocka_unit_test(repeated_long_cycles),
+      cmocka_unit_test(lr_follows_the_capped_batch),
       cmocka_unit_test(short_cycle_per_iteration),
       cmocka_unit_test(epochs_are_covered),
       cmocka_unit_test(schedule_is_continuous_in_progress),

@@ -94,7 +94,8 @@ static int add_setup(sp_op_prep *p, join_node *s) {
   dnnl_primitive_desc_t pd;
   DNNL_TRY(dnnl_binary_desc_init(&d, dnnl_binary_add, &s->in_md[0], &s->in_md[1], &dst));
   if (cpu_pd(&d, NULL, NULL, &pd)) return -1;
-  if (cpu_pd_is_ref(pd) && !cpu_md_equal(&s->in_md[0], &s->in_md[1])) {
+  if (cpu_pd_is_ref(pd) && s->in_md[0].data_type == s->in_md[1].data_type &&
+      !cpu_md_equal(&s->in_md[0], &s->in_md[1])) {
     /* Mixed layouts: bring input 1 into input 0's. */
     dnnl_primitive_desc_destroy(pd);
     if (cpu_md_retype(&s->in1_md, &s->in_md[0], s->in_md[1].data_type) ||

@@ -55,10 +55,12 @@ typedef union {
   uint32_t u;
   float f;
 } bits32;
+/* The f32 data are read and written as 32-bit patterns: an aliasing type. */
+typedef uint32_t __attribute__((may_alias)) word32;
 
 /* B lanes at a time, B a constant so the lane loop is one vector blend. */
 #define MIXED_F32(B)                                                                                  \
-  static void mixed_f32_##B(uint32_t *restrict y, const uint32_t *a, const uint32_t *b, const uint32_t *c, \
+  static void mixed_f32_##B(word32 *restrict y, const word32 *a, const word32 *b, const word32 *c, \
                             const uint32_t mask[3][16], int64_t n, int accumulate) {                  \
     for (int64_t i = 0; i < n; i++, y += B, a += B, b += B, c += B) {                                 \
       uint32_t v[B];                                                                                  \
@@ -81,8 +83,8 @@ static void mixed_f32(const tshift_node *s, void *y, const char *const src[3], c
                       int accumulate) {
   /* A source no lane uses reads another one under a zero mask. */
   const char *any = src[2] ? src[2] : src[0] ? src[0] : src[1];
-  const uint32_t *a = (const uint32_t *)(src[0] ? src[0] : any), *b = (const uint32_t *)(src[1] ? src[1] : any),
-                 *c = (const uint32_t *)(src[2] ? src[2] : any);
+  const word32 *a = (const word32 *)(src[0] ? src[0] : any), *b = (const word32 *)(src[1] ? src[1] : any),
+               *c = (const word32 *)(src[2] ? src[2] : any);
   if (s->block == 16) mixed_f32_16(y, a, b, c, mask, s->hw, accumulate);
   else mixed_f32_8(y, a, b, c, mask, s->hw, accumulate);
 }
