@@ -1,6 +1,7 @@
 /* Every op the cpu backend runs on oneDNN (and a few it adapts) against the
  * ref backend, in f32, through small plans: x -> conv -> op -> conv -> y, so
  * the op sees a blocked input and its gradient flows back into a conv. */
+#include <math.h>
 #include "backend_compare.h"
 
 static sp_value pre(sp_graph *g, sp_value x, int c) { return sp_conv2d(g, x, "pre", c, 3, 1, 1, 1, 1, 0); }
@@ -131,16 +132,17 @@ CASE(tshift_fresh, b_tshift_fresh, 8, 3, 5, 5)
 #ifdef SPRY_HAVE_DNNL
 #include "backends/cpu/cpu.h"
 
-/* The shift runs in the convolutions' blocked layout (f32 and bf16), not
+/* The shift runs in the convolutions' layout (blocked, plain or channels-last;
+ * f32 and bf16), not
  * behind the adapter's reorder to plain: its output keeps the input's layout
  * and it needs no scratch. */
 static void tshift_keeps_blocked_layout(void **s) {
   (void)s;
   cmp_require_cpu();
   const dnnl_data_type_t types[2] = {dnnl_f32, dnnl_bf16};
-  const dnnl_format_tag_t tags[3] = {dnnl_aBcd16b, dnnl_aBcd8b, dnnl_abcd};
+  const dnnl_format_tag_t tags[4] = {dnnl_aBcd16b, dnnl_aBcd8b, dnnl_abcd, dnnl_acdb};
   for (int ti = 0; ti < 2; ti++)
-    for (int gi = 0; gi < 3; gi++) {
+    for (int gi = 0; gi < 4; gi++) {
       sp_tshift_attr at = {4, 0.125f, 0.125f};
       dnnl_memory_desc_t md;
       dnnl_dims_t dims = {8, 20, 5, 6};
@@ -158,6 +160,61 @@ static void tshift_keeps_blocked_layout(void **s) {
       cpu_node_free(p.state);
     }
 }
+
+/* Channels-last forward and backward (fresh and accumulated) against the
+ * reference op on the same values in plain layout. */
+static void tshift_channels_last(void **s) {
+  (void)s;
+  cmp_require_cpu();
+  enum { NT = 8, C = 20, H = 3, W = 2, HW = H * W, N = NT * C * HW };
+  sp_tshift_attr at = {4, 0.25f, 0.125f};
+  dnnl_memory_desc_t md;
+  dnnl_dims_t dims = {NT, C, H, W};
+  assert_int_equal(dnnl_memory_desc_init_by_tag(&md, 4, dims, dnnl_f32, dnnl_acdb), dnnl_success);
+  sp_op_prep p = {.op = &sp_op_tshift, .attr = &at, .n_in = 1, .training = 1, .run_backward = 1};
+  p.in_shape[0] = p.out_shape = sp_shape4(NT, C, H, W);
+  p.in_dtype[0] = SP_F32;
+  p.in_layout[0] = &md;
+  p.need_d_in[0] = 1;
+  assert_int_equal(cpu_tshift_prepare(&p), 0);
+  static float x[N], y[N], dy[N], dx[N], xn[N], yn[N], dyn[N], dxn[N];
+  sp_test_rng rng = {5};
+  sp_test_fill_uniform(&rng, x, N, -1, 1);
+  sp_test_fill_uniform(&rng, dy, N, -1, 1);
+  /* plain index of (f, c, i) and its channels-last twin */
+#define PL(f, c, i) (((f) * C + (c)) * HW + (i))
+#define CL(f, c, i) (((f) * HW + (i)) * C + (c))
+  for (int f = 0; f < NT; f++)
+    for (int c = 0; c < C; c++)
+      for (int i = 0; i < HW; i++) xn[CL(f, c, i)] = x[PL(f, c, i)], dyn[CL(f, c, i)] = dy[PL(f, c, i)];
+  sp_shape sh = sp_shape4(NT, C, H, W);
+  sp_tensor tx = sp_tensor_view(SP_F32, sh, x), ty = sp_tensor_view(SP_F32, sh, y), tdy = sp_tensor_view(SP_F32, sh, dy),
+            tdx = sp_tensor_view(SP_F32, sh, dx);
+  sp_tensor nx = sp_tensor_view(SP_F32, sh, xn), ny = sp_tensor_view(SP_F32, sh, yn),
+            ndy = sp_tensor_view(SP_F32, sh, dyn), ndx = sp_tensor_view(SP_F32, sh, dxn);
+  sp_op_args r = {.attr = &at, .n_in = 1, .training = 1}, c = r;
+  r.in[0] = &tx, r.out = &ty, r.d_out = &tdy, r.d_in[0] = &tdx;
+  c.in[0] = &nx, c.out = &ny, c.d_out = &ndy, c.d_in[0] = &ndx, c.impl = p.state;
+  cpu_node *node = p.state;
+  for (int fresh = 1; fresh >= 0; fresh--) {
+    /* fresh: the cpu kernel overwrites; else both add into 0.5 */
+    for (int k = 0; k < N; k++) dx[k] = fresh ? 0.0f : 0.5f, dxn[k] = fresh ? NAN : 0.5f;
+    c.d_in_fresh = (unsigned)fresh;
+    sp_op_tshift.forward(&r);
+    sp_op_tshift.backward(&r);
+    node->vt->forward(node, &c);
+    node->vt->backward(node, &c);
+    for (int f = 0; f < NT; f++)
+      for (int ch = 0; ch < C; ch++)
+        for (int i = 0; i < HW; i++) {
+          assert_true(yn[CL(f, ch, i)] == y[PL(f, ch, i)]);
+          assert_true(dxn[CL(f, ch, i)] == dx[PL(f, ch, i)]);
+        }
+  }
+#undef PL
+#undef CL
+  cpu_node_free(node);
+}
 #endif
 
 int main(void) {
@@ -173,7 +230,7 @@ int main(void) {
       cmocka_unit_test(adapted_ref_ops), cmocka_unit_test(tshift_lanes),       cmocka_unit_test(tshift_blocks),
       cmocka_unit_test(tshift_padded),  cmocka_unit_test(tshift_fresh),
 #ifdef SPRY_HAVE_DNNL
-      cmocka_unit_test(tshift_keeps_blocked_layout),
+      cmocka_unit_test(tshift_keeps_blocked_layout), cmocka_unit_test(tshift_channels_last),
 #endif
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -9,7 +9,10 @@
  * one contiguous copy; only the (at most two) blocks that straddle a fold
  * boundary go lane by lane. No intermediate buffers: one read and one write
  * in forward, and in backward one write (a fresh gradient) or a read-add-write
- * (the residual's shortcut wrote it first). Other layouts take the adapter. */
+ * (the residual's shortcut wrote it first). Channels-last (NHWC, what oneDNN
+ * picks for inference convolutions here) is the other case: at each position
+ * the C channels are contiguous, so the three folds are three short copies.
+ * Other layouts take the adapter. */
 #ifdef SPRY_HAVE_DNNL
 #include <string.h>
 
@@ -20,6 +23,7 @@ typedef struct {
   cpu_node base;
   int64_t frames, segments, c, blocks, block, hw; /* block: lanes per channel block (1: plain) */
   int64_t back, fwd;                              /* channels in the back / forward fold */
+  int nhwc;                                       /* channels-last instead of channel blocks */
   size_t elem;                                    /* 4 (f32) or 2 (bf16) */
 } tshift_node;
 
@@ -145,23 +149,59 @@ static void run(const tshift_node *s, const char *x, char *y, int backward, int 
     }
 }
 
+/* Channels-last: [N*T, H, W, C]; each position's channels split into the
+ * back fold, the forward fold and the rest, each one contiguous run. */
+static void run_nhwc(const tshift_node *s, const char *x, char *y, int backward, int accumulate) {
+  const int64_t C = s->c, frame = s->hw * C, es = (int64_t)s->elem;
+  const int64_t cut[4] = {0, s->back, s->back + s->fwd, C};
+#pragma omp parallel for collapse(2) schedule(static) if (s->frames * frame > (1 << 15))
+  for (int64_t f = 0; f < s->frames; f++)
+    for (int64_t i = 0; i < s->hw; i++) {
+      const int64_t t = f % s->segments, at = (f * frame + i * C) * es;
+      for (int r = 0; r < 3; r++) {
+        const int64_t n = cut[r + 1] - cut[r];
+        if (n <= 0) continue;
+        int from = source(s, cut[r], t, backward);
+        char *out = y + at + cut[r] * es;
+        const char *in = x + at + cut[r] * es + step_of(from) * frame * es;
+        if (from == FROM_ZERO) {
+          if (!accumulate) memset(out, 0, (size_t)(n * es));
+        } else if (!accumulate) {
+          memcpy(out, in, (size_t)(n * es));
+        } else if (es == 4) {
+          add_f32((float *)out, (const float *)in, n);
+        } else {
+          add_bf16((uint16_t *)out, (const uint16_t *)in, n);
+        }
+      }
+    }
+}
+
 static void tshift_forward(cpu_node *n, const sp_op_args *a) {
-  run((tshift_node *)n, a->in[0]->data, a->out->data, 0, 0);
+  tshift_node *s = (tshift_node *)n;
+  if (s->nhwc) run_nhwc(s, a->in[0]->data, a->out->data, 0, 0);
+  else run(s, a->in[0]->data, a->out->data, 0, 0);
 }
 
 static void tshift_backward(cpu_node *n, const sp_op_args *a) {
   if (!a->d_in[0]) return;
-  run((tshift_node *)n, a->d_out->data, a->d_in[0]->data, 1, !(a->d_in_fresh & 1u));
+  tshift_node *s = (tshift_node *)n;
+  int accumulate = !(a->d_in_fresh & 1u);
+  if (s->nhwc) run_nhwc(s, a->d_out->data, a->d_in[0]->data, 1, accumulate);
+  else run(s, a->d_out->data, a->d_in[0]->data, 1, accumulate);
 }
 
 static const cpu_vt tshift_vt = {tshift_forward, tshift_backward, NULL, NULL};
 
-/* The input's channel block (1 plain, 8, 16), or 0 for a layout not handled. */
+enum { NHWC = -1 };
+
+/* The input's channel block (1 plain, 8, 16), NHWC for channels-last, or 0
+ * for a layout not handled. */
 static int block_of(const dnnl_memory_desc_t *md) {
   static const struct {
     dnnl_format_tag_t tag;
     int block;
-  } known[] = {{dnnl_abcd, 1}, {dnnl_aBcd16b, 16}, {dnnl_aBcd8b, 8}};
+  } known[] = {{dnnl_abcd, 1}, {dnnl_aBcd16b, 16}, {dnnl_aBcd8b, 8}, {dnnl_acdb, NHWC}};
   for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) {
     dnnl_memory_desc_t m;
     if (dnnl_memory_desc_init_by_tag(&m, 4, md->dims, md->data_type, known[i].tag) == dnnl_success &&
@@ -183,8 +223,9 @@ int cpu_tshift_prepare(sp_op_prep *p) {
   s->frames = p->in_shape[0].d[0];
   s->segments = at->segments;
   s->c = p->in_shape[0].d[1];
-  s->block = block;
-  s->blocks = (s->c + block - 1) / block;
+  s->nhwc = block == NHWC;
+  s->block = s->nhwc ? 1 : block;
+  s->blocks = (s->c + s->block - 1) / s->block;
   s->hw = p->in_shape[0].d[2] * p->in_shape[0].d[3];
   s->back = sp_tshift_fold(s->c, at->ratio_back);
   s->fwd = sp_tshift_fold(s->c, at->ratio_fwd);
