@@ -147,6 +147,21 @@ static void imm_nose_beats_the_mean_position(void **state) {
   printf("# IMM nose tip: validation %.2f px (best %.2f), mean-position floor %.2f px\n", s.val.mean_px,
          s.best_mean_px, s.mean_shape_px);
   assert_true(s.best_mean_px < 0.7 * s.mean_shape_px);
+  /* Validation runs frozen plans (weights prepared once per pass): every
+   * epoch's pass must see that epoch's weights, so the losses differ. */
+  char path[700], line[2048];
+  snprintf(path, sizeof path, "%s/metrics.jsonl", out);
+  FILE *f = fopen(path, "r");
+  assert_non_null(f);
+  double first = NAN, last = NAN;
+  while (fgets(line, sizeof line, f)) {
+    const char *v = strstr(line, "\"val_loss\":");
+    if (!v) continue;
+    last = atof(v + 11);
+    if (isnan(first)) first = last;
+  }
+  fclose(f);
+  assert_true(isfinite(first) && isfinite(last) && last < 0.9 * first);
 }
 
 int main(void) {
