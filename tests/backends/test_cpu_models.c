@@ -166,6 +166,47 @@ static void tsm_block_f32(void **s) {
   gradients_match(&tsm_case, 0, 1e-4);
 }
 
+/* Multigrid's situation: one graph, plans of several spatial sizes and
+ * batches used in turn (each plan's primitives, weight copies and arena its
+ * own; parameters and gradients shared). Every step on every plan must give
+ * the reference's gradients. */
+static void plans_of_several_sizes(void **s) {
+  (void)s;
+  cmp_require_cpu();
+  const model_case *m = &tsm_case;
+  run ref = make_run(m, SP_BACKEND_REF, 0, NULL), cpu = make_run(m, SP_BACKEND_CPU, 0, ref.g);
+  const int sizes[3][2] = {{6, 2}, {4, 2}, {8, 2}}; /* H = W, clips (the block's consensus takes 2) */
+  sp_plan *rp[3], *cp[3];
+  for (int k = 0; k < 3; k++) {
+    sp_input_shape in[2] = {{"x", sp_shape4(sizes[k][1] * 4, 16, sizes[k][0], sizes[k][0])},
+                            {"t", sp_shape1(sizes[k][1])}};
+    rp[k] = sp_plan_new(ref.g, 2, in, SP_BACKEND_REF, 1, 0);
+    cp[k] = sp_plan_new(cpu.g, 2, in, SP_BACKEND_CPU, 1, 0);
+    assert_non_null(rp[k]);
+    assert_non_null(cp[k]);
+  }
+  cmp_case c = {"tsm sizes", NULL, 0, 0, 0, 0, 1, 0, 1e-4};
+  double floor = cmp_grad_floor_for(ref.g, 0);
+  for (int it = 0; it < 7; it++) {
+    int k = (it * 2) % 3; /* 0, 2, 1, 0, 2, 1, 0 */
+    run r = {ref.g, rp[k]}, q = {cpu.g, cp[k]};
+    fill(m, &r, 40 + (uint64_t)it);
+    fill(m, &q, 40 + (uint64_t)it);
+    float lr_ = step(&r), lc = step(&q);
+    cmp_tensor(&c, "loss", &lc, &lr_, 1, 1e-4);
+    char what[600];
+    for (int i = 0; i < sp_graph_param_count(ref.g); i++) {
+      const sp_tensor *gr = sp_graph_param_grad(ref.g, i);
+      if (!gr) continue;
+      snprintf(what, sizeof what, "step %d size %d grad.%s", it, sizes[k][0], sp_graph_param_name(ref.g, i));
+      cmp_tensor_floor(&c, what, sp_graph_param_grad(cpu.g, i)->data, gr->data, sp_tensor_numel(gr), 1e-4, floor);
+    }
+  }
+  for (int k = 0; k < 3; k++) sp_plan_free(rp[k]), sp_plan_free(cp[k]);
+  free_run(&ref);
+  free_run(&cpu);
+}
+
 static void vgg_gradients_f32(void **s) {
   (void)s;
   cmp_require_cpu();
@@ -339,7 +380,7 @@ static void frozen_inference(void **s) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(frozen_inference),
+      cmocka_unit_test(frozen_inference), cmocka_unit_test(plans_of_several_sizes),
       cmocka_unit_test(residual_net_f32),     cmocka_unit_test(tsm_block_f32), cmocka_unit_test(vgg_gradients_f32),
       cmocka_unit_test(vgg_training_5_steps), cmocka_unit_test(reproducible_f32), cmocka_unit_test(models_bf16),
   };
