@@ -50,6 +50,20 @@ static void add_bf16(uint16_t *restrict d, const uint16_t *restrict g, int64_t n
   for (int64_t i = 0; i < n; i++) d[i] = sp_f32_to_bf16(sp_bf16_to_f32(d[i]) + sp_bf16_to_f32(g[i]));
 }
 
+/* n contiguous elements of one source: copied (zeros when in is NULL), or
+ * added when accumulating (nothing to add for zeros). */
+static void put_run(char *out, const char *in, int64_t n, size_t es, int accumulate) {
+  if (!in) {
+    if (!accumulate) memset(out, 0, (size_t)n * es);
+  } else if (!accumulate) {
+    memcpy(out, in, (size_t)n * es);
+  } else if (es == 4) {
+    add_f32((float *)out, (const float *)in, n);
+  } else {
+    add_bf16((uint16_t *)out, (const uint16_t *)in, n);
+  }
+}
+
 /* A channel block whose lanes come from different frames: at every
  * position, each lane is selected bitwise from the block of the next, the
  * previous or the same frame (an all-zero mask gives 0, and a source no lane
@@ -123,15 +137,7 @@ static void run(const tshift_node *s, const char *x, char *y, int backward, int 
       }
       if (same) {
         const char *in = x + at + step_of(from[0]) * frame * (int64_t)es;
-        if (from[0] == FROM_ZERO) {
-          if (!accumulate) memset(out, 0, (size_t)run_elems * es);
-        } else if (!accumulate) {
-          memcpy(out, in, (size_t)run_elems * es);
-        } else if (es == 4) {
-          add_f32((float *)out, (const float *)in, run_elems);
-        } else {
-          add_bf16((uint16_t *)out, (const uint16_t *)in, run_elems);
-        }
+        put_run(out, from[0] == FROM_ZERO ? NULL : in, run_elems, es, accumulate);
         continue;
       }
       /* A block across a fold boundary. */
@@ -164,15 +170,7 @@ static void run_nhwc(const tshift_node *s, const char *x, char *y, int backward,
         int from = source(s, cut[r], t, backward);
         char *out = y + at + cut[r] * es;
         const char *in = x + at + cut[r] * es + step_of(from) * frame * es;
-        if (from == FROM_ZERO) {
-          if (!accumulate) memset(out, 0, (size_t)(n * es));
-        } else if (!accumulate) {
-          memcpy(out, in, (size_t)(n * es));
-        } else if (es == 4) {
-          add_f32((float *)out, (const float *)in, n);
-        } else {
-          add_bf16((uint16_t *)out, (const uint16_t *)in, n);
-        }
+        put_run(out, from == FROM_ZERO ? NULL : in, n, (size_t)es, accumulate);
       }
     }
 }
