@@ -68,11 +68,14 @@ static void make_scene(uint64_t seed, int64_t clip_id, int frames, int size, sce
   s->x0 = sp_rng_range(&r, margin, size - margin - travel > margin ? size - margin - travel : margin);
   s->y0 = sp_rng_range(&r, margin, size - margin);
   s->theta0 = sp_rng_range(&r, 0.0f, 6.2831853f);
-  /* Total turn 0.8..1.2 rad (46-69 degrees) whatever the length: 8 TSN
-   * segments see steps of 6-10 degrees; the 2 of Multigrid's T/4 are about
-   * half a clip apart, 23-35 degrees, under the square's 45-degree
-   * ambiguity (the plus has one longer arm, the triangle 120 degrees). */
-  s->omega = frames > 1 ? sp_rng_range(&r, 0.8f, 1.2f) / (frames - 1) : 0;
+  /* Total turn 1.6..2.4 rad (92-138 degrees) whatever the length: 8 TSN
+   * segments see steps of 12-20 degrees, under the square's 45-degree
+   * ambiguity, and the orbit's arc is about 1.2 radii (9-14 px at 64 px,
+   * 5-7 px at Multigrid's 32). With half that turn (0.8..1.2 rad) the
+   * turning pair sat at chance for ~600 SGD steps before TSM learned it, and
+   * Multigrid, which takes 3.6x fewer steps, never got there (bench/
+   * README_video_train.md). */
+  s->omega = frames > 1 ? sp_rng_range(&r, 1.6f, 2.4f) / (frames - 1) : 0;
 }
 
 /* Signed distance-like inside test in the shape's own frame (radius 1). */

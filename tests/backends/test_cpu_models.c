@@ -207,6 +207,54 @@ static void plans_of_several_sizes(void **s) {
   free_run(&cpu);
 }
 
+
+/* The same with the whole TSM-R18 (width 16) that Multigrid trains on the
+ * synthetic set, at its three short-cycle sizes (32, 48, 64 px: layer4 meets
+ * 1x1, 2x2 and 2x2 maps, oneDNN picks other kernels per size). */
+static sp_value tsm_r18(sp_graph *g, sp_value x, sp_value t) {
+  sp_tsn_config tc = sp_tsn_config_default(18, 4, 4, 1);
+  tc.width = 16;
+  return sp_cross_entropy(g, sp_model_tsn(g, x, &tc), t);
+}
+static const model_case tsm_r18_case = {"tsm-r18", tsm_r18, 3, -1, SP_I32, {4, {8, 3, 32, 32}}, {1, {2}}};
+
+static void tsm_r18_plans_of_several_sizes(void **s) {
+  (void)s;
+  cmp_require_cpu();
+  const model_case *m = &tsm_r18_case;
+  run ref = make_run(m, SP_BACKEND_REF, 0, NULL), cpu = make_run(m, SP_BACKEND_CPU, 0, ref.g);
+  const int sizes[3][2] = {{32, 4}, {48, 2}, {64, 1}}; /* H = W, clips of 4 frames */
+  sp_plan *rp[3], *cp[3];
+  for (int k = 0; k < 3; k++) {
+    sp_input_shape in[2] = {{"x", sp_shape4(sizes[k][1] * 4, 3, sizes[k][0], sizes[k][0])}, {"t", sp_shape1(sizes[k][1])}};
+    rp[k] = sp_plan_new(ref.g, 2, in, SP_BACKEND_REF, 1, 0);
+    cp[k] = sp_plan_new(cpu.g, 2, in, SP_BACKEND_CPU, 1, 0);
+    assert_non_null(rp[k]);
+    assert_non_null(cp[k]);
+  }
+  cmp_case c = {"tsm-r18 sizes", NULL, 0, 0, 0, 0, 1, 0, 1e-4};
+  for (int it = 0; it < 3; it++) {
+    int k = it;
+    run r = {ref.g, rp[k]}, q = {cpu.g, cp[k]};
+    fill(m, &r, 70 + (uint64_t)it);
+    fill(m, &q, 70 + (uint64_t)it);
+    float lr_ = step(&r), lc = step(&q);
+    printf("# size %d: loss ref %.7f cpu %.7f\n", sizes[k][0], lr_, lc);
+    cmp_tensor(&c, "loss", &lc, &lr_, 1, 1e-4);
+    double floor = cmp_grad_floor_for(ref.g, 0);
+    char what[600];
+    for (int i = 0; i < sp_graph_param_count(ref.g); i++) {
+      const sp_tensor *gr = sp_graph_param_grad(ref.g, i);
+      if (!gr) continue;
+      snprintf(what, sizeof what, "size %d grad.%s", sizes[k][0], sp_graph_param_name(ref.g, i));
+      cmp_tensor_floor(&c, what, sp_graph_param_grad(cpu.g, i)->data, gr->data, sp_tensor_numel(gr), 1e-4, floor);
+    }
+  }
+  for (int k = 0; k < 3; k++) sp_plan_free(rp[k]), sp_plan_free(cp[k]);
+  free_run(&ref);
+  free_run(&cpu);
+}
+
 static void vgg_gradients_f32(void **s) {
   (void)s;
   cmp_require_cpu();
@@ -380,7 +428,7 @@ static void frozen_inference(void **s) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(frozen_inference), cmocka_unit_test(plans_of_several_sizes),
+      cmocka_unit_test(frozen_inference), cmocka_unit_test(plans_of_several_sizes), cmocka_unit_test(tsm_r18_plans_of_several_sizes),
       cmocka_unit_test(residual_net_f32),     cmocka_unit_test(tsm_block_f32), cmocka_unit_test(vgg_gradients_f32),
       cmocka_unit_test(vgg_training_5_steps), cmocka_unit_test(reproducible_f32), cmocka_unit_test(models_bf16),
   };
