@@ -78,6 +78,19 @@ static sp_value b_tshift_blocks(sp_graph *g, sp_value x) { return tsm_residual(g
 static sp_value b_tshift_padded(sp_graph *g, sp_value x) { return tsm_residual(g, x, 20, 4, 0.125f); }
 static sp_value b_tshift_fresh(sp_graph *g, sp_value x) { return post(g, sp_tshift(g, pre(g, x, 16), 4, 0.25f, 0.125f), 4); }
 
+/* Soft-argmax in the conv's layout (backends/cpu/softargmax.c): 16 heatmaps
+ * (one block), 20 (padding lanes in the second block), and after an
+ * adapted op (hardswish's reference kernel writes plain). The scale maps columns to pixels as the keypoint heads do. */
+static sp_value b_softargmax16(sp_graph *g, sp_value x) { return sp_softargmax(g, pre(g, x, 16), 4.0f); }
+static sp_value b_softargmax_padded(sp_graph *g, sp_value x) { return sp_softargmax(g, pre(g, x, 20), 1.0f); }
+static sp_value b_softargmax_plain(sp_graph *g, sp_value x) { return sp_softargmax(g, sp_hardswish(g, pre(g, x, 5)), 2.0f); }
+/* Its gradient flows into a shortcut too (accumulating, not overwriting). */
+static sp_value b_softargmax_shared(sp_graph *g, sp_value x) {
+  x = pre(g, x, 16);
+  sp_value y = sp_softargmax(g, x, 1.0f), z = sp_softargmax(g, sp_conv2d(g, x, "c", 16, 1, 1, 0, 1, 1, 0), 1.0f);
+  return sp_add(g, y, z);
+}
+
 /* bf16 keeps 8 bits of mantissa (2^-9 relative rounding per value). Reviewed
  * tolerance, relative L2 error per tensor: 6e-2. Measured (x -> conv -> op ->
  * conv, forward and backward) 0.2% .. 3% for most ops; 4.9% for relu, where a
@@ -128,6 +141,10 @@ CASE(tshift_lanes, b_tshift_lanes, 4, 3, 5, 6)
 CASE(tshift_blocks, b_tshift_blocks, 8, 3, 5, 5)
 CASE(tshift_padded, b_tshift_padded, 8, 3, 4, 5)
 CASE(tshift_fresh, b_tshift_fresh, 8, 3, 5, 5)
+CASE(softargmax_block, b_softargmax16, 2, 3, 9, 11)
+CASE(softargmax_padded, b_softargmax_padded, 2, 3, 7, 6)
+CASE(softargmax_plain, b_softargmax_plain, 2, 5, 12, 13)
+CASE(softargmax_shared_input, b_softargmax_shared, 2, 3, 6, 7)
 
 #ifdef SPRY_HAVE_DNNL
 #include "backends/cpu/cpu.h"
@@ -215,6 +232,63 @@ static void tshift_channels_last(void **s) {
 #undef CL
   cpu_node_free(node);
 }
+
+/* Soft-argmax on channels-last heatmaps (what an inference conv may write):
+ * outputs and the input gradient (fresh and accumulated) against the
+ * reference op on the same values in plain layout. */
+static void softargmax_channels_last(void **s) {
+  (void)s;
+  cmp_require_cpu();
+  enum { NB = 2, C = 5, H = 7, W = 9, HW = H * W, N = NB * C * HW };
+  sp_softargmax_attr at = {3.0f};
+  dnnl_memory_desc_t md;
+  dnnl_dims_t dims = {NB, C, H, W};
+  assert_int_equal(dnnl_memory_desc_init_by_tag(&md, 4, dims, dnnl_f32, dnnl_acdb), dnnl_success);
+  sp_op_prep p = {.op = &sp_op_softargmax, .attr = &at, .n_in = 1, .training = 1, .run_backward = 1};
+  p.in_shape[0] = sp_shape4(NB, C, H, W);
+  p.out_shape = sp_shape3(NB, C, 2);
+  p.in_dtype[0] = SP_F32;
+  p.in_layout[0] = &md;
+  p.need_d_in[0] = 1;
+  assert_int_equal(cpu_softargmax_prepare(&p), 0);
+  assert_true(((cpu_node *)p.state)->vt != NULL);
+  static float x[N], dx[N], xn[N], dxn[N], y[NB * C * 2], yn[NB * C * 2], dy[NB * C * 2];
+  static float saved_ref[N], saved_cpu[N + 4 * NB * C];
+  assert_true(p.saved_bytes <= sizeof saved_cpu);
+  sp_test_rng rng = {11};
+  sp_test_fill_uniform(&rng, x, N, -3, 3);
+  sp_test_fill_uniform(&rng, dy, NB * C * 2, -1, 1);
+#define PL(b, c, i) (((b) * C + (c)) * HW + (i))
+#define CL(b, c, i) (((b) * HW + (i)) * C + (c))
+  for (int b = 0; b < NB; b++)
+    for (int c = 0; c < C; c++)
+      for (int i = 0; i < HW; i++) xn[CL(b, c, i)] = x[PL(b, c, i)];
+  sp_shape sh = sp_shape4(NB, C, H, W), so = sp_shape3(NB, C, 2);
+  sp_tensor tx = sp_tensor_view(SP_F32, sh, x), tdx = sp_tensor_view(SP_F32, sh, dx), nx = sp_tensor_view(SP_F32, sh, xn),
+            ndx = sp_tensor_view(SP_F32, sh, dxn), ty = sp_tensor_view(SP_F32, so, y), ny = sp_tensor_view(SP_F32, so, yn),
+            tdy = sp_tensor_view(SP_F32, so, dy);
+  sp_op_args r = {.attr = &at, .n_in = 1, .training = 1}, c = r;
+  r.in[0] = &tx, r.out = &ty, r.d_out = &tdy, r.d_in[0] = &tdx, r.saved = saved_ref;
+  c.in[0] = &nx, c.out = &ny, c.d_out = &tdy, c.d_in[0] = &ndx, c.impl = p.state, c.saved = saved_cpu;
+  cpu_node *node = p.state;
+  for (int fresh = 1; fresh >= 0; fresh--) {
+    for (int k = 0; k < N; k++) dx[k] = fresh ? 0.0f : 0.5f, dxn[k] = fresh ? NAN : 0.5f;
+    c.d_in_fresh = (unsigned)fresh;
+    sp_op_softargmax.forward(&r);
+    sp_op_softargmax.backward(&r);
+    node->vt->forward(node, &c);
+    node->vt->backward(node, &c);
+    for (int k = 0; k < NB * C * 2; k++) assert_true(fabsf(yn[k] - y[k]) <= 1e-5f * fabsf(y[k]) + 1e-6f);
+    double big = 0;
+    for (int k = 0; k < N; k++) big = fmax(big, fabs(dx[k]));
+    for (int b = 0; b < NB; b++)
+      for (int ch = 0; ch < C; ch++)
+        for (int i = 0; i < HW; i++) assert_true(fabs(dxn[CL(b, ch, i)] - dx[PL(b, ch, i)]) <= 1e-5 * big);
+  }
+#undef PL
+#undef CL
+  cpu_node_free(node);
+}
 #endif
 
 int main(void) {
@@ -229,6 +303,8 @@ int main(void) {
       cmocka_unit_test(add_same_input), cmocka_unit_test(concat),              cmocka_unit_test(concat_unaligned),
       cmocka_unit_test(adapted_ref_ops), cmocka_unit_test(tshift_lanes),       cmocka_unit_test(tshift_blocks),
       cmocka_unit_test(tshift_padded),  cmocka_unit_test(tshift_fresh),
+      cmocka_unit_test(softargmax_block), cmocka_unit_test(softargmax_padded), cmocka_unit_test(softargmax_plain),
+      cmocka_unit_test(softargmax_shared_input), cmocka_unit_test(softargmax_channels_last),
 #ifdef SPRY_HAVE_DNNL
       cmocka_unit_test(tshift_keeps_blocked_layout), cmocka_unit_test(tshift_channels_last),
 #endif
