@@ -91,6 +91,18 @@ static sp_value b_softargmax_shared(sp_graph *g, sp_value x) {
   return sp_add(g, y, z);
 }
 
+/* BlurPool in the conv's layout (backends/cpu/blurpool.c): one block with
+ * odd sizes (reflection at both edges), 20 channels (padding lanes), an even
+ * filter (asymmetric padding) at stride 1, and a gradient that also flows
+ * through a shortcut (accumulated, not overwritten). */
+static sp_value b_blurpool16(sp_graph *g, sp_value x) { return post(g, sp_blurpool(g, pre(g, x, 16), 3, 2), 4); }
+static sp_value b_blurpool_padded(sp_graph *g, sp_value x) { return post(g, sp_blurpool(g, pre(g, x, 20), 5, 2), 4); }
+static sp_value b_blurpool_even(sp_graph *g, sp_value x) { return post(g, sp_blurpool(g, pre(g, x, 16), 4, 1), 4); }
+static sp_value b_blurpool_shared(sp_graph *g, sp_value x) {
+  x = pre(g, x, 16);
+  return post(g, sp_add(g, sp_blurpool(g, x, 3, 1), x), 4);
+}
+
 /* bf16 keeps 8 bits of mantissa (2^-9 relative rounding per value). Reviewed
  * tolerance, relative L2 error per tensor: 6e-2. Measured (x -> conv -> op ->
  * conv, forward and backward) 0.2% .. 3% for most ops; 4.9% for relu, where a
@@ -142,6 +154,10 @@ CASE(tshift_blocks, b_tshift_blocks, 8, 3, 5, 5)
 CASE(tshift_padded, b_tshift_padded, 8, 3, 4, 5)
 CASE(tshift_fresh, b_tshift_fresh, 8, 3, 5, 5)
 CASE(softargmax_block, b_softargmax16, 2, 3, 9, 11)
+CASE(blurpool_block, b_blurpool16, 2, 3, 9, 11)
+CASE(blurpool_padded, b_blurpool_padded, 2, 3, 8, 7)
+CASE(blurpool_even_filter, b_blurpool_even, 2, 3, 6, 7)
+CASE(blurpool_shared_input, b_blurpool_shared, 2, 3, 7, 6)
 CASE(softargmax_padded, b_softargmax_padded, 2, 3, 7, 6)
 CASE(softargmax_plain, b_softargmax_plain, 2, 5, 12, 13)
 CASE(softargmax_shared_input, b_softargmax_shared, 2, 3, 6, 7)
@@ -289,6 +305,61 @@ static void softargmax_channels_last(void **s) {
 #undef CL
   cpu_node_free(node);
 }
+
+/* BlurPool on channels-last input against the reference op in plain layout:
+ * output, and the input gradient fresh and accumulated. */
+static void blurpool_channels_last(void **s) {
+  (void)s;
+  cmp_require_cpu();
+  enum { NB = 2, C = 5, H = 7, W = 6, HO = 4, WO = 3, N = NB * C * H * W, NO = NB * C * HO * WO };
+  sp_blurpool_attr at = {3, 2};
+  dnnl_memory_desc_t md;
+  dnnl_dims_t dims = {NB, C, H, W};
+  assert_int_equal(dnnl_memory_desc_init_by_tag(&md, 4, dims, dnnl_f32, dnnl_acdb), dnnl_success);
+  sp_op_prep p = {.op = &sp_op_blurpool, .attr = &at, .n_in = 1, .training = 1, .run_backward = 1};
+  p.in_shape[0] = sp_shape4(NB, C, H, W);
+  p.out_shape = sp_shape4(NB, C, HO, WO);
+  p.in_dtype[0] = SP_F32;
+  p.in_layout[0] = &md;
+  p.need_d_in[0] = 1;
+  assert_int_equal(cpu_blurpool_prepare(&p), 0);
+  assert_non_null(p.out_layout); /* channels-last in, channels-last out */
+  static float x[N], dx[N], xn[N], dxn[N], y[NO], yn[NO], dy[NO], dyn[NO];
+  sp_test_rng rng = {12};
+  sp_test_fill_uniform(&rng, x, N, -1, 1);
+  sp_test_fill_uniform(&rng, dy, NO, -1, 1);
+#define PL(b, c, i, hw) (((b) * C + (c)) * (hw) + (i))
+#define CL(b, c, i, hw) (((b) * (hw) + (i)) * C + (c))
+  for (int b = 0; b < NB; b++)
+    for (int c = 0; c < C; c++) {
+      for (int i = 0; i < H * W; i++) xn[CL(b, c, i, H * W)] = x[PL(b, c, i, H * W)];
+      for (int i = 0; i < HO * WO; i++) dyn[CL(b, c, i, HO * WO)] = dy[PL(b, c, i, HO * WO)];
+    }
+  sp_shape si = sp_shape4(NB, C, H, W), so = sp_shape4(NB, C, HO, WO);
+  sp_tensor tx = sp_tensor_view(SP_F32, si, x), tdx = sp_tensor_view(SP_F32, si, dx), nx = sp_tensor_view(SP_F32, si, xn),
+            ndx = sp_tensor_view(SP_F32, si, dxn), ty = sp_tensor_view(SP_F32, so, y), ny = sp_tensor_view(SP_F32, so, yn),
+            tdy = sp_tensor_view(SP_F32, so, dy), ndy = sp_tensor_view(SP_F32, so, dyn);
+  sp_op_args r = {.attr = &at, .n_in = 1, .training = 1}, c = r;
+  r.in[0] = &tx, r.out = &ty, r.d_out = &tdy, r.d_in[0] = &tdx;
+  c.in[0] = &nx, c.out = &ny, c.d_out = &ndy, c.d_in[0] = &ndx, c.impl = p.state;
+  cpu_node *node = p.state;
+  for (int fresh = 1; fresh >= 0; fresh--) {
+    for (int k = 0; k < N; k++) dx[k] = fresh ? 0.0f : 0.5f, dxn[k] = fresh ? NAN : 0.5f;
+    c.d_in_fresh = (unsigned)fresh;
+    sp_op_blurpool.forward(&r);
+    sp_op_blurpool.backward(&r);
+    node->vt->forward(node, &c);
+    node->vt->backward(node, &c);
+    for (int b = 0; b < NB; b++)
+      for (int ch = 0; ch < C; ch++) {
+        for (int i = 0; i < HO * WO; i++) assert_true(fabsf(yn[CL(b, ch, i, HO * WO)] - y[PL(b, ch, i, HO * WO)]) <= 1e-6f);
+        for (int i = 0; i < H * W; i++) assert_true(fabsf(dxn[CL(b, ch, i, H * W)] - dx[PL(b, ch, i, H * W)]) <= 1e-6f);
+      }
+  }
+#undef PL
+#undef CL
+  cpu_node_free(node);
+}
 #endif
 
 int main(void) {
@@ -305,6 +376,8 @@ int main(void) {
       cmocka_unit_test(tshift_padded),  cmocka_unit_test(tshift_fresh),
       cmocka_unit_test(softargmax_block), cmocka_unit_test(softargmax_padded), cmocka_unit_test(softargmax_plain),
       cmocka_unit_test(softargmax_shared_input), cmocka_unit_test(softargmax_channels_last),
+      cmocka_unit_test(blurpool_block), cmocka_unit_test(blurpool_padded), cmocka_unit_test(blurpool_even_filter),
+      cmocka_unit_test(blurpool_shared_input), cmocka_unit_test(blurpool_channels_last),
 #ifdef SPRY_HAVE_DNNL
       cmocka_unit_test(tshift_keeps_blocked_layout), cmocka_unit_test(tshift_channels_last),
 #endif

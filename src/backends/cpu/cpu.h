@@ -153,5 +153,6 @@ int cpu_add_prepare(sp_op_prep *p);
 int cpu_concat_prepare(sp_op_prep *p);
 int cpu_tshift_prepare(sp_op_prep *p); /* tshift.c: in the blocked layout */
 int cpu_softargmax_prepare(sp_op_prep *p); /* softargmax.c: in the blocked layout */
+int cpu_blurpool_prepare(sp_op_prep *p);   /* blurpool.c: in the blocked layout */
 
 #endif

@@ -49,6 +49,7 @@ static const struct {
     {&sp_op_concat, CPU_DEF("cpu.concat", cpu_concat_prepare)},
     {&sp_op_tshift, CPU_DEF("cpu.tshift", cpu_tshift_prepare)},
     {&sp_op_softargmax, CPU_DEF("cpu.softargmax", cpu_softargmax_prepare)},
+    {&sp_op_blurpool, CPU_DEF("cpu.blurpool", cpu_blurpool_prepare)},
 };
 
 static const sp_op_def adapter = CPU_DEF("cpu.plain", cpu_adapter_prepare);
