@@ -103,6 +103,22 @@ static sp_value b_blurpool_shared(sp_graph *g, sp_value x) {
   return post(g, sp_add(g, sp_blurpool(g, x, 3, 1), x), 4);
 }
 
+/* add + relu as one node (backends/cpu/add_relu.c): a residual block's end
+ * (x's gradient accumulates onto the conv branch's), the same input twice,
+ * and 20 channels (padding lanes). */
+static sp_value b_add_relu(sp_graph *g, sp_value x) {
+  x = pre(g, x, 16);
+  return post(g, sp_relu(g, sp_add(g, sp_conv2d(g, x, "c", 16, 3, 1, 1, 1, 1, 0), x)), 4);
+}
+static sp_value b_add_relu_self(sp_graph *g, sp_value x) {
+  x = pre(g, x, 16);
+  return post(g, sp_relu(g, sp_add(g, x, x)), 4);
+}
+static sp_value b_add_relu_padded(sp_graph *g, sp_value x) {
+  x = pre(g, x, 20);
+  return post(g, sp_relu(g, sp_add(g, sp_conv2d(g, x, "c", 20, 1, 1, 0, 1, 1, 0), x)), 4);
+}
+
 /* bf16 keeps 8 bits of mantissa (2^-9 relative rounding per value). Reviewed
  * tolerance, relative L2 error per tensor: 6e-2. Measured (x -> conv -> op ->
  * conv, forward and backward) 0.2% .. 3% for most ops; 4.9% for relu, where a
@@ -155,6 +171,9 @@ CASE(tshift_padded, b_tshift_padded, 8, 3, 4, 5)
 CASE(tshift_fresh, b_tshift_fresh, 8, 3, 5, 5)
 CASE(softargmax_block, b_softargmax16, 2, 3, 9, 11)
 CASE(blurpool_block, b_blurpool16, 2, 3, 9, 11)
+CASE(add_relu, b_add_relu, 2, 3, 6, 7)
+CASE(add_relu_same_input, b_add_relu_self, 2, 3, 5, 6)
+CASE(add_relu_padded, b_add_relu_padded, 2, 3, 5, 5)
 CASE(blurpool_padded, b_blurpool_padded, 2, 3, 8, 7)
 CASE(blurpool_even_filter, b_blurpool_even, 2, 3, 6, 7)
 CASE(blurpool_shared_input, b_blurpool_shared, 2, 3, 7, 6)
@@ -378,6 +397,7 @@ int main(void) {
       cmocka_unit_test(softargmax_shared_input), cmocka_unit_test(softargmax_channels_last),
       cmocka_unit_test(blurpool_block), cmocka_unit_test(blurpool_padded), cmocka_unit_test(blurpool_even_filter),
       cmocka_unit_test(blurpool_shared_input), cmocka_unit_test(blurpool_channels_last),
+      cmocka_unit_test(add_relu), cmocka_unit_test(add_relu_same_input), cmocka_unit_test(add_relu_padded),
 #ifdef SPRY_HAVE_DNNL
       cmocka_unit_test(tshift_keeps_blocked_layout), cmocka_unit_test(tshift_channels_last),
 #endif

@@ -154,5 +154,7 @@ int cpu_concat_prepare(sp_op_prep *p);
 int cpu_tshift_prepare(sp_op_prep *p); /* tshift.c: in the blocked layout */
 int cpu_softargmax_prepare(sp_op_prep *p); /* softargmax.c: in the blocked layout */
 int cpu_blurpool_prepare(sp_op_prep *p);   /* blurpool.c: in the blocked layout */
+/* add_relu.c: add absorbing the relu after it; 1 when the case does not apply. */
+int cpu_add_relu_prepare(sp_op_prep *p);
 
 #endif

@@ -123,6 +123,8 @@ static int add_setup(sp_op_prep *p, join_node *s) {
 }
 
 int cpu_add_prepare(sp_op_prep *p) {
+  int fused = cpu_add_relu_prepare(p); /* add_relu.c, when relu follows in the same layout */
+  if (fused <= 0) return fused;
   join_node *s = cpu_node_new(sizeof *s, &join_vt);
   if (add_setup(p, s) != 0) return cpu_fallback(p, &s->base);
   return 0;
