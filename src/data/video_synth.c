@@ -70,9 +70,11 @@ static void make_scene(uint64_t seed, int64_t clip_id, int frames, int size, sce
   s->theta0 = sp_rng_range(&r, 0.0f, 6.2831853f);
   /* Total turn 1.6..2.4 rad (92-138 degrees) whatever the length: 8 TSN
    * segments see steps of 12-20 degrees, under the square's 45-degree
-   * ambiguity, and the orbit's arc is about 1.2 radii (9-14 px at 64 px,
-   * 5-7 px at Multigrid's 32). With half that turn (0.8..1.2 rad) the
-   * turning pair sat at chance for ~600 SGD steps before TSM learned it, and
+   * ambiguity, and the orbit's arc is 1-1.4 radii (12-26 px at 64 px, 6-13 at
+   * Multigrid's 32). The 2 segments of Multigrid's T/4 are 50-75 degrees
+   * apart, past the square's (and near the triangle's 60-degree) ambiguity:
+   * there the orbit alone tells the sense. With half this turn the turning
+   * pair sat at chance for ~600 SGD steps before TSM learned it, and
    * Multigrid, which takes 3.6x fewer steps, never got there (bench/
    * README_video_train.md). */
   s->omega = frames > 1 ? sp_rng_range(&r, 1.6f, 2.4f) / (frames - 1) : 0;

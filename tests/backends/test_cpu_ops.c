@@ -286,7 +286,8 @@ static void softargmax_channels_last(void **s) {
   p.in_layout[0] = &md;
   p.need_d_in[0] = 1;
   assert_int_equal(cpu_softargmax_prepare(&p), 0);
-  assert_true(((cpu_node *)p.state)->vt != NULL);
+  /* Its own kernel, not the adapter: exponentials in the input's layout plus 4 floats per heatmap. */
+  assert_int_equal(p.saved_bytes, sizeof(float) * N + 16 * NB * C);
   static float x[N], dx[N], xn[N], dxn[N], y[NB * C * 2], yn[NB * C * 2], dy[NB * C * 2];
   static float saved_ref[N], saved_cpu[N + 4 * NB * C];
   assert_true(p.saved_bytes <= sizeof saved_cpu);
@@ -379,6 +380,47 @@ static void blurpool_channels_last(void **s) {
 #undef CL
   cpu_node_free(node);
 }
+
+/* The graph-level cases above reach soft-argmax and BlurPool's own kernels
+ * only if prepare takes the blocked layouts (else the adapter runs and the
+ * comparison still passes): both keep nChw16c / nChw8c, with no scratch. */
+static void own_kernels_keep_blocked_layout(void **s) {
+  (void)s;
+  cmp_require_cpu();
+  const dnnl_format_tag_t tags[2] = {dnnl_aBcd16b, dnnl_aBcd8b};
+  for (int t = 0; t < 2; t++) {
+    dnnl_memory_desc_t md;
+    dnnl_dims_t dims = {2, 20, 9, 7};
+    assert_int_equal(dnnl_memory_desc_init_by_tag(&md, 4, dims, dnnl_f32, tags[t]), dnnl_success);
+    sp_softargmax_attr sa = {1.0f};
+    sp_op_prep p = {.op = &sp_op_softargmax, .attr = &sa, .n_in = 1, .training = 1, .run_backward = 1};
+    p.in_shape[0] = sp_shape4(2, 20, 9, 7);
+    p.out_shape = sp_shape3(2, 20, 2);
+    p.in_dtype[0] = SP_F32;
+    p.in_layout[0] = &md;
+    p.need_d_in[0] = 1;
+    assert_int_equal(cpu_softargmax_prepare(&p), 0);
+    assert_int_equal(p.saved_bytes, cpu_md_bytes(&md) + 16 * 2 * 20); /* padded channels included */
+    assert_int_equal(p.fwd_scratch_bytes + p.bwd_scratch_bytes, 0);
+    cpu_node_free(p.state);
+    sp_blurpool_attr ba = {3, 2};
+    sp_op_prep q = {.op = &sp_op_blurpool, .attr = &ba, .n_in = 1, .training = 1, .run_backward = 1};
+    q.in_shape[0] = sp_shape4(2, 20, 9, 7);
+    q.out_shape = sp_shape4(2, 20, 5, 4);
+    q.in_dtype[0] = SP_F32;
+    q.in_layout[0] = &md;
+    q.need_d_in[0] = 1;
+    assert_int_equal(cpu_blurpool_prepare(&q), 0);
+    const dnnl_memory_desc_t *out = q.out_layout;
+    dnnl_memory_desc_t want;
+    dnnl_dims_t od = {2, 20, 5, 4};
+    assert_int_equal(dnnl_memory_desc_init_by_tag(&want, 4, od, dnnl_f32, tags[t]), dnnl_success);
+    assert_non_null(out);
+    assert_true(cpu_md_equal(out, &want));
+    assert_int_equal(q.fwd_scratch_bytes + q.bwd_scratch_bytes + q.saved_bytes, 0);
+    cpu_node_free(q.state);
+  }
+}
 #endif
 
 int main(void) {
@@ -394,12 +436,14 @@ int main(void) {
       cmocka_unit_test(adapted_ref_ops), cmocka_unit_test(tshift_lanes),       cmocka_unit_test(tshift_blocks),
       cmocka_unit_test(tshift_padded),  cmocka_unit_test(tshift_fresh),
       cmocka_unit_test(softargmax_block), cmocka_unit_test(softargmax_padded), cmocka_unit_test(softargmax_plain),
-      cmocka_unit_test(softargmax_shared_input), cmocka_unit_test(softargmax_channels_last),
+      cmocka_unit_test(softargmax_shared_input),
       cmocka_unit_test(blurpool_block), cmocka_unit_test(blurpool_padded), cmocka_unit_test(blurpool_even_filter),
-      cmocka_unit_test(blurpool_shared_input), cmocka_unit_test(blurpool_channels_last),
+      cmocka_unit_test(blurpool_shared_input),
       cmocka_unit_test(add_relu), cmocka_unit_test(add_relu_same_input), cmocka_unit_test(add_relu_padded),
 #ifdef SPRY_HAVE_DNNL
       cmocka_unit_test(tshift_keeps_blocked_layout), cmocka_unit_test(tshift_channels_last),
+      cmocka_unit_test(softargmax_channels_last), cmocka_unit_test(blurpool_channels_last),
+      cmocka_unit_test(own_kernels_keep_blocked_layout),
 #endif
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,7 +1,8 @@
 /* The plain adapter: runs an op's reference kernel inside a cpu plan.
  *
- * Used for the ops oneDNN has no primitive for (soft-argmax, temporal shift,
- * losses, reshape, BlurPool, HardSwish, dropout, ...) and for cases where
+ * Used for the ops oneDNN has no primitive for and spry has no kernel of its
+ * own for (losses, reshape, HardSwish, dropout, ...; soft-argmax, BlurPool
+ * and the temporal shift in the layouts their kernels do not take) and for cases where
  * oneDNN's semantics differ from PyTorch's. Inputs that arrive in a blocked
  * or bf16 layout are reordered once to plain f32 (into the saved region when
  * the reference backward reads its inputs, else into forward scratch); the

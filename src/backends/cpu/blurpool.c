@@ -8,7 +8,8 @@
  * or 8; B = C for channels-last, 1 for plain) are one vector, and the
  * reflected row and column of each tap are tabulated once per plan. Backward
  * scatters into the input gradient inside one (image, block) unit, so no two
- * threads touch the same cells; a fresh gradient is zeroed first. */
+ * threads touch the same cells; a fresh gradient is zeroed first. Padding
+ * lanes pass through (zero in, zero out), as every producer keeps them zero. */
 #ifdef SPRY_HAVE_DNNL
 #include <stdlib.h>
 #include <string.h>
@@ -16,7 +17,7 @@
 #include "backends/cpu/cpu.h"
 #include "ops/ops.h"
 
-enum { MAX_F = 7, MAX_LANES = 1024 };
+enum { MAX_F = 7 };
 
 typedef struct {
   cpu_node base;
@@ -75,8 +76,7 @@ static void bp_backward(cpu_node *n, const sp_op_args *a) {
     const int64_t img = u / s->blocks, blk = u % s->blocks;
     const float *gb = dy + img * s->out_image + blk * s->out_block;
     float *db = dx + img * s->in_image + blk * s->in_block;
-    if (fresh)
-      for (int64_t q = 0; q < s->h * s->w; q++) memset(db + q * S, 0, sizeof(float) * (size_t)L);
+    if (fresh) memset(db, 0, sizeof(float) * (size_t)(s->h * s->w * S)); /* the unit's block: contiguous */
     for (int64_t oh = 0; oh < s->ho; oh++)
       for (int64_t ow = 0; ow < s->wo; ow++) {
         const float *gp = gb + (oh * s->wo + ow) * S;
@@ -115,7 +115,7 @@ int cpu_blurpool_prepare(sp_op_prep *p) {
       k = i;
   }
   const int64_t c = p->in_shape[0].d[1];
-  if (k < 0 || (known[k].lanes == 0 && c > MAX_LANES) || (p->out_plain && known[k].lanes != 1))
+  if (k < 0 || (p->out_plain && known[k].lanes != 1))
     return cpu_adapter_prepare(p);
   bp_node *s = cpu_node_new(sizeof *s, &bp_vt);
   s->n = p->in_shape[0].d[0], s->h = p->in_shape[0].d[2], s->w = p->in_shape[0].d[3];
