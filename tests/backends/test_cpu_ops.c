@@ -213,172 +213,101 @@ static void tshift_keeps_blocked_layout(void **s) {
     }
 }
 
-/* Channels-last forward and backward (fresh and accumulated) against the
- * reference op on the same values in plain layout. */
+/* Plain index of (image, channel, position) and its channels-last twin. */
+static int64_t cl_index(const sp_shape *s, int64_t plain) {
+  const int64_t c = s->d[1], hw = s->d[2] * s->d[3];
+  const int64_t img = plain / (c * hw), ch = plain / hw % c, pos = plain % hw;
+  return (img * hw + pos) * c + ch;
+}
+
+/* Plain values into channels-last order (4-D shapes; others stay plain). */
+static void to_channels_last(const sp_shape *s, const float *plain, float *out) {
+  const int64_t n = sp_shape_numel(s);
+  for (int64_t i = 0; i < n; i++) out[s->ndim == 4 ? cl_index(s, i) : i] = plain[i];
+}
+
+/* Largest |got - want| over a tensor stored channels-last (got) and plain
+ * (want), relative to the largest |want|. */
+static double cl_error(const sp_shape *s, const float *got, const float *want) {
+  double err = 0, big = 0;
+  for (int64_t i = 0; i < sp_shape_numel(s); i++) {
+    err = fmax(err, fabs((double)got[s->ndim == 4 ? cl_index(s, i) : i] - want[i]));
+    big = fmax(big, fabs(want[i]));
+  }
+  return big > 0 ? err / big : err;
+}
+
+/* An op's own kernel on channels-last input (what an inference conv may
+ * write) against its reference kernel on the same values in plain layout:
+ * output and input gradient, the gradient fresh (overwritten) and
+ * accumulated (added into 0.5). Returns the kernel's saved bytes. */
+static size_t check_channels_last(const sp_op_def *op, int (*prepare)(sp_op_prep *), const void *attr, sp_shape in,
+                                  sp_shape out, double tol) {
+  dnnl_memory_desc_t md;
+  dnnl_dims_t dims = {in.d[0], in.d[1], in.d[2], in.d[3]};
+  assert_int_equal(dnnl_memory_desc_init_by_tag(&md, 4, dims, dnnl_f32, dnnl_acdb), dnnl_success);
+  sp_op_prep p = {.op = op, .attr = attr, .n_in = 1, .training = 1, .run_backward = 1};
+  p.in_shape[0] = in, p.out_shape = out, p.in_dtype[0] = SP_F32, p.in_layout[0] = &md, p.need_d_in[0] = 1;
+  assert_int_equal(prepare(&p), 0);
+  const int64_t ni = sp_shape_numel(&in), no = sp_shape_numel(&out);
+  size_t ref_saved = op->saved_bytes ? op->saved_bytes(attr, 1, &in, &out) : 0;
+  float *x = calloc((size_t)ni, 4), *xn = calloc((size_t)ni, 4), *dx = calloc((size_t)ni, 4), *dxn = calloc((size_t)ni, 4);
+  float *y = calloc((size_t)no, 4), *yn = calloc((size_t)no, 4), *dy = calloc((size_t)no, 4), *dyn = calloc((size_t)no, 4);
+  void *saved = calloc(ref_saved + 1, 1), *saved_n = calloc(p.saved_bytes + 1, 1);
+  sp_test_rng rng = {5};
+  sp_test_fill_uniform(&rng, x, ni, -3, 3);
+  sp_test_fill_uniform(&rng, dy, no, -1, 1);
+  to_channels_last(&in, x, xn);
+  to_channels_last(&out, dy, dyn);
+  sp_tensor tx = sp_tensor_view(SP_F32, in, x), tdx = sp_tensor_view(SP_F32, in, dx), nx = sp_tensor_view(SP_F32, in, xn),
+            ndx = sp_tensor_view(SP_F32, in, dxn), ty = sp_tensor_view(SP_F32, out, y), ny = sp_tensor_view(SP_F32, out, yn),
+            tdy = sp_tensor_view(SP_F32, out, dy), ndy = sp_tensor_view(SP_F32, out, dyn);
+  sp_op_args r = {.attr = attr, .n_in = 1, .training = 1}, c = r;
+  r.in[0] = &tx, r.out = &ty, r.d_out = &tdy, r.d_in[0] = &tdx, r.saved = saved;
+  c.in[0] = &nx, c.out = &ny, c.d_out = &ndy, c.d_in[0] = &ndx, c.impl = p.state, c.saved = saved_n;
+  cpu_node *node = p.state;
+  for (int fresh = 1; fresh >= 0; fresh--) {
+    for (int64_t k = 0; k < ni; k++) dx[k] = fresh ? 0.0f : 0.5f, dxn[k] = fresh ? NAN : 0.5f;
+    c.d_in_fresh = (unsigned)fresh;
+    op->forward(&r);
+    op->backward(&r);
+    node->vt->forward(node, &c);
+    node->vt->backward(node, &c);
+    double ey = cl_error(&out, yn, y), ed = cl_error(&in, dxn, dx);
+    if (!(ey <= tol && ed <= tol)) fail_msg("[%s channels-last, %s] output error %.3g, gradient error %.3g > %.1g", op->name,
+                                            fresh ? "fresh" : "accumulated", ey, ed, tol);
+  }
+  size_t bytes = p.saved_bytes;
+  cpu_node_free(node);
+  free(x), free(xn), free(dx), free(dxn), free(y), free(yn), free(dy), free(dyn), free(saved), free(saved_n);
+  return bytes;
+}
+
+/* The shift moves values: bitwise equal, and it saves nothing. */
 static void tshift_channels_last(void **s) {
   (void)s;
   cmp_require_cpu();
-  enum { NT = 8, C = 20, H = 3, W = 2, HW = H * W, N = NT * C * HW };
   sp_tshift_attr at = {4, 0.25f, 0.125f};
-  dnnl_memory_desc_t md;
-  dnnl_dims_t dims = {NT, C, H, W};
-  assert_int_equal(dnnl_memory_desc_init_by_tag(&md, 4, dims, dnnl_f32, dnnl_acdb), dnnl_success);
-  sp_op_prep p = {.op = &sp_op_tshift, .attr = &at, .n_in = 1, .training = 1, .run_backward = 1};
-  p.in_shape[0] = p.out_shape = sp_shape4(NT, C, H, W);
-  p.in_dtype[0] = SP_F32;
-  p.in_layout[0] = &md;
-  p.need_d_in[0] = 1;
-  assert_int_equal(cpu_tshift_prepare(&p), 0);
-  static float x[N], y[N], dy[N], dx[N], xn[N], yn[N], dyn[N], dxn[N];
-  sp_test_rng rng = {5};
-  sp_test_fill_uniform(&rng, x, N, -1, 1);
-  sp_test_fill_uniform(&rng, dy, N, -1, 1);
-  /* plain index of (f, c, i) and its channels-last twin */
-#define PL(f, c, i) (((f) * C + (c)) * HW + (i))
-#define CL(f, c, i) (((f) * HW + (i)) * C + (c))
-  for (int f = 0; f < NT; f++)
-    for (int c = 0; c < C; c++)
-      for (int i = 0; i < HW; i++) xn[CL(f, c, i)] = x[PL(f, c, i)], dyn[CL(f, c, i)] = dy[PL(f, c, i)];
-  sp_shape sh = sp_shape4(NT, C, H, W);
-  sp_tensor tx = sp_tensor_view(SP_F32, sh, x), ty = sp_tensor_view(SP_F32, sh, y), tdy = sp_tensor_view(SP_F32, sh, dy),
-            tdx = sp_tensor_view(SP_F32, sh, dx);
-  sp_tensor nx = sp_tensor_view(SP_F32, sh, xn), ny = sp_tensor_view(SP_F32, sh, yn),
-            ndy = sp_tensor_view(SP_F32, sh, dyn), ndx = sp_tensor_view(SP_F32, sh, dxn);
-  sp_op_args r = {.attr = &at, .n_in = 1, .training = 1}, c = r;
-  r.in[0] = &tx, r.out = &ty, r.d_out = &tdy, r.d_in[0] = &tdx;
-  c.in[0] = &nx, c.out = &ny, c.d_out = &ndy, c.d_in[0] = &ndx, c.impl = p.state;
-  cpu_node *node = p.state;
-  for (int fresh = 1; fresh >= 0; fresh--) {
-    /* fresh: the cpu kernel overwrites; else both add into 0.5 */
-    for (int k = 0; k < N; k++) dx[k] = fresh ? 0.0f : 0.5f, dxn[k] = fresh ? NAN : 0.5f;
-    c.d_in_fresh = (unsigned)fresh;
-    sp_op_tshift.forward(&r);
-    sp_op_tshift.backward(&r);
-    node->vt->forward(node, &c);
-    node->vt->backward(node, &c);
-    for (int f = 0; f < NT; f++)
-      for (int ch = 0; ch < C; ch++)
-        for (int i = 0; i < HW; i++) {
-          assert_true(yn[CL(f, ch, i)] == y[PL(f, ch, i)]);
-          assert_true(dxn[CL(f, ch, i)] == dx[PL(f, ch, i)]);
-        }
-  }
-#undef PL
-#undef CL
-  cpu_node_free(node);
+  sp_shape in = sp_shape4(8, 20, 3, 2);
+  assert_int_equal(check_channels_last(&sp_op_tshift, cpu_tshift_prepare, &at, in, in, 0.0), 0);
 }
 
-/* Soft-argmax on channels-last heatmaps (what an inference conv may write):
- * outputs and the input gradient (fresh and accumulated) against the
- * reference op on the same values in plain layout. */
+/* Soft-argmax's own kernel, not the adapter: it saves the exponentials in
+ * the input's layout plus 4 floats per heatmap. */
 static void softargmax_channels_last(void **s) {
   (void)s;
   cmp_require_cpu();
-  enum { NB = 2, C = 5, H = 7, W = 9, HW = H * W, N = NB * C * HW };
   sp_softargmax_attr at = {3.0f};
-  dnnl_memory_desc_t md;
-  dnnl_dims_t dims = {NB, C, H, W};
-  assert_int_equal(dnnl_memory_desc_init_by_tag(&md, 4, dims, dnnl_f32, dnnl_acdb), dnnl_success);
-  sp_op_prep p = {.op = &sp_op_softargmax, .attr = &at, .n_in = 1, .training = 1, .run_backward = 1};
-  p.in_shape[0] = sp_shape4(NB, C, H, W);
-  p.out_shape = sp_shape3(NB, C, 2);
-  p.in_dtype[0] = SP_F32;
-  p.in_layout[0] = &md;
-  p.need_d_in[0] = 1;
-  assert_int_equal(cpu_softargmax_prepare(&p), 0);
-  /* Its own kernel, not the adapter: exponentials in the input's layout plus 4 floats per heatmap. */
-  assert_int_equal(p.saved_bytes, sizeof(float) * N + 16 * NB * C);
-  static float x[N], dx[N], xn[N], dxn[N], y[NB * C * 2], yn[NB * C * 2], dy[NB * C * 2];
-  static float saved_ref[N], saved_cpu[N + 4 * NB * C];
-  assert_true(p.saved_bytes <= sizeof saved_cpu);
-  sp_test_rng rng = {11};
-  sp_test_fill_uniform(&rng, x, N, -3, 3);
-  sp_test_fill_uniform(&rng, dy, NB * C * 2, -1, 1);
-#define PL(b, c, i) (((b) * C + (c)) * HW + (i))
-#define CL(b, c, i) (((b) * HW + (i)) * C + (c))
-  for (int b = 0; b < NB; b++)
-    for (int c = 0; c < C; c++)
-      for (int i = 0; i < HW; i++) xn[CL(b, c, i)] = x[PL(b, c, i)];
-  sp_shape sh = sp_shape4(NB, C, H, W), so = sp_shape3(NB, C, 2);
-  sp_tensor tx = sp_tensor_view(SP_F32, sh, x), tdx = sp_tensor_view(SP_F32, sh, dx), nx = sp_tensor_view(SP_F32, sh, xn),
-            ndx = sp_tensor_view(SP_F32, sh, dxn), ty = sp_tensor_view(SP_F32, so, y), ny = sp_tensor_view(SP_F32, so, yn),
-            tdy = sp_tensor_view(SP_F32, so, dy);
-  sp_op_args r = {.attr = &at, .n_in = 1, .training = 1}, c = r;
-  r.in[0] = &tx, r.out = &ty, r.d_out = &tdy, r.d_in[0] = &tdx, r.saved = saved_ref;
-  c.in[0] = &nx, c.out = &ny, c.d_out = &tdy, c.d_in[0] = &ndx, c.impl = p.state, c.saved = saved_cpu;
-  cpu_node *node = p.state;
-  for (int fresh = 1; fresh >= 0; fresh--) {
-    for (int k = 0; k < N; k++) dx[k] = fresh ? 0.0f : 0.5f, dxn[k] = fresh ? NAN : 0.5f;
-    c.d_in_fresh = (unsigned)fresh;
-    sp_op_softargmax.forward(&r);
-    sp_op_softargmax.backward(&r);
-    node->vt->forward(node, &c);
-    node->vt->backward(node, &c);
-    for (int k = 0; k < NB * C * 2; k++) assert_true(fabsf(yn[k] - y[k]) <= 1e-5f * fabsf(y[k]) + 1e-6f);
-    double big = 0;
-    for (int k = 0; k < N; k++) big = fmax(big, fabs(dx[k]));
-    for (int b = 0; b < NB; b++)
-      for (int ch = 0; ch < C; ch++)
-        for (int i = 0; i < HW; i++) assert_true(fabs(dxn[CL(b, ch, i)] - dx[PL(b, ch, i)]) <= 1e-5 * big);
-  }
-#undef PL
-#undef CL
-  cpu_node_free(node);
+  size_t saved = check_channels_last(&sp_op_softargmax, cpu_softargmax_prepare, &at, sp_shape4(2, 5, 7, 9),
+                                     sp_shape3(2, 5, 2), 1e-5);
+  assert_int_equal(saved, sizeof(float) * 2 * 5 * 7 * 9 + 16 * 2 * 5);
 }
 
-/* BlurPool on channels-last input against the reference op in plain layout:
- * output, and the input gradient fresh and accumulated. */
 static void blurpool_channels_last(void **s) {
   (void)s;
   cmp_require_cpu();
-  enum { NB = 2, C = 5, H = 7, W = 6, HO = 4, WO = 3, N = NB * C * H * W, NO = NB * C * HO * WO };
   sp_blurpool_attr at = {3, 2};
-  dnnl_memory_desc_t md;
-  dnnl_dims_t dims = {NB, C, H, W};
-  assert_int_equal(dnnl_memory_desc_init_by_tag(&md, 4, dims, dnnl_f32, dnnl_acdb), dnnl_success);
-  sp_op_prep p = {.op = &sp_op_blurpool, .attr = &at, .n_in = 1, .training = 1, .run_backward = 1};
-  p.in_shape[0] = sp_shape4(NB, C, H, W);
-  p.out_shape = sp_shape4(NB, C, HO, WO);
-  p.in_dtype[0] = SP_F32;
-  p.in_layout[0] = &md;
-  p.need_d_in[0] = 1;
-  assert_int_equal(cpu_blurpool_prepare(&p), 0);
-  assert_non_null(p.out_layout); /* channels-last in, channels-last out */
-  static float x[N], dx[N], xn[N], dxn[N], y[NO], yn[NO], dy[NO], dyn[NO];
-  sp_test_rng rng = {12};
-  sp_test_fill_uniform(&rng, x, N, -1, 1);
-  sp_test_fill_uniform(&rng, dy, NO, -1, 1);
-#define PL(b, c, i, hw) (((b) * C + (c)) * (hw) + (i))
-#define CL(b, c, i, hw) (((b) * (hw) + (i)) * C + (c))
-  for (int b = 0; b < NB; b++)
-    for (int c = 0; c < C; c++) {
-      for (int i = 0; i < H * W; i++) xn[CL(b, c, i, H * W)] = x[PL(b, c, i, H * W)];
-      for (int i = 0; i < HO * WO; i++) dyn[CL(b, c, i, HO * WO)] = dy[PL(b, c, i, HO * WO)];
-    }
-  sp_shape si = sp_shape4(NB, C, H, W), so = sp_shape4(NB, C, HO, WO);
-  sp_tensor tx = sp_tensor_view(SP_F32, si, x), tdx = sp_tensor_view(SP_F32, si, dx), nx = sp_tensor_view(SP_F32, si, xn),
-            ndx = sp_tensor_view(SP_F32, si, dxn), ty = sp_tensor_view(SP_F32, so, y), ny = sp_tensor_view(SP_F32, so, yn),
-            tdy = sp_tensor_view(SP_F32, so, dy), ndy = sp_tensor_view(SP_F32, so, dyn);
-  sp_op_args r = {.attr = &at, .n_in = 1, .training = 1}, c = r;
-  r.in[0] = &tx, r.out = &ty, r.d_out = &tdy, r.d_in[0] = &tdx;
-  c.in[0] = &nx, c.out = &ny, c.d_out = &ndy, c.d_in[0] = &ndx, c.impl = p.state;
-  cpu_node *node = p.state;
-  for (int fresh = 1; fresh >= 0; fresh--) {
-    for (int k = 0; k < N; k++) dx[k] = fresh ? 0.0f : 0.5f, dxn[k] = fresh ? NAN : 0.5f;
-    c.d_in_fresh = (unsigned)fresh;
-    sp_op_blurpool.forward(&r);
-    sp_op_blurpool.backward(&r);
-    node->vt->forward(node, &c);
-    node->vt->backward(node, &c);
-    for (int b = 0; b < NB; b++)
-      for (int ch = 0; ch < C; ch++) {
-        for (int i = 0; i < HO * WO; i++) assert_true(fabsf(yn[CL(b, ch, i, HO * WO)] - y[PL(b, ch, i, HO * WO)]) <= 1e-6f);
-        for (int i = 0; i < H * W; i++) assert_true(fabsf(dxn[CL(b, ch, i, H * W)] - dx[PL(b, ch, i, H * W)]) <= 1e-6f);
-      }
-  }
-#undef PL
-#undef CL
-  cpu_node_free(node);
+  check_channels_last(&sp_op_blurpool, cpu_blurpool_prepare, &at, sp_shape4(2, 5, 7, 6), sp_shape4(2, 5, 4, 3), 1e-6);
 }
 
 /* The graph-level cases above reach soft-argmax and BlurPool's own kernels
