@@ -42,7 +42,7 @@ static int train(const char *model, const char *name, int multigrid, int epochs,
            "task: video\nmodel: %s\nmodel_options: {base_width: 8}\n"
            "data: {train_list: %s/train/list.txt, val_list: %s/val/list.txt, segments: 4, size: 32, short_side: 32,"
            " flip: 0, mean: 0.5, std: 0.25}\n"
-           "optimizer: {type: sgd, lr: 0.05, momentum: 0.9, weight_decay: 0.0001}\n"
+           "optimizer: {type: sgd, lr: 0.0125, momentum: 0.9, weight_decay: 0.0001}\n" /* as configs/synth-*: Multigrid scales it up */
            "schedule: {decay: cosine, warmup_epochs: 1}\n"
            "multigrid: {long: %s, short: false}\n"
            "epochs: %d\nbatch: 4\nworkers: 2\nseed: 3\nout: %s/%s\n",
