@@ -73,6 +73,15 @@ void sp_optimizer_free(sp_optimizer *opt);
  * one. -1 with an error (and nothing changed) when lr is negative or not
  * finite. */
 int sp_optimizer_step(sp_optimizer *opt, float lr);
+/* The same step in pieces, for updating parameters as soon as their
+ * gradients are final (data-parallel training): elements [begin, end) of
+ * slot `slot` (an index into the table given to sp_optimizer_new), updated
+ * as sp_optimizer_step would; cover every element of every slot once, then
+ * call sp_optimizer_step_done to count the step. Bitwise equal to one
+ * sp_optimizer_step (every rule is elementwise). -1 with an error on a bad
+ * lr or range. */
+int sp_optimizer_step_part(sp_optimizer *opt, float lr, int slot, int64_t begin, int64_t end);
+void sp_optimizer_step_done(sp_optimizer *opt);
 int64_t sp_optimizer_steps(const sp_optimizer *opt);
 void sp_optimizer_set_steps(sp_optimizer *opt, int64_t steps);
 /* Zeroes every gradient (the graph's backward accumulates into them). */

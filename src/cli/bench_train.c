@@ -243,6 +243,7 @@ static int run_train(const bench_opts *o) {
   sp_opt_param *params = sp_train_opt_params(g, &n);
   sp_opt_config cfg = sp_opt_config_default(SP_OPT_ADAMW);
   sp_optimizer *opt = sp_optimizer_new(&cfg, n, params);
+  int *slot_of = red ? sp_dist_param_slots(g) : NULL;
   double *times = sp_xmalloc(sizeof(double) * (size_t)o->steps);
   for (int s = 0; s < o->warmup + o->steps; s++) {
     if (s == o->warmup && o->profile) sp_plan_enable_profile(p, 1);
@@ -251,8 +252,8 @@ static int run_train(const bench_opts *o) {
     sp_plan_forward(p);
     if (red) sp_grad_reducer_begin(red, NULL, 0);
     sp_plan_backward(p);
-    if (red) sp_grad_reducer_finish(red, NULL); /* waits: the step time includes the exchange */
-    sp_optimizer_step(opt, 1e-4f);
+    if (red) sp_dist_step(red, opt, slot_of, params, 1e-4f, NULL); /* the step time includes the exchange */
+    else sp_optimizer_step(opt, 1e-4f);
     if (s >= o->warmup) times[s - o->warmup] = sp_now() - t0;
   }
   double flops = 3.0 * sp_plan_forward_flops(p);
@@ -268,6 +269,7 @@ static int run_train(const bench_opts *o) {
   if (rank == 0) print_line(o, "train", o->batch, sp_median(times, o->steps), flops);
   if (o->profile && rank == 0) print_profile(o, p, sp_graph_node_count(g), o->steps);
   sp_grad_reducer_free(red);
+  free(slot_of);
   free(times);
   sp_optimizer_free(opt);
   free(params);

@@ -161,29 +161,45 @@ void sp_optimizer_free(sp_optimizer *o) {
   free(o);
 }
 
-int sp_optimizer_step(sp_optimizer *o, float lr) {
+static int check_lr(const sp_optimizer *o, float lr) {
   if (!(lr >= 0) || !isfinite(lr))
     return sp_error_set("%s step %lld: lr %g must be a finite number >= 0", sp_opt_kind_name(o->cfg.kind),
                         (long long)o->steps + 1, lr);
-  const sp_opt_config *c = &o->cfg;
-  double lr_d = sp_opt_decimal(lr);
-  int64_t t = o->steps + 1;
-  if (c->kind == SP_OPT_SGD) {
-    double damp_d = sp_opt_decimal(c->dampening);
-    for (int i = 0; i < o->n; i++) {
-      sp_opt_slot *s = &o->slots[i];
-      sp_sgd_update(s->data, s->grad, s->state0, s->numel, c, damp_d, s->wd, lr_d, o->steps == 0);
-    }
-  } else {
-    double b1 = sp_opt_decimal(c->beta1), b2 = sp_opt_decimal(c->beta2), eps = sp_opt_decimal(c->eps);
-    for (int i = 0; i < o->n; i++) {
-      sp_opt_slot *s = &o->slots[i];
-      sp_adam_update(s->data, s->grad, s->state0, s->state1, s->numel, c, b1, b2, eps, s->wd, s->wd_d, lr_d, t);
-    }
-  }
-  o->steps = t;
   return 0;
 }
+
+/* The update of elements [b, e) of slot i in the coming step (o->steps + 1).
+ * Every rule is elementwise, so pieces give exactly the whole. */
+static void update_slot(const sp_optimizer *o, int i, int64_t b, int64_t e, float lr) {
+  const sp_opt_config *c = &o->cfg;
+  const sp_opt_slot *s = &o->slots[i];
+  double lr_d = sp_opt_decimal(lr);
+  if (c->kind == SP_OPT_SGD) {
+    sp_sgd_update(s->data + b, s->grad + b, s->state0 ? s->state0 + b : NULL, e - b, c, sp_opt_decimal(c->dampening),
+                  s->wd, lr_d, o->steps == 0);
+  } else {
+    sp_adam_update(s->data + b, s->grad + b, s->state0 + b, s->state1 + b, e - b, c, sp_opt_decimal(c->beta1),
+                   sp_opt_decimal(c->beta2), sp_opt_decimal(c->eps), s->wd, s->wd_d, lr_d, o->steps + 1);
+  }
+}
+
+int sp_optimizer_step(sp_optimizer *o, float lr) {
+  if (check_lr(o, lr)) return -1;
+  for (int i = 0; i < o->n; i++) update_slot(o, i, 0, o->slots[i].numel, lr);
+  o->steps++;
+  return 0;
+}
+
+int sp_optimizer_step_part(sp_optimizer *o, float lr, int slot, int64_t begin, int64_t end) {
+  if (check_lr(o, lr)) return -1;
+  if (slot < 0 || slot >= o->n || begin < 0 || end > o->slots[slot].numel || begin > end)
+    return sp_error_set("optimizer: slot %d elements [%lld, %lld) out of range", slot, (long long)begin,
+                        (long long)end);
+  update_slot(o, slot, begin, end, lr);
+  return 0;
+}
+
+void sp_optimizer_step_done(sp_optimizer *o) { o->steps++; }
 
 int64_t sp_optimizer_steps(const sp_optimizer *o) { return o->steps; }
 

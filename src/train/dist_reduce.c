@@ -216,7 +216,9 @@ int sp_grad_reducer_begin(sp_grad_reducer *r, const double *extra, int n_extra) 
   return 0;
 }
 
-int sp_grad_reducer_finish(sp_grad_reducer *r, double *extra_out) {
+void sp_grad_reducer_progress(sp_grad_reducer *r) { progress(r); }
+
+int sp_grad_reducer_finish_each(sp_grad_reducer *r, double *extra_out, sp_bucket_done_fn on_bucket, void *user) {
   if (!r->in_step) return sp_error_set("grad reducer: finish without begin");
   r->in_step = 0;
   r->early = r->next_launch;
@@ -227,14 +229,21 @@ int sp_grad_reducer_finish(sp_grad_reducer *r, double *extra_out) {
     }
 #ifdef SPRY_HAVE_MPI
   const int world = sp_dist_world();
-  if (world > 1) {
+  if (world > 1 && r->n_extra) {
     char what[96];
-    if (r->n_extra) {
-      snprintf(what, sizeof what, "all-reduce of step %lld totals", (long long)r->step);
-      sp_dist_wait(&r->extra_req, what, sp_dist_timeout());
-    }
-    for (int k = 0; k < r->n_buckets; k++) {
-      bucket *bk = &r->b[k];
+    snprintf(what, sizeof what, "all-reduce of step %lld totals", (long long)r->step);
+    sp_dist_wait(&r->extra_req, what, sp_dist_timeout());
+  }
+#else
+  const int world = 1;
+#endif
+  /* Bucket by bucket in launch order: each one's mean is ready for the
+   * caller (the optimizer) while the later ones are still on the wire. */
+  for (int k = 0; k < r->n_buckets; k++) {
+    bucket *bk = &r->b[k];
+#ifdef SPRY_HAVE_MPI
+    if (world > 1) {
+      char what[96];
       snprintf(what, sizeof what, "gradient all-reduce (step %lld, bucket %d of %d)", (long long)r->step, k + 1,
                r->n_buckets);
       sp_dist_wait(&bk->req, what, sp_dist_timeout());
@@ -248,8 +257,14 @@ int sp_grad_reducer_finish(sp_grad_reducer *r, double *extra_out) {
         at += m;
       }
     }
-  }
 #endif
+    if (on_bucket) on_bucket(user, &r->order[bk->first], bk->count);
+  }
+  (void)world;
   if (extra_out && r->n_extra) memcpy(extra_out, r->extra, sizeof(double) * (size_t)r->n_extra);
   return 0;
+}
+
+int sp_grad_reducer_finish(sp_grad_reducer *r, double *extra_out) {
+  return sp_grad_reducer_finish_each(r, extra_out, NULL, NULL);
 }

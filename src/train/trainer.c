@@ -51,6 +51,7 @@ typedef struct {
   char dir[1024];
   int rank, world, local_batch; /* data parallel: this rank's share of the global batch */
   sp_grad_reducer *reducer;     /* NULL in a world of one */
+  int *slot_of;                 /* optimizer slot of each graph parameter (data parallel) */
   int refused;                  /* every rank refused the run together */
 } run;
 
@@ -178,7 +179,10 @@ static int setup(run *r, const sp_train_config *cfg, const char *config_text) {
   sp_opt_config oc = cfg->optimizer;
   r->opt = sp_optimizer_new(&oc, r->n_params, r->params);
   if (!r->opt) return -1;
-  if (r->world > 1) r->reducer = sp_grad_reducer_new(r->g, r->train_plan, (size_t)(cfg->dist.bucket_mb * (1 << 20)));
+  if (r->world > 1) {
+    r->reducer = sp_grad_reducer_new(r->g, r->train_plan, (size_t)(cfg->dist.bucket_mb * (1 << 20)));
+    r->slot_of = sp_dist_param_slots(r->g);
+  }
 
   sp_loader_config lc = sp_loader_config_default(r->local_batch, cfg->data.size);
   lc.workers = cfg->workers;
@@ -218,6 +222,7 @@ static int setup(run *r, const sp_train_config *cfg, const char *config_text) {
 
 static void teardown(run *r) {
   sp_grad_reducer_free(r->reducer);
+  free(r->slot_of);
   sp_loader_destroy(r->train_loader);
   sp_loader_destroy(r->val_loader);
   sp_optimizer_free(r->opt);
@@ -291,13 +296,19 @@ int sp_train_run(const sp_train_config *cfg, const char *config_text, int resume
       double totals[2] = {loss, stop_requested ? 1.0 : 0.0};
       if (r.reducer) sp_grad_reducer_begin(r.reducer, totals, 2);
       sp_plan_backward(r.train_plan);
-      if (r.reducer) {
-        sp_grad_reducer_finish(r.reducer, totals);
-        loss = totals[0] / r.world;
-      }
-      if (cfg->clip_norm > 0) sp_clip_grad_norm(r.n_params, r.params, cfg->clip_norm);
       lr = sp_lr_at_epoch(&cfg->schedule, sp_epoch_progress((double)epoch, step, steps));
-      sp_optimizer_step(r.opt, (float)lr);
+      if (r.reducer && cfg->clip_norm <= 0) {
+        /* Each bucket's parameters are updated as soon as it is reduced. */
+        sp_dist_step(r.reducer, r.opt, r.slot_of, r.params, (float)lr, totals);
+        loss = totals[0] / r.world;
+      } else {
+        if (r.reducer) {
+          sp_grad_reducer_finish(r.reducer, totals);
+          loss = totals[0] / r.world;
+        }
+        if (cfg->clip_norm > 0) sp_clip_grad_norm(r.n_params, r.params, cfg->clip_norm);
+        sp_optimizer_step(r.opt, (float)lr);
+      }
       if (!isfinite(loss)) {
         rc = sp_error_set("the loss became %g at epoch %lld step %d (learning rate %g too high?)", loss,
                           (long long)epoch + 1, step, lr);

@@ -11,7 +11,9 @@
 
 enum { GLOBAL_BATCH = 8, STEPS = 5 };
 
-static float *train(int dist, int sync_bn, sp_backend be, int64_t *n) {
+/* overlap: the optimizer updates each bucket as soon as it is reduced
+ * (sp_dist_step) instead of after the whole exchange. */
+static float *train_with(int dist, int sync_bn, sp_backend be, int overlap, int64_t *n) {
   const int world = dist ? sp_dist_world() : 1, rank = dist ? sp_dist_rank() : 0;
   const int b = GLOBAL_BATCH / world;
   sp_graph *g = dt_build();
@@ -26,6 +28,7 @@ static float *train(int dist, int sync_bn, sp_backend be, int64_t *n) {
   oc.momentum = 0.9f;
   sp_optimizer *opt = sp_optimizer_new(&oc, np, params);
   assert_non_null(opt);
+  int *slot_of = sp_dist_param_slots(g);
   for (int s = 0; s < STEPS; s++) {
     /* Rank r holds slots r*b .. r*b+b-1 of the global batch. */
     for (int j = 0; j < b; j++) dt_fill(p, j, (int64_t)s * GLOBAL_BATCH + rank * b + j);
@@ -35,19 +38,36 @@ static float *train(int dist, int sync_bn, sp_backend be, int64_t *n) {
     double loss = sp_plan_loss(p), total = 0;
     if (red) assert_int_equal(sp_grad_reducer_begin(red, &loss, 1), 0);
     assert_int_equal(sp_plan_backward(p), 0);
-    if (red) {
-      assert_int_equal(sp_grad_reducer_finish(red, &total), 0);
-      assert_true(fabs(total / world - loss) < 10 * fabs(loss) + 1); /* summed, finite */
+    if (red && overlap) {
+      assert_int_equal(sp_dist_step(red, opt, slot_of, params, 0.05f, &total), 0);
+    } else {
+      if (red) assert_int_equal(sp_grad_reducer_finish(red, &total), 0);
+      assert_int_equal(sp_optimizer_step(opt, 0.05f), 0);
     }
-    assert_int_equal(sp_optimizer_step(opt, 0.05f), 0);
+    if (red) assert_true(fabs(total / world - loss) < 10 * fabs(loss) + 1); /* summed, finite */
   }
   float *snap = dt_snapshot(g, n);
   sp_grad_reducer_free(red);
+  free(slot_of);
   sp_optimizer_free(opt);
   free(params);
   sp_plan_free(p);
   sp_graph_free(g);
   return snap;
+}
+
+static float *train(int dist, int sync_bn, sp_backend be, int64_t *n) { return train_with(dist, sync_bn, be, 0, n); }
+
+/* Updating each bucket as soon as it is reduced (small buckets here: several
+ * per step) gives bitwise the parameters of updating after the exchange. */
+static void overlapped_step_is_bitwise(void **state) {
+  (void)state;
+  int64_t n, m;
+  float *after = train_with(1, 1, SP_BACKEND_REF, 0, &n), *overlapped = train_with(1, 1, SP_BACKEND_REF, 1, &m);
+  assert_int_equal(n, m);
+  assert_memory_equal(after, overlapped, sizeof(float) * (size_t)n);
+  free(after);
+  free(overlapped);
 }
 
 static void sync_bn_matches_one_process(void **state) {
@@ -95,6 +115,7 @@ int main(void) {
   assert_int_equal(sp_dist_init(), 0);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(sync_bn_matches_one_process),
+      cmocka_unit_test(overlapped_step_is_bitwise),
       cmocka_unit_test(local_bn_differs),
       cmocka_unit_test(sync_bn_on_cpu_backend),
   };

@@ -327,6 +327,39 @@ static int resumed_equals_uninterrupted(const sp_opt_config *c, int mode) {
   return same;
 }
 
+
+/* A step taken in pieces (slots in reverse order, each in uneven chunks, as
+ * the data-parallel trainer updates a bucket as soon as it is reduced) is
+ * bitwise the whole step, for SGD with momentum + Nesterov + decay and AdamW. */
+static void step_in_pieces_is_bitwise(void **state) {
+  (void)state;
+  sp_opt_config cs[2] = {sp_opt_config_default(SP_OPT_SGD), sp_opt_config_default(SP_OPT_ADAMW)};
+  cs[0].momentum = 0.9f, cs[0].nesterov = 1, cs[0].weight_decay = 1e-3f;
+  for (int k = 0; k < 2; k++) {
+    static model a, b;
+    model_init(&a);
+    model_init(&b);
+    sp_optimizer *oa = sp_optimizer_new(&cs[k], 2, a.ps), *ob = sp_optimizer_new(&cs[k], 2, b.ps);
+    for (int s = 0; s < 4; s++) {
+      float lr = 0.01f * (float)(s + 1);
+      fake_grads(a.gw, a.w, RT_N, s), fake_grads(a.gb, a.b, RT_N / 10, s + 1000);
+      fake_grads(b.gw, b.w, RT_N, s), fake_grads(b.gb, b.b, RT_N / 10, s + 1000);
+      assert_int_equal(sp_optimizer_step(oa, lr), 0);
+      for (int slot = 1; slot >= 0; slot--) {
+        int64_t n = slot ? RT_N / 10 : RT_N;
+        for (int64_t at = 0; at < n; at += 333) assert_int_equal(sp_optimizer_step_part(ob, lr, slot, at, at + 333 < n ? at + 333 : n), 0);
+      }
+      sp_optimizer_step_done(ob);
+      assert_true(memcmp(a.w, b.w, sizeof a.w) == 0 && memcmp(a.b, b.b, sizeof a.b) == 0);
+    }
+    assert_int_equal(sp_optimizer_steps(oa), sp_optimizer_steps(ob));
+    assert_int_equal(sp_optimizer_step_part(ob, 0.1f, 2, 0, 1), -1); /* no such slot */
+    assert_int_equal(sp_optimizer_step_part(ob, 0.1f, 0, 5, RT_N + 1), -1);
+    sp_optimizer_free(oa);
+    sp_optimizer_free(ob);
+  }
+}
+
 static void state_round_trip_is_bitwise(void **state) {
   (void)state;
   sp_opt_config cs[3] = {sgd(0.9f, 1, 0, 5e-4f), adam(SP_OPT_ADAM, 0.9f, 0.999f, 1e-8f, 1e-4f),
@@ -372,7 +405,7 @@ static void state_names_and_views(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(matches_pytorch),
+      cmocka_unit_test(matches_pytorch), cmocka_unit_test(step_in_pieces_is_bitwise),
       cmocka_unit_test(fixtures_catch_wrong_rules),
       cmocka_unit_test(no_decay_group_gets_no_weight_decay),
       cmocka_unit_test(bad_configs_are_refused),
