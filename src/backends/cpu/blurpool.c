@@ -104,19 +104,9 @@ int cpu_blurpool_prepare(sp_op_prep *p) {
   if (p->in_shape[0].ndim != 4 || at->filter_size > MAX_F || cpu_md_input(&md, p, 0) != 0 ||
       md.data_type != dnnl_f32)
     return cpu_adapter_prepare(p);
-  static const struct {
-    dnnl_format_tag_t tag;
-    int lanes; /* 0: channels-last */
-  } known[] = {{dnnl_abcd, 1}, {dnnl_aBcd16b, 16}, {dnnl_aBcd8b, 8}, {dnnl_acdb, 0}};
-  int k = -1;
-  for (int i = 0; i < (int)(sizeof known / sizeof known[0]) && k < 0; i++) {
-    dnnl_memory_desc_t m;
-    if (dnnl_memory_desc_init_by_tag(&m, 4, md.dims, md.data_type, known[i].tag) == dnnl_success && cpu_md_equal(&m, &md))
-      k = i;
-  }
+  const int lanes = cpu_md_lanes(&md);
   const int64_t c = p->in_shape[0].d[1];
-  if (k < 0 || (p->out_plain && known[k].lanes != 1))
-    return cpu_adapter_prepare(p);
+  if (!lanes || (p->out_plain && lanes != 1)) return cpu_adapter_prepare(p);
   bp_node *s = cpu_node_new(sizeof *s, &bp_vt);
   s->n = p->in_shape[0].d[0], s->h = p->in_shape[0].d[2], s->w = p->in_shape[0].d[3];
   s->ho = p->out_shape.d[2], s->wo = p->out_shape.d[3];
@@ -127,10 +117,10 @@ int cpu_blurpool_prepare(sp_op_prep *p) {
     for (int j = 1; j <= t; j++) b = b * (s->f - j) / j;
     s->taps[t] = (float)(b / (double)(1 << (s->f - 1)));
   }
-  if (known[k].lanes == 0) {
+  if (lanes == CPU_LANES_NHWC) {
     s->lanes = c, s->blocks = 1, s->pos_stride = c, s->in_block = s->out_block = 0;
   } else {
-    s->lanes = known[k].lanes, s->blocks = (c + s->lanes - 1) / s->lanes, s->pos_stride = s->lanes;
+    s->lanes = lanes, s->blocks = (c + s->lanes - 1) / s->lanes, s->pos_stride = s->lanes;
     s->in_block = s->h * s->w * s->lanes, s->out_block = s->ho * s->wo * s->lanes;
   }
   s->in_image = s->blocks * s->lanes * s->h * s->w;
@@ -143,7 +133,7 @@ int cpu_blurpool_prepare(sp_op_prep *p) {
   for (int64_t o = 0; o < s->wo; o++)
     for (int j = 0; j < s->f; j++) s->col[o * s->f + j] = reflect(o * stride - pad + j, s->w);
   dnnl_dims_t od = {p->out_shape.d[0], p->out_shape.d[1], p->out_shape.d[2], p->out_shape.d[3]};
-  if (dnnl_memory_desc_init_by_tag(&s->base.out_md, 4, od, dnnl_f32, known[k].tag) != dnnl_success) {
+  if (dnnl_memory_desc_init_by_tag(&s->base.out_md, 4, od, dnnl_f32, cpu_lanes_tag(lanes)) != dnnl_success) {
     cpu_node_free(&s->base);
     return sp_error_set("blurpool: no output layout");
   }

@@ -122,6 +122,28 @@ int cpu_md_retype(dnnl_memory_desc_t *md, const dnnl_memory_desc_t *src, dnnl_da
 
 int cpu_md_equal(const dnnl_memory_desc_t *a, const dnnl_memory_desc_t *b) { return dnnl_memory_desc_equal(a, b); }
 
+static const struct {
+  dnnl_format_tag_t tag;
+  int lanes;
+} lane_layouts[] = {{dnnl_abcd, 1}, {dnnl_aBcd16b, 16}, {dnnl_aBcd8b, 8}, {dnnl_acdb, CPU_LANES_NHWC}};
+
+int cpu_md_lanes(const dnnl_memory_desc_t *md) {
+  if (md->ndims != 4) return 0;
+  for (size_t i = 0; i < sizeof lane_layouts / sizeof lane_layouts[0]; i++) {
+    dnnl_memory_desc_t m;
+    if (dnnl_memory_desc_init_by_tag(&m, 4, md->dims, md->data_type, lane_layouts[i].tag) == dnnl_success &&
+        cpu_md_equal(&m, md))
+      return lane_layouts[i].lanes;
+  }
+  return 0;
+}
+
+dnnl_format_tag_t cpu_lanes_tag(int lanes) {
+  for (size_t i = 0; i < sizeof lane_layouts / sizeof lane_layouts[0]; i++)
+    if (lane_layouts[i].lanes == lanes) return lane_layouts[i].tag;
+  return dnnl_format_tag_undef;
+}
+
 int cpu_md_is_plain(const dnnl_memory_desc_t *md) {
   if (md->format_kind != dnnl_blocked || md->format_desc.blocking.inner_nblks != 0) return 0;
   /* Row-major dense: strides decrease and each is the product of the dims after it. */

@@ -90,6 +90,13 @@ int cpu_md_retype(dnnl_memory_desc_t *md, const dnnl_memory_desc_t *src, dnnl_da
 int cpu_md_equal(const dnnl_memory_desc_t *a, const dnnl_memory_desc_t *b);
 int cpu_md_is_plain(const dnnl_memory_desc_t *md);
 size_t cpu_md_bytes(const dnnl_memory_desc_t *md);
+/* The channel layout of a 4-D activation, for the kernels of our own that
+ * work in it (tshift.c, softargmax.c, blurpool.c): 1 (plain NCHW), 8 or 16
+ * (aBcd8b / aBcd16b: channel blocks), CPU_LANES_NHWC (channels-last), or 0
+ * (any other layout). cpu_lanes_tag maps it back to oneDNN's tag. */
+enum { CPU_LANES_NHWC = -1 };
+int cpu_md_lanes(const dnnl_memory_desc_t *md);
+dnnl_format_tag_t cpu_lanes_tag(int lanes);
 /* A primitive descriptor's md for a query (dnnl_query_src_md, ...). */
 const dnnl_memory_desc_t *cpu_pd_md(const_dnnl_primitive_desc_t pd, dnnl_query_t what, int index);
 

@@ -237,21 +237,12 @@ int cpu_softargmax_prepare(sp_op_prep *p) {
   if (p->in_shape[0].ndim != 4 || cpu_md_input(&md, p, 0) != 0 || md.data_type != dnnl_f32)
     return cpu_adapter_prepare(p);
   const int64_t n = p->in_shape[0].d[0], k = p->in_shape[0].d[1], h = p->in_shape[0].d[2], w = p->in_shape[0].d[3];
-  static const struct {
-    dnnl_format_tag_t tag;
-    int lanes; /* 0: channels-last (all k channels) */
-  } known[] = {{dnnl_abcd, 1}, {dnnl_aBcd16b, 16}, {dnnl_aBcd8b, 8}, {dnnl_acdb, 0}};
-  int lanes = -1;
-  for (size_t i = 0; i < sizeof known / sizeof known[0] && lanes < 0; i++) {
-    dnnl_memory_desc_t m;
-    if (dnnl_memory_desc_init_by_tag(&m, 4, md.dims, md.data_type, known[i].tag) == dnnl_success && cpu_md_equal(&m, &md))
-      lanes = known[i].lanes;
-  }
-  if (lanes < 0 || (lanes == 0 && k > MAX_LANES)) return cpu_adapter_prepare(p);
+  const int lanes = cpu_md_lanes(&md);
+  if (!lanes || (lanes == CPU_LANES_NHWC && k > MAX_LANES)) return cpu_adapter_prepare(p);
   sam_node *s = cpu_node_new(sizeof *s, &sam_vt);
   s->n = n, s->k = k, s->h = h, s->w = w;
   s->scale = ((const sp_softargmax_attr *)p->attr)->scale;
-  if (lanes == 0) { /* channels-last: one block of k lanes, k apart */
+  if (lanes == CPU_LANES_NHWC) { /* one block of k lanes, k apart */
     s->lanes = k, s->blocks = 1, s->pos_stride = k, s->block_stride = 0;
   } else {
     s->lanes = lanes, s->blocks = (k + lanes - 1) / lanes, s->pos_stride = lanes, s->block_stride = h * w * lanes;

@@ -191,28 +191,10 @@ static void tshift_backward(cpu_node *n, const sp_op_args *a) {
 
 static const cpu_vt tshift_vt = {tshift_forward, tshift_backward, NULL, NULL};
 
-enum { NHWC = -1 };
-
-/* The input's channel block (1 plain, 8, 16), NHWC for channels-last, or 0
- * for a layout not handled. */
-static int block_of(const dnnl_memory_desc_t *md) {
-  static const struct {
-    dnnl_format_tag_t tag;
-    int block;
-  } known[] = {{dnnl_abcd, 1}, {dnnl_aBcd16b, 16}, {dnnl_aBcd8b, 8}, {dnnl_acdb, NHWC}};
-  for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) {
-    dnnl_memory_desc_t m;
-    if (dnnl_memory_desc_init_by_tag(&m, 4, md->dims, md->data_type, known[i].tag) == dnnl_success &&
-        cpu_md_equal(&m, md))
-      return known[i].block;
-  }
-  return 0;
-}
-
 int cpu_tshift_prepare(sp_op_prep *p) {
   dnnl_memory_desc_t md;
   if (p->in_shape[0].ndim != 4 || cpu_md_input(&md, p, 0) != 0) return cpu_adapter_prepare(p);
-  int block = block_of(&md);
+  int block = cpu_md_lanes(&md);
   if (!block || (md.data_type != dnnl_f32 && md.data_type != dnnl_bf16) ||
       (p->out_plain && !(block == 1 && md.data_type == dnnl_f32)))
     return cpu_adapter_prepare(p);
@@ -221,7 +203,7 @@ int cpu_tshift_prepare(sp_op_prep *p) {
   s->frames = p->in_shape[0].d[0];
   s->segments = at->segments;
   s->c = p->in_shape[0].d[1];
-  s->nhwc = block == NHWC;
+  s->nhwc = block == CPU_LANES_NHWC;
   s->block = s->nhwc ? 1 : block;
   s->blocks = (s->c + s->block - 1) / s->block;
   s->hw = p->in_shape[0].d[2] * p->in_shape[0].d[3];
