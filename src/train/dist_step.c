@@ -9,8 +9,7 @@
  * runs while the first ones are updated (Open MPI advances non-blocking
  * collectives only inside MPI calls). Every update rule is elementwise: the
  * result is bitwise that of one sp_optimizer_step after the exchange. */
-#include <stdlib.h>
-
+#include "spry/common.h"
 #include "spry/dist.h"
 #include "spry/graph.h"
 #include "spry/optim.h"
@@ -43,8 +42,7 @@ static void update_bucket(void *user, const int *ids, int n) {
 
 int *sp_dist_param_slots(sp_graph *g) {
   int n = sp_graph_param_count(g), slot = 0;
-  int *s = malloc(sizeof(int) * (size_t)(n ? n : 1));
-  if (!s) abort();
+  int *s = sp_xmalloc(sizeof(int) * (size_t)(n ? n : 1));
   /* The optimizer's table (sp_train_opt_params) lists the trainable
    * parameters in graph order. */
   for (int i = 0; i < n; i++) s[i] = sp_graph_param_grad(g, i) ? slot++ : -1;
