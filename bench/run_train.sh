@@ -3,6 +3,8 @@
 # on the same machine, back to back, model by model; prints the JSON lines of
 # both and a ratio line per pair. Medians: each side reports the median step
 # of --steps timed steps; run this script several times on a quiet machine.
+# First line: `spry bench peak`, this machine's fp32 / bf16 / copy limits; each
+# ratio line gives spry's GFLOP/s as a fraction of the peak of its dtype.
 #
 #   bench/run_train.sh [threads] [steps]        (MODELS="vgg-face resnet50" to choose,
 #                                               PARTS="infer" for inference only, DTYPES="f32")
@@ -17,13 +19,20 @@ PARTS=${PARTS:-"train infer"}
 DTYPES=${DTYPES:-"f32 bf16"}
 export MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=1000000000000 OMP_NUM_THREADS=$T
 
+# This machine's limits, measured now: the denominator of "percent of peak".
+PEAK=$($SPRY bench peak --threads "$T")
+echo "$PEAK"
+
 ratio() { # spry_json torch_json label
-  $PY - "$1" "$2" "$3" <<'PY'
+  $PY - "$1" "$2" "$3" "$PEAK" <<'PY'
 import json, sys
-a, b = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+a, b, peak = json.loads(sys.argv[1]), json.loads(sys.argv[2]), json.loads(sys.argv[4])
+key = "bf16_gflops_per_s" if a.get("dtype") == "bf16" else "fp32_gflops_per_s"
+of_peak = round(a["gflops_per_s"] / peak[key], 3) if peak.get(key) else None
 print(json.dumps({"bench": "ratio", "what": sys.argv[3], "spry_images_per_s": round(a["images_per_s"], 2),
                   "torch_images_per_s": round(b["images_per_s"], 2), "torch_layout": b.get("layout"),
-                  "spry_over_torch": round(a["images_per_s"] / b["images_per_s"], 3)}))
+                  "spry_over_torch": round(a["images_per_s"] / b["images_per_s"], 3),
+                  "spry_gflops_per_s": round(a["gflops_per_s"], 1), "spry_of_peak": of_peak}))
 PY
 }
 

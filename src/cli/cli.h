@@ -6,6 +6,7 @@
 int sp_cli_bench(int argc, char **argv);        /* bench.c: dispatches below */
 int sp_cli_bench_train(int argc, char **argv);  /* bench_train.c */
 int sp_cli_bench_data(int argc, char **argv);   /* bench_data.c */
+int sp_cli_bench_peak(int argc, char **argv);   /* bench_peak.c */
 int sp_cli_train(int argc, char **argv);        /* train.c */
 int sp_cli_eval(int argc, char **argv);         /* eval.c */
 int sp_cli_predict(int argc, char **argv);      /* predict.c */

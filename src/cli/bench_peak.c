@@ -1,0 +1,137 @@
+/* `spry bench peak [--threads T] [--runs N]`: what this machine can do at
+ * most, measured now, so "percent of peak" in the other benchmarks has a
+ * denominator taken on the same host in the same session rather than from a
+ * data sheet (a VM's clock and a CPU's bf16 unit differ from the sheet).
+ *
+ * - fp32: 16 independent chains of 512-bit FMA (vfmadd231ps) per thread,
+ *   2 flops per lane; 256-bit FMA where AVX-512 is absent.
+ * - bf16: 16 chains of vdpbf16ps (AVX512_BF16), 2 bf16 products + their sum
+ *   into an fp32 lane, counted as 4 flops per fp32 lane as oneDNN counts it.
+ *   Its throughput relative to fp32 FMA decides whether bf16 training can
+ *   be faster at all: convolutions are compute bound.
+ * - copy: a parallel memcpy of 2 x 256 MiB, counted as bytes read + bytes
+ *   written (STREAM's convention for Copy).
+ *
+ * The loops are inline assembly so the compiler can neither merge the chains
+ * nor drop them; target attributes let this file build without -march=native. One JSON line; a kernel the CPU lacks reports null. */
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/args.h"
+#include "cli/cli.h"
+#include "io/json.h"
+#include "spry/common.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define SPRY_PEAK_X86 1
+#define CLOBBER16 "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", \
+                  "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15"
+/* One instruction into each of 16 accumulators, sources zmm30/zmm31 (ymm14/15
+ * for AVX2, which has only 16 registers: 14 chains there). */
+#define Z16(ins)                                                                                     \
+  ins " %%zmm30,%%zmm31,%%zmm0\n\t" ins " %%zmm30,%%zmm31,%%zmm1\n\t" ins " %%zmm30,%%zmm31,%%zmm2\n\t"  \
+  ins " %%zmm30,%%zmm31,%%zmm3\n\t" ins " %%zmm30,%%zmm31,%%zmm4\n\t" ins " %%zmm30,%%zmm31,%%zmm5\n\t"  \
+  ins " %%zmm30,%%zmm31,%%zmm6\n\t" ins " %%zmm30,%%zmm31,%%zmm7\n\t" ins " %%zmm30,%%zmm31,%%zmm8\n\t"  \
+  ins " %%zmm30,%%zmm31,%%zmm9\n\t" ins " %%zmm30,%%zmm31,%%zmm10\n\t" ins " %%zmm30,%%zmm31,%%zmm11\n\t" \
+  ins " %%zmm30,%%zmm31,%%zmm12\n\t" ins " %%zmm30,%%zmm31,%%zmm13\n\t" ins " %%zmm30,%%zmm31,%%zmm14\n\t" \
+  ins " %%zmm30,%%zmm31,%%zmm15\n\t"
+#define Y14(ins)                                                                                    \
+  ins " %%ymm14,%%ymm15,%%ymm0\n\t" ins " %%ymm14,%%ymm15,%%ymm1\n\t" ins " %%ymm14,%%ymm15,%%ymm2\n\t"  \
+  ins " %%ymm14,%%ymm15,%%ymm3\n\t" ins " %%ymm14,%%ymm15,%%ymm4\n\t" ins " %%ymm14,%%ymm15,%%ymm5\n\t"  \
+  ins " %%ymm14,%%ymm15,%%ymm6\n\t" ins " %%ymm14,%%ymm15,%%ymm7\n\t" ins " %%ymm14,%%ymm15,%%ymm8\n\t"  \
+  ins " %%ymm14,%%ymm15,%%ymm9\n\t" ins " %%ymm14,%%ymm15,%%ymm10\n\t" ins " %%ymm14,%%ymm15,%%ymm11\n\t" \
+  ins " %%ymm14,%%ymm15,%%ymm12\n\t" ins " %%ymm14,%%ymm15,%%ymm13\n\t"
+
+/* Zeroed sources keep every lane finite (no denormal or inf assists). */
+__attribute__((target("avx512f"))) static void fma512(long iters) {
+  __asm__ volatile("vpxord %%zmm30,%%zmm30,%%zmm30\n\tvpxord %%zmm31,%%zmm31,%%zmm31" ::: "xmm30", "xmm31");
+  for (long k = 0; k < iters; k++) __asm__ volatile(Z16("vfmadd231ps")::: CLOBBER16);
+}
+__attribute__((target("avx512f"))) static void dpbf16_512(long iters) {
+  __asm__ volatile("vpxord %%zmm30,%%zmm30,%%zmm30\n\tvpxord %%zmm31,%%zmm31,%%zmm31" ::: "xmm30", "xmm31");
+  for (long k = 0; k < iters; k++) __asm__ volatile(Z16("vdpbf16ps")::: CLOBBER16);
+}
+__attribute__((target("avx2,fma"))) static void fma256(long iters) {
+  __asm__ volatile("vxorps %%ymm14,%%ymm14,%%ymm14\n\tvxorps %%ymm15,%%ymm15,%%ymm15" ::: "xmm14", "xmm15");
+  for (long k = 0; k < iters; k++)
+    __asm__ volatile(Y14("vfmadd231ps")::: "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8",
+                     "xmm9", "xmm10", "xmm11", "xmm12", "xmm13");
+}
+#endif
+
+/* Runs `kernel(iters)` on every thread at once; returns the median seconds. */
+static double time_parallel(void (*kernel)(long), long iters, int threads, int runs) {
+  double t[32];
+  if (runs > 32) runs = 32;
+  kernel(iters / 10); /* wake the cores and the wide units up */
+  for (int r = 0; r < runs; r++) {
+    double t0 = sp_now();
+#pragma omp parallel num_threads(threads)
+    kernel(iters);
+    t[r] = sp_now() - t0;
+  }
+  return sp_median(t, runs);
+}
+
+static double copy_gbs(int threads, int runs) {
+  const size_t n = (size_t)256 << 20, chunk = (size_t)1 << 20;
+  char *a = sp_aligned_alloc(n), *b = sp_aligned_alloc(n);
+  memset(a, 1, n), memset(b, 2, n);
+  double t[32];
+  if (runs > 32) runs = 32;
+  for (int r = 0; r < runs; r++) {
+    double t0 = sp_now();
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (size_t i = 0; i < n; i += chunk) memcpy(b + i, a + i, chunk);
+    t[r] = sp_now() - t0;
+  }
+  sp_aligned_free(a), sp_aligned_free(b);
+  return 2.0 * (double)n / sp_median(t, runs) * 1e-9;
+}
+
+int sp_cli_bench_peak(int argc, char **argv) {
+  int threads = omp_get_max_threads(), runs = 5;
+  for (int i = 1; i < argc; i++) {
+    int r;
+    if ((r = sp_arg_int(argc, argv, &i, "--threads", 1, 256, &threads)) || (r = sp_arg_int(argc, argv, &i, "--runs", 1, 32, &runs))) {
+      if (r < 0) return 2;
+      continue;
+    }
+    fprintf(stderr, "usage: spry bench peak [--threads T] [--runs N]\n");
+    return 2;
+  }
+  double fp32 = -1, bf16 = -1;
+  const char *isa = "none";
+#ifdef SPRY_PEAK_X86
+  const long iters = 20000000; /* 16 instructions each: ~0.1-0.3 s per run */
+  if (__builtin_cpu_supports("avx512f")) {
+    isa = "avx512";
+    fp32 = (double)iters * 16 * 16 * 2 * threads / time_parallel(fma512, iters, threads, runs) * 1e-9;
+    if (__builtin_cpu_supports("avx512bf16"))
+      bf16 = (double)iters * 16 * 16 * 4 * threads / time_parallel(dpbf16_512, iters, threads, runs) * 1e-9;
+  } else if (__builtin_cpu_supports("fma") && __builtin_cpu_supports("avx2")) {
+    isa = "avx2";
+    fp32 = (double)iters * 14 * 8 * 2 * threads / time_parallel(fma256, iters, threads, runs) * 1e-9;
+  }
+#endif
+  double copy = copy_gbs(threads, runs);
+  sp_json_buf b;
+  sp_json_buf_init(&b);
+  sp_json_obj_begin(&b);
+  sp_json_key(&b, "bench"), sp_json_str(&b, "peak");
+  sp_json_key(&b, "threads"), sp_json_int(&b, threads);
+  sp_json_key(&b, "isa"), sp_json_str(&b, isa);
+  sp_json_key(&b, "fp32_gflops_per_s");
+  fp32 > 0 ? sp_json_f64(&b, fp32) : sp_json_null(&b);
+  sp_json_key(&b, "bf16_gflops_per_s");
+  bf16 > 0 ? sp_json_f64(&b, bf16) : sp_json_null(&b);
+  sp_json_key(&b, "bf16_over_fp32");
+  bf16 > 0 && fp32 > 0 ? sp_json_f64(&b, bf16 / fp32) : sp_json_null(&b);
+  sp_json_key(&b, "copy_gb_per_s"), sp_json_f64(&b, copy);
+  sp_json_obj_end(&b);
+  printf("%s\n", b.s);
+  sp_json_buf_free(&b);
+  return 0;
+}

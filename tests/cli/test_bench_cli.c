@@ -1,0 +1,84 @@
+/* The `spry bench` command line: each benchmark prints one JSON object whose
+ * fields the bench/ scripts and the README tables read. Speed is never
+ * asserted here (timed tests on a shared machine are noise); only that the
+ * figures are measured, finite, positive and mutually consistent. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "io/json.h"
+#include "testkit.h"
+
+/* Runs `spry ARGS`, expects exit 0 and one JSON object on stdout. */
+static sp_json *run_json(const char *args) {
+  static char out[8192];
+  int rc = sp_test_run_cli(args, 0, out, sizeof out);
+  if (rc == -1) skip();
+  if (rc != 0) fail_msg("spry %s: exit status %d, output: %s", args, rc, out);
+  sp_json *j = sp_json_parse(out, strlen(out), sizeof out);
+  if (!j || j->type != SP_JSON_OBJECT) fail_msg("spry %s: not one JSON object: %s", args, out);
+  return j;
+}
+
+static double num(const sp_json *j, const char *key) {
+  double v;
+  if (sp_json_as_double(sp_json_get(j, key), &v) != 0) fail_msg("field %s missing or not a number", key);
+  return v;
+}
+
+static void peak_reports_this_machine(void **state) {
+  (void)state;
+  sp_json *j = run_json("bench peak --threads 1 --runs 1");
+  assert_string_equal(sp_json_as_string(sp_json_get(j, "bench")), "peak");
+  assert_int_equal((int)num(j, "threads"), 1);
+  const char *isa = sp_json_as_string(sp_json_get(j, "isa"));
+  assert_non_null(isa);
+  /* Any machine that runs the suite copies faster than 0.1 GB/s. */
+  assert_true(num(j, "copy_gb_per_s") > 0.1);
+  if (strcmp(isa, "none") != 0) {
+    /* One core of anything with AVX2 + FMA does well over 1 GFLOP/s. */
+    double fp32 = num(j, "fp32_gflops_per_s");
+    assert_true(fp32 > 1 && isfinite(fp32));
+    const sp_json *bf = sp_json_get(j, "bf16_gflops_per_s");
+    if (bf && bf->type != SP_JSON_NULL) {
+      double ratio = num(j, "bf16_over_fp32");
+      assert_true(fabs(ratio - num(j, "bf16_gflops_per_s") / fp32) < 1e-6 * ratio);
+    }
+  } else {
+    assert_int_equal(sp_json_get(j, "fp32_gflops_per_s")->type, SP_JSON_NULL);
+  }
+  sp_json_free(j);
+}
+
+static void tshift_bench_checks_its_output(void **state) {
+  (void)state;
+  sp_json *j = run_json("bench op tshift --shape 4,16,8,8 --segments 2 --ratio 0.25 --runs 2 --threads 1");
+  assert_string_equal(sp_json_as_string(sp_json_get(j, "bench")), "op_tshift");
+  /* The fused kernel and the composed version computed the same tensor. */
+  assert_true(sp_json_get(j, "same_output")->type == SP_JSON_BOOL && sp_json_get(j, "same_output")->u.boolean);
+  double fused = num(j, "fwdbwd_ms"), composed = num(j, "composed_fwdbwd_ms");
+  assert_true(fused > 0 && composed > 0);
+  assert_true(fabs(num(j, "speedup_vs_composed") - composed / fused) < 1e-6 * composed / fused);
+  sp_json_free(j);
+}
+
+static void bad_options_are_refused(void **state) {
+  (void)state;
+  char out[4096];
+  int rc = sp_test_run_cli("bench peak --threads 0", 1, out, sizeof out);
+  if (rc == -1) skip();
+  assert_int_not_equal(rc, 0);
+  assert_non_null(strstr(out, "--threads"));
+  rc = sp_test_run_cli("bench nosuch", 1, out, sizeof out);
+  assert_int_not_equal(rc, 0);
+  assert_non_null(strstr(out, "unknown benchmark 'nosuch'"));
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(peak_reports_this_machine),
+      cmocka_unit_test(tshift_bench_checks_its_output),
+      cmocka_unit_test(bad_options_are_refused),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
