@@ -68,6 +68,7 @@ typedef struct {
     int sync_bn;       /* batch norm with statistics of the global batch (0: per rank) */
     double timeout_s;  /* a rank waiting longer than this for the others ends the job (300) */
     double bucket_mb;  /* gradient all-reduce bucket size (4) */
+    char compress[8];  /* none | bf16: gradients travel as bfloat16 (none) */
   } dist;
 } sp_train_config;
 

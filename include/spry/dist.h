@@ -72,6 +72,12 @@ typedef struct sp_grad_reducer sp_grad_reducer;
  * reducer per plan. */
 sp_grad_reducer *sp_grad_reducer_new(sp_graph *g, sp_plan *p, size_t bucket_bytes);
 void sp_grad_reducer_free(sp_grad_reducer *r);
+/* Gradients travel as bfloat16 (on = 1) or fp32 (0, the default): half the
+ * bytes, the mean gradient rounded to bf16 (8 significant bits); parameters
+ * stay fp32 and equal on every rank. Between steps only. */
+int sp_grad_reducer_set_bf16(sp_grad_reducer *r, int on);
+/* The packing it uses: round to nearest even, NaN kept (tests). */
+void sp_grad_reducer_pack_bf16(const float *x, uint16_t *h, int64_t n);
 /* Before backward: starts the step. extra[0..n_extra) (n_extra <= 8: e.g. the
  * loss and a stop vote) are summed over ranks alongside the gradients. */
 int sp_grad_reducer_begin(sp_grad_reducer *r, const double *extra, int n_extra);

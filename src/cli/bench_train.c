@@ -22,6 +22,7 @@ typedef struct {
   int segments; /* video models: frames per clip (the batch counts clips) */
   int sync_bn;      /* under mpirun: synchronised batch norm */
   double bucket_mb; /* under mpirun: gradient bucket size */
+  const char *compress; /* under mpirun: none | bf16 gradients on the wire */
 } bench_opts;
 
 /* Data-parallel figures of the train bench (a world of 1 without mpirun). */
@@ -35,14 +36,15 @@ static void usage(FILE *f) {
           "usage: spry bench train [--model M] [--backend ref|cpu] [--batch B] [--threads T]\n"
           "                        [--dtype f32|bf16] [--size S|HxW] [--steps N] [--warmup W]\n"
           "                        [--keypoints K] [--channels C] [--segments S] [--infer] [--profile]\n"
-          "                        [--sync-bn] [--bucket-mb MB]      (under mpirun: --batch is per rank)\n"
+          "                        [--sync-bn] [--bucket-mb MB] [--compress none|bf16]\n"
+          "                        (under mpirun: --batch is per rank)\n"
           "models: %s\n",
           sp_model_names());
 }
 
 static int parse(int argc, char **argv, bench_opts *o) {
   *o = (bench_opts){"vgg-face", "ref", "f32", SP_BACKEND_REF, 64, omp_get_max_threads(), 10, 1, 224, 224, 68, -1, 0, 0,
-                    8, 0, 4.0};
+                    8, 0, 4.0, "none"};
   for (int i = 1; i < argc; i++) {
     const char *size = NULL;
     int r = 0;
@@ -53,6 +55,7 @@ static int parse(int argc, char **argv, bench_opts *o) {
     if ((r = sp_arg_str(argc, argv, &i, "--model", &o->model)) ||
         (r = sp_arg_str(argc, argv, &i, "--backend", &o->backend_name)) ||
         (r = sp_arg_str(argc, argv, &i, "--dtype", &o->dtype)) ||
+        (r = sp_arg_str(argc, argv, &i, "--compress", &o->compress)) ||
         (r = sp_arg_int(argc, argv, &i, "--batch", 1, 1 << 16, &o->batch)) ||
         (r = sp_arg_int(argc, argv, &i, "--threads", 1, 1024, &o->threads)) ||
         (r = sp_arg_int(argc, argv, &i, "--steps", 1, 1 << 20, &o->steps)) ||
@@ -89,6 +92,10 @@ static int parse(int argc, char **argv, bench_opts *o) {
   }
   if (sp_backend_parse(o->backend_name, &o->backend) != 0) {
     fprintf(stderr, "spry bench train: %s\n", sp_last_error());
+    return -1;
+  }
+  if (strcmp(o->compress, "none") && strcmp(o->compress, "bf16")) {
+    fprintf(stderr, "spry bench train: --compress must be none or bf16, got '%s'\n", o->compress);
     return -1;
   }
   if (strcmp(o->dtype, "f32") && strcmp(o->dtype, "bf16")) {
@@ -142,6 +149,7 @@ static void print_line(const bench_opts *o, const char *bench, int batch, double
     sp_json_key(&b, "allreduce_buckets"), sp_json_int(&b, dist_stats.buckets);
     sp_json_key(&b, "buckets_launched_in_backward"), sp_json_int(&b, dist_stats.overlapped);
     if (ranks > 1) sp_json_key(&b, "sync_bn"), sp_json_bool(&b, o->sync_bn);
+    if (ranks > 1) sp_json_key(&b, "compress"), sp_json_str(&b, o->compress);
   }
   sp_json_obj_end(&b);
   printf("%s\n", b.s);
@@ -239,6 +247,7 @@ static int run_train(const bench_opts *o) {
   fill_target(o, sp_plan_input(p, "target"));
   sp_dist_bcast_params(g);
   sp_grad_reducer *red = world > 1 ? sp_grad_reducer_new(g, p, (size_t)(o->bucket_mb * (1 << 20))) : NULL;
+  if (red) sp_grad_reducer_set_bf16(red, !strcmp(o->compress, "bf16"));
   int n;
   sp_opt_param *params = sp_train_opt_params(g, &n);
   sp_opt_config cfg = sp_opt_config_default(SP_OPT_ADAMW);

@@ -13,7 +13,14 @@
  * order on every rank, and this way that holds whatever order the hook
  * reports gradients in. Each bucket is launched once per step; finish()
  * launches any bucket whose gradients were never reported (parameters no
- * backward touched), waits for all, and writes sum / world back. */
+ * backward touched), waits for all, and writes sum / world back.
+ *
+ * With bf16 on the wire (sp_grad_reducer_set_bf16) each bucket is packed to
+ * bfloat16 (round to nearest even) and summed by a user op that adds in fp32
+ * and rounds once per addition: half the bytes to move and to copy through
+ * shared memory, at bf16 precision for the mean gradient (what PyTorch DDP's
+ * bf16 compression hook does). Every rank unpacks the same reduced buffer, so
+ * the ranks' parameters stay bitwise equal. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +34,7 @@ typedef struct {
   int pending;      /* gradients not final yet this step */
   int launched, launches;
   float *buf;
+  uint16_t *half;   /* bf16 wire buffer (bf16 mode only) */
 #ifdef SPRY_HAVE_MPI
   MPI_Request req;
 #endif
@@ -44,8 +52,10 @@ struct sp_grad_reducer {
   int64_t step;
   double extra[8];
   int n_extra;
+  int bf16;        /* gradients travel as bfloat16 */
 #ifdef SPRY_HAVE_MPI
   MPI_Request extra_req;
+  MPI_Op bf16_sum;
 #endif
 };
 
@@ -113,6 +123,7 @@ sp_grad_reducer *sp_grad_reducer_new(sp_graph *g, sp_plan *p, size_t bucket_byte
   }
 #ifdef SPRY_HAVE_MPI
   r->extra_req = MPI_REQUEST_NULL;
+  r->bf16_sum = MPI_OP_NULL;
 #endif
   if (p) sp_plan_set_grad_hook(p, hook, r);
   return r;
@@ -121,7 +132,12 @@ sp_grad_reducer *sp_grad_reducer_new(sp_graph *g, sp_plan *p, size_t bucket_byte
 void sp_grad_reducer_free(sp_grad_reducer *r) {
   if (!r) return;
   if (r->p) sp_plan_set_grad_hook(r->p, NULL, NULL);
-  for (int k = 0; k < r->n_buckets; k++) free(r->b[k].buf);
+#ifdef SPRY_HAVE_MPI
+  int finalized = 1;
+  MPI_Finalized(&finalized);
+  if (r->bf16_sum != MPI_OP_NULL && !finalized) MPI_Op_free(&r->bf16_sum);
+#endif
+  for (int k = 0; k < r->n_buckets; k++) free(r->b[k].buf), sp_aligned_free(r->b[k].half);
   free(r->b);
   free(r->order);
   free(r->is_ready);
@@ -138,8 +154,54 @@ int sp_grad_reducer_launched_early(const sp_grad_reducer *r) { return r->early; 
 
 size_t sp_grad_reducer_bytes(const sp_grad_reducer *r) {
   size_t s = 0;
-  for (int k = 0; k < r->n_buckets; k++) s += sizeof(float) * (size_t)r->b[k].numel;
+  for (int k = 0; k < r->n_buckets; k++) s += (r->bf16 ? 2 : sizeof(float)) * (size_t)r->b[k].numel;
   return s;
+}
+
+/* bfloat16, round to nearest even; a NaN stays a (quiet) NaN. Branch-free so
+ * the pack loops vectorise. */
+static inline uint16_t to_bf16(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  uint32_t is_nan = (u & 0x7fffffffu) > 0x7f800000u;
+  return (uint16_t)(is_nan ? (u >> 16) | 0x40u : rounded);
+}
+static inline float from_bf16(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+void sp_grad_reducer_pack_bf16(const float *x, uint16_t *h, int64_t n) {
+  for (int64_t i = 0; i < n; i++) h[i] = to_bf16(x[i]);
+}
+
+#ifdef SPRY_HAVE_MPI
+/* MPI user op on MPI_UINT16_T holding bf16: inout = bf16(in + inout). */
+static void bf16_sum_op(void *in, void *inout, int *len, MPI_Datatype *type) {
+  (void)type;
+  const uint16_t *a = in;
+  uint16_t *b = inout;
+  for (int i = 0; i < *len; i++) b[i] = to_bf16(from_bf16(a[i]) + from_bf16(b[i]));
+}
+#endif
+
+int sp_grad_reducer_set_bf16(sp_grad_reducer *r, int on) {
+  if (r->in_step) return sp_error_set("grad reducer: the wire type changes between steps only");
+  on = !!on;
+  if (on == r->bf16) return 0;
+  r->bf16 = on;
+  for (int k = 0; k < r->n_buckets; k++) {
+    sp_aligned_free(r->b[k].half);
+    r->b[k].half = on ? sp_aligned_alloc(2 * (size_t)(r->b[k].numel ? r->b[k].numel : 1)) : NULL;
+  }
+#ifdef SPRY_HAVE_MPI
+  if (on && r->bf16_sum == MPI_OP_NULL && sp_dist_world() > 1)
+    sp_dist_check(MPI_Op_create(bf16_sum_op, 1, &r->bf16_sum), "MPI_Op_create", "bf16 gradient sum");
+#endif
+  return 0;
 }
 
 static void launch(sp_grad_reducer *r, int k) {
@@ -148,6 +210,18 @@ static void launch(sp_grad_reducer *r, int k) {
   bk->launches++;
 #ifdef SPRY_HAVE_MPI
   if (sp_dist_world() < 2) return;
+  if (r->bf16) {
+    uint16_t *at = bk->half;
+    for (int i = bk->first; i < bk->first + bk->count; i++) {
+      sp_tensor *gr = sp_graph_param_grad(r->g, r->order[i]);
+      sp_grad_reducer_pack_bf16(gr->data, at, sp_tensor_numel(gr));
+      at += sp_tensor_numel(gr);
+    }
+    sp_dist_check(MPI_Iallreduce(MPI_IN_PLACE, bk->half, (int)bk->numel, MPI_UINT16_T, r->bf16_sum,
+                                 sp_dist_comm_grad(), &bk->req),
+                  "MPI_Iallreduce", "gradient bucket (bf16)");
+    return;
+  }
   float *data = bk->buf;
   if (!data) {
     /* One gradient: reduced where it lies; it is final, nothing writes it
@@ -247,12 +321,18 @@ int sp_grad_reducer_finish_each(sp_grad_reducer *r, double *extra_out, sp_bucket
       snprintf(what, sizeof what, "gradient all-reduce (step %lld, bucket %d of %d)", (long long)r->step, k + 1,
                r->n_buckets);
       sp_dist_wait(&bk->req, what, sp_dist_timeout());
+      const uint16_t *h = bk->half;
       const float *at = bk->buf;
       for (int i = bk->first; i < bk->first + bk->count; i++) {
         sp_tensor *gr = sp_graph_param_grad(r->g, r->order[i]);
         float *d = gr->data;
         if (!at) at = d; /* reduced in place */
         int64_t m = sp_tensor_numel(gr);
+        if (h) {
+          for (int64_t j = 0; j < m; j++) d[j] = from_bf16(h[j]) / (float)world;
+          h += m;
+          continue;
+        }
         for (int64_t j = 0; j < m; j++) d[j] = at[j] / (float)world; /* sum, then divide, as the single-process mean */
         at += m;
       }

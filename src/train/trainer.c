@@ -181,6 +181,7 @@ static int setup(run *r, const sp_train_config *cfg, const char *config_text) {
   if (!r->opt) return -1;
   if (r->world > 1) {
     r->reducer = sp_grad_reducer_new(r->g, r->train_plan, (size_t)(cfg->dist.bucket_mb * (1 << 20)));
+    if (sp_grad_reducer_set_bf16(r->reducer, !strcmp(cfg->dist.compress, "bf16"))) return -1;
     r->slot_of = sp_dist_param_slots(r->g);
   }
 
@@ -210,9 +211,9 @@ static int setup(run *r, const sp_train_config *cfg, const char *config_text) {
   if (!r->val_loader) return -1;
   if (r->rank > 0) return 0;
   if (r->world > 1)
-    fprintf(stderr, "spry: data parallel over %d ranks, %d images each per step, %s batch norm, %d gradient buckets (%.1f MB)\n",
+    fprintf(stderr, "spry: data parallel over %d ranks, %d images each per step, %s batch norm, %d gradient buckets (%.1f MB, %s)\n",
             r->world, r->local_batch, cfg->dist.sync_bn ? "synchronised" : "per-rank", sp_grad_reducer_buckets(r->reducer),
-            sp_grad_reducer_bytes(r->reducer) / 1e6);
+            sp_grad_reducer_bytes(r->reducer) / 1e6, strcmp(cfg->dist.compress, "bf16") ? "fp32" : "bf16");
   fprintf(stderr, "spry: %s, %d keypoints, %d train / %d val images, %lld parameters, %s backend, plan %.1f MB (%.1f MB naive)\n",
           cfg->model, r->data.k, r->data.train_cache->n, r->data.val_cache->n,
           (long long)sp_graph_param_numel(r->g, 1), cfg->backend, sp_plan_arena_bytes(r->train_plan) / 1e6,

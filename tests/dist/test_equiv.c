@@ -12,8 +12,9 @@
 enum { GLOBAL_BATCH = 8, STEPS = 5 };
 
 /* overlap: the optimizer updates each bucket as soon as it is reduced
- * (sp_dist_step) instead of after the whole exchange. */
-static float *train_with(int dist, int sync_bn, sp_backend be, int overlap, int64_t *n) {
+ * (sp_dist_step) instead of after the whole exchange. bf16: gradients travel
+ * as bfloat16. */
+static float *train_with(int dist, int sync_bn, sp_backend be, int overlap, int bf16, int64_t *n) {
   const int world = dist ? sp_dist_world() : 1, rank = dist ? sp_dist_rank() : 0;
   const int b = GLOBAL_BATCH / world;
   sp_graph *g = dt_build();
@@ -22,6 +23,7 @@ static float *train_with(int dist, int sync_bn, sp_backend be, int overlap, int6
   sp_plan *p = dt_plan(g, b, be);
   /* Small buckets: several per step, launched at different points of backward. */
   sp_grad_reducer *red = dist ? sp_grad_reducer_new(g, p, 256) : NULL;
+  if (red) assert_int_equal(sp_grad_reducer_set_bf16(red, bf16), 0);
   int np;
   sp_opt_param *params = sp_train_opt_params(g, &np);
   sp_opt_config oc = sp_opt_config_default(SP_OPT_SGD);
@@ -56,14 +58,16 @@ static float *train_with(int dist, int sync_bn, sp_backend be, int overlap, int6
   return snap;
 }
 
-static float *train(int dist, int sync_bn, sp_backend be, int64_t *n) { return train_with(dist, sync_bn, be, 0, n); }
+static float *train(int dist, int sync_bn, sp_backend be, int64_t *n) {
+  return train_with(dist, sync_bn, be, 0, 0, n);
+}
 
 /* Updating each bucket as soon as it is reduced (small buckets here: several
  * per step) gives bitwise the parameters of updating after the exchange. */
 static void overlapped_step_is_bitwise(void **state) {
   (void)state;
   int64_t n, m;
-  float *after = train_with(1, 1, SP_BACKEND_REF, 0, &n), *overlapped = train_with(1, 1, SP_BACKEND_REF, 1, &m);
+  float *after = train_with(1, 1, SP_BACKEND_REF, 0, 0, &n), *overlapped = train_with(1, 1, SP_BACKEND_REF, 1, 0, &m);
   assert_int_equal(n, m);
   assert_memory_equal(after, overlapped, sizeof(float) * (size_t)n);
   free(after);
@@ -111,6 +115,56 @@ static void sync_bn_on_cpu_backend(void **state) {
 #endif
 }
 
+/* Gradients on the wire as bfloat16: the 5 steps move the parameters as the
+ * fp32 exchange does, to bf16 precision (8 significant bits: each step's mean
+ * gradient is off by at most ~2^-8 relative), and every rank holds bitwise
+ * the same parameters (all unpack the same reduced buffer). */
+static void bf16_wire_is_close_and_the_same_on_every_rank(void **state) {
+  (void)state;
+  int64_t n, m, k;
+  sp_graph *g0 = dt_build();
+  float *init = dt_snapshot(g0, &k);
+  sp_graph_free(g0);
+  float *exact = train_with(1, 1, SP_BACKEND_REF, 1, 0, &n), *half = train_with(1, 1, SP_BACKEND_REF, 1, 1, &m);
+  assert_int_equal(n, m);
+  assert_int_equal(n, k);
+  double moved = 0, off = 0;
+  for (int64_t i = 0; i < n; i++) {
+    moved = fmax(moved, fabs((double)exact[i] - init[i]));
+    off = fmax(off, fabs((double)half[i] - exact[i]));
+  }
+  assert_true(moved > 1e-3); /* training did move the parameters */
+  if (off > 0.01 * moved) print_error("rank %d: bf16 wire off by %g, parameters moved %g\n", sp_dist_rank(), off, moved);
+  assert_true(off <= 0.01 * moved);
+  if (sp_dist_world() > 1) {
+    assert_true(off > 0); /* the gradients really were rounded */
+    float *from0 = malloc(sizeof(float) * (size_t)n);
+    memcpy(from0, half, sizeof(float) * (size_t)n);
+    assert_int_equal(sp_dist_bcast(from0, sizeof(float) * (size_t)n, "rank 0's parameters"), 0);
+    double differs = memcmp(from0, half, sizeof(float) * (size_t)n) != 0;
+    assert_int_equal(sp_dist_sum_f64(&differs, 1, "parameter mismatch votes"), 0);
+    assert_true(differs == 0);
+    free(from0);
+  }
+  free(init);
+  free(exact);
+  free(half);
+}
+
+/* The packing: round to nearest even, exact values kept, NaN stays NaN,
+ * overflow to infinity (the sum op and pack share it). */
+static void bf16_pack_rounds_to_nearest_even(void **state) {
+  (void)state;
+  const float x[] = {1.0f, -2.5f, 1.00390625f /* 1 + 2^-8: a tie, down to 1 */, 1.01171875f /* 1 + 3*2^-8: tie, up */,
+                     1.0f + 0x1p-8f + 0x1p-20f /* above the tie: up */, 3.4e38f, INFINITY, -0.0f, NAN};
+  const uint16_t want[] = {0x3f80, 0xc020, 0x3f80, 0x3f82, 0x3f81, 0x7f80, 0x7f80, 0x8000};
+  uint16_t h[9];
+  sp_grad_reducer_pack_bf16(x, h, 9);
+  for (int i = 0; i < 8; i++)
+    if (h[i] != want[i]) fail_msg("pack(%a) = 0x%04x, want 0x%04x", (double)x[i], h[i], want[i]);
+  assert_true((h[8] & 0x7f80) == 0x7f80 && (h[8] & 0x7f) != 0); /* NaN */
+}
+
 int main(void) {
   assert_int_equal(sp_dist_init(), 0);
   const struct CMUnitTest tests[] = {
@@ -118,6 +172,8 @@ int main(void) {
       cmocka_unit_test(overlapped_step_is_bitwise),
       cmocka_unit_test(local_bn_differs),
       cmocka_unit_test(sync_bn_on_cpu_backend),
+      cmocka_unit_test(bf16_wire_is_close_and_the_same_on_every_rank),
+      cmocka_unit_test(bf16_pack_rounds_to_nearest_even),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

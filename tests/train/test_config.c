@@ -33,6 +33,7 @@ static void seed_recipe_is_read(void **state) {
   assert_int_equal(sp_train_config_load(path, 0, NULL, &c, NULL), 0);
   assert_string_equal(c.model, "resunet50");
   assert_int_equal(c.data.channels, 3);
+  assert_string_equal(c.dist.compress, "none"); /* exact fp32 gradients unless asked */
   assert_int_equal(c.data.n_keypoints, 2);
   assert_int_equal(c.data.keypoints[1], 31);
   assert_true(c.augment.scale_max > 1.333f && c.augment.scale_max < 1.334f);
@@ -58,9 +59,10 @@ static void seed_recipe_is_read(void **state) {
 static void warmup_fraction_and_overrides(void **state) {
   (void)state;
   const char *path = write_config("imm.yaml", "epochs: 300\noptimizer:\n  lr: 0.001\n");
-  char *sets[] = {"batch=16", "optimizer.type=sgd", "augment.scale=[0.9, 1.1]", "out=runs/x"};
+  char *sets[] = {"batch=16", "optimizer.type=sgd", "augment.scale=[0.9, 1.1]", "out=runs/x", "dist.compress=bf16"};
   sp_train_config c;
-  assert_int_equal(sp_train_config_load(path, 4, sets, &c, NULL), 0);
+  assert_int_equal(sp_train_config_load(path, 5, sets, &c, NULL), 0);
+  assert_string_equal(c.dist.compress, "bf16");
   assert_true(c.schedule.warmup_epochs == 3.0); /* 1/100 of 300 epochs by default */
   assert_int_equal(c.batch, 16);
   assert_int_equal(c.optimizer.kind, SP_OPT_SGD);
@@ -102,6 +104,7 @@ static void mistakes_name_key_and_line(void **state) {
   expect_error("data:\n  flip_table: [0, 1, x]\n", 0, NULL, "data.flip_table", "x");
   expect_error("batch: 2.5\n", 0, NULL, "batch", "integer");
   expect_error("optimizer:\n  type: rmsprop\n", 0, NULL, "optimizer.type", "adamw");
+  expect_error("dist:\n  compress: fp8\n", 0, NULL, "dist.compress", "bf16");
   expect_error("augment:\n  flip: 1.5\n", 0, NULL, "augment.flip", "[0, 1]");
   expect_error("loss: [1, 2]\n", 0, NULL, "loss", NULL);
   expect_error("epochs: 10\nepochs: 20\n", 0, NULL, "twice", "bad.yaml:2:");
