@@ -178,6 +178,19 @@ void sp_grad_reducer_pack_bf16(const float *x, uint16_t *h, int64_t n) {
   for (int64_t i = 0; i < n; i++) h[i] = to_bf16(x[i]);
 }
 
+/* Sum, then divide, as the single-process mean does. Separate loops with
+ * restrict so they vectorise (a scalar divide over vgg-face's 1.6 M
+ * gradients cost ~2 ms of a 20 ms step). */
+static void mean_in_place(float *d, int64_t m, float world) {
+  for (int64_t j = 0; j < m; j++) d[j] /= world;
+}
+static void mean_of_packed(float *restrict d, const float *restrict sum, int64_t m, float world) {
+  for (int64_t j = 0; j < m; j++) d[j] = sum[j] / world;
+}
+static void mean_of_bf16(float *restrict d, const uint16_t *restrict sum, int64_t m, float world) {
+  for (int64_t j = 0; j < m; j++) d[j] = from_bf16(sum[j]) / world;
+}
+
 #ifdef SPRY_HAVE_MPI
 /* MPI user op on MPI_UINT16_T holding bf16: inout = bf16(in + inout). */
 static void bf16_sum_op(void *in, void *inout, int *len, MPI_Datatype *type) {
@@ -329,11 +342,14 @@ int sp_grad_reducer_finish_each(sp_grad_reducer *r, double *extra_out, sp_bucket
         if (!at) at = d; /* reduced in place */
         int64_t m = sp_tensor_numel(gr);
         if (h) {
-          for (int64_t j = 0; j < m; j++) d[j] = from_bf16(h[j]) / (float)world;
+          mean_of_bf16(d, h, m, (float)world);
           h += m;
           continue;
         }
-        for (int64_t j = 0; j < m; j++) d[j] = at[j] / (float)world; /* sum, then divide, as the single-process mean */
+        if (at == d)
+          mean_in_place(d, m, (float)world);
+        else
+          mean_of_packed(d, at, m, (float)world);
         at += m;
       }
     }
