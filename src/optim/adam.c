@@ -25,18 +25,15 @@ void sp_adam_update(float *w, const float *g, float *m, float *v, int64_t n, con
   const float neg_step = (float)(-(lr / bc1));
   const float bc2_sqrt = (float)sqrt(bc2);
   const int decoupled = cfg->kind == SP_OPT_ADAMW;
-  /* AdamW shrinks the weights before the Adam step; Adam folds wd into g. */
-  const float shrink = (float)(1.0 - lr * wd_d);
+  /* AdamW shrinks the weights before the Adam step; Adam folds wd into g.
+   * Both as loop-invariant selects (a shrink of exactly 1 changes no bit), so
+   * the loop has no branches and vectorises. */
   const int has_wd = wd != 0.0f;
+  const float shrink = decoupled && has_wd ? (float)(1.0 - lr * wd_d) : 1.0f;
+  const int coupled = !decoupled && has_wd;
 #pragma omp parallel for schedule(static) if (n >= SP_OPT_PAR_MIN)
   for (int64_t i = 0; i < n; i++) {
-    float wi = w[i], gi = g[i];
-    if (has_wd) {
-      if (decoupled)
-        wi = wi * shrink;
-      else
-        gi = fmaf(wi, wd, gi);
-    }
+    float wi = w[i] * shrink, gi = coupled ? fmaf(w[i], wd, g[i]) : g[i];
     float mi = fmaf(gi, a1, m[i] * b1);
     float vi = v[i] * b2 + (a2 * gi) * gi;
     float denom = sqrtf(vi) / bc2_sqrt + eps;
