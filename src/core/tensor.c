@@ -1,6 +1,8 @@
 /* Shapes, dtypes and bf16 conversion. */
 #include "spry/tensor.h"
 
+#include "core/bf16.h"
+
 #include <stdio.h>
 #include <string.h>
 
@@ -93,17 +95,6 @@ void sp_tensor_free(sp_tensor *t) {
   t->data = NULL;
 }
 
-uint16_t sp_f32_to_bf16(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu)) return (uint16_t)((u >> 16) | 0x40);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return (uint16_t)(u >> 16);
-}
+uint16_t sp_f32_to_bf16(float f) { return sp_bf16_round(f); }
 
-float sp_bf16_to_f32(uint16_t b) {
-  uint32_t u = (uint32_t)b << 16;
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
+float sp_bf16_to_f32(uint16_t b) { return sp_bf16_widen(b); }

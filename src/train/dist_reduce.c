@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/bf16.h"
 #include "spry/common.h"
 #include "train/dist_internal.h"
 
@@ -158,24 +159,8 @@ size_t sp_grad_reducer_bytes(const sp_grad_reducer *r) {
   return s;
 }
 
-/* bfloat16, round to nearest even; a NaN stays a (quiet) NaN. Branch-free so
- * the pack loops vectorise. */
-static inline uint16_t to_bf16(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-  uint32_t is_nan = (u & 0x7fffffffu) > 0x7f800000u;
-  return (uint16_t)(is_nan ? (u >> 16) | 0x40u : rounded);
-}
-static inline float from_bf16(uint16_t h) {
-  uint32_t u = (uint32_t)h << 16;
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-
 void sp_grad_reducer_pack_bf16(const float *x, uint16_t *h, int64_t n) {
-  for (int64_t i = 0; i < n; i++) h[i] = to_bf16(x[i]);
+  for (int64_t i = 0; i < n; i++) h[i] = sp_bf16_round(x[i]);
 }
 
 /* Sum, then divide, as the single-process mean does. Separate loops with
@@ -188,7 +173,7 @@ static void mean_of_packed(float *restrict d, const float *restrict sum, int64_t
   for (int64_t j = 0; j < m; j++) d[j] = sum[j] / world;
 }
 static void mean_of_bf16(float *restrict d, const uint16_t *restrict sum, int64_t m, float world) {
-  for (int64_t j = 0; j < m; j++) d[j] = from_bf16(sum[j]) / world;
+  for (int64_t j = 0; j < m; j++) d[j] = sp_bf16_widen(sum[j]) / world;
 }
 
 #ifdef SPRY_HAVE_MPI
@@ -197,7 +182,7 @@ static void bf16_sum_op(void *in, void *inout, int *len, MPI_Datatype *type) {
   (void)type;
   const uint16_t *a = in;
   uint16_t *b = inout;
-  for (int i = 0; i < *len; i++) b[i] = to_bf16(from_bf16(a[i]) + from_bf16(b[i]));
+  for (int i = 0; i < *len; i++) b[i] = sp_bf16_round(sp_bf16_widen(a[i]) + sp_bf16_widen(b[i]));
 }
 #endif
 

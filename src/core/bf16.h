@@ -1,0 +1,26 @@
+/* bfloat16 <-> float, inline and branch-free so loops over whole buffers
+ * vectorise (the gradient exchange packs every bucket every step). The
+ * public sp_f32_to_bf16 / sp_bf16_to_f32 (spry/tensor.h) are these. */
+#ifndef SPRY_CORE_BF16_H
+#define SPRY_CORE_BF16_H
+
+#include <stdint.h>
+#include <string.h>
+
+/* Round to nearest even; a NaN stays a (quiet) NaN; overflow gives inf. */
+static inline uint16_t sp_bf16_round(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  uint32_t is_nan = (u & 0x7fffffffu) > 0x7f800000u;
+  return (uint16_t)(is_nan ? (u >> 16) | 0x40u : rounded);
+}
+
+static inline float sp_bf16_widen(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+#endif
