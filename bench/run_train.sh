@@ -7,7 +7,12 @@
 # ratio line gives spry's GFLOP/s as a fraction of the peak of its dtype.
 #
 #   bench/run_train.sh [threads] [steps]        (MODELS="vgg-face resnet50" to choose,
-#                                               PARTS="infer" for inference only, DTYPES="f32")
+#                                               PARTS="infer" for inference only, DTYPES="f32",
+#                                               REPS=3: pairs per figure, interleaved)
+#
+# Each figure is REPS spry/PyTorch pairs run back to back; after them one
+# "ratio_median" line gives the median of the pairs' ratios (on a shared
+# machine a single pair can be off by 30% either way).
 set -u
 cd "$(dirname "$0")/.."
 T=${1:-2}
@@ -17,6 +22,7 @@ PY=${PY:-/usr/bin/python3}
 MODELS=${MODELS:-"vgg-face resnet50 resunet18 resunet50"}
 PARTS=${PARTS:-"train infer"}
 DTYPES=${DTYPES:-"f32 bf16"}
+REPS=${REPS:-3}
 export MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=1000000000000 OMP_NUM_THREADS=$T
 
 # This machine's limits, measured now: the denominator of "percent of peak".
@@ -36,6 +42,23 @@ print(json.dumps({"bench": "ratio", "what": sys.argv[3], "spry_images_per_s": ro
 PY
 }
 
+ratios=()
+median_line() { # label, then the ratios of its pairs
+  $PY - "$@" <<'PY'
+import json, statistics, sys
+r = [float(x) for x in sys.argv[2:]]
+print(json.dumps({"bench": "ratio_median", "what": sys.argv[1], "pairs": len(r), "ratios": r,
+                  "spry_over_torch": round(statistics.median(r), 3)}))
+PY
+}
+pair() { # spry_json torch_json label: prints both, the ratio line, keeps the ratio
+  echo "$1"; echo "$2"
+  local line
+  line=$(ratio "$1" "$2" "$3")
+  echo "$line"
+  ratios+=("$($PY -c 'import json,sys; print(json.loads(sys.argv[1])["spry_over_torch"])' "$line")")
+}
+
 batch_of() { case $1 in vgg-face) echo 64 ;; *) echo 16 ;; esac; }
 
 for m in $MODELS; do
@@ -46,16 +69,22 @@ for m in $MODELS; do
   b=$(batch_of "$m")
   for dt in $DTYPES; do
     [[ " $PARTS " == *" train "* ]] || break
-    s=$($SPRY bench train --model "$m" --backend cpu --batch "$b" --threads "$T" --dtype $dt --steps "$STEPS" --warmup 2 | tail -1)
-    p=$($PY bench/peers/torch_train.py --model "$m" --batch "$b" --threads "$T" --dtype $dt --steps "$STEPS" --warmup 2 | tail -1)
-    echo "$s"; echo "$p"
-    ratio "$s" "$p" "$m train $dt b$b"
+    ratios=()
+    for _ in $(seq "$REPS"); do
+      s=$($SPRY bench train --model "$m" --backend cpu --batch "$b" --threads "$T" --dtype $dt --steps "$STEPS" --warmup 2 | tail -1)
+      p=$($PY bench/peers/torch_train.py --model "$m" --batch "$b" --threads "$T" --dtype $dt --steps "$STEPS" --warmup 2 | tail -1)
+      pair "$s" "$p" "$m train $dt b$b"
+    done
+    median_line "$m train $dt b$b" "${ratios[@]}"
   done
   [[ " $PARTS " == *" infer "* ]] || continue
   case $m in vgg-face|resunet50)
-    s=$($SPRY bench train --model "$m" --backend cpu --threads "$T" --infer --steps "$STEPS" --warmup 2 | head -1)
-    p=$($PY bench/peers/torch_train.py --model "$m" --threads "$T" --infer --steps "$STEPS" --warmup 2 --layout nchw | tail -1)
-    echo "$s"; echo "$p"
-    ratio "$s" "$p" "$m infer f32 b1 (torch eager)"
+    ratios=()
+    for _ in $(seq "$REPS"); do
+      s=$($SPRY bench train --model "$m" --backend cpu --threads "$T" --infer --steps "$STEPS" --warmup 2 | head -1)
+      p=$($PY bench/peers/torch_train.py --model "$m" --threads "$T" --infer --steps "$STEPS" --warmup 2 --layout nchw | tail -1)
+      pair "$s" "$p" "$m infer f32 b1 (torch eager)"
+    done
+    median_line "$m infer f32 b1 (torch eager)" "${ratios[@]}"
   esac
 done
