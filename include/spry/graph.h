@@ -143,6 +143,12 @@ enum {
    * sp_plan_params_changed after writing the parameters. Not for training
    * plans. */
   SP_PLAN_FROZEN = 1u << 3,
+  /* The caller reads only the losses (a training loop): graph outputs that
+   * are not losses become inner values, so a fast backend keeps them in its
+   * own layout and their memory is reused; sp_plan_output returns NULL for
+   * them. (ResUNet's heatmaps output otherwise forces its head conv into
+   * plain NCHW and keeps an N*K*H*W buffer alive.) */
+  SP_PLAN_LOSS_ONLY = 1u << 4,
 };
 
 /* Shape inference (errors name the node, its op and the shapes), memory plan,

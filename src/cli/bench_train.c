@@ -237,7 +237,7 @@ static int run_train(const bench_opts *o) {
   if (world > 1 && o->sync_bn) sp_dist_enable_sync_bn(g);
   sp_input_shape in[2] = {{"image", sp_shape4(frames_of(o, o->batch), o->channels, o->height, o->width)},
                           target_shape(o, o->batch)};
-  sp_plan *p = sp_plan_new(g, 2, in, o->backend, 1, plan_flags(o));
+  sp_plan *p = sp_plan_new(g, 2, in, o->backend, 1, plan_flags(o) | SP_PLAN_LOSS_ONLY);
   if (!p) {
     fprintf(stderr, "spry bench train: %s\n", sp_last_error());
     sp_graph_free(g);

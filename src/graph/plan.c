@@ -16,7 +16,7 @@
  * (ops/op.h): prepare runs in node order before memory planning and reports
  * each output's layout and byte size (blocked layouts pad channels; bf16
  * halves them), the saved and scratch bytes; bind runs once the buffers have
- * addresses. Graph outputs and losses are always plain, so sp_plan_output and
+ * addresses. Graph outputs the plan keeps and losses are always plain, so sp_plan_output and
  * sp_plan_loss read them as row-major f32. */
 #include <math.h>
 #include <stdio.h>
@@ -97,6 +97,12 @@ static void mark_gradients(sp_plan *p) {
 
 /* Lets the backend choose each node's implementation state, output layout
  * and buffer sizes; nodes without a prepare hook get plain sizes. */
+/* An output this plan keeps readable (plain layout, alive to the end): every
+ * graph output, unless the caller said it reads only the losses. */
+static int kept_output(const sp_plan *p, const sp_node *nd) {
+  return nd->is_output && !(p->flags & SP_PLAN_LOSS_ONLY);
+}
+
 static int prepare_nodes(sp_plan *p) {
   sp_graph *g = p->g;
   int *consumer = sp_xmalloc(sizeof(int) * (size_t)(g->n_nodes ? g->n_nodes : 1)); /* sole consumer, -1 none, -2 many */
@@ -148,16 +154,16 @@ static int prepare_nodes(sp_plan *p) {
     pr.out_shape = pn->shape;
     pr.training = p->training;
     pr.run_backward = pn->run_backward;
-    pr.out_plain = nd->is_output || nd->is_loss;
+    pr.out_plain = kept_output(p, nd) || nd->is_loss;
     pr.bf16 = (p->flags & SP_PLAN_BF16) != 0;
     pr.frozen = (p->flags & SP_PLAN_FROZEN) != 0;
     pr.out_bytes = pn->act_bytes;
     pr.saved_bytes = pn->saved_bytes;
     int c = consumer[i];
-    if (c >= 0 && !nd->is_output && !nd->is_loss && g->nodes[c].n_in == 1) {
+    if (c >= 0 && !kept_output(p, nd) && !nd->is_loss && g->nodes[c].n_in == 1) {
       pr.consumer_op = g->nodes[c].op;
       pr.consumer_attr = g->nodes[c].attr;
-      pr.consumer_out_plain = g->nodes[c].is_output || g->nodes[c].is_loss;
+      pr.consumer_out_plain = kept_output(p, &g->nodes[c]) || g->nodes[c].is_loss;
       pr.consumer_n_param = g->nodes[c].n_param;
       pr.consumer_n_state = g->nodes[c].n_state;
     }
@@ -208,7 +214,7 @@ static void plan_memory(sp_plan *p) {
     if (pn->run_backward && nd->op && (nd->op->flags & SP_OP_BWD_NEEDS_OUTPUT) && BSTEP(p, i) > end) end = BSTEP(p, i);
     /* Inputs too: a caller fills them once and may run forward again (or
      * read them back); they are small next to the activations. */
-    if (nd->is_output || nd->is_loss || !nd->op) end = forever;
+    if (kept_output(p, nd) || nd->is_loss || !nd->op) end = forever;
     size_t bytes = pn->act_bytes;
     int host = pn->absorbed_by;
     if (host >= 0) { /* shares the host's buffer: extend its life instead */
@@ -390,7 +396,11 @@ const sp_tensor *sp_plan_value(const sp_plan *p, sp_value v) {
 
 const sp_tensor *sp_plan_output(const sp_plan *p, const char *name) {
   for (int i = 0; i < p->g->n_nodes; i++)
-    if (p->g->nodes[i].is_output && !strcmp(p->g->nodes[i].name, name)) return &p->nodes[i].act;
+    if (p->g->nodes[i].is_output && !strcmp(p->g->nodes[i].name, name)) {
+      if (kept_output(p, &p->g->nodes[i])) return &p->nodes[i].act;
+      sp_error_set("output '%s' is not kept by a plan made with SP_PLAN_LOSS_ONLY", name);
+      return NULL;
+    }
   return NULL;
 }
 

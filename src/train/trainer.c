@@ -76,7 +76,9 @@ static sp_plan *train_plan(run *r) {
   sp_input_shape in[2] = {
       {"image", sp_shape4(r->local_batch, r->cfg->data.channels, r->cfg->data.size, r->cfg->data.size)},
       {"points", sp_shape3(r->local_batch, r->data.k, 2)}};
-  return sp_plan_new(r->g, 2, in, r->backend, 1, 0);
+  /* Training reads only the loss; validation has plans of its own (f32). */
+  unsigned flags = SP_PLAN_LOSS_ONLY | (!strcmp(r->cfg->precision, "bf16") ? SP_PLAN_BF16 : 0);
+  return sp_plan_new(r->g, 2, in, r->backend, 1, flags);
 }
 
 static void fill_inputs(run *r, sp_plan *p, const sp_batch *b) {

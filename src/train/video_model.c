@@ -103,7 +103,7 @@ sp_plan *sp_vnet_plan(sp_vnet *n, int frames, int batch, int size, int training)
   sp_graph *g = graph_for(n, frames);
   if (!g) return NULL;
   sp_input_shape in[2] = {{"image", sp_shape4((int64_t)batch * frames, 3, size, size)}, {"labels", sp_shape1(batch)}};
-  sp_plan *plan = sp_plan_new(g, 2, in, n->backend, training, n->plan_flags);
+  sp_plan *plan = sp_plan_new(g, 2, in, n->backend, training, n->plan_flags | (training ? SP_PLAN_LOSS_ONLY : 0));
   if (!plan) return NULL;
   int slot = n->n_plans;
   if (slot == SP_VNET_PLANS) {

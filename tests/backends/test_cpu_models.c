@@ -34,6 +34,16 @@ static sp_value residual(sp_graph *g, sp_value x, sp_value t) {
   return sp_l1_loss(g, sp_softargmax(g, x, 1.0f), t);
 }
 
+/* ResUNet's head: a 1x1 conv whose heatmaps are a graph output (for figures)
+ * and feed soft-argmax. */
+static sp_value heatmap_head(sp_graph *g, sp_value x, sp_value t) {
+  x = sp_relu(g, conv_bn(g, x, "stem", "stem_bn", 16, 3, 1, 1));
+  /* No bias: soft-argmax is shift invariant, so its gradient is ~0 (rounding). */
+  sp_value h = sp_conv2d(g, x, "head", 5, 1, 1, 0, 1, 1, 0);
+  sp_graph_output(g, h, "heatmaps");
+  return sp_l1_loss(g, sp_softargmax(g, h, 1.0f), t);
+}
+
 static sp_value tsm(sp_graph *g, sp_value x, sp_value t) {
   const int segments = 4, c = 16;
   sp_value y = sp_tshift(g, x, segments, 0.125f, 0.125f);
@@ -68,6 +78,7 @@ typedef struct {
 static const model_case vgg_case = {"vgg-face", vgg, 1, 58, SP_F32, {4, {4, 1, 64, 64}}, {3, {4, 58, 2}}};
 static const model_case residual_case = {"residual", residual, 3, 5, SP_F32, {4, {2, 3, 12, 12}}, {3, {2, 5, 2}}};
 static const model_case resunet50_case = {"resunet50", resunet50, 3, 5, SP_F32, {4, {1, 3, 96, 96}}, {3, {1, 5, 2}}};
+static const model_case head_case = {"heatmap-head", heatmap_head, 3, 5, SP_F32, {4, {2, 3, 16, 16}}, {3, {2, 5, 2}}};
 static const model_case tsm_case = {"tsm", tsm, 16, -1, SP_I32, {4, {8, 16, 6, 6}}, {1, {2}}};
 
 typedef struct {
@@ -158,6 +169,24 @@ static void residual_net_f32(void **s) {
   (void)s;
   cmp_require_cpu();
   gradients_match(&residual_case, 0, 1e-4);
+}
+
+/* A training plan that reads only the loss (what the trainer makes): the
+ * heatmaps output is no longer kept, so the cpu backend runs the head conv
+ * and soft-argmax in its own layout; the loss and every gradient still match
+ * the reference, and the output is refused rather than read stale. */
+static void loss_only_training_plan(void **s) {
+  (void)s;
+  cmp_require_cpu();
+  gradients_match(&head_case, SP_PLAN_LOSS_ONLY, 1e-4);
+  run kept = make_run(&head_case, SP_BACKEND_CPU, 0, NULL), dropped = make_run(&head_case, SP_BACKEND_CPU, SP_PLAN_LOSS_ONLY, NULL);
+  assert_non_null(sp_plan_output(kept.p, "heatmaps"));
+  assert_null(sp_plan_output(dropped.p, "heatmaps"));
+  assert_non_null(strstr(sp_last_error(), "SP_PLAN_LOSS_ONLY"));
+  /* Its buffer is reused once soft-argmax has read it. */
+  assert_true(sp_plan_arena_bytes(dropped.p) < sp_plan_arena_bytes(kept.p));
+  free_run(&kept);
+  free_run(&dropped);
 }
 
 static void tsm_block_f32(void **s) {
@@ -429,7 +458,7 @@ static void frozen_inference(void **s) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(frozen_inference), cmocka_unit_test(plans_of_several_sizes), cmocka_unit_test(tsm_r18_plans_of_several_sizes),
-      cmocka_unit_test(residual_net_f32),     cmocka_unit_test(tsm_block_f32), cmocka_unit_test(vgg_gradients_f32),
+      cmocka_unit_test(residual_net_f32),     cmocka_unit_test(loss_only_training_plan), cmocka_unit_test(tsm_block_f32), cmocka_unit_test(vgg_gradients_f32),
       cmocka_unit_test(vgg_training_5_steps), cmocka_unit_test(reproducible_f32), cmocka_unit_test(models_bf16),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

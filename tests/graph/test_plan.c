@@ -99,6 +99,31 @@ static void reuse_never_changes_results(void **state) {
   sp_graph_free(g2);
 }
 
+/* A plan told that only the losses are read trains bitwise the same, keeps
+ * no output (sp_plan_output says why) and needs no more memory. */
+static void loss_only_plans_keep_no_outputs(void **state) {
+  (void)state;
+  sp_graph *g1 = small_net(7, 0), *g2 = small_net(7, 0);
+  sp_plan *all = plan_for(g1, 3, 8, SP_PLAN_POISON), *loss = plan_for(g2, 3, 8, SP_PLAN_POISON | SP_PLAN_LOSS_ONLY);
+  assert_int_equal(sp_plan_verify(loss), 0);
+  assert_true(sp_plan_arena_bytes(loss) <= sp_plan_arena_bytes(all));
+  for (int it = 0; it < 2; it++) {
+    double l1 = step(g1, all, 300 + it), l2 = step(g2, loss, 300 + it);
+    assert_true(isfinite(l1) && l1 == l2);
+    for (int i = 0; i < sp_graph_param_count(g1); i++) {
+      sp_tensor *a = sp_graph_param_grad(g1, i), *b = sp_graph_param_grad(g2, i);
+      if (a) assert_memory_equal(a->data, b->data, sp_tensor_bytes(a));
+    }
+  }
+  assert_non_null(sp_plan_output(all, "pred"));
+  assert_null(sp_plan_output(loss, "pred"));
+  assert_non_null(strstr(sp_last_error(), "'pred'"));
+  sp_plan_free(all);
+  sp_plan_free(loss);
+  sp_graph_free(g1);
+  sp_graph_free(g2);
+}
+
 /* Every trainable parameter's gradient (a sample of entries) against central
  * differences of the total loss: checks fan-out accumulation, zeroing of
  * reused gradient buffers, and the loss weights. */
@@ -253,6 +278,7 @@ static void vgg_face_shapes_and_parameter_count(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(reuse_never_changes_results),
+      cmocka_unit_test(loss_only_plans_keep_no_outputs),
       cmocka_unit_test(whole_graph_gradients),
       cmocka_unit_test(plans_share_parameters),
       cmocka_unit_test(shape_errors_name_the_node),
