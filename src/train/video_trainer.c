@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 
 #include "io/json.h"
+#include "spry/dist.h"
 #include "spry/train.h"
 #include "train/trainer_internal.h"
 #include "train/video_internal.h"
@@ -157,6 +158,13 @@ static double train_step(run *r, const sp_video_batch *b, double lr) {
 }
 
 int sp_video_train_run(const sp_video_config *cfg, const char *config_text, int resume, sp_video_summary *summary) {
+  /* Under mpirun every rank would train alone and all would write the same
+   * run folder: refused on every rank alike (no collective, so none waits). */
+  if (sp_dist_init() != 0) return -1;
+  if (sp_dist_world() > 1)
+    return sp_error_set("video training runs in one process: data-parallel video training over MPI is not "
+                        "implemented (%d ranks started; run it without mpirun / srun)",
+                        sp_dist_world());
   run r;
   int rc = setup(&r, cfg, config_text);
   int64_t start_epoch = 0, start_step = 0;
