@@ -34,19 +34,22 @@ ratio() { # spry_json torch_json label
 import json, sys
 a, b, peak = json.loads(sys.argv[1]), json.loads(sys.argv[2]), json.loads(sys.argv[4])
 key = "bf16_gflops_per_s" if a.get("dtype") == "bf16" else "fp32_gflops_per_s"
-of_peak = round(a["gflops_per_s"] / peak[key], 3) if peak.get(key) else None
+gf = a.get("gflops_per_s")
+of_peak = round(gf / peak[key], 3) if peak.get(key) and isinstance(gf, (int, float)) else None
 print(json.dumps({"bench": "ratio", "what": sys.argv[3], "spry_images_per_s": round(a["images_per_s"], 2),
                   "torch_images_per_s": round(b["images_per_s"], 2), "torch_layout": b.get("layout"),
                   "spry_over_torch": round(a["images_per_s"] / b["images_per_s"], 3),
-                  "spry_gflops_per_s": round(a["gflops_per_s"], 1), "spry_of_peak": of_peak}))
+                  "spry_gflops_per_s": round(gf, 1) if isinstance(gf, (int, float)) else None,
+                  "spry_of_peak": of_peak}))
 PY
 }
 
 ratios=()
-median_line() { # label, then the ratios of its pairs
+median_line() { # label, then the ratios of its pairs (none: no line)
+  [ $# -gt 1 ] || return 0
   $PY - "$@" <<'PY'
 import json, statistics, sys
-r = [float(x) for x in sys.argv[2:]]
+r = [float(x) for x in sys.argv[2:] if x]
 print(json.dumps({"bench": "ratio_median", "what": sys.argv[1], "pairs": len(r), "ratios": r,
                   "spry_over_torch": round(statistics.median(r), 3)}))
 PY
@@ -54,9 +57,9 @@ PY
 pair() { # spry_json torch_json label: prints both, the ratio line, keeps the ratio
   echo "$1"; echo "$2"
   local line
-  line=$(ratio "$1" "$2" "$3")
+  line=$(ratio "$1" "$2" "$3") || return 0
   echo "$line"
-  ratios+=("$($PY -c 'import json,sys; print(json.loads(sys.argv[1])["spry_over_torch"])' "$line")")
+  [ -n "$line" ] && ratios+=("$($PY -c 'import json,sys; print(json.loads(sys.argv[1])["spry_over_torch"])' "$line")")
 }
 
 batch_of() { case $1 in vgg-face) echo 64 ;; *) echo 16 ;; esac; }
@@ -75,7 +78,7 @@ for m in $MODELS; do
       p=$($PY bench/peers/torch_train.py --model "$m" --batch "$b" --threads "$T" --dtype $dt --steps "$STEPS" --warmup 2 | tail -1)
       pair "$s" "$p" "$m train $dt b$b"
     done
-    median_line "$m train $dt b$b" "${ratios[@]}"
+    median_line "$m train $dt b$b" ${ratios[@]+"${ratios[@]}"}
   done
   [[ " $PARTS " == *" infer "* ]] || continue
   case $m in vgg-face|resunet50)
@@ -85,6 +88,6 @@ for m in $MODELS; do
       p=$($PY bench/peers/torch_train.py --model "$m" --threads "$T" --infer --steps "$STEPS" --warmup 2 --layout nchw | tail -1)
       pair "$s" "$p" "$m infer f32 b1 (torch eager)"
     done
-    median_line "$m infer f32 b1 (torch eager)" "${ratios[@]}"
+    median_line "$m infer f32 b1 (torch eager)" ${ratios[@]+"${ratios[@]}"}
   esac
 done

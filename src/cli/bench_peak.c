@@ -4,13 +4,16 @@
  * data sheet (a VM's clock and a CPU's bf16 unit differ from the sheet).
  *
  * - fp32: 16 independent chains of 512-bit FMA (vfmadd231ps) per thread,
- *   2 flops per lane; 256-bit FMA where AVX-512 is absent.
+ *   2 flops per lane; 14 chains of 256-bit FMA where AVX-512 is absent.
  * - bf16: 16 chains of vdpbf16ps (AVX512_BF16), 2 bf16 products + their sum
  *   into an fp32 lane, counted as 4 flops per fp32 lane as oneDNN counts it.
  *   Its throughput relative to fp32 FMA decides whether bf16 training can
  *   be faster at all: convolutions are compute bound.
- * - copy: a parallel memcpy of 2 x 256 MiB, counted as bytes read + bytes
- *   written (STREAM's convention for Copy).
+ * - copy: a parallel memcpy of --copy-mb MiB (256), counted as bytes read +
+ *   bytes written (STREAM's convention for Copy).
+ *
+ * The bf16 figure is this instruction's peak: on CPUs with AMX tiles (not
+ * this dev VM) oneDNN's bf16 kernels use those instead and can go faster.
  *
  * The loops are inline assembly so the compiler can neither merge the chains
  * nor drop them; target attributes let this file build without -march=native. One JSON line; a kernel the CPU lacks reports null. */
@@ -44,39 +47,62 @@
   ins " %%ymm14,%%ymm15,%%ymm9\n\t" ins " %%ymm14,%%ymm15,%%ymm10\n\t" ins " %%ymm14,%%ymm15,%%ymm11\n\t" \
   ins " %%ymm14,%%ymm15,%%ymm12\n\t" ins " %%ymm14,%%ymm15,%%ymm13\n\t"
 
-/* Zeroed sources keep every lane finite (no denormal or inf assists). */
+/* Each kernel is one asm block: sources and accumulators zeroed inside it
+ * (every lane stays 0: no denormal or inf assists), the counted loop, and
+ * vzeroupper on the way out, so no compiler-generated code runs between. */
+#define ZERO16(z)                                                                                    \
+  z " %%zmm0,%%zmm0,%%zmm0\n\t" z " %%zmm1,%%zmm1,%%zmm1\n\t" z " %%zmm2,%%zmm2,%%zmm2\n\t"            \
+  z " %%zmm3,%%zmm3,%%zmm3\n\t" z " %%zmm4,%%zmm4,%%zmm4\n\t" z " %%zmm5,%%zmm5,%%zmm5\n\t"            \
+  z " %%zmm6,%%zmm6,%%zmm6\n\t" z " %%zmm7,%%zmm7,%%zmm7\n\t" z " %%zmm8,%%zmm8,%%zmm8\n\t"            \
+  z " %%zmm9,%%zmm9,%%zmm9\n\t" z " %%zmm10,%%zmm10,%%zmm10\n\t" z " %%zmm11,%%zmm11,%%zmm11\n\t"      \
+  z " %%zmm12,%%zmm12,%%zmm12\n\t" z " %%zmm13,%%zmm13,%%zmm13\n\t" z " %%zmm14,%%zmm14,%%zmm14\n\t"   \
+  z " %%zmm15,%%zmm15,%%zmm15\n\t" z " %%zmm30,%%zmm30,%%zmm30\n\t" z " %%zmm31,%%zmm31,%%zmm31\n\t"
 __attribute__((target("avx512f"))) static void fma512(long iters) {
-  __asm__ volatile("vpxord %%zmm30,%%zmm30,%%zmm30\n\tvpxord %%zmm31,%%zmm31,%%zmm31" ::: "xmm30", "xmm31");
-  for (long k = 0; k < iters; k++) __asm__ volatile(Z16("vfmadd231ps")::: CLOBBER16);
+  __asm__ volatile(ZERO16("vpxord") "1:\n\t" Z16("vfmadd231ps") "dec %0\n\tjnz 1b\n\tvzeroupper"
+                   : "+r"(iters)::CLOBBER16, "xmm30", "xmm31", "cc");
 }
 __attribute__((target("avx512f"))) static void dpbf16_512(long iters) {
-  __asm__ volatile("vpxord %%zmm30,%%zmm30,%%zmm30\n\tvpxord %%zmm31,%%zmm31,%%zmm31" ::: "xmm30", "xmm31");
-  for (long k = 0; k < iters; k++) __asm__ volatile(Z16("vdpbf16ps")::: CLOBBER16);
+  __asm__ volatile(ZERO16("vpxord") "1:\n\t" Z16("vdpbf16ps") "dec %0\n\tjnz 1b\n\tvzeroupper"
+                   : "+r"(iters)::CLOBBER16, "xmm30", "xmm31", "cc");
 }
 __attribute__((target("avx2,fma"))) static void fma256(long iters) {
-  __asm__ volatile("vxorps %%ymm14,%%ymm14,%%ymm14\n\tvxorps %%ymm15,%%ymm15,%%ymm15" ::: "xmm14", "xmm15");
-  for (long k = 0; k < iters; k++)
-    __asm__ volatile(Y14("vfmadd231ps")::: "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8",
-                     "xmm9", "xmm10", "xmm11", "xmm12", "xmm13");
+  __asm__ volatile("vxorps %%ymm14,%%ymm14,%%ymm14\n\tvxorps %%ymm15,%%ymm15,%%ymm15\n\t"
+                   "vxorps %%ymm0,%%ymm0,%%ymm0\n\tvxorps %%ymm1,%%ymm1,%%ymm1\n\tvxorps %%ymm2,%%ymm2,%%ymm2\n\t"
+                   "vxorps %%ymm3,%%ymm3,%%ymm3\n\tvxorps %%ymm4,%%ymm4,%%ymm4\n\tvxorps %%ymm5,%%ymm5,%%ymm5\n\t"
+                   "vxorps %%ymm6,%%ymm6,%%ymm6\n\tvxorps %%ymm7,%%ymm7,%%ymm7\n\tvxorps %%ymm8,%%ymm8,%%ymm8\n\t"
+                   "vxorps %%ymm9,%%ymm9,%%ymm9\n\tvxorps %%ymm10,%%ymm10,%%ymm10\n\tvxorps %%ymm11,%%ymm11,%%ymm11\n\t"
+                   "vxorps %%ymm12,%%ymm12,%%ymm12\n\tvxorps %%ymm13,%%ymm13,%%ymm13\n\t"
+                   "1:\n\t" Y14("vfmadd231ps") "dec %0\n\tjnz 1b\n\tvzeroupper"
+                   : "+r"(iters)::"xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9",
+                     "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "cc");
+}
+
+/* Runs `kernel(iters)` on every thread at once; returns the median seconds
+ * and, in *threads, how many threads the runtime really gave. */
+static double time_parallel(void (*kernel)(long), long iters, int *threads, int runs) {
+  double t[32];
+  if (runs > 32) runs = 32;
+  int got = 1;
+  /* Wake the team, the cores and the wide units before timing. */
+#pragma omp parallel num_threads(*threads)
+  kernel(iters / 10);
+  for (int r = 0; r < runs; r++) {
+    double t0 = sp_now();
+#pragma omp parallel num_threads(*threads)
+    {
+      kernel(iters);
+#pragma omp single nowait
+      got = omp_get_num_threads();
+    }
+    t[r] = sp_now() - t0;
+  }
+  *threads = got;
+  return sp_median(t, runs);
 }
 #endif
 
-/* Runs `kernel(iters)` on every thread at once; returns the median seconds. */
-static double time_parallel(void (*kernel)(long), long iters, int threads, int runs) {
-  double t[32];
-  if (runs > 32) runs = 32;
-  kernel(iters / 10); /* wake the cores and the wide units up */
-  for (int r = 0; r < runs; r++) {
-    double t0 = sp_now();
-#pragma omp parallel num_threads(threads)
-    kernel(iters);
-    t[r] = sp_now() - t0;
-  }
-  return sp_median(t, runs);
-}
-
-static double copy_gbs(int threads, int runs) {
-  const size_t n = (size_t)256 << 20, chunk = (size_t)1 << 20;
+static double copy_gbs(int threads, int runs, int mb) {
+  const size_t n = (size_t)mb << 20, chunk = (size_t)1 << 20;
   char *a = sp_aligned_alloc(n), *b = sp_aligned_alloc(n);
   memset(a, 1, n), memset(b, 2, n);
   double t[32];
@@ -92,14 +118,16 @@ static double copy_gbs(int threads, int runs) {
 }
 
 int sp_cli_bench_peak(int argc, char **argv) {
-  int threads = omp_get_max_threads(), runs = 5;
+  int threads = omp_get_max_threads(), runs = 5, copy_mb = 256;
   for (int i = 1; i < argc; i++) {
     int r;
-    if ((r = sp_arg_int(argc, argv, &i, "--threads", 1, 256, &threads)) || (r = sp_arg_int(argc, argv, &i, "--runs", 1, 32, &runs))) {
+    if ((r = sp_arg_int(argc, argv, &i, "--threads", 1, 256, &threads)) ||
+        (r = sp_arg_int(argc, argv, &i, "--runs", 1, 32, &runs)) ||
+        (r = sp_arg_int(argc, argv, &i, "--copy-mb", 1, 1 << 16, &copy_mb))) {
       if (r < 0) return 2;
       continue;
     }
-    fprintf(stderr, "usage: spry bench peak [--threads T] [--runs N]\n");
+    fprintf(stderr, "usage: spry bench peak [--threads T] [--runs N] [--copy-mb MB]\n");
     return 2;
   }
   double fp32 = -1, bf16 = -1;
@@ -108,15 +136,22 @@ int sp_cli_bench_peak(int argc, char **argv) {
   const long iters = 20000000; /* 16 instructions each: ~0.1-0.3 s per run */
   if (__builtin_cpu_supports("avx512f")) {
     isa = "avx512";
-    fp32 = (double)iters * 16 * 16 * 2 * threads / time_parallel(fma512, iters, threads, runs) * 1e-9;
-    if (__builtin_cpu_supports("avx512bf16"))
-      bf16 = (double)iters * 16 * 16 * 4 * threads / time_parallel(dpbf16_512, iters, threads, runs) * 1e-9;
+    int t = threads;
+    double s = time_parallel(fma512, iters, &t, runs);
+    fp32 = (double)iters * 16 * 16 * 2 * t / s * 1e-9;
+    if (__builtin_cpu_supports("avx512bf16")) {
+      t = threads;
+      s = time_parallel(dpbf16_512, iters, &t, runs);
+      bf16 = (double)iters * 16 * 16 * 4 * t / s * 1e-9;
+    }
   } else if (__builtin_cpu_supports("fma") && __builtin_cpu_supports("avx2")) {
     isa = "avx2";
-    fp32 = (double)iters * 14 * 8 * 2 * threads / time_parallel(fma256, iters, threads, runs) * 1e-9;
+    int t = threads;
+    double s = time_parallel(fma256, iters, &t, runs);
+    fp32 = (double)iters * 14 * 8 * 2 * t / s * 1e-9;
   }
 #endif
-  double copy = copy_gbs(threads, runs);
+  double copy = copy_gbs(threads, runs, copy_mb);
   sp_json_buf b;
   sp_json_buf_init(&b);
   sp_json_obj_begin(&b);

@@ -23,4 +23,9 @@ static inline float sp_bf16_widen(uint16_t h) {
   return f;
 }
 
+/* In place: d[i] = bf16(d[i] + g[i]) (one rounding per addition). */
+static inline void sp_bf16_add(uint16_t *restrict d, const uint16_t *restrict g, int64_t n) {
+  for (int64_t i = 0; i < n; i++) d[i] = sp_bf16_round(sp_bf16_widen(d[i]) + sp_bf16_widen(g[i]));
+}
+
 #endif

@@ -95,14 +95,14 @@ static void mark_gradients(sp_plan *p) {
     p->nodes[i].run_backward = p->training && p->nodes[i].needs_grad && p->nodes[i].reaches_loss;
 }
 
-/* Lets the backend choose each node's implementation state, output layout
- * and buffer sizes; nodes without a prepare hook get plain sizes. */
 /* An output this plan keeps readable (plain layout, alive to the end): every
  * graph output, unless the caller said it reads only the losses. */
 static int kept_output(const sp_plan *p, const sp_node *nd) {
   return nd->is_output && !(p->flags & SP_PLAN_LOSS_ONLY);
 }
 
+/* Lets the backend choose each node's implementation state, output layout
+ * and buffer sizes; nodes without a prepare hook get plain sizes. */
 static int prepare_nodes(sp_plan *p) {
   sp_graph *g = p->g;
   int *consumer = sp_xmalloc(sizeof(int) * (size_t)(g->n_nodes ? g->n_nodes : 1)); /* sole consumer, -1 none, -2 many */

@@ -172,6 +172,8 @@ static int read_all(sp_yaml_reader *r, void *out) {
   c->schedule.total_epochs = c->epochs;
   c->schedule.warmup_epochs = warmup_epochs >= 0 ? warmup_epochs : c->warmup_fraction * c->epochs;
   if (sp_opt_config_check(&c->optimizer) != 0) return sp_error_push("%s: optimizer", r->file);
+  if (!strcmp(c->precision, "bf16") && strcmp(c->backend, "cpu"))
+    return sp_error_set("%s: precision: bf16 needs backend: cpu (the %s backend computes in f32)", r->file, c->backend);
   return 0;
 }
 

@@ -18,9 +18,11 @@
  * With bf16 on the wire (sp_grad_reducer_set_bf16) each bucket is packed to
  * bfloat16 (round to nearest even) and summed by a user op that adds in fp32
  * and rounds once per addition: half the bytes to move and to copy through
- * shared memory, at bf16 precision for the mean gradient (what PyTorch DDP's
- * bf16 compression hook does). Every rank unpacks the same reduced buffer, so
- * the ranks' parameters stay bitwise equal. */
+ * shared memory. Each rank's gradient is rounded once and each of the W-1
+ * additions once more, so the error grows with the world size (PyTorch DDP's
+ * bf16 hook divides by W before the exchange; here the sum is divided after,
+ * as in fp32). Every rank unpacks the same reduced buffer, so the ranks'
+ * parameters stay bitwise equal. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -163,6 +165,7 @@ void sp_grad_reducer_pack_bf16(const float *x, uint16_t *h, int64_t n) {
   for (int64_t i = 0; i < n; i++) h[i] = sp_bf16_round(x[i]);
 }
 
+#ifdef SPRY_HAVE_MPI
 /* Sum, then divide, as the single-process mean does. Separate loops with
  * restrict so they vectorise (a scalar divide over vgg-face's 1.6 M
  * gradients cost ~2 ms of a 20 ms step). */
@@ -176,13 +179,10 @@ static void mean_of_bf16(float *restrict d, const uint16_t *restrict sum, int64_
   for (int64_t j = 0; j < m; j++) d[j] = sp_bf16_widen(sum[j]) / world;
 }
 
-#ifdef SPRY_HAVE_MPI
 /* MPI user op on MPI_UINT16_T holding bf16: inout = bf16(in + inout). */
 static void bf16_sum_op(void *in, void *inout, int *len, MPI_Datatype *type) {
   (void)type;
-  const uint16_t *a = in;
-  uint16_t *b = inout;
-  for (int i = 0; i < *len; i++) b[i] = sp_bf16_round(sp_bf16_widen(a[i]) + sp_bf16_widen(b[i]));
+  sp_bf16_add(inout, in, *len);
 }
 #endif
 

@@ -127,6 +127,8 @@ static int read_all(sp_yaml_reader *r, void *out) {
   if (!c->data.train_list[0] && !c->data.val_list[0])
     return sp_error_set("%s: data.train_list (and data.val_list) must be set", r->file);
   if (sp_opt_config_check(&c->optimizer) != 0) return sp_error_push("%s: optimizer", r->file);
+  if (!strcmp(c->precision, "bf16") && strcmp(c->backend, "cpu"))
+    return sp_error_set("%s: precision: bf16 needs backend: cpu (the %s backend computes in f32)", r->file, c->backend);
   return 0;
 }
 

@@ -28,7 +28,7 @@ static double num(const sp_json *j, const char *key) {
 
 static void peak_reports_this_machine(void **state) {
   (void)state;
-  sp_json *j = run_json("bench peak --threads 1 --runs 1");
+  sp_json *j = run_json("bench peak --threads 1 --runs 1 --copy-mb 8");
   assert_string_equal(sp_json_as_string(sp_json_get(j, "bench")), "peak");
   assert_int_equal((int)num(j, "threads"), 1);
   const char *isa = sp_json_as_string(sp_json_get(j, "isa"));

@@ -121,6 +121,7 @@ static void sync_bn_on_cpu_backend(void **state) {
  * the same parameters (all unpack the same reduced buffer). */
 static void bf16_wire_is_close_and_the_same_on_every_rank(void **state) {
   (void)state;
+  if (sp_dist_world() < 2) skip(); /* one process sends nothing */
   int64_t n, m, k;
   sp_graph *g0 = dt_build();
   float *init = dt_snapshot(g0, &k);
@@ -136,7 +137,7 @@ static void bf16_wire_is_close_and_the_same_on_every_rank(void **state) {
   assert_true(moved > 1e-3); /* training did move the parameters */
   if (off > 0.01 * moved) print_error("rank %d: bf16 wire off by %g, parameters moved %g\n", sp_dist_rank(), off, moved);
   assert_true(off <= 0.01 * moved);
-  if (sp_dist_world() > 1) {
+  {
     assert_true(off > 0); /* the gradients really were rounded */
     float *from0 = malloc(sizeof(float) * (size_t)n);
     memcpy(from0, half, sizeof(float) * (size_t)n);

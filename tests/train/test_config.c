@@ -105,6 +105,7 @@ static void mistakes_name_key_and_line(void **state) {
   expect_error("batch: 2.5\n", 0, NULL, "batch", "integer");
   expect_error("optimizer:\n  type: rmsprop\n", 0, NULL, "optimizer.type", "adamw");
   expect_error("dist:\n  compress: fp8\n", 0, NULL, "dist.compress", "bf16");
+  expect_error("precision: bf16\nbackend: ref\n", 0, NULL, "precision: bf16 needs backend: cpu", "bad.yaml");
   expect_error("augment:\n  flip: 1.5\n", 0, NULL, "augment.flip", "[0, 1]");
   expect_error("loss: [1, 2]\n", 0, NULL, "loss", NULL);
   expect_error("epochs: 10\nepochs: 20\n", 0, NULL, "twice", "bad.yaml:2:");

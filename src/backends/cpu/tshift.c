@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "backends/cpu/cpu.h"
+#include "core/bf16.h"
 #include "ops/ops.h"
 
 typedef struct {
@@ -46,9 +47,6 @@ static void add_f32(float *restrict d, const float *restrict g, int64_t n) {
   for (int64_t i = 0; i < n; i++) d[i] += g[i];
 }
 
-static void add_bf16(uint16_t *restrict d, const uint16_t *restrict g, int64_t n) {
-  for (int64_t i = 0; i < n; i++) d[i] = sp_f32_to_bf16(sp_bf16_to_f32(d[i]) + sp_bf16_to_f32(g[i]));
-}
 
 /* n contiguous elements of one source: copied (zeros when in is NULL), or
  * added when accumulating (nothing to add for zeros). */
@@ -60,7 +58,7 @@ static void put_run(char *out, const char *in, int64_t n, size_t es, int accumul
   } else if (es == 4) {
     add_f32((float *)out, (const float *)in, n);
   } else {
-    add_bf16((uint16_t *)out, (const uint16_t *)in, n);
+    sp_bf16_add((uint16_t *)out, (const uint16_t *)in, n);
   }
 }
 
