@@ -279,8 +279,16 @@ int sp_video_loader_start_epoch_shapes(sp_video_loader *l, int64_t epoch, const 
     sp_rng r = sp_rng_make(sp_rng_key(l->cfg.seed, (uint64_t)epoch, UINT64_C(0xFFFFFFFFFFFF)));
     sp_rng_shuffle(&r, all, l->entries);
   }
-  int off = l->cfg.world > 1 ? l->cfg.rank * l->per_rank : 0;
-  memcpy(l->order, all + off, sizeof(int32_t) * (size_t)l->per_rank);
+  /* Batch j of every rank is slice `rank` of global batch j (the ranks'
+   * batches side by side), so W ranks train on exactly the global batches of
+   * one process with W times the batch. A world of one takes the prefix. */
+  const int world = l->cfg.world > 1 ? l->cfg.world : 1, rank = world > 1 ? l->cfg.rank : 0;
+  int64_t at = 0, global = 0;
+  for (int j = 0; j < n_shapes; j++) {
+    memcpy(l->order + at, all + global + (int64_t)rank * shapes[j].batch, sizeof(int32_t) * (size_t)shapes[j].batch);
+    at += shapes[j].batch;
+    global += (int64_t)shapes[j].batch * world;
+  }
   free(all);
   l->epoch = epoch;
   l->claim_batch = 0;

@@ -133,6 +133,27 @@ static void shards_split_the_epoch(void **state) {
     sp_video_loader_destroy(ld);
   }
   for (int i = 0; i < 8; i++) assert_int_equal(seen[i], 1);
+  /* Batch j of rank r is slice r of one process's batch j at twice the
+   * batch: W ranks train on the same global batches as one process. */
+  int one[8], two[8];
+  sp_video_loader_config c1 = cfg_of(1, 1);
+  c1.batch = 4;
+  sp_video_loader *ld = sp_video_loader_create(&list, &c1);
+  sp_video_loader_start_epoch(ld, 1);
+  const sp_video_batch *b;
+  for (int k = 0; (b = sp_video_loader_next(ld));)
+    for (int i = 0; i < b->n; i++) one[k++] = b->video[i];
+  sp_video_loader_destroy(ld);
+  for (int rank = 0; rank < 2; rank++) {
+    sp_video_loader_config c = cfg_of(1, 1);
+    c.rank = rank, c.world = 2, c.batch = 2;
+    ld = sp_video_loader_create(&list, &c);
+    sp_video_loader_start_epoch(ld, 1);
+    for (int j = 0; (b = sp_video_loader_next(ld)); j++)
+      for (int i = 0; i < b->n; i++) two[j * 4 + rank * 2 + i] = b->video[i];
+    sp_video_loader_destroy(ld);
+  }
+  assert_memory_equal(one, two, sizeof one);
 }
 
 static void dense_multi_clip_entries(void **state) {
