@@ -6,6 +6,7 @@
 
 #include <stdint.h>
 
+#include "spry/dist.h"
 #include "spry/optim.h"
 
 #ifdef __cplusplus
@@ -64,12 +65,7 @@ typedef struct {
   char out[1024];
   int eval_every;    /* epochs between validation passes (1) */
 
-  struct {           /* data parallel over MPI (used when launched by mpirun / srun) */
-    int sync_bn;       /* batch norm with statistics of the global batch (0: per rank) */
-    double timeout_s;  /* a rank waiting longer than this for the others ends the job (300) */
-    double bucket_mb;  /* gradient all-reduce bucket size (4) */
-    char compress[8];  /* none | bf16: gradients travel as bfloat16 (none) */
-  } dist;
+  sp_dist_config dist; /* data parallel over MPI (used when launched by mpirun / srun) */
 } sp_train_config;
 
 /* Defaults, then the file, then each "key=value" of sets (in order). When

@@ -63,6 +63,15 @@ int sp_dist_bcast_optimizer(sp_optimizer *opt);
  * plans (the cpu backend then runs those nodes on the reference kernel). */
 void sp_dist_enable_sync_bn(sp_graph *g);
 
+/* The `dist:` keys of a run config (keypoint and video alike). */
+typedef struct {
+  int sync_bn;       /* batch norm with statistics of the global batch (0: per rank) */
+  double timeout_s;  /* a rank waiting longer than this for the others ends the job (300) */
+  double bucket_mb;  /* gradient all-reduce bucket size (4) */
+  char compress[8];  /* none | bf16: gradients travel as bfloat16 (none) */
+} sp_dist_config;
+sp_dist_config sp_dist_config_default(void);
+
 /* ---- bucketed gradient all-reduce ----------------------------------------- */
 typedef struct sp_grad_reducer sp_grad_reducer;
 
@@ -72,6 +81,10 @@ typedef struct sp_grad_reducer sp_grad_reducer;
  * reducer per plan. */
 sp_grad_reducer *sp_grad_reducer_new(sp_graph *g, sp_plan *p, size_t bucket_bytes);
 void sp_grad_reducer_free(sp_grad_reducer *r);
+/* Hooks plan p's backward to this reducer too (plans that come and go, as
+ * Multigrid's, made from graphs sharing g's gradients); the reducer does not
+ * keep p, so free such plans before the reducer. */
+void sp_grad_reducer_watch(sp_grad_reducer *r, sp_plan *p);
 /* Gradients travel as bfloat16 (on = 1) or fp32 (0, the default): half the
  * bytes, the mean gradient rounded to bf16 (8 significant bits); parameters
  * stay fp32 and equal on every rank. Between steps only. */

@@ -11,6 +11,7 @@
 
 #include <stdint.h>
 
+#include "spry/dist.h"
 #include "spry/graph.h"
 #include "spry/optim.h"
 #include "spry/video_loader.h"
@@ -84,6 +85,7 @@ typedef struct {
   char precision[8];
   char out[1024];
   int eval_every;
+  sp_dist_config dist;      /* data parallel under mpirun / srun, as the keypoint trainer */
 } sp_video_config;
 
 sp_video_config sp_video_config_default(void);

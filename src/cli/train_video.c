@@ -7,6 +7,7 @@
 #include "cli/cli_video.h"
 #include "io/json.h"
 #include "spry/safetensors.h"
+#include "spry/dist.h"
 #include "spry/video_train.h"
 
 static const char *config_arg(int argc, char **argv) {
@@ -60,7 +61,7 @@ int sp_cli_train_video(int argc, char **argv) {
   sp_video_summary s;
   int rc = sp_video_train_run(&cfg, text, resume != NULL, &s);
   if (rc == -1) fprintf(stderr, "spry train: %s\n", sp_last_error());
-  else if (rc == 0) {
+  else if (rc == 0 && sp_dist_rank() == 0) { /* one summary per job, from rank 0 */
     sp_json_buf b;
     sp_json_buf_init(&b);
     sp_json_obj_begin(&b);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "io/yaml_read.h"
+#include "train/dist_config.h"
 #include "spry/config.h"
 #include "spry/models.h"
 
@@ -71,9 +72,7 @@ sp_train_config sp_train_config_default(void) {
   snprintf(c.backend, sizeof c.backend, "ref");
   snprintf(c.out, sizeof c.out, "runs/latest");
   c.eval_every = 1;
-  c.dist.timeout_s = 300;
-  c.dist.bucket_mb = 4;
-  snprintf(c.dist.compress, sizeof c.dist.compress, "none");
+  c.dist = sp_dist_config_default();
   return c;
 }
 
@@ -84,7 +83,6 @@ static int read_all(sp_yaml_reader *r, void *out) {
   static const char *const opts[] = {"sgd", "adam", "adamw", NULL};
   static const char *const decays[] = {"cosine", "step", "constant", NULL};
   static const char *const precisions[] = {"f32", "bf16", NULL};
-  static const char *const compressions[] = {"none", "bf16", NULL};
   static const char *const backends[] = {"ref", "cpu", NULL};
   static const char *const formats[] = {"auto", "csv", "coco", "dlib", "imm", "asf", "pts", NULL};
   char loss[16] = "", opt[16] = "", decay[16] = "";
@@ -162,10 +160,7 @@ static int read_all(sp_yaml_reader *r, void *out) {
       sp_yr_string(r, "backend", c->backend, sizeof c->backend, backends) ||
       sp_yr_string(r, "out", c->out, sizeof c->out, NULL) || sp_yr_int(r, "eval_every", 1, 1000000, &c->eval_every))
     return -1;
-  if (sp_yr_bool(r, "dist.sync_bn", &c->dist.sync_bn) || sp_yr_double(r, "dist.timeout_s", 1, 1e6, &c->dist.timeout_s) ||
-      sp_yr_double(r, "dist.bucket_mb", 0.001, 4096, &c->dist.bucket_mb) ||
-      sp_yr_string(r, "dist.compress", c->dist.compress, sizeof c->dist.compress, compressions))
-    return -1;
+  if (sp_dist_config_read(r, &c->dist)) return -1;
   c->seed = (uint64_t)seed;
   /* Warm-up: explicit epochs win over the fraction of training. */
   c->schedule.base_lr = c->lr;

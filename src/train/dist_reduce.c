@@ -132,6 +132,10 @@ sp_grad_reducer *sp_grad_reducer_new(sp_graph *g, sp_plan *p, size_t bucket_byte
   return r;
 }
 
+void sp_grad_reducer_watch(sp_grad_reducer *r, sp_plan *p) {
+  if (p) sp_plan_set_grad_hook(p, hook, r);
+}
+
 void sp_grad_reducer_free(sp_grad_reducer *r) {
   if (!r) return;
   if (r->p) sp_plan_set_grad_hook(r->p, NULL, NULL);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "io/yaml_read.h"
+#include "train/dist_config.h"
 #include "spry/video_train.h"
 
 sp_video_config sp_video_config_default(void) {
@@ -37,6 +38,7 @@ sp_video_config sp_video_config_default(void) {
   snprintf(c.precision, sizeof c.precision, "f32");
   snprintf(c.out, sizeof c.out, "runs/video");
   c.eval_every = 1;
+  c.dist = sp_dist_config_default();
   return c;
 }
 
@@ -118,7 +120,8 @@ static int read_all(sp_yaml_reader *r, void *out) {
       sp_yr_int(r, "workers", 0, 256, &c->workers) || sp_yr_double(r, "seed", 0, 9007199254740992.0, &seed) ||
       sp_yr_string(r, "backend", c->backend, sizeof c->backend, backends) ||
       sp_yr_string(r, "precision", c->precision, sizeof c->precision, precisions) ||
-      sp_yr_string(r, "out", c->out, sizeof c->out, NULL) || sp_yr_int(r, "eval_every", 1, 1000000, &c->eval_every))
+      sp_yr_string(r, "out", c->out, sizeof c->out, NULL) || sp_yr_int(r, "eval_every", 1, 1000000, &c->eval_every) ||
+      sp_dist_config_read(r, &c->dist))
     return -1;
   c->seed = (uint64_t)seed;
   c->schedule.base_lr = c->lr;

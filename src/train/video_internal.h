@@ -29,6 +29,7 @@ typedef struct {
   int num_classes;
   sp_backend backend;
   unsigned plan_flags;
+  int sync_bn; /* data parallel: batch norm over the global batch (set by init) */
   sp_vnet_graph_slot graphs[SP_VNET_GRAPHS];
   int n_graphs;
   sp_vnet_plan_slot plans[SP_VNET_PLANS];

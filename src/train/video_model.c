@@ -8,6 +8,7 @@
 #include "spry/data.h"
 #include "spry/models.h"
 #include "spry/safetensors.h"
+#include "spry/dist.h"
 #include "train/video_internal.h"
 
 int sp_video_cfg_frames(const sp_video_config *cfg) {
@@ -32,6 +33,9 @@ static sp_graph *build(const sp_vnet *n, int frames) {
     sp_graph_free(g);
     return NULL;
   }
+  /* Data parallel with dist.sync_bn: every graph (each frame count) normalises
+   * with the global batch's statistics. */
+  if (n->sync_bn) sp_dist_enable_sync_bn(g);
   return g;
 }
 
@@ -41,6 +45,7 @@ int sp_vnet_init(sp_vnet *n, const sp_video_config *cfg, int num_classes) {
   n->num_classes = num_classes;
   if (sp_backend_parse(cfg->backend, &n->backend) != 0) return -1;
   n->plan_flags = !strcmp(cfg->precision, "bf16") ? SP_PLAN_BF16 : 0;
+  n->sync_bn = cfg->dist.sync_bn && sp_dist_world() > 1;
   int frames = sp_video_cfg_frames(cfg);
   sp_graph *g = build(n, frames);
   if (!g) return -1;

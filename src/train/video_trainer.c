@@ -1,7 +1,10 @@
 /* The video trainer: epochs of clips through plans per batch shape (one
  * shape normally, a Multigrid cycle of them otherwise), a validation pass,
  * metrics.jsonl, checkpoints (last + best top-1), exact resume, a clean stop
- * on Ctrl-C. Same structure as the keypoint trainer (trainer.c). */
+ * on Ctrl-C. Same structure as the keypoint trainer (trainer.c), data
+ * parallel under mpirun / srun the same way: `batch` is the global batch,
+ * rank r trains slice r of every global batch, gradients are all-reduced
+ * during backward, and rank 0 alone validates and writes. */
 #include <errno.h>
 #include <math.h>
 #include <omp.h>
@@ -36,7 +39,26 @@ typedef struct {
   sp_video_shape *shapes;
   int cap_shapes;
   char dir[1024];
+  int rank, world, local_batch; /* data parallel: this rank's share of each batch */
+  int refused;                  /* every rank refused the run together */
+  sp_grad_reducer *reducer;     /* NULL in a world of one */
+  int *slot_of;
 } run;
+
+/* Rank 0's outcome of its solo work (resume, validation, saving) for all. */
+typedef struct {
+  int rc;
+  int64_t epoch, step;
+  double loss_sum, best;
+} rank0_state;
+
+static int share_rank0(run *r, rank0_state *st, const char *what) {
+  if (r->world < 2) return st->rc;
+  sp_dist_barrier(10 * r->cfg->dist.timeout_s, what);
+  sp_dist_bcast(st, sizeof *st, what);
+  if (st->rc != 0 && r->rank > 0) sp_error_set("rank 0 failed during %s (see its message)", what);
+  return st->rc;
+}
 
 static int classes_of(const sp_video_config *cfg, const sp_video_list *a, const sp_video_list *b) {
   if (cfg->data.num_classes) return cfg->data.num_classes;
@@ -51,7 +73,18 @@ static int setup(run *r, const sp_video_config *cfg, const char *config_text) {
   r->cfg = cfg;
   r->config_text = config_text;
   snprintf(r->dir, sizeof r->dir, "%s", cfg->out);
-  if (sp_make_dirs(r->dir) != 0) return -1;
+  if (sp_dist_init() != 0) return -1;
+  sp_dist_set_timeout(cfg->dist.timeout_s);
+  r->rank = sp_dist_rank();
+  r->world = sp_dist_world();
+  r->local_batch = cfg->batch / r->world;
+  if (sp_dist_check_run(config_text, SPRY_VERSION) != 0) { /* refused on every rank alike */
+    r->refused = 1;
+    return -1;
+  }
+  if (cfg->batch % r->world)
+    return sp_error_set("batch %d is the global batch and must be a multiple of the %d ranks", cfg->batch, r->world);
+  if (r->rank == 0 && sp_make_dirs(r->dir) != 0) return -1;
   if (cfg->threads > 0) omp_set_num_threads(cfg->threads);
   if (!cfg->data.train_list[0]) return sp_error_set("data.train_list is not set");
   if (sp_video_list_open(cfg, cfg->data.train_list, &r->train) != 0) return -1;
@@ -62,32 +95,53 @@ static int setup(run *r, const sp_video_config *cfg, const char *config_text) {
     return sp_error_set("batch %d is larger than the %d training clips", cfg->batch, r->train.n);
   if (sp_vnet_init(&r->net, cfg, classes) != 0) return -1;
   if (cfg->pretrained[0] && sp_vnet_load_pretrained(&r->net, cfg->pretrained) != 0) return -1;
+  sp_dist_bcast_params(sp_vnet_graph(&r->net)); /* every rank starts from rank 0's weights */
   r->params = sp_train_opt_params(sp_vnet_graph(&r->net), &r->n_params);
   r->opt = sp_optimizer_new(&cfg->optimizer, r->n_params, r->params);
   if (!r->opt) return -1;
   int frames = sp_video_cfg_frames(cfg);
-  sp_video_loader_config lc = sp_video_loader_config_default(cfg->batch, frames, cfg->data.size);
+  sp_video_loader_config lc = sp_video_loader_config_default(r->local_batch, frames, cfg->data.size);
   lc.sampler = cfg->data.sampler;
   lc.stride = cfg->data.stride;
   lc.short_side = cfg->data.short_side;
   lc.flip_prob = cfg->data.flip;
   lc.workers = cfg->workers;
   lc.seed = cfg->seed;
+  lc.rank = r->rank;
+  lc.world = r->world;
   if (!(r->train_loader = sp_video_loader_create(&r->train, &lc))) return -1;
-  if (r->val.n) {
+  if (r->val.n && r->rank == 0) { /* validation: rank 0, the whole set, global batch */
     sp_video_loader_config vc = lc;
+    vc.rank = 0;
+    vc.world = 1;
+    vc.batch = cfg->batch;
     vc.train = 0;
     vc.shuffle = 0;
     vc.drop_last = 0;
     vc.test_clips = cfg->data.test_clips;
     if (!(r->val_loader = sp_video_loader_create(&r->val, &vc))) return -1;
   }
-  r->mg = (sp_multigrid){cfg->multigrid.long_cycle, cfg->multigrid.short_cycle, cfg->batch, frames, cfg->data.size,
+  /* Per rank: base batch and clips of this rank's share (equal on every rank,
+   * so all ranks take the same shapes in the same order). */
+  r->mg = (sp_multigrid){cfg->multigrid.long_cycle, cfg->multigrid.short_cycle, r->local_batch, frames, cfg->data.size,
                          cfg->epochs, sp_video_loader_entries(r->train_loader), cfg->multigrid.cycles};
   r->cap_shapes = r->mg.entries + 1;
   r->shapes = sp_xmalloc(sizeof(sp_video_shape) * (size_t)r->cap_shapes);
-  sp_plan *p = sp_vnet_plan(&r->net, frames, cfg->batch, cfg->data.size, 1);
+  sp_plan *p = sp_vnet_plan(&r->net, frames, r->local_batch, cfg->data.size, 1);
   if (!p) return -1;
+  if (r->world > 1) {
+    /* No plan given: Multigrid plans come and go, so each one is hooked as
+     * it is used (sp_grad_reducer_watch); buckets follow parameter order,
+     * which is the reverse of backward's. */
+    r->reducer = sp_grad_reducer_new(sp_vnet_graph(&r->net), NULL, (size_t)(cfg->dist.bucket_mb * (1 << 20)));
+    if (sp_grad_reducer_set_bf16(r->reducer, !strcmp(cfg->dist.compress, "bf16"))) return -1;
+    r->slot_of = sp_dist_param_slots(sp_vnet_graph(&r->net));
+  }
+  if (r->rank > 0) return 0;
+  if (r->world > 1)
+    fprintf(stderr, "spry: data parallel over %d ranks, %d clips each per step, %s batch norm, %d gradient buckets\n",
+            r->world, r->local_batch, cfg->dist.sync_bn ? "synchronised" : "per-rank",
+            sp_grad_reducer_buckets(r->reducer));
   fprintf(stderr, "spry: %s, %d classes, %d train / %d val clips, %d frames at %d px, %lld parameters, %s backend, "
           "plan %.1f MB%s%s\n",
           cfg->model, classes, r->train.n, r->val.n, frames, cfg->data.size,
@@ -97,12 +151,14 @@ static int setup(run *r, const sp_video_config *cfg, const char *config_text) {
 }
 
 static void teardown(run *r) {
+  sp_vnet_free(&r->net); /* its plans hold the reducer's hook: they go first */
+  sp_grad_reducer_free(r->reducer);
+  free(r->slot_of);
   sp_video_loader_destroy(r->train_loader);
   sp_video_loader_destroy(r->val_loader);
   sp_optimizer_free(r->opt);
   free(r->params);
   free(r->shapes);
-  sp_vnet_free(&r->net);
   sp_video_list_free(&r->train);
   sp_video_list_free(&r->val);
 }
@@ -143,41 +199,61 @@ static void append_metrics(run *r, int64_t epoch, double loss, double lr, double
   sp_json_buf_free(&b);
 }
 
-/* One optimizer step on batch b; returns its loss (NAN on a plan error). */
-static double train_step(run *r, const sp_video_batch *b, double lr) {
+/* One optimizer step on batch b; returns its loss (the global mean under
+ * mpirun; NAN on a plan error). *stop: some rank asked to stop. */
+static double train_step(run *r, const sp_video_batch *b, double lr, int *stop) {
   sp_plan *p = sp_vnet_plan(&r->net, b->t, b->n, b->h, 1);
   if (!p) return NAN;
   sp_vnet_fill(&r->net, p, b);
   sp_graph_zero_grad(sp_vnet_graph(&r->net));
   sp_plan_set_step(p, (uint64_t)sp_optimizer_steps(r->opt));
   sp_plan_forward(p);
+  double loss = sp_plan_loss(p);
+  /* The loss and a Ctrl-C vote ride with the gradients. */
+  double totals[2] = {loss, stop_requested ? 1.0 : 0.0};
+  if (r->reducer) {
+    sp_grad_reducer_watch(r->reducer, p);
+    sp_grad_reducer_begin(r->reducer, totals, 2);
+  }
   sp_plan_backward(p);
-  if (r->cfg->clip_norm > 0) sp_clip_grad_norm(r->n_params, r->params, r->cfg->clip_norm);
-  sp_optimizer_step(r->opt, (float)lr);
-  return sp_plan_loss(p);
+  if (r->reducer && r->cfg->clip_norm <= 0) {
+    sp_dist_step(r->reducer, r->opt, r->slot_of, r->params, (float)lr, totals);
+  } else {
+    if (r->reducer) sp_grad_reducer_finish(r->reducer, totals);
+    if (r->cfg->clip_norm > 0) sp_clip_grad_norm(r->n_params, r->params, r->cfg->clip_norm);
+    sp_optimizer_step(r->opt, (float)lr);
+  }
+  *stop = r->reducer ? totals[1] > 0 : stop_requested;
+  return r->reducer ? totals[0] / r->world : loss;
 }
 
 int sp_video_train_run(const sp_video_config *cfg, const char *config_text, int resume, sp_video_summary *summary) {
-  /* Under mpirun every rank would train alone and all would write the same
-   * run folder: refused on every rank alike (no collective, so none waits). */
-  if (sp_dist_init() != 0) return -1;
-  if (sp_dist_world() > 1)
-    return sp_error_set("video training runs in one process: data-parallel video training over MPI is not "
-                        "implemented (%d ranks started; run it without mpirun / srun)",
-                        sp_dist_world());
   run r;
   int rc = setup(&r, cfg, config_text);
+  /* A rank-local setup failure would leave the others waiting: end the job. */
+  if (rc != 0 && r.world > 1 && !r.refused) sp_dist_abort("setup failed: %s", sp_last_error());
   int64_t start_epoch = 0, start_step = 0;
   double resumed_loss = 0, best = -1;
   if (rc == 0 && resume) {
-    char path[1100], buf[1 << 16];
-    snprintf(path, sizeof path, "%s/last.safetensors", r.dir);
-    sp_checkpoint_meta m;
-    if ((rc = sp_checkpoint_load(path, sp_vnet_graph(&r.net), r.opt, &m, buf, sizeof buf)) == 0) {
-      start_epoch = m.epoch, start_step = m.step_in_epoch, resumed_loss = m.loss_sum, best = m.best;
-      fprintf(stderr, "spry: resuming %s at epoch %lld step %lld\n", path, (long long)start_epoch + 1,
-              (long long)start_step);
+    /* Rank 0 reads the checkpoint; steps count global batches, so any world
+     * size resumes it. */
+    rank0_state st = {0};
+    if (r.rank == 0) {
+      char path[1100], buf[1 << 16];
+      snprintf(path, sizeof path, "%s/last.safetensors", r.dir);
+      sp_checkpoint_meta m;
+      if ((st.rc = sp_checkpoint_load(path, sp_vnet_graph(&r.net), r.opt, &m, buf, sizeof buf)) == 0) {
+        st = (rank0_state){0, m.epoch, m.step_in_epoch, m.loss_sum, m.best};
+        fprintf(stderr, "spry: resuming %s at epoch %lld step %lld\n", path, (long long)m.epoch + 1,
+                (long long)m.step_in_epoch);
+      }
     }
+    rc = share_rank0(&r, &st, "resume");
+    if (rc == 0 && r.world > 1) {
+      sp_dist_bcast_params(sp_vnet_graph(&r.net));
+      sp_dist_bcast_optimizer(r.opt);
+    }
+    start_epoch = st.epoch, start_step = st.step, resumed_loss = st.loss_sum, best = st.rc == 0 ? st.best : best;
   }
   stop_requested = 0;
   struct sigaction sa = {0}, old_int, old_term;
@@ -193,7 +269,7 @@ int sp_video_train_run(const sp_video_config *cfg, const char *config_text, int 
     sp_progress bar;
     sp_progress_begin(&bar);
     double loss_sum = epoch == start_epoch ? resumed_loss : 0, t0 = sp_now(), lr = 0;
-    int step = 0, trained = 0;
+    int step = 0, trained = 0, stopping = 0;
     int64_t clips_done = 0, clips_trained = 0;
     const sp_video_batch *b;
     while ((b = sp_video_loader_next(r.train_loader))) {
@@ -206,7 +282,8 @@ int sp_video_train_run(const sp_video_config *cfg, const char *config_text, int 
        * within and between epochs, and the schedule must not jump. */
       double progress = sp_epoch_progress(epoch, clips_done, r.mg.entries);
       lr = sp_lr_at_epoch(&cfg->schedule, progress) * sp_multigrid_lr_scale(&r.mg, epoch);
-      double loss = train_step(&r, b, lr);
+      int stop = 0;
+      double loss = train_step(&r, b, lr, &stop);
       if (!isfinite(loss)) {
         rc = isnan(loss) && sp_last_error()[0] ? -1
              : sp_error_set("the loss became %g at epoch %lld step %d (learning rate %g too high?)", loss,
@@ -217,32 +294,52 @@ int sp_video_train_run(const sp_video_config *cfg, const char *config_text, int 
       clips_done += b->n;
       clips_trained += b->n;
       step++, trained++, iterations++;
-      sp_progress_draw(&bar, (int)epoch + 1, cfg->epochs, step, n, loss_sum / step, clips_trained / (sp_now() - t0), 0);
-      if (stop_requested) break;
+      if (r.rank == 0)
+        sp_progress_draw(&bar, (int)epoch + 1, cfg->epochs, step, n, loss_sum / step,
+                         clips_trained * r.world / (sp_now() - t0), 0);
+      if (stop) {
+        stopping = 1;
+        break;
+      }
     }
     sp_progress_end(&bar);
     double epoch_s = sp_now() - t0;
     train_s += epoch_s;
     if (rc != 0) break;
-    if (stop_requested) {
-      rc = save(&r, "last.safetensors", epoch, step, loss_sum, best);
-      fprintf(stderr, "spry: interrupted at epoch %lld step %d; saved %s/last.safetensors (resume with --resume)\n",
-              (long long)epoch + 1, step, r.dir);
+    if (stopping) {
+      rank0_state st = {0};
+      if (r.rank == 0) {
+        st.rc = save(&r, "last.safetensors", epoch, step, loss_sum, best);
+        fprintf(stderr, "spry: interrupted at epoch %lld step %d; saved %s/last.safetensors (resume with --resume)\n",
+                (long long)epoch + 1, step, r.dir);
+      }
+      rc = share_rank0(&r, &st, "saving the interrupted run");
       rc = rc == 0 ? 130 : rc;
       break;
     }
     last_loss = loss_sum / (step ? step : 1);
-    int do_val = r.val_loader && ((epoch + 1) % cfg->eval_every == 0 || epoch + 1 == cfg->epochs);
-    if (do_val && (rc = sp_video_evaluate(&r.net, r.val_loader, &r.val, epoch, &v)) != 0) break;
-    append_metrics(&r, epoch, last_loss, lr, clips_trained / epoch_s, epoch_s, n, do_val ? &v : NULL);
-    fprintf(stderr, "epoch %lld/%d  train %.4f", (long long)epoch + 1, cfg->epochs, last_loss);
-    if (do_val) fprintf(stderr, "  val %.4f  top-1 %.3f  top-5 %.3f", v.loss, v.top1, v.top5);
-    fprintf(stderr, "  %d it  %.1f clips/s  %.1f s\n", n, clips_trained / epoch_s, epoch_s);
-    if (do_val && v.top1 > best) {
-      best = v.top1;
-      if ((rc = save(&r, "best.safetensors", epoch + 1, 0, 0, best)) != 0) break;
+    if (r.rank > 0) { /* rank 0 validates and writes; the others wait for its outcome */
+      rank0_state st = {0};
+      if ((rc = share_rank0(&r, &st, "rank 0's validation and checkpoint")) != 0) break;
+      best = st.best;
+      continue;
     }
-    if ((rc = save(&r, "last.safetensors", epoch + 1, 0, 0, best)) != 0) break;
+    double clips_s = clips_trained * r.world / epoch_s;
+    int do_val = r.val_loader && ((epoch + 1) % cfg->eval_every == 0 || epoch + 1 == cfg->epochs);
+    if (do_val) rc = sp_video_evaluate(&r.net, r.val_loader, &r.val, epoch, &v);
+    if (rc == 0) {
+      append_metrics(&r, epoch, last_loss, lr, clips_s, epoch_s, n, do_val ? &v : NULL);
+      fprintf(stderr, "epoch %lld/%d  train %.4f", (long long)epoch + 1, cfg->epochs, last_loss);
+      if (do_val) fprintf(stderr, "  val %.4f  top-1 %.3f  top-5 %.3f", v.loss, v.top1, v.top5);
+      fprintf(stderr, "  %d it  %.1f clips/s  %.1f s\n", n, clips_s, epoch_s);
+      if (do_val && v.top1 > best) {
+        best = v.top1;
+        rc = save(&r, "best.safetensors", epoch + 1, 0, 0, best);
+      }
+    }
+    if (rc == 0) rc = save(&r, "last.safetensors", epoch + 1, 0, 0, best);
+    rank0_state st = {rc, 0, 0, 0, best};
+    if (share_rank0(&r, &st, "rank 0's validation and checkpoint") != 0) break;
   }
   sigaction(SIGINT, &old_int, NULL);
   sigaction(SIGTERM, &old_term, NULL);

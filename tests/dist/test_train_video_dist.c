@@ -1,0 +1,118 @@
+/* The video trainer under `mpirun -np 2`: with synchronised batch norm, a
+ * 2-rank TSM run (2 clips per rank) ends with the weights of the same config
+ * trained by one process (4 clips per step): the loader gives rank r slice r
+ * of every global batch and sampling is keyed by clip. Only rank 0 writes.
+ * The one-process run is a `spry train` child with SPRY_MPI=0. SGD and no
+ * dropout (dropout masks are keyed by the position in a rank's batch). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "spry/dist.h"
+#include "spry/safetensors.h"
+#include "spry/video.h"
+#include "spry/video_train.h"
+#include "testkit.h"
+
+static char dir[256], cfg_path[300];
+
+static void same_weights(const char *a, const char *b) {
+  if (sp_dist_rank() != 0) return;
+  char pa[400], pb[400];
+  snprintf(pa, sizeof pa, "%s/last.safetensors", a);
+  snprintf(pb, sizeof pb, "%s/last.safetensors", b);
+  sp_st_file *fa = sp_st_open(pa), *fb = sp_st_open(pb);
+  assert_non_null(fa);
+  assert_non_null(fb);
+  assert_int_equal(sp_st_count(fa), sp_st_count(fb));
+  int compared = 0;
+  for (int i = 0; i < sp_st_count(fa); i++) {
+    const char *name = sp_st_name(fa, i);
+    const sp_tensor *x = sp_st_get(fa, name), *y = sp_st_get(fb, name);
+    assert_non_null(y);
+    if (x->dtype != SP_F32) continue;
+    /* Per tensor, against its largest entry (see test_train_dist.c). */
+    const float *xa = x->data, *ya = y->data;
+    double diff = 0, scale = 0;
+    for (int64_t j = 0; j < sp_tensor_numel(x); j++) {
+      diff = fmax(diff, fabs((double)xa[j] - ya[j]));
+      scale = fmax(scale, fabs(ya[j]));
+    }
+    if (diff > 1e-3 * scale + 1e-6) fail_msg("%s: differs by %g (largest entry %g)", name, diff, scale);
+    compared++;
+  }
+  assert_true(compared > 10);
+  sp_st_close(fa);
+  sp_st_close(fb);
+}
+
+static void two_ranks_match_one_process(void **state) {
+  (void)state;
+  char two[300], one[300], set_out[400];
+  snprintf(two, sizeof two, "%s/two", dir);
+  snprintf(one, sizeof one, "%s/one", dir);
+  snprintf(set_out, sizeof set_out, "out=%s", two);
+  char *sets[1] = {set_out};
+  sp_video_config cfg;
+  char *text = NULL;
+  if (sp_video_config_load(cfg_path, 1, sets, &cfg, &text) != 0) fail_msg("%s", sp_last_error());
+  sp_video_summary s;
+  if (sp_video_train_run(&cfg, text, 0, &s) != 0) fail_msg("rank %d: %s", sp_dist_rank(), sp_last_error());
+  free(text);
+  assert_true(isfinite(s.train_loss));
+  if (sp_dist_rank() == 0) {
+    const char *bin = getenv("SPRY_BIN");
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "SPRY_MPI=0 %s train %s --set out=%s > /dev/null 2>&1", bin ? bin : "spry", cfg_path, one);
+    assert_int_equal(system(cmd), 0);
+  }
+  sp_dist_barrier(600, "test: one-process run");
+  same_weights(two, one);
+  if (sp_dist_rank() == 0) { /* rank 0 wrote the run, and the validation in it */
+    char p[400];
+    snprintf(p, sizeof p, "%s/metrics.jsonl", two);
+    FILE *f = fopen(p, "r");
+    assert_non_null(f);
+    char line[1024];
+    int lines = 0;
+    while (fgets(line, sizeof line, f)) lines++, assert_non_null(strstr(line, "\"val_top1\""));
+    fclose(f);
+    assert_int_equal(lines, 2);
+  }
+}
+
+int main(void) {
+  if (sp_dist_init() != 0) return 1;
+  if (sp_dist_world() < 2) return 77; /* needs mpirun */
+  if (sp_dist_rank() == 0) {
+    if (!sp_test_tmpdir(dir, sizeof dir)) return 1;
+    char p[400];
+    snprintf(p, sizeof p, "%s/train", dir);
+    if (sp_synth_actions(p, 8, 8, 32, 1) != 0) return 1;
+    snprintf(p, sizeof p, "%s/val", dir);
+    if (sp_synth_actions(p, 4, 8, 32, 2) != 0) return 1;
+    snprintf(cfg_path, sizeof cfg_path, "%s/run.yaml", dir);
+    FILE *f = fopen(cfg_path, "w");
+    if (!f) return 1;
+    fprintf(f,
+            "task: video\nmodel: tsm-r18\nmodel_options: {base_width: 8}\n"
+            "data: {train_list: %s/train/list.txt, val_list: %s/val/list.txt, segments: 4, size: 32, short_side: 32,"
+            " flip: 0.5, mean: 0.5, std: 0.25}\n"
+            "optimizer: {type: sgd, lr: 0.0125, momentum: 0.9, weight_decay: 0.0001}\n"
+            "schedule: {decay: cosine, warmup_epochs: 1}\n"
+            "epochs: 2\nbatch: 4\nworkers: 1\nthreads: 1\nseed: 3\ndist: {sync_bn: true}\n",
+            dir, dir);
+    fclose(f);
+  }
+  sp_dist_bcast(dir, sizeof dir, "test setup");
+  sp_dist_bcast(cfg_path, sizeof cfg_path, "test setup");
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(two_ranks_match_one_process),
+  };
+  int rc = cmocka_run_group_tests(tests, NULL, NULL);
+  sp_dist_barrier(600, "test end");
+  if (sp_dist_rank() == 0) sp_test_rmtree(dir);
+  return rc;
+}
