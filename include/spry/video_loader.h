@@ -10,7 +10,9 @@
  * Batches may change shape within an epoch (Multigrid): start an epoch with a
  * list of per-batch shapes; batch j then takes the next shapes[j].batch
  * entries of the epoch's order and samples shapes[j].frames frames at
- * shapes[j].size. */
+ * shapes[j].size. With world W > 1 the shapes are this rank's share: batch j
+ * of rank r is slice r of the global batch of W x shapes[j].batch entries
+ * (so W ranks together see one process's global batches). */
 #ifndef SPRY_VIDEO_LOADER_H
 #define SPRY_VIDEO_LOADER_H
 
@@ -38,7 +40,7 @@ typedef struct {
   int prefetch;     /* slots; 0 = 2 * workers */
   uint64_t seed;
   int shuffle, drop_last;
-  int rank, world;  /* sharding: rank takes a disjoint, equal slice of each epoch */
+  int rank, world;  /* sharding: rank r takes slice r of every global batch */
 } sp_video_loader_config;
 sp_video_loader_config sp_video_loader_config_default(int batch, int frames, int size);
 

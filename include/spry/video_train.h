@@ -3,7 +3,8 @@
  * A run is one YAML file with `task: video` (keys and defaults:
  * configs/README_video.md, or sp_video_config_default): model, data (train
  * and validation lists, sampler, segments or frames/stride, size), optimizer,
- * schedule, multigrid, epochs, batch, threads, workers, seed, backend, out.
+ * schedule, multigrid, epochs, batch, threads, workers, seed, backend, out,
+ * dist (data parallel under mpirun, as the keypoint trainer).
  * Outputs as the keypoint trainer: out/metrics.jsonl, last.safetensors (every
  * epoch; resume), best.safetensors (best top-1). */
 #ifndef SPRY_VIDEO_TRAIN_H

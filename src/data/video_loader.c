@@ -240,6 +240,9 @@ int sp_video_loader_start_epoch_shapes(sp_video_loader *l, int64_t epoch, const 
   if (total > l->per_rank)
     return sp_error_set("video loader: %d batches take %lld clips, the epoch has %d", n_shapes, (long long)total,
                         l->per_rank);
+  if (l->cfg.world > 1 && total * l->cfg.world > l->entries)
+    return sp_error_set("video loader: %d ranks x %lld clips per epoch, the list has %d", l->cfg.world,
+                        (long long)total, l->entries);
   pthread_mutex_lock(&l->mu);
   /* Cancel the current epoch: stop claiming, wait for fills in flight (they
    * read order and the slots about to change), free every slot. */

@@ -74,7 +74,9 @@ static sp_graph *graph_for(sp_vnet *n, int frames) {
   for (int p = 0; p < np; p++) {
     int q = sp_graph_param_find(main, sp_graph_param_name(g, p));
     sp_tensor *v = sp_graph_param_value(g, p), *mv = q >= 0 ? sp_graph_param_value(main, q) : NULL;
-    if (!mv || !sp_shape_equal(&v->shape, &mv->shape)) {
+    /* Same id too: the gradient exchange names parameters by id, whichever
+     * graph's plan reports them. */
+    if (!mv || q != p || !sp_shape_equal(&v->shape, &mv->shape)) {
       /* Cannot happen: T changes no parameter. Refuse rather than train apart. */
       for (int k = 0; k < p; k++) {
         sp_graph_param_value(g, k)->data = e->own_value[k];

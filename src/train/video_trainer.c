@@ -43,6 +43,7 @@ typedef struct {
   int refused;                  /* every rank refused the run together */
   sp_grad_reducer *reducer;     /* NULL in a world of one */
   int *slot_of;
+  sp_plan *watched;             /* the plan last hooked to the reducer */
 } run;
 
 /* Rank 0's outcome of its solo work (resume, validation, saving) for all. */
@@ -94,7 +95,8 @@ static int setup(run *r, const sp_video_config *cfg, const char *config_text) {
   if (r->train.n < cfg->batch)
     return sp_error_set("batch %d is larger than the %d training clips", cfg->batch, r->train.n);
   if (sp_vnet_init(&r->net, cfg, classes) != 0) return -1;
-  if (cfg->pretrained[0] && sp_vnet_load_pretrained(&r->net, cfg->pretrained) != 0) return -1;
+  /* Rank 0 reads the pretrained weights; the broadcast gives them to all. */
+  if (r->rank == 0 && cfg->pretrained[0] && sp_vnet_load_pretrained(&r->net, cfg->pretrained) != 0) return -1;
   sp_dist_bcast_params(sp_vnet_graph(&r->net)); /* every rank starts from rank 0's weights */
   r->params = sp_train_opt_params(sp_vnet_graph(&r->net), &r->n_params);
   r->opt = sp_optimizer_new(&cfg->optimizer, r->n_params, r->params);
@@ -121,18 +123,20 @@ static int setup(run *r, const sp_video_config *cfg, const char *config_text) {
     vc.test_clips = cfg->data.test_clips;
     if (!(r->val_loader = sp_video_loader_create(&r->val, &vc))) return -1;
   }
-  /* Per rank: base batch and clips of this rank's share (equal on every rank,
-   * so all ranks take the same shapes in the same order). */
-  r->mg = (sp_multigrid){cfg->multigrid.long_cycle, cfg->multigrid.short_cycle, r->local_batch, frames, cfg->data.size,
-                         cfg->epochs, sp_video_loader_entries(r->train_loader), cfg->multigrid.cycles};
+  /* The schedule of the global batch over the global epoch (each rank's
+   * share times the ranks), so W ranks take the shapes, learning rates and
+   * iterations of one process; each shape's batch is then split over the
+   * ranks (epoch_shapes). */
+  r->mg = (sp_multigrid){cfg->multigrid.long_cycle, cfg->multigrid.short_cycle, cfg->batch, frames, cfg->data.size,
+                         cfg->epochs, sp_video_loader_entries(r->train_loader) * r->world, cfg->multigrid.cycles};
   r->cap_shapes = r->mg.entries + 1;
   r->shapes = sp_xmalloc(sizeof(sp_video_shape) * (size_t)r->cap_shapes);
   sp_plan *p = sp_vnet_plan(&r->net, frames, r->local_batch, cfg->data.size, 1);
   if (!p) return -1;
   if (r->world > 1) {
     /* No plan given: Multigrid plans come and go, so each one is hooked as
-     * it is used (sp_grad_reducer_watch); buckets follow parameter order,
-     * which is the reverse of backward's. */
+     * it is used (sp_grad_reducer_watch); buckets go by descending parameter
+     * id, head first, as backward finalises them. */
     r->reducer = sp_grad_reducer_new(sp_vnet_graph(&r->net), NULL, (size_t)(cfg->dist.bucket_mb * (1 << 20)));
     if (sp_grad_reducer_set_bf16(r->reducer, !strcmp(cfg->dist.compress, "bf16"))) return -1;
     r->slot_of = sp_dist_param_slots(sp_vnet_graph(&r->net));
@@ -203,6 +207,9 @@ static void append_metrics(run *r, int64_t epoch, double loss, double lr, double
  * mpirun; NAN on a plan error). *stop: some rank asked to stop. */
 static double train_step(run *r, const sp_video_batch *b, double lr, int *stop) {
   sp_plan *p = sp_vnet_plan(&r->net, b->t, b->n, b->h, 1);
+  /* The other ranks are already in this step's exchange: end the job. */
+  if (!p && r->world > 1)
+    sp_dist_abort("making the plan for %d clips x %d frames x %d px: %s", b->n, b->t, b->h, sp_last_error());
   if (!p) return NAN;
   sp_vnet_fill(&r->net, p, b);
   sp_graph_zero_grad(sp_vnet_graph(&r->net));
@@ -212,7 +219,9 @@ static double train_step(run *r, const sp_video_batch *b, double lr, int *stop) 
   /* The loss and a Ctrl-C vote ride with the gradients. */
   double totals[2] = {loss, stop_requested ? 1.0 : 0.0};
   if (r->reducer) {
-    sp_grad_reducer_watch(r->reducer, p);
+    /* A plan not hooked yet would still be exact (finish launches every
+     * bucket), only without overlap. */
+    if (p != r->watched) sp_grad_reducer_watch(r->reducer, p), r->watched = p;
     sp_grad_reducer_begin(r->reducer, totals, 2);
   }
   sp_plan_backward(p);
@@ -265,6 +274,10 @@ int sp_video_train_run(const sp_video_config *cfg, const char *config_text, int 
   int64_t iterations = 0;
   for (int64_t epoch = start_epoch; rc == 0 && epoch < cfg->epochs; epoch++) {
     int n = sp_multigrid_epoch_shapes(&r.mg, epoch, 0, r.shapes, r.cap_shapes);
+    /* Global batches to this rank's share (every shape's batch is at least
+     * the base batch, a multiple of the ranks; a Multigrid batch that is not
+     * one loses its remainder). */
+    for (int j = 0; j < n; j++) r.shapes[j].batch /= r.world;
     if ((rc = sp_video_loader_start_epoch_shapes(r.train_loader, epoch, r.shapes, n)) != 0) break;
     sp_progress bar;
     sp_progress_begin(&bar);
@@ -280,7 +293,7 @@ int sp_video_train_run(const sp_video_config *cfg, const char *config_text, int 
       }
       /* Progress in clips, not iterations: Multigrid changes the batch size
        * within and between epochs, and the schedule must not jump. */
-      double progress = sp_epoch_progress(epoch, clips_done, r.mg.entries);
+      double progress = sp_epoch_progress(epoch, clips_done * r.world, r.mg.entries);
       lr = sp_lr_at_epoch(&cfg->schedule, progress) * sp_multigrid_lr_scale(&r.mg, epoch);
       int stop = 0;
       double loss = train_step(&r, b, lr, &stop);
