@@ -55,23 +55,6 @@ typedef struct {
   int refused;                  /* every rank refused the run together */
 } run;
 
-/* Rank 0's outcome of its solo work (resume, validation, saving) for all. */
-typedef struct {
-  int rc;
-  int64_t epoch, step;
-  double loss_sum, best;
-} rank0_state;
-
-/* After rank 0 worked alone: everyone learns how it went. The others may
- * wait a long time (validation, the report), hence the long timeout. */
-static int share_rank0(run *r, rank0_state *st, const char *what) {
-  if (r->world < 2) return st->rc;
-  sp_dist_barrier(10 * r->cfg->dist.timeout_s, what);
-  sp_dist_bcast(st, sizeof *st, what);
-  if (st->rc != 0 && r->rank > 0) sp_error_set("rank 0 failed during %s (see its message)", what);
-  return st->rc;
-}
-
 static sp_plan *train_plan(run *r) {
   sp_input_shape in[2] = {
       {"image", sp_shape4(r->local_batch, r->cfg->data.channels, r->cfg->data.size, r->cfg->data.size)},
@@ -247,19 +230,19 @@ int sp_train_run(const sp_train_config *cfg, const char *config_text, int resume
   if (rc == 0 && resume) {
     /* Rank 0 reads the checkpoint (other machines need not see the file);
      * steps count global batches, so any world size resumes it. */
-    rank0_state st = {0};
+    sp_rank0_state st = {0};
     if (r.rank == 0) {
       char path[1100], buf[1 << 16];
       snprintf(path, sizeof path, "%s/last.safetensors", r.dir);
       sp_checkpoint_meta m;
       st.rc = sp_checkpoint_load(path, r.g, r.opt, &m, buf, sizeof buf);
       if (st.rc == 0) {
-        st = (rank0_state){0, m.epoch, m.step_in_epoch, m.loss_sum, m.best};
+        st = (sp_rank0_state){0, m.epoch, m.step_in_epoch, m.loss_sum, m.best};
         fprintf(stderr, "spry: resuming %s at epoch %lld step %lld\n", path, (long long)m.epoch + 1,
                 (long long)m.step_in_epoch);
       }
     }
-    rc = share_rank0(&r, &st, "resume");
+    rc = sp_share_rank0(&st, cfg->dist.timeout_s, "resume");
     if (rc == 0 && r.world > 1) {
       sp_dist_bcast_params(r.g);
       sp_dist_bcast_optimizer(r.opt);
@@ -330,13 +313,13 @@ int sp_train_run(const sp_train_config *cfg, const char *config_text, int resume
     sp_progress_end(&bar);
     if (rc != 0) break;
     if (stopping) {
-      rank0_state st = {0};
+      sp_rank0_state st = {0};
       if (r.rank == 0) {
         st.rc = save(&r, "last.safetensors", epoch, step, loss_sum, best);
         fprintf(stderr, "spry: interrupted at epoch %lld step %d; saved %s/last.safetensors (resume with --resume)\n",
                 (long long)epoch + 1, step, r.dir);
       }
-      rc = share_rank0(&r, &st, "saving the interrupted run");
+      rc = sp_share_rank0(&st, cfg->dist.timeout_s, "saving the interrupted run");
       rc = rc == 0 ? 130 : rc;
       break;
     }
@@ -344,15 +327,15 @@ int sp_train_run(const sp_train_config *cfg, const char *config_text, int resume
     last_train_loss = train_loss;
     int do_val = (epoch + 1) % cfg->eval_every == 0 || epoch + 1 == cfg->epochs;
     if (r.rank > 0) { /* rank 0 validates and writes; the others wait for its outcome */
-      rank0_state st = {0};
-      if ((rc = share_rank0(&r, &st, "rank 0's validation and checkpoint")) != 0) break;
+      sp_rank0_state st = {0};
+      if ((rc = sp_share_rank0(&st, cfg->dist.timeout_s, "rank 0's validation and checkpoint")) != 0) break;
       best = st.best;
       continue;
     }
     if (do_val && validate(&r, epoch, &v) != 0) {
       rc = -1;
-      rank0_state st = {rc, 0, 0, 0, best};
-      share_rank0(&r, &st, "rank 0's validation and checkpoint");
+      sp_rank0_state st = {rc, 0, 0, 0, best};
+      sp_share_rank0(&st, cfg->dist.timeout_s, "rank 0's validation and checkpoint");
       break;
     }
     append_metrics(&r, epoch, train_loss, lr, trained * cfg->batch / epoch_s, epoch_s, do_val ? &v : NULL);
@@ -364,15 +347,15 @@ int sp_train_run(const sp_train_config *cfg, const char *config_text, int resume
     if (do_val && v.m.mean_px < best) {
       best = v.m.mean_px;
       if ((rc = save(&r, "best.safetensors", epoch + 1, 0, 0, best)) != 0) {
-      rank0_state st = {rc, 0, 0, 0, best};
-      share_rank0(&r, &st, "rank 0's validation and checkpoint");
+      sp_rank0_state st = {rc, 0, 0, 0, best};
+      sp_share_rank0(&st, cfg->dist.timeout_s, "rank 0's validation and checkpoint");
       break;
     }
     }
     /* last.safetensors is the per-epoch checkpoint; it carries best so far. */
     rc = save(&r, "last.safetensors", epoch + 1, 0, 0, best);
-    rank0_state st = {rc, 0, 0, 0, best};
-    if (share_rank0(&r, &st, "rank 0's validation and checkpoint") != 0) break;
+    sp_rank0_state st = {rc, 0, 0, 0, best};
+    if (sp_share_rank0(&st, cfg->dist.timeout_s, "rank 0's validation and checkpoint") != 0) break;
   }
   sigaction(SIGINT, &old_int, NULL);
   sigaction(SIGTERM, &old_term, NULL);

@@ -69,4 +69,17 @@ void sp_progress_draw(sp_progress *p, int epoch, int epochs, int step, int steps
                       int force);
 void sp_progress_end(sp_progress *p);
 
+/* Rank 0's outcome of its solo work (resume, validation, saving), shared
+ * by both trainers under mpirun. */
+typedef struct {
+  int rc;
+  int64_t epoch, step;
+  double loss_sum, best;
+} sp_rank0_state;
+/* After rank 0 worked alone, every rank learns how it went (a barrier with
+ * 10 x timeout_s, validation may be long, then a broadcast of *st); returns
+ * st->rc, and on the other ranks sets an error when rank 0 failed. A world
+ * of one returns st->rc at once. */
+int sp_share_rank0(sp_rank0_state *st, double timeout_s, const char *what);
+
 #endif

@@ -46,21 +46,6 @@ typedef struct {
   sp_plan *watched;             /* the plan last hooked to the reducer */
 } run;
 
-/* Rank 0's outcome of its solo work (resume, validation, saving) for all. */
-typedef struct {
-  int rc;
-  int64_t epoch, step;
-  double loss_sum, best;
-} rank0_state;
-
-static int share_rank0(run *r, rank0_state *st, const char *what) {
-  if (r->world < 2) return st->rc;
-  sp_dist_barrier(10 * r->cfg->dist.timeout_s, what);
-  sp_dist_bcast(st, sizeof *st, what);
-  if (st->rc != 0 && r->rank > 0) sp_error_set("rank 0 failed during %s (see its message)", what);
-  return st->rc;
-}
-
 static int classes_of(const sp_video_config *cfg, const sp_video_list *a, const sp_video_list *b) {
   if (cfg->data.num_classes) return cfg->data.num_classes;
   int m = 0;
@@ -246,18 +231,18 @@ int sp_video_train_run(const sp_video_config *cfg, const char *config_text, int 
   if (rc == 0 && resume) {
     /* Rank 0 reads the checkpoint; steps count global batches, so any world
      * size resumes it. */
-    rank0_state st = {0};
+    sp_rank0_state st = {0};
     if (r.rank == 0) {
       char path[1100], buf[1 << 16];
       snprintf(path, sizeof path, "%s/last.safetensors", r.dir);
       sp_checkpoint_meta m;
       if ((st.rc = sp_checkpoint_load(path, sp_vnet_graph(&r.net), r.opt, &m, buf, sizeof buf)) == 0) {
-        st = (rank0_state){0, m.epoch, m.step_in_epoch, m.loss_sum, m.best};
+        st = (sp_rank0_state){0, m.epoch, m.step_in_epoch, m.loss_sum, m.best};
         fprintf(stderr, "spry: resuming %s at epoch %lld step %lld\n", path, (long long)m.epoch + 1,
                 (long long)m.step_in_epoch);
       }
     }
-    rc = share_rank0(&r, &st, "resume");
+    rc = sp_share_rank0(&st, cfg->dist.timeout_s, "resume");
     if (rc == 0 && r.world > 1) {
       sp_dist_bcast_params(sp_vnet_graph(&r.net));
       sp_dist_bcast_optimizer(r.opt);
@@ -320,20 +305,20 @@ int sp_video_train_run(const sp_video_config *cfg, const char *config_text, int 
     train_s += epoch_s;
     if (rc != 0) break;
     if (stopping) {
-      rank0_state st = {0};
+      sp_rank0_state st = {0};
       if (r.rank == 0) {
         st.rc = save(&r, "last.safetensors", epoch, step, loss_sum, best);
         fprintf(stderr, "spry: interrupted at epoch %lld step %d; saved %s/last.safetensors (resume with --resume)\n",
                 (long long)epoch + 1, step, r.dir);
       }
-      rc = share_rank0(&r, &st, "saving the interrupted run");
+      rc = sp_share_rank0(&st, cfg->dist.timeout_s, "saving the interrupted run");
       rc = rc == 0 ? 130 : rc;
       break;
     }
     last_loss = loss_sum / (step ? step : 1);
     if (r.rank > 0) { /* rank 0 validates and writes; the others wait for its outcome */
-      rank0_state st = {0};
-      if ((rc = share_rank0(&r, &st, "rank 0's validation and checkpoint")) != 0) break;
+      sp_rank0_state st = {0};
+      if ((rc = sp_share_rank0(&st, cfg->dist.timeout_s, "rank 0's validation and checkpoint")) != 0) break;
       best = st.best;
       continue;
     }
@@ -351,8 +336,8 @@ int sp_video_train_run(const sp_video_config *cfg, const char *config_text, int 
       }
     }
     if (rc == 0) rc = save(&r, "last.safetensors", epoch + 1, 0, 0, best);
-    rank0_state st = {rc, 0, 0, 0, best};
-    if (share_rank0(&r, &st, "rank 0's validation and checkpoint") != 0) break;
+    sp_rank0_state st = {rc, 0, 0, 0, best};
+    if (sp_share_rank0(&st, cfg->dist.timeout_s, "rank 0's validation and checkpoint") != 0) break;
   }
   sigaction(SIGINT, &old_int, NULL);
   sigaction(SIGTERM, &old_term, NULL);

@@ -17,6 +17,7 @@
 #include "spry/safetensors.h"
 #include "spry/synth.h"
 #include "spry/train.h"
+#include "dist_runs.h"
 #include "testkit.h"
 
 static char dir[256], cfg_path[300];
@@ -43,35 +44,6 @@ static void train_alone(const char *args) {
   sp_dist_barrier(600, "test: one-process run");
 }
 
-static void assert_same_weights(const char *a, const char *b) {
-  if (sp_dist_rank() != 0) return;
-  char pa[400], pb[400];
-  snprintf(pa, sizeof pa, "%s/last.safetensors", a);
-  snprintf(pb, sizeof pb, "%s/last.safetensors", b);
-  sp_st_file *fa = sp_st_open(pa), *fb = sp_st_open(pb);
-  assert_non_null(fa);
-  assert_non_null(fb);
-  assert_int_equal(sp_st_count(fa), sp_st_count(fb));
-  for (int i = 0; i < sp_st_count(fa); i++) {
-    const char *name = sp_st_name(fa, i);
-    const sp_tensor *x = sp_st_get(fa, name), *y = sp_st_get(fb, name);
-    assert_non_null(y);
-    /* Per tensor, against its largest entry: gradient-like buffers (SGD
-     * momentum) hold sums with heavy cancellation, so single entries near 0
-     * carry rounding noise of the tensor's scale, not their own. */
-    const float *xa = x->data, *ya = y->data;
-    double diff = 0, scale = 0;
-    for (int64_t j = 0; j < sp_tensor_numel(x); j++) {
-      double d = fabs((double)xa[j] - ya[j]);
-      diff = d > diff ? d : diff;
-      scale = fabs(ya[j]) > scale ? fabs(ya[j]) : scale;
-    }
-    if (diff > 1e-3 * scale + 1e-6) fail_msg("%s: differs by %g (largest entry %g)", name, diff, scale);
-  }
-  sp_st_close(fa);
-  sp_st_close(fb);
-}
-
 static void two_ranks_match_one_process(void **state) {
   (void)state;
   char two[300], one[300], args[400];
@@ -80,7 +52,7 @@ static void two_ranks_match_one_process(void **state) {
   train_here(two, 0, 0);
   snprintf(args, sizeof args, "--set out=%s", one);
   train_alone(args);
-  assert_same_weights(two, one);
+  dr_assert_same_weights(two, one);
   /* Rank 0 alone wrote the run. */
   char p[400];
   snprintf(p, sizeof p, "%s/metrics.jsonl", two);
@@ -97,7 +69,7 @@ static void stopped_on_two_resumes_on_one(void **state) {
   sp_train_stop_after(0);
   snprintf(args, sizeof args, "--resume %s", part);
   train_alone(args);
-  assert_same_weights(part, one);
+  dr_assert_same_weights(part, one);
 }
 
 int main(void) {

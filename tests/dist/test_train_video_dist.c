@@ -15,39 +15,10 @@
 #include "spry/safetensors.h"
 #include "spry/video.h"
 #include "spry/video_train.h"
+#include "dist_runs.h"
 #include "testkit.h"
 
 static char dir[256], cfg_path[300];
-
-static void same_weights(const char *a, const char *b) {
-  if (sp_dist_rank() != 0) return;
-  char pa[400], pb[400];
-  snprintf(pa, sizeof pa, "%s/last.safetensors", a);
-  snprintf(pb, sizeof pb, "%s/last.safetensors", b);
-  sp_st_file *fa = sp_st_open(pa), *fb = sp_st_open(pb);
-  assert_non_null(fa);
-  assert_non_null(fb);
-  assert_int_equal(sp_st_count(fa), sp_st_count(fb));
-  int compared = 0;
-  for (int i = 0; i < sp_st_count(fa); i++) {
-    const char *name = sp_st_name(fa, i);
-    const sp_tensor *x = sp_st_get(fa, name), *y = sp_st_get(fb, name);
-    assert_non_null(y);
-    if (x->dtype != SP_F32) continue;
-    /* Per tensor, against its largest entry (see test_train_dist.c). */
-    const float *xa = x->data, *ya = y->data;
-    double diff = 0, scale = 0;
-    for (int64_t j = 0; j < sp_tensor_numel(x); j++) {
-      diff = fmax(diff, fabs((double)xa[j] - ya[j]));
-      scale = fmax(scale, fabs(ya[j]));
-    }
-    if (diff > 1e-3 * scale + 1e-6) fail_msg("%s: differs by %g (largest entry %g)", name, diff, scale);
-    compared++;
-  }
-  assert_true(compared > 10);
-  sp_st_close(fa);
-  sp_st_close(fb);
-}
 
 /* Trains the config (plus `extra` sets) on the ranks into DIR/NAME-two and
  * in one process into DIR/NAME-one, and compares the final weights. */
@@ -76,7 +47,7 @@ static void compare(const char *name, int n_extra, const char *const *extra, int
     assert_int_equal(system(cmd), 0);
   }
   sp_dist_barrier(600, "test: one-process run");
-  same_weights(two, one);
+  dr_assert_same_weights(two, one);
   if (sp_dist_rank() == 0) { /* rank 0 wrote the run, and the validation in it */
     char p[400];
     snprintf(p, sizeof p, "%s/metrics.jsonl", two);

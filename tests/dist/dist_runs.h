@@ -1,0 +1,44 @@
+/* Comparing the checkpoints of two training runs (a W-rank run and its
+ * one-process twin) in the distributed trainer tests. */
+#ifndef SPRY_DIST_RUNS_H
+#define SPRY_DIST_RUNS_H
+#include <math.h>
+#include <stdio.h>
+
+#include "spry/dist.h"
+#include "spry/safetensors.h"
+#include "testkit.h"
+
+/* On rank 0: every f32 tensor of DIR_A/last.safetensors equals DIR_B's, per
+ * tensor against its largest entry (1e-3): gradient-like buffers (SGD
+ * momentum) hold sums with heavy cancellation, so single entries near 0
+ * carry rounding noise of the tensor's scale, not their own. */
+static inline void dr_assert_same_weights(const char *a, const char *b) {
+  if (sp_dist_rank() != 0) return;
+  char pa[400], pb[400];
+  snprintf(pa, sizeof pa, "%s/last.safetensors", a);
+  snprintf(pb, sizeof pb, "%s/last.safetensors", b);
+  sp_st_file *fa = sp_st_open(pa), *fb = sp_st_open(pb);
+  assert_non_null(fa);
+  assert_non_null(fb);
+  assert_int_equal(sp_st_count(fa), sp_st_count(fb));
+  int compared = 0;
+  for (int i = 0; i < sp_st_count(fa); i++) {
+    const char *name = sp_st_name(fa, i);
+    const sp_tensor *x = sp_st_get(fa, name), *y = sp_st_get(fb, name);
+    assert_non_null(y);
+    if (x->dtype != SP_F32) continue;
+    const float *xa = x->data, *ya = y->data;
+    double diff = 0, scale = 0;
+    for (int64_t j = 0; j < sp_tensor_numel(x); j++) {
+      diff = fmax(diff, fabs((double)xa[j] - ya[j]));
+      scale = fmax(scale, fabs(ya[j]));
+    }
+    if (diff > 1e-3 * scale + 1e-6) fail_msg("%s: differs by %g (largest entry %g)", name, diff, scale);
+    compared++;
+  }
+  assert_true(compared > 0);
+  sp_st_close(fa);
+  sp_st_close(fb);
+}
+#endif
