@@ -67,8 +67,9 @@ int sp_kp_predictor_channels(const sp_kp_predictor *p); /* load images with this
 int sp_kp_predict(sp_kp_predictor *p, const sp_image *im, const float *box, float *pts);
 void sp_kp_predictor_close(sp_kp_predictor *p);
 
-/* Makes the next runs stop (and save, as on Ctrl-C) once the optimizer has
- * taken `steps` steps; 0 turns it off. For tests of interrupted runs. */
+/* Makes the next runs (keypoint and video) stop, and save as on Ctrl-C,
+ * once the optimizer has taken `steps` steps; 0 turns it off. For tests of
+ * interrupted runs. */
 void sp_train_stop_after(int64_t steps);
 
 #ifdef __cplusplus

@@ -32,6 +32,7 @@ static void on_sigint(int sig) {
  * optimizer steps (0 = never). */
 static int64_t stop_after_steps;
 void sp_train_stop_after(int64_t steps) { stop_after_steps = steps; }
+int64_t sp_train_stop_after_steps(void) { return stop_after_steps; }
 
 typedef struct {
   const sp_train_config *cfg;

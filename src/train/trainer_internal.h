@@ -69,6 +69,9 @@ void sp_progress_draw(sp_progress *p, int epoch, int epochs, int step, int steps
                       int force);
 void sp_progress_end(sp_progress *p);
 
+/* What sp_train_stop_after set (0 = never): both trainers stop there. */
+int64_t sp_train_stop_after_steps(void);
+
 /* Rank 0's outcome of its solo work (resume, validation, saving), shared
  * by both trainers under mpirun. */
 typedef struct {

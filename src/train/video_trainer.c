@@ -295,7 +295,9 @@ int sp_video_train_run(const sp_video_config *cfg, const char *config_text, int 
       if (r.rank == 0)
         sp_progress_draw(&bar, (int)epoch + 1, cfg->epochs, step, n, loss_sum / step,
                          clips_trained * r.world / (sp_now() - t0), 0);
-      if (stop) {
+      /* Every rank has taken the same steps: they all stop here together. */
+      int64_t stop_at = sp_train_stop_after_steps();
+      if (stop || (stop_at > 0 && sp_optimizer_steps(r.opt) >= stop_at)) {
         stopping = 1;
         break;
       }

@@ -2,7 +2,8 @@
  * 2-rank TSM run (2 clips per rank) ends with the weights of the same config
  * trained by one process (4 clips per step): the loader gives rank r slice r
  * of every global batch and sampling is keyed by clip; so does a Multigrid
- * run (several graphs and plans on one gradient reducer). Only rank 0 writes.
+ * run (several graphs and plans on one gradient reducer); a 2-rank run
+ * stopped mid-epoch resumes in one process. Only rank 0 writes.
  * The one-process run is a `spry train` child with SPRY_MPI=0. SGD and no
  * dropout (dropout masks are keyed by the position in a rank's batch). */
 #include <math.h>
@@ -13,6 +14,7 @@
 
 #include "spry/dist.h"
 #include "spry/safetensors.h"
+#include "spry/train.h"
 #include "spry/video.h"
 #include "spry/video_train.h"
 #include "dist_runs.h"
@@ -76,6 +78,35 @@ static void multigrid_two_ranks_match_one_process(void **state) {
   compare("multigrid", 4, mg, 4);
 }
 
+/* A 2-rank run stopped mid-epoch (every rank at the same step, as on
+ * Ctrl-C) and resumed by one process ends where the one-process run of the
+ * first test ended: the checkpoint counts global batches. */
+static void stopped_on_two_resumes_on_one(void **state) {
+  (void)state;
+  char part[300], one[300], set_out[400];
+  snprintf(part, sizeof part, "%s/part", dir);
+  snprintf(one, sizeof one, "%s/plain-one", dir);
+  snprintf(set_out, sizeof set_out, "out=%s", part);
+  char *sets[] = {set_out};
+  sp_video_config cfg;
+  char *text = NULL;
+  if (sp_video_config_load(cfg_path, 1, sets, &cfg, &text) != 0) fail_msg("%s", sp_last_error());
+  sp_video_summary s;
+  sp_train_stop_after(3); /* 2 steps per epoch: mid second epoch */
+  int rc = sp_video_train_run(&cfg, text, 0, &s);
+  sp_train_stop_after(0);
+  free(text);
+  if (rc != 130) fail_msg("rank %d: the stopped run returned %d: %s", sp_dist_rank(), rc, sp_last_error());
+  if (sp_dist_rank() == 0) {
+    const char *bin = getenv("SPRY_BIN");
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "SPRY_MPI=0 %s train %s --resume %s > /dev/null 2>&1", bin ? bin : "spry", cfg_path, part);
+    assert_int_equal(system(cmd), 0);
+  }
+  sp_dist_barrier(600, "test: one-process resume");
+  dr_assert_same_weights(part, one);
+}
+
 int main(void) {
   if (sp_dist_init() != 0) return 1;
   if (sp_dist_world() < 2) return 77; /* needs mpirun */
@@ -104,6 +135,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(two_ranks_match_one_process),
       cmocka_unit_test(multigrid_two_ranks_match_one_process),
+      cmocka_unit_test(stopped_on_two_resumes_on_one),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   sp_dist_barrier(600, "test end");

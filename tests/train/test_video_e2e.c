@@ -3,7 +3,9 @@
  * neighbouring frames, beats TSN, which averages frames independently and so
  * cannot tell a clip from its reverse; a Multigrid run of the same epochs
  * takes clearly less time and stays close to the normal run; `spry eval`
- * reproduces the trainer's top-1 from the checkpoint as JSON.
+ * reproduces the trainer's top-1 from the checkpoint as JSON; a Multigrid run
+ * stopped mid-epoch (as Ctrl-C stops it) and resumed ends bit for bit where
+ * the uninterrupted run ends.
  * The reference backend is plain C: the full comparison (3 runs of 8 epochs,
  * minutes) runs with SPRY_LONG_TESTS=1; by default (and under sanitizers)
  * a one-epoch smoke run of every path (TSM, TSN, Multigrid, eval) stays
@@ -13,6 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "spry/safetensors.h"
+#include "spry/train.h"
 #include "spry/video_train.h"
 #include "testkit.h"
 
@@ -36,22 +40,30 @@ static int teardown(void **state) {
   return 0;
 }
 
-static int train(const char *model, const char *name, int multigrid, int epochs, sp_video_summary *s) {
+/* rc of the run (0, or 130 when stopped); resume continues out/NAME. */
+static const char *train_set = "train"; /* the folder under dir the runs train on */
+static int train_rc(const char *model, const char *name, int multigrid, int epochs, int resume, sp_video_summary *s) {
   char yaml[2048];
   snprintf(yaml, sizeof yaml,
            "task: video\nmodel: %s\nmodel_options: {base_width: 8}\n"
-           "data: {train_list: %s/train/list.txt, val_list: %s/val/list.txt, segments: 4, size: 32, short_side: 32,"
+           "data: {train_list: %s/%s/list.txt, val_list: %s/val/list.txt, segments: 4, size: 32, short_side: 32,"
            " flip: 0, mean: 0.5, std: 0.25}\n"
            "optimizer: {type: sgd, lr: 0.0125, momentum: 0.9, weight_decay: 0.0001}\n" /* as configs/synth-*: Multigrid scales it up */
            "schedule: {decay: cosine, warmup_epochs: 1}\n"
-           "multigrid: {long: %s, short: false}\n"
+           "multigrid: {long: %s, short: %s}\n"
            "epochs: %d\nbatch: 4\nworkers: 2\nseed: 3\nout: %s/%s\n",
-           model, dir, dir, multigrid ? "true" : "false", epochs, dir, name);
+           model, dir, train_set, dir, multigrid ? "true" : "false", multigrid > 1 ? "true" : "false", epochs, dir, name);
   sp_video_config cfg;
   char *text = NULL;
   if (sp_video_config_parse(yaml, name, 0, NULL, &cfg, &text) != 0) fail_msg("%s", sp_last_error());
-  int rc = sp_video_train_run(&cfg, text, 0, s);
+  int rc = sp_video_train_run(&cfg, text, resume, s);
   free(text);
+  return rc;
+}
+
+/* multigrid: 0 off, 1 long cycle, 2 long and short cycles. */
+static int train(const char *model, const char *name, int multigrid, int epochs, sp_video_summary *s) {
+  int rc = train_rc(model, name, multigrid, epochs, 0, s);
   if (rc != 0) fail_msg("%s: %s", name, sp_last_error());
   fprintf(stderr, "%s: top-1 %.3f (best %.3f), %.1f s, %lld iterations\n", name, s->top1, s->best_top1, s->train_s,
           (long long)s->iterations);
@@ -95,7 +107,88 @@ static void tsm_sees_motion_tsn_does_not(void **state) {
   assert_true(fabs(top1 - tsm.top1) < 1e-9);
 }
 
+static char *slurp(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  char *b = calloc(1, 1 << 16);
+  size_t n = fread(b, 1, (1 << 16) - 1, f);
+  b[n] = 0;
+  fclose(f);
+  return b;
+}
+
+/* The iterations each epoch of a run took, from its metrics.jsonl. */
+static int epoch_iterations(const char *name, int64_t *it, int cap) {
+  char path[700];
+  snprintf(path, sizeof path, "%s/%s/metrics.jsonl", dir, name);
+  char *m = slurp(path);
+  assert_non_null(m);
+  int n = 0;
+  for (const char *p = m; n < cap && (p = strstr(p, "\"iterations\":")); p += 13) it[n++] = atoll(p + 13);
+  free(m);
+  return n;
+}
+
+static void interrupted_multigrid_run_resumes_exactly(void **state) {
+  (void)state;
+  /* Long and short cycles: the batch shape changes within and between
+   * epochs, so a resume has to land on the same shape of the same schedule. */
+  char p[600];
+  snprintf(p, sizeof p, "%s/train48", dir);
+  assert_int_equal(sp_synth_actions(p, 48, 8, 32, 4), 0);
+  train_set = "train48";
+  sp_video_summary a, b;
+  train("tsm-r18", "mg-straight", 2, 3, &a);
+  int64_t it[8];
+  assert_int_equal(epoch_iterations("mg-straight", it, 8), 3);
+  /* Stop one step into the first epoch with at least two iterations after
+   * the first epoch: mid-epoch, past an epoch boundary. */
+  int64_t stop_at = it[0], e = 1;
+  while (e < 3 && it[e] < 2) stop_at += it[e++];
+  assert_true(e < 3);
+  stop_at++;
+  sp_train_stop_after(stop_at);
+  int rc = train_rc("tsm-r18", "mg-stopped", 2, 3, 0, &b);
+  sp_train_stop_after(0);
+  if (rc != 130) fail_msg("the stopped run returned %d: %s", rc, sp_last_error());
+  rc = train_rc("tsm-r18", "mg-stopped", 2, 3, 1, &b);
+  if (rc != 0) fail_msg("the resumed run: %s", sp_last_error());
+  assert_true(a.train_loss == b.train_loss);
+  assert_true(a.top1 == b.top1);
+  /* The same losses per epoch and the same final weights and optimizer
+   * state, bit for bit. */
+  char pa[700], pb[700];
+  snprintf(pa, sizeof pa, "%s/mg-straight/metrics.jsonl", dir);
+  snprintf(pb, sizeof pb, "%s/mg-stopped/metrics.jsonl", dir);
+  char *ma = slurp(pa), *mb = slurp(pb);
+  assert_non_null(ma);
+  assert_non_null(mb);
+  int lines = 0;
+  for (const char *la = ma, *lb = mb; (la = strstr(la, "\"train_loss\":")) && (lb = strstr(lb, "\"train_loss\":"));
+       la += 13, lb += 13, lines++)
+    assert_true(strtod(la + 13, NULL) == strtod(lb + 13, NULL));
+  assert_int_equal(lines, 3);
+  free(ma);
+  free(mb);
+  snprintf(pa, sizeof pa, "%s/mg-straight/last.safetensors", dir);
+  snprintf(pb, sizeof pb, "%s/mg-stopped/last.safetensors", dir);
+  sp_st_file *fa = sp_st_open(pa), *fb = sp_st_open(pb);
+  assert_non_null(fa);
+  assert_non_null(fb);
+  assert_int_equal(sp_st_count(fa), sp_st_count(fb));
+  for (int i = 0; i < sp_st_count(fa); i++) {
+    const sp_tensor *x = sp_st_get(fa, sp_st_name(fa, i)), *y = sp_st_get(fb, sp_st_name(fa, i));
+    assert_non_null(y);
+    assert_int_equal(sp_tensor_bytes(x), sp_tensor_bytes(y));
+    if (memcmp(x->data, y->data, sp_tensor_bytes(x))) fail_msg("%s differs after the resume", sp_st_name(fa, i));
+  }
+  sp_st_close(fa);
+  sp_st_close(fb);
+  train_set = "train";
+}
+
 int main(void) {
-  const struct CMUnitTest tests[] = {cmocka_unit_test(tsm_sees_motion_tsn_does_not)};
+  const struct CMUnitTest tests[] = {cmocka_unit_test(tsm_sees_motion_tsn_does_not),
+                                     cmocka_unit_test(interrupted_multigrid_run_resumes_exactly)};
   return cmocka_run_group_tests(tests, setup, teardown);
 }
