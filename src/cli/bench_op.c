@@ -4,7 +4,8 @@
  * builds from framework ops
  * (reshape -> pad -> three slices -> concat, each its own buffer, and their
  * backward: concat-split, slice scatter into a zeroed padded gradient, pad
- * crop), written here in C with the same parallel copies, and against a
+ * crop; the zeroing is timed, as every framework pays it), written here in C
+ * with the same parallel copies, and against a
  * plain parallel memcpy of the same bytes (the speed limit of any shift).
  * The fused figures (fwd_ms, fwdbwd_ms) are the cpu backend's kernel
  * (backends/cpu/tshift.c) in the blocked layout TSM trains in (nChw16c),
@@ -51,6 +52,8 @@ static void slice_put(const float *src, int64_t nc, float *dst, int64_t tdst, in
       memcpy(dst + ((i * tdst + f0 + f) * c + c0) * hw, src + ((i * t + f) * nc) * hw, (size_t)(nc * hw) * 4);
 }
 
+static void zero(float *p, int64_t n);
+
 static void composed_forward(composed *m) {
   const int64_t n = m->n, t = m->t, c = m->c, hw = m->hw, frame = c * hw;
   /* pad: [N, T+2, C, HW] with zero first and last frames */
@@ -74,6 +77,9 @@ static void composed_forward(composed *m) {
 
 static void composed_backward(composed *m) {
   const int64_t n = m->n, t = m->t, c = m->c, hw = m->hw, frame = c * hw;
+  /* Each slice's backward starts from a zeroed gradient of the padded
+   * tensor (frameworks allocate it zero-filled); here the three share one. */
+  zero(m->dpad, m->n * (t + 2) * frame);
   /* concat backward: split the gradient into the three slices */
   slice_copy(m->dout, t, 0, c, 0, m->c1, m->ds1, n, t, hw);
   slice_copy(m->dout, t, 0, c, m->c1, m->c2 - m->c1, m->ds2, n, t, hw);
@@ -171,7 +177,6 @@ int sp_cli_bench_op(int argc, char **argv) {
     double t2 = sp_now();
     sp_op_tshift.backward(&a);
     double t3 = sp_now();
-    zero(m.dpad, padded);
     double t4 = sp_now();
     composed_forward(&m);
     double t5 = sp_now();
@@ -217,11 +222,16 @@ int sp_cli_bench_op(int argc, char **argv) {
     }
   }
 #endif
-  /* The fused forward must equal the composed one where C r is whole. */
+  /* The fused op must equal the composed one, forward and backward, where
+   * C r is whole. */
   int equal = 1;
   sp_op_tshift.forward(&a);
+  zero(fdx, numel);
+  sp_op_tshift.backward(&a);
   composed_forward(&m);
-  if (m.c1 * 2 == m.c2 && m.c1 == (int64_t)((float)m.c * ratio)) equal = !memcmp(fy, m.out, (size_t)numel * 4);
+  composed_backward(&m);
+  if (m.c1 * 2 == m.c2 && m.c1 == (int64_t)((float)m.c * ratio))
+    equal = !memcmp(fy, m.out, (size_t)numel * 4) && !memcmp(fdx, m.dx, (size_t)numel * 4);
   double ref_fwd = sp_median(ref_tf, runs), ref_fwdbwd = sp_median(ref_tfb, runs), comp = sp_median(tc, runs),
          compf = sp_median(tcf, runs), mem = sp_median(tm, runs);
   /* Headline: the fast backend's kernel when this build has it. */

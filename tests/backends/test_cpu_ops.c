@@ -188,6 +188,15 @@ CASE(softargmax_shared_input, b_softargmax_shared, 2, 3, 6, 7)
  * f32 and bf16), not
  * behind the adapter's reorder to plain: its output keeps the input's layout
  * and it needs no scratch. */
+/* The same cases with every fresh output written by non-temporal stores
+ * (what tensors of 16 MB and more take). */
+static void tshift_streamed(void **s) {
+  size_t keep = cpu_tshift_stream_min_bytes;
+  cpu_tshift_stream_min_bytes = 0;
+  tshift_lanes(s), tshift_blocks(s), tshift_padded(s), tshift_fresh(s);
+  cpu_tshift_stream_min_bytes = keep;
+}
+
 static void tshift_keeps_blocked_layout(void **s) {
   (void)s;
   cmp_require_cpu();
@@ -363,7 +372,7 @@ int main(void) {
       cmocka_unit_test(upsample_nearest), cmocka_unit_test(upsample_bilinear), cmocka_unit_test(add),
       cmocka_unit_test(add_same_input), cmocka_unit_test(concat),              cmocka_unit_test(concat_unaligned),
       cmocka_unit_test(adapted_ref_ops), cmocka_unit_test(tshift_lanes),       cmocka_unit_test(tshift_blocks),
-      cmocka_unit_test(tshift_padded),  cmocka_unit_test(tshift_fresh),
+      cmocka_unit_test(tshift_padded),  cmocka_unit_test(tshift_fresh), cmocka_unit_test(tshift_streamed),
       cmocka_unit_test(softargmax_block), cmocka_unit_test(softargmax_padded), cmocka_unit_test(softargmax_plain),
       cmocka_unit_test(softargmax_shared_input),
       cmocka_unit_test(blurpool_block), cmocka_unit_test(blurpool_padded), cmocka_unit_test(blurpool_even_filter),

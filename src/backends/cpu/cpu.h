@@ -159,6 +159,9 @@ int cpu_upsample_prepare(sp_op_prep *p);
 int cpu_add_prepare(sp_op_prep *p);
 int cpu_concat_prepare(sp_op_prep *p);
 int cpu_tshift_prepare(sp_op_prep *p); /* tshift.c: in the blocked layout */
+/* tshift.c: fresh outputs of at least this many bytes bypass the cache
+ * (non-temporal stores); tests lower it to cover that path. */
+extern size_t cpu_tshift_stream_min_bytes;
 int cpu_softargmax_prepare(sp_op_prep *p); /* softargmax.c: in the blocked layout */
 int cpu_blurpool_prepare(sp_op_prep *p);   /* blurpool.c: in the blocked layout */
 /* add_relu.c: add absorbing the relu after it; 1 when the case does not apply. */
