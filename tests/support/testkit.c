@@ -1,5 +1,6 @@
 #define _GNU_SOURCE
 #include "testkit.h"
+#include "spry/safetensors.h"
 
 #include <ftw.h>
 #include <math.h>
@@ -92,4 +93,35 @@ int sp_test_run_cli(const char *args, int with_stderr, char *out, size_t n) {
   size_t got = fread(out, 1, n - 1, p);
   out[got] = 0;
   return pclose(p);
+}
+
+char *sp_test_slurp(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *b = malloc((size_t)(n > 0 ? n : 0) + 1);
+  if (n < 0 || fread(b, 1, (size_t)n, f) != (size_t)n) n = 0;
+  b[n] = 0;
+  fclose(f);
+  return b;
+}
+
+void sp_test_assert_same_checkpoint(const char *dir_a, const char *dir_b) {
+  char pa[1024], pb[1024];
+  snprintf(pa, sizeof pa, "%s/last.safetensors", dir_a);
+  snprintf(pb, sizeof pb, "%s/last.safetensors", dir_b);
+  sp_st_file *fa = sp_st_open(pa), *fb = sp_st_open(pb);
+  assert_non_null(fa);
+  assert_non_null(fb);
+  assert_int_equal(sp_st_count(fa), sp_st_count(fb));
+  for (int i = 0; i < sp_st_count(fa); i++) {
+    const sp_tensor *x = sp_st_get(fa, sp_st_name(fa, i)), *y = sp_st_get(fb, sp_st_name(fa, i));
+    assert_non_null(y);
+    assert_int_equal(sp_tensor_bytes(x), sp_tensor_bytes(y));
+    if (memcmp(x->data, y->data, sp_tensor_bytes(x))) fail_msg("%s differs between %s and %s", sp_st_name(fa, i), pa, pb);
+  }
+  sp_st_close(fa);
+  sp_st_close(fb);
 }

@@ -29,6 +29,12 @@ int sp_test_sanitized(void);
 /* Runs `$SPRY_BIN ARGS` (the CLI under test) and captures its stdout (and
  * stderr when with_stderr) into out. Returns the wait status (0 = exit 0),
  * or -1 when SPRY_BIN is not set or the command cannot start. */
+/* The whole file as a NUL-terminated string (free it), or NULL. */
+char *sp_test_slurp(const char *path);
+/* Every tensor of DIR_A/last.safetensors equals DIR_B's bit for bit (weights,
+ * buffers and optimizer state): what an exactly resumed run must give. */
+void sp_test_assert_same_checkpoint(const char *dir_a, const char *dir_b);
+
 int sp_test_run_cli(const char *args, int with_stderr, char *out, size_t n);
 
 /* Deterministic pseudo-random numbers for tests. */

@@ -9,7 +9,6 @@
 
 #include "spry/config.h"
 #include "spry/plot.h"
-#include "spry/safetensors.h"
 #include "spry/synth.h"
 #include "spry/train.h"
 #include "testkit.h"
@@ -31,19 +30,6 @@ static int run(const char *config_text, const char *out, int n_sets, char **extr
   return rc;
 }
 
-static char *slurp(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *b = malloc((size_t)n + 1);
-  if (fread(b, 1, (size_t)n, f) != (size_t)n) n = 0;
-  b[n] = 0;
-  fclose(f);
-  return b;
-}
-
 static char config[1024];
 
 static void interrupted_run_resumes_exactly(void **state) {
@@ -62,9 +48,9 @@ static void interrupted_run_resumes_exactly(void **state) {
   assert_true(a.train_loss == b.train_loss);
   /* Same metrics history and same final weights, bit for bit. */
   snprintf(path, sizeof path, "%s/metrics.jsonl", straight);
-  char *ma = slurp(path);
+  char *ma = sp_test_slurp(path);
   snprintf(path, sizeof path, "%s/metrics.jsonl", stopped);
-  char *mb = slurp(path);
+  char *mb = sp_test_slurp(path);
   assert_non_null(ma);
   assert_non_null(mb);
   /* Timing fields differ; compare the losses of each line. */
@@ -76,23 +62,10 @@ static void interrupted_run_resumes_exactly(void **state) {
   }
   free(ma);
   free(mb);
-  snprintf(path, sizeof path, "%s/last.safetensors", straight);
-  sp_st_file *fa = sp_st_open(path);
-  snprintf(path, sizeof path, "%s/last.safetensors", stopped);
-  sp_st_file *fb = sp_st_open(path);
-  assert_non_null(fa);
-  assert_non_null(fb);
-  assert_int_equal(sp_st_count(fa), sp_st_count(fb));
-  for (int i = 0; i < sp_st_count(fa); i++) {
-    const sp_tensor *x = sp_st_get(fa, sp_st_name(fa, i)), *y = sp_st_get(fb, sp_st_name(fa, i));
-    assert_non_null(y);
-    assert_memory_equal(x->data, y->data, sp_tensor_bytes(x));
-  }
-  sp_st_close(fa);
-  sp_st_close(fb);
+  sp_test_assert_same_checkpoint(straight, stopped);
   /* The report is there. */
   snprintf(path, sizeof path, "%s/index.html", straight);
-  char *html = slurp(path);
+  char *html = sp_test_slurp(path);
   assert_non_null(html);
   assert_non_null(strstr(html, "best.png"));
   free(html);
