@@ -177,7 +177,6 @@ int sp_cli_bench_op(int argc, char **argv) {
     double t2 = sp_now();
     sp_op_tshift.backward(&a);
     double t3 = sp_now();
-    double t4 = sp_now();
     composed_forward(&m);
     double t5 = sp_now();
     composed_backward(&m);
@@ -185,7 +184,7 @@ int sp_cli_bench_op(int argc, char **argv) {
     par_memcpy(fy, m.x, numel);
     double t7 = sp_now();
     if (r < 0) continue;
-    ref_tf[r] = t1 - t0, ref_tfb[r] = (t1 - t0) + (t3 - t2), tcf[r] = t5 - t4, tc[r] = t6 - t4, tm[r] = t7 - t6;
+    ref_tf[r] = t1 - t0, ref_tfb[r] = (t1 - t0) + (t3 - t2), tcf[r] = t5 - t3, tc[r] = t6 - t3, tm[r] = t7 - t6;
   }
   /* The cpu backend's kernel on nChw16c buffers (padded to 16 channels). */
   double blk_f = NAN, blk_fb = NAN;
