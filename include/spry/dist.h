@@ -54,6 +54,10 @@ uint64_t sp_dist_hash(const void *data, size_t n, uint64_t h);
 
 /* Rank 0's parameters and buffers (BN running statistics) to every rank. */
 int sp_dist_bcast_params(sp_graph *g);
+/* Rank 0's buffers alone: with per-rank batch norm each rank's running
+ * statistics differ, and a validation shared by the ranks must use rank 0's
+ * (the ones its checkpoint holds). */
+int sp_dist_bcast_buffers(sp_graph *g);
 /* Rank 0's optimizer state (moments) and step count to every rank. */
 int sp_dist_bcast_optimizer(sp_optimizer *opt);
 

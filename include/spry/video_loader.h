@@ -41,6 +41,12 @@ typedef struct {
   uint64_t seed;
   int shuffle, drop_last;
   int rank, world;  /* sharding: rank r takes slice r of every global batch */
+  /* Evaluation sharding instead (world > 1): rank r takes the contiguous
+   * entries [r E / W, (r+1) E / W) of the epoch's order, so the ranks cover
+   * all E entries once between them, in parts that differ by at most one.
+   * Ranks then take different numbers of batches: for passes with no
+   * collective inside (evaluation), not training. */
+  int eval_shard;
 } sp_video_loader_config;
 sp_video_loader_config sp_video_loader_config_default(int batch, int frames, int size);
 
@@ -62,7 +68,8 @@ typedef struct {
 typedef struct sp_video_loader sp_video_loader;
 /* The list must outlive the loader. */
 sp_video_loader *sp_video_loader_create(const sp_video_list *list, const sp_video_loader_config *cfg);
-/* Entries per epoch for this rank (videos * test_clips / world). */
+/* Entries per epoch for this rank (videos * test_clips / world; with
+ * eval_shard, this rank's part). */
 int sp_video_loader_entries(const sp_video_loader *l);
 /* An epoch of default-shaped batches. */
 int sp_video_loader_start_epoch(sp_video_loader *l, int64_t epoch);

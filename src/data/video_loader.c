@@ -40,6 +40,7 @@ struct sp_video_loader {
   /* epoch state (under mu) */
   int32_t *order;
   int entries, per_rank;
+  int shard_begin; /* eval_shard: this rank's first entry of the order */
   sp_video_shape *shapes;
   int64_t *first; /* first[j]: position in order of batch j's first clip */
   int n_batches, cap_batches;
@@ -199,8 +200,16 @@ sp_video_loader *sp_video_loader_create(const sp_video_list *list, const sp_vide
   l->depth = cfg->prefetch > 0 ? cfg->prefetch : 2 * l->n_workers;
   l->held = -1;
   l->entries = list->n * l->cfg.test_clips;
-  /* Equal counts keep data-parallel ranks in step. */
-  l->per_rank = l->entries / world > 0 ? l->entries / world : l->entries;
+  if (l->cfg.eval_shard && world > 1) {
+    /* Contiguous parts: the test clips of a video (adjacent entries) mostly
+     * stay on one rank. */
+    l->shard_begin = (int)((int64_t)l->cfg.rank * l->entries / world);
+    l->per_rank = (int)((int64_t)(l->cfg.rank + 1) * l->entries / world) - l->shard_begin;
+  } else {
+    /* Equal counts keep data-parallel ranks in step. */
+    l->cfg.eval_shard = 0;
+    l->per_rank = l->entries / world > 0 ? l->entries / world : l->entries;
+  }
   l->order = sp_xmalloc(sizeof(int32_t) * (size_t)l->entries);
   l->slots = sp_xcalloc((size_t)l->depth, sizeof(slot));
   pthread_mutex_init(&l->mu, NULL);
@@ -240,7 +249,7 @@ int sp_video_loader_start_epoch_shapes(sp_video_loader *l, int64_t epoch, const 
   if (total > l->per_rank)
     return sp_error_set("video loader: %d batches take %lld clips, the epoch has %d", n_shapes, (long long)total,
                         l->per_rank);
-  if (l->cfg.world > 1 && total * l->cfg.world > l->entries)
+  if (l->cfg.world > 1 && !l->cfg.eval_shard && total * l->cfg.world > l->entries)
     return sp_error_set("video loader: %d ranks x %lld clips per epoch, the list has %d", l->cfg.world,
                         (long long)total, l->entries);
   pthread_mutex_lock(&l->mu);
@@ -282,15 +291,20 @@ int sp_video_loader_start_epoch_shapes(sp_video_loader *l, int64_t epoch, const 
     sp_rng r = sp_rng_make(sp_rng_key(l->cfg.seed, (uint64_t)epoch, UINT64_C(0xFFFFFFFFFFFF)));
     sp_rng_shuffle(&r, all, l->entries);
   }
-  /* Batch j of every rank is slice `rank` of global batch j (the ranks'
-   * batches side by side), so W ranks train on exactly the global batches of
-   * one process with W times the batch. A world of one takes the prefix. */
-  const int world = l->cfg.world > 1 ? l->cfg.world : 1, rank = world > 1 ? l->cfg.rank : 0;
-  int64_t at = 0, global = 0;
-  for (int j = 0; j < n_shapes; j++) {
-    memcpy(l->order + at, all + global + (int64_t)rank * shapes[j].batch, sizeof(int32_t) * (size_t)shapes[j].batch);
-    at += shapes[j].batch;
-    global += (int64_t)shapes[j].batch * world;
+  if (l->cfg.eval_shard) {
+    /* This rank's contiguous part, whatever the batch shapes. */
+    memcpy(l->order, all + l->shard_begin, sizeof(int32_t) * (size_t)total);
+  } else {
+    /* Batch j of every rank is slice `rank` of global batch j (the ranks'
+     * batches side by side), so W ranks train on exactly the global batches
+     * of one process with W times the batch. A world of one takes the prefix. */
+    const int world = l->cfg.world > 1 ? l->cfg.world : 1, rank = world > 1 ? l->cfg.rank : 0;
+    int64_t at = 0, global = 0;
+    for (int j = 0; j < n_shapes; j++) {
+      memcpy(l->order + at, all + global + (int64_t)rank * shapes[j].batch, sizeof(int32_t) * (size_t)shapes[j].batch);
+      at += shapes[j].batch;
+      global += (int64_t)shapes[j].batch * world;
+    }
   }
   free(all);
   l->epoch = epoch;

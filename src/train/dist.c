@@ -296,22 +296,26 @@ static void bn_sum(void *user, double *x, int n) {}
 int sp_dist_check_run(const char *config_text, const char *version) { return 0; }
 #endif
 
-/* Parameters and buffers packed into one broadcast: start-up is one message
- * instead of one per tensor. */
-int sp_dist_bcast_params(sp_graph *g) {
+/* Rank 0's values of the parameters (all, or only the buffers) packed into
+ * one broadcast: one message instead of one per tensor. */
+static int bcast_values(sp_graph *g, int buffers_only, const char *what) {
   if (D.world < 2) return 0;
   int n = sp_graph_param_count(g);
   size_t total = 0;
-  for (int i = 0; i < n; i++) total += (size_t)sp_tensor_numel(sp_graph_param_value(g, i));
+  for (int i = 0; i < n; i++)
+    if (!buffers_only || (sp_graph_param_flags(g, i) & SP_PARAM_BUFFER))
+      total += (size_t)sp_tensor_numel(sp_graph_param_value(g, i));
   float *buf = sp_xmalloc(sizeof(float) * (total ? total : 1)), *at = buf;
   for (int i = 0; i < n; i++) {
+    if (buffers_only && !(sp_graph_param_flags(g, i) & SP_PARAM_BUFFER)) continue;
     sp_tensor *t = sp_graph_param_value(g, i);
     memcpy(at, t->data, sizeof(float) * (size_t)sp_tensor_numel(t));
     at += sp_tensor_numel(t);
   }
-  sp_dist_bcast(buf, sizeof(float) * total, "broadcast of the initial parameters");
+  sp_dist_bcast(buf, sizeof(float) * total, what);
   at = buf;
   for (int i = 0; i < n; i++) {
+    if (buffers_only && !(sp_graph_param_flags(g, i) & SP_PARAM_BUFFER)) continue;
     sp_tensor *t = sp_graph_param_value(g, i);
     memcpy(t->data, at, sizeof(float) * (size_t)sp_tensor_numel(t));
     at += sp_tensor_numel(t);
@@ -319,6 +323,10 @@ int sp_dist_bcast_params(sp_graph *g) {
   free(buf);
   return 0;
 }
+
+int sp_dist_bcast_params(sp_graph *g) { return bcast_values(g, 0, "broadcast of the initial parameters"); }
+
+int sp_dist_bcast_buffers(sp_graph *g) { return bcast_values(g, 1, "broadcast of rank 0's batch-norm statistics"); }
 
 int sp_dist_bcast_optimizer(sp_optimizer *opt) {
   if (D.world < 2) return 0;

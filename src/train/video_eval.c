@@ -6,10 +6,28 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "spry/dist.h"
 #include "spry/train.h"
 #include "train/video_internal.h"
 
-int sp_video_evaluate(sp_vnet *n, sp_video_loader *loader, const sp_video_list *list, int64_t epoch,
+/* Each rank scored its part of the clips (an eval_shard loader): the
+ * per-video probability sums, clip counts, loss sum and failures summed over
+ * the ranks in one message, so every rank scores the whole set. */
+static void sum_over_ranks(double *prob, int *seen, int videos, int classes, double *loss_sum, int *clips, int *rc) {
+  const size_t pv = (size_t)videos * classes, n = pv + (size_t)videos + 3;
+  double *v = sp_xmalloc(sizeof(double) * n);
+  memcpy(v, prob, sizeof(double) * pv);
+  for (int i = 0; i < videos; i++) v[pv + i] = seen[i];
+  v[n - 3] = *loss_sum, v[n - 2] = *clips, v[n - 1] = *rc != 0;
+  sp_dist_sum_f64(v, (int)n, "validation");
+  memcpy(prob, v, sizeof(double) * pv);
+  for (int i = 0; i < videos; i++) seen[i] = (int)v[pv + i];
+  *loss_sum = v[n - 3], *clips = (int)v[n - 2];
+  if (v[n - 1] > 0 && *rc == 0) *rc = sp_error_set("validation failed on another rank (see its message)");
+  free(v);
+}
+
+int sp_video_evaluate(sp_vnet *n, sp_video_loader *loader, const sp_video_list *list, int64_t epoch, int over_ranks,
                       sp_video_eval_result *out) {
   const int K = n->num_classes;
   double *prob = calloc((size_t)list->n * K, sizeof(double));
@@ -39,6 +57,7 @@ int sp_video_evaluate(sp_vnet *n, sp_video_loader *loader, const sp_video_list *
     }
     clips += b->n;
   }
+  if (over_ranks) sum_over_ranks(prob, seen, list->n, K, &loss_sum, &clips, &rc);
   int videos = 0, hit1 = 0, hit5 = 0;
   for (int v = 0; rc == 0 && v < list->n; v++) {
     if (!seen[v]) continue;
@@ -105,7 +124,7 @@ int sp_video_eval_checkpoint(const sp_video_config *cfg, const char *weights, co
     rc = loader ? 0 : -1;
   }
   sp_video_eval_result r = {0};
-  if (rc == 0) rc = sp_video_evaluate(&net, loader, &list, 0, &r);
+  if (rc == 0) rc = sp_video_evaluate(&net, loader, &list, 0, 0, &r);
   if (rc == 0 && out) {
     memset(out, 0, sizeof *out);
     out->val_loss = r.loss;

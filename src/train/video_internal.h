@@ -55,12 +55,14 @@ void sp_vnet_fill(const sp_vnet *n, sp_plan *p, const sp_video_batch *b);
 int sp_video_list_open(const sp_video_config *cfg, const char *path, sp_video_list *out);
 
 /* Validation: mean loss over clips; top-1/top-5 over videos after averaging
- * the softmax of each video's clips. */
+ * the softmax of each video's clips. over_ranks: the loader is an eval_shard
+ * one and every rank calls this together; each scores its part and all get
+ * the result of the whole set. */
 typedef struct {
   double loss, top1, top5;
   int videos, clips;
 } sp_video_eval_result;
-int sp_video_evaluate(sp_vnet *n, sp_video_loader *loader, const sp_video_list *list, int64_t epoch,
+int sp_video_evaluate(sp_vnet *n, sp_video_loader *loader, const sp_video_list *list, int64_t epoch, int over_ranks,
                       sp_video_eval_result *out);
 
 #endif

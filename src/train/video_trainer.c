@@ -4,7 +4,8 @@
  * on Ctrl-C. Same structure as the keypoint trainer (trainer.c), data
  * parallel under mpirun / srun the same way: `batch` is the global batch,
  * rank r trains slice r of every global batch, gradients are all-reduced
- * during backward, and rank 0 alone validates and writes. */
+ * during backward, every rank validates its part of the set, and rank 0
+ * alone writes. */
 #include <errno.h>
 #include <math.h>
 #include <omp.h>
@@ -97,11 +98,9 @@ static int setup(run *r, const sp_video_config *cfg, const char *config_text) {
   lc.rank = r->rank;
   lc.world = r->world;
   if (!(r->train_loader = sp_video_loader_create(&r->train, &lc))) return -1;
-  if (r->val.n && r->rank == 0) { /* validation: rank 0, the whole set, global batch */
+  if (r->val.n) { /* validation: each rank scores its part of the whole set */
     sp_video_loader_config vc = lc;
-    vc.rank = 0;
-    vc.world = 1;
-    vc.batch = cfg->batch;
+    vc.eval_shard = 1;
     vc.train = 0;
     vc.shuffle = 0;
     vc.drop_last = 0;
@@ -318,15 +317,21 @@ int sp_video_train_run(const sp_video_config *cfg, const char *config_text, int 
       break;
     }
     last_loss = loss_sum / (step ? step : 1);
-    if (r.rank > 0) { /* rank 0 validates and writes; the others wait for its outcome */
+    int do_val = r.val_loader && ((epoch + 1) % cfg->eval_every == 0 || epoch + 1 == cfg->epochs);
+    if (do_val) {
+      /* Every rank scores its part of the set with rank 0's batch-norm
+       * statistics (per-rank batch norm leaves each rank its own), the
+       * model rank 0's checkpoint holds. */
+      if (r.world > 1) sp_dist_bcast_buffers(sp_vnet_graph(&r.net));
+      rc = sp_video_evaluate(&r.net, r.val_loader, &r.val, epoch, r.world > 1, &v);
+    }
+    if (r.rank > 0) { /* rank 0 writes; the others wait for its outcome (a failed validation is everyone's) */
       sp_rank0_state st = {0};
-      if ((rc = sp_share_rank0(&st, cfg->dist.timeout_s, "rank 0's validation and checkpoint")) != 0) break;
+      if ((rc = sp_share_rank0(&st, cfg->dist.timeout_s, "rank 0's checkpoint")) != 0) break;
       best = st.best;
       continue;
     }
     double clips_s = clips_trained * r.world / epoch_s;
-    int do_val = r.val_loader && ((epoch + 1) % cfg->eval_every == 0 || epoch + 1 == cfg->epochs);
-    if (do_val) rc = sp_video_evaluate(&r.net, r.val_loader, &r.val, epoch, &v);
     if (rc == 0) {
       append_metrics(&r, epoch, last_loss, lr, clips_s, epoch_s, n, do_val ? &v : NULL);
       fprintf(stderr, "epoch %lld/%d  train %.4f", (long long)epoch + 1, cfg->epochs, last_loss);
@@ -339,7 +344,7 @@ int sp_video_train_run(const sp_video_config *cfg, const char *config_text, int 
     }
     if (rc == 0) rc = save(&r, "last.safetensors", epoch + 1, 0, 0, best);
     sp_rank0_state st = {rc, 0, 0, 0, best};
-    if (sp_share_rank0(&st, cfg->dist.timeout_s, "rank 0's validation and checkpoint") != 0) break;
+    if (sp_share_rank0(&st, cfg->dist.timeout_s, "rank 0's checkpoint") != 0) break;
   }
   sigaction(SIGINT, &old_int, NULL);
   sigaction(SIGTERM, &old_term, NULL);

@@ -1,7 +1,7 @@
 /* The video clip loader: batch layout and labels, the same batches whatever
  * the worker count, test sampling fixed and training sampling varying by
- * epoch, per-batch shapes (Multigrid), shards that split an epoch, dense
- * multi-clip entries, and frame folders giving the frames the video gives. */
+ * epoch, per-batch shapes (Multigrid), shards that split an epoch, evaluation
+ * shards that cover it, dense multi-clip entries, and frame folders giving the frames the video gives. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -156,6 +156,46 @@ static void shards_split_the_epoch(void **state) {
   assert_memory_equal(one, two, sizeof one);
 }
 
+/* Evaluation shards (eval_shard): 3 ranks over 16 entries (8 videos x 2
+ * test clips) take the contiguous parts 5, 5 and 6, and together give the
+ * one-process pass clip for clip, pixels included. */
+static void eval_shards_cover_every_entry_once(void **state) {
+  (void)state;
+  sp_video_loader_config c = cfg_of(1, 0);
+  c.sampler = SP_SAMPLER_DENSE, c.frames = 3, c.stride = 2, c.test_clips = 2, c.batch = 1;
+  size_t one_len;
+  uint8_t *one = epoch_bytes(&list, &c, 0, &one_len);
+  uint8_t *parts = malloc(one_len);
+  size_t at = 0;
+  const int sizes[3] = {5, 5, 6};
+  for (int rank = 0; rank < 3; rank++) {
+    sp_video_loader_config s = c;
+    s.rank = rank, s.world = 3, s.eval_shard = 1;
+    sp_video_loader *ld = sp_video_loader_create(&list, &s);
+    assert_non_null(ld);
+    assert_int_equal(sp_video_loader_entries(ld), sizes[rank]);
+    assert_int_equal(sp_video_loader_batches_per_epoch(ld), sizes[rank]);
+    sp_video_loader_destroy(ld);
+    size_t len;
+    uint8_t *part = epoch_bytes(&list, &s, 0, &len);
+    assert_true(at + len <= one_len);
+    memcpy(parts + at, part, len);
+    at += len;
+    free(part);
+  }
+  assert_int_equal(at, one_len);
+  assert_memory_equal(parts, one, one_len);
+  free(one), free(parts);
+  /* More ranks than entries: the extra ranks have nothing to do. */
+  sp_video_loader_config s = c;
+  s.rank = 0, s.world = 17, s.eval_shard = 1; /* [0, 16 / 17) */
+  sp_video_loader *ld = sp_video_loader_create(&list, &s);
+  assert_int_equal(sp_video_loader_entries(ld), 0);
+  assert_int_equal(sp_video_loader_start_epoch(ld, 0), 0);
+  assert_null(sp_video_loader_next(ld));
+  sp_video_loader_destroy(ld);
+}
+
 static void dense_multi_clip_entries(void **state) {
   (void)state;
   sp_video_loader_config c = cfg_of(2, 0);
@@ -211,6 +251,7 @@ int main(void) {
       cmocka_unit_test(layout_and_labels),         cmocka_unit_test(worker_count_does_not_matter),
       cmocka_unit_test(per_batch_shapes),          cmocka_unit_test(shards_split_the_epoch),
       cmocka_unit_test(dense_multi_clip_entries),  cmocka_unit_test(frame_folders_match_video),
+      cmocka_unit_test(eval_shards_cover_every_entry_once),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -3,7 +3,9 @@
  * trained by one process (4 clips per step): the loader gives rank r slice r
  * of every global batch and sampling is keyed by clip; so does a Multigrid
  * run (several graphs and plans on one gradient reducer); a 2-rank run
- * stopped mid-epoch resumes in one process. Only rank 0 writes.
+ * stopped mid-epoch resumes in one process. Only rank 0 writes. The ranks
+ * share the validation (each scores its part of the set) and report what
+ * one process scores with the checkpoint rank 0 wrote.
  * The one-process run is a `spry train` child with SPRY_MPI=0. SGD and no
  * dropout (dropout masks are keyed by the position in a rank's batch). */
 #include <math.h>
@@ -107,6 +109,55 @@ static void stopped_on_two_resumes_on_one(void **state) {
   dr_assert_same_weights(part, one);
 }
 
+/* The number after "KEY": in the last line of DIR/metrics.jsonl. */
+static double last_metric(const char *dir_, const char *key) {
+  char p[400], line[2048], last[2048] = "", k[64];
+  snprintf(p, sizeof p, "%s/metrics.jsonl", dir_);
+  FILE *f = fopen(p, "r");
+  assert_non_null(f);
+  while (fgets(line, sizeof line, f)) memcpy(last, line, sizeof last);
+  fclose(f);
+  snprintf(k, sizeof k, "\"%s\":", key);
+  const char *at = strstr(last, k);
+  if (!at) fail_msg("%s: no %s in its last line", p, key);
+  return strtod(at + strlen(k), NULL);
+}
+
+/* Per-rank batch norm (each rank's running statistics its own) and 2 test
+ * clips of each of 5 videos: the ranks score 5 entries each, video 2's two
+ * clips on different ranks. The validation the 2-rank run reports is the one
+ * process's `spry eval` of the checkpoint rank 0 wrote: the ranks validate
+ * with rank 0's statistics and sum their scores. */
+static void validation_shared_by_ranks_is_rank0s_model(void **state) {
+  (void)state;
+  char out[300], set_out[400];
+  snprintf(out, sizeof out, "%s/val-split", dir);
+  snprintf(set_out, sizeof set_out, "out=%s", out);
+  char *sets[] = {set_out, "dist.sync_bn=false", "data.test_clips=2"};
+  sp_video_config cfg;
+  char *text = NULL;
+  if (sp_video_config_load(cfg_path, 3, sets, &cfg, &text) != 0) fail_msg("%s", sp_last_error());
+  sp_video_summary s;
+  if (sp_video_train_run(&cfg, text, 0, &s) != 0) fail_msg("rank %d: %s", sp_dist_rank(), sp_last_error());
+  free(text);
+  /* Every rank ends with the whole set's figures. */
+  assert_int_equal(s.val_clips, 5);
+  if (sp_dist_rank() == 0) {
+    char weights[400];
+    snprintf(weights, sizeof weights, "%s/last.safetensors", out);
+    sp_video_summary one;
+    if (sp_video_eval_checkpoint(&cfg, weights, NULL, &one) != 0) fail_msg("%s", sp_last_error());
+    assert_int_equal(one.val_clips, 5);
+    double loss = last_metric(out, "val_loss");
+    if (fabs(loss - one.val_loss) > 1e-5 * fabs(one.val_loss))
+      fail_msg("val_loss: 2 ranks %.9g, one process %.9g", loss, one.val_loss);
+    assert_true(fabs(last_metric(out, "val_top1") - one.top1) < 1e-12);
+    assert_true(fabs(last_metric(out, "val_top5") - one.top5) < 1e-12);
+    assert_true(fabs(s.val_loss - one.val_loss) <= 1e-5 * fabs(one.val_loss));
+  }
+  sp_dist_barrier(600, "test: one-process eval");
+}
+
 int main(void) {
   if (sp_dist_init() != 0) return 1;
   if (sp_dist_world() < 2) return 77; /* needs mpirun */
@@ -116,7 +167,7 @@ int main(void) {
     snprintf(p, sizeof p, "%s/train", dir);
     if (sp_synth_actions(p, 8, 8, 32, 1) != 0) return 1;
     snprintf(p, sizeof p, "%s/val", dir);
-    if (sp_synth_actions(p, 4, 8, 32, 2) != 0) return 1;
+    if (sp_synth_actions(p, 5, 8, 32, 2) != 0) return 1;
     snprintf(cfg_path, sizeof cfg_path, "%s/run.yaml", dir);
     FILE *f = fopen(cfg_path, "w");
     if (!f) return 1;
@@ -136,6 +187,7 @@ int main(void) {
       cmocka_unit_test(two_ranks_match_one_process),
       cmocka_unit_test(multigrid_two_ranks_match_one_process),
       cmocka_unit_test(stopped_on_two_resumes_on_one),
+      cmocka_unit_test(validation_shared_by_ranks_is_rank0s_model),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   sp_dist_barrier(600, "test end");
