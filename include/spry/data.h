@@ -225,6 +225,12 @@ typedef struct {
   int shuffle;        /* reshuffle every epoch */
   int drop_last;      /* drop the final partial batch */
   int rank, world;    /* sharding: rank takes a disjoint slice of each epoch */
+  /* Evaluation sharding instead (world > 1): rank r takes the contiguous
+   * samples [r n / W, (r+1) n / W) of the epoch's order, so the ranks cover
+   * all n between them, in parts that differ by at most one. Ranks then take
+   * different numbers of batches: for passes with no collective inside
+   * (evaluation), not training. */
+  int eval_shard;
   sp_augment_config aug;
 } sp_loader_config;
 sp_loader_config sp_loader_config_default(int batch, int out_size);

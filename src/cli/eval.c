@@ -120,7 +120,7 @@ int sp_cli_eval(int argc, char **argv) {
   double loss;
   sp_kp_metrics m;
   double *per_face = NULL;
-  rc = loader ? sp_kp_evaluate(&e, d.val_cache, loader, 0, &pred, &gt, &n, &loss) : -1;
+  rc = loader ? sp_kp_evaluate(&e, d.val_cache, loader, 0, 0, &pred, &gt, &n, &loss) : -1;
   if (rc == 0) {
     per_face = sp_xmalloc(sizeof(double) * (size_t)(n ? n : 1));
     rc = sp_kp_metrics_compute(pred, gt, n, d.k, d.eyes.n_left ? &d.eyes : NULL, &m, per_face);

@@ -40,6 +40,7 @@ struct sp_loader {
   /* epoch state (under mu) */
   int32_t *order;          /* this rank's samples of the epoch, in order */
   int per_rank;
+  int shard_begin; /* eval_shard: this rank's first sample of the order */
   int n_batches;
   int piece;               /* samples per work unit */
   int pieces_per_batch;
@@ -165,8 +166,14 @@ sp_loader *sp_loader_create(const sp_cache *cache, const sp_scheme *scheme, cons
   l->depth = cfg->prefetch > 0 ? cfg->prefetch : 2 * l->n_workers;
   if (l->depth < 1) l->depth = 1;
   l->held = -1;
-  l->per_rank = cache->n / world; /* equal counts keep data-parallel ranks in step */
-  if (l->per_rank == 0) l->per_rank = cache->n;
+  if (l->cfg.eval_shard && world > 1) {
+    l->shard_begin = (int)((int64_t)l->cfg.rank * cache->n / world);
+    l->per_rank = (int)((int64_t)(l->cfg.rank + 1) * cache->n / world) - l->shard_begin;
+  } else {
+    l->cfg.eval_shard = 0;
+    l->per_rank = cache->n / world; /* equal counts keep data-parallel ranks in step */
+    if (l->per_rank == 0) l->per_rank = cache->n;
+  }
   l->order = sp_xmalloc(sizeof(int32_t) * (size_t)cache->n);
   l->n_batches = 0; /* nothing to do until an epoch starts */
   /* Pieces of ~8 samples: small enough to share a batch between workers,
@@ -228,8 +235,10 @@ int sp_loader_start_epoch(sp_loader *l, int64_t epoch) {
   const int full = l->per_rank / B * B;
   const int tiny = (int64_t)l->per_rank * W > n; /* fewer samples than ranks: each rank takes them all */
   for (int i = 0; i < l->per_rank; i++)
-    l->order[i] = tiny ? all[i] : i < full ? all[((int64_t)(i / B) * W + R) * B + i % B]
-                           : all[(int64_t)full * W + (int64_t)R * (l->per_rank - full) + (i - full)];
+    l->order[i] = l->cfg.eval_shard ? all[l->shard_begin + i] /* this rank's contiguous part */
+                  : tiny            ? all[i]
+                  : i < full        ? all[((int64_t)(i / B) * W + R) * B + i % B]
+                                    : all[(int64_t)full * W + (int64_t)R * (l->per_rank - full) + (i - full)];
   free(all);
   l->epoch = epoch;
   l->next_claim = 0;

@@ -1,9 +1,11 @@
 /* Predictions over a cached dataset, mapped back to source-image pixels:
- * shared by the trainer's validation pass and `spry eval`. */
+ * shared by the trainer's validation pass (split over the ranks of a
+ * data-parallel run) and `spry eval`. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "spry/dist.h"
 #include "train/trainer_internal.h"
 
 static sp_plan *plan_for(sp_kp_evaluator *e, int n) {
@@ -22,12 +24,28 @@ static sp_plan *plan_of_size(sp_kp_evaluator *e, int n) {
   return *slot = plan_for(e, n);
 }
 
-int sp_kp_evaluate(sp_kp_evaluator *e, const sp_cache *cache, sp_loader *loader, int64_t epoch, float **pred_out,
-                   float **gt_out, int *n_out, double *loss_out) {
+/* Each rank predicted its part of the set (an eval_shard loader) into its
+ * rows, zeros elsewhere: the rows, loss sum and counts summed over the ranks
+ * in one message (x + 0 is exact) give every rank the whole set. */
+static void sum_over_ranks(float *pred, float *gt, size_t floats, double *loss_sum, int *done, int *rc) {
+  double *v = sp_xmalloc(sizeof(double) * (2 * floats + 3));
+  for (size_t i = 0; i < floats; i++) v[i] = pred[i], v[floats + i] = gt[i];
+  v[2 * floats] = *loss_sum, v[2 * floats + 1] = *done, v[2 * floats + 2] = *rc != 0;
+  sp_dist_sum_f64(v, (int)(2 * floats + 3), "validation");
+  for (size_t i = 0; i < floats; i++) pred[i] = (float)v[i], gt[i] = (float)v[floats + i];
+  *loss_sum = v[2 * floats], *done = (int)v[2 * floats + 1];
+  if (v[2 * floats + 2] > 0 && *rc == 0) *rc = sp_error_set("validation failed on another rank (see its message)");
+  free(v);
+}
+
+int sp_kp_evaluate(sp_kp_evaluator *e, const sp_cache *cache, sp_loader *loader, int64_t epoch, int over_ranks,
+                   float **pred_out, float **gt_out, int *n_out, double *loss_out) {
   const sp_kp_data *d = e->data;
-  int k = d->k, S = e->cfg->data.size;
-  float *pred = sp_xmalloc(sizeof(float) * (size_t)cache->n * k * 2);
-  float *gt = sp_xmalloc(sizeof(float) * (size_t)cache->n * k * 2);
+  int k = d->k, S = e->cfg->data.size, rc = 0;
+  const size_t floats = (size_t)cache->n * k * 2;
+  /* Row i is sample i of the cache: zeros where another rank predicts. */
+  float *pred = sp_xcalloc(floats ? floats : 1, sizeof(float));
+  float *gt = sp_xcalloc(floats ? floats : 1, sizeof(float));
   double loss_sum = 0;
   int done = 0;
   sp_loader_start_epoch(loader, epoch);
@@ -36,11 +54,10 @@ int sp_kp_evaluate(sp_kp_evaluator *e, const sp_cache *cache, sp_loader *loader,
   if (e->tail) sp_plan_params_changed(e->tail);
   const sp_batch *b;
   while ((b = sp_loader_next(loader))) {
-    sp_plan *p = plan_of_size(e, b->n);
+    sp_plan *p = rc == 0 ? plan_of_size(e, b->n) : NULL;
     if (!p) {
-      free(pred);
-      free(gt);
-      return -1;
+      rc = -1;
+      continue; /* drain the epoch so the loader is idle afterwards */
     }
     sp_batch_normalize(b, e->cfg->data.mean, e->cfg->data.std, SP_F32, sp_plan_input(p, "image")->data);
     sp_kp_points_to_model(d, b->points, b->n, e->scale, e->offset, sp_plan_input(p, "points")->data);
@@ -53,7 +70,7 @@ int sp_kp_evaluate(sp_kp_evaluator *e, const sp_cache *cache, sp_loader *loader,
       int idx = b->index[i];
       double zoom = (double)cache->size / S, cc = (cache->size - 1) * 0.5, cs = (S - 1) * 0.5;
       for (int j = 0; j < k; j++) {
-        size_t o = ((size_t)(done + i) * k + j) * 2;
+        size_t o = ((size_t)idx * k + j) * 2;
         float px = (u[((size_t)i * k + j) * 2] - e->offset) / e->scale;
         float py = (u[((size_t)i * k + j) * 2 + 1] - e->offset) / e->scale;
         pred[o] = (float)((px - cs) * zoom + cc);
@@ -66,6 +83,14 @@ int sp_kp_evaluate(sp_kp_evaluator *e, const sp_cache *cache, sp_loader *loader,
       }
     }
     done += b->n;
+  }
+  if (over_ranks) sum_over_ranks(pred, gt, floats, &loss_sum, &done, &rc);
+  if (rc == 0 && done != cache->n)
+    rc = sp_error_set("evaluation saw %d of the %d samples (the loader must cover the set once)", done, cache->n);
+  if (rc != 0) {
+    free(pred);
+    free(gt);
+    return -1;
   }
   *pred_out = pred;
   *gt_out = gt;

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "io/json.h"
+#include "spry/dist.h"
 #include "spry/plot.h"
 #include "spry/train.h"
 #include "train/trainer_internal.h"
@@ -151,12 +152,26 @@ static int first_filters(const char *path, sp_graph *g) {
   return 1;
 }
 
-int sp_kp_report(const char *dir, sp_kp_evaluator *e, sp_loader *val_loader) {
+int sp_kp_report(const char *dir, sp_kp_evaluator *e, sp_loader *val_loader, int over_ranks) {
   const sp_kp_data *d = e->data;
   const sp_cache *c = d->val_cache;
+  float *pred = NULL, *gt = NULL;
+  int n = 0;
+  double vloss;
+  /* First, as the ranks share it; then rank 0 alone writes. */
+  if (sp_kp_evaluate(e, c, val_loader, 0, over_ranks, &pred, &gt, &n, &vloss) != 0) return -1;
+  if (over_ranks && sp_dist_rank() > 0) {
+    free(pred);
+    free(gt);
+    return 0;
+  }
   char path[1200];
   history h;
-  if (read_history(dir, &h) != 0) return -1;
+  if (read_history(dir, &h) != 0) {
+    free(pred);
+    free(gt);
+    return -1;
+  }
   sp_report_item items[8];
   int n_items = 0, rc = 0;
   snprintf(path, sizeof path, "%s/loss.png", dir);
@@ -170,13 +185,6 @@ int sp_kp_report(const char *dir, sp_kp_evaluator *e, sp_loader *val_loader) {
                                       "Mean point error on the validation faces, against the floor of predicting "
                                       "the training mean shape in every crop."};
 
-  float *pred = NULL, *gt = NULL;
-  int n = 0;
-  double vloss;
-  if (sp_kp_evaluate(e, c, val_loader, 0, &pred, &gt, &n, &vloss) != 0) {
-    history_free(&h);
-    return -1;
-  }
   sp_kp_metrics m;
   double *per = sp_xmalloc(sizeof(double) * (size_t)n), *px = sp_xmalloc(sizeof(double) * (size_t)n);
   sp_kp_metrics_compute(pred, gt, n, d->k, d->eyes.n_left ? &d->eyes : NULL, &m, per);

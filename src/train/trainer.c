@@ -4,9 +4,9 @@
  *
  * Under mpirun / srun it trains data-parallel (spry/dist.h): `batch` is the
  * global batch, each rank trains batch / world samples of it, gradients are
- * all-reduced during backward, and rank 0 alone validates (on the whole
- * validation set), writes checkpoints, metrics and the report, and draws
- * progress. Steps count global batches, so a run resumes at any world size
+ * all-reduced during backward, every rank validates its part of the
+ * validation set (the figures are of the whole set), and rank 0 alone writes
+ * checkpoints, metrics and the report, and draws progress. Steps count global batches, so a run resumes at any world size
  * that divides the batch. */
 #include <errno.h>
 #include <math.h>
@@ -81,7 +81,8 @@ typedef struct {
 static int validate(run *r, int64_t epoch, val_result *out) {
   float *pred, *gt;
   int n;
-  if (sp_kp_evaluate(&r->eval, r->data.val_cache, r->val_loader, epoch, &pred, &gt, &n, &out->loss) != 0) return -1;
+  if (sp_kp_evaluate(&r->eval, r->data.val_cache, r->val_loader, epoch, r->world > 1, &pred, &gt, &n, &out->loss) != 0)
+    return -1;
   int rc = sp_kp_metrics_compute(pred, gt, n, r->data.k, r->data.eyes.n_left ? &r->data.eyes : NULL, &out->m, NULL);
   out->baseline_px = sp_kp_mean_shape_error(&r->data, r->data.val_cache);
   free(pred);
@@ -186,10 +187,9 @@ static int setup(run *r, const sp_train_config *cfg, const char *config_text) {
   lc.rank = r->rank;
   lc.world = r->world;
   r->train_loader = sp_loader_create(r->data.train_cache, r->data.scheme, &lc);
-  sp_loader_config vc = lc; /* validation: rank 0, the whole set, global batch */
+  sp_loader_config vc = lc; /* validation: each rank its part of the set, global batch */
   vc.batch = cfg->batch;
-  vc.rank = 0;
-  vc.world = 1;
+  vc.eval_shard = 1;
   vc.shuffle = 0;
   vc.drop_last = 0;
   vc.aug = sp_augment_config_none(cfg->data.size);
@@ -327,16 +327,21 @@ int sp_train_run(const sp_train_config *cfg, const char *config_text, int resume
     double epoch_s = sp_now() - t0, train_loss = loss_sum / (steps ? steps : 1);
     last_train_loss = train_loss;
     int do_val = (epoch + 1) % cfg->eval_every == 0 || epoch + 1 == cfg->epochs;
-    if (r.rank > 0) { /* rank 0 validates and writes; the others wait for its outcome */
+    /* Every rank validates its part of the set with rank 0's batch-norm
+     * statistics (per-rank batch norm leaves each rank its own): the model
+     * rank 0's checkpoint holds. A failure is every rank's. */
+    if (do_val && r.world > 1) sp_dist_bcast_buffers(r.g);
+    int val_rc = do_val ? validate(&r, epoch, &v) : 0;
+    if (r.rank > 0) { /* rank 0 writes; the others wait for its outcome */
       sp_rank0_state st = {0};
-      if ((rc = sp_share_rank0(&st, cfg->dist.timeout_s, "rank 0's validation and checkpoint")) != 0) break;
+      if ((rc = sp_share_rank0(&st, cfg->dist.timeout_s, "rank 0's checkpoint")) != 0) break;
       best = st.best;
       continue;
     }
-    if (do_val && validate(&r, epoch, &v) != 0) {
+    if (val_rc != 0) {
       rc = -1;
       sp_rank0_state st = {rc, 0, 0, 0, best};
-      sp_share_rank0(&st, cfg->dist.timeout_s, "rank 0's validation and checkpoint");
+      sp_share_rank0(&st, cfg->dist.timeout_s, "rank 0's checkpoint");
       break;
     }
     append_metrics(&r, epoch, train_loss, lr, trained * cfg->batch / epoch_s, epoch_s, do_val ? &v : NULL);
@@ -349,22 +354,21 @@ int sp_train_run(const sp_train_config *cfg, const char *config_text, int resume
       best = v.m.mean_px;
       if ((rc = save(&r, "best.safetensors", epoch + 1, 0, 0, best)) != 0) {
       sp_rank0_state st = {rc, 0, 0, 0, best};
-      sp_share_rank0(&st, cfg->dist.timeout_s, "rank 0's validation and checkpoint");
+      sp_share_rank0(&st, cfg->dist.timeout_s, "rank 0's checkpoint");
       break;
     }
     }
     /* last.safetensors is the per-epoch checkpoint; it carries best so far. */
     rc = save(&r, "last.safetensors", epoch + 1, 0, 0, best);
     sp_rank0_state st = {rc, 0, 0, 0, best};
-    if (sp_share_rank0(&st, cfg->dist.timeout_s, "rank 0's validation and checkpoint") != 0) break;
+    if (sp_share_rank0(&st, cfg->dist.timeout_s, "rank 0's checkpoint") != 0) break;
   }
   sigaction(SIGINT, &old_int, NULL);
   sigaction(SIGTERM, &old_term, NULL);
-  if (rc == 0 && r.rank == 0) {
-    if (sp_kp_report(r.dir, &r.eval, r.val_loader) == 0)
-      fprintf(stderr, "spry: report in %s/index.html\n", r.dir);
-    else
-      fprintf(stderr, "spry: warning: report incomplete: %s\n", sp_last_error());
+  if (rc == 0) { /* the ranks share its evaluation; rank 0 writes it */
+    int report_rc = sp_kp_report(r.dir, &r.eval, r.val_loader, r.world > 1);
+    if (r.rank == 0 && report_rc == 0) fprintf(stderr, "spry: report in %s/index.html\n", r.dir);
+    else if (r.rank == 0) fprintf(stderr, "spry: warning: report incomplete: %s\n", sp_last_error());
   }
   if (summary) {
     summary->val = v.m;

@@ -37,10 +37,13 @@ void sp_kp_points_to_model(const sp_kp_data *d, const float *batch_pts, int n, f
 sp_graph *sp_kp_build_graph(const sp_train_config *cfg, const sp_kp_data *d, int32_t *neighbours,
                             float *scale, float *offset);
 
-/* Runs the model over every sample of `cache` (in order, no augmentation)
- * and returns predictions and ground truth in pixels of the source images
- * ([n][k][2], malloc'ed) and the mean loss. Plans for the full and the last
- * partial batch are made on demand and kept in *full / *tail. */
+/* Runs the model over every sample of `cache` (no augmentation) and returns
+ * predictions and ground truth in pixels of the source images ([n][k][2],
+ * row i for sample i, malloc'ed) and the mean loss. The loader must give
+ * every sample once; with over_ranks its eval_shard part on each rank, every
+ * rank calling together, and each gets the whole set's figures. Plans for
+ * the full and the last partial batch are made on demand and kept in
+ * *full / *tail. */
 typedef struct {
   sp_graph *g;
   sp_backend backend;
@@ -49,15 +52,16 @@ typedef struct {
   float scale, offset; /* pixels -> model units */
   sp_plan *full, *tail;
 } sp_kp_evaluator;
-int sp_kp_evaluate(sp_kp_evaluator *e, const sp_cache *cache, sp_loader *loader, int64_t epoch, float **pred,
-                   float **gt, int *n, double *loss);
+int sp_kp_evaluate(sp_kp_evaluator *e, const sp_cache *cache, sp_loader *loader, int64_t epoch, int over_ranks,
+                   float **pred, float **gt, int *n, double *loss);
 void sp_kp_evaluator_free(sp_kp_evaluator *e);
 /* Mean error of predicting the training mean shape in each crop of cache. */
 double sp_kp_mean_shape_error(const sp_kp_data *d, const sp_cache *cache);
 
 /* Writes the run report (PNGs + index.html) into dir from dir/metrics.jsonl
- * and an evaluation of the validation set. */
-int sp_kp_report(const char *dir, sp_kp_evaluator *e, sp_loader *val_loader);
+ * and an evaluation of the validation set. over_ranks: every rank calls it
+ * with its eval_shard loader; they share the evaluation, rank 0 writes. */
+int sp_kp_report(const char *dir, sp_kp_evaluator *e, sp_loader *val_loader, int over_ranks);
 
 /* Progress bar on stderr: "epoch 3/30 [=====>   ] 12/48 loss 0.123 310 img/s ETA 0:42". */
 typedef struct {

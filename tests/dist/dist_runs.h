@@ -1,9 +1,12 @@
 /* Comparing the checkpoints of two training runs (a W-rank run and its
- * one-process twin) in the distributed trainer tests. */
+ * one-process twin), and reading a run's metrics, in the distributed trainer
+ * tests. */
 #ifndef SPRY_DIST_RUNS_H
 #define SPRY_DIST_RUNS_H
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "spry/dist.h"
 #include "spry/safetensors.h"
@@ -40,5 +43,19 @@ static inline void dr_assert_same_weights(const char *a, const char *b) {
   assert_true(compared > 0);
   sp_st_close(fa);
   sp_st_close(fb);
+}
+
+/* The number after "KEY": in the last line of DIR/metrics.jsonl. */
+static inline double dr_last_metric(const char *dir, const char *key) {
+  char p[400], line[2048], last[2048] = "", k[64];
+  snprintf(p, sizeof p, "%s/metrics.jsonl", dir);
+  FILE *f = fopen(p, "r");
+  assert_non_null(f);
+  while (fgets(line, sizeof line, f)) memcpy(last, line, sizeof last);
+  fclose(f);
+  snprintf(k, sizeof k, "\"%s\":", key);
+  const char *at = strstr(last, k);
+  if (!at) fail_msg("%s: no %s in its last line", p, key);
+  return strtod(at + strlen(k), NULL);
 }
 #endif

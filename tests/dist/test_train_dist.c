@@ -2,8 +2,9 @@
  * 2-rank run ends with the weights of the same config trained by one process
  * (batch is the global batch; the loader gives rank r slice r of every global
  * batch); a 2-rank run stopped mid-epoch resumes in one process and ends
- * there too; only rank 0 writes. One-process runs are `spry train` children
- * with SPRY_MPI=0. SGD, not Adam: a bias before batch norm has a gradient
+ * there too; only rank 0 writes; the ranks share the validation and report
+ * what one process's `spry eval` gives for rank 0's checkpoint. One-process
+ * runs are `spry train` / `spry eval` children with SPRY_MPI=0. SGD, not Adam: a bias before batch norm has a gradient
  * of pure rounding noise, which Adam would blow up to full-size steps; MSE,
  * not L1: sign(residual) flips on rounding noise for residuals near 0. */
 #include <math.h>
@@ -72,6 +73,48 @@ static void stopped_on_two_resumes_on_one(void **state) {
   dr_assert_same_weights(part, one);
 }
 
+/* Per-rank batch norm (each rank's running statistics its own): the ranks
+ * validate 6 of the 12 validation faces each, with rank 0's statistics, and
+ * the figures the run reports (metrics.jsonl, every rank's summary) are
+ * those of `spry eval` on its checkpoint in one process. */
+static void validation_shared_by_ranks_is_rank0s_model(void **state) {
+  (void)state;
+  char out[300], set_out[400];
+  snprintf(out, sizeof out, "%s/val-split", dir);
+  snprintf(set_out, sizeof set_out, "out=%s", out);
+  char *sets[] = {set_out, "dist.sync_bn=false"};
+  sp_train_config cfg;
+  char *text = NULL;
+  if (sp_train_config_load(cfg_path, 2, sets, &cfg, &text) != 0) fail_msg("%s", sp_last_error());
+  sp_train_summary s;
+  assert_int_equal(sp_train_run(&cfg, text, 0, &s), 0);
+  free(text);
+  double ours[2] = {s.val.mean_px, s.val.nme_io}, rank0[2] = {s.val.mean_px, s.val.nme_io};
+  sp_dist_bcast(rank0, sizeof rank0, "test: rank 0's figures");
+  assert_memory_equal(ours, rank0, sizeof ours); /* every rank has the whole set's figures */
+  if (sp_dist_rank() == 0) {
+    const char *bin = getenv("SPRY_BIN");
+    char cmd[2048], p[400], line[2048] = "";
+    snprintf(p, sizeof p, "%s/eval.json", out);
+    snprintf(cmd, sizeof cmd, "SPRY_MPI=0 %s eval --weights %s/last.safetensors > %s 2>/dev/null", bin ? bin : "spry",
+             out, p);
+    assert_int_equal(system(cmd), 0);
+    FILE *f = fopen(p, "r");
+    assert_non_null(f);
+    assert_non_null(fgets(line, sizeof line, f));
+    fclose(f);
+    const char *mp = strstr(line, "\"mean_px\":"), *nme = strstr(line, "\"nme_io\":"), *count = strstr(line, "\"count\":");
+    assert_non_null(mp), assert_non_null(nme), assert_non_null(count);
+    assert_int_equal(atoi(count + 8), 12);
+    double one_px = strtod(mp + 10, NULL), one_nme = strtod(nme + 9, NULL);
+    double run_px = dr_last_metric(out, "val_mean_px"), run_nme = dr_last_metric(out, "val_nme_io");
+    if (fabs(run_px - one_px) > 1e-4 * one_px || fabs(s.val.mean_px - one_px) > 1e-4 * one_px)
+      fail_msg("mean error: 2 ranks %.7g (summary %.7g), one process %.7g", run_px, s.val.mean_px, one_px);
+    if (fabs(run_nme - one_nme) > 1e-4 * one_nme) fail_msg("NME: 2 ranks %.7g, one process %.7g", run_nme, one_nme);
+  }
+  sp_dist_barrier(600, "test: one-process eval");
+}
+
 int main(void) {
   if (sp_dist_init() != 0) return 1;
   if (sp_dist_world() < 2) return 77; /* needs mpirun */
@@ -96,6 +139,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(two_ranks_match_one_process),
       cmocka_unit_test(stopped_on_two_resumes_on_one),
+      cmocka_unit_test(validation_shared_by_ranks_is_rank0s_model),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   sp_dist_barrier(600, "test end");

@@ -109,20 +109,6 @@ static void stopped_on_two_resumes_on_one(void **state) {
   dr_assert_same_weights(part, one);
 }
 
-/* The number after "KEY": in the last line of DIR/metrics.jsonl. */
-static double last_metric(const char *dir_, const char *key) {
-  char p[400], line[2048], last[2048] = "", k[64];
-  snprintf(p, sizeof p, "%s/metrics.jsonl", dir_);
-  FILE *f = fopen(p, "r");
-  assert_non_null(f);
-  while (fgets(line, sizeof line, f)) memcpy(last, line, sizeof last);
-  fclose(f);
-  snprintf(k, sizeof k, "\"%s\":", key);
-  const char *at = strstr(last, k);
-  if (!at) fail_msg("%s: no %s in its last line", p, key);
-  return strtod(at + strlen(k), NULL);
-}
-
 /* Per-rank batch norm (each rank's running statistics its own) and 2 test
  * clips of each of 5 videos: the ranks score 5 entries each, video 2's two
  * clips on different ranks. The validation the 2-rank run reports is the one
@@ -148,11 +134,11 @@ static void validation_shared_by_ranks_is_rank0s_model(void **state) {
     sp_video_summary one;
     if (sp_video_eval_checkpoint(&cfg, weights, NULL, &one) != 0) fail_msg("%s", sp_last_error());
     assert_int_equal(one.val_clips, 5);
-    double loss = last_metric(out, "val_loss");
+    double loss = dr_last_metric(out, "val_loss");
     if (fabs(loss - one.val_loss) > 1e-5 * fabs(one.val_loss))
       fail_msg("val_loss: 2 ranks %.9g, one process %.9g", loss, one.val_loss);
-    assert_true(fabs(last_metric(out, "val_top1") - one.top1) < 1e-12);
-    assert_true(fabs(last_metric(out, "val_top5") - one.top5) < 1e-12);
+    assert_true(fabs(dr_last_metric(out, "val_top1") - one.top1) < 1e-12);
+    assert_true(fabs(dr_last_metric(out, "val_top5") - one.top5) < 1e-12);
     assert_true(fabs(s.val_loss - one.val_loss) <= 1e-5 * fabs(one.val_loss));
   }
   sp_dist_barrier(600, "test: one-process eval");
