@@ -76,15 +76,18 @@ typedef struct {
   double loss;
   sp_kp_metrics m;
   double baseline_px; /* error of predicting the training mean shape (in each crop) */
+  double seconds;     /* wall time of the pass (the ranks' shared one) */
 } val_result;
 
 static int validate(run *r, int64_t epoch, val_result *out) {
   float *pred, *gt;
   int n;
+  double t0 = sp_now();
   if (sp_kp_evaluate(&r->eval, r->data.val_cache, r->val_loader, epoch, r->world > 1, &pred, &gt, &n, &out->loss) != 0)
     return -1;
   int rc = sp_kp_metrics_compute(pred, gt, n, r->data.k, r->data.eyes.n_left ? &r->data.eyes : NULL, &out->m, NULL);
   out->baseline_px = sp_kp_mean_shape_error(&r->data, r->data.val_cache);
+  out->seconds = sp_now() - t0;
   free(pred);
   free(gt);
   return rc;
@@ -113,6 +116,7 @@ static void append_metrics(run *r, int64_t epoch, double train_loss, double lr, 
     sp_json_key(&b, "val_nme_io"), sp_json_f64(&b, v->m.nme_io);
     sp_json_key(&b, "val_nme_ip"), sp_json_f64(&b, v->m.nme_ip);
     sp_json_key(&b, "val_mean_shape_px"), sp_json_f64(&b, v->baseline_px);
+    sp_json_key(&b, "val_s"), sp_json_f64(&b, v->seconds);
   }
   sp_json_obj_end(&b);
   fprintf(f, "%s\n", b.s);

@@ -32,7 +32,7 @@ int sp_video_evaluate(sp_vnet *n, sp_video_loader *loader, const sp_video_list *
   const int K = n->num_classes;
   double *prob = calloc((size_t)list->n * K, sizeof(double));
   int *seen = calloc((size_t)list->n, sizeof(int));
-  double loss_sum = 0;
+  double loss_sum = 0, t0 = sp_now();
   int clips = 0, rc = 0;
   sp_video_loader_start_epoch(loader, epoch);
   const sp_video_batch *b;
@@ -78,6 +78,7 @@ int sp_video_evaluate(sp_vnet *n, sp_video_loader *loader, const sp_video_list *
   out->top5 = videos ? (double)hit5 / videos : NAN;
   out->videos = videos;
   out->clips = clips;
+  out->seconds = sp_now() - t0;
   return 0;
 }
 

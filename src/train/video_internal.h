@@ -61,6 +61,7 @@ int sp_video_list_open(const sp_video_config *cfg, const char *path, sp_video_li
 typedef struct {
   double loss, top1, top5;
   int videos, clips;
+  double seconds; /* wall time of the pass (the ranks' shared one) */
 } sp_video_eval_result;
 int sp_video_evaluate(sp_vnet *n, sp_video_loader *loader, const sp_video_list *list, int64_t epoch, int over_ranks,
                       sp_video_eval_result *out);

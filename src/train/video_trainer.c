@@ -180,6 +180,7 @@ static void append_metrics(run *r, int64_t epoch, double loss, double lr, double
     sp_json_key(&b, "val_loss"), sp_json_f64(&b, v->loss);
     sp_json_key(&b, "val_top1"), sp_json_f64(&b, v->top1);
     sp_json_key(&b, "val_top5"), sp_json_f64(&b, v->top5);
+    sp_json_key(&b, "val_s"), sp_json_f64(&b, v->seconds);
   }
   sp_json_obj_end(&b);
   fprintf(f, "%s\n", b.s);
