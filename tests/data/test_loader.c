@@ -1,5 +1,6 @@
 /* The batch loader: bitwise identical batches for 1 and 2 workers, disjoint
- * shards, epochs cover every sample once, clean restart and shutdown
+ * shards, evaluation shards that together give one process's epoch, epochs
+ * cover every sample once, clean restart and shutdown
  * mid-epoch, and the batched normalisation. */
 #include <math.h>
 
@@ -21,7 +22,7 @@ typedef struct {
   int total;
 } run_out;
 
-static run_out run(const sp_cache *c, int workers, int prefetch, int epochs, int rank, int world) {
+static run_out run_sharded(const sp_cache *c, int workers, int prefetch, int epochs, int rank, int world, int eval_shard) {
   sp_loader_config cfg = sp_loader_config_default(6, 40);
   cfg.workers = workers;
   cfg.prefetch = prefetch;
@@ -29,6 +30,7 @@ static run_out run(const sp_cache *c, int workers, int prefetch, int epochs, int
   cfg.drop_last = 0;
   cfg.rank = rank;
   cfg.world = world;
+  cfg.eval_shard = eval_shard;
   sp_scheme sc;
   int flip[4] = {1, 0, 2, 3};
   assert_int_equal(sp_scheme_from_table("four", 4, flip, &sc), 0);
@@ -55,6 +57,10 @@ static run_out run(const sp_cache *c, int workers, int prefetch, int epochs, int
   }
   sp_loader_destroy(l);
   return o;
+}
+
+static run_out run(const sp_cache *c, int workers, int prefetch, int epochs, int rank, int world) {
+  return run_sharded(c, workers, prefetch, epochs, rank, world, 0);
 }
 
 static void free_run(run_out *o) {
@@ -91,6 +97,30 @@ static void shards_are_disjoint(void **state) {
   for (int i = 0; i < 10; i++) { seen[r0.idx[i]]++; seen[r1.idx[i]]++; seen[r2.idx[i]]++; }
   for (int i = 0; i < 30; i++) assert_int_equal(seen[i], 1);
   free_run(&r0); free_run(&r1); free_run(&r2);
+  sp_cache_free(c);
+}
+
+/* Evaluation shards: 3 ranks over 29 samples take contiguous parts of 9,
+ * 10 and 10 and together give one process's epoch, sample for sample
+ * (pixels, points, indices). */
+static void eval_shards_cover_the_epoch_in_order(void **state) {
+  (void)state;
+  sp_cache *c = synthetic_cache(29, 40, 4);
+  run_out one = run(c, 2, 0, 1, 0, 1);
+  const int sizes[3] = {9, 10, 10};
+  size_t img = 3 * 40 * 40;
+  int at = 0;
+  for (int rank = 0; rank < 3; rank++) {
+    run_out r = run_sharded(c, 1 + rank % 2, 0, 1, rank, 3, 1);
+    assert_int_equal(r.total, sizes[rank]);
+    assert_memory_equal(r.idx, one.idx + at, (size_t)r.total * 4);
+    assert_memory_equal(r.px, one.px + at * img, (size_t)r.total * img);
+    assert_memory_equal(r.pts, one.pts + at * 8, (size_t)r.total * 8 * sizeof(float));
+    at += r.total;
+    free_run(&r);
+  }
+  assert_int_equal(at, 29);
+  free_run(&one);
   sp_cache_free(c);
 }
 
@@ -149,6 +179,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(same_batches_for_any_worker_count),
       cmocka_unit_test(shards_are_disjoint),
+      cmocka_unit_test(eval_shards_cover_the_epoch_in_order),
       cmocka_unit_test(restart_and_shutdown_mid_epoch),
       cmocka_unit_test(normalize_f32_and_bf16),
   };
