@@ -6,8 +6,9 @@
  * global batch, each rank trains batch / world samples of it, gradients are
  * all-reduced during backward, every rank validates its part of the
  * validation set (the figures are of the whole set), and rank 0 alone writes
- * checkpoints, metrics and the report, and draws progress. Steps count global batches, so a run resumes at any world size
- * that divides the batch. */
+ * checkpoints, metrics and the report, and draws progress. Steps count
+ * global batches, so a run resumes at any world size that divides the
+ * batch. */
 #include <errno.h>
 #include <math.h>
 #include <omp.h>
