@@ -221,6 +221,7 @@ int sp_dist_bcast(void *buf, size_t bytes, const char *what) {
 
 int sp_dist_sum_f64(double *x, int n, const char *what) {
   if (D.world < 2) return 0;
+  sp_dist_beat(); /* a timeout here names the ranks that never arrived */
   MPI_Request req;
   sp_dist_check(MPI_Iallreduce(MPI_IN_PLACE, x, n, MPI_DOUBLE, MPI_SUM, D.grad, &req), "MPI_Iallreduce", what);
   sp_dist_wait(&req, what, D.timeout);

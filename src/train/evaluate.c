@@ -2,6 +2,7 @@
  * shared by the trainer's validation pass (split over the ranks of a
  * data-parallel run) and `spry eval`. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,6 +32,8 @@ static void sum_over_ranks(float *pred, float *gt, size_t floats, double *loss_s
   double *v = sp_xmalloc(sizeof(double) * (2 * floats + 3));
   for (size_t i = 0; i < floats; i++) v[i] = pred[i], v[floats + i] = gt[i];
   v[2 * floats] = *loss_sum, v[2 * floats + 1] = *done, v[2 * floats + 2] = *rc != 0;
+  if (*rc != 0) /* the other ranks only learn that this one failed */
+    fprintf(stderr, "spry: rank %d: validation: %s\n", sp_dist_rank(), sp_last_error());
   sp_dist_sum_f64(v, (int)(2 * floats + 3), "validation");
   for (size_t i = 0; i < floats; i++) pred[i] = (float)v[i], gt[i] = (float)v[floats + i];
   *loss_sum = v[2 * floats], *done = (int)v[2 * floats + 1];

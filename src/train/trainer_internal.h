@@ -76,7 +76,7 @@ void sp_progress_end(sp_progress *p);
 /* What sp_train_stop_after set (0 = never): both trainers stop there. */
 int64_t sp_train_stop_after_steps(void);
 
-/* Rank 0's outcome of its solo work (resume, validation, saving), shared
+/* Rank 0's outcome of its solo work (resume, saving checkpoints), shared
  * by both trainers under mpirun. */
 typedef struct {
   int rc;
@@ -84,7 +84,8 @@ typedef struct {
   double loss_sum, best;
 } sp_rank0_state;
 /* After rank 0 worked alone, every rank learns how it went (a barrier with
- * 10 x timeout_s, validation may be long, then a broadcast of *st); returns
+ * 10 x timeout_s, a checkpoint of a large model may be slow to write, then a
+ * broadcast of *st); returns
  * st->rc, and on the other ranks sets an error when rank 0 failed. A world
  * of one returns st->rc at once. */
 int sp_share_rank0(sp_rank0_state *st, double timeout_s, const char *what);

@@ -19,6 +19,8 @@ static void sum_over_ranks(double *prob, int *seen, int videos, int classes, dou
   memcpy(v, prob, sizeof(double) * pv);
   for (int i = 0; i < videos; i++) v[pv + i] = seen[i];
   v[n - 3] = *loss_sum, v[n - 2] = *clips, v[n - 1] = *rc != 0;
+  if (*rc != 0) /* the other ranks only learn that this one failed */
+    fprintf(stderr, "spry: rank %d: validation: %s\n", sp_dist_rank(), sp_last_error());
   sp_dist_sum_f64(v, (int)n, "validation");
   memcpy(prob, v, sizeof(double) * pv);
   for (int i = 0; i < videos; i++) seen[i] = (int)v[pv + i];
