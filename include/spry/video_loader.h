@@ -71,6 +71,8 @@ sp_video_loader *sp_video_loader_create(const sp_video_list *list, const sp_vide
 /* Entries per epoch for this rank (videos * test_clips / world; with
  * eval_shard, this rank's part). */
 int sp_video_loader_entries(const sp_video_loader *l);
+/* Entries of one epoch over all ranks (videos * test_clips). */
+int sp_video_loader_entries_all(const sp_video_loader *l);
 /* An epoch of default-shaped batches. */
 int sp_video_loader_start_epoch(sp_video_loader *l, int64_t epoch);
 /* An epoch of n_shapes batches shaped as given (copied); their batch sizes

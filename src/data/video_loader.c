@@ -226,6 +226,7 @@ sp_video_loader *sp_video_loader_create(const sp_video_list *list, const sp_vide
 }
 
 int sp_video_loader_entries(const sp_video_loader *l) { return l->per_rank; }
+int sp_video_loader_entries_all(const sp_video_loader *l) { return l->entries; }
 
 int sp_video_loader_batches_per_epoch(const sp_video_loader *l) {
   int B = l->cfg.batch;

@@ -27,18 +27,30 @@ static sp_plan *plan_of_size(sp_kp_evaluator *e, int n) {
 
 /* Each rank predicted its part of the set (an eval_shard loader) into its
  * rows, zeros elsewhere: the rows, loss sum and counts summed over the ranks
- * in one message (x + 0 is exact) give every rank the whole set. */
-static void sum_over_ranks(float *pred, float *gt, size_t floats, double *loss_sum, int *done, int *rc) {
-  double *v = sp_xmalloc(sizeof(double) * (2 * floats + 3));
-  for (size_t i = 0; i < floats; i++) v[i] = pred[i], v[floats + i] = gt[i];
-  v[2 * floats] = *loss_sum, v[2 * floats + 1] = *done, v[2 * floats + 2] = *rc != 0;
+ * in one message (x + 0 is exact) give every rank the whole set. The ground
+ * truth needs no message: every rank holds the whole cache. */
+static void sum_over_ranks(float *pred, size_t floats, double *loss_sum, int *done, int *rc) {
+  double *v = sp_xmalloc(sizeof(double) * (floats + 3));
+  for (size_t i = 0; i < floats; i++) v[i] = pred[i];
+  v[floats] = *loss_sum, v[floats + 1] = *done, v[floats + 2] = *rc != 0;
   if (*rc != 0) /* the other ranks only learn that this one failed */
     fprintf(stderr, "spry: rank %d: validation: %s\n", sp_dist_rank(), sp_last_error());
-  sp_dist_sum_f64(v, (int)(2 * floats + 3), "validation");
-  for (size_t i = 0; i < floats; i++) pred[i] = (float)v[i], gt[i] = (float)v[floats + i];
-  *loss_sum = v[2 * floats], *done = (int)v[2 * floats + 1];
-  if (v[2 * floats + 2] > 0 && *rc == 0) *rc = sp_error_set("validation failed on another rank (see its message)");
+  sp_dist_sum_f64(v, (int)(floats + 3), "validation");
+  for (size_t i = 0; i < floats; i++) pred[i] = (float)v[i];
+  *loss_sum = v[floats], *done = (int)v[floats + 1];
+  if (v[floats + 2] > 0 && *rc == 0) *rc = sp_error_set("validation failed on another rank (see its message)");
   free(v);
+}
+
+/* Ground truth of every sample in source-image pixels. */
+static void ground_truth(const sp_kp_data *d, const sp_cache *cache, float *gt) {
+  for (int idx = 0; idx < cache->n; idx++)
+    for (int j = 0; j < d->k; j++) {
+      float *o = gt + ((size_t)idx * d->k + j) * 2;
+      const float *g = cache->points + ((size_t)idx * d->k_all + d->subset[j]) * 2;
+      o[0] = g[0], o[1] = g[1];
+      sp_cache_crop_to_source(cache, idx, &o[0], &o[1]);
+    }
 }
 
 int sp_kp_evaluate(sp_kp_evaluator *e, const sp_cache *cache, sp_loader *loader, int64_t epoch, int over_ranks,
@@ -48,7 +60,6 @@ int sp_kp_evaluate(sp_kp_evaluator *e, const sp_cache *cache, sp_loader *loader,
   const size_t floats = (size_t)cache->n * k * 2;
   /* Row i is sample i of the cache: zeros where another rank predicts. */
   float *pred = sp_xcalloc(floats ? floats : 1, sizeof(float));
-  float *gt = sp_xcalloc(floats ? floats : 1, sizeof(float));
   double loss_sum = 0;
   int done = 0;
   sp_loader_start_epoch(loader, epoch);
@@ -79,22 +90,19 @@ int sp_kp_evaluate(sp_kp_evaluator *e, const sp_cache *cache, sp_loader *loader,
         pred[o] = (float)((px - cs) * zoom + cc);
         pred[o + 1] = (float)((py - cs) * zoom + cc);
         sp_cache_crop_to_source(cache, idx, &pred[o], &pred[o + 1]);
-        const float *g = cache->points + ((size_t)idx * d->k_all + d->subset[j]) * 2;
-        gt[o] = g[0];
-        gt[o + 1] = g[1];
-        sp_cache_crop_to_source(cache, idx, &gt[o], &gt[o + 1]);
       }
     }
     done += b->n;
   }
-  if (over_ranks) sum_over_ranks(pred, gt, floats, &loss_sum, &done, &rc);
+  if (over_ranks) sum_over_ranks(pred, floats, &loss_sum, &done, &rc);
   if (rc == 0 && done != cache->n)
     rc = sp_error_set("evaluation saw %d of the %d samples (the loader must cover the set once)", done, cache->n);
   if (rc != 0) {
     free(pred);
-    free(gt);
     return -1;
   }
+  float *gt = sp_xmalloc(sizeof(float) * (floats ? floats : 1));
+  ground_truth(d, cache, gt);
   *pred_out = pred;
   *gt_out = gt;
   *n_out = done;

@@ -32,8 +32,8 @@ static void sum_over_ranks(double *prob, int *seen, int videos, int classes, dou
 int sp_video_evaluate(sp_vnet *n, sp_video_loader *loader, const sp_video_list *list, int64_t epoch, int over_ranks,
                       sp_video_eval_result *out) {
   const int K = n->num_classes;
-  double *prob = calloc((size_t)list->n * K, sizeof(double));
-  int *seen = calloc((size_t)list->n, sizeof(int));
+  double *prob = sp_xcalloc((size_t)list->n * K + 1, sizeof(double));
+  int *seen = sp_xcalloc((size_t)list->n + 1, sizeof(int));
   double loss_sum = 0, t0 = sp_now();
   int clips = 0, rc = 0;
   sp_video_loader_start_epoch(loader, epoch);
@@ -60,6 +60,11 @@ int sp_video_evaluate(sp_vnet *n, sp_video_loader *loader, const sp_video_list *
     clips += b->n;
   }
   if (over_ranks) sum_over_ranks(prob, seen, list->n, K, &loss_sum, &clips, &rc);
+  /* Every test clip once: a loader that is not this rank's part (each rank
+   * scoring the whole set) would count each clip W times. */
+  int want = over_ranks ? sp_video_loader_entries_all(loader) : sp_video_loader_entries(loader);
+  if (rc == 0 && clips != want)
+    rc = sp_error_set("validation scored %d of the %d clips (the loader must cover the set once)", clips, want);
   int videos = 0, hit1 = 0, hit5 = 0;
   for (int v = 0; rc == 0 && v < list->n; v++) {
     if (!seen[v]) continue;

@@ -82,6 +82,18 @@ static void eval_and_predict_on_the_checkpoint(void **state) {
   assert_non_null(strstr(last, "\"nme_io\":"));
   assert_non_null(strstr(last, "\"auc_010\":"));
   assert_non_null(strstr(last, "\"count\":"));
+  /* Its loss is the run's validation loss of the epoch best.safetensors
+   * holds: the same faces through the same frozen model. */
+  const char *lk = strstr(last, "\"loss\":");
+  assert_non_null(lk);
+  double eval_loss = strtod(lk + 7, NULL), closest = INFINITY;
+  snprintf(args, sizeof args, "%s/straight/metrics.jsonl", dir);
+  char *metrics = sp_test_slurp(args);
+  assert_non_null(metrics);
+  for (const char *m = strstr(metrics, "\"val_loss\":"); m; m = strstr(m + 1, "\"val_loss\":"))
+    closest = fmin(closest, fabs(strtod(m + 11, NULL) - eval_loss));
+  free(metrics);
+  if (!(closest <= 1e-5 * fabs(eval_loss))) fail_msg("eval loss %.8g is no epoch's val_loss (off by %g)", eval_loss, closest);
   /* predict: one JSON line per image with 68 points inside a sane range. */
   snprintf(args, sizeof args,
            "predict --weights %s/straight/best.safetensors --overlay %s/ov.png %s/faces/images/Synth_Person_0000_00.jpg",
