@@ -8,7 +8,8 @@
 #
 #   bench/run_train.sh [threads] [steps]        (MODELS="vgg-face resnet50" to choose,
 #                                               PARTS="infer" for inference only, DTYPES="f32",
-#                                               REPS=3: pairs per figure, interleaved)
+#                                               REPS=3: pairs per figure, interleaved,
+#                                               PROFILE=0: no per-op profile of spry's f32 step)
 #
 # Each figure is REPS spry/PyTorch pairs run back to back; after them one
 # "ratio_median" line gives the median of the pairs' ratios (on a shared
@@ -70,6 +71,7 @@ for m in $MODELS; do
     continue
   fi
   b=$(batch_of "$m")
+  declare -A spry_rates=()
   for dt in $DTYPES; do
     [[ " $PARTS " == *" train "* ]] || break
     ratios=()
@@ -77,9 +79,25 @@ for m in $MODELS; do
       s=$($SPRY bench train --model "$m" --backend cpu --batch "$b" --threads "$T" --dtype $dt --steps "$STEPS" --warmup 2 | tail -1)
       p=$($PY bench/peers/torch_train.py --model "$m" --batch "$b" --threads "$T" --dtype $dt --steps "$STEPS" --warmup 2 | tail -1)
       pair "$s" "$p" "$m train $dt b$b"
+      spry_rates[$dt]+=" $($PY -c 'import json,sys; print(json.loads(sys.argv[1])["images_per_s"])' "$s" 2>/dev/null)"
     done
     median_line "$m train $dt b$b" ${ratios[@]+"${ratios[@]}"}
   done
+  if [ -n "${spry_rates[f32]:-}" ] && [ -n "${spry_rates[bf16]:-}" ]; then
+    # The mixed-precision goal: spry bf16 against spry f32 (medians of the runs above).
+    $PY - "$m" "${spry_rates[f32]}" "${spry_rates[bf16]}" <<'PY'
+import json, statistics, sys
+f32, bf16 = ([float(x) for x in a.split()] for a in sys.argv[2:4])
+print(json.dumps({"bench": "bf16_over_f32", "model": sys.argv[1], "spry_f32_images_per_s": statistics.median(f32),
+                  "spry_bf16_images_per_s": statistics.median(bf16),
+                  "ratio": round(statistics.median(bf16) / statistics.median(f32), 3)}))
+PY
+  fi
+  if [ "${PROFILE:-1}" = 1 ] && [[ " $PARTS " == *" train "* ]]; then
+    # Where spry's step goes: ms per op kind, forward and backward.
+    $SPRY bench train --model "$m" --backend cpu --batch "$b" --threads "$T" --steps 3 --warmup 1 --profile | tail -n +2
+  fi
+  unset spry_rates
   [[ " $PARTS " == *" infer "* ]] || continue
   case $m in vgg-face|resunet50)
     ratios=()

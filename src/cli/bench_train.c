@@ -14,6 +14,9 @@
 #include "spry/optim.h"
 #include "spry/rng.h"
 #include "spry/train.h"
+#ifdef SPRY_HAVE_DNNL
+#include "backends/cpu/cpu.h"
+#endif
 
 typedef struct {
   const char *model, *backend_name, *dtype;
@@ -156,8 +159,39 @@ static void print_line(const bench_opts *o, const char *bench, int batch, double
   sp_json_buf_free(&b);
 }
 
-/* Time per op kind, forward and backward, summed over the timed steps. */
-static void print_profile(const bench_opts *o, const sp_plan *p, int n_nodes, int steps) {
+/* Seconds in the cpu backend's reorders so far (0 without oneDNN). */
+static double reorder_seconds(void) {
+#ifdef SPRY_HAVE_DNNL
+  return cpu_reorder_seconds();
+#else
+  return 0;
+#endif
+}
+
+static void print_profile_line(const bench_opts *o, const char *op, double fwd_s, double bwd_s, int steps,
+                               const char *note) {
+  sp_json_buf b;
+  sp_json_buf_init(&b);
+  sp_json_obj_begin(&b);
+  sp_json_key(&b, "bench"), sp_json_str(&b, "train_profile");
+  sp_json_key(&b, "model"), sp_json_str(&b, o->model);
+  sp_json_key(&b, "op"), sp_json_str(&b, op);
+  sp_json_key(&b, "fwd_ms_per_step"), sp_json_f64(&b, 1e3 * fwd_s / steps);
+  sp_json_key(&b, "bwd_ms_per_step"), sp_json_f64(&b, 1e3 * bwd_s / steps);
+  if (note) sp_json_key(&b, "note"), sp_json_str(&b, note);
+  sp_json_obj_end(&b);
+  printf("%s\n", b.s);
+  sp_json_buf_free(&b);
+}
+
+/* Time per op kind, forward and backward, summed over the timed steps; then
+ * the reorders inside those ops and the optimizer step (with the gradient
+ * exchange under mpirun), which no node's time holds. */
+typedef struct {
+  double reorder_fwd, reorder_bwd, optimizer;
+} step_profile;
+
+static void print_profile(const bench_opts *o, const sp_plan *p, int n_nodes, int steps, const step_profile *sp) {
   const char *kinds[64];
   double fwd[64] = {0}, bwd[64] = {0};
   int n_kinds = 0;
@@ -174,20 +208,12 @@ static void print_profile(const bench_opts *o, const sp_plan *p, int n_nodes, in
     fwd[k] += f;
     bwd[k] += b;
   }
-  for (int k = 0; k < n_kinds; k++) {
-    if (fwd[k] == 0 && bwd[k] == 0) continue;
-    sp_json_buf b;
-    sp_json_buf_init(&b);
-    sp_json_obj_begin(&b);
-    sp_json_key(&b, "bench"), sp_json_str(&b, "train_profile");
-    sp_json_key(&b, "model"), sp_json_str(&b, o->model);
-    sp_json_key(&b, "op"), sp_json_str(&b, kinds[k]);
-    sp_json_key(&b, "fwd_ms_per_step"), sp_json_f64(&b, 1e3 * fwd[k] / steps);
-    sp_json_key(&b, "bwd_ms_per_step"), sp_json_f64(&b, 1e3 * bwd[k] / steps);
-    sp_json_obj_end(&b);
-    printf("%s\n", b.s);
-    sp_json_buf_free(&b);
-  }
+  for (int k = 0; k < n_kinds; k++)
+    if (fwd[k] != 0 || bwd[k] != 0) print_profile_line(o, kinds[k], fwd[k], bwd[k], steps, NULL);
+  if (sp->reorder_fwd + sp->reorder_bwd > 0)
+    print_profile_line(o, "reorders", sp->reorder_fwd, sp->reorder_bwd, steps,
+                       "oneDNN layout changes and cross-layout gradient sums, inside the ops above");
+  print_profile_line(o, "optimizer", 0, sp->optimizer, steps, "after backward: update (and exchange under mpirun)");
 }
 
 /* ResNet classifiers train on labels with cross-entropy; the keypoint models
@@ -254,17 +280,31 @@ static int run_train(const bench_opts *o) {
   sp_optimizer *opt = sp_optimizer_new(&cfg, n, params);
   int *slot_of = red ? sp_dist_param_slots(g) : NULL;
   double *times = sp_xmalloc(sizeof(double) * (size_t)o->steps);
+  step_profile prof = {0};
   for (int s = 0; s < o->warmup + o->steps; s++) {
-    if (s == o->warmup && o->profile) sp_plan_enable_profile(p, 1);
-    double t0 = sp_now();
+    int profiling = o->profile && s >= o->warmup;
+    if (s == o->warmup && o->profile) {
+      sp_plan_enable_profile(p, 1);
+#ifdef SPRY_HAVE_DNNL
+      cpu_reorder_timing(1);
+#endif
+    }
+    double t0 = sp_now(), r0 = reorder_seconds();
     sp_graph_zero_grad(g);
     sp_plan_forward(p);
+    double r1 = reorder_seconds();
     if (red) sp_grad_reducer_begin(red, NULL, 0);
     sp_plan_backward(p);
+    double r2 = reorder_seconds(), t2 = sp_now();
     if (red) sp_dist_step(red, opt, slot_of, params, 1e-4f, NULL); /* the step time includes the exchange */
     else sp_optimizer_step(opt, 1e-4f);
-    if (s >= o->warmup) times[s - o->warmup] = sp_now() - t0;
+    double t3 = sp_now();
+    if (profiling) prof.reorder_fwd += r1 - r0, prof.reorder_bwd += r2 - r1, prof.optimizer += t3 - t2;
+    if (s >= o->warmup) times[s - o->warmup] = t3 - t0;
   }
+#ifdef SPRY_HAVE_DNNL
+  cpu_reorder_timing(0);
+#endif
   double flops = 3.0 * sp_plan_forward_flops(p);
   dist_stats.ranks = world;
   dist_stats.param_bytes = sizeof(float) * (size_t)sp_graph_param_numel(g, 1);
@@ -276,7 +316,7 @@ static int run_train(const bench_opts *o) {
   /* Ranks step in lock-step (every step waits for all gradients), so rank
    * 0's time is the job's; it alone prints. */
   if (rank == 0) print_line(o, "train", o->batch, sp_median(times, o->steps), flops);
-  if (o->profile && rank == 0) print_profile(o, p, sp_graph_node_count(g), o->steps);
+  if (o->profile && rank == 0) print_profile(o, p, sp_graph_node_count(g), o->steps, &prof);
   sp_grad_reducer_free(red);
   free(slot_of);
   free(times);

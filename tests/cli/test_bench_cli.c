@@ -62,6 +62,43 @@ static void tshift_bench_checks_its_output(void **state) {
   sp_json_free(j);
 }
 
+/* --profile: a line per op kind, then the reorders (timed inside those ops)
+ * and the optimizer step. */
+static void train_profile_accounts_for_the_step(void **state) {
+  (void)state;
+#ifndef SPRY_HAVE_DNNL
+  skip(); /* the reorders are the cpu backend's */
+#endif
+  static char out[16384];
+  const char *args = "bench train --model vgg-face --backend cpu --batch 2 --size 32 --steps 2 --warmup 1 --threads 1 --profile";
+  int rc = sp_test_run_cli(args, 0, out, sizeof out);
+  if (rc == -1) skip();
+  if (rc != 0) fail_msg("spry %s: exit status %d, output: %s", args, rc, out);
+  double ops_fwd = 0, ops_bwd = 0, reo_fwd = -1, reo_bwd = -1, optimizer = -1;
+  int lines = 0, conv = 0;
+  for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n"), lines++) {
+    sp_json *j = sp_json_parse(line, strlen(line), strlen(line) + 1);
+    if (!j) fail_msg("not JSON: %s", line);
+    const char *bench = sp_json_as_string(sp_json_get(j, "bench"));
+    assert_string_equal(bench, lines == 0 ? "train" : "train_profile");
+    if (lines > 0) {
+      const char *op = sp_json_as_string(sp_json_get(j, "op"));
+      double f = num(j, "fwd_ms_per_step"), b = num(j, "bwd_ms_per_step");
+      assert_true(f >= 0 && b >= 0 && isfinite(f) && isfinite(b));
+      if (!strcmp(op, "reorders")) reo_fwd = f, reo_bwd = b;
+      else if (!strcmp(op, "optimizer")) optimizer = b, assert_true(f == 0);
+      else ops_fwd += f, ops_bwd += b, conv += !strcmp(op, "conv2d");
+    }
+    sp_json_free(j);
+  }
+  assert_true(conv == 1);
+  /* Every step reorders the updated weights into the conv layout. */
+  assert_true(reo_fwd > 0 && reo_bwd >= 0);
+  /* Reorders run inside the ops, so they can only be part of the ops' time. */
+  assert_true(reo_fwd <= ops_fwd && reo_bwd <= ops_bwd);
+  assert_true(optimizer > 0);
+}
+
 static void bad_options_are_refused(void **state) {
   (void)state;
   char out[4096];
@@ -78,6 +115,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(peak_reports_this_machine),
       cmocka_unit_test(tshift_bench_checks_its_output),
+      cmocka_unit_test(train_profile_accounts_for_the_step),
       cmocka_unit_test(bad_options_are_refused),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -285,9 +285,25 @@ int cpu_exec_scratchpad(cpu_exec *e, cpu_node *n, const_dnnl_primitive_desc_t pd
   return cpu_exec_arg(e, n, DNNL_ARG_SCRATCHPAD, md, scratch);
 }
 
+static int reorder_timing;
+static double reorder_seconds;
+
+void cpu_reorder_timing(int on) { reorder_timing = on; }
+double cpu_reorder_seconds(void) { return reorder_seconds; }
+
+static int is_reorder(dnnl_primitive_t prim) {
+  const_dnnl_primitive_desc_t pd;
+  dnnl_primitive_kind_t kind;
+  return dnnl_primitive_get_primitive_desc(prim, &pd) == dnnl_success &&
+         dnnl_primitive_desc_query(pd, dnnl_query_primitive_kind, 0, &kind) == dnnl_success && kind == dnnl_reorder;
+}
+
 void cpu_exec_run(const cpu_exec *e) {
   if (!e->prim) return;
+  /* Only when profiling: the kind query is not free. */
+  double t0 = reorder_timing && is_reorder(e->prim) ? sp_now() : 0;
   DNNL_RUN(dnnl_primitive_execute(e->prim, cpu_stream(), e->n_args, e->args));
+  if (t0 > 0) reorder_seconds += sp_now() - t0;
 }
 
 int cpu_bind_reorder(cpu_exec *e, cpu_node *n, const_dnnl_primitive_desc_t pd, dnnl_primitive_t prim, void *src_ptr,

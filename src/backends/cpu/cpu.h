@@ -127,6 +127,11 @@ int cpu_exec_arg(cpu_exec *e, cpu_node *n, int arg, const dnnl_memory_desc_t *md
 /* The primitive's scratchpad (at the start of the step's scratch region). */
 int cpu_exec_scratchpad(cpu_exec *e, cpu_node *n, const_dnnl_primitive_desc_t pd, char *scratch);
 void cpu_exec_run(const cpu_exec *e);
+/* `bench train --profile`: while on, cpu_exec_run adds the wall time of every
+ * oneDNN reorder (layout changes, and gradients accumulated across layouts)
+ * to a process-wide total, so a profile can show what the layouts cost. */
+void cpu_reorder_timing(int on);
+double cpu_reorder_seconds(void);
 /* Binds a reorder made by cpu_make_reorder: from src_ptr to dst_ptr. */
 int cpu_bind_reorder(cpu_exec *e, cpu_node *n, const_dnnl_primitive_desc_t pd, dnnl_primitive_t prim, void *src_ptr,
                      void *dst_ptr, char *scratch);
