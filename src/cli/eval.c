@@ -140,7 +140,7 @@ int sp_cli_eval(int argc, char **argv) {
     put_metric(&b, "fr_008", m.fr_008);
     put_metric(&b, "fr_010", m.fr_010);
     put_metric(&b, "auc_010", m.auc_010);
-    put_metric(&b, "loss", loss); /* the model's training loss on the set: the run's val_loss */
+    put_metric(&b, "val_loss", loss); /* the training loss on the set, as the video eval and metrics.jsonl name it */
     sp_json_key(&b, "count"), sp_json_int(&b, n);
     sp_json_obj_end(&b);
     printf("%s\n", b.s);

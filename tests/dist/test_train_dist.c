@@ -106,7 +106,7 @@ static void validation_shared_by_ranks_is_rank0s_model(void **state) {
     assert_non_null(fgets(line, sizeof line, f));
     fclose(f);
     const char *mp = strstr(line, "\"mean_px\":"), *nme = strstr(line, "\"nme_io\":"), *count = strstr(line, "\"count\":");
-    const char *loss = strstr(line, "\"loss\":");
+    const char *loss = strstr(line, "\"val_loss\":");
     assert_non_null(mp), assert_non_null(nme), assert_non_null(count), assert_non_null(loss);
     assert_int_equal(atoi(count + 8), 12);
     double one_px = strtod(mp + 10, NULL), one_nme = strtod(nme + 9, NULL);
@@ -115,7 +115,7 @@ static void validation_shared_by_ranks_is_rank0s_model(void **state) {
       fail_msg("mean error: 2 ranks %.7g (summary %.7g), one process %.7g", run_px, s.val.mean_px, one_px);
     if (fabs(run_nme - one_nme) > 1e-6 * one_nme) fail_msg("NME: 2 ranks %.7g, one process %.7g", run_nme, one_nme);
     /* Each rank sums its own part's batches: rounding differs from one process's batches. */
-    double one_loss = strtod(loss + 7, NULL), run_loss = dr_last_metric(out, "val_loss");
+    double one_loss = strtod(loss + 11, NULL), run_loss = dr_last_metric(out, "val_loss");
     if (fabs(run_loss - one_loss) > 1e-5 * one_loss) fail_msg("loss: 2 ranks %.8g, one process %.8g", run_loss, one_loss);
   }
 }

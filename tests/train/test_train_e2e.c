@@ -84,9 +84,9 @@ static void eval_and_predict_on_the_checkpoint(void **state) {
   assert_non_null(strstr(last, "\"count\":"));
   /* Its loss is the run's validation loss of the epoch best.safetensors
    * holds: the same faces through the same frozen model. */
-  const char *lk = strstr(last, "\"loss\":");
+  const char *lk = strstr(last, "\"val_loss\":");
   assert_non_null(lk);
-  double eval_loss = strtod(lk + 7, NULL), closest = INFINITY;
+  double eval_loss = strtod(lk + 11, NULL), closest = INFINITY;
   snprintf(args, sizeof args, "%s/straight/metrics.jsonl", dir);
   char *metrics = sp_test_slurp(args);
   assert_non_null(metrics);
