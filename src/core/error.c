@@ -12,10 +12,14 @@
 static _Thread_local char err_buf[SP_ERR_LEN];
 
 int sp_error_set(const char *fmt, ...) {
+  /* Formatted apart first: callers wrap the previous message,
+   * sp_error_set("%s: %s", path, sp_last_error()), whose text is err_buf. */
+  char msg[SP_ERR_LEN];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(err_buf, sizeof err_buf, fmt, ap);
+  vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
+  memcpy(err_buf, msg, sizeof err_buf);
   return -1;
 }
 

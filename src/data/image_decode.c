@@ -23,18 +23,15 @@ sp_image_format sp_image_sniff(const uint8_t *buf, size_t len) {
 }
 
 int sp_read_file(const char *path, uint8_t **buf, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return sp_error_set("%s: cannot open (missing or unreadable)", path);
-  if (fseek(f, 0, SEEK_END) != 0) { fclose(f); return sp_error_set("%s: cannot seek", path); }
-  long n = ftell(f);
-  if (n < 0 || fseek(f, 0, SEEK_SET) != 0) { fclose(f); return sp_error_set("%s: cannot size", path); }
-  uint8_t *b = sp_xmalloc((size_t)n + 1);
-  size_t got = fread(b, 1, (size_t)n, f);
-  fclose(f);
-  if (got != (size_t)n) { free(b); return sp_error_set("%s: short read", path); }
-  b[n] = 0; /* text readers may treat the buffer as a string */
+  /* Through the regular-file check below: a folder given as an image must be
+   * an error naming it, not a read of "size" LONG_MAX. */
+  uint8_t *b = NULL;
+  size_t cap = 0;
+  if (sp_read_file_into(path, &b, &cap, len) != 0) {
+    free(b);
+    return -1;
+  }
   *buf = b;
-  *len = (size_t)n;
   return 0;
 }
 

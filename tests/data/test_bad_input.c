@@ -126,10 +126,29 @@ static void broken_copies_of_real_files(void **state) {
   sp_test_rmtree(dir);
 }
 
+/* A folder or a device given where an image belongs: an error naming it,
+ * not an allocation of the "size" a folder reports. */
+static void a_folder_is_not_an_image(void **state) {
+  (void)state;
+  char dir[512];
+  assert_non_null(sp_test_tmpdir(dir, sizeof dir));
+  uint8_t *buf = NULL;
+  size_t len = 0;
+  assert_int_equal(sp_read_file(dir, &buf, &len), -1);
+  assert_null(buf);
+  assert_non_null(strstr(sp_last_error(), dir));
+  assert_non_null(strstr(sp_last_error(), "not a regular file"));
+  sp_image im;
+  assert_int_equal(sp_image_load(dir, 3, &im), -1);
+  assert_non_null(strstr(sp_last_error(), "not a regular file"));
+  sp_test_rmtree(dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(broken_samples_are_skipped),
       cmocka_unit_test(broken_copies_of_real_files),
+      cmocka_unit_test(a_folder_is_not_an_image),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
