@@ -12,9 +12,11 @@
 #include "spry/common.h"
 
 int sp_yr_bad(const sp_yaml_reader *r, const char *key, const sp_yaml *v, const char *want) {
-  return sp_error_set("%s: %s%s%d%s: expected %s, got '%s'", r->file, key, v && v->line ? " (line " : "",
-                      v && v->line ? v->line : 0, v && v->line ? ")" : "", want,
-                      v && v->value ? v->value : "a list or map");
+  const char *got = v && v->value ? v->value : "a list or map";
+  if (v && v->line) return sp_error_set("%s: %s (line %d): expected %s, got '%s'", r->file, key, v->line, want, got);
+  /* Line 0: the value came from the command line (--set, or an option such
+   * as eval's --format), not from the file. */
+  return sp_error_set("%s (from the command line): expected %s, got '%s'", key, want, got);
 }
 
 sp_yaml *sp_yr_find(sp_yaml_reader *r, const char *key) {

@@ -112,6 +112,10 @@ static void mistakes_name_key_and_line(void **state) {
   expect_error("data:\n  path: [unclosed\n", 0, NULL, "bad.yaml", NULL);
   char *sets[] = {"optimizer.momentm=0.9"};
   expect_error("epochs: 1\n", 1, sets, "optimizer.momentm", "--set");
+  /* A bad value from the command line is named as such, not as line 0 of the file. */
+  char *zero_batch[] = {"batch=0"};
+  expect_error("epochs: 1\n", 1, zero_batch, "batch (from the command line): expected a number in [1, ", "got '0'");
+  assert_null(strstr(sp_last_error(), "bad.yaml"));
   char *bad_set[] = {"noequals"};
   expect_error("epochs: 1\n", 1, bad_set, "key=value", NULL);
   sp_train_config c;
