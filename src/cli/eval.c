@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
 #include "cli/cli_video.h"
@@ -92,6 +93,14 @@ int sp_cli_eval(int argc, char **argv) {
   }
   char weights_dir[2048];
   snprintf(weights_dir, sizeof weights_dir, "%s", weights);
+  /* An --out the user asked for must take the plot: checked before the
+   * evaluation, not after it. Next to the weights it is a courtesy, and a
+   * read-only model folder only earns a warning. */
+  const int out_given = out != NULL;
+  if (out_given && (sp_make_dirs(out) != 0 || access(out, W_OK) != 0)) {
+    fprintf(stderr, "spry eval: --out %s: %s\n", out, access(out, F_OK) == 0 ? "not a writable folder" : sp_last_error());
+    return 2;
+  }
   if (!out) out = dirname(weights_dir);
 
   sp_kp_data d;
@@ -125,8 +134,10 @@ int sp_cli_eval(int argc, char **argv) {
     per_face = sp_xmalloc(sizeof(double) * (size_t)(n ? n : 1));
     rc = sp_kp_metrics_compute(pred, gt, n, d.k, d.eyes.n_left ? &d.eyes : NULL, &m, per_face);
   }
-  if (rc == 0 && write_ced(out, per_face, n, d.eyes.n_left > 0) != 0)
-    fprintf(stderr, "spry eval: warning: %s\n", sp_last_error());
+  if (rc == 0 && write_ced(out, per_face, n, d.eyes.n_left > 0) != 0) {
+    if (out_given) rc = -1; /* reported below */
+    else fprintf(stderr, "spry eval: warning: %s\n", sp_last_error());
+  }
   if (rc == 0) {
     fprintf(stderr, "spry eval: %d faces  mean error %.3f px (mean shape %.3f px)  NME inter-ocular %.4f  "
                     "inter-pupil %.4f  FR@0.08 %.3f  FR@0.10 %.3f  AUC@0.10 %.4f\n",
