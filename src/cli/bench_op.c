@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/args.h"
 #include "cli/cli_video.h"
@@ -143,6 +144,21 @@ int sp_cli_bench_op(int argc, char **argv) {
   if (sscanf(shape_s, "%lld,%lld,%lld,%lld", &d[0], &d[1], &d[2], &d[3]) != 4 || d[0] % segments || d[0] < 1 ||
       d[1] < 1 || d[2] < 1 || d[3] < 1) {
     fprintf(stderr, "spry bench op: --shape must be NT,C,H,W with NT a multiple of --segments\n");
+    return 2;
+  }
+  /* Two shifted groups of ratio * C channels each must fit in C. */
+  if (!(ratio >= 0 && ratio <= 0.5f)) {
+    fprintf(stderr, "spry bench op: --ratio must be in [0, 0.5] (each of the two shifted groups is ratio * C channels)\n");
+    return 2;
+  }
+  /* About 16 tensors of the shape's size (the composed version's
+   * intermediates, the fused op's, the copy's): refuse what cannot fit
+   * instead of dying in the allocator. */
+  const double need = 16.0 * 4 * (double)d[0] * (double)d[1] * (double)d[2] * (double)d[3];
+  const double ram = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGE_SIZE);
+  if (!(need <= 0.8 * ram)) {
+    fprintf(stderr, "spry bench op: --shape %s needs about %.1f GB, this machine has %.1f GB\n", shape_s, need / 1e9,
+            ram / 1e9);
     return 2;
   }
   omp_set_num_threads(threads);

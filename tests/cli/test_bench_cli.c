@@ -106,6 +106,13 @@ static void bad_options_are_refused(void **state) {
   if (rc == -1) skip();
   assert_int_not_equal(rc, 0);
   assert_non_null(strstr(out, "--threads"));
+  /* A shift whose two groups outgrow C, and a shape no machine holds: refused, not a crash. */
+  rc = sp_test_run_cli("bench op tshift --shape 8,16,8,8 --segments 4 --ratio 0.9", 1, out, sizeof out);
+  assert_int_not_equal(rc, 0);
+  assert_non_null(strstr(out, "--ratio must be in [0, 0.5]"));
+  rc = sp_test_run_cli("bench op tshift --shape 100000,100000,100000,100000 --segments 2", 1, out, sizeof out);
+  assert_int_not_equal(rc, 0);
+  assert_non_null(strstr(out, "needs about"));
   rc = sp_test_run_cli("bench nosuch", 1, out, sizeof out);
   assert_int_not_equal(rc, 0);
   assert_non_null(strstr(out, "unknown benchmark 'nosuch'"));
