@@ -109,6 +109,8 @@ typedef enum { SP_SPLIT_TRAIN, SP_SPLIT_VAL } sp_split_part;
 int sp_dataset_split_identity(const sp_dataset *ds, sp_split_part part, double val_fraction, sp_dataset *out);
 /* By list file: one image base name (or path) per line. */
 int sp_dataset_split_list(const sp_dataset *ds, const char *list_path, sp_dataset *out);
+/* Appends a copy of sample i of ds (identity names carried over). */
+void sp_dataset_add_copy(sp_dataset *out, const sp_dataset *ds, int i);
 
 /* ------------------------------------------------------- landmark schemes */
 

@@ -136,7 +136,7 @@ reject:
 
 /* ------------------------------------------------------------------ splits */
 
-static void copy_sample(sp_dataset *out, const sp_dataset *ds, int i) {
+void sp_dataset_add_copy(sp_dataset *out, const sp_dataset *ds, int i) {
   sp_kp_sample s = ds->s[i];
   s.image = sp_xstrdup(s.image);
   s.pts = sp_xmalloc(sizeof(float) * 2 * (size_t)s.k);
@@ -184,7 +184,7 @@ int sp_dataset_split_identity(const sp_dataset *ds, sp_split_part part, double v
     } else {
       is_val = (double)(name_hash(ds->identities[id]) % 100000) < val_fraction * 100000.0;
     }
-    if (is_val == (part == SP_SPLIT_VAL)) copy_sample(out, ds, i);
+    if (is_val == (part == SP_SPLIT_VAL)) sp_dataset_add_copy(out, ds, i);
   }
   return 0;
 }
@@ -215,7 +215,7 @@ int sp_dataset_split_list(const sp_dataset *ds, const char *list_path, sp_datase
     for (int j = 0; j < n; j++) {
       /* A list line matches a full path, or the base name. */
       if (!strcmp(img, names[j]) || !strcmp(sp_path_base(img), sp_path_base(names[j]))) {
-        copy_sample(out, ds, i);
+        sp_dataset_add_copy(out, ds, i);
         break;
       }
     }

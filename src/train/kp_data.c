@@ -11,9 +11,12 @@
 
 static int split(const sp_train_config *cfg, sp_kp_data *d) {
   if (!strcmp(cfg->data.split, "none")) {
-    /* Train and validate on everything (useful for tiny smoke runs). */
-    if (sp_dataset_split_identity(&d->all, SP_SPLIT_TRAIN, 0.0, &d->train) != 0) return -1;
-    return sp_dataset_split_identity(&d->all, SP_SPLIT_TRAIN, 0.0, &d->val);
+    /* Train and validate on everything (tiny smoke runs, and `spry eval
+     * --data`), whether or not the file names carry a person. */
+    sp_dataset_init(&d->train);
+    sp_dataset_init(&d->val);
+    for (int i = 0; i < d->all.n; i++) sp_dataset_add_copy(&d->train, &d->all, i), sp_dataset_add_copy(&d->val, &d->all, i);
+    return 0;
   }
   if (!strcmp(cfg->data.split, "list")) {
     if (!cfg->data.val_list[0]) return sp_error_set("data.split is 'list' but data.val_list is not set");
@@ -23,17 +26,7 @@ static int split(const sp_train_config *cfg, sp_kp_data *d) {
     for (int i = 0; i < d->all.n; i++) {
       int in_val = 0;
       for (int j = 0; j < d->val.n && !in_val; j++) in_val = !strcmp(d->val.s[j].image, d->all.s[i].image);
-      if (in_val) continue;
-      sp_kp_sample s = d->all.s[i];
-      s.image = sp_xstrdup(s.image);
-      s.pts = sp_xmalloc(sizeof(float) * 2 * (size_t)s.k);
-      memcpy(s.pts, d->all.s[i].pts, sizeof(float) * 2 * (size_t)s.k);
-      if (d->all.s[i].vis) {
-        s.vis = sp_xmalloc((size_t)s.k);
-        memcpy(s.vis, d->all.s[i].vis, (size_t)s.k);
-      }
-      s.identity = -1;
-      if (sp_dataset_add(&d->train, &s, NULL) != 0) return -1;
+      if (!in_val) sp_dataset_add_copy(&d->train, &d->all, i);
     }
     return 0;
   }
@@ -84,9 +77,16 @@ int sp_kp_data_open(const sp_train_config *cfg, const char *cache_dir, sp_kp_dat
   if (sp_dataset_open_dir_format(cfg->data.path, cfg->data.format, &d->all) != 0) return -1;
   if (d->all.n == 0) return sp_error_set("%s: no usable annotated images", cfg->data.path);
   if (split(cfg, d) != 0) return -1;
-  if (d->train.n == 0 || d->val.n == 0)
+  if (d->train.n == 0 || d->val.n == 0) {
+    int anonymous = 0;
+    for (int i = 0; i < d->all.n; i++) anonymous += d->all.s[i].identity < 0;
+    if (!strcmp(cfg->data.split, "identity") && anonymous)
+      return sp_error_set("%s: the split left %d training and %d validation images: %d of the %d images name no "
+                          "person, so an identity split cannot place them (use data.split: list or none)",
+                          cfg->data.path, d->train.n, d->val.n, anonymous, d->all.n);
     return sp_error_set("%s: the split left %d training and %d validation images", cfg->data.path, d->train.n,
                         d->val.n);
+  }
   d->k_all = d->all.k;
   d->k = cfg->data.n_keypoints ? cfg->data.n_keypoints : d->k_all;
   for (int i = 0; i < d->k; i++) {
