@@ -12,11 +12,13 @@
 #include "spry/common.h"
 
 int sp_yr_bad(const sp_yaml_reader *r, const char *key, const sp_yaml *v, const char *want) {
-  const char *got = v && v->value ? v->value : "a list or map";
-  if (v && v->line) return sp_error_set("%s: %s (line %d): expected %s, got '%s'", r->file, key, v->line, want, got);
+  char got[200];
+  if (v && v->kind == SP_YAML_SCALAR && v->value) snprintf(got, sizeof got, "'%s'", v->value);
+  else snprintf(got, sizeof got, "%s", v && v->kind == SP_YAML_SEQ ? "that list" : "a map");
+  if (v && v->line) return sp_error_set("%s: %s (line %d): expected %s, got %s", r->file, key, v->line, want, got);
   /* Line 0: the value came from the command line (--set, or an option such
    * as eval's --format), not from the file. */
-  return sp_error_set("%s (from the command line): expected %s, got '%s'", key, want, got);
+  return sp_error_set("%s (from the command line): expected %s, got %s", key, want, got);
 }
 
 sp_yaml *sp_yr_find(sp_yaml_reader *r, const char *key) {

@@ -89,7 +89,10 @@ static int read_all(sp_yaml_reader *r, void *out) {
   double list[256];
   int n = 0;
   double warmup_epochs = -1, seed = (double)c->seed;
-  if (sp_yr_string(r, "model", c->model, sizeof c->model, NULL) || read_model_options(r, c) ||
+  /* Keypoint models only: resnetNN are classifiers (benchmarks, video
+   * backbones) and tsn/tsm belong to `task: video`. */
+  static const char *const models[] = {"vgg-face", "vgg-nose", "resunet18", "resunet50", NULL};
+  if (sp_yr_string(r, "model", c->model, sizeof c->model, models) || read_model_options(r, c) ||
       sp_yr_string(r, "data.path", c->data.path, sizeof c->data.path, NULL) ||
       sp_yr_string(r, "data.format", c->data.format, sizeof c->data.format, formats) ||
       sp_yr_string(r, "data.split", c->data.split, sizeof c->data.split, splits) ||
@@ -107,12 +110,20 @@ static int read_all(sp_yaml_reader *r, void *out) {
   for (int i = 0; i < n; i++) c->data.flip_table[i] = (int)list[i];
   int nm = 0;
   double mean[3], std[3];
-  if (sp_yr_list(r, "data.mean", 3, -10, 10, mean, &nm)) return -1;
+  if (c->data.channels == 2)
+    return sp_yr_bad(r, "data.channels", sp_yr_find(r, "data.channels"), "1 (gray) or 3 (RGB)");
+  if (!strncmp(c->model, "resunet", 7) && c->data.size % 32)
+    return sp_yr_bad(r, "data.size", sp_yr_find(r, "data.size"), "a multiple of 32 for a ResUNet (5 halvings)");
   /* One value applies to every channel; three give one each. */
+  if (sp_yr_list(r, "data.mean", 3, -10, 10, mean, &nm)) return -1;
+  if (nm == 2) return sp_yr_bad(r, "data.mean", sp_yr_find(r, "data.mean"), "1 value, or 3 (one per channel)");
   for (int i = 0; nm && i < 3; i++) c->data.mean[i] = (float)mean[nm == 3 ? i : 0];
   if (sp_yr_list(r, "data.std", 3, 1e-6, 10, std, &nm)) return -1;
+  if (nm == 2) return sp_yr_bad(r, "data.std", sp_yr_find(r, "data.std"), "1 value, or 3 (one per channel)");
   for (int i = 0; nm && i < 3; i++) c->data.std[i] = (float)std[nm == 3 ? i : 0];
   if (sp_yr_list(r, "augment.scale", 2, 0.1, 10, list, &n)) return -1;
+  if (n == 1 || (n == 2 && list[0] > list[1]))
+    return sp_yr_bad(r, "augment.scale", sp_yr_find(r, "augment.scale"), "[min, max] with min <= max");
   if (n == 2) c->augment.scale_min = (float)list[0], c->augment.scale_max = (float)list[1];
   if (sp_yr_float(r, "augment.translate", 0, 0.5, &c->augment.translate) ||
       sp_yr_float(r, "augment.rotate", 0, 180, &c->augment.rotate) || sp_yr_float(r, "augment.flip", 0, 1, &c->augment.flip))
@@ -149,6 +160,9 @@ static int read_all(sp_yaml_reader *r, void *out) {
   if (!strcmp(decay, "step")) c->schedule.decay = SP_LR_STEP;
   if (!strcmp(decay, "constant")) c->schedule.decay = SP_LR_CONSTANT;
   if (sp_yr_list(r, "schedule.milestones", SP_LR_MAX_MILESTONES, 0, 1e6, list, &n)) return -1;
+  for (int i = 1; i < n; i++)
+    if (list[i] <= list[i - 1])
+      return sp_yr_bad(r, "schedule.milestones", sp_yr_find(r, "schedule.milestones"), "epochs in increasing order");
   c->schedule.n_milestones = n;
   for (int i = 0; i < n; i++) c->schedule.milestones[i] = list[i];
   c->schedule.gamma = 0.1f;

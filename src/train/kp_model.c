@@ -14,6 +14,11 @@ sp_graph *sp_kp_build_graph(const sp_train_config *cfg, const sp_kp_data *d, int
   *scale = regression ? 2.0f / (float)size : 1.0f;
   *offset = regression ? -1.0f : 0.0f;
 
+  if (!strcmp(cfg->model, "vgg-nose") && d->k != 1) {
+    sp_error_set("model vgg-nose predicts one point (the nose tip), the data gives %d: choose it with "
+                 "data.keypoints: [N]%s", d->k, d->k == 68 ? " (30 in the 68-point layout)" : d->k == 58 ? " (IMM: 52)" : "");
+    return NULL;
+  }
   sp_graph *g = sp_graph_new(cfg->seed);
   sp_value x = sp_graph_input(g, "image", SP_F32, cfg->data.channels);
   sp_value t = sp_graph_input(g, "points", SP_F32, d->k);

@@ -112,6 +112,15 @@ static void mistakes_name_key_and_line(void **state) {
   expect_error("data:\n  path: [unclosed\n", 0, NULL, "bad.yaml", NULL);
   char *sets[] = {"optimizer.momentm=0.9"};
   expect_error("epochs: 1\n", 1, sets, "optimizer.momentm", "--set");
+  /* Values each fine alone but not together, or not for this task. */
+  expect_error("model: resnet18\n", 0, NULL, "model (line 1): expected one of: vgg-face vgg-nose resunet18 resunet50",
+               "got 'resnet18'");
+  expect_error("model: resunet18\ndata:\n  size: 100\n", 0, NULL, "data.size (line 3)", "multiple of 32");
+  expect_error("data:\n  channels: 2\n", 0, NULL, "data.channels", "1 (gray) or 3 (RGB)");
+  expect_error("data:\n  mean: [0.5, 0.5]\n", 0, NULL, "data.mean", "1 value, or 3");
+  expect_error("augment:\n  scale: [2, 1]\n", 0, NULL, "augment.scale (line 2)", "min <= max, got that list");
+  expect_error("augment:\n  scale: [0.9]\n", 0, NULL, "augment.scale", "min <= max");
+  expect_error("schedule:\n  milestones: [20, 10]\n", 0, NULL, "schedule.milestones", "increasing");
   /* A bad value from the command line is named as such, not as line 0 of the file. */
   char *zero_batch[] = {"batch=0"};
   expect_error("epochs: 1\n", 1, zero_batch, "batch (from the command line): expected a number in [1, ", "got '0'");

@@ -1,5 +1,6 @@
-/* A run's keypoint data: the split it asks for decides which images train
- * and which validate. The real dlib set names no person in its file names. */
+/* A run's keypoint data and model: the split it asks for decides which
+ * images train and which validate (the real dlib set names no person in its
+ * file names), and the model must suit the points the data gives. */
 #include <stdio.h>
 #include <string.h>
 
@@ -37,10 +38,26 @@ static void identity_split_says_why_it_cannot(void **state) {
   sp_kp_data_free(&d);
 }
 
+static void vgg_nose_on_many_points_names_the_nose(void **state) {
+  (void)state;
+  sp_train_config c;
+  if (sp_train_config_parse("model: vgg-nose\ndata:\n  size: 64\n", "test", 0, NULL, &c, NULL) != 0)
+    fail_msg("%s", sp_last_error());
+  sp_kp_data d;
+  memset(&d, 0, sizeof d);
+  d.k = 68;
+  int32_t neighbours[68 * 8];
+  float scale, offset;
+  assert_null(sp_kp_build_graph(&c, &d, neighbours, &scale, &offset));
+  assert_non_null(strstr(sp_last_error(), "vgg-nose predicts one point"));
+  assert_non_null(strstr(sp_last_error(), "data.keypoints: [N] (30 in the 68-point layout)"));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(split_none_takes_every_image_without_a_person),
       cmocka_unit_test(identity_split_says_why_it_cannot),
+      cmocka_unit_test(vgg_nose_on_many_points_names_the_nose),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
