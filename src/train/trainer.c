@@ -21,6 +21,7 @@
 #include "io/json.h"
 #include "spry/dist.h"
 #include "spry/train.h"
+#include "train/metrics_log.h"
 #include "train/trainer_internal.h"
 
 static volatile sig_atomic_t stop_requested;
@@ -258,6 +259,9 @@ int sp_train_run(const sp_train_config *cfg, const char *config_text, int resume
     resumed_loss_sum = st.loss_sum;
     best = st.best;
   }
+  /* metrics.jsonl holds the epochs this run has done: none when fresh. */
+  if (rc == 0 && r.rank == 0 && sp_metrics_log_start(r.dir, start_epoch) != 0)
+    fprintf(stderr, "spry: warning: %s\n", sp_last_error());
   stop_requested = 0;
   struct sigaction sa = {0}, old_int, old_term;
   sa.sa_handler = on_sigint;

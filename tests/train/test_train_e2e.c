@@ -71,6 +71,41 @@ static void interrupted_run_resumes_exactly(void **state) {
   free(html);
 }
 
+static int count_lines(const char *path) {
+  char *text = sp_test_slurp(path);
+  assert_non_null(text);
+  int n = 0;
+  for (const char *c = text; *c; c++) n += *c == '\n';
+  free(text);
+  return n;
+}
+
+/* metrics.jsonl logs each epoch once: a resumed run keeps the epochs its
+ * checkpoint completed, and a fresh run into an old folder starts again. */
+static void each_epoch_is_logged_once(void **state) {
+  (void)state;
+  char out[512], path[600];
+  snprintf(out, sizeof out, "%s/again", dir);
+  snprintf(path, sizeof path, "%s/metrics.jsonl", out);
+  char *one_epoch[] = {"epochs=1"};
+  sp_train_summary s;
+  for (int i = 0; i < 2; i++) {
+    assert_int_equal(run(config, out, 1, one_epoch, 0, &s), 0);
+    assert_int_equal(count_lines(path), 1);
+  }
+  /* Stopped in epoch 2 of 3 (3 batches each), resumed: 3 lines, not 4. */
+  sp_train_stop_after(4);
+  assert_int_equal(run(config, out, 0, NULL, 0, &s), 130);
+  sp_train_stop_after(0);
+  assert_int_equal(count_lines(path), 1);
+  assert_int_equal(run(config, out, 0, NULL, 1, &s), 0);
+  assert_int_equal(count_lines(path), 3);
+  char *log = sp_test_slurp(path);
+  assert_non_null(strstr(log, "{\"epoch\":1,"));
+  assert_non_null(strstr(log, "{\"epoch\":3,"));
+  free(log);
+}
+
 static void eval_and_predict_on_the_checkpoint(void **state) {
   (void)state;
   char args[1500], out[65536];
@@ -192,6 +227,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(interrupted_run_resumes_exactly),
       cmocka_unit_test(eval_and_predict_on_the_checkpoint),
+      cmocka_unit_test(each_epoch_is_logged_once),
       cmocka_unit_test(bf16_precision_trains_in_bf16),
       cmocka_unit_test(imm_nose_beats_the_mean_position),
   };

@@ -1,0 +1,46 @@
+/* metrics.jsonl at the start of a run (see metrics_log.h). */
+#define _GNU_SOURCE
+#include "train/metrics_log.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "spry/common.h"
+
+static int64_t line_epoch(const char *line) {
+  const char *e = strstr(line, "\"epoch\":");
+  return e ? strtoll(e + 8, NULL, 10) : -1;
+}
+
+int sp_metrics_log_start(const char *dir, int64_t done) {
+  char path[1100], tmp[1200];
+  snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+  FILE *in = fopen(path, "r");
+  if (!in) return errno == ENOENT ? 0 : sp_error_set("%s: %s", path, strerror(errno));
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  FILE *out = fopen(tmp, "w");
+  if (!out) {
+    fclose(in);
+    return sp_error_set("%s: %s", tmp, strerror(errno));
+  }
+  char *line = NULL;
+  size_t cap = 0;
+  int64_t dropped = 0;
+  while (getline(&line, &cap, in) > 0) {
+    int64_t e = line_epoch(line);
+    if (e >= 1 && e <= done) fputs(line, out);
+    else dropped++;
+  }
+  free(line);
+  fclose(in);
+  if (fclose(out) != 0 || rename(tmp, path) != 0) {
+    remove(tmp);
+    return sp_error_set("%s: cannot rewrite: %s", path, strerror(errno));
+  }
+  if (dropped)
+    fprintf(stderr, "spry: %s: dropped %lld line(s) of epochs after %lld (an earlier run's)\n", path,
+            (long long)dropped, (long long)done);
+  return 0;
+}
