@@ -7,6 +7,7 @@
 
 #include "spry/safetensors.h"
 #include "spry/train.h"
+#include "spry/video_train.h"
 #include "train/trainer_internal.h"
 
 struct sp_kp_predictor {
@@ -37,7 +38,11 @@ sp_kp_predictor *sp_kp_predictor_open(const char *weights, const char *backend) 
   sp_kp_predictor *p = sp_xcalloc(1, sizeof *p);
   sp_st_file *f = sp_st_open(weights);
   const char *text = f ? sp_st_meta(f, "config") : NULL;
-  int rc = text ? sp_train_config_parse(text, weights, 0, NULL, &p->cfg, NULL) : -1;
+  int video = text && sp_config_text_is_video(text);
+  if (video)
+    sp_error_set("%s: a video model's checkpoint (task: video); predict and morph take keypoint checkpoints, "
+                 "`spry eval` scores video ones", weights);
+  int rc = text && !video ? sp_train_config_parse(text, weights, 0, NULL, &p->cfg, NULL) : -1;
   if (f && !text) sp_error_set("%s: no run config stored in the checkpoint", weights);
   sp_st_close(f);
   if (rc == 0 && backend) snprintf(p->cfg.backend, sizeof p->cfg.backend, "%s", backend);
