@@ -93,6 +93,13 @@ static void each_epoch_is_logged_once(void **state) {
     assert_int_equal(run(config, out, 1, one_epoch, 0, &s), 0);
     assert_int_equal(count_lines(path), 1);
   }
+  /* Nothing to resume: an error before any folder or cache is made. */
+  char none[600];
+  snprintf(none, sizeof none, "%s/never-trained", dir);
+  assert_int_equal(run(config, none, 0, NULL, 1, &s), -1);
+  assert_non_null(strstr(sp_last_error(), "no last.safetensors there"));
+  FILE *f = fopen(none, "r");
+  assert_null(f);
   /* Stopped in epoch 2 of 3 (3 batches each), resumed: 3 lines, not 4. */
   sp_train_stop_after(4);
   assert_int_equal(run(config, out, 0, NULL, 0, &s), 130);
