@@ -12,14 +12,14 @@ typedef struct {
 } command;
 
 static const command commands[] = {
-    {"train", sp_cli_train, "train a keypoint model from a YAML config"},
-    {"eval", sp_cli_eval, "accuracy of a checkpoint: mean px, NME, FR, AUC, CED plot (JSON last line)"},
+    {"train", sp_cli_train, "train a keypoint or (task: video) video model from a YAML config"},
+    {"eval", sp_cli_eval, "accuracy of a checkpoint: mean px, NME, FR, AUC, CED plot; video: top-1/top-5 (JSON last line)"},
     {"predict", sp_cli_predict, "keypoints of new images as JSON (original pixels), optional overlay PNG"},
     {"morph", sp_cli_morph, "face morph A -> B from predicted (or given) keypoints: frames, points.png, morph.gif"},
     {"synth", sp_cli_synth, "synthetic data: synth faces (68-point keypoints) | synth actions"},
     {"video", sp_cli_video, "inspect a video: video info FILE | video frames FILE --index ... --out DIR"},
     {"prepare", sp_cli_prepare, "video datasets: prepare frames (pre-decode to JPEG) | prepare list"},
-    {"bench", sp_cli_bench, "measure speed: bench train | bench data (JSON lines)"},
+    {"bench", sp_cli_bench, "measure speed (JSON lines): bench train | data | video | op tshift | peak"},
 };
 
 static void usage(FILE *f) {

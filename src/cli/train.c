@@ -37,7 +37,9 @@ int sp_cli_train(int argc, char **argv) {
     } else if (argv[i][0] != '-' && !config) {
       config = argv[i];
     } else {
-      fprintf(stderr, "spry train: unexpected argument '%s'\n", argv[i]);
+      if (!strcmp(argv[i], "--set") || !strcmp(argv[i], "--resume"))
+        fprintf(stderr, "spry train: %s needs a value (%s)\n", argv[i], !strcmp(argv[i], "--set") ? "key=value" : "the run folder");
+      else fprintf(stderr, "spry train: unexpected argument '%s'\n", argv[i]);
       usage(stderr);
       free(sets);
       return 2;

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <yaml.h>
 
 #include "spry/common.h"
@@ -100,6 +101,16 @@ static sp_yaml *load(yaml_parser_t *parser, const char *label) {
     root = NULL;
   } else root = convert(&doc, 1, 0, label);
   yaml_document_delete(&doc);
+  /* One config per file: a second document (after ---) would be ignored. */
+  if (root && yaml_parser_load(parser, &doc)) {
+    yaml_node_t *more = yaml_document_get_root_node(&doc);
+    if (more) {
+      sp_error_set("%s:%d: a second YAML document; a config is one document", label, (int)more->start_mark.line + 1);
+      sp_yaml_free(root);
+      root = NULL;
+    }
+    yaml_document_delete(&doc);
+  }
   return root;
 }
 
@@ -115,6 +126,11 @@ sp_yaml *sp_yaml_load_string(const char *text, const char *label) {
 sp_yaml *sp_yaml_load_file(const char *path) {
   FILE *f = fopen(path, "rb");
   if (!f) return sp_error_set("%s: cannot open: %s", path, strerror(errno)), NULL;
+  struct stat st;
+  if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+    fclose(f);
+    return sp_error_set("%s: not a file (a YAML config is expected)", path), NULL;
+  }
   yaml_parser_t parser;
   if (!yaml_parser_initialize(&parser)) {
     fclose(f);

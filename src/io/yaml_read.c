@@ -42,6 +42,8 @@ sp_yaml *sp_yr_find(sp_yaml_reader *r, const char *key) {
 }
 
 static int parse_number(const char *s, double lo, double hi, double *out) {
+  /* Decimal only: strtod also reads hex ("0x10" would be a batch of 16). */
+  if (strpbrk(s, "xX")) return -1;
   char *end;
   errno = 0;
   double d = strtod(s, &end);

@@ -92,6 +92,10 @@ static int read_all(sp_yaml_reader *r, void *out) {
   /* Keypoint models only: resnetNN are classifiers (benchmarks, video
    * backbones) and tsn/tsm belong to `task: video`. */
   static const char *const models[] = {"vgg-face", "vgg-nose", "resunet18", "resunet50", NULL};
+  /* `task: video` configs never reach this reader (sp_config_*_is_video). */
+  static const char *const tasks[] = {"keypoints", "video", NULL};
+  char task[16] = "";
+  if (sp_yr_string(r, "task", task, sizeof task, tasks)) return -1;
   if (sp_yr_string(r, "model", c->model, sizeof c->model, models) || read_model_options(r, c) ||
       sp_yr_string(r, "data.path", c->data.path, sizeof c->data.path, NULL) ||
       sp_yr_string(r, "data.format", c->data.format, sizeof c->data.format, formats) ||

@@ -121,6 +121,12 @@ static void mistakes_name_key_and_line(void **state) {
   expect_error("augment:\n  scale: [2, 1]\n", 0, NULL, "augment.scale (line 2)", "min <= max, got that list");
   expect_error("augment:\n  scale: [0.9]\n", 0, NULL, "augment.scale", "min <= max");
   expect_error("schedule:\n  milestones: [20, 10]\n", 0, NULL, "schedule.milestones", "increasing");
+  expect_error("batch: 0x10\n", 0, NULL, "batch (line 1)", "got '0x10'");
+  expect_error("task: faces\n", 0, NULL, "task (line 1): expected one of: keypoints video", "got 'faces'");
+  expect_error("epochs: 1\n---\nepochs: 2\n", 0, NULL, "bad.yaml:3: a second YAML document", NULL);
+  sp_train_config folder;
+  assert_int_equal(sp_train_config_load(dir, 0, NULL, &folder, NULL), -1);
+  assert_non_null(strstr(sp_last_error(), "not a file"));
   /* A bad value from the command line is named as such, not as line 0 of the file. */
   char *zero_batch[] = {"batch=0"};
   expect_error("epochs: 1\n", 1, zero_batch, "batch (from the command line): expected a number in [1, ", "got '0'");
