@@ -146,6 +146,12 @@ static int parse(int argc, char **argv, options *o) {
     fprintf(stderr, "spry morph: give --weights, or both --points-a and --points-b\n");
     return 2;
   }
+  /* One point file with --weights mixes (that face's points from the file);
+   * with both files the checkpoint would go unused. */
+  if (o->weights && o->points[0] && o->points[1]) {
+    fprintf(stderr, "spry morph: --weights with both --points-a and --points-b: the checkpoint would not be used\n");
+    return 2;
+  }
   return 0;
 }
 

@@ -1,5 +1,6 @@
 /* `spry synth faces ...` renders a synthetic keypoint dataset;
  * `spry synth actions ...` is dispatched to synth_actions.c. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,8 +62,9 @@ static int synth_faces(int argc, char **argv) {
   uint64_t seed = 1;
   if (seed_s) {
     char *end;
+    errno = 0;
     seed = strtoull(seed_s, &end, 10);
-    if (!*seed_s || *end) {
+    if (!*seed_s || *end || seed_s[0] == '-' || errno == ERANGE) { /* strtoull wraps "-1" around */
       fprintf(stderr, "spry synth faces: --seed wants a non-negative integer, got '%s'\n", seed_s);
       return 2;
     }

@@ -315,6 +315,9 @@ static void cli_writes_a_dataset(void **state) {
   sp_dataset_free(&ds);
   snprintf(cmd, sizeof cmd, "'%s' synth faces --count 0 --out '%s/x' 2>/dev/null", bin, dir);
   assert_int_not_equal(system(cmd), 0);
+  /* strtoull would take "-1" as 2^64 - 1: the message promises non-negative. */
+  snprintf(cmd, sizeof cmd, "'%s' synth faces --count 2 --seed -1 --out '%s/y' 2>/dev/null", bin, dir);
+  assert_int_not_equal(system(cmd), 0);
   sp_test_rmtree(dir);
 }
 

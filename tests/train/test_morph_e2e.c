@@ -84,6 +84,13 @@ static void morph_with_a_trained_model(void **state) {
            run_dir, path, faces, faces, out_dir);
   assert_int_equal(sp_test_run_cli(args, 1, out, sizeof out), 0);
   assert_non_null(strstr(out, "\"points_from\":\"mixed\""));
+  /* With both point files the checkpoint would go unused: refused. */
+  snprintf(args, sizeof args,
+           "morph --weights %s/best.safetensors --points-a %s --points-b %s %s/images/Synth_Person_0000_00.jpg "
+           "%s/images/Synth_Person_0001_00.jpg --out %s --frames 2",
+           run_dir, path, path, faces, faces, out_dir);
+  assert_int_not_equal(sp_test_run_cli(args, 1, out, sizeof out), 0);
+  assert_non_null(strstr(out, "would not be used"));
   /* A missing checkpoint is an error naming it. */
   snprintf(args, sizeof args, "morph --weights %s/none.safetensors %s/images/Synth_Person_0000_00.jpg "
            "%s/images/Synth_Person_0001_00.jpg --out %s", dir, faces, faces, out_dir);
