@@ -2,9 +2,11 @@
  * (see sp_dataset_open_dir in include/spry/data.h). */
 #define _GNU_SOURCE
 #include <dirent.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "data/data_internal.h"
 
@@ -80,7 +82,11 @@ int sp_dataset_open_dir_format(const char *dir, const char *format, sp_dataset *
   sp_dataset_init(ds);
   int n;
   char **names = list_dir(dir, &n);
-  if (!names) return sp_error_set("%s: cannot list folder (missing?)", dir);
+  if (!names) {
+    struct stat st;
+    if (stat(dir, &st) != 0) return sp_error_set("%s: no such folder (%s)", dir, strerror(errno));
+    return sp_error_set("%s: %s", dir, S_ISDIR(st.st_mode) ? "cannot list the folder" : "not a folder (data.path names the dataset folder)");
+  }
   int rc = 0, handled = 0;
   char *csv = sp_path_join(dir, "keypoints.csv");
   if (wants(format, "csv") && sp_file_exists(csv)) {

@@ -126,8 +126,8 @@ static void broken_copies_of_real_files(void **state) {
   sp_test_rmtree(dir);
 }
 
-/* A folder or a device given where an image belongs: an error naming it,
- * not an allocation of the "size" a folder reports. */
+/* A folder given where an image belongs: an error naming it, not an
+ * allocation of the "size" a folder reports; and a file where a folder belongs. */
 static void a_folder_is_not_an_image(void **state) {
   (void)state;
   char dir[512];
@@ -141,6 +141,16 @@ static void a_folder_is_not_an_image(void **state) {
   sp_image im;
   assert_int_equal(sp_image_load(dir, 3, &im), -1);
   assert_non_null(strstr(sp_last_error(), "not a regular file"));
+  /* And the other way round: a file, or nothing, where a dataset folder belongs. */
+  char file[700];
+  snprintf(file, sizeof file, "%s/notes.txt", dir);
+  tu_write_text(file, "not a dataset");
+  sp_dataset ds;
+  assert_int_equal(sp_dataset_open_dir(file, &ds), -1);
+  assert_non_null(strstr(sp_last_error(), "not a folder"));
+  snprintf(file, sizeof file, "%s/missing", dir);
+  assert_int_equal(sp_dataset_open_dir(file, &ds), -1);
+  assert_non_null(strstr(sp_last_error(), "no such folder"));
   sp_test_rmtree(dir);
 }
 
