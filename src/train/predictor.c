@@ -80,6 +80,10 @@ int sp_kp_predict(sp_kp_predictor *p, const sp_image *im, const float *box, floa
   int S = p->cfg.data.size, C = p->cfg.data.channels;
   if (im->c != C) return sp_error_set("predict: the model wants %d channel(s), the image has %d", C, im->c);
   double x0, y0, side;
+  /* A box that misses the image would "predict" a face in the padding. */
+  if (box && !(box[0] < im->w && box[1] < im->h && box[0] + box[2] > 0 && box[1] + box[3] > 0))
+    return sp_error_set("predict: the box %g,%g,%gx%g lies outside the %dx%d image", box[0], box[1], box[2], box[3],
+                        im->w, im->h);
   if (box) sp_crop_square_for_box(box, p->cfg.data.margin, &x0, &y0, &side);
   else {
     side = im->w > im->h ? im->w : im->h;

@@ -154,6 +154,11 @@ static void eval_and_predict_on_the_checkpoint(void **state) {
   FILE *f = fopen(png, "rb");
   assert_non_null(f);
   fclose(f);
+  /* A box that misses the image is an error, not points in the padding. */
+  snprintf(args, sizeof args, "predict --weights %s/straight/best.safetensors --box -100,-100,5,5 %s/faces/images/Synth_Person_0000_00.jpg",
+           dir, dir);
+  assert_int_not_equal(sp_test_run_cli(args, 1, out, sizeof out), 0);
+  assert_non_null(strstr(out, "lies outside the"));
   /* A bad image is an error naming it, not a crash. */
   snprintf(args, sizeof args, "predict --weights %s/straight/best.safetensors %s/nothing.jpg", dir, dir);
   assert_int_not_equal(sp_test_run_cli(args, 0, out, sizeof out), 0);
