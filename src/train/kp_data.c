@@ -77,6 +77,9 @@ int sp_kp_data_open(const sp_train_config *cfg, const char *cache_dir, sp_kp_dat
   if (sp_dataset_open_dir_format(cfg->data.path, cfg->data.format, &d->all) != 0) return -1;
   if (d->all.n == 0) return sp_error_set("%s: no usable annotated images", cfg->data.path);
   if (split(cfg, d) != 0) return -1;
+  /* Annotations skipped while reading the folder, reported once with the
+   * training cache. */
+  d->train.skipped = d->all.skipped;
   if (d->train.n == 0 || d->val.n == 0) {
     int anonymous = 0;
     for (int i = 0; i < d->all.n; i++) anonymous += d->all.s[i].identity < 0;
