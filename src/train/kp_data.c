@@ -110,7 +110,10 @@ int sp_kp_data_open(const sp_train_config *cfg, const char *cache_dir, sp_kp_dat
                         d->k_all);
   if (cache_dir) mkdir(cache_dir, 0755);
   d->train_cache = cache(cfg, cache_dir, "cache_train.bin", &d->train);
-  d->val_cache = d->train_cache ? cache(cfg, cache_dir, "cache_val.bin", &d->val) : NULL;
+  /* split: none validates on the training images: one cache serves both
+   * (`spry eval --data` decoded every image twice). */
+  if (!strcmp(cfg->data.split, "none")) d->val_cache = d->train_cache;
+  else d->val_cache = d->train_cache ? cache(cfg, cache_dir, "cache_val.bin", &d->val) : NULL;
   if (!d->train_cache || !d->val_cache) return -1;
   if (d->train_cache->n == 0 || d->val_cache->n == 0) return sp_error_set("%s: no image could be decoded", cfg->data.path);
   d->mean_shape = sp_xcalloc((size_t)d->k * 2, sizeof(float));
@@ -124,8 +127,8 @@ int sp_kp_data_open(const sp_train_config *cfg, const char *cache_dir, sp_kp_dat
 }
 
 void sp_kp_data_free(sp_kp_data *d) {
+  if (d->val_cache != d->train_cache) sp_cache_free(d->val_cache);
   sp_cache_free(d->train_cache);
-  sp_cache_free(d->val_cache);
   sp_dataset_free(&d->all);
   sp_dataset_free(&d->train);
   sp_dataset_free(&d->val);

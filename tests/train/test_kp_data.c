@@ -26,6 +26,9 @@ static void split_none_takes_every_image_without_a_person(void **state) {
   assert_int_equal(d.val.n, d.all.n);
   assert_int_equal(d.k, 68);
   assert_string_equal(d.val.s[d.val.n - 1].image, d.all.s[d.all.n - 1].image);
+  /* The same images: decoded and cropped once, one cache for both. */
+  assert_ptr_equal(d.val_cache, d.train_cache);
+  assert_int_equal(d.val_cache->n, d.all.n);
   sp_kp_data_free(&d);
 }
 
