@@ -37,6 +37,16 @@ char *sp_xstrdup_at(const char *s, const char *file, int line);
 /* mkdir -p: creates path and its missing parents (existing ones are fine);
  * on failure the error names the folder that could not be made and why. */
 int sp_make_dirs(const char *path);
+/* The outermost folder of path that does not exist yet (free it), or NULL
+ * when path exists: what sp_make_dirs(path) is about to create. */
+char *sp_missing_dirs_top(const char *path);
+/* Undoes sp_make_dirs after a failure: removes path, then its parents up to
+ * and including top, each only while it is empty (rmdir). */
+void sp_remove_empty_dirs(const char *path, const char *top);
+/* Writes data[0..n) to path through a temporary file beside it, renamed over
+ * path only once every byte is written: a failure leaves an existing file as
+ * it was and never a partial one. 0, or -1 with an error naming path. */
+int sp_write_file_atomic(const char *path, const void *data, size_t n);
 
 /* 64-byte aligned allocation (AVX-512 lines); free with sp_aligned_free. */
 void *sp_aligned_alloc(size_t n);

@@ -44,6 +44,12 @@ typedef struct {
 
 typedef enum { SP_VIDEO_HWC = 0, SP_VIDEO_CHW = 1 } sp_video_layout;
 
+/* The largest short side a resize may ask for, and the largest side a
+ * resized frame may have (a thin clip resized to a big short side): one
+ * frame past these is hundreds of MB, a typo rather than a wish. */
+#define SP_VIDEO_MAX_SHORT_SIDE 8192
+#define SP_VIDEO_MAX_SIDE 32768
+
 /* Output geometry: resize so that the short side is `short_side` (0 = native
  * size), then take a crop_h x crop_w window (0 = the whole resized frame) whose
  * top-left corner is (crop_y, crop_x), -1 = centred. RGB uint8. */
@@ -105,21 +111,36 @@ int sp_sample_dense(int64_t n_frames, int clip_len, int stride, int train, int c
 
 /* ------------------------------------------------------------ list files */
 
+/* Labels are class numbers in [0, SP_VIDEO_MAX_CLASSES): a bound well past
+ * any real label set, so a typo cannot size a classifier that does not fit
+ * in memory. */
+#define SP_VIDEO_MAX_CLASSES 100000
+
 /* A `path label` list (mmaction / PaddleVideo style); a frames list may also
- * hold `dir n_frames label`. Relative paths are taken from the list's folder. */
+ * hold `dir n_frames label`. Relative paths are taken from the list's folder.
+ * A label that is not an integer, negative or too large is an error naming
+ * the list's file and line. */
 typedef struct {
   int n;
   char **path;     /* resolved paths */
   int *label;
   int64_t *frames; /* n_frames column, or -1 when absent */
+  int *line;       /* the entry's line in the list file (1-based), for messages */
 } sp_video_list;
 int sp_video_list_read(const char *list_path, sp_video_list *out);
 void sp_video_list_free(sp_video_list *l);
+/* Leaves out the entries whose path is not a readable regular file (nor a
+ * frame folder with a readable img_00001.jpg), with one line each on stderr
+ * when warn is set (list file, line, path, why). Returns how many were left
+ * out, or -1 (error naming the list) when none is left. */
+int sp_video_list_keep_usable(sp_video_list *l, const char *list_path, int warn);
 /* Scans dir/CLASS/ * for videos (and frame folders): classes sorted by name get
  * labels 0..; with `labels_csv` (lines `relative_path,label` or class names one
  * per line, file named *.txt) the labels come from it instead. Writes the list
  * (paths relative to the list's folder when possible) and, for class
- * sub-folders, classes.txt beside it. Returns the number of entries or -1. */
+ * sub-folders, classes.txt beside it (line k names label k; a csv of pairs
+ * names no classes, so an older classes.txt is removed). Both files are
+ * replaced atomically and only on success. Returns the number of entries or -1. */
 int sp_video_list_build(const char *dir, const char *labels_csv, const char *list_out);
 
 /* ----------------------------------------------------- pre-decoded frames */
@@ -131,9 +152,13 @@ typedef struct {
 } sp_prepare_config;
 /* Decodes every video of list_path to out_dir/<name>/img_00001.jpg ... and
  * writes out_dir/frames.list (`name n_frames label`) and a per-folder
- * n_frames file. Bad videos are reported and skipped. Returns videos done or -1. */
+ * n_frames file. short_side is checked (at most SP_VIDEO_MAX_SHORT_SIDE)
+ * before anything is made. A bad video is reported on stderr and leaves no
+ * folder; frames.list then lists the others, and the call returns -1 with
+ * an error saying how many of how many failed. Returns videos done or -1. */
 int sp_prepare_frames(const char *list_path, const char *out_dir, const sp_prepare_config *cfg);
-/* One video to one folder; returns the frame count or -1. */
+/* One video to one folder; returns the frame count, or -1 after removing
+ * what it wrote (and the folders it made). */
 int64_t sp_prepare_video_frames(const char *video, const char *dir, int short_side, int quality);
 
 /* ------------------------------------------------------- image writers */

@@ -61,7 +61,8 @@ typedef struct {
   int32_t *label;     /* [n] */
   int32_t *video;     /* [n] index into the list */
   int32_t *clip;      /* [n] test clip number (0 in training) */
-  int failed;         /* clips that could not be read (their frames are zero) */
+  uint8_t *bad;       /* [n] 1: this clip could not be read (its frames are zero) */
+  int failed;         /* clips that could not be read: the count of bad */
   int64_t epoch, step;
 } sp_video_batch;
 

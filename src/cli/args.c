@@ -1,5 +1,6 @@
 #include "cli/args.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,15 @@ int sp_arg_int(int argc, char **argv, int *i, const char *name, int64_t lo, int6
   }
   *out = (int)v;
   return 1;
+}
+
+int sp_parse_int64(const char *s, int64_t lo, int64_t hi, int64_t *out) {
+  char *end;
+  errno = 0;
+  long long v = strtoll(s, &end, 10);
+  if (*s == 0 || *end || errno == ERANGE || v < lo || v > hi) return -1;
+  *out = v;
+  return 0;
 }
 
 int sp_arg_flag(char **argv, int i, const char *name, int *out) {

@@ -10,6 +10,9 @@
 int sp_arg_int(int argc, char **argv, int *i, const char *name, int64_t lo, int64_t hi, int *out);
 int sp_arg_str(int argc, char **argv, int *i, const char *name, const char **out);
 int sp_arg_flag(char **argv, int i, const char *name, int *out);
+/* A whole-string decimal integer in [lo, hi] (overflow is out of range):
+ * 0, or -1 when s is not one. */
+int sp_parse_int64(const char *s, int64_t lo, int64_t hi, int64_t *out);
 /* "224" or "160x192" into h, w. */
 int sp_parse_size(const char *s, int *h, int *w);
 /* Median of n doubles (sorts in place). */

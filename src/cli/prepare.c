@@ -5,20 +5,32 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/args.h"
 #include "cli/cli.h"
 #include "spry/video.h"
-
-
 
 static void usage(FILE *f) {
   fprintf(f,
           "usage: spry prepare frames --list LIST --out DIR [--size S] [--quality Q] [--workers W]\n"
           "         decodes every clip of LIST to DIR/<name>/img_00001.jpg ... (+ n_frames) and writes\n"
           "         DIR/frames.list (`name n_frames label`); --size S resizes the short side first\n"
+          "         (at most %d). A clip that fails leaves no folder, and the exit status is 1.\n"
           "       spry prepare list DIR --out LIST [--labels FILE]\n"
           "         one `path label` line per clip of DIR/<class>/ (classes sorted by name, written to\n"
           "         classes.txt beside LIST); --labels takes the class order from a names file\n"
-          "         (one per line, e.g. labels.txt), or `relative_path,label` pairs from a csv\n");
+          "         (one per line, e.g. labels.txt), or `relative_path,label` pairs from a csv\n",
+          SP_VIDEO_MAX_SHORT_SIDE);
+}
+
+/* --name's value v as an integer in [lo, hi]; -1 after saying what is wrong. */
+static int int_option(const char *name, const char *v, int lo, int hi, const char *what, int *out) {
+  int64_t x;
+  if (sp_parse_int64(v, lo, hi, &x) != 0) {
+    fprintf(stderr, "spry prepare frames: %s wants an integer in [%d, %d]%s, got '%s'\n", name, lo, hi, what, v);
+    return -1;
+  }
+  *out = (int)x;
+  return 0;
 }
 
 static int prepare_frames(int argc, char **argv) {
@@ -34,19 +46,23 @@ static int prepare_frames(int argc, char **argv) {
       fprintf(stderr, "spry prepare frames: %s needs a value\n", a);
       return 2;
     }
+    /* Numbers are checked here, before anything is made on disk. */
     if (!strcmp(a, "--list")) list = v;
     else if (!strcmp(a, "--out")) out = v;
-    else if (!strcmp(a, "--size")) cfg.short_side = atoi(v);
-    else if (!strcmp(a, "--quality")) cfg.quality = atoi(v);
-    else if (!strcmp(a, "--workers")) cfg.workers = atoi(v);
-    else {
+    else if (!strcmp(a, "--size")) {
+      if (int_option(a, v, 0, SP_VIDEO_MAX_SHORT_SIDE, " (short side in px, 0 = native)", &cfg.short_side)) return 2;
+    } else if (!strcmp(a, "--quality")) {
+      if (int_option(a, v, 1, 100, "", &cfg.quality)) return 2;
+    } else if (!strcmp(a, "--workers")) {
+      if (int_option(a, v, 0, 1024, " (0 = one per core)", &cfg.workers)) return 2;
+    } else {
       fprintf(stderr, "spry prepare frames: unknown option %s\n", a);
       usage(stderr);
       return 2;
     }
     i++;
   }
-  if (!list || !out || cfg.short_side < 0 || cfg.quality < 1 || cfg.quality > 100 || cfg.workers < 0) {
+  if (!list || !out) {
     usage(stderr);
     return 2;
   }
@@ -57,7 +73,7 @@ static int prepare_frames(int argc, char **argv) {
     return 1;
   }
   fprintf(stderr, "spry prepare frames: %d clips to %s/frames.list in %.1f s\n", done, out, sp_now() - t0);
-  return done > 0 ? 0 : 1;
+  return 0;
 }
 
 static int prepare_list(int argc, char **argv) {

@@ -26,6 +26,8 @@ int sp_video_geom_resolve(const sp_video_geom *g, int w, int h, int *rw, int *rh
   if (w <= 0 || h <= 0) return sp_error_set("%s: frame size %dx%d is not valid", what, w, h);
   if (g->short_side < 0 || g->crop_h < 0 || g->crop_w < 0)
     return sp_error_set("%s: negative output size requested", what);
+  if (g->short_side > SP_VIDEO_MAX_SHORT_SIDE)
+    return sp_error_set("%s: short side %d requested, the limit is %d", what, g->short_side, SP_VIDEO_MAX_SHORT_SIDE);
   if (g->short_side > 0) {
     /* The short side gets exactly short_side; the long side keeps the aspect. */
     if (w <= h) {
@@ -37,6 +39,9 @@ int sp_video_geom_resolve(const sp_video_geom *g, int w, int h, int *rw, int *rh
     }
     if (*rw < 1) *rw = 1;
     if (*rh < 1) *rh = 1;
+    if (*rw > SP_VIDEO_MAX_SIDE || *rh > SP_VIDEO_MAX_SIDE)
+      return sp_error_set("%s: short side %d makes the %dx%d frame %dx%d, past the %d px limit", what, g->short_side,
+                          w, h, *rw, *rh, SP_VIDEO_MAX_SIDE);
   } else {
     *rw = w;
     *rh = h;

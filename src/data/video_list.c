@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "spry/video.h"
 
@@ -23,15 +24,41 @@ static char *dir_of(const char *path) {
   return d;
 }
 
-static int parse_int(const char *s, size_t n, long long *out) {
-  if (n == 0 || n > 18) return 0;
+/* An integer token s[0..n): 1 when it is one (*out set; *overflow when it
+ * does not fit in a long long), 0 when it is not an integer at all. */
+static int parse_int(const char *s, size_t n, long long *out, int *overflow) {
+  char buf[32];
+  *overflow = 0;
+  if (n == 0) return 0;
   for (size_t i = 0; i < n; i++)
-    if (!isdigit((unsigned char)s[i]) && !(i == 0 && s[i] == '-' && n > 1)) return 0;
-  char buf[24];
+    if (!isdigit((unsigned char)s[i]) && !(i == 0 && (s[i] == '-' || s[i] == '+') && n > 1)) return 0;
+  if (n >= sizeof buf) { /* all digits, but longer than any long long */
+    *overflow = 1;
+    *out = s[0] == '-' ? LLONG_MIN : LLONG_MAX;
+    return 1;
+  }
   memcpy(buf, s, n);
   buf[n] = 0;
-  *out = atoll(buf);
+  errno = 0;
+  *out = strtoll(buf, NULL, 10);
+  *overflow = errno == ERANGE;
   return 1;
+}
+
+/* The label token of a list line: an integer in [0, SP_VIDEO_MAX_CLASSES),
+ * else an error naming file:line and why. */
+static int parse_label(const char *tok, size_t n, const char *list_path, size_t lineno, int *label) {
+  long long v;
+  int overflow;
+  if (!parse_int(tok, n, &v, &overflow))
+    return sp_error_set("%s:%zu: expected `path label`, the label '%.*s' is not an integer", list_path, lineno,
+                        (int)n, tok);
+  if (v < 0 && !overflow) return sp_error_set("%s:%zu: label %lld is negative", list_path, lineno, v);
+  if (overflow || v >= SP_VIDEO_MAX_CLASSES)
+    return sp_error_set("%s:%zu: label %.*s out of range (labels are class numbers 0..%d)", list_path, lineno,
+                        (int)n, tok, SP_VIDEO_MAX_CLASSES - 1);
+  *label = (int)v;
+  return 0;
 }
 
 /* Splits off the last whitespace-separated token of line[0..*len). */
@@ -54,6 +81,7 @@ void sp_video_list_free(sp_video_list *l) {
   free(l->path);
   free(l->label);
   free(l->frames);
+  free(l->line);
   memset(l, 0, sizeof *l);
 }
 
@@ -74,14 +102,20 @@ int sp_video_list_read(const char *list_path, sp_video_list *out) {
     if (s == len || line[s] == '#') continue;
     const char *tok;
     size_t tlen;
-    long long label, frames = -1;
-    if (!last_token(line, &len, &tok, &tlen) || !parse_int(tok, tlen, &label) || len <= s) {
+    long long frames = -1;
+    int label, overflow;
+    if (!last_token(line, &len, &tok, &tlen) || len <= s) {
       rc = sp_error_set("%s:%zu: expected `path label`", list_path, lineno);
       break;
     }
+    if ((rc = parse_label(tok, tlen, list_path, lineno, &label)) != 0) break;
     size_t keep = len;
-    if (last_token(line, &len, &tok, &tlen) && len > s && parse_int(tok, tlen, &frames)) {
+    if (last_token(line, &len, &tok, &tlen) && len > s && parse_int(tok, tlen, &frames, &overflow)) {
       /* `dir n_frames label` */
+      if (overflow || frames < 0 || frames > INT32_MAX) {
+        rc = sp_error_set("%s:%zu: n_frames %.*s out of range", list_path, lineno, (int)tlen, tok);
+        break;
+      }
     } else {
       len = keep;
       frames = -1;
@@ -91,6 +125,7 @@ int sp_video_list_read(const char *list_path, sp_video_list *out) {
       out->path = sp_xrealloc(out->path, (size_t)ncap * sizeof(char *));
       out->label = sp_xrealloc(out->label, (size_t)ncap * sizeof(int));
       out->frames = sp_xrealloc(out->frames, (size_t)ncap * sizeof(int64_t));
+      out->line = sp_xrealloc(out->line, (size_t)ncap * sizeof(int));
     }
     size_t plen = len - s;
     char *p;
@@ -104,8 +139,9 @@ int sp_video_list_read(const char *list_path, sp_video_list *out) {
       snprintf(p, n, "%s/%.*s", base, (int)plen, line + s);
     }
     out->path[out->n] = p;
-    out->label[out->n] = (int)label;
+    out->label[out->n] = label;
     out->frames[out->n] = frames;
+    out->line[out->n] = lineno > INT_MAX ? INT_MAX : (int)lineno;
     out->n++;
   }
   free(line);
@@ -113,6 +149,45 @@ int sp_video_list_read(const char *list_path, sp_video_list *out) {
   fclose(f);
   if (rc != 0) sp_video_list_free(out);
   return rc;
+}
+
+/* Why path cannot be a clip (a static string), or NULL when it can: a
+ * readable regular file, or a frame folder whose first frame is one. */
+static const char *unusable(const char *path) {
+  struct stat sb;
+  if (stat(path, &sb) != 0) return errno == ENOENT ? "no such file" : strerror(errno);
+  if (S_ISDIR(sb.st_mode)) {
+    char first[PATH_MAX];
+    snprintf(first, sizeof first, "%s/img_00001.jpg", path);
+    if (stat(first, &sb) != 0 || !S_ISREG(sb.st_mode)) return "a folder without img_00001.jpg frames";
+    return access(first, R_OK) == 0 ? NULL : "its frames cannot be read (permission denied)";
+  }
+  if (!S_ISREG(sb.st_mode)) return "not a regular file";
+  return access(path, R_OK) == 0 ? NULL : "cannot be read (permission denied)";
+}
+
+int sp_video_list_keep_usable(sp_video_list *l, const char *list_path, int warn) {
+  int kept = 0;
+  for (int i = 0; i < l->n; i++) {
+    const char *why = unusable(l->path[i]);
+    if (why) {
+      if (warn) fprintf(stderr, "spry: %s:%d: skip %s: %s\n", list_path, l->line ? l->line[i] : i + 1, l->path[i], why);
+      free(l->path[i]);
+      continue;
+    }
+    l->path[kept] = l->path[i];
+    l->label[kept] = l->label[i];
+    l->frames[kept] = l->frames[i];
+    if (l->line) l->line[kept] = l->line[i];
+    kept++;
+  }
+  int dropped = l->n - kept;
+  l->n = kept;
+  if (kept == 0)
+    return dropped ? sp_error_set("%s: none of its %d clips is there to read (see the skip lines above)", list_path,
+                                  dropped)
+                   : sp_error_set("%s: the list has no clips", list_path);
+  return dropped;
 }
 
 /* ------------------------------------------------------------------ build */
@@ -191,6 +266,13 @@ static char **read_class_names(const char *path, int *n) {
   return names;
 }
 
+/* Writes buf (a memstream's text) to path atomically and frees it. */
+static int put_file(const char *path, char *buf, size_t len) {
+  int rc = sp_write_file_atomic(path, buf, len);
+  free(buf);
+  return rc;
+}
+
 int sp_video_list_build(const char *dir, const char *labels_csv, const char *list_out) {
   char rdir[PATH_MAX], rout[PATH_MAX];
   if (!realpath(dir, rdir)) return sp_error_set("%s: no such folder", dir);
@@ -206,38 +288,50 @@ int sp_video_list_build(const char *dir, const char *labels_csv, const char *lis
   if (!strcmp(rdir, rout)) prefix = "";
   else if (!strncmp(rdir, rout, ol) && rdir[ol] == '/') prefix = rdir + ol + 1;
 
-  FILE *f = fopen(list_out, "w");
-  if (!f) return sp_error_set("%s: cannot create (%s)", list_out, strerror(errno));
+  /* The list and classes.txt are made in memory and written (each through a
+   * temporary and a rename) only once the scan found clips: a failed run
+   * leaves the files of an earlier one as they were, never empty ones. */
+  char *lbuf = NULL, *cbuf = NULL;
+  size_t llen = 0, clen = 0;
+  FILE *f = open_memstream(&lbuf, &llen);
+  FILE *cf = NULL; /* classes.txt, when the class names are known */
+  char cpath[PATH_MAX];
+  snprintf(cpath, sizeof cpath, "%s/classes.txt", rout);
   int count = 0, rc = 0;
   int has_csv_pairs = 0;
   if (labels_csv) {
     FILE *c = fopen(labels_csv, "r");
     if (!c) {
       fclose(f);
+      free(lbuf);
       return sp_error_set("%s: cannot open labels (%s)", labels_csv, strerror(errno));
     }
     char *line = NULL;
-    size_t lcap = 0;
-    while (getline(&line, &lcap, c) >= 0) {
+    size_t lcap = 0, lineno = 0;
+    while (rc == 0 && getline(&line, &lcap, c) >= 0) {
+      lineno++;
       line[strcspn(line, "\r\n")] = 0;
       char *comma = strrchr(line, ',');
-      long long lab;
-      if (!comma || !parse_int(comma + 1, strlen(comma + 1), &lab)) continue; /* header or class-name line */
+      long long v;
+      int overflow, lab;
+      if (!comma || !parse_int(comma + 1, strlen(comma + 1), &v, &overflow)) continue; /* header or class-name line */
+      if ((rc = parse_label(comma + 1, strlen(comma + 1), labels_csv, lineno, &lab)) != 0) break;
       has_csv_pairs = 1;
       *comma = 0;
-      fprintf(f, "%s%s%s %lld\n", prefix, *prefix ? "/" : "", line, lab);
+      fprintf(f, "%s%s%s %d\n", prefix, *prefix ? "/" : "", line, lab);
       count++;
     }
     free(line);
     fclose(c);
   }
-  if (!has_csv_pairs) {
+  if (rc == 0 && !has_csv_pairs) {
     int nc = 0, nlab = 0;
     char **classes = list_dir(rdir, 1, &nc);
     char **labels = labels_csv ? read_class_names(labels_csv, &nlab) : NULL;
-    char cpath[PATH_MAX];
-    snprintf(cpath, sizeof cpath, "%s/classes.txt", rout);
-    FILE *cf = labels ? NULL : fopen(cpath, "w");
+    /* classes.txt line k names label k: the names file's order with
+     * --labels, the sorted folders otherwise. */
+    cf = open_memstream(&cbuf, &clen);
+    for (int j = 0; j < nlab; j++) fprintf(cf, "%s\n", labels[j]);
     for (int k = 0; k < nc && rc == 0; k++) {
       int label = k;
       if (labels) {
@@ -248,8 +342,9 @@ int sp_video_list_build(const char *dir, const char *labels_csv, const char *lis
           fprintf(stderr, "spry prepare list: skip %s/%s: not in %s\n", rdir, classes[k], labels_csv);
           continue;
         }
+      } else {
+        fprintf(cf, "%s\n", classes[k]);
       }
-      if (cf) fprintf(cf, "%s\n", classes[k]);
       char sub[PATH_MAX];
       snprintf(sub, sizeof sub, "%s/%s", rdir, classes[k]);
       int nv = 0;
@@ -260,12 +355,26 @@ int sp_video_list_build(const char *dir, const char *labels_csv, const char *lis
       }
       free_names(clips, nv);
     }
-    if (cf && fclose(cf) != 0) rc = sp_error_set("%s: cannot write", cpath);
     free_names(classes, nc);
     free_names(labels, nlab);
   }
-  if (fclose(f) != 0 && rc == 0) rc = sp_error_set("%s: cannot write (%s)", list_out, strerror(errno));
+  fclose(f);
+  if (cf) fclose(cf);
   if (rc == 0 && count == 0)
     rc = sp_error_set("%s: no videos found (expected CLASS/clip.mp4 sub-folders or a `path,label` csv)", dir);
+  if (rc == 0 && cf) {
+    rc = put_file(cpath, cbuf, clen);
+    cbuf = NULL;
+  }
+  if (rc == 0) {
+    rc = put_file(list_out, lbuf, llen);
+    lbuf = NULL;
+  }
+  /* `path,label` pairs name no classes: an older classes.txt beside the
+   * list would contradict the new labels. */
+  if (rc == 0 && !cf && unlink(cpath) == 0)
+    fprintf(stderr, "spry prepare list: removed %s (the csv's labels have no class names)\n", cpath);
+  free(lbuf);
+  free(cbuf);
   return rc == 0 ? count : -1;
 }

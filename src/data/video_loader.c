@@ -147,7 +147,8 @@ static void *worker_main(void *arg) {
       s->gen = l->gen;
       s->pending = sh.batch;
       s->b = (sp_video_batch){.n = sh.batch, .t = sh.frames, .h = sh.size, .w = sh.size, .pixels = s->b.pixels,
-                              .label = s->b.label, .video = s->b.video, .clip = s->b.clip, .epoch = l->epoch,
+                              .label = s->b.label, .video = s->b.video, .clip = s->b.clip, .bad = s->b.bad,
+                              .epoch = l->epoch,
                               .step = j};
     }
     if (++l->claim_clip >= sh.batch) l->claim_batch++, l->claim_clip = 0;
@@ -172,6 +173,7 @@ static void *worker_main(void *arg) {
 
     pthread_mutex_lock(&l->mu);
     l->filling--;
+    s->b.bad[i] = (uint8_t)bad;
     s->b.failed += bad;
     if (--s->pending == 0) {
       s->state = gen == l->gen ? SLOT_READY : SLOT_FREE;
@@ -265,11 +267,12 @@ int sp_video_loader_start_epoch_shapes(sp_video_loader *l, int64_t epoch, const 
     for (int i = 0; i < l->depth; i++) {
       sp_video_batch *b = &l->slots[i].b;
       sp_aligned_free(b->pixels);
-      free(b->label), free(b->video), free(b->clip);
+      free(b->label), free(b->video), free(b->clip), free(b->bad);
       b->pixels = sp_aligned_alloc(bytes);
       b->label = sp_xmalloc(sizeof(int32_t) * (size_t)clips);
       b->video = sp_xmalloc(sizeof(int32_t) * (size_t)clips);
       b->clip = sp_xmalloc(sizeof(int32_t) * (size_t)clips);
+      b->bad = sp_xmalloc((size_t)clips);
     }
     l->slot_bytes = bytes;
     l->slot_clips = clips;
@@ -360,7 +363,7 @@ void sp_video_loader_destroy(sp_video_loader *l) {
   for (int i = 0; i < l->n_workers; i++) pthread_join(l->threads[i], NULL);
   for (int i = 0; i < l->depth; i++) {
     sp_aligned_free(l->slots[i].b.pixels);
-    free(l->slots[i].b.label), free(l->slots[i].b.video), free(l->slots[i].b.clip);
+    free(l->slots[i].b.label), free(l->slots[i].b.video), free(l->slots[i].b.clip), free(l->slots[i].b.bad);
   }
   pthread_cond_destroy(&l->work_cv);
   pthread_cond_destroy(&l->ready_cv);

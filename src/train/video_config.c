@@ -70,7 +70,7 @@ static int read_all(sp_yaml_reader *r, void *out) {
       sp_yr_int(r, "data.stride", 1, 1024, &c->data.stride) || sp_yr_int(r, "data.size", 32, 4096, &c->data.size) ||
       sp_yr_int(r, "data.short_side", 0, 8192, &c->data.short_side) ||
       sp_yr_int(r, "data.test_clips", 1, 64, &c->data.test_clips) || sp_yr_float(r, "data.flip", 0, 1, &c->data.flip) ||
-      sp_yr_int(r, "data.num_classes", 0, 1 << 20, &c->data.num_classes) ||
+      sp_yr_int(r, "data.num_classes", 0, SP_VIDEO_MAX_CLASSES, &c->data.num_classes) ||
       sp_yr_triple(r, "data.mean", -10, 10, c->data.mean) || sp_yr_triple(r, "data.std", 1e-6, 10, c->data.std))
     return -1;
   if (!strcmp(sampler, "dense")) c->data.sampler = SP_SAMPLER_DENSE;

@@ -11,22 +11,35 @@
 #include "train/video_internal.h"
 
 /* Each rank scored its part of the clips (an eval_shard loader): the
- * per-video probability sums, clip counts, loss sum and failures summed over
- * the ranks in one message, so every rank scores the whole set. */
-static void sum_over_ranks(double *prob, int *seen, int videos, int classes, double *loss_sum, int *clips, int *rc) {
-  const size_t pv = (size_t)videos * classes, n = pv + (size_t)videos + 3;
+ * per-video probability sums, clip counts, loss sum, undecodable clips and
+ * failures summed over the ranks in one message, so every rank scores the
+ * whole set. */
+static void sum_over_ranks(double *prob, int *seen, int videos, int classes, double *loss_sum, int *clips, int *failed,
+                           int *rc) {
+  const size_t pv = (size_t)videos * classes, n = pv + (size_t)videos + 4;
   double *v = sp_xmalloc(sizeof(double) * n);
   memcpy(v, prob, sizeof(double) * pv);
   for (int i = 0; i < videos; i++) v[pv + i] = seen[i];
-  v[n - 3] = *loss_sum, v[n - 2] = *clips, v[n - 1] = *rc != 0;
+  v[n - 4] = *failed, v[n - 3] = *loss_sum, v[n - 2] = *clips, v[n - 1] = *rc != 0;
   if (*rc != 0) /* the other ranks only learn that this one failed */
     fprintf(stderr, "spry: rank %d: validation: %s\n", sp_dist_rank(), sp_last_error());
   sp_dist_sum_f64(v, (int)n, "validation");
   memcpy(prob, v, sizeof(double) * pv);
   for (int i = 0; i < videos; i++) seen[i] = (int)v[pv + i];
-  *loss_sum = v[n - 3], *clips = (int)v[n - 2];
+  *failed = (int)v[n - 4], *loss_sum = v[n - 3], *clips = (int)v[n - 2];
   if (v[n - 1] > 0 && *rc == 0) *rc = sp_error_set("validation failed on another rank (see its message)");
   free(v);
+}
+
+/* Adds the softmax of one clip's logits z[0..K) to pv and returns its
+ * cross-entropy: scored per clip, since a batch may hold clips the loader
+ * could not read, which must not count. */
+static double score_clip(const float *z, int K, int label, double *pv) {
+  double mx = z[0], sum = 0;
+  for (int k = 1; k < K; k++) mx = fmax(mx, z[k]);
+  for (int k = 0; k < K; k++) sum += exp(z[k] - mx);
+  for (int k = 0; k < K; k++) pv[k] += exp(z[k] - mx) / sum;
+  return mx + log(sum) - z[label];
 }
 
 int sp_video_evaluate(sp_vnet *n, sp_video_loader *loader, const sp_video_list *list, int64_t epoch, int over_ranks,
@@ -35,10 +48,13 @@ int sp_video_evaluate(sp_vnet *n, sp_video_loader *loader, const sp_video_list *
   double *prob = sp_xcalloc((size_t)list->n * K + 1, sizeof(double));
   int *seen = sp_xcalloc((size_t)list->n + 1, sizeof(int));
   double loss_sum = 0, t0 = sp_now();
-  int clips = 0, rc = 0;
-  sp_video_loader_start_epoch(loader, epoch);
+  int clips = 0, failed = 0, rc = 0;
+  for (int v = 0; v < list->n && rc == 0; v++)
+    if (list->label[v] < 0 || list->label[v] >= K)
+      rc = sp_error_set("validation: clip %s has label %d, the model has %d classes", list->path[v], list->label[v], K);
+  if (rc == 0) rc = sp_video_loader_start_epoch(loader, epoch);
   const sp_video_batch *b;
-  while ((b = sp_video_loader_next(loader))) {
+  while (rc == 0 && (b = sp_video_loader_next(loader))) {
     sp_plan *p = sp_vnet_plan(n, b->t, b->n, b->h, 0);
     if (!p) {
       rc = -1;
@@ -46,25 +62,30 @@ int sp_video_evaluate(sp_vnet *n, sp_video_loader *loader, const sp_video_list *
     }
     sp_vnet_fill(n, p, b);
     sp_plan_forward(p);
-    loss_sum += sp_plan_loss(p) * b->n;
     const float *logits = sp_plan_output(p, "logits")->data;
     for (int i = 0; i < b->n; i++) {
-      const float *z = logits + (size_t)i * K;
-      double mx = z[0], sum = 0;
-      for (int k = 1; k < K; k++) mx = fmax(mx, z[k]);
-      for (int k = 0; k < K; k++) sum += exp(z[k] - mx);
-      double *pv = prob + (size_t)b->video[i] * K;
-      for (int k = 0; k < K; k++) pv[k] += exp(z[k] - mx) / sum;
+      if (b->bad[i]) { /* zeros, not the clip: scored as neither right nor wrong */
+        failed++;
+        continue;
+      }
+      loss_sum += score_clip(logits + (size_t)i * K, K, b->label[i], prob + (size_t)b->video[i] * K);
       seen[b->video[i]]++;
+      clips++;
     }
-    clips += b->n;
   }
-  if (over_ranks) sum_over_ranks(prob, seen, list->n, K, &loss_sum, &clips, &rc);
-  /* Every test clip once: a loader that is not this rank's part (each rank
-   * scoring the whole set) would count each clip W times. */
+  if (over_ranks) sum_over_ranks(prob, seen, list->n, K, &loss_sum, &clips, &failed, &rc);
+  /* Every test clip once, scored or counted as unreadable: a loader that is
+   * not this rank's part (each rank scoring the whole set) would count each
+   * clip W times. */
   int want = over_ranks ? sp_video_loader_entries_all(loader) : sp_video_loader_entries(loader);
-  if (rc == 0 && clips != want)
-    rc = sp_error_set("validation scored %d of the %d clips (the loader must cover the set once)", clips, want);
+  if (rc == 0 && clips + failed != want)
+    rc = sp_error_set("validation scored %d and could not read %d of the %d clips (the loader must cover the set once)",
+                      clips, failed, want);
+  if (rc == 0 && failed > 0 && clips == 0)
+    rc = sp_error_set("validation: none of the %d clips could be read (see the skip lines above)", failed);
+  if (rc == 0 && failed > 0 && sp_dist_rank() == 0)
+    fprintf(stderr, "spry: validation: %d of %d clips could not be read and are left out of the scores\n", failed,
+            want);
   int videos = 0, hit1 = 0, hit5 = 0;
   for (int v = 0; rc == 0 && v < list->n; v++) {
     if (!seen[v]) continue;
@@ -85,14 +106,9 @@ int sp_video_evaluate(sp_vnet *n, sp_video_loader *loader, const sp_video_list *
   out->top5 = videos ? (double)hit5 / videos : NAN;
   out->videos = videos;
   out->clips = clips;
+  out->failed = failed;
   out->seconds = sp_now() - t0;
   return 0;
-}
-
-static int max_label(const sp_video_list *l) {
-  int m = -1;
-  for (int i = 0; i < l->n; i++) m = l->label[i] > m ? l->label[i] : m;
-  return m;
 }
 
 int sp_video_eval_checkpoint(const sp_video_config *cfg, const char *weights, const char *list_override,
@@ -100,16 +116,20 @@ int sp_video_eval_checkpoint(const sp_video_config *cfg, const char *weights, co
   const char *path = list_override ? list_override : cfg->data.val_list;
   if (!path[0]) return sp_error_set("no validation list (data.val_list or --data)");
   sp_video_list list = {0}, train = {0};
-  if (sp_video_list_open(cfg, path, &list) != 0) return -1;
+  int max_val;
+  if (sp_video_list_open(cfg, path, &list, &max_val) != 0) return -1;
   int classes = cfg->data.num_classes;
   if (!classes) {
-    /* The run sized its classifier from its training list. */
-    classes = max_label(&list) + 1;
-    if (cfg->data.train_list[0] && sp_video_list_open(cfg, cfg->data.train_list, &train) == 0) {
-      int m = max_label(&train) + 1;
-      classes = m > classes ? m : classes;
+    /* The run sized its classifier from the labels of its lists (clips
+     * present or not): read the training list's labels only. */
+    classes = max_val + 1;
+    if (cfg->data.train_list[0] && sp_video_list_read(cfg->data.train_list, &train) == 0) {
+      for (int i = 0; i < train.n; i++) classes = train.label[i] + 1 > classes ? train.label[i] + 1 : classes;
       sp_video_list_free(&train);
     }
+  } else if (sp_video_list_check_labels(&list, path, classes) != 0) {
+    sp_video_list_free(&list);
+    return -1;
   }
   sp_vnet net;
   int rc = sp_vnet_init(&net, cfg, classes);

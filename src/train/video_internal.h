@@ -51,16 +51,24 @@ int sp_vnet_load_pretrained(sp_vnet *n, const char *path);
 /* Normalises a batch into the plan's "image" and copies its labels. */
 void sp_vnet_fill(const sp_vnet *n, sp_plan *p, const sp_video_batch *b);
 
-/* Reads a list, applying data.root. */
-int sp_video_list_open(const sp_video_config *cfg, const char *path, sp_video_list *out);
+/* Reads a list, applying data.root, and leaves out (with a warning each)
+ * the clips that are not there to read; an error when none is left.
+ * max_label (may be NULL): the largest label of every entry read, left-out
+ * ones included (-1 for none), which sizes the classifier. */
+int sp_video_list_open(const sp_video_config *cfg, const char *path, sp_video_list *out, int *max_label);
+/* Every label in [0, classes), else an error naming the list's line. */
+int sp_video_list_check_labels(const sp_video_list *l, const char *path, int classes);
 
 /* Validation: mean loss over clips; top-1/top-5 over videos after averaging
- * the softmax of each video's clips. over_ranks: the loader is an eval_shard
+ * the softmax of each video's clips. Clips the loader could not decode are
+ * counted in `failed` and left out of every metric (an error when no clip
+ * is left). over_ranks: the loader is an eval_shard
  * one and every rank calls this together; each scores its part and all get
  * the result of the whole set. */
 typedef struct {
   double loss, top1, top5;
   int videos, clips;
+  int failed;     /* clips that could not be decoded: in none of the numbers above */
   double seconds; /* wall time of the pass (the ranks' shared one) */
 } sp_video_eval_result;
 int sp_video_evaluate(sp_vnet *n, sp_video_loader *loader, const sp_video_list *list, int64_t epoch, int over_ranks,

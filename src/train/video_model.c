@@ -168,11 +168,9 @@ int sp_vnet_load_pretrained(sp_vnet *n, const char *path) {
   return loaded ? 0 : sp_error_set("%s: no tensor matches the model's names and shapes", path);
 }
 
-int sp_video_list_open(const sp_video_config *cfg, const char *path, sp_video_list *out) {
-  if (sp_video_list_read(path, out) != 0) return -1;
-  if (!cfg->data.root[0]) return 0;
-  /* The reader resolved relative paths against the list's folder; data.root
-   * replaces that folder. */
+/* data.root: the reader resolved relative paths against the list's folder;
+ * data.root replaces that folder. */
+static void apply_root(const sp_video_config *cfg, const char *path, sp_video_list *out) {
   char dir[1024];
   snprintf(dir, sizeof dir, "%s", path);
   char *slash = strrchr(dir, '/');
@@ -184,5 +182,30 @@ int sp_video_list_open(const sp_video_config *cfg, const char *path, sp_video_li
     free(out->path[i]);
     out->path[i] = sp_xstrdup(buf);
   }
+}
+
+int sp_video_list_open(const sp_video_config *cfg, const char *path, sp_video_list *out, int *max_label) {
+  if (sp_video_list_read(path, out) != 0) return -1;
+  /* The label space is the list's, missing clips included: a run and its
+   * later eval size the classifier alike whatever is on disk. */
+  if (max_label) {
+    *max_label = -1;
+    for (int i = 0; i < out->n; i++) *max_label = out->label[i] > *max_label ? out->label[i] : *max_label;
+  }
+  if (cfg->data.root[0]) apply_root(cfg, path, out);
+  /* A clip that is not there would train and score as zero frames: leave it
+   * out (every rank alike; rank 0 says which), so the counts are of clips. */
+  if (sp_video_list_keep_usable(out, path, sp_dist_rank() == 0) < 0) {
+    sp_video_list_free(out);
+    return -1;
+  }
+  return 0;
+}
+
+int sp_video_list_check_labels(const sp_video_list *l, const char *path, int classes) {
+  for (int i = 0; i < l->n; i++)
+    if (l->label[i] < 0 || l->label[i] >= classes)
+      return sp_error_set("%s:%d: label %d outside [0, data.num_classes = %d)", path, l->line ? l->line[i] : i + 1,
+                          l->label[i], classes);
   return 0;
 }

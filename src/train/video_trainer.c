@@ -47,12 +47,27 @@ typedef struct {
   sp_plan *watched;             /* the plan last hooked to the reducer */
 } run;
 
-static int classes_of(const sp_video_config *cfg, const sp_video_list *a, const sp_video_list *b) {
-  if (cfg->data.num_classes) return cfg->data.num_classes;
-  int m = 0;
-  for (int i = 0; i < a->n; i++) m = a->label[i] + 1 > m ? a->label[i] + 1 : m;
-  for (int i = 0; b && i < b->n; i++) m = b->label[i] + 1 > m ? b->label[i] + 1 : m;
-  return m;
+/* data.num_classes, else one past the largest label of the lists; every
+ * label must then lie in [0, classes) (a list's own labels always do). */
+static int classes_of(const run *r, int max_train, int max_val, int *classes) {
+  const sp_video_config *cfg = r->cfg;
+  *classes = (max_train > max_val ? max_train : max_val) + 1;
+  if (!cfg->data.num_classes) return 0;
+  *classes = cfg->data.num_classes;
+  if (sp_video_list_check_labels(&r->train, cfg->data.train_list, *classes) != 0) return -1;
+  return r->val.n ? sp_video_list_check_labels(&r->val, cfg->data.val_list, *classes) : 0;
+}
+
+/* Every rank must have left out the same clips (a file that one node sees
+ * and another does not would shift every batch): the counts, summed. */
+static int same_lists_on_ranks(const run *r) {
+  if (r->world < 2) return 0;
+  double n[2] = {r->train.n, r->val.n};
+  sp_dist_sum_f64(n, 2, "list sizes");
+  if (n[0] != (double)r->train.n * r->world || n[1] != (double)r->val.n * r->world)
+    return sp_error_set("rank %d has %d train / %d val clips, other ranks differ: missing clips are not missing on "
+                        "every node", r->rank, r->train.n, r->val.n);
+  return 0;
 }
 
 static int setup(run *r, const sp_video_config *cfg, const char *config_text) {
@@ -74,9 +89,10 @@ static int setup(run *r, const sp_video_config *cfg, const char *config_text) {
   if (r->rank == 0 && sp_make_dirs(r->dir) != 0) return -1;
   if (cfg->threads > 0) omp_set_num_threads(cfg->threads);
   if (!cfg->data.train_list[0]) return sp_error_set("data.train_list is not set");
-  if (sp_video_list_open(cfg, cfg->data.train_list, &r->train) != 0) return -1;
-  if (cfg->data.val_list[0] && sp_video_list_open(cfg, cfg->data.val_list, &r->val) != 0) return -1;
-  int classes = classes_of(cfg, &r->train, r->val.n ? &r->val : NULL);
+  int max_train = -1, max_val = -1, classes;
+  if (sp_video_list_open(cfg, cfg->data.train_list, &r->train, &max_train) != 0) return -1;
+  if (cfg->data.val_list[0] && sp_video_list_open(cfg, cfg->data.val_list, &r->val, &max_val) != 0) return -1;
+  if (same_lists_on_ranks(r) != 0 || classes_of(r, max_train, max_val, &classes) != 0) return -1;
   if (classes < 2) return sp_error_set("%s: needs at least 2 classes, labels give %d", cfg->data.train_list, classes);
   if (r->train.n < cfg->batch)
     return sp_error_set("batch %d is larger than the %d training clips", cfg->batch, r->train.n);
@@ -188,14 +204,15 @@ static void append_metrics(run *r, int64_t epoch, double loss, double lr, double
   sp_json_buf_free(&b);
 }
 
-/* One optimizer step on batch b; returns its loss (the global mean under
- * mpirun; NAN on a plan error). *stop: some rank asked to stop. */
-static double train_step(run *r, const sp_video_batch *b, double lr, int *stop) {
+/* One optimizer step on batch b: *loss is its loss (the global mean under
+ * mpirun). Returns 0, or -1 on a plan error (set). *stop: some rank asked
+ * to stop. */
+static int train_step(run *r, const sp_video_batch *b, double lr, double *loss_out, int *stop) {
   sp_plan *p = sp_vnet_plan(&r->net, b->t, b->n, b->h, 1);
   /* The other ranks are already in this step's exchange: end the job. */
   if (!p && r->world > 1)
     sp_dist_abort("making the plan for %d clips x %d frames x %d px: %s", b->n, b->t, b->h, sp_last_error());
-  if (!p) return NAN;
+  if (!p) return -1;
   sp_vnet_fill(&r->net, p, b);
   sp_graph_zero_grad(sp_vnet_graph(&r->net));
   sp_plan_set_step(p, (uint64_t)sp_optimizer_steps(r->opt));
@@ -218,7 +235,8 @@ static double train_step(run *r, const sp_video_batch *b, double lr, int *stop) 
     sp_optimizer_step(r->opt, (float)lr);
   }
   *stop = r->reducer ? totals[1] > 0 : stop_requested;
-  return r->reducer ? totals[0] / r->world : loss;
+  *loss_out = r->reducer ? totals[0] / r->world : loss;
+  return 0;
 }
 
 int sp_video_train_run(const sp_video_config *cfg, const char *config_text, int resume, sp_video_summary *summary) {
@@ -267,7 +285,7 @@ int sp_video_train_run(const sp_video_config *cfg, const char *config_text, int 
     sp_progress bar;
     sp_progress_begin(&bar);
     double loss_sum = epoch == start_epoch ? resumed_loss : 0, t0 = sp_now(), lr = 0;
-    int step = 0, trained = 0, stopping = 0;
+    int step = 0, trained = 0, stopping = 0, failed = 0;
     int64_t clips_done = 0, clips_trained = 0;
     const sp_video_batch *b;
     while ((b = sp_video_loader_next(r.train_loader))) {
@@ -281,13 +299,17 @@ int sp_video_train_run(const sp_video_config *cfg, const char *config_text, int 
       double progress = sp_epoch_progress(epoch, clips_done * r.world, r.mg.entries);
       lr = sp_lr_at_epoch(&cfg->schedule, progress) * sp_multigrid_lr_scale(&r.mg, epoch);
       int stop = 0;
-      double loss = train_step(&r, b, lr, &stop);
+      double loss = NAN;
+      /* A plan error is set by the plan; a non-finite loss is this run's to
+       * describe (labels are checked against the classes in setup). */
+      if ((rc = train_step(&r, b, lr, &loss, &stop)) != 0) break;
       if (!isfinite(loss)) {
-        rc = isnan(loss) && sp_last_error()[0] ? -1
-             : sp_error_set("the loss became %g at epoch %lld step %d (learning rate %g too high?)", loss,
-                            (long long)epoch + 1, step, lr);
+        rc = sp_error_set("the loss became %g at epoch %lld step %d (learning rate %g too high?)", loss,
+                          (long long)epoch + 1, step, lr);
         break;
       }
+      /* Unreadable clips train as zeros (the loader named each one). */
+      failed += b->failed;
       loss_sum += loss;
       clips_done += b->n;
       clips_trained += b->n;
@@ -303,6 +325,12 @@ int sp_video_train_run(const sp_video_config *cfg, const char *config_text, int 
       }
     }
     sp_progress_end(&bar);
+    if (failed > 0) { /* each rank counts the clips of its own share */
+      char who[32] = "";
+      if (r.world > 1) snprintf(who, sizeof who, "rank %d: ", r.rank);
+      fprintf(stderr, "spry: %swarning: epoch %lld: %d of %lld training clips could not be read and went in as zeros\n",
+              who, (long long)epoch + 1, failed, (long long)clips_trained);
+    }
     double epoch_s = sp_now() - t0;
     train_s += epoch_s;
     if (rc != 0) break;

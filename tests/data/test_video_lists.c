@@ -1,0 +1,229 @@
+/* Video list files and what is made from them, on bad input: labels that
+ * are not class numbers are refused with file:line, entries whose clip is
+ * not there are left out by line, the loader marks each clip it could not
+ * read, prepare frames leaves nothing behind for a clip that failed and
+ * says how many did, and prepare list never leaves an empty or stale list
+ * or classes.txt. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "spry/video_loader.h"
+#include "testkit.h"
+
+static char tmp[512], act[600];
+
+static int setup(void **state) {
+  (void)state;
+  if (!sp_test_tmpdir(tmp, sizeof tmp)) return -1;
+  snprintf(act, sizeof act, "%s/act", tmp);
+  return sp_synth_actions(act, 4, 8, 32, 3);
+}
+
+static int teardown(void **state) {
+  (void)state;
+  sp_test_rmtree(tmp);
+  return 0;
+}
+
+/* Writes text to act/NAME and returns its path (static buffer). */
+static const char *put(const char *name, const char *text) {
+  static char p[700];
+  snprintf(p, sizeof p, "%s/%s", act, name);
+  FILE *f = fopen(p, "w");
+  assert_non_null(f);
+  fputs(text, f);
+  fclose(f);
+  return p;
+}
+
+static int exists(const char *fmt, const char *a) {
+  char p[800];
+  snprintf(p, sizeof p, fmt, a);
+  struct stat sb;
+  return stat(p, &sb) == 0;
+}
+
+static void expect_list_error(const char *text, const char *want) {
+  sp_video_list l;
+  const char *p = put("bad.txt", text);
+  if (sp_video_list_read(p, &l) == 0) fail_msg("accepted %s", text);
+  if (!strstr(sp_last_error(), want)) fail_msg("error '%s' lacks '%s'", sp_last_error(), want);
+}
+
+static void labels_must_be_class_numbers(void **state) {
+  (void)state;
+  const char *two = "move_right/clip_00000.mp4 0\nmove_left/clip_00001.mp4 1\n";
+  char text[256];
+  snprintf(text, sizeof text, "%srotate_cw/clip_00002.mp4 99999999999\n", two);
+  expect_list_error(text, "bad.txt:3: label 99999999999 out of range");
+  snprintf(text, sizeof text, "%srotate_cw/clip_00002.mp4 99999999999999999999999\n", two);
+  expect_list_error(text, "bad.txt:3: label 99999999999999999999999 out of range");
+  snprintf(text, sizeof text, "%srotate_cw/clip_00002.mp4 %d\n", two, SP_VIDEO_MAX_CLASSES);
+  expect_list_error(text, "bad.txt:3: label 100000 out of range");
+  snprintf(text, sizeof text, "%srotate_cw/clip_00002.mp4 -1\n", two);
+  expect_list_error(text, "bad.txt:3: label -1 is negative");
+  snprintf(text, sizeof text, "%srotate_cw/clip_00002.mp4 2x\n", two);
+  expect_list_error(text, "bad.txt:3: expected `path label`, the label '2x' is not an integer");
+  expect_list_error("dir -4 1\n", "bad.txt:1: n_frames -4 out of range");
+  /* The largest label is fine, and so is a comment before it. */
+  snprintf(text, sizeof text, "# clips\n%srotate_cw/clip_00002.mp4 %d\n", two, SP_VIDEO_MAX_CLASSES - 1);
+  sp_video_list l;
+  assert_int_equal(sp_video_list_read(put("ok.txt", text), &l), 0);
+  assert_int_equal(l.n, 3);
+  assert_int_equal(l.label[2], SP_VIDEO_MAX_CLASSES - 1);
+  assert_int_equal(l.line[0], 2);
+  assert_int_equal(l.line[2], 4);
+  sp_video_list_free(&l);
+}
+
+static void missing_clips_are_left_out_by_line(void **state) {
+  (void)state;
+  sp_video_list l;
+  const char *p = put("some.txt", "missing1.mp4 0\nmove_left/clip_00001.mp4 1\nmove_right 0\n"
+                                  "\nmove_right/clip_00000.mp4 0\n");
+  assert_int_equal(sp_video_list_read(p, &l), 0);
+  assert_int_equal(l.n, 4);
+  assert_int_equal(sp_video_list_keep_usable(&l, p, 1), 2);
+  assert_int_equal(l.n, 2);
+  assert_non_null(strstr(l.path[0], "clip_00001.mp4"));
+  assert_int_equal(l.label[0], 1);
+  assert_int_equal(l.line[0], 2);
+  assert_non_null(strstr(l.path[1], "clip_00000.mp4"));
+  assert_int_equal(l.line[1], 5);
+  sp_video_list_free(&l);
+  /* Nothing usable is an error naming the list. */
+  p = put("none.txt", "missing1.mp4 0\nmissing2.mp4 1\n");
+  assert_int_equal(sp_video_list_read(p, &l), 0);
+  assert_int_equal(sp_video_list_keep_usable(&l, p, 0), -1);
+  assert_non_null(strstr(sp_last_error(), "none.txt"));
+  sp_video_list_free(&l);
+}
+
+static void loader_marks_each_unreadable_clip(void **state) {
+  (void)state;
+  FILE *f = fopen(put("garbage.mp4", ""), "w");
+  for (int i = 0; i < 4000; i++) fputc((i * 7919) & 0xff, f);
+  fclose(f);
+  sp_video_list l;
+  const char *p = put("mixed.txt", "move_right/clip_00000.mp4 0\ngarbage.mp4 1\nrotate_cw/clip_00002.mp4 2\n");
+  assert_int_equal(sp_video_list_read(p, &l), 0);
+  assert_int_equal(sp_video_list_keep_usable(&l, p, 0), 0); /* there, only not a video */
+  sp_video_loader_config c = sp_video_loader_config_default(3, 2, 32);
+  c.train = 0, c.shuffle = 0, c.drop_last = 0, c.workers = 2;
+  sp_video_loader *ld = sp_video_loader_create(&l, &c);
+  assert_non_null(ld);
+  assert_int_equal(sp_video_loader_start_epoch(ld, 0), 0);
+  const sp_video_batch *b = sp_video_loader_next(ld);
+  assert_non_null(b);
+  assert_int_equal(b->failed, 1);
+  for (int i = 0; i < 3; i++) assert_int_equal(b->bad[i], b->video[i] == 1);
+  sp_video_loader_destroy(ld);
+  sp_video_list_free(&l);
+}
+
+static void prepare_frames_leaves_nothing_for_failed_clips(void **state) {
+  (void)state;
+  char out[700], list[700];
+  snprintf(list, sizeof list, "%s/list.txt", act);
+  /* A size past the limit is refused before anything is made. */
+  snprintf(out, sizeof out, "%s/pf_big", tmp);
+  sp_prepare_config big = {.short_side = 100000, .quality = 90, .workers = 1};
+  assert_int_equal(sp_prepare_frames(list, out, &big), -1);
+  assert_non_null(strstr(sp_last_error(), "8192"));
+  assert_false(exists("%s", out));
+  /* One good clip, one missing, one not a video in a class of its own. */
+  char lonely[700];
+  snprintf(lonely, sizeof lonely, "%s/lonely", act);
+  mkdir(lonely, 0777);
+  FILE *f = fopen(put("lonely/clip.mp4", ""), "w");
+  fputs("not a video", f);
+  fclose(f);
+  const char *p = put("prep.txt", "move_right/clip_00000.mp4 0\nmissing.mp4 1\nlonely/clip.mp4 2\n");
+  snprintf(out, sizeof out, "%s/pf", tmp);
+  sp_prepare_config pc = {.short_side = 0, .quality = 90, .workers = 2};
+  assert_int_equal(sp_prepare_frames(p, out, &pc), -1);
+  assert_non_null(strstr(sp_last_error(), "2 of 3 clips failed"));
+  assert_true(exists("%s/move_right/clip_00000/n_frames", out));
+  assert_false(exists("%s/missing", out));
+  assert_false(exists("%s/lonely", out)); /* neither the clip's folder nor its class's */
+  char fl[800];
+  snprintf(fl, sizeof fl, "%s/frames.list", out);
+  char *text = sp_test_slurp(fl);
+  assert_non_null(text);
+  assert_string_equal(text, "move_right/clip_00000 8 0\n");
+  free(text);
+  /* No clip at all: an error, and no output folder. */
+  p = put("prep0.txt", "missing.mp4 1\n");
+  snprintf(out, sizeof out, "%s/pf0/deeper", tmp);
+  assert_int_equal(sp_prepare_frames(p, out, &pc), -1);
+  snprintf(out, sizeof out, "%s/pf0", tmp);
+  assert_false(exists("%s", out));
+}
+
+static void prepare_list_writes_whole_files_or_nothing(void **state) {
+  (void)state;
+  char set[700], out[700], classes[800], empty[700];
+  snprintf(set, sizeof set, "%s/set", tmp);
+  assert_int_equal(sp_synth_actions(set, 4, 8, 32, 4), 0);
+  snprintf(out, sizeof out, "%s/pl", tmp);
+  mkdir(out, 0777);
+  snprintf(classes, sizeof classes, "%s/classes.txt", out);
+  snprintf(out, sizeof out, "%s/pl/z.txt", tmp);
+  assert_int_equal(sp_video_list_build(set, NULL, out), 4);
+  char *list0 = sp_test_slurp(out), *classes0 = sp_test_slurp(classes);
+  assert_true(strlen(list0) > 0 && strlen(classes0) > 0);
+  /* A failed build leaves both files as they were. */
+  snprintf(empty, sizeof empty, "%s/emptydir", tmp);
+  mkdir(empty, 0777);
+  assert_int_equal(sp_video_list_build(empty, NULL, out), -1);
+  char *list1 = sp_test_slurp(out), *classes1 = sp_test_slurp(classes);
+  assert_string_equal(list1, list0);
+  assert_string_equal(classes1, classes0);
+  free(list1), free(classes1);
+  /* --labels: classes.txt follows the names file, line k naming label k. */
+  char names[800];
+  snprintf(names, sizeof names, "%s/names.txt", tmp);
+  FILE *f = fopen(names, "w");
+  fputs("rotate_cw\nmove_right\nmove_left\nrotate_ccw\n", f);
+  fclose(f);
+  assert_int_equal(sp_video_list_build(set, names, out), 4);
+  classes1 = sp_test_slurp(classes);
+  assert_string_equal(classes1, "rotate_cw\nmove_right\nmove_left\nrotate_ccw\n");
+  free(classes1);
+  sp_video_list l;
+  assert_int_equal(sp_video_list_read(out, &l), 0);
+  for (int i = 0; i < l.n; i++)
+    if (strstr(l.path[i], "/rotate_cw/")) assert_int_equal(l.label[i], 0);
+  sp_video_list_free(&l);
+  /* `path,label` pairs name no classes: the old classes.txt goes. */
+  snprintf(names, sizeof names, "%s/pairs.csv", tmp);
+  f = fopen(names, "w");
+  fputs("path,label\nmove_left/clip_00001.mp4,3\n", f);
+  fclose(f);
+  assert_int_equal(sp_video_list_build(set, names, out), 1);
+  assert_false(exists("%s", classes));
+  /* A bad label in the csv is an error with its line; the list stays. */
+  list0 = (free(list0), sp_test_slurp(out));
+  f = fopen(names, "w");
+  fputs("path,label\nmove_left/clip_00001.mp4,-3\n", f);
+  fclose(f);
+  assert_int_equal(sp_video_list_build(set, names, out), -1);
+  assert_non_null(strstr(sp_last_error(), "pairs.csv:2: label -3 is negative"));
+  list1 = sp_test_slurp(out);
+  assert_string_equal(list1, list0);
+  free(list0), free(list1), free(classes0);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(labels_must_be_class_numbers),
+      cmocka_unit_test(missing_clips_are_left_out_by_line),
+      cmocka_unit_test(loader_marks_each_unreadable_clip),
+      cmocka_unit_test(prepare_frames_leaves_nothing_for_failed_clips),
+      cmocka_unit_test(prepare_list_writes_whole_files_or_nothing),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}
