@@ -111,6 +111,9 @@ typedef struct {
 /* Trains cfg into cfg->out. resume: continue from out/last.safetensors.
  * 0, 130 when stopped by SIGINT/SIGTERM (after saving), or -1 with an error. */
 int sp_video_train_run(const sp_video_config *cfg, const char *config_text, int resume, sp_video_summary *summary);
+/* The run's report from its metrics.jsonl: loss.png, accuracy.png, lr.png,
+ * throughput.png and index.html in dir (the trainer writes it at the end). */
+int sp_video_report(const char *dir, const char *model);
 /* Top-1/top-5 of a checkpoint on cfg's validation list (multi-clip averaged). */
 int sp_video_eval_checkpoint(const sp_video_config *cfg, const char *weights, const char *list_override,
                              sp_video_summary *out);

@@ -11,4 +11,9 @@
  * or -1 with the error set. */
 int sp_metrics_log_start(const char *dir, int64_t done);
 
+/* The log as columns, one row per line: cols[k][row] is the number under
+ * keys[k] (NaN where a line lacks it). The caller frees each column. Returns
+ * 0, or -1 with the error set when the file cannot be read. */
+int sp_metrics_log_read(const char *dir, int n_keys, const char *const *keys, double **cols, int *n_rows);
+
 #endif

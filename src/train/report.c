@@ -8,10 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "io/json.h"
 #include "spry/dist.h"
 #include "spry/plot.h"
 #include "spry/train.h"
+#include "train/metrics_log.h"
 #include "train/trainer_internal.h"
 
 typedef struct {
@@ -23,41 +23,13 @@ static void history_free(history *h) {
   free(h->epoch), free(h->train), free(h->val), free(h->px), free(h->base);
 }
 
-static double field(const sp_json *o, const char *key) {
-  double v = NAN;
-  const sp_json *x = sp_json_get(o, key);
-  if (x) sp_json_as_double(x, &v);
-  return v;
-}
-
-/* metrics.jsonl -> arrays (one row per epoch; resumed runs append). */
+/* metrics.jsonl -> arrays (one row per epoch). */
 static int read_history(const char *dir, history *h) {
   memset(h, 0, sizeof *h);
-  char path[1100], line[4096];
-  snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
-  FILE *f = fopen(path, "r");
-  if (!f) return sp_error_set("%s: cannot open", path);
-  int cap = 0;
-  while (fgets(line, sizeof line, f)) {
-    sp_json *o = sp_json_parse(line, strlen(line), sizeof line);
-    if (!o) continue;
-    if (h->n == cap) {
-      cap = cap ? 2 * cap : 64;
-      h->epoch = sp_xrealloc(h->epoch, sizeof(double) * (size_t)cap);
-      h->train = sp_xrealloc(h->train, sizeof(double) * (size_t)cap);
-      h->val = sp_xrealloc(h->val, sizeof(double) * (size_t)cap);
-      h->px = sp_xrealloc(h->px, sizeof(double) * (size_t)cap);
-      h->base = sp_xrealloc(h->base, sizeof(double) * (size_t)cap);
-    }
-    h->epoch[h->n] = field(o, "epoch");
-    h->train[h->n] = field(o, "train_loss");
-    h->val[h->n] = field(o, "val_loss");
-    h->px[h->n] = field(o, "val_mean_px");
-    h->base[h->n] = field(o, "val_mean_shape_px");
-    h->n++;
-    sp_json_free(o);
-  }
-  fclose(f);
+  static const char *const keys[5] = {"epoch", "train_loss", "val_loss", "val_mean_px", "val_mean_shape_px"};
+  double *cols[5];
+  if (sp_metrics_log_read(dir, 5, keys, cols, &h->n) != 0) return -1;
+  h->epoch = cols[0], h->train = cols[1], h->val = cols[2], h->px = cols[3], h->base = cols[4];
   return 0;
 }
 

@@ -19,6 +19,7 @@
 #include "spry/dist.h"
 #include "spry/train.h"
 #include "train/trainer_internal.h"
+#include "train/metrics_log.h"
 #include "train/video_internal.h"
 
 static volatile sig_atomic_t stop_requested;
@@ -267,6 +268,9 @@ int sp_video_train_run(const sp_video_config *cfg, const char *config_text, int 
     }
     start_epoch = st.epoch, start_step = st.step, resumed_loss = st.loss_sum, best = st.rc == 0 ? st.best : best;
   }
+  /* metrics.jsonl holds the epochs this run has done: none when fresh. */
+  if (rc == 0 && r.rank == 0 && sp_metrics_log_start(r.dir, start_epoch) != 0)
+    fprintf(stderr, "spry: warning: %s\n", sp_last_error());
   stop_requested = 0;
   struct sigaction sa = {0}, old_int, old_term;
   sa.sa_handler = on_signal;
@@ -377,6 +381,10 @@ int sp_video_train_run(const sp_video_config *cfg, const char *config_text, int 
   }
   sigaction(SIGINT, &old_int, NULL);
   sigaction(SIGTERM, &old_term, NULL);
+  if (rc == 0 && r.rank == 0) {
+    if (sp_video_report(r.dir, cfg->model) == 0) fprintf(stderr, "spry: report in %s/index.html\n", r.dir);
+    else fprintf(stderr, "spry: warning: report incomplete: %s\n", sp_last_error());
+  }
   if (summary) {
     memset(summary, 0, sizeof *summary);
     summary->train_loss = last_loss;

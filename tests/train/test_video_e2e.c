@@ -157,8 +157,22 @@ static void interrupted_multigrid_run_resumes_exactly(void **state) {
        la += 13, lb += 13, lines++)
     assert_true(strtod(la + 13, NULL) == strtod(lb + 13, NULL));
   assert_int_equal(lines, 3);
+  int lines_b = 0; /* the resumed log holds each epoch once */
+  for (const char *lb = mb; (lb = strstr(lb, "\"train_loss\":")); lb += 13) lines_b++;
+  assert_int_equal(lines_b, 3);
   free(ma);
   free(mb);
+  /* The report: figures of the log and an index.html that shows them. */
+  snprintf(pa, sizeof pa, "%s/mg-straight/index.html", dir);
+  char *html = sp_test_slurp(pa);
+  assert_non_null(html);
+  assert_non_null(strstr(html, "accuracy.png"));
+  assert_non_null(strstr(html, "throughput.png"));
+  free(html);
+  snprintf(pa, sizeof pa, "%s/mg-straight/accuracy.png", dir);
+  FILE *png = fopen(pa, "rb");
+  assert_non_null(png);
+  fclose(png);
   snprintf(pa, sizeof pa, "%s/mg-straight", dir);
   snprintf(pb, sizeof pb, "%s/mg-stopped", dir);
   sp_test_assert_same_checkpoint(pa, pb);
