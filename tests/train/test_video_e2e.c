@@ -173,6 +173,14 @@ static void interrupted_multigrid_run_resumes_exactly(void **state) {
   FILE *png = fopen(pa, "rb");
   assert_non_null(png);
   fclose(png);
+  /* A video checkpoint given to predict is named as such. */
+  char args[1600], out[4096];
+  snprintf(args, sizeof args, "predict --weights %s/mg-straight/best.safetensors %s/face.jpg", dir, dir);
+  int prc = sp_test_run_cli(args, 1, out, sizeof out);
+  if (prc != -1) {
+    assert_int_not_equal(prc, 0);
+    assert_non_null(strstr(out, "a video model's checkpoint"));
+  }
   snprintf(pa, sizeof pa, "%s/mg-straight", dir);
   snprintf(pb, sizeof pb, "%s/mg-stopped", dir);
   sp_test_assert_same_checkpoint(pa, pb);
