@@ -176,6 +176,12 @@ static int write_outputs(const options *o, const sp_morph *m, const sp_image *a,
     if (!rc) rc = sp_write_png(path, frame, h, w, c);
     if (!rc) sp_morph_resize(frame, w, h, c, small + (size_t)gw * gh * c * f, gw, gh, NULL, 0);
   }
+  /* Frames of an earlier, longer morph into the same folder would look like
+   * part of this one. */
+  for (int f = n_frames; !rc; f++) {
+    snprintf(path, sizeof path, "%s/frame_%03d.png", o->out, f);
+    if (remove(path) != 0) break;
+  }
   if (!rc) {
     /* A -> B -> A, the ends not repeated, so the loop has no stutter. */
     int n_gif = n_frames > 1 ? 2 * n_frames - 2 : 1;
@@ -202,6 +208,7 @@ int sp_cli_morph(int argc, char **argv) {
   int k[2] = {0, 0}, rc = 1;
   sp_kp_predictor *p = NULL;
   sp_morph *m = NULL;
+  char *made = sp_missing_dirs_top(o.out); /* removed again if this run fails early */
   if (sp_make_dirs(o.out)) goto fail;
   for (int f = 0; f < 2; f++)
     if (sp_image_load(o.img[f], 3, &im[f])) goto fail;
@@ -241,6 +248,8 @@ int sp_cli_morph(int argc, char **argv) {
   rc = 0;
 fail:
   if (rc) fprintf(stderr, "spry morph: %s\n", sp_last_error());
+  if (rc) sp_remove_empty_dirs(o.out, made); /* only folders this run made, only if empty */
+  free(made);
   sp_morph_free(m);
   sp_kp_predictor_close(p);
   for (int f = 0; f < 2; f++) free(pts[f]), sp_image_free(&im[f]);

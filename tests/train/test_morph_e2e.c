@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "spry/config.h"
 #include "spry/data.h"
@@ -84,6 +85,12 @@ static void morph_with_a_trained_model(void **state) {
            run_dir, path, faces, faces, out_dir);
   assert_int_equal(sp_test_run_cli(args, 1, out, sizeof out), 0);
   assert_non_null(strstr(out, "\"points_from\":\"mixed\""));
+  /* 3 frames now, 4 before: the old run's last frame is gone. */
+  char stale[700];
+  snprintf(stale, sizeof stale, "%s/frame_003.png", out_dir);
+  FILE *old = fopen(stale, "rb");
+  if (old) fclose(old);
+  assert_null(old);
   /* With both point files the checkpoint would go unused: refused. */
   snprintf(args, sizeof args,
            "morph --weights %s/best.safetensors --points-a %s --points-b %s %s/images/Synth_Person_0000_00.jpg "
@@ -91,11 +98,14 @@ static void morph_with_a_trained_model(void **state) {
            run_dir, path, path, faces, faces, out_dir);
   assert_int_not_equal(sp_test_run_cli(args, 1, out, sizeof out), 0);
   assert_non_null(strstr(out, "would not be used"));
-  /* A missing checkpoint is an error naming it. */
+  /* A missing checkpoint is an error naming it, and leaves no output folder. */
   snprintf(args, sizeof args, "morph --weights %s/none.safetensors %s/images/Synth_Person_0000_00.jpg "
-           "%s/images/Synth_Person_0001_00.jpg --out %s", dir, faces, faces, out_dir);
+           "%s/images/Synth_Person_0001_00.jpg --out %s/never/made", dir, faces, faces, dir);
   assert_int_not_equal(sp_test_run_cli(args, 1, out, sizeof out), 0);
   assert_non_null(strstr(out, "none.safetensors"));
+  snprintf(stale, sizeof stale, "%s/never", dir);
+  struct stat st;
+  assert_int_not_equal(stat(stale, &st), 0);
 }
 
 int main(void) {
