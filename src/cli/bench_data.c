@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/args.h"
 #include "cli/cli.h"
 #include "spry/data.h"
 
@@ -48,26 +49,36 @@ static double run_loader(sp_loader *l, int64_t *epoch, int images, int normalize
 int sp_cli_bench_data(int argc, char **argv) {
   const char *dataset = NULL, *cache_file = NULL;
   int size = 224, batch = 64, workers = 0, use_cache = 0, runs = 5, images = 4096, channels = 3;
-  uint64_t seed = 1;
+  int64_t seed = 1;
   for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+    const char *a = argv[i], *seed_s = NULL;
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); return 0; }
     if (!strcmp(a, "--cache")) { use_cache = 1; continue; }
     if (!strcmp(a, "--gray")) { channels = 1; continue; }
-    if (!v) { fprintf(stderr, "spry bench data: %s needs a value\n", a); usage(stderr); return 2; }
-    if (!strcmp(a, "--dataset")) dataset = v;
-    else if (!strcmp(a, "--cache-file")) { cache_file = v; use_cache = 1; }
-    else if (!strcmp(a, "--size")) size = atoi(v);
-    else if (!strcmp(a, "--batch")) batch = atoi(v);
-    else if (!strcmp(a, "--workers")) workers = atoi(v);
-    else if (!strcmp(a, "--runs")) runs = atoi(v);
-    else if (!strcmp(a, "--images")) images = atoi(v);
-    else if (!strcmp(a, "--seed")) seed = strtoull(v, NULL, 10);
-    else { fprintf(stderr, "spry bench data: unknown option %s\n", a); usage(stderr); return 2; }
-    i++;
+    /* Each option names itself and its range when its value is wrong. */
+    int r;
+    if ((r = sp_arg_str(argc, argv, &i, "--dataset", &dataset)) ||
+        (r = sp_arg_str(argc, argv, &i, "--cache-file", &cache_file)) ||
+        (r = sp_arg_int(argc, argv, &i, "--size", 8, 4096, &size)) ||
+        (r = sp_arg_int(argc, argv, &i, "--batch", 1, 65536, &batch)) ||
+        (r = sp_arg_int(argc, argv, &i, "--workers", 0, 1024, &workers)) ||
+        (r = sp_arg_int(argc, argv, &i, "--runs", 1, 100000, &runs)) ||
+        (r = sp_arg_int(argc, argv, &i, "--images", 1, 100000000, &images)) ||
+        (r = sp_arg_str(argc, argv, &i, "--seed", &seed_s))) {
+      if (r < 0) return 2;
+      if (cache_file) use_cache = 1;
+      if (seed_s && sp_parse_int64(seed_s, 0, INT64_MAX, &seed) != 0) {
+        fprintf(stderr, "spry bench data: --seed wants a non-negative integer, got '%s'\n", seed_s);
+        return 2;
+      }
+      continue;
+    }
+    fprintf(stderr, "spry bench data: unknown option %s\n", a);
+    usage(stderr);
+    return 2;
   }
-  if (!dataset || size < 8 || batch < 1 || runs < 1 || images < 1 || workers < 0) {
+  if (!dataset) {
+    fprintf(stderr, "spry bench data: --dataset is required\n");
     usage(stderr);
     return 2;
   }

@@ -124,23 +124,31 @@ int sp_cli_bench_video(int argc, char **argv) {
         return 2;
       }
       c.tsn = !strcmp(v, "tsn");
-    } else if (!strcmp(a, "--segments")) c.segments = atoi(v);
-    else if (!strcmp(a, "--frames")) c.frames = atoi(v);
-    else if (!strcmp(a, "--stride")) c.stride = atoi(v);
-    else if (!strcmp(a, "--size")) c.size = atoi(v);
-    else if (!strcmp(a, "--runs")) runs = atoi(v);
-    else if (!strcmp(a, "--workers")) workers = atoi(v);
-    else if (!strcmp(a, "--threads")) c.threads = atoi(v);
-    else {
-      fprintf(stderr, "spry bench video: unknown option %s\n", a);
-      usage(stderr);
-      free(files);
-      return 2;
+      i++;
+      continue;
     }
-    i++;
+    /* Each option names itself and its range when its value is wrong. */
+    int r;
+    if ((r = sp_arg_int(argc, argv, &i, "--segments", 1, 1024, &c.segments)) ||
+        (r = sp_arg_int(argc, argv, &i, "--frames", 1, 1024, &c.frames)) ||
+        (r = sp_arg_int(argc, argv, &i, "--stride", 1, 1024, &c.stride)) ||
+        (r = sp_arg_int(argc, argv, &i, "--size", 8, 4096, &c.size)) ||
+        (r = sp_arg_int(argc, argv, &i, "--runs", 1, 100000, &runs)) ||
+        (r = sp_arg_int(argc, argv, &i, "--workers", 1, 1024, &workers)) ||
+        (r = sp_arg_int(argc, argv, &i, "--threads", 1, 1024, &c.threads))) {
+      if (r < 0) {
+        free(files);
+        return 2;
+      }
+      continue;
+    }
+    fprintf(stderr, "spry bench video: unknown option %s\n", a);
+    usage(stderr);
+    free(files);
+    return 2;
   }
-  if (nfiles == 0 || runs < 1 || workers < 1 || c.size < 8 || clip_len(&c) < 1 || clip_len(&c) > 1024 ||
-      c.stride < 1 || c.threads < 1) {
+  if (nfiles == 0 || clip_len(&c) > 1024) {
+    fprintf(stderr, "spry bench video: %s\n", nfiles ? "a clip has at most 1024 frames" : "give the video FILES");
     usage(stderr);
     free(files);
     return 2;

@@ -1,13 +1,13 @@
 /* `spry synth actions --count N --out DIR`: the synthetic motion-direction
  * clip set (see src/data/video_synth.c for why its classes need time). */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/args.h"
 #include "cli/cli.h"
 #include "spry/video.h"
-
-
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -21,32 +21,38 @@ static void usage(FILE *f) {
 int sp_cli_synth_actions(int argc, char **argv) {
   const char *out = NULL;
   int count = 0, frames = 32, size = 112;
-  unsigned long long seed = 1;
+  int64_t seed = 1;
   for (int i = 1; i < argc; i++) {
-    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
       usage(stdout);
       return 0;
     }
-    if (!v) {
-      fprintf(stderr, "spry synth actions: %s needs a value\n", a);
-      return 2;
+    /* Each option names itself and its range when its value is wrong. */
+    const char *seed_s = NULL;
+    int r;
+    if ((r = sp_arg_int(argc, argv, &i, "--count", 1, 10000000, &count)) ||
+        (r = sp_arg_str(argc, argv, &i, "--out", &out)) ||
+        (r = sp_arg_int(argc, argv, &i, "--frames", 2, 10000, &frames)) ||
+        (r = sp_arg_int(argc, argv, &i, "--size", 16, 4096, &size)) ||
+        (r = sp_arg_str(argc, argv, &i, "--seed", &seed_s))) {
+      if (r < 0) return 2;
+      if (seed_s && sp_parse_int64(seed_s, 0, INT64_MAX, &seed) != 0) {
+        fprintf(stderr, "spry synth actions: --seed wants a non-negative integer, got '%s'\n", seed_s);
+        return 2;
+      }
+      continue;
     }
-    if (!strcmp(a, "--count")) count = atoi(v);
-    else if (!strcmp(a, "--out")) out = v;
-    else if (!strcmp(a, "--frames")) frames = atoi(v);
-    else if (!strcmp(a, "--size")) size = atoi(v);
-    else if (!strcmp(a, "--seed")) seed = strtoull(v, NULL, 10);
-    else {
-      fprintf(stderr, "spry synth actions: unknown option %s\n", a);
-      usage(stderr);
-      return 2;
-    }
-    i++;
-  }
-  if (!out || count <= 0 || frames < 2 || size < 16 || size % 2) {
+    fprintf(stderr, "spry synth actions: unknown option %s\n", argv[i]);
     usage(stderr);
-    if (size % 2) fprintf(stderr, "spry synth actions: --size must be even (4:2:0 video)\n");
+    return 2;
+  }
+  if (!out || !count) {
+    fprintf(stderr, "spry synth actions: --count and --out are required\n");
+    usage(stderr);
+    return 2;
+  }
+  if (size % 2) {
+    fprintf(stderr, "spry synth actions: --size %d must be even (4:2:0 video)\n", size);
     return 2;
   }
   double t0 = sp_now();

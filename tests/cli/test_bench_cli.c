@@ -113,6 +113,13 @@ static void bad_options_are_refused(void **state) {
   rc = sp_test_run_cli("bench op tshift --shape 100000,100000,100000,100000 --segments 2", 1, out, sizeof out);
   assert_int_not_equal(rc, 0);
   assert_non_null(strstr(out, "needs about"));
+  /* An out-of-range value names its option and the range. */
+  rc = sp_test_run_cli("bench data --dataset nowhere --size 3", 1, out, sizeof out);
+  assert_int_not_equal(rc, 0);
+  assert_non_null(strstr(out, "--size wants an integer in [8, 4096], got '3'"));
+  rc = sp_test_run_cli("bench video --sampler tsn --segments 0 a.mp4", 1, out, sizeof out);
+  assert_int_not_equal(rc, 0);
+  assert_non_null(strstr(out, "--segments wants an integer in [1, 1024], got '0'"));
   rc = sp_test_run_cli("bench nosuch", 1, out, sizeof out);
   assert_int_not_equal(rc, 0);
   assert_non_null(strstr(out, "unknown benchmark 'nosuch'"));

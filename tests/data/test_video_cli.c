@@ -69,6 +69,9 @@ static void video_frames_refuses_huge_numbers(void **state) {
   expect_said("frame 8 out of range");
   snprintf(f, sizeof f, "%s/g", tmp);
   assert_false(exists(f));
+  /* synth actions names the option and its range too. */
+  assert_int_equal(spry("synth actions --count 2 --frames 0 --out %s/s", tmp), 2);
+  expect_said("--frames wants an integer in [2, 10000], got '0'");
   /* A good run still writes its frames. */
   snprintf(f, sizeof f, "%s/ok", tmp);
   assert_int_equal(spry("video frames %s --index 0,2-3 --size 40 --out %s", clip, f), 0);
