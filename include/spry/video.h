@@ -139,8 +139,8 @@ int sp_video_list_keep_usable(sp_video_list *l, const char *list_path, int warn)
  * per line, file named *.txt) the labels come from it instead. Writes the list
  * (paths relative to the list's folder when possible) and, for class
  * sub-folders, classes.txt beside it (line k names label k; a csv of pairs
- * names no classes, so an older classes.txt is removed). Both files are
- * replaced atomically and only on success. Returns the number of entries or -1. */
+ * names no classes, so an older classes.txt is removed). Each file is
+ * replaced atomically, the list first, and only once every entry was read. Returns the number of entries or -1. */
 int sp_video_list_build(const char *dir, const char *labels_csv, const char *list_out);
 
 /* ----------------------------------------------------- pre-decoded frames */

@@ -97,13 +97,16 @@ int sp_cli_eval(int argc, char **argv) {
    * evaluation, not after it. Next to the weights it is a courtesy, and a
    * read-only model folder only earns a warning. */
   const int out_given = out != NULL;
+  char *made = out_given ? sp_missing_dirs_top(out) : NULL; /* removed again if the evaluation fails */
   if (out_given && (sp_make_dirs(out) != 0 || access(out, W_OK) != 0)) {
     fprintf(stderr, "spry eval: --out %s: %s\n", out, access(out, F_OK) == 0 ? "not a writable folder" : sp_last_error());
+    free(made);
     return 2;
   }
   if (!out) out = dirname(weights_dir);
 
   sp_kp_data d;
+  memset(&d, 0, sizeof d);
   int32_t neighbours[SP_MAX_KEYPOINTS * 8];
   float scale, offset;
   sp_graph *g = NULL;
@@ -119,6 +122,9 @@ int sp_cli_eval(int argc, char **argv) {
       sp_error_set("the model of %s does not fit the %d-point faces of %s (%s)", weights, d.k, data, sp_last_error());
     fprintf(stderr, "spry eval: %s\n", sp_last_error());
     sp_graph_free(g);
+    sp_kp_data_free(&d);
+    if (made) sp_remove_empty_dirs(out, made);
+    free(made);
     return 1;
   }
   sp_loader_config lc = sp_loader_config_default(cfg.batch, cfg.data.size);
@@ -171,5 +177,7 @@ int sp_cli_eval(int argc, char **argv) {
   sp_graph_free(g);
   sp_kp_data_free(&d);
   sp_plot_release_caches(); /* fontconfig's caches: leak-clean exits under ASan */
+  if (rc != 0 && made) sp_remove_empty_dirs(out, made);
+  free(made);
   return rc == 0 ? 0 : 1;
 }

@@ -208,7 +208,7 @@ int sp_cli_morph(int argc, char **argv) {
   int k[2] = {0, 0}, rc = 1;
   sp_kp_predictor *p = NULL;
   sp_morph *m = NULL;
-  char *made = sp_missing_dirs_top(o.out); /* removed again if this run fails early */
+  char *made = sp_missing_dirs_top(o.out); /* removed again, with its files, if this run fails */
   if (sp_make_dirs(o.out)) goto fail;
   for (int f = 0; f < 2; f++)
     if (sp_image_load(o.img[f], 3, &im[f])) goto fail;
@@ -248,7 +248,18 @@ int sp_cli_morph(int argc, char **argv) {
   rc = 0;
 fail:
   if (rc) fprintf(stderr, "spry morph: %s\n", sp_last_error());
-  if (rc) sp_remove_empty_dirs(o.out, made); /* only folders this run made, only if empty */
+  if (rc && made) { /* a folder this run made: take back what it wrote, then the folder */
+    char path[4200];
+    for (int f = 0; f <= o.frames; f++) {
+      snprintf(path, sizeof path, "%s/frame_%03d.png", o.out, f);
+      remove(path);
+    }
+    snprintf(path, sizeof path, "%s/points.png", o.out);
+    remove(path);
+    snprintf(path, sizeof path, "%s/morph.gif", o.out);
+    remove(path);
+    sp_remove_empty_dirs(o.out, made);
+  }
   free(made);
   sp_morph_free(m);
   sp_kp_predictor_close(p);

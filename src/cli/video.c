@@ -89,12 +89,12 @@ static int parse_indices(const char *s, int64_t **out, int *n) {
       fprintf(stderr, "spry video frames: --index asks for more than %d frames (the limit of one run)\n", MAX_FRAMES);
       return -1;
     }
-    for (long long i = a, k = b - a; k >= 0; i++, k--) {
+    for (long long k = 0; k <= b - a; k++) { /* no a + k past b: b may be LLONG_MAX */
       if (*n == cap) {
         cap = cap ? 2 * cap : 64;
         *out = sp_xrealloc(*out, (size_t)cap * sizeof(int64_t));
       }
-      (*out)[(*n)++] = i;
+      (*out)[(*n)++] = a + k;
     }
     if (*end == ',') end++;
     else if (*end) goto bad;

@@ -1,6 +1,5 @@
 /* Folder creation and atomic file writes shared by every command that
  * writes output (see include/spry/common.h). */
-#define _GNU_SOURCE /* mkostemp */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -68,18 +67,23 @@ void sp_remove_empty_dirs(const char *path, const char *top) {
 
 int sp_write_file_atomic(const char *path, const void *data, size_t n) {
   if (!path || !*path) return sp_error_set("cannot write a file with an empty name");
-  size_t len = strlen(path) + 16;
+  size_t len = strlen(path) + 48;
   char *tmp = sp_xmalloc(len);
   /* A unique temporary in the same folder (rename does not cross file
-   * systems), so two writers of one name never share it. */
-  snprintf(tmp, len, "%s.tmp.XXXXXX", path);
-  int fd = mkostemp(tmp, O_CLOEXEC);
+   * systems), so two writers of one name never share it; created 0666 so
+   * the umask applies as it would to the file itself (mkstemp gives 0600). */
+  static _Atomic unsigned serial;
+  int fd = -1;
+  for (int tries = 0; fd < 0 && tries < 100; tries++) {
+    snprintf(tmp, len, "%s.tmp.%ld.%u", path, (long)getpid(), serial++);
+    fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd < 0 && errno != EEXIST) break;
+  }
   if (fd < 0) {
     int rc = sp_error_set("%s: cannot create (%s)", path, strerror(errno));
     free(tmp);
     return rc;
   }
-  (void)fchmod(fd, 0644); /* mkostemp makes 0600; these files are meant to be shared */
   int rc = 0;
   const char *b = data;
   while (rc == 0 && n > 0) {

@@ -22,7 +22,7 @@ static char **list_dir(const char *dir, int *n) {
   DIR *d = opendir(dir);
   *n = 0;
   if (!d) return NULL;
-  char **names = NULL;
+  char **names = sp_xmalloc(sizeof(char *)); /* non-NULL when empty: NULL means unreadable */
   struct dirent *e;
   while ((e = readdir(d))) {
     if (e->d_name[0] == '.') continue;

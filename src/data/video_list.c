@@ -362,18 +362,23 @@ int sp_video_list_build(const char *dir, const char *labels_csv, const char *lis
   if (cf) fclose(cf);
   if (rc == 0 && count == 0)
     rc = sp_error_set("%s: no videos found (expected CLASS/clip.mp4 sub-folders or a `path,label` csv)", dir);
-  if (rc == 0 && cf) {
-    rc = put_file(cpath, cbuf, clen);
-    cbuf = NULL;
-  }
+  /* The list first: if classes.txt then fails, the error says so and the
+   * labels in the list stand on their own. */
   if (rc == 0) {
     rc = put_file(list_out, lbuf, llen);
     lbuf = NULL;
   }
+  if (rc == 0 && cf) {
+    rc = put_file(cpath, cbuf, clen);
+    cbuf = NULL;
+  }
   /* `path,label` pairs name no classes: an older classes.txt beside the
-   * list would contradict the new labels. */
-  if (rc == 0 && !cf && unlink(cpath) == 0)
+   * list would contradict the new labels (unless it is the list itself). */
+  char *real_list = rc == 0 && !cf ? realpath(list_out, NULL) : NULL, *real_classes = real_list ? realpath(cpath, NULL) : NULL;
+  if (real_classes && strcmp(real_list, real_classes) && unlink(cpath) == 0)
     fprintf(stderr, "spry prepare list: removed %s (the csv's labels have no class names)\n", cpath);
+  free(real_list);
+  free(real_classes);
   free(lbuf);
   free(cbuf);
   return rc == 0 ? count : -1;

@@ -114,6 +114,10 @@ int sp_prepare_frames(const char *list_path, const char *out_dir, const sp_prepa
   if (quality > 100) return sp_error_set("prepare: JPEG quality %d outside 1..100", quality);
   sp_video_list l;
   if (sp_video_list_read(list_path, &l) != 0) return -1;
+  if (l.n == 0) {
+    sp_video_list_free(&l);
+    return sp_error_set("%s: the list names no clips", list_path);
+  }
   char *out_made = sp_missing_dirs_top(out_dir);
   if (sp_make_dirs(out_dir) != 0) {
     free(out_made);

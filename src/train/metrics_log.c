@@ -17,18 +17,13 @@ static int64_t line_epoch(const char *line) {
 }
 
 int sp_metrics_log_start(const char *dir, int64_t done) {
-  char path[1100], tmp[1200];
+  char path[1100];
   snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
   FILE *in = fopen(path, "r");
   if (!in) return errno == ENOENT ? 0 : sp_error_set("%s: %s", path, strerror(errno));
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
-  FILE *out = fopen(tmp, "w");
-  if (!out) {
-    fclose(in);
-    return sp_error_set("%s: %s", tmp, strerror(errno));
-  }
-  char *line = NULL;
-  size_t cap = 0;
+  char *kept = NULL, *line = NULL;
+  size_t kept_len = 0, cap = 0;
+  FILE *out = open_memstream(&kept, &kept_len);
   int64_t dropped = 0;
   while (getline(&line, &cap, in) > 0) {
     int64_t e = line_epoch(line);
@@ -37,14 +32,13 @@ int sp_metrics_log_start(const char *dir, int64_t done) {
   }
   free(line);
   fclose(in);
-  if (fclose(out) != 0 || rename(tmp, path) != 0) {
-    remove(tmp);
-    return sp_error_set("%s: cannot rewrite: %s", path, strerror(errno));
-  }
-  if (dropped)
+  fclose(out);
+  int rc = dropped ? sp_write_file_atomic(path, kept, kept_len) : 0;
+  free(kept);
+  if (rc == 0 && dropped)
     fprintf(stderr, "spry: %s: dropped %lld line(s) of epochs after %lld (an earlier run's)\n", path,
             (long long)dropped, (long long)done);
-  return 0;
+  return rc;
 }
 
 int sp_metrics_log_read(const char *dir, int n_keys, const char *const *keys, double **cols, int *n_rows) {

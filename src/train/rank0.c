@@ -1,4 +1,8 @@
 /* Rank 0's solo work told to every rank (trainer_internal.h). */
+#include <stdio.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include "spry/common.h"
 #include "spry/dist.h"
 #include "train/trainer_internal.h"
@@ -9,4 +13,18 @@ int sp_share_rank0(sp_rank0_state *st, double timeout_s, const char *what) {
   sp_dist_bcast(st, sizeof *st, what);
   if (st->rc != 0 && sp_dist_rank() > 0) sp_error_set("rank 0 failed during %s (see its message)", what);
   return st->rc;
+}
+
+int sp_check_run_folder(const char *dir, int resume, double timeout_s) {
+  sp_rank0_state st = {0};
+  if (sp_dist_rank() == 0) {
+    char path[1100];
+    struct stat sb;
+    snprintf(path, sizeof path, "%s/last.safetensors", dir);
+    if (resume && (stat(path, &sb) != 0 || !S_ISREG(sb.st_mode)))
+      st.rc = sp_error_set("--resume %s: no last.safetensors there (nothing to resume; start without --resume)", dir);
+    else if (stat(dir, &sb) == 0 && (!S_ISDIR(sb.st_mode) || access(dir, W_OK) != 0))
+      st.rc = sp_error_set("out %s: not a writable folder", dir);
+  }
+  return sp_share_rank0(&st, timeout_s, "checking the run folder");
 }

@@ -17,7 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include "io/json.h"
 #include "spry/dist.h"
@@ -136,23 +135,6 @@ static int save(run *r, const char *name, int64_t epoch, int64_t step_in_epoch, 
   return sp_checkpoint_save(path, r->g, r->opt, &meta);
 }
 
-/* Before any folder, cache or epoch: --resume needs a checkpoint to resume,
- * and the run folder must take files (else the first checkpoint would fail
- * after a whole epoch). Rank 0 checks; every rank learns the answer. */
-static int check_out(run *r, int resume) {
-  sp_rank0_state st = {0};
-  if (r->rank == 0) {
-    char path[1100];
-    struct stat sb;
-    snprintf(path, sizeof path, "%s/last.safetensors", r->dir);
-    if (resume && (stat(path, &sb) != 0 || !S_ISREG(sb.st_mode)))
-      st.rc = sp_error_set("--resume %s: no last.safetensors there (nothing to resume; start without --resume)", r->dir);
-    else if (stat(r->dir, &sb) == 0 && (!S_ISDIR(sb.st_mode) || access(r->dir, W_OK) != 0))
-      st.rc = sp_error_set("out %s: not a writable folder", r->dir);
-  }
-  return sp_share_rank0(&st, r->cfg->dist.timeout_s, "checking the run folder");
-}
-
 static int setup(run *r, const sp_train_config *cfg, const char *config_text, int resume) {
   memset(r, 0, sizeof *r);
   r->cfg = cfg;
@@ -170,7 +152,7 @@ static int setup(run *r, const sp_train_config *cfg, const char *config_text, in
   }
   if (cfg->batch % r->world)
     return sp_error_set("batch %d is the global batch and must be a multiple of the %d ranks", cfg->batch, r->world);
-  if (check_out(r, resume) != 0) {
+  if (sp_check_run_folder(r->dir, resume, cfg->dist.timeout_s) != 0) {
     r->refused = 1; /* every rank fails here together */
     return -1;
   }

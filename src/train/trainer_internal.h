@@ -89,5 +89,9 @@ typedef struct {
  * st->rc, and on the other ranks sets an error when rank 0 failed. A world
  * of one returns st->rc at once. */
 int sp_share_rank0(sp_rank0_state *st, double timeout_s, const char *what);
+/* Before a run makes any folder, cache or epoch (every rank calls it; rank 0
+ * looks): --resume needs dir/last.safetensors, and an existing dir must be a
+ * writable folder, else the first checkpoint would fail after an epoch. */
+int sp_check_run_folder(const char *dir, int resume, double timeout_s);
 
 #endif

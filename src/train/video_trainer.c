@@ -60,18 +60,29 @@ static int classes_of(const run *r, int max_train, int max_val, int *classes) {
 }
 
 /* Every rank must have left out the same clips (a file that one node sees
- * and another does not would shift every batch): the counts, summed. */
+ * and another does not would shift every batch): the kept entries (their
+ * list lines and labels) hashed, rank 0's hash against each rank's. */
+static uint64_t kept_hash(const sp_video_list *l, uint64_t h) {
+  for (int i = 0; i < l->n; i++) {
+    int32_t e[2] = {l->line ? l->line[i] : i, l->label[i]};
+    h = sp_dist_hash(e, sizeof e, h);
+  }
+  return sp_dist_hash(&l->n, sizeof l->n, h);
+}
+
 static int same_lists_on_ranks(const run *r) {
   if (r->world < 2) return 0;
-  double n[2] = {r->train.n, r->val.n};
-  sp_dist_sum_f64(n, 2, "list sizes");
-  if (n[0] != (double)r->train.n * r->world || n[1] != (double)r->val.n * r->world)
-    return sp_error_set("rank %d has %d train / %d val clips, other ranks differ: missing clips are not missing on "
-                        "every node", r->rank, r->train.n, r->val.n);
+  uint64_t mine = kept_hash(&r->val, kept_hash(&r->train, 0)), rank0 = mine;
+  sp_dist_bcast(&rank0, sizeof rank0, "list check");
+  double differ = mine != rank0;
+  sp_dist_sum_f64(&differ, 1, "list check");
+  if (differ > 0)
+    return sp_error_set("rank %d kept %d train / %d val clips%s: the ranks left out different clips (a clip missing "
+                        "on some nodes only)", r->rank, r->train.n, r->val.n, mine != rank0 ? ", unlike rank 0" : "");
   return 0;
 }
 
-static int setup(run *r, const sp_video_config *cfg, const char *config_text) {
+static int setup(run *r, const sp_video_config *cfg, const char *config_text, int resume) {
   memset(r, 0, sizeof *r);
   r->cfg = cfg;
   r->config_text = config_text;
@@ -87,6 +98,10 @@ static int setup(run *r, const sp_video_config *cfg, const char *config_text) {
   }
   if (cfg->batch % r->world)
     return sp_error_set("batch %d is the global batch and must be a multiple of the %d ranks", cfg->batch, r->world);
+  if (sp_check_run_folder(r->dir, resume, cfg->dist.timeout_s) != 0) {
+    r->refused = 1; /* every rank fails here together */
+    return -1;
+  }
   if (r->rank == 0 && sp_make_dirs(r->dir) != 0) return -1;
   if (cfg->threads > 0) omp_set_num_threads(cfg->threads);
   if (!cfg->data.train_list[0]) return sp_error_set("data.train_list is not set");
@@ -242,7 +257,7 @@ static int train_step(run *r, const sp_video_batch *b, double lr, double *loss_o
 
 int sp_video_train_run(const sp_video_config *cfg, const char *config_text, int resume, sp_video_summary *summary) {
   run r;
-  int rc = setup(&r, cfg, config_text);
+  int rc = setup(&r, cfg, config_text, resume);
   /* A rank-local setup failure would leave the others waiting: end the job. */
   if (rc != 0 && r.world > 1 && !r.refused) sp_dist_abort("setup failed: %s", sp_last_error());
   int64_t start_epoch = 0, start_step = 0;

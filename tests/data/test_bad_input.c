@@ -151,6 +151,11 @@ static void a_folder_is_not_an_image(void **state) {
   snprintf(file, sizeof file, "%s/missing", dir);
   assert_int_equal(sp_dataset_open_dir(file, &ds), -1);
   assert_non_null(strstr(sp_last_error(), "no such folder"));
+  /* An empty folder is readable: it holds no annotations. */
+  snprintf(file, sizeof file, "%s/empty", dir);
+  assert_int_equal(sp_make_dirs(file), 0);
+  assert_int_equal(sp_dataset_open_dir(file, &ds), -1);
+  assert_non_null(strstr(sp_last_error(), "no annotations found"));
   sp_test_rmtree(dir);
 }
 

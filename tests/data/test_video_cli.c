@@ -102,6 +102,14 @@ static void prepare_frames_fails_when_a_clip_fails(void **state) {
   assert_false(exists(p));
   snprintf(p, sizeof p, "%s/gone4", pf);
   assert_false(exists(p));
+  /* An empty list is an error, not "0 clips" with no frames.list. */
+  snprintf(p, sizeof p, "%s/act/empty.txt", tmp);
+  f = fopen(p, "w");
+  fclose(f);
+  snprintf(pf, sizeof pf, "%s/pf-empty", tmp);
+  assert_int_equal(spry("prepare frames --list %s --out %s", p, pf), 1);
+  expect_said("names no clips");
+  assert_false(exists(pf));
 }
 
 static void prepare_list_keeps_the_old_files_on_failure(void **state) {

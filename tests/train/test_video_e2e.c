@@ -136,6 +136,12 @@ static void interrupted_multigrid_run_resumes_exactly(void **state) {
   while (e < 3 && it[e] < 2) stop_at += it[e++];
   assert_true(e < 3);
   stop_at++;
+  /* Nothing to resume: refused before the run folder is made. */
+  assert_int_equal(train_rc("tsm-r18", "never-trained", 2, 3, 1, &b), -1);
+  assert_non_null(strstr(sp_last_error(), "no last.safetensors there"));
+  snprintf(p, sizeof p, "%s/never-trained", dir);
+  FILE *none = fopen(p, "r");
+  assert_null(none);
   sp_train_stop_after(stop_at);
   int rc = train_rc("tsm-r18", "mg-stopped", 2, 3, 0, &b);
   sp_train_stop_after(0);
