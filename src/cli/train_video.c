@@ -8,6 +8,7 @@
 #include "io/json.h"
 #include "spry/safetensors.h"
 #include "spry/dist.h"
+#include "spry/plot.h"
 #include "spry/video_train.h"
 
 static const char *config_arg(int argc, char **argv) {
@@ -79,6 +80,7 @@ int sp_cli_train_video(int argc, char **argv) {
   }
   free(text);
   free(sets);
+  sp_plot_release_caches(); /* the report's fontconfig caches: leak-clean exits under ASan */
   return rc == -1 ? 1 : rc;
 }
 
