@@ -1,10 +1,12 @@
 /* Run configs: values land in the right fields, --set overrides, and every
  * mistake is an error that names the key and its line. */
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "spry/config.h"
+#include "spry/video_train.h"
 #include "testkit.h"
 
 static char dir[256];
@@ -138,12 +140,46 @@ static void mistakes_name_key_and_line(void **state) {
   assert_non_null(strstr(sp_last_error(), "no/such/file.yaml"));
 }
 
+/* Every config the project ships reads without error: a stricter reader
+ * must not break what the README tells users to run. */
+static void shipped_configs_read(void **state) {
+  (void)state;
+  const char *src = getenv("SPRY_SOURCE_DIR");
+  if (!src) skip();
+  char dir_path[1024];
+  snprintf(dir_path, sizeof dir_path, "%s/configs", src);
+  DIR *d = opendir(dir_path);
+  assert_non_null(d);
+  int keypoint = 0, video = 0;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    size_t n = strlen(e->d_name);
+    if (n < 6 || strcmp(e->d_name + n - 5, ".yaml")) continue;
+    char path[1400];
+    snprintf(path, sizeof path, "%s/%s", dir_path, e->d_name);
+    int rc;
+    if (sp_config_file_is_video(path)) {
+      sp_video_config v;
+      rc = sp_video_config_load(path, 0, NULL, &v, NULL);
+      video++;
+    } else {
+      sp_train_config c;
+      rc = sp_train_config_load(path, 0, NULL, &c, NULL);
+      keypoint++;
+    }
+    if (rc != 0) fail_msg("%s: %s", e->d_name, sp_last_error());
+  }
+  closedir(d);
+  assert_true(keypoint >= 5 && video >= 5);
+}
+
 int main(void) {
   if (!sp_test_tmpdir(dir, sizeof dir)) return 1;
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(seed_recipe_is_read),
       cmocka_unit_test(warmup_fraction_and_overrides),
       cmocka_unit_test(mistakes_name_key_and_line),
+      cmocka_unit_test(shipped_configs_read),
       cmocka_unit_test(resolved_text_reads_back),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
