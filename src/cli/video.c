@@ -25,9 +25,10 @@ static void json_str(FILE *f, const char *s) {
 }
 
 static int video_info(int argc, char **argv) {
-  if (argc < 2 || !strcmp(argv[1], "--help")) {
-    fprintf(argc < 2 ? stderr : stdout, "usage: spry video info FILE|FRAME_DIR\n  prints one JSON object\n");
-    return argc < 2 ? 2 : 0;
+  if (argc != 2 || !strcmp(argv[1], "--help")) {
+    int help = argc >= 2 && !strcmp(argv[1], "--help");
+    fprintf(help ? stdout : stderr, "usage: spry video info FILE|FRAME_DIR\n  prints one JSON object\n");
+    return help ? 0 : 2;
   }
   sp_video *v = sp_video_open(argv[1]);
   sp_video_info in;
@@ -161,8 +162,17 @@ static int video_frames(int argc, char **argv) {
       return 0;
     }
     if (a[0] != '-') {
+      if (file) {
+        fprintf(stderr, "spry video frames: one FILE at a time (got '%s' and '%s')\n", file, a);
+        return 2;
+      }
       file = a;
       continue;
+    }
+    if (strcmp(a, "--index") && strcmp(a, "--out") && strcmp(a, "--size")) {
+      fprintf(stderr, "spry video frames: unknown option %s\n", a);
+      usage_frames(stderr);
+      return 2;
     }
     if (!v) {
       fprintf(stderr, "spry video frames: %s needs a value\n", a);

@@ -69,6 +69,12 @@ static void video_frames_refuses_huge_numbers(void **state) {
   expect_said("frame 8 out of range");
   snprintf(f, sizeof f, "%s/g", tmp);
   assert_false(exists(f));
+  /* Extra or unknown arguments are refused, not ignored. */
+  assert_int_equal(spry("video info %s --bogus", clip), 2);
+  assert_int_equal(spry("video frames %s %s --index 0 --out %s/two", clip, clip, tmp), 2);
+  expect_said("one FILE at a time");
+  assert_int_equal(spry("video frames %s --bogus 1 --index 0 --out %s/two", clip, tmp), 2);
+  expect_said("unknown option --bogus");
   /* synth actions names the option and its range too. */
   assert_int_equal(spry("synth actions --count 2 --frames 0 --out %s/s", tmp), 2);
   expect_said("--frames wants an integer in [2, 10000], got '0'");
