@@ -106,6 +106,7 @@ typedef struct {
   double train_s;        /* wall-clock of the training epochs (validation excluded) */
   int64_t iterations;
   int val_clips;         /* videos evaluated */
+  int val_failed;        /* test clips that could not be read (left out of the scores) */
 } sp_video_summary;
 
 /* Trains cfg into cfg->out. resume: continue from out/last.safetensors.

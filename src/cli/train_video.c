@@ -148,6 +148,7 @@ int sp_cli_eval_video(int argc, char **argv) {
   put(&b, "top5", s.top5);
   put(&b, "val_loss", s.val_loss);
   sp_json_key(&b, "videos"), sp_json_int(&b, s.val_clips);
+  sp_json_key(&b, "unreadable_clips"), sp_json_int(&b, s.val_failed);
   sp_json_obj_end(&b);
   printf("%s\n", b.s);
   sp_json_buf_free(&b);

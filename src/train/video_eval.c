@@ -159,6 +159,7 @@ int sp_video_eval_checkpoint(const sp_video_config *cfg, const char *weights, co
     out->top1 = r.top1;
     out->top5 = r.top5;
     out->val_clips = r.videos;
+    out->val_failed = r.failed;
   }
   sp_video_loader_destroy(loader);
   sp_vnet_free(&net);

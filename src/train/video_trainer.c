@@ -410,6 +410,7 @@ int sp_video_train_run(const sp_video_config *cfg, const char *config_text, int 
     summary->train_s = train_s;
     summary->iterations = iterations;
     summary->val_clips = v.videos;
+    summary->val_failed = v.failed;
   }
   teardown(&r);
   return rc;

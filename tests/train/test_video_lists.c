@@ -142,6 +142,12 @@ static void undecodable_clips_stay_out_of_validation(void **state) {
   snprintf(path, sizeof path, "%s/cli/last.safetensors", tmp);
   assert_int_equal(sp_video_eval_checkpoint(&cfg, path, NULL, &e), 0);
   assert_int_equal(e.val_clips, 3);
+  assert_int_equal(e.val_failed, 1);
+  assert_int_equal(s.val_failed, 1);
+  /* spry eval's JSON says so too. */
+  snprintf(args, sizeof args, "eval --weights %s", path);
+  assert_int_equal(sp_test_run_cli(args, 0, out, sizeof out), 0);
+  assert_non_null(strstr(out, "\"unreadable_clips\":1"));
 }
 
 int main(void) {
