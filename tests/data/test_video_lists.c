@@ -32,10 +32,7 @@ static int teardown(void **state) {
 static const char *put(const char *name, const char *text) {
   static char p[700];
   snprintf(p, sizeof p, "%s/%s", act, name);
-  FILE *f = fopen(p, "w");
-  assert_non_null(f);
-  fputs(text, f);
-  fclose(f);
+  sp_test_write_text(p, text);
   return p;
 }
 

@@ -108,6 +108,13 @@ char *sp_test_slurp(const char *path) {
   return b;
 }
 
+void sp_test_write_text(const char *path, const char *text) {
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  fputs(text, f);
+  assert_int_equal(fclose(f), 0);
+}
+
 void sp_test_assert_same_checkpoint(const char *dir_a, const char *dir_b) {
   char pa[1024], pb[1024];
   snprintf(pa, sizeof pa, "%s/last.safetensors", dir_a);

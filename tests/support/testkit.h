@@ -31,6 +31,8 @@ int sp_test_sanitized(void);
  * or -1 when SPRY_BIN is not set or the command cannot start. */
 /* The whole file as a NUL-terminated string (free it), or NULL. */
 char *sp_test_slurp(const char *path);
+/* Writes text to path (a config, a list file); fails the test if it cannot. */
+void sp_test_write_text(const char *path, const char *text);
 /* Every tensor of DIR_A/last.safetensors equals DIR_B's bit for bit (weights,
  * buffers and optimizer state): what an exactly resumed run must give. */
 void sp_test_assert_same_checkpoint(const char *dir_a, const char *dir_b);

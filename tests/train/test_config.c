@@ -14,10 +14,7 @@ static char dir[256];
 static const char *write_config(const char *name, const char *text) {
   static char path[512];
   snprintf(path, sizeof path, "%s/%s", dir, name);
-  FILE *f = fopen(path, "w");
-  assert_non_null(f);
-  fputs(text, f);
-  fclose(f);
+  sp_test_write_text(path, text);
   return path;
 }
 

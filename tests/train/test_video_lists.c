@@ -38,10 +38,7 @@ static int teardown(void **state) {
 static const char *list_file(const char *name, const char *text) {
   static char p[700];
   snprintf(p, sizeof p, "%s/%s", act, name);
-  FILE *f = fopen(p, "w");
-  assert_non_null(f);
-  fputs(text, f);
-  fclose(f);
+  sp_test_write_text(p, text);
   return p;
 }
 
@@ -91,9 +88,7 @@ static void bad_labels_stop_the_run_with_the_line(void **state) {
   bad = list_file("bad.txt", text);
   yaml_for(bad, bad, "", "cli", yaml, sizeof yaml);
   snprintf(path, sizeof path, "%s/bad.yaml", tmp);
-  FILE *f = fopen(path, "w");
-  fputs(yaml, f);
-  fclose(f);
+  sp_test_write_text(path, yaml);
   snprintf(args, sizeof args, "train %s", path);
   int st = sp_test_run_cli(args, 1, out, sizeof out);
   if (st == -1) return;
@@ -125,9 +120,7 @@ static void undecodable_clips_stay_out_of_validation(void **state) {
   char yaml[2048], path[700], args[1024], out[16384];
   yaml_for(mixed, mixed, "", "cli", yaml, sizeof yaml);
   snprintf(path, sizeof path, "%s/mixed.yaml", tmp);
-  FILE *f = fopen(path, "w");
-  fputs(yaml, f);
-  fclose(f);
+  sp_test_write_text(path, yaml);
   snprintf(args, sizeof args, "train %s", path);
   int st = sp_test_run_cli(args, 1, out, sizeof out);
   if (st == -1) return;
