@@ -49,6 +49,11 @@ int sp_dist_barrier(double timeout_s, const char *what);
 /* Every rank's hash of config_text and its spry version against rank 0's; -1
  * on every rank with an error naming the ranks that differ. */
 int sp_dist_check_run(const char *config_text, const char *version);
+/* Every rank's hash of what it read (its data) against rank 0's: the number
+ * of ranks whose hash differs, the same on every rank, and their list ("1,
+ * 3") in odd. Machines that see different files under the same paths would
+ * otherwise train silently on different data. */
+int sp_dist_ranks_differ(uint64_t mine, char *odd, size_t cap);
 /* FNV-1a 64 of a byte string (the config hash). */
 uint64_t sp_dist_hash(const void *data, size_t n, uint64_t h);
 

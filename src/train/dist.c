@@ -283,6 +283,26 @@ int sp_dist_check_run(const char *config_text, const char *version) {
   free(all);
   return rc;
 }
+
+int sp_dist_ranks_differ(uint64_t mine, char *odd, size_t cap) {
+  if (cap) odd[0] = '\0';
+  if (D.world < 2) return 0;
+  sp_dist_beat();
+  uint64_t *all = sp_xmalloc(sizeof mine * (size_t)D.world);
+  MPI_Request req;
+  sp_dist_check(MPI_Iallgather(&mine, 1, MPI_UINT64_T, all, 1, MPI_UINT64_T, D.grad, &req), "MPI_Iallgather",
+                "data check");
+  sp_dist_wait(&req, "data check", D.timeout);
+  int n = 0;
+  size_t len = 0;
+  for (int p = 1; p < D.world; p++) {
+    if (all[p] == all[0]) continue;
+    n++;
+    if (len + 16 < cap) len += (size_t)snprintf(odd + len, cap - len, "%s%d", len ? ", " : "", p);
+  }
+  free(all);
+  return n;
+}
 #else
 int sp_dist_compiled(void) { return 0; }
 void sp_dist_beat(void) {}
@@ -295,6 +315,11 @@ int sp_dist_sum_f64(double *x, int n, const char *what) { return 0; }
 int sp_dist_barrier(double timeout_s, const char *what) { return 0; }
 static void bn_sum(void *user, double *x, int n) {}
 int sp_dist_check_run(const char *config_text, const char *version) { return 0; }
+int sp_dist_ranks_differ(uint64_t mine, char *odd, size_t cap) {
+  (void)mine;
+  if (cap) odd[0] = '\0';
+  return 0;
+}
 #endif
 
 /* Rank 0's values of the parameters (all, or only the buffers) packed into

@@ -135,6 +135,27 @@ static int save(run *r, const char *name, int64_t epoch, int64_t step_in_epoch, 
   return sp_checkpoint_save(path, r->g, r->opt, &meta);
 }
 
+/* What a rank read, for comparing across ranks: each cache's count, crop
+ * geometry and points (not the pixels: another machine's JPEG decoder may
+ * round a few differently, which is harmless; a missing image or another
+ * annotation is not, it would shift every batch). */
+static uint64_t cache_hash(const sp_cache *c, uint64_t h) {
+  int32_t head[4] = {c->n, c->size, c->channels, c->k};
+  h = sp_dist_hash(head, sizeof head, h);
+  h = sp_dist_hash(c->points, sizeof(float) * 2 * (size_t)c->n * (size_t)c->k, h);
+  h = sp_dist_hash(c->vis, (size_t)c->n * (size_t)c->k, h);
+  return sp_dist_hash(c->crop, sizeof(float) * 3 * (size_t)c->n, h);
+}
+
+static int same_data_on_ranks(const run *r) {
+  char odd[128];
+  const sp_kp_data *d = &r->data;
+  if (sp_dist_ranks_differ(cache_hash(d->val_cache, cache_hash(d->train_cache, 0)), odd, sizeof odd) == 0) return 0;
+  return sp_error_set("distributed run refused: rank(s) %s read other images or annotations than rank 0 (this rank "
+                      "has %d train / %d val faces): the data differs between machines; give every machine the same "
+                      "data", odd, d->train_cache->n, d->val_cache->n);
+}
+
 static int setup(run *r, const sp_train_config *cfg, const char *config_text, int resume) {
   memset(r, 0, sizeof *r);
   r->cfg = cfg;
@@ -163,6 +184,10 @@ static int setup(run *r, const sp_train_config *cfg, const char *config_text, in
   if (r->rank > 0) sp_dist_barrier(10 * cfg->dist.timeout_s, "rank 0 reading the data");
   if (sp_kp_data_open(cfg, r->dir, &r->data) != 0) return -1;
   if (r->rank == 0) sp_dist_barrier(10 * cfg->dist.timeout_s, "rank 0 reading the data");
+  if (same_data_on_ranks(r) != 0) {
+    r->refused = 1; /* decided together: every rank fails here, none waits */
+    return -1;
+  }
   if (r->data.train_cache->n < cfg->batch)
     return sp_error_set("batch %d is larger than the %d training images", cfg->batch, r->data.train_cache->n);
   r->g = sp_kp_build_graph(cfg, &r->data, r->neighbours, &r->scale, &r->offset);

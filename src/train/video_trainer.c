@@ -71,15 +71,11 @@ static uint64_t kept_hash(const sp_video_list *l, uint64_t h) {
 }
 
 static int same_lists_on_ranks(const run *r) {
-  if (r->world < 2) return 0;
-  uint64_t mine = kept_hash(&r->val, kept_hash(&r->train, 0)), rank0 = mine;
-  sp_dist_bcast(&rank0, sizeof rank0, "list check");
-  double differ = mine != rank0;
-  sp_dist_sum_f64(&differ, 1, "list check");
-  if (differ > 0)
-    return sp_error_set("rank %d kept %d train / %d val clips%s: the ranks left out different clips (a clip missing "
-                        "on some nodes only)", r->rank, r->train.n, r->val.n, mine != rank0 ? ", unlike rank 0" : "");
-  return 0;
+  char odd[128];
+  if (sp_dist_ranks_differ(kept_hash(&r->val, kept_hash(&r->train, 0)), odd, sizeof odd) == 0) return 0;
+  return sp_error_set("distributed run refused: rank(s) %s kept other clips than rank 0 (this rank kept %d train / "
+                      "%d val clips): a clip is missing on some machines only; give every machine the same data",
+                      odd, r->train.n, r->val.n);
 }
 
 static int setup(run *r, const sp_video_config *cfg, const char *config_text, int resume) {
@@ -108,7 +104,11 @@ static int setup(run *r, const sp_video_config *cfg, const char *config_text, in
   int max_train = -1, max_val = -1, classes;
   if (sp_video_list_open(cfg, cfg->data.train_list, &r->train, &max_train) != 0) return -1;
   if (cfg->data.val_list[0] && sp_video_list_open(cfg, cfg->data.val_list, &r->val, &max_val) != 0) return -1;
-  if (same_lists_on_ranks(r) != 0 || classes_of(r, max_train, max_val, &classes) != 0) return -1;
+  if (same_lists_on_ranks(r) != 0) {
+    r->refused = 1; /* decided together: every rank fails here, none waits */
+    return -1;
+  }
+  if (classes_of(r, max_train, max_val, &classes) != 0) return -1;
   if (classes < 2) return sp_error_set("%s: needs at least 2 classes, labels give %d", cfg->data.train_list, classes);
   if (r->train.n < cfg->batch)
     return sp_error_set("batch %d is larger than the %d training clips", cfg->batch, r->train.n);

@@ -3,7 +3,8 @@
  * (batch is the global batch; the loader gives rank r slice r of every global
  * batch); a 2-rank run stopped mid-epoch resumes in one process and ends
  * there too; only rank 0 writes; the ranks share the validation and report
- * what one process's `spry eval` gives for rank 0's checkpoint. One-process
+ * what one process's `spry eval` gives for rank 0's checkpoint; ranks that read different
+ * data (other annotations under the same paths) are refused. One-process
  * runs are `spry train` / `spry eval` children with SPRY_MPI=0. SGD, not Adam: a bias before batch norm has a gradient
  * of pure rounding noise, which Adam would blow up to full-size steps; MSE,
  * not L1: sign(residual) flips on rounding noise for residuals near 0. */
@@ -120,6 +121,49 @@ static void validation_shared_by_ranks_is_rank0s_model(void **state) {
   }
 }
 
+/* Two "machines" whose copies of the dataset differ: each rank reads the same
+ * relative data path from its own working folder, where one face of a
+ * different image is missing from the annotations, so both have as many
+ * faces and the config text is the same. Every rank must refuse the run,
+ * before any step. */
+static void ranks_that_read_different_data_are_refused(void **state) {
+  (void)state;
+  const int rank = sp_dist_rank();
+  char node[300], here[1024], cmd[1200], line[8192];
+  assert_non_null(getcwd(here, sizeof here));
+  snprintf(node, sizeof node, "%s/node%d", dir, rank);
+  snprintf(cmd, sizeof cmd, "mkdir -p %s/faces && ln -s %s/faces/images %s/faces/images", node, dir, node);
+  assert_int_equal(system(cmd), 0);
+  char csv_in[400], csv_out[400];
+  snprintf(csv_in, sizeof csv_in, "%s/faces/keypoints.csv", dir);
+  snprintf(csv_out, sizeof csv_out, "%s/faces/keypoints.csv", node);
+  FILE *in = fopen(csv_in, "r"), *out = fopen(csv_out, "w");
+  assert_non_null(in);
+  assert_non_null(out);
+  for (int i = 0; fgets(line, sizeof line, in); i++)
+    if (i != 3 + rank) fputs(line, out); /* line 0 is the header */
+  fclose(in);
+  fclose(out);
+  char out_dir[300], set_out[400];
+  snprintf(out_dir, sizeof out_dir, "%s/data-differ", dir);
+  snprintf(set_out, sizeof set_out, "out=%s", out_dir);
+  char *sets[] = {set_out, "data.path=faces"};
+  sp_train_config cfg;
+  char *text = NULL;
+  if (sp_train_config_load(cfg_path, 2, sets, &cfg, &text) != 0) fail_msg("%s", sp_last_error());
+  assert_int_equal(chdir(node), 0);
+  int rc = sp_train_run(&cfg, text, 0, NULL);
+  assert_int_equal(chdir(here), 0);
+  free(text);
+  if (rc == 0) fail_msg("rank %d: a run whose ranks read different data was accepted", rank);
+  if (!strstr(sp_last_error(), "rank(s) 1 read other images or annotations than rank 0"))
+    fail_msg("rank %d: unexpected error: %s", rank, sp_last_error());
+  char p[400];
+  snprintf(p, sizeof p, "%s/last.safetensors", out_dir);
+  assert_int_equal(access(p, F_OK), -1); /* refused before any step */
+  sp_dist_barrier(600, "test: data check");
+}
+
 int main(void) {
   if (sp_dist_init() != 0) return 1;
   if (sp_dist_world() < 2) return 77; /* needs mpirun */
@@ -145,6 +189,7 @@ int main(void) {
       cmocka_unit_test(two_ranks_match_one_process),
       cmocka_unit_test(stopped_on_two_resumes_on_one),
       cmocka_unit_test(validation_shared_by_ranks_is_rank0s_model),
+      cmocka_unit_test(ranks_that_read_different_data_are_refused),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   sp_dist_barrier(600, "test end");

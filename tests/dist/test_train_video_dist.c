@@ -5,7 +5,8 @@
  * run (several graphs and plans on one gradient reducer); a 2-rank run
  * stopped mid-epoch resumes in one process. Only rank 0 writes. The ranks
  * share the validation (each scores its part of the set) and report what
- * one process scores with the checkpoint rank 0 wrote.
+ * one process scores with the checkpoint rank 0 wrote. Ranks that kept
+ * different clips (a clip missing on one machine) are refused.
  * The one-process run is a `spry train` child with SPRY_MPI=0. SGD and no
  * dropout (dropout masks are keyed by the position in a rank's batch). */
 #include <math.h>
@@ -146,6 +147,60 @@ static void validation_shared_by_ranks_is_rank0s_model(void **state) {
   }
 }
 
+/* Two "machines" that lost different clips of the training set: each rank
+ * reads the same relative list path from its own working folder (as nodes
+ * mounting different copies of a dataset), where a clip of a different class
+ * is missing. The config text is the same on both and each rank keeps 7 of
+ * the 8 clips, so only the hash of the kept clips can tell; every rank must
+ * refuse the run, before any step. */
+static void ranks_that_kept_different_clips_are_refused(void **state) {
+  (void)state;
+  const int rank = sp_dist_rank();
+  char node[300], here[1024], line[600], path[300], label[32];
+  assert_non_null(getcwd(here, sizeof here));
+  snprintf(node, sizeof node, "%s/node%d/train", dir, rank);
+  char cmd[700];
+  snprintf(cmd, sizeof cmd, "mkdir -p %s", node);
+  assert_int_equal(system(cmd), 0);
+  char list_in[400], list_out[400];
+  snprintf(list_in, sizeof list_in, "%s/train/list.txt", dir);
+  snprintf(list_out, sizeof list_out, "%s/list.txt", node);
+  FILE *in = fopen(list_in, "r"), *out = fopen(list_out, "w");
+  assert_non_null(in);
+  assert_non_null(out);
+  for (int i = 0; fgets(line, sizeof line, in); i++) {
+    fputs(line, out); /* every rank lists all 8 clips */
+    assert_int_equal(sscanf(line, "%299s %31s", path, label), 2);
+    if (i == 1 + rank) continue; /* rank 0 lacks clip 1, rank 1 clip 2 */
+    char from[700], to[700];
+    snprintf(from, sizeof from, "%s/train/%s", dir, path);
+    snprintf(to, sizeof to, "%s/%s", node, path);
+    snprintf(cmd, sizeof cmd, "mkdir -p \"$(dirname %s)\" && ln -s %s %s", to, from, to);
+    assert_int_equal(system(cmd), 0);
+  }
+  fclose(in);
+  fclose(out);
+  char out_dir[300], set_out[400];
+  snprintf(out_dir, sizeof out_dir, "%s/kept-differ", dir);
+  snprintf(set_out, sizeof set_out, "out=%s", out_dir);
+  char *sets[] = {set_out, "data.train_list=train/list.txt"};
+  sp_video_config cfg;
+  char *text = NULL;
+  if (sp_video_config_load(cfg_path, 2, sets, &cfg, &text) != 0) fail_msg("%s", sp_last_error());
+  snprintf(node, sizeof node, "%s/node%d", dir, rank);
+  assert_int_equal(chdir(node), 0);
+  sp_video_summary s;
+  int rc = sp_video_train_run(&cfg, text, 0, &s);
+  assert_int_equal(chdir(here), 0);
+  free(text);
+  if (rc == 0) fail_msg("rank %d: a run whose ranks kept different clips was accepted", rank);
+  if (!strstr(sp_last_error(), "rank(s) 1 kept other clips than rank 0"))
+    fail_msg("rank %d: unexpected error: %s", rank, sp_last_error());
+  snprintf(path, sizeof path, "%s/last.safetensors", out_dir);
+  assert_int_equal(access(path, F_OK), -1); /* refused before any step */
+  sp_dist_barrier(600, "test: kept-clip check");
+}
+
 int main(void) {
   if (sp_dist_init() != 0) return 1;
   if (sp_dist_world() < 2) return 77; /* needs mpirun */
@@ -176,6 +231,7 @@ int main(void) {
       cmocka_unit_test(multigrid_two_ranks_match_one_process),
       cmocka_unit_test(stopped_on_two_resumes_on_one),
       cmocka_unit_test(validation_shared_by_ranks_is_rank0s_model),
+      cmocka_unit_test(ranks_that_kept_different_clips_are_refused),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   sp_plot_release_caches(); /* rank 0's run reports use fontconfig; its caches look like leaks */
