@@ -35,6 +35,12 @@ static sp_value b_linear_bn(sp_graph *g, sp_value x) {
   x = sp_linear(g, sp_flatten(g, pre(g, x, 8)), "fc1", 8 * 6 * 6, 64, 1);
   return sp_linear(g, sp_relu(g, sp_batchnorm(g, x, "bn1")), "fc2", 64, 6, 1);
 }
+/* One input, two linears: the second one's input gradient adds to the
+ * first's (not fresh), without bias. */
+static sp_value b_linear_shared_input(sp_graph *g, sp_value x) {
+  x = sp_flatten(g, pre(g, x, 8));
+  return sp_add(g, sp_linear(g, x, "fa", 8 * 5 * 5, 7, 1), sp_linear(g, x, "fb", 8 * 5 * 5, 7, 0));
+}
 static sp_value b_up_nearest(sp_graph *g, sp_value x) { return post(g, sp_upsample(g, pre(g, x, 16), 2, 0), 3); }
 static sp_value b_up_bilinear(sp_graph *g, sp_value x) { return post(g, sp_upsample(g, pre(g, x, 16), 2, 1), 3); }
 static sp_value b_add(sp_graph *g, sp_value x) {
@@ -158,6 +164,7 @@ CASE(avgpool_exclude_pad, b_avgpool_excl, 2, 3, 7, 7)
 CASE(avgpool_ceil, b_avgpool_ceil, 2, 3, 9, 9)
 CASE(global_avgpool_linear, b_gap_linear, 3, 3, 7, 7)
 CASE(linear_bn1d, b_linear_bn, 8, 3, 6, 6)
+CASE(linear_shared_input, b_linear_shared_input, 3, 3, 5, 5)
 CASE(upsample_nearest, b_up_nearest, 2, 3, 5, 6)
 CASE(upsample_bilinear, b_up_bilinear, 2, 3, 5, 6)
 CASE(add, b_add, 2, 3, 6, 6)
@@ -368,7 +375,7 @@ int main(void) {
       cmocka_unit_test(deconv_k2s2),    cmocka_unit_test(deconv_out_pad),      cmocka_unit_test(batchnorm),
       cmocka_unit_test(batchnorm_relu), cmocka_unit_test(relu),                cmocka_unit_test(maxpool),
       cmocka_unit_test(maxpool_ceil),   cmocka_unit_test(avgpool),             cmocka_unit_test(avgpool_exclude_pad),
-      cmocka_unit_test(avgpool_ceil),   cmocka_unit_test(global_avgpool_linear), cmocka_unit_test(linear_bn1d),
+      cmocka_unit_test(avgpool_ceil),   cmocka_unit_test(global_avgpool_linear), cmocka_unit_test(linear_bn1d), cmocka_unit_test(linear_shared_input),
       cmocka_unit_test(upsample_nearest), cmocka_unit_test(upsample_bilinear), cmocka_unit_test(add),
       cmocka_unit_test(add_same_input), cmocka_unit_test(concat),              cmocka_unit_test(concat_unaligned),
       cmocka_unit_test(adapted_ref_ops), cmocka_unit_test(tshift_lanes),       cmocka_unit_test(tshift_blocks),

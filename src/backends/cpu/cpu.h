@@ -155,6 +155,9 @@ int cpu_adapter_prepare(sp_op_prep *p); /* adapter.c: the reference kernel on pl
 int cpu_conv_prepare(sp_op_prep *p);    /* conv.c: conv2d */
 int cpu_deconv_prepare(sp_op_prep *p);  /* conv.c: conv_transpose2d */
 int cpu_linear_prepare(sp_op_prep *p);
+/* linear_gemm.c: f32 on a plain input as sgemm calls on the plain weights;
+ * 1 when the case does not apply (bf16, frozen plans, a blocked input). */
+int cpu_linear_gemm_prepare(sp_op_prep *p);
 int cpu_bnorm_prepare(sp_op_prep *p);
 int cpu_relu_prepare(sp_op_prep *p);
 int cpu_maxpool_prepare(sp_op_prep *p);

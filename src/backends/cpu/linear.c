@@ -1,7 +1,8 @@
 /* linear on oneDNN's inner product: forward, backward data, backward weights
- * (+ bias). Same scheme as conv.c: master weights reordered each forward into
- * the saved region, weight gradient reordered with a sum post-op into the
- * plain f32 parameter gradient. */
+ * (+ bias), for bf16 plans and inputs in a blocked layout (f32 on a plain
+ * input goes to linear_gemm.c). Same scheme as conv.c: master weights
+ * reordered each forward into the saved region, weight gradient reordered
+ * with a sum post-op into the plain f32 parameter gradient. */
 #ifdef SPRY_HAVE_DNNL
 #include "backends/cpu/cpu.h"
 
@@ -155,6 +156,8 @@ static int linear_setup(sp_op_prep *p, linear_node *s) {
 
 int cpu_linear_prepare(sp_op_prep *p) {
   if (p->in_shape[0].ndim != 2) return cpu_adapter_prepare(p);
+  int r = cpu_linear_gemm_prepare(p); /* f32 on a plain input: no weight reorders */
+  if (r <= 0) return r;
   linear_node *s = cpu_node_new(sizeof *s, &linear_vt);
   if (linear_setup(p, s) != 0) return cpu_fallback(p, &s->base);
   return 0;
