@@ -107,19 +107,22 @@ int sp_grad_reducer_begin(sp_grad_reducer *r, const double *extra, int n_extra);
  * (timeout), writes the sums / world into the gradients, and the summed
  * extras into extra_out (may be NULL). */
 int sp_grad_reducer_finish(sp_grad_reducer *r, double *extra_out);
-/* The same, calling on_bucket(user, params, n) with each bucket's parameter
- * ids (in the graph) the moment that bucket's means are in place, in launch
- * order, while later buckets may still be on the wire: the optimizer step
- * waits only for what it updates. on_bucket may call
- * sp_grad_reducer_progress between pieces of work to keep the rest moving
- * (Open MPI advances non-blocking collectives only inside MPI calls). */
+/* The same, but leaving each bucket's sums (not means) in the gradients (the
+ * caller scales by 1/W itself: sp_dist_step, through the optimizer's
+ * gradient scale, saving a pass over every gradient), and calling
+ * on_bucket(user, params, n) with each bucket's parameter ids (in the graph)
+ * the moment that bucket's sums are in place, in launch order, while later
+ * buckets may still be on the wire: the optimizer step waits only for what
+ * it updates. on_bucket may call sp_grad_reducer_progress between pieces of
+ * work to keep the rest moving (Open MPI advances non-blocking collectives
+ * only inside MPI calls). */
 typedef void (*sp_bucket_done_fn)(void *user, const int *params, int n);
-int sp_grad_reducer_finish_each(sp_grad_reducer *r, double *extra_out, sp_bucket_done_fn on_bucket, void *user);
+int sp_grad_reducer_finish_sums(sp_grad_reducer *r, double *extra_out, sp_bucket_done_fn on_bucket, void *user);
 void sp_grad_reducer_progress(sp_grad_reducer *r);
 
 /* The optimizer step of a data-parallel run (train/dist_step.c): finishes
  * the exchange bucket by bucket and updates each bucket's parameters as soon
- * as its means are in place, then counts the step: bitwise what
+ * as its sums are in place (read times 1/W), then counts the step: bitwise what
  * sp_grad_reducer_finish + sp_optimizer_step give, with the last buckets'
  * exchange overlapping the first buckets' update. Not with gradient
  * clipping (it needs every gradient first). slot_of: sp_dist_param_slots(g),

@@ -15,7 +15,7 @@
 
 #include "optim_impl.h"
 
-void sp_adam_update(float *w, const float *g, float *m, float *v, int64_t n, const sp_opt_config *cfg,
+void sp_adam_update(float *w, const float *g, float gscale, float *m, float *v, int64_t n, const sp_opt_config *cfg,
                     double b1_d, double b2_d, double eps_d, float wd, double wd_d, double lr, int64_t t) {
   const float b1 = cfg->beta1, b2 = cfg->beta2;
   const float a1 = (float)(1.0 - b1_d), a2 = (float)(1.0 - b2_d);
@@ -33,7 +33,7 @@ void sp_adam_update(float *w, const float *g, float *m, float *v, int64_t n, con
   const int coupled = !decoupled && has_wd;
 #pragma omp parallel for schedule(static) if (n >= SP_OPT_PAR_MIN)
   for (int64_t i = 0; i < n; i++) {
-    float wi = w[i] * shrink, gi = coupled ? fmaf(w[i], wd, g[i]) : g[i];
+    float g1 = g[i] * gscale, wi = w[i] * shrink, gi = coupled ? fmaf(w[i], wd, g1) : g1;
     float mi = fmaf(gi, a1, m[i] * b1);
     float vi = v[i] * b2 + (a2 * gi) * gi;
     float denom = sqrtf(vi) / bc2_sqrt + eps;

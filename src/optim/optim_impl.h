@@ -25,6 +25,7 @@ struct sp_optimizer {
   int n;
   sp_opt_slot *slots;
   int64_t steps;
+  float grad_scale; /* sp_optimizer_set_grad_scale; 1 */
   int n_state;
   char **state_names;
   float **state_data;
@@ -38,13 +39,14 @@ struct sp_optimizer {
 double sp_opt_decimal(float f);
 
 /* One SGD step on one tensor (torch.optim.SGD, 1.13 single-tensor path).
- * first: the momentum buffer does not exist yet and is set to the gradient. */
-void sp_sgd_update(float *w, const float *g, float *buf, int64_t n, const sp_opt_config *cfg,
+ * first: the momentum buffer does not exist yet and is set to the gradient.
+ * Both read the gradient as g[i] * gscale (exact when gscale is 1). */
+void sp_sgd_update(float *w, const float *g, float gscale, float *buf, int64_t n, const sp_opt_config *cfg,
                    double damp_d, float wd, double lr, int first);
 
 /* One Adam/AdamW step on one tensor (torch.optim.Adam/AdamW 1.13).
  * t: the step number after increment (1 for the first step). */
-void sp_adam_update(float *w, const float *g, float *m, float *v, int64_t n, const sp_opt_config *cfg,
+void sp_adam_update(float *w, const float *g, float gscale, float *m, float *v, int64_t n, const sp_opt_config *cfg,
                     double b1_d, double b2_d, double eps_d, float wd, double wd_d, double lr, int64_t t);
 
 #endif

@@ -114,6 +114,7 @@ sp_optimizer *sp_optimizer_new(const sp_opt_config *cfg, int n, const sp_opt_par
   }
   sp_optimizer *o = sp_xcalloc(1, sizeof *o);
   o->cfg = *cfg;
+  o->grad_scale = 1.0f;
   o->n = n;
   o->slots = sp_xcalloc(n > 0 ? (size_t)n : 1, sizeof *o->slots);
   int per = cfg->kind == SP_OPT_SGD ? (cfg->momentum != 0 ? 1 : 0) : 2;
@@ -175,11 +176,12 @@ static void update_slot(const sp_optimizer *o, int i, int64_t b, int64_t e, floa
   const sp_opt_slot *s = &o->slots[i];
   double lr_d = sp_opt_decimal(lr);
   if (c->kind == SP_OPT_SGD) {
-    sp_sgd_update(s->data + b, s->grad + b, s->state0 ? s->state0 + b : NULL, e - b, c, sp_opt_decimal(c->dampening),
-                  s->wd, lr_d, o->steps == 0);
+    sp_sgd_update(s->data + b, s->grad + b, o->grad_scale, s->state0 ? s->state0 + b : NULL, e - b, c,
+                  sp_opt_decimal(c->dampening), s->wd, lr_d, o->steps == 0);
   } else {
-    sp_adam_update(s->data + b, s->grad + b, s->state0 + b, s->state1 + b, e - b, c, sp_opt_decimal(c->beta1),
-                   sp_opt_decimal(c->beta2), sp_opt_decimal(c->eps), s->wd, s->wd_d, lr_d, o->steps + 1);
+    sp_adam_update(s->data + b, s->grad + b, o->grad_scale, s->state0 + b, s->state1 + b, e - b, c,
+                   sp_opt_decimal(c->beta1), sp_opt_decimal(c->beta2), sp_opt_decimal(c->eps), s->wd, s->wd_d, lr_d,
+                   o->steps + 1);
   }
 }
 
@@ -200,6 +202,8 @@ int sp_optimizer_step_part(sp_optimizer *o, float lr, int slot, int64_t begin, i
 }
 
 void sp_optimizer_step_done(sp_optimizer *o) { o->steps++; }
+
+void sp_optimizer_set_grad_scale(sp_optimizer *o, float scale) { o->grad_scale = scale; }
 
 int64_t sp_optimizer_steps(const sp_optimizer *o) { return o->steps; }
 

@@ -17,7 +17,7 @@
 
 #include "optim_impl.h"
 
-void sp_sgd_update(float *w, const float *g, float *buf, int64_t n, const sp_opt_config *cfg,
+void sp_sgd_update(float *w, const float *g, float gscale, float *buf, int64_t n, const sp_opt_config *cfg,
                    double damp_d, float wd, double lr, int first) {
   const float mom = cfg->momentum;
   /* PyTorch computes 1 - dampening and -lr in double, then rounds once. */
@@ -27,14 +27,14 @@ void sp_sgd_update(float *w, const float *g, float *buf, int64_t n, const sp_opt
   if (mom == 0.0f) {
 #pragma omp parallel for schedule(static) if (n >= SP_OPT_PAR_MIN)
     for (int64_t i = 0; i < n; i++) {
-      float d = wd != 0.0f ? fmaf(w[i], wd, g[i]) : g[i];
+      float gi = g[i] * gscale, d = wd != 0.0f ? fmaf(w[i], wd, gi) : gi;
       w[i] = fmaf(d, neg_lr, w[i]);
     }
     return;
   }
 #pragma omp parallel for schedule(static) if (n >= SP_OPT_PAR_MIN)
   for (int64_t i = 0; i < n; i++) {
-    float d = wd != 0.0f ? fmaf(w[i], wd, g[i]) : g[i];
+    float gi = g[i] * gscale, d = wd != 0.0f ? fmaf(w[i], wd, gi) : gi;
     float b = first ? d : fmaf(d, keep, buf[i] * mom);
     buf[i] = b;
     d = nesterov ? fmaf(b, mom, d) : b;

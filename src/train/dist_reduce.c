@@ -170,17 +170,18 @@ void sp_grad_reducer_pack_bf16(const float *x, uint16_t *h, int64_t n) {
 }
 
 #ifdef SPRY_HAVE_MPI
-/* Sum, then divide, as the single-process mean does. Separate loops with
- * restrict so they vectorise (a scalar divide over vgg-face's 1.6 M
- * gradients cost ~2 ms of a 20 ms step). */
-static void mean_in_place(float *d, int64_t m, float world) {
-  for (int64_t j = 0; j < m; j++) d[j] /= world;
+/* The sums times `scale` (1/W for the mean, the optimizer's own factor; 1 to
+ * leave the sums) into the gradients. Separate loops with restrict so they
+ * vectorise (a scalar divide over vgg-face's 1.6 M gradients cost ~2 ms of a
+ * 20 ms step). */
+static void scale_in_place(float *d, int64_t m, float scale) {
+  for (int64_t j = 0; j < m; j++) d[j] *= scale;
 }
-static void mean_of_packed(float *restrict d, const float *restrict sum, int64_t m, float world) {
-  for (int64_t j = 0; j < m; j++) d[j] = sum[j] / world;
+static void scale_packed(float *restrict d, const float *restrict sum, int64_t m, float scale) {
+  for (int64_t j = 0; j < m; j++) d[j] = sum[j] * scale;
 }
-static void mean_of_bf16(float *restrict d, const uint16_t *restrict sum, int64_t m, float world) {
-  for (int64_t j = 0; j < m; j++) d[j] = sp_bf16_widen(sum[j]) / world;
+static void scale_bf16(float *restrict d, const uint16_t *restrict sum, int64_t m, float scale) {
+  for (int64_t j = 0; j < m; j++) d[j] = sp_bf16_widen(sum[j]) * scale;
 }
 
 /* MPI user op on MPI_UINT16_T holding bf16: inout = bf16(in + inout). */
@@ -294,7 +295,7 @@ int sp_grad_reducer_begin(sp_grad_reducer *r, const double *extra, int n_extra) 
 
 void sp_grad_reducer_progress(sp_grad_reducer *r) { progress(r); }
 
-int sp_grad_reducer_finish_each(sp_grad_reducer *r, double *extra_out, sp_bucket_done_fn on_bucket, void *user) {
+static int finish(sp_grad_reducer *r, double *extra_out, sp_bucket_done_fn on_bucket, void *user, int sums) {
   if (!r->in_step) return sp_error_set("grad reducer: finish without begin");
   r->in_step = 0;
   r->early = r->next_launch;
@@ -310,6 +311,9 @@ int sp_grad_reducer_finish_each(sp_grad_reducer *r, double *extra_out, sp_bucket
     snprintf(what, sizeof what, "all-reduce of step %lld totals", (long long)r->step);
     sp_dist_wait(&r->extra_req, what, sp_dist_timeout());
   }
+  /* Times 1/W rather than divided by W: what the optimizer does with the
+   * sums left in place (sp_dist_step), so both paths agree to the bit. */
+  const float scale = sums ? 1.0f : 1.0f / (float)world;
 #else
   const int world = 1;
 #endif
@@ -331,14 +335,14 @@ int sp_grad_reducer_finish_each(sp_grad_reducer *r, double *extra_out, sp_bucket
         if (!at) at = d; /* reduced in place */
         int64_t m = sp_tensor_numel(gr);
         if (h) {
-          mean_of_bf16(d, h, m, (float)world);
+          scale_bf16(d, h, m, scale);
           h += m;
           continue;
         }
-        if (at == d)
-          mean_in_place(d, m, (float)world);
-        else
-          mean_of_packed(d, at, m, (float)world);
+        if (at != d)
+          scale_packed(d, at, m, scale);
+        else if (scale != 1.0f)
+          scale_in_place(d, m, scale);
         at += m;
       }
     }
@@ -350,6 +354,7 @@ int sp_grad_reducer_finish_each(sp_grad_reducer *r, double *extra_out, sp_bucket
   return 0;
 }
 
-int sp_grad_reducer_finish(sp_grad_reducer *r, double *extra_out) {
-  return sp_grad_reducer_finish_each(r, extra_out, NULL, NULL);
+int sp_grad_reducer_finish_sums(sp_grad_reducer *r, double *extra_out, sp_bucket_done_fn on_bucket, void *user) {
+  return finish(r, extra_out, on_bucket, user, 1);
 }
+int sp_grad_reducer_finish(sp_grad_reducer *r, double *extra_out) { return finish(r, extra_out, NULL, NULL, 0); }

@@ -7,7 +7,9 @@
  * parameters are updated the moment its means are in place, in pieces with
  * an MPI progress call between them, so the exchange of the last buckets
  * runs while the first ones are updated (Open MPI advances non-blocking
- * collectives only inside MPI calls). Every update rule is elementwise: the
+ * collectives only inside MPI calls). The gradients keep the ranks' sums and
+ * the optimizer reads them times 1/W, which is what the mean of
+ * sp_grad_reducer_finish holds, so with every update rule elementwise the
  * result is bitwise that of one sp_optimizer_step after the exchange. */
 #include "spry/common.h"
 #include "spry/dist.h"
@@ -52,7 +54,10 @@ int *sp_dist_param_slots(sp_graph *g) {
 int sp_dist_step(sp_grad_reducer *red, sp_optimizer *opt, const int *slot_of, const sp_opt_param *params, float lr,
                  double *extra_out) {
   bucket_step b = {red, opt, slot_of, params, lr, 0};
-  if (sp_grad_reducer_finish_each(red, extra_out, update_bucket, &b) != 0 || b.rc != 0) return -1;
-  sp_optimizer_step_done(opt);
-  return 0;
+  /* The optimizer reads sum * (1/W): the mean without a pass of its own. */
+  sp_optimizer_set_grad_scale(opt, 1.0f / (float)sp_dist_world());
+  int rc = sp_grad_reducer_finish_sums(red, extra_out, update_bucket, &b) != 0 || b.rc != 0 ? -1 : 0;
+  sp_optimizer_set_grad_scale(opt, 1.0f);
+  if (rc == 0) sp_optimizer_step_done(opt);
+  return rc;
 }

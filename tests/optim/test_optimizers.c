@@ -360,6 +360,37 @@ static void step_in_pieces_is_bitwise(void **state) {
   }
 }
 
+/* A gradient scale reads g * scale: with sums of 3 ranks' gradients and 1/3,
+ * the step equals the one on g * (1/3) computed beforehand (what the
+ * exchange's mean holds), bitwise, for SGD (momentum, decay) and AdamW; and a
+ * wrong scale gives another step. */
+static void grad_scale_is_the_mean(void **state) {
+  (void)state;
+  sp_opt_config cs[2] = {sp_opt_config_default(SP_OPT_SGD), sp_opt_config_default(SP_OPT_ADAMW)};
+  cs[0].momentum = 0.9f, cs[0].weight_decay = 1e-3f;
+  const float third = 1.0f / 3.0f;
+  for (int k = 0; k < 2; k++) {
+    static model a, b, c;
+    model_init(&a), model_init(&b), model_init(&c);
+    sp_optimizer *oa = sp_optimizer_new(&cs[k], 2, a.ps), *ob = sp_optimizer_new(&cs[k], 2, b.ps),
+                 *oc = sp_optimizer_new(&cs[k], 2, c.ps);
+    for (int s = 0; s < 3; s++) {
+      fake_grads(a.gw, a.w, RT_N, s), fake_grads(a.gb, a.b, RT_N / 10, s + 1000);
+      for (int i = 0; i < RT_N; i++) b.gw[i] = c.gw[i] = 3.0f * a.gw[i], a.gw[i] = b.gw[i] * third;
+      for (int i = 0; i < RT_N / 10; i++) b.gb[i] = c.gb[i] = 3.0f * a.gb[i], a.gb[i] = b.gb[i] * third;
+      assert_int_equal(sp_optimizer_step(oa, 0.01f), 0);
+      sp_optimizer_set_grad_scale(ob, third);
+      assert_int_equal(sp_optimizer_step(ob, 0.01f), 0);
+      sp_optimizer_set_grad_scale(ob, 1.0f);
+      sp_optimizer_set_grad_scale(oc, 0.5f);
+      assert_int_equal(sp_optimizer_step(oc, 0.01f), 0);
+      assert_true(memcmp(a.w, b.w, sizeof a.w) == 0 && memcmp(a.b, b.b, sizeof a.b) == 0);
+      assert_true(memcmp(a.w, c.w, sizeof a.w) != 0);
+    }
+    sp_optimizer_free(oa), sp_optimizer_free(ob), sp_optimizer_free(oc);
+  }
+}
+
 static void state_round_trip_is_bitwise(void **state) {
   (void)state;
   sp_opt_config cs[3] = {sgd(0.9f, 1, 0, 5e-4f), adam(SP_OPT_ADAM, 0.9f, 0.999f, 1e-8f, 1e-4f),
@@ -406,6 +437,7 @@ static void state_names_and_views(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(matches_pytorch), cmocka_unit_test(step_in_pieces_is_bitwise),
+      cmocka_unit_test(grad_scale_is_the_mean),
       cmocka_unit_test(fixtures_catch_wrong_rules),
       cmocka_unit_test(no_decay_group_gets_no_weight_decay),
       cmocka_unit_test(bad_configs_are_refused),
