@@ -100,6 +100,9 @@ int sp_cli_eval(int argc, char **argv) {
   char *made = out_given ? sp_missing_dirs_top(out) : NULL; /* removed again if the evaluation fails */
   if (out_given && (sp_make_dirs(out) != 0 || access(out, W_OK) != 0)) {
     fprintf(stderr, "spry eval: --out %s: %s\n", out, access(out, F_OK) == 0 ? "not a writable folder" : sp_last_error());
+    /* sp_make_dirs may have made parents before it failed (a last part whose
+     * name is too long): they go again, as after any later failure. */
+    if (made) sp_remove_empty_dirs(out, made);
     free(made);
     return 2;
   }

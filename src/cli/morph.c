@@ -192,6 +192,9 @@ static int write_outputs(const options *o, const sp_morph *m, const sp_image *a,
     }
     snprintf(path, sizeof path, "%s/morph.gif", o->out);
     rc = sp_gif_write(path, seq, n_gif, gw, gh, c, o->delay);
+    /* A failed write of the GIF (a full disk) reports only "GIF: short
+     * write": name the file, as every other error here does. */
+    if (rc && !strstr(sp_last_error(), path)) sp_error_push("%s", path);
     free(seq);
   }
   free(frame);

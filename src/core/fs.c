@@ -56,7 +56,9 @@ void sp_remove_empty_dirs(const char *path, const char *top) {
   size_t tl = strlen(top);
   /* Only folders at or below top: never a parent someone else made. */
   while (!strncmp(p, top, tl) && (p[tl] == 0 || p[tl] == '/')) {
-    if (rmdir(p) != 0 && errno != ENOENT) break;
+    /* ENAMETOOLONG: a last part sp_make_dirs could not make is not there
+     * either; its parents may still be ours to remove. */
+    if (rmdir(p) != 0 && errno != ENOENT && errno != ENAMETOOLONG) break;
     if (p[tl] == 0) break;
     char *slash = strrchr(p, '/');
     if (!slash) break;
