@@ -5,16 +5,20 @@
 # which isolates the cost of communication from CPU contention on a busy machine.
 # Prints the JSON lines, then the scaling efficiency and the bytes all-reduced
 # per step against the parameter bytes. Runs are interleaved REPS times and
-# the median of each is used (other jobs on a shared machine add noise).
+# the median of each is used (other jobs on a shared machine add noise); the
+# median of the per-repetition efficiencies (each 2-rank run against the
+# 1-process run just before it) is printed too, with its range.
 #
 #   bench/run_dist.sh [extra spry bench train args]   e.g. --backend ref --size 64
-# env: SPRY (binary, build/spry), NP (ranks, 2), REPS (3), MODEL (vgg-face),
-#      BACKEND (cpu when it runs, else ref), SIZE (96), BATCH (per rank, 16).
+# env: SPRY (binary, build/spry), NP (ranks, 2), REPS (5), MODEL (vgg-face),
+#      BACKEND (cpu when it runs, else ref), SIZE (96), BATCH (per rank, 16),
+#      STEPS (timed steps per run, 30).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SPRY=${SPRY:-build/spry}
 NP=${NP:-2}
-REPS=${REPS:-3}
+REPS=${REPS:-5}
+STEPS=${STEPS:-30}
 MODEL=${MODEL:-vgg-face}
 SIZE=${SIZE:-96}
 BATCH=${BATCH:-16}
@@ -27,7 +31,7 @@ if [ -z "${BACKEND:-}" ]; then
     >/dev/null 2>&1 && BACKEND=cpu
 fi
 ARGS=(bench train --model "$MODEL" --backend "$BACKEND" --threads 1 --batch "$BATCH" --size "$SIZE"
-      --steps 10 --warmup 2 "$@")
+      --steps "$STEPS" --warmup 3 "$@")
 field() { python3 -c "import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])" "$1" "$2"; }
 median() { python3 -c "import statistics,sys; print(statistics.median(float(x) for x in sys.argv[1:]))" "$@"; }
 
@@ -49,9 +53,10 @@ done
 echo "$line_one"
 echo "$line_dist"
 m1=$(median "${one[@]}") md=$(median "${dist[@]}") mi=$(median "${indep[@]}")
-python3 - "$m1" "$md" "$mi" "$NP" "$line_dist" <<'PY'
-import json, sys
+python3 - "$m1" "$md" "$mi" "$NP" "$line_dist" "${one[*]}" "${dist[*]}" <<'PY'
+import json, statistics, sys
 one, dist, indep, np_, line = float(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]), json.loads(sys.argv[5])
+per_rep = [d / (np_ * o) for o, d in zip(map(float, sys.argv[6].split()), map(float, sys.argv[7].split()))]
 print(json.dumps({
     "bench": "train_dist_scaling", "model": line["model"], "backend": line["backend"], "ranks": np_,
     "batch_per_rank": line["batch"], "size": line["size"],
@@ -59,6 +64,8 @@ print(json.dumps({
     "images_per_s_independent": round(indep, 1),
     "scaling_efficiency": round(dist / (np_ * one), 3),
     "efficiency_vs_independent": round(dist / indep, 3),
+    "scaling_efficiency_per_rep_median": round(statistics.median(per_rep), 3),
+    "scaling_efficiency_per_rep_range": [round(min(per_rep), 3), round(max(per_rep), 3)],
     "param_bytes": line["param_bytes"], "allreduce_bytes_per_step": line["allreduce_bytes_per_step"],
     "allreduce_to_param_bytes": round(line["allreduce_bytes_per_step"] / line["param_bytes"], 3),
     "allreduce_buckets": line["allreduce_buckets"], "buckets_launched_in_backward": line["buckets_launched_in_backward"],
