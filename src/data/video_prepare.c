@@ -61,6 +61,8 @@ int64_t sp_prepare_video_frames(const char *video, const char *dir, int short_si
   if (!v) return -1;
   char *made = sp_missing_dirs_top(dir);
   if (sp_make_dirs(dir) != 0) {
+    /* It may have made parents before failing (a name too long). */
+    if (made) sp_remove_empty_dirs(dir, made);
     sp_video_close(v);
     free(made);
     return -1;
@@ -120,6 +122,7 @@ int sp_prepare_frames(const char *list_path, const char *out_dir, const sp_prepa
   }
   char *out_made = sp_missing_dirs_top(out_dir);
   if (sp_make_dirs(out_dir) != 0) {
+    if (out_made) sp_remove_empty_dirs(out_dir, out_made); /* parents it made before failing */
     free(out_made);
     sp_video_list_free(&l);
     return -1;

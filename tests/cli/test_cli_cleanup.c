@@ -333,6 +333,18 @@ static void prepare_frames_leaves_no_folder_for_a_clip_that_fails_midway(void **
   expect_said("none of its 1 clips could be decoded");
   snprintf(p, sizeof p, "%s/prep-one", tmp);
   assert_false(exists(p));
+
+  /* An --out whose last part cannot be made (a name longer than the file
+   * system allows): the parents made before it go again. */
+  char longname[300];
+  memset(longname, 'x', 299);
+  longname[299] = 0;
+  snprintf(list, sizeof list, "%s/good.txt", act);
+  sp_test_write_text(list, "move_right/clip_00000.mp4 0\n");
+  snprintf(pf, sizeof pf, "%s/prep-long/x/%s", tmp, longname);
+  assert_true(spry("prepare frames --list %s --out %s --workers 1", list, pf) != 0);
+  snprintf(p, sizeof p, "%s/prep-long", tmp);
+  assert_false(exists(p));
 }
 
 static int setup(void **state) {
