@@ -3,7 +3,7 @@
  * Every rank runs the same program on its own shard of each batch; gradients
  * are summed across ranks in buckets while backward is still running
  * (MPI_Iallreduce launched as soon as a bucket's gradients are final) and
- * divided by the world size before the optimizer step, so W ranks with a
+ * the optimizer steps on sum / W (the sums times 1/W), so W ranks with a
  * per-rank batch B take the same steps as one process with batch W*B (exactly
  * so with synchronised batch norm, which also all-reduces the per-channel
  * statistics).
@@ -53,7 +53,7 @@ int sp_dist_check_run(const char *config_text, const char *version);
  * of ranks whose hash differs, the same on every rank, and their list ("1,
  * 3") in odd. Machines that see different files under the same paths would
  * otherwise train silently on different data. */
-int sp_dist_ranks_differ(uint64_t mine, char *odd, size_t cap);
+int sp_dist_ranks_differ(uint64_t mine, char *odd, size_t cap, double timeout_s);
 /* FNV-1a 64 of a byte string (the config hash). */
 uint64_t sp_dist_hash(const void *data, size_t n, uint64_t h);
 
@@ -104,7 +104,7 @@ void sp_grad_reducer_pack_bf16(const float *x, uint16_t *h, int64_t n);
  * loss and a stop vote) are summed over ranks alongside the gradients. */
 int sp_grad_reducer_begin(sp_grad_reducer *r, const double *extra, int n_extra);
 /* After backward: launches any bucket not launched yet, waits for all of them
- * (timeout), writes the sums / world into the gradients, and the summed
+ * (timeout), writes the sums times 1/W into the gradients, and the summed
  * extras into extra_out (may be NULL). */
 int sp_grad_reducer_finish(sp_grad_reducer *r, double *extra_out);
 /* The same, but leaving each bucket's sums (not means) in the gradients (the
@@ -122,7 +122,8 @@ void sp_grad_reducer_progress(sp_grad_reducer *r);
 
 /* The optimizer step of a data-parallel run (train/dist_step.c): finishes
  * the exchange bucket by bucket and updates each bucket's parameters as soon
- * as its sums are in place (read times 1/W), then counts the step: bitwise what
+ * as its sums are in place (read times 1/W; the optimizer's gradient scale is
+ * 1 again afterwards), then counts the step: bitwise what
  * sp_grad_reducer_finish + sp_optimizer_step give, with the last buckets'
  * exchange overlapping the first buckets' update. Not with gradient
  * clipping (it needs every gradient first). slot_of: sp_dist_param_slots(g),

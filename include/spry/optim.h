@@ -83,7 +83,7 @@ int sp_optimizer_step(sp_optimizer *opt, float lr);
 int sp_optimizer_step_part(sp_optimizer *opt, float lr, int slot, int64_t begin, int64_t end);
 void sp_optimizer_step_done(sp_optimizer *opt);
 /* The updates read every gradient multiplied by scale (1, the default, reads
- * them as they are, bit for bit). A data-parallel step leaves the ranks
+ * them as they are, bit for bit). A data-parallel step leaves the ranks'
  * summed gradients in place and sets 1/W: the mean costs no pass of its own
  * over the gradients. */
 void sp_optimizer_set_grad_scale(sp_optimizer *opt, float scale);

@@ -296,7 +296,9 @@ static int run_train(const bench_opts *o) {
     if (red) sp_grad_reducer_begin(red, NULL, 0);
     sp_plan_backward(p);
     double r2 = reorder_seconds(), t2 = sp_now();
-    if (red) sp_dist_step(red, opt, slot_of, params, 1e-4f, NULL); /* the step time includes the exchange */
+    /* The step time includes the exchange. */
+    if (red && sp_dist_step(red, opt, slot_of, params, 1e-4f, NULL) != 0)
+      sp_dist_abort("optimizer step: %s", sp_last_error());
     else sp_optimizer_step(opt, 1e-4f);
     double t3 = sp_now();
     if (profiling) prof.reorder_fwd += r1 - r0, prof.reorder_bwd += r2 - r1, prof.optimizer += t3 - t2;

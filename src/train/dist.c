@@ -284,7 +284,7 @@ int sp_dist_check_run(const char *config_text, const char *version) {
   return rc;
 }
 
-int sp_dist_ranks_differ(uint64_t mine, char *odd, size_t cap) {
+int sp_dist_ranks_differ(uint64_t mine, char *odd, size_t cap, double timeout_s) {
   if (cap) odd[0] = '\0';
   if (D.world < 2) return 0;
   sp_dist_beat();
@@ -292,7 +292,7 @@ int sp_dist_ranks_differ(uint64_t mine, char *odd, size_t cap) {
   MPI_Request req;
   sp_dist_check(MPI_Iallgather(&mine, 1, MPI_UINT64_T, all, 1, MPI_UINT64_T, D.grad, &req), "MPI_Iallgather",
                 "data check");
-  sp_dist_wait(&req, "data check", D.timeout);
+  sp_dist_wait(&req, "data check", timeout_s);
   int n = 0;
   size_t len = 0;
   for (int p = 1; p < D.world; p++) {
@@ -315,8 +315,8 @@ int sp_dist_sum_f64(double *x, int n, const char *what) { return 0; }
 int sp_dist_barrier(double timeout_s, const char *what) { return 0; }
 static void bn_sum(void *user, double *x, int n) {}
 int sp_dist_check_run(const char *config_text, const char *version) { return 0; }
-int sp_dist_ranks_differ(uint64_t mine, char *odd, size_t cap) {
-  (void)mine;
+int sp_dist_ranks_differ(uint64_t mine, char *odd, size_t cap, double timeout_s) {
+  (void)mine, (void)timeout_s;
   if (cap) odd[0] = '\0';
   return 0;
 }

@@ -13,15 +13,16 @@
  * order on every rank, and this way that holds whatever order the hook
  * reports gradients in. Each bucket is launched once per step; finish()
  * launches any bucket whose gradients were never reported (parameters no
- * backward touched), waits for all, and writes sum / world back.
+ * backward touched), waits for all, and writes sum times 1/W back (or
+ * leaves the sums for the optimizer to scale: sp_grad_reducer_finish_sums).
  *
  * With bf16 on the wire (sp_grad_reducer_set_bf16) each bucket is packed to
  * bfloat16 (round to nearest even) and summed by a user op that adds in fp32
  * and rounds once per addition: half the bytes to move and to copy through
  * shared memory. Each rank's gradient is rounded once and each of the W-1
  * additions once more, so the error grows with the world size (PyTorch DDP's
- * bf16 hook divides by W before the exchange; here the sum is divided after,
- * as in fp32). Every rank unpacks the same reduced buffer, so the ranks'
+ * bf16 hook divides by W before the exchange; here the sum is scaled by 1/W
+ * after, as in fp32). Every rank unpacks the same reduced buffer, so the ranks'
  * parameters stay bitwise equal. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -317,8 +318,8 @@ static int finish(sp_grad_reducer *r, double *extra_out, sp_bucket_done_fn on_bu
 #else
   const int world = 1;
 #endif
-  /* Bucket by bucket in launch order: each one's mean is ready for the
-   * caller (the optimizer) while the later ones are still on the wire. */
+  /* Bucket by bucket in launch order: each one's mean (or sum) is ready for
+   * the caller (the optimizer) while the later ones are still on the wire. */
   for (int k = 0; k < r->n_buckets; k++) {
     bucket *bk = &r->b[k];
 #ifdef SPRY_HAVE_MPI

@@ -4,7 +4,7 @@
  * is final; the first buckets (the head's gradients, finalised first) are
  * usually reduced before backward ends, the last ones not. Instead of
  * waiting for every bucket and then updating every parameter, each bucket's
- * parameters are updated the moment its means are in place, in pieces with
+ * parameters are updated the moment its sums are in place, in pieces with
  * an MPI progress call between them, so the exchange of the last buckets
  * runs while the first ones are updated (Open MPI advances non-blocking
  * collectives only inside MPI calls). The gradients keep the ranks' sums and

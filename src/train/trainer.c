@@ -150,7 +150,10 @@ static uint64_t cache_hash(const sp_cache *c, uint64_t h) {
 static int same_data_on_ranks(const run *r) {
   char odd[128];
   const sp_kp_data *d = &r->data;
-  if (sp_dist_ranks_differ(cache_hash(d->val_cache, cache_hash(d->train_cache, 0)), odd, sizeof odd) == 0) return 0;
+  /* Ranks on machines that do not share the run folder build their own
+   * caches here: rank 0 may wait a cache build long, as at the barrier. */
+  uint64_t mine = cache_hash(d->val_cache, cache_hash(d->train_cache, 0));
+  if (sp_dist_ranks_differ(mine, odd, sizeof odd, 10 * r->cfg->dist.timeout_s) == 0) return 0;
   return sp_error_set("distributed run refused: rank(s) %s read other images or annotations than rank 0 (this rank "
                       "has %d train / %d val faces): the data differs between machines; give every machine the same "
                       "data", odd, d->train_cache->n, d->val_cache->n);
@@ -324,7 +327,8 @@ int sp_train_run(const sp_train_config *cfg, const char *config_text, int resume
       lr = sp_lr_at_epoch(&cfg->schedule, sp_epoch_progress((double)epoch, step, steps));
       if (r.reducer && cfg->clip_norm <= 0) {
         /* Each bucket's parameters are updated as soon as it is reduced. */
-        sp_dist_step(r.reducer, r.opt, r.slot_of, r.params, (float)lr, totals);
+        if (sp_dist_step(r.reducer, r.opt, r.slot_of, r.params, (float)lr, totals) != 0)
+          sp_dist_abort("optimizer step %lld: %s", (long long)step, sp_last_error());
         loss = totals[0] / r.world;
       } else {
         if (r.reducer) {

@@ -72,7 +72,8 @@ static uint64_t kept_hash(const sp_video_list *l, uint64_t h) {
 
 static int same_lists_on_ranks(const run *r) {
   char odd[128];
-  if (sp_dist_ranks_differ(kept_hash(&r->val, kept_hash(&r->train, 0)), odd, sizeof odd) == 0) return 0;
+  uint64_t mine = kept_hash(&r->val, kept_hash(&r->train, 0));
+  if (sp_dist_ranks_differ(mine, odd, sizeof odd, 10 * r->cfg->dist.timeout_s) == 0) return 0;
   return sp_error_set("distributed run refused: rank(s) %s kept other clips than rank 0 (this rank kept %d train / "
                       "%d val clips): a clip is missing on some machines only; give every machine the same data",
                       odd, r->train.n, r->val.n);
@@ -244,7 +245,8 @@ static int train_step(run *r, const sp_video_batch *b, double lr, double *loss_o
   }
   sp_plan_backward(p);
   if (r->reducer && r->cfg->clip_norm <= 0) {
-    sp_dist_step(r->reducer, r->opt, r->slot_of, r->params, (float)lr, totals);
+    if (sp_dist_step(r->reducer, r->opt, r->slot_of, r->params, (float)lr, totals) != 0)
+      sp_dist_abort("optimizer step: %s", sp_last_error());
   } else {
     if (r->reducer) sp_grad_reducer_finish(r->reducer, totals);
     if (r->cfg->clip_norm > 0) sp_clip_grad_norm(r->n_params, r->params, r->cfg->clip_norm);
