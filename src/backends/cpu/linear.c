@@ -1,8 +1,9 @@
 /* linear on oneDNN's inner product: forward, backward data, backward weights
  * (+ bias), for bf16 plans, frozen plans and inputs in a blocked layout
- * (f32 training and unfrozen plans on a plain input go to linear_gemm.c). Same scheme as conv.c: master weights
- * reordered each forward into the saved region, weight gradient reordered
- * with a sum post-op into the plain f32 parameter gradient. */
+ * (other f32 plans on a plain input go to linear_gemm.c). Same scheme as
+ * conv.c: master weights reordered each forward into the saved region,
+ * weight gradient reordered with a sum post-op into the plain f32 parameter
+ * gradient. */
 #ifdef SPRY_HAVE_DNNL
 #include "backends/cpu/cpu.h"
 
