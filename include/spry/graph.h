@@ -34,6 +34,9 @@ typedef int sp_value; /* a node (and its single output); -1 = error */
 typedef enum { SP_BACKEND_REF = 0, SP_BACKEND_CPU = 1 } sp_backend;
 const char *sp_backend_name(sp_backend b);
 int sp_backend_parse(const char *name, sp_backend *out);
+/* The backend a run config gets when it names none: "cpu" (oneDNN) when this
+ * build has it, else "ref". */
+const char *sp_backend_default_name(void);
 
 /* ---- graph ---------------------------------------------------------------- */
 sp_graph *sp_graph_new(uint64_t seed);

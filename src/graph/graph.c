@@ -17,6 +17,14 @@ int sp_backend_parse(const char *name, sp_backend *out) {
   return 0;
 }
 
+const char *sp_backend_default_name(void) {
+#ifdef SPRY_HAVE_DNNL
+  return "cpu";
+#else
+  return "ref";
+#endif
+}
+
 sp_graph *sp_graph_new(uint64_t seed) {
   sp_graph *g = sp_xcalloc(1, sizeof *g);
   g->seed = seed;

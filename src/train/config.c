@@ -69,7 +69,7 @@ sp_train_config sp_train_config_default(void) {
   c.workers = 0;
   c.seed = 1;
   snprintf(c.precision, sizeof c.precision, "f32");
-  snprintf(c.backend, sizeof c.backend, "ref");
+  snprintf(c.backend, sizeof c.backend, "%s", sp_backend_default_name());
   snprintf(c.out, sizeof c.out, "runs/latest");
   c.eval_every = 1;
   c.dist = sp_dist_config_default();

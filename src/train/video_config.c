@@ -34,7 +34,7 @@ sp_video_config sp_video_config_default(void) {
   c.epochs = 50;
   c.batch = 8;
   c.seed = 1;
-  snprintf(c.backend, sizeof c.backend, "ref");
+  snprintf(c.backend, sizeof c.backend, "%s", sp_backend_default_name());
   snprintf(c.precision, sizeof c.precision, "f32");
   snprintf(c.out, sizeof c.out, "runs/video");
   c.eval_every = 1;
