@@ -33,6 +33,11 @@ static void seed_recipe_is_read(void **state) {
   assert_string_equal(c.model, "resunet50");
   assert_int_equal(c.data.channels, 3);
   assert_string_equal(c.dist.compress, "none"); /* exact fp32 gradients unless asked */
+#ifdef SPRY_HAVE_DNNL
+  assert_string_equal(c.backend, "cpu"); /* the fast backend unless the config says otherwise */
+#else
+  assert_string_equal(c.backend, "ref");
+#endif
   assert_int_equal(c.data.n_keypoints, 2);
   assert_int_equal(c.data.keypoints[1], 31);
   assert_true(c.augment.scale_max > 1.333f && c.augment.scale_max < 1.334f);
