@@ -26,6 +26,7 @@ typedef struct {
   int sync_bn;      /* under mpirun: synchronised batch norm */
   double bucket_mb; /* under mpirun: gradient bucket size */
   const char *compress; /* under mpirun: none | bf16 gradients on the wire */
+  int sync_only;        /* under mpirun: meet once per step, exchange no gradients */
 } bench_opts;
 
 /* Data-parallel figures of the train bench (a world of 1 without mpirun). */
@@ -39,15 +40,17 @@ static void usage(FILE *f) {
           "usage: spry bench train [--model M] [--backend ref|cpu] [--batch B] [--threads T]\n"
           "                        [--dtype f32|bf16] [--size S|HxW] [--steps N] [--warmup W]\n"
           "                        [--keypoints K] [--channels C] [--segments S] [--infer] [--profile]\n"
-          "                        [--sync-bn] [--bucket-mb MB] [--compress none|bf16]\n"
-          "                        (under mpirun: --batch is per rank)\n"
+          "                        [--sync-bn] [--bucket-mb MB] [--compress none|bf16] [--sync-only]\n"
+          "                        (under mpirun: --batch is per rank; --sync-only: the ranks meet once\n"
+          "                        per step with an 8-byte all-reduce and exchange no gradients, which\n"
+          "                        measures what lock-step alone costs)\n"
           "models: %s\n",
           sp_model_names());
 }
 
 static int parse(int argc, char **argv, bench_opts *o) {
-  *o = (bench_opts){"vgg-face", "ref", "f32", SP_BACKEND_REF, 64, omp_get_max_threads(), 10, 1, 224, 224, 68, -1, 0, 0,
-                    8, 0, 4.0, "none"};
+  *o = (bench_opts){"vgg-face", sp_backend_default_name(), "f32", SP_BACKEND_REF, 64, omp_get_max_threads(), 10, 1, 224,
+                    224, 68, -1, 0, 0, 8, 0, 4.0, "none", 0};
   for (int i = 1; i < argc; i++) {
     const char *size = NULL;
     int r = 0;
@@ -67,7 +70,7 @@ static int parse(int argc, char **argv, bench_opts *o) {
         (r = sp_arg_int(argc, argv, &i, "--channels", 1, 4, &o->channels)) ||
         (r = sp_arg_int(argc, argv, &i, "--segments", 1, 1024, &o->segments)) ||
         (r = sp_arg_flag(argv, i, "--infer", &o->infer)) || (r = sp_arg_flag(argv, i, "--profile", &o->profile)) ||
-        (r = sp_arg_flag(argv, i, "--sync-bn", &o->sync_bn))) {
+        (r = sp_arg_flag(argv, i, "--sync-bn", &o->sync_bn)) || (r = sp_arg_flag(argv, i, "--sync-only", &o->sync_only))) {
       if (r < 0) return -1;
       continue;
     }
@@ -153,6 +156,7 @@ static void print_line(const bench_opts *o, const char *bench, int batch, double
     sp_json_key(&b, "buckets_launched_in_backward"), sp_json_int(&b, dist_stats.overlapped);
     if (ranks > 1) sp_json_key(&b, "sync_bn"), sp_json_bool(&b, o->sync_bn);
     if (ranks > 1) sp_json_key(&b, "compress"), sp_json_str(&b, o->compress);
+    if (ranks > 1) sp_json_key(&b, "sync_only"), sp_json_bool(&b, o->sync_only);
   }
   sp_json_obj_end(&b);
   printf("%s\n", b.s);
@@ -272,7 +276,7 @@ static int run_train(const bench_opts *o) {
   fill_random(sp_plan_input(p, "image"), 1 + (uint64_t)rank); /* each rank its own images */
   fill_target(o, sp_plan_input(p, "target"));
   sp_dist_bcast_params(g);
-  sp_grad_reducer *red = world > 1 ? sp_grad_reducer_new(g, p, (size_t)(o->bucket_mb * (1 << 20))) : NULL;
+  sp_grad_reducer *red = world > 1 && !o->sync_only ? sp_grad_reducer_new(g, p, (size_t)(o->bucket_mb * (1 << 20))) : NULL;
   if (red) sp_grad_reducer_set_bf16(red, !strcmp(o->compress, "bf16"));
   int n;
   sp_opt_param *params = sp_train_opt_params(g, &n);
@@ -296,10 +300,13 @@ static int run_train(const bench_opts *o) {
     if (red) sp_grad_reducer_begin(red, NULL, 0);
     sp_plan_backward(p);
     double r2 = reorder_seconds(), t2 = sp_now();
-    /* The step time includes the exchange. */
-    if (red && sp_dist_step(red, opt, slot_of, params, 1e-4f, NULL) != 0)
-      sp_dist_abort("optimizer step: %s", sp_last_error());
-    else sp_optimizer_step(opt, 1e-4f);
+    if (red) { /* the step time includes the exchange */
+      if (sp_dist_step(red, opt, slot_of, params, 1e-4f, NULL) != 0) sp_dist_abort("optimizer step: %s", sp_last_error());
+    } else {
+      double meet = 1; /* --sync-only: the step's one meeting, no gradients (parameters drift apart) */
+      if (world > 1 && sp_dist_sum_f64(&meet, 1, "bench step") != 0) sp_dist_abort("%s", sp_last_error());
+      sp_optimizer_step(opt, 1e-4f);
+    }
     double t3 = sp_now();
     if (profiling) prof.reorder_fwd += r1 - r0, prof.reorder_bwd += r2 - r1, prof.optimizer += t3 - t2;
     if (s >= o->warmup) times[s - o->warmup] = t3 - t0;
@@ -307,6 +314,8 @@ static int run_train(const bench_opts *o) {
 #ifdef SPRY_HAVE_DNNL
   cpu_reorder_timing(0);
 #endif
+  if (sp_optimizer_steps(opt) != o->warmup + o->steps) /* one update per step, whatever the path */
+    sp_dist_abort("bench: %lld optimizer steps for %d steps", (long long)sp_optimizer_steps(opt), o->warmup + o->steps);
   double flops = 3.0 * sp_plan_forward_flops(p);
   dist_stats.ranks = world;
   dist_stats.param_bytes = sizeof(float) * (size_t)sp_graph_param_numel(g, 1);

@@ -4,6 +4,7 @@
  * figures are measured, finite, positive and mutually consistent. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "io/json.h"
@@ -99,6 +100,55 @@ static void train_profile_accounts_for_the_step(void **state) {
   assert_true(optimizer > 0);
 }
 
+/* Under mpirun (when the build has MPI): rank 0 alone prints, one line whose
+ * images_per_s counts both ranks, and each step all-reduces every gradient
+ * once (bytes = parameter bytes); --sync-only meets once per step and sends
+ * none. The ranks' output is read through a pipe. */
+static sp_json *run_mpi_json(const char *args) {
+  const char *mpiexec = getenv("SPRY_MPIEXEC"), *bin = getenv("SPRY_BIN");
+  if (!mpiexec || !*mpiexec || !bin) skip(); /* no MPI in this build */
+  char cmd[2048];
+  snprintf(cmd, sizeof cmd,
+           "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader "
+           "OMPI_MCA_btl_vader_single_copy_mechanism=none ASAN_OPTIONS=detect_leaks=0 "
+           "%s -np 2 --oversubscribe -x OMP_NUM_THREADS=1 %s %s 2>/dev/null",
+           mpiexec, bin, args);
+  FILE *f = popen(cmd, "r");
+  assert_non_null(f);
+  static char out[8192];
+  size_t n = fread(out, 1, sizeof out - 1, f);
+  out[n] = 0;
+  int rc = pclose(f);
+  if (rc != 0) fail_msg("%s: exit status %d, output: %s", cmd, rc, out);
+  const char *nl = strchr(out, '\n');
+  if (!nl || nl[1]) fail_msg("expected one line (rank 0's), got: %s", out);
+  sp_json *j = sp_json_parse(out, strlen(out), sizeof out);
+  if (!j || j->type != SP_JSON_OBJECT) fail_msg("not one JSON object: %s", out);
+  return j;
+}
+
+static void train_under_mpirun_counts_every_rank(void **state) {
+  (void)state;
+  const char *args = "bench train --model vgg-face --batch 2 --size 32 --steps 3 --warmup 1 --threads 1";
+  sp_json *j = run_mpi_json(args);
+  assert_int_equal((int)num(j, "ranks"), 2);
+  assert_int_equal((int)num(j, "batch"), 2); /* per rank */
+  /* Both ranks' images over rank 0's step time. */
+  assert_true(fabs(num(j, "images_per_s") - 2 * 2 / (num(j, "ms_per_step") * 1e-3)) < 1e-6 * num(j, "images_per_s"));
+  assert_true(num(j, "param_bytes") > 0);
+  assert_true(num(j, "allreduce_bytes_per_step") == num(j, "param_bytes"));
+  assert_true(num(j, "allreduce_buckets") >= 1);
+  assert_false(sp_json_get(j, "sync_only")->u.boolean);
+  sp_json_free(j);
+  char more[512];
+  snprintf(more, sizeof more, "%s --sync-only", args);
+  j = run_mpi_json(more);
+  assert_int_equal((int)num(j, "ranks"), 2);
+  assert_true(num(j, "allreduce_bytes_per_step") == 0);
+  assert_true(sp_json_get(j, "sync_only")->type == SP_JSON_BOOL && sp_json_get(j, "sync_only")->u.boolean);
+  sp_json_free(j);
+}
+
 static void bad_options_are_refused(void **state) {
   (void)state;
   char out[4096];
@@ -130,6 +180,7 @@ int main(void) {
       cmocka_unit_test(peak_reports_this_machine),
       cmocka_unit_test(tshift_bench_checks_its_output),
       cmocka_unit_test(train_profile_accounts_for_the_step),
+      cmocka_unit_test(train_under_mpirun_counts_every_rank),
       cmocka_unit_test(bad_options_are_refused),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
