@@ -3,6 +3,7 @@
 #ifndef SPRY_METRICS_H
 #define SPRY_METRICS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -34,6 +35,10 @@ typedef struct {
  * [n]) receives each face's NME-IO (or its mean px error without eyes). */
 int sp_kp_metrics_compute(const float *pred, const float *gt, int n, int k, const sp_eye_points *eyes,
                           sp_kp_metrics *out, double *per_face_nme);
+/* v with `decimals` decimals for people to read, or "n/a" when it is
+ * undefined (NaN: the normalised errors of a layout with no eye points, such
+ * as the nose tip alone). Writes buf and returns it. */
+const char *sp_metric_text(double v, int decimals, char *buf, size_t n);
 /* CED: fraction of faces with error <= t, at n_steps thresholds on [0, max]. */
 void sp_ced_curve(const double *per_face, int n, double max, int n_steps, double *thresholds, double *fraction);
 

@@ -152,9 +152,12 @@ int sp_cli_eval(int argc, char **argv) {
     else fprintf(stderr, "spry eval: warning: %s\n", sp_last_error());
   }
   if (rc == 0) {
-    fprintf(stderr, "spry eval: %d faces  mean error %.3f px (mean shape %.3f px)  NME inter-ocular %.4f  "
-                    "inter-pupil %.4f  FR@0.08 %.3f  FR@0.10 %.3f  AUC@0.10 %.4f\n",
-            n, m.mean_px, sp_kp_mean_shape_error(&d, d.val_cache), m.nme_io, m.nme_ip, m.fr_008, m.fr_010, m.auc_010);
+    char t[5][32];
+    fprintf(stderr, "spry eval: %d faces  mean error %.3f px (mean shape %.3f px)  NME inter-ocular %s  "
+                    "inter-pupil %s  FR@0.08 %s  FR@0.10 %s  AUC@0.10 %s\n",
+            n, m.mean_px, sp_kp_mean_shape_error(&d, d.val_cache), sp_metric_text(m.nme_io, 4, t[0], 32),
+            sp_metric_text(m.nme_ip, 4, t[1], 32), sp_metric_text(m.fr_008, 3, t[2], 32),
+            sp_metric_text(m.fr_010, 3, t[3], 32), sp_metric_text(m.auc_010, 4, t[4], 32));
     sp_json_buf b;
     sp_json_buf_init(&b);
     sp_json_obj_begin(&b);

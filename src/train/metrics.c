@@ -2,6 +2,7 @@
  * the 300-W convention: per-face NME with the inter-ocular (outer corners)
  * normaliser, CED integrated up to the threshold. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -82,6 +83,12 @@ int sp_kp_metrics_compute(const float *pred, const float *gt, int n, int k, cons
   if (per_face_nme) memcpy(per_face_nme, nme, sizeof(double) * (size_t)n);
   free(nme);
   return 0;
+}
+
+const char *sp_metric_text(double v, int decimals, char *buf, size_t n) {
+  if (isnan(v)) snprintf(buf, n, "n/a");
+  else snprintf(buf, n, "%.*f", decimals, v);
+  return buf;
 }
 
 void sp_ced_curve(const double *per_face, int n, double max, int n_steps, double *thresholds, double *fraction) {

@@ -212,9 +212,9 @@ int sp_kp_report(const char *dir, sp_kp_evaluator *e, sp_loader *val_loader, int
   snprintf(v[0], 64, "%d", n);
   snprintf(v[1], 64, "%.3f", m.mean_px);
   snprintf(v[2], 64, "%.3f", sp_kp_mean_shape_error(d, c));
-  snprintf(v[3], 64, "%.4f", m.nme_io);
-  snprintf(v[4], 64, "%.4f", m.nme_ip);
-  snprintf(v[5], 64, "%.4f", m.auc_010);
+  sp_metric_text(m.nme_io, 4, v[3], 64);
+  sp_metric_text(m.nme_ip, 4, v[4], 64);
+  sp_metric_text(m.auc_010, 4, v[5], 64);
   snprintf(path, sizeof path, "%s/index.html", dir);
   char title[256];
   snprintf(title, sizeof title, "spry run: %s", e->cfg->model);

@@ -388,9 +388,11 @@ int sp_train_run(const sp_train_config *cfg, const char *config_text, int resume
     }
     append_metrics(&r, epoch, train_loss, lr, trained * cfg->batch / epoch_s, epoch_s, do_val ? &v : NULL);
     fprintf(stderr, "epoch %lld/%d  train %.4f", (long long)epoch + 1, cfg->epochs, train_loss);
-    if (do_val)
-      fprintf(stderr, "  val %.4f  %.2f px (mean shape %.2f)  NME-IO %.4f", v.loss, v.m.mean_px, v.baseline_px,
-              v.m.nme_io);
+    if (do_val) {
+      char io[32];
+      fprintf(stderr, "  val %.4f  %.2f px (mean shape %.2f)  NME-IO %s", v.loss, v.m.mean_px, v.baseline_px,
+              sp_metric_text(v.m.nme_io, 4, io, sizeof io));
+    }
     fprintf(stderr, "  %.0f img/s  %.1f s\n", trained * cfg->batch / epoch_s, epoch_s);
     if (do_val && v.m.mean_px < best) {
       best = v.m.mean_px;

@@ -67,6 +67,11 @@ static void no_eyes_gives_nan_nme(void **state) {
   assert_int_equal(sp_kp_metrics_compute(pred, gt, 1, 1, &eyes, &m, NULL), 0);
   assert_true(fabs(m.mean_px - 5.0) < 1e-9);
   assert_true(isnan(m.nme_io));
+  /* People read "n/a" where the JSON has null, not "nan". */
+  char t[32];
+  assert_string_equal(sp_metric_text(m.nme_io, 4, t, sizeof t), "n/a");
+  assert_string_equal(sp_metric_text(0.123456, 4, t, sizeof t), "0.1235");
+  assert_string_equal(sp_metric_text(m.mean_px, 3, t, sizeof t), "5.000");
   assert_int_equal(sp_kp_metrics_compute(pred, gt, 0, 1, &eyes, &m, NULL), -1);
 }
 
