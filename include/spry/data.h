@@ -160,6 +160,10 @@ sp_cache *sp_cache_build(const sp_dataset *ds, const sp_crop_config *cfg);
 /* Maps `path` if it matches ds + cfg (sizes, mtimes, annotations, settings),
  * else builds and writes it (atomically). *rebuilt tells which happened. */
 sp_cache *sp_cache_open(const char *path, const sp_dataset *ds, const sp_crop_config *cfg, int *rebuilt);
+/* The same without writing: maps `path` if it matches, else builds in RAM
+ * (the ranks of a data-parallel run other than rank 0 read rank 0's cache
+ * file but never write the run folder). */
+sp_cache *sp_cache_open_readonly(const char *path, const sp_dataset *ds, const sp_crop_config *cfg, int *rebuilt);
 int sp_cache_write(const sp_cache *c, const char *path, const sp_dataset *ds, const sp_crop_config *cfg);
 void sp_cache_free(sp_cache *c);
 /* Side of sample i's crop square in source pixels (errors in crop pixels

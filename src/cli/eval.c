@@ -117,7 +117,7 @@ int sp_cli_eval(int argc, char **argv) {
   cfg.augment.flip = 0; /* no augmentation in evaluation: no flip table needed */
   cfg.data.cache_file = 0;
   int data_ok = 0;
-  if (sp_backend_parse(cfg.backend, &be) != 0 || !(data_ok = sp_kp_data_open(&cfg, NULL, &d) == 0) ||
+  if (sp_backend_parse(cfg.backend, &be) != 0 || !(data_ok = sp_kp_data_open(&cfg, NULL, 0, &d) == 0) ||
       !(g = sp_kp_build_graph(&cfg, &d, neighbours, &scale, &offset)) ||
       sp_checkpoint_load(weights, g, NULL, NULL, NULL, 0) != 0) {
     /* Other data than the run's: most often another point layout. */

@@ -163,7 +163,8 @@ static int try_map(const char *path, uint64_t fp, const sp_crop_config *cfg, int
   return 0;
 }
 
-sp_cache *sp_cache_open(const char *path, const sp_dataset *ds, const sp_crop_config *cfg, int *rebuilt) {
+static sp_cache *open_cache(const char *path, const sp_dataset *ds, const sp_crop_config *cfg, int *rebuilt,
+                            int write) {
   uint64_t fp = sp_cache_fingerprint(ds, cfg);
   sp_cache *c = NULL;
   int rc = try_map(path, fp, cfg, ds->k, &c);
@@ -175,10 +176,18 @@ sp_cache *sp_cache_open(const char *path, const sp_dataset *ds, const sp_crop_co
   if (rc < 0) return NULL;
   if (rebuilt) *rebuilt = 1;
   c = sp_cache_build(ds, cfg);
-  if (!c) return NULL;
+  if (!c || !write) return c;
   if (sp_cache_write(c, path, ds, cfg) != 0) {
     /* The run can go on from RAM; only the next start will be slower. */
     fprintf(stderr, "spry data: warning: %s\n", sp_last_error());
   }
   return c;
+}
+
+sp_cache *sp_cache_open(const char *path, const sp_dataset *ds, const sp_crop_config *cfg, int *rebuilt) {
+  return open_cache(path, ds, cfg, rebuilt, 1);
+}
+
+sp_cache *sp_cache_open_readonly(const char *path, const sp_dataset *ds, const sp_crop_config *cfg, int *rebuilt) {
+  return open_cache(path, ds, cfg, rebuilt, 0);
 }

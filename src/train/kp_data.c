@@ -34,7 +34,8 @@ static int split(const sp_train_config *cfg, sp_kp_data *d) {
   return sp_dataset_split_identity(&d->all, SP_SPLIT_VAL, cfg->data.val_fraction, &d->val);
 }
 
-static sp_cache *cache(const sp_train_config *cfg, const char *cache_dir, const char *name, const sp_dataset *ds) {
+static sp_cache *cache(const sp_train_config *cfg, const char *cache_dir, int write, const char *name,
+                       const sp_dataset *ds) {
   sp_crop_config cc = sp_crop_config_default();
   cc.size = cfg->data.crop_size;
   cc.channels = cfg->data.channels;
@@ -44,8 +45,8 @@ static sp_cache *cache(const sp_train_config *cfg, const char *cache_dir, const 
   char path[2048];
   snprintf(path, sizeof path, "%s/%s", cache_dir, name);
   int rebuilt = 0;
-  sp_cache *c = sp_cache_open(path, ds, &cc, &rebuilt);
-  if (c) fprintf(stderr, "spry: %s cache %s (%d crops)\n", name, rebuilt ? "built" : "reused", c->n);
+  sp_cache *c = write ? sp_cache_open(path, ds, &cc, &rebuilt) : sp_cache_open_readonly(path, ds, &cc, &rebuilt);
+  if (c) fprintf(stderr, "spry: %s cache %s (%d crops)\n", name, !rebuilt ? "reused" : write ? "built" : "built in RAM", c->n);
   return c;
 }
 
@@ -70,7 +71,7 @@ static void subset_eyes(sp_kp_data *d) {
   d->eyes = e;
 }
 
-int sp_kp_data_open(const sp_train_config *cfg, const char *cache_dir, sp_kp_data *d) {
+int sp_kp_data_open(const sp_train_config *cfg, const char *cache_dir, int write_cache, sp_kp_data *d) {
   memset(d, 0, sizeof *d);
   if (!cfg->data.path[0]) return sp_error_set("data.path is not set (the dataset folder)");
   sp_dataset_init(&d->all);
@@ -108,12 +109,12 @@ int sp_kp_data_open(const sp_train_config *cfg, const char *cache_dir, sp_kp_dat
   if (cfg->augment.flip > 0 && !d->scheme)
     return sp_error_set("augment.flip needs a flip table, and none is known for %d points (IMM-58 and iBUG-68 are)",
                         d->k_all);
-  if (cache_dir) mkdir(cache_dir, 0755);
-  d->train_cache = cache(cfg, cache_dir, "cache_train.bin", &d->train);
+  if (cache_dir && write_cache) mkdir(cache_dir, 0755);
+  d->train_cache = cache(cfg, cache_dir, write_cache, "cache_train.bin", &d->train);
   /* split: none validates on the training images: one cache serves both
    * (`spry eval --data` decoded every image twice). */
   if (!strcmp(cfg->data.split, "none")) d->val_cache = d->train_cache;
-  else d->val_cache = d->train_cache ? cache(cfg, cache_dir, "cache_val.bin", &d->val) : NULL;
+  else d->val_cache = d->train_cache ? cache(cfg, cache_dir, write_cache, "cache_val.bin", &d->val) : NULL;
   if (!d->train_cache || !d->val_cache) return -1;
   if (d->train_cache->n == 0 || d->val_cache->n == 0) return sp_error_set("%s: no image could be decoded", cfg->data.path);
   d->mean_shape = sp_xcalloc((size_t)d->k * 2, sizeof(float));

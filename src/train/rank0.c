@@ -25,6 +25,8 @@ int sp_check_run_folder(const char *dir, int resume, double timeout_s) {
       st.rc = sp_error_set("--resume %s: no last.safetensors there (nothing to resume; start without --resume)", dir);
     else if (stat(dir, &sb) == 0 && (!S_ISDIR(sb.st_mode) || access(dir, W_OK) != 0))
       st.rc = sp_error_set("out %s: not a writable folder", dir);
+    else if (sp_make_dirs(dir) != 0) /* rank 0 alone makes and writes the run folder */
+      st.rc = sp_error_push("out %s", dir);
   }
   return sp_share_rank0(&st, timeout_s, "checking the run folder");
 }

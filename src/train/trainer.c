@@ -180,12 +180,13 @@ static int setup(run *r, const sp_train_config *cfg, const char *config_text, in
     r->refused = 1; /* every rank fails here together */
     return -1;
   }
-  if (sp_make_dirs(r->dir) != 0) return -1;
   if (sp_backend_parse(cfg->backend, &r->backend) != 0) return -1;
   if (cfg->threads > 0) omp_set_num_threads(cfg->threads);
   /* Rank 0 builds the cache file first; the others then map it. */
   if (r->rank > 0) sp_dist_barrier(10 * cfg->dist.timeout_s, "rank 0 reading the data");
-  if (sp_kp_data_open(cfg, r->dir, &r->data) != 0) return -1;
+  /* Rank 0 alone writes the run folder: the others map its cache files
+   * when they see them (a shared file system) and build in RAM otherwise. */
+  if (sp_kp_data_open(cfg, r->dir, r->rank == 0, &r->data) != 0) return -1;
   if (r->rank == 0) sp_dist_barrier(10 * cfg->dist.timeout_s, "rank 0 reading the data");
   if (same_data_on_ranks(r) != 0) {
     r->refused = 1; /* decided together: every rank fails here, none waits */

@@ -21,8 +21,9 @@ typedef struct {
 } sp_kp_data;
 
 /* Reads, splits and caches the data of cfg. cache_dir (may be NULL) holds the
- * mmap-able cache files. */
-int sp_kp_data_open(const sp_train_config *cfg, const char *cache_dir, sp_kp_data *d);
+ * mmap-able cache files; with write_cache 0 they are only read (mapped when
+ * they match, else the crops are built in RAM), and cache_dir is not made. */
+int sp_kp_data_open(const sp_train_config *cfg, const char *cache_dir, int write_cache, sp_kp_data *d);
 void sp_kp_data_free(sp_kp_data *d);
 /* Copies the predicted points of a batch ([n][k_all][2] crop pixels) into
  * dst ([n][k][2]) in model units. */
@@ -89,9 +90,11 @@ typedef struct {
  * st->rc, and on the other ranks sets an error when rank 0 failed. A world
  * of one returns st->rc at once. */
 int sp_share_rank0(sp_rank0_state *st, double timeout_s, const char *what);
-/* Before a run makes any folder, cache or epoch (every rank calls it; rank 0
- * looks): --resume needs dir/last.safetensors, and an existing dir must be a
- * writable folder, else the first checkpoint would fail after an epoch. */
+/* Before a run makes any cache or epoch (every rank calls it; rank 0 looks):
+ * --resume needs dir/last.safetensors, and an existing dir must be a
+ * writable folder, else the first checkpoint would fail after an epoch. Rank
+ * 0 then makes the folder (no other rank writes it); every rank fails
+ * together when any of this fails. */
 int sp_check_run_folder(const char *dir, int resume, double timeout_s);
 
 #endif

@@ -99,7 +99,6 @@ static int setup(run *r, const sp_video_config *cfg, const char *config_text, in
     r->refused = 1; /* every rank fails here together */
     return -1;
   }
-  if (r->rank == 0 && sp_make_dirs(r->dir) != 0) return -1;
   if (cfg->threads > 0) omp_set_num_threads(cfg->threads);
   if (!cfg->data.train_list[0]) return sp_error_set("data.train_list is not set");
   int max_train = -1, max_val = -1, classes;

@@ -220,7 +220,8 @@ int main(void) {
             " flip: 0.5, mean: 0.5, std: 0.25}\n"
             "optimizer: {type: sgd, lr: 0.0125, momentum: 0.9, weight_decay: 0.0001}\n"
             "schedule: {decay: cosine, warmup_epochs: 1}\n"
-            "epochs: 2\nbatch: 4\nworkers: 1\nthreads: 1\nseed: 3\ndist: {sync_bn: true}\n",
+            "epochs: 2\nbatch: 4\nworkers: 1\nthreads: 1\nseed: 3\ndist: {sync_bn: true}\n"
+            "backend: ref\n" /* fixed summation order: 2 x B and 1 x 2B agree to rounding */,
             dir, dir);
     fclose(f);
   }

@@ -14,7 +14,7 @@ static int open_dlib(const char *split, sp_kp_data *d) {
   snprintf(text, sizeof text, "data:\n  path: %s\n  split: %s\n  cache_file: false\n", data, split);
   sp_train_config c;
   if (sp_train_config_parse(text, "test", 0, NULL, &c, NULL) != 0) fail_msg("%s", sp_last_error());
-  return sp_kp_data_open(&c, NULL, d);
+  return sp_kp_data_open(&c, NULL, 0, d);
 }
 
 static void split_none_takes_every_image_without_a_person(void **state) {

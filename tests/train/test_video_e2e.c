@@ -51,7 +51,7 @@ static int train_rc(const char *model, const char *name, int multigrid, int epoc
            "optimizer: {type: sgd, lr: 0.0125, momentum: 0.9, weight_decay: 0.0001}\n" /* as configs/synth-*: Multigrid scales it up */
            "schedule: {decay: cosine, warmup_epochs: 1}\n"
            "multigrid: {long: %s, short: %s}\n"
-           "epochs: %d\nbatch: 4\nworkers: 2\nseed: 3\nout: %s/%s\n",
+           "epochs: %d\nbatch: 4\nworkers: 2\nseed: 3\nout: %s/%s\nbackend: ref\n",
            model, dir, train_set, dir, multigrid ? "true" : "false", multigrid > 1 ? "true" : "false", epochs, dir, name);
   sp_video_config cfg;
   char *text = NULL;
