@@ -247,6 +247,55 @@ static void bn_sum(void *user, double *x, int n) {
   sp_dist_wait(&req, "sync batch norm", D.timeout);
 }
 
+/* The dotted key of line `target` of an indented "key: value" text
+ * (list items take their parent's key): "optimizer.lr". */
+static void key_path(const char *text, int target, char *out, size_t cap) {
+  struct {
+    int indent;
+    char key[64];
+  } stack[16];
+  int depth = 0, line_no = 0;
+  out[0] = '\0';
+  for (const char *line = text; *line && line_no <= target; line_no++) {
+    const char *end = strchr(line, '\n');
+    size_t len = end ? (size_t)(end - line) : strlen(line);
+    int indent = 0;
+    while ((size_t)indent < len && line[indent] == ' ') indent++;
+    while (depth > 0 && stack[depth - 1].indent >= indent) depth--;
+    const char *colon = memchr(line + indent, ':', len - (size_t)indent);
+    int is_key = line[indent] != '-' && colon != NULL;
+    if (line_no == target || is_key) {
+      size_t used = 0;
+      for (int i = 0; i < depth && used + 2 < cap; i++)
+        used += (size_t)snprintf(out + used, cap - used, "%s%s", used ? "." : "", stack[i].key);
+      if (is_key && used + 2 < cap)
+        snprintf(out + used, cap - used, "%s%.*s", used ? "." : "", (int)(colon - line - indent), line + indent);
+      if (is_key && depth < 16) {
+        stack[depth].indent = indent;
+        snprintf(stack[depth].key, sizeof stack[depth].key, "%.*s", (int)(colon - line - indent), line + indent);
+        depth++;
+      }
+    }
+    line += len + (end ? 1 : 0);
+  }
+}
+
+/* First line where mine and rank 0's texts differ: its number, and each side's line. */
+static int first_difference(const char *mine, const char *theirs, char *here, char *there, size_t cap) {
+  for (int line_no = 0;; line_no++) {
+    const char *e1 = strchr(mine, '\n'), *e2 = strchr(theirs, '\n');
+    size_t l1 = e1 ? (size_t)(e1 - mine) : strlen(mine), l2 = e2 ? (size_t)(e2 - theirs) : strlen(theirs);
+    if (l1 != l2 || strncmp(mine, theirs, l1)) {
+      size_t s1 = strspn(mine, " "), s2 = strspn(theirs, " "); /* the key path says where it is */
+      snprintf(here, cap, "%.*s", (int)(l1 > s1 ? l1 - s1 : 0), mine + (l1 > s1 ? s1 : l1));
+      snprintf(there, cap, "%.*s", (int)(l2 > s2 ? l2 - s2 : 0), theirs + (l2 > s2 ? s2 : l2));
+      return line_no;
+    }
+    if (!e1 || !e2) return -1;
+    mine = e1 + 1, theirs = e2 + 1;
+  }
+}
+
 int sp_dist_check_run(const char *config_text, const char *version) {
   if (D.world < 2) return 0;
   sp_dist_beat();
@@ -277,9 +326,32 @@ int sp_dist_check_run(const char *config_text, const char *version) {
   if (nv)
     rc = sp_error_set("distributed run refused: rank(s) %s run another spry version than rank 0 (%.31s); "
                       "install the same build on every machine", ver_bad, v0);
-  else if (nc)
-    rc = sp_error_set("distributed run refused: rank(s) %s run a different configuration than rank 0 "
-                      "(config hash differs); give every rank the same config file and --set options", cfg_bad);
+  else if (nc) {
+    /* Every rank takes rank 0's text (the same calls on all: each saw the
+     * hashes); a rank that differs names the first key that does. */
+    const char *text = config_text ? config_text : "";
+    uint64_t len = strlen(text), h0;
+    memcpy(&h0, all, sizeof h0);
+    sp_dist_bcast(&len, sizeof len, "config check");
+    char *zero = sp_xmalloc((size_t)len + 1);
+    if (D.rank == 0) memcpy(zero, text, (size_t)len);
+    sp_dist_bcast(zero, (size_t)len, "config check");
+    zero[len] = '\0';
+    char here[160] = "", there[160] = "", key[256] = "";
+    int line = mine.hash != h0 ? first_difference(text, zero, here, there, sizeof here) : -1;
+    if (line >= 0) key_path(text, line, key, sizeof key);
+    free(zero);
+    if (line >= 0)
+      rc = sp_error_set("distributed run refused: this rank's configuration differs from rank 0's at %s (here "
+                        "'%s', on rank 0 '%s'); %s",
+                        key[0] ? key : "a line", here, there,
+                        !strcmp(key, "resume") ? "start every rank with --resume, or none"
+                                               : "give every rank the same config file and --set options");
+    else
+      rc = sp_error_set("distributed run refused: rank(s) %s run a different configuration than rank 0 (each "
+                        "names the first key that differs); give every rank the same config file and --set options",
+                        cfg_bad);
+  }
   free(all);
   return rc;
 }

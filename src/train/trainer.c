@@ -22,6 +22,7 @@
 #include "spry/dist.h"
 #include "spry/train.h"
 #include "train/metrics_log.h"
+#include "train/dist_config.h"
 #include "train/trainer_internal.h"
 
 static volatile sig_atomic_t stop_requested;
@@ -170,7 +171,10 @@ static int setup(run *r, const sp_train_config *cfg, const char *config_text, in
   r->world = sp_dist_world();
   r->local_batch = cfg->batch / r->world;
   /* Refused on every rank alike (no rank is left waiting). */
-  if (sp_dist_check_run(config_text, SPRY_VERSION) != 0) {
+  char *identity = sp_dist_run_identity(config_text, resume);
+  int same = sp_dist_check_run(identity, SPRY_VERSION);
+  free(identity);
+  if (same != 0) {
     r->refused = 1;
     return -1;
   }

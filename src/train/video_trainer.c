@@ -18,6 +18,7 @@
 #include "io/json.h"
 #include "spry/dist.h"
 #include "spry/train.h"
+#include "train/dist_config.h"
 #include "train/trainer_internal.h"
 #include "train/metrics_log.h"
 #include "train/video_internal.h"
@@ -89,7 +90,10 @@ static int setup(run *r, const sp_video_config *cfg, const char *config_text, in
   r->rank = sp_dist_rank();
   r->world = sp_dist_world();
   r->local_batch = cfg->batch / r->world;
-  if (sp_dist_check_run(config_text, SPRY_VERSION) != 0) { /* refused on every rank alike */
+  char *identity = sp_dist_run_identity(config_text, resume);
+  int same = sp_dist_check_run(identity, SPRY_VERSION);
+  free(identity);
+  if (same != 0) { /* refused on every rank alike */
     r->refused = 1;
     return -1;
   }
