@@ -139,7 +139,10 @@ static void timeout_abort(const char *what, double timeout_s) {
   if (len)
     sp_dist_abort("%s did not complete within %.0f s: rank(s) %s never reached phase %ld; they died or hang "
                   "(set dist.timeout_s to wait longer)", what, timeout_s, late, D.phase);
-  sp_dist_abort("%s did not complete within %.0f s although every rank reached phase %ld (MPI or network stuck?)",
+  /* Heartbeats count steps: a rank stuck inside the current step (stopped,
+   * swapping, deadlocked in a kernel) is not behind by one. */
+  sp_dist_abort("%s did not complete within %.0f s; every rank started phase %ld, so one of them is stuck inside it "
+                "(stopped, swapping, hung) or MPI / the network is (set dist.timeout_s to wait longer)",
                 what, timeout_s, D.phase);
 }
 

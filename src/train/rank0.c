@@ -1,5 +1,10 @@
 /* Rank 0's solo work told to every rank (trainer_internal.h). */
+#include <dirent.h>
+#include <errno.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -15,6 +20,26 @@ int sp_share_rank0(sp_rank0_state *st, double timeout_s, const char *what) {
   return st->rc;
 }
 
+/* A checkpoint is written to NAME.safetensors.tmp.PID and renamed; a run
+ * killed while writing (SIGKILL, a crash, mpirun's kill after Ctrl-C) leaves
+ * that part behind. Parts whose writer is gone are removed; the previous
+ * checkpoint was never touched. */
+static void remove_stale_parts(const char *dir) {
+  DIR *d = opendir(dir);
+  if (!d) return;
+  for (struct dirent *e; (e = readdir(d));) {
+    const char *tag = strstr(e->d_name, ".safetensors.tmp.");
+    if (!tag) continue;
+    char *end;
+    long pid = strtol(tag + strlen(".safetensors.tmp."), &end, 10);
+    if (*end || pid <= 0 || kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; /* its writer may still run */
+    char path[2048];
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    if (unlink(path) == 0) fprintf(stderr, "spry: removed %s, a checkpoint an interrupted run left half written\n", path);
+  }
+  closedir(d);
+}
+
 int sp_check_run_folder(const char *dir, int resume, double timeout_s) {
   sp_rank0_state st = {0};
   if (sp_dist_rank() == 0) {
@@ -27,6 +52,8 @@ int sp_check_run_folder(const char *dir, int resume, double timeout_s) {
       st.rc = sp_error_set("out %s: not a writable folder", dir);
     else if (sp_make_dirs(dir) != 0) /* rank 0 alone makes and writes the run folder */
       st.rc = sp_error_push("out %s", dir);
+    else
+      remove_stale_parts(dir);
   }
   return sp_share_rank0(&st, timeout_s, "checking the run folder");
 }

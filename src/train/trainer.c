@@ -148,6 +148,14 @@ static uint64_t cache_hash(const sp_cache *c, uint64_t h) {
   return sp_dist_hash(c->crop, sizeof(float) * 3 * (size_t)c->n, h);
 }
 
+/* An error every rank meets alike (it depends only on what the ranks have
+ * already agreed on: the config, the data hash): they fail together, each
+ * with the message, and none needs the job aborted. */
+static int refuse(run *r, int rc) {
+  r->refused = 1;
+  return rc;
+}
+
 static int same_data_on_ranks(const run *r) {
   char odd[128];
   const sp_kp_data *d = &r->data;
@@ -179,7 +187,8 @@ static int setup(run *r, const sp_train_config *cfg, const char *config_text, in
     return -1;
   }
   if (cfg->batch % r->world)
-    return sp_error_set("batch %d is the global batch and must be a multiple of the %d ranks", cfg->batch, r->world);
+    return refuse(r, sp_error_set("batch %d is the global batch and must be a multiple of the %d ranks", cfg->batch,
+                                  r->world));
   if (sp_check_run_folder(r->dir, resume, cfg->dist.timeout_s) != 0) {
     r->refused = 1; /* every rank fails here together */
     return -1;
@@ -197,7 +206,7 @@ static int setup(run *r, const sp_train_config *cfg, const char *config_text, in
     return -1;
   }
   if (r->data.train_cache->n < cfg->batch)
-    return sp_error_set("batch %d is larger than the %d training images", cfg->batch, r->data.train_cache->n);
+    return refuse(r, sp_error_set("batch %d is larger than the %d training images", cfg->batch, r->data.train_cache->n));
   r->g = sp_kp_build_graph(cfg, &r->data, r->neighbours, &r->scale, &r->offset);
   if (!r->g) return -1;
   if (r->world > 1 && cfg->dist.sync_bn) sp_dist_enable_sync_bn(r->g);
@@ -240,7 +249,9 @@ static int setup(run *r, const sp_train_config *cfg, const char *config_text, in
   if (!r->val_loader) return -1;
   if (r->rank > 0) return 0;
   if (r->world > 1)
-    fprintf(stderr, "spry: data parallel over %d ranks, %d images each per step, %s batch norm, %d gradient buckets (%.1f MB, %s)\n",
+    fprintf(stderr,
+            "spry: data parallel over %d ranks, %d images each per step, %s batch norm, %d gradient bucket(s) "
+            "(%.1f MB, %s)\n",
             r->world, r->local_batch, cfg->dist.sync_bn ? "synchronised" : "per-rank", sp_grad_reducer_buckets(r->reducer),
             sp_grad_reducer_bytes(r->reducer) / 1e6, strcmp(cfg->dist.compress, "bf16") ? "fp32" : "bf16");
   fprintf(stderr, "spry: %s, %d keypoints, %d train / %d val images, %lld parameters, %s backend, plan %.1f MB (%.1f MB naive)\n",

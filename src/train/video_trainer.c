@@ -71,6 +71,13 @@ static uint64_t kept_hash(const sp_video_list *l, uint64_t h) {
   return sp_dist_hash(&l->n, sizeof l->n, h);
 }
 
+/* An error every rank meets alike (config and kept clips agreed): they fail
+ * together, each with the message, and none needs the job aborted. */
+static int refuse(run *r, int rc) {
+  r->refused = 1;
+  return rc;
+}
+
 static int same_lists_on_ranks(const run *r) {
   char odd[128];
   uint64_t mine = kept_hash(&r->val, kept_hash(&r->train, 0));
@@ -98,7 +105,8 @@ static int setup(run *r, const sp_video_config *cfg, const char *config_text, in
     return -1;
   }
   if (cfg->batch % r->world)
-    return sp_error_set("batch %d is the global batch and must be a multiple of the %d ranks", cfg->batch, r->world);
+    return refuse(r, sp_error_set("batch %d is the global batch and must be a multiple of the %d ranks", cfg->batch,
+                                  r->world));
   if (sp_check_run_folder(r->dir, resume, cfg->dist.timeout_s) != 0) {
     r->refused = 1; /* every rank fails here together */
     return -1;
@@ -113,9 +121,10 @@ static int setup(run *r, const sp_video_config *cfg, const char *config_text, in
     return -1;
   }
   if (classes_of(r, max_train, max_val, &classes) != 0) return -1;
-  if (classes < 2) return sp_error_set("%s: needs at least 2 classes, labels give %d", cfg->data.train_list, classes);
+  if (classes < 2)
+    return refuse(r, sp_error_set("%s: needs at least 2 classes, labels give %d", cfg->data.train_list, classes));
   if (r->train.n < cfg->batch)
-    return sp_error_set("batch %d is larger than the %d training clips", cfg->batch, r->train.n);
+    return refuse(r, sp_error_set("batch %d is larger than the %d training clips", cfg->batch, r->train.n));
   if (sp_vnet_init(&r->net, cfg, classes) != 0) return -1;
   /* Rank 0 reads the pretrained weights; the broadcast gives them to all. */
   if (r->rank == 0 && cfg->pretrained[0] && sp_vnet_load_pretrained(&r->net, cfg->pretrained) != 0) return -1;
@@ -163,9 +172,12 @@ static int setup(run *r, const sp_video_config *cfg, const char *config_text, in
   }
   if (r->rank > 0) return 0;
   if (r->world > 1)
-    fprintf(stderr, "spry: data parallel over %d ranks, %d clips each per step, %s batch norm, %d gradient buckets\n",
+    fprintf(stderr,
+            "spry: data parallel over %d ranks, %d clips each per step, %s batch norm, %d gradient bucket(s) "
+            "(%.1f MB, %s)\n",
             r->world, r->local_batch, cfg->dist.sync_bn ? "synchronised" : "per-rank",
-            sp_grad_reducer_buckets(r->reducer));
+            sp_grad_reducer_buckets(r->reducer), sp_grad_reducer_bytes(r->reducer) / 1e6,
+            strcmp(cfg->dist.compress, "bf16") ? "fp32" : "bf16");
   fprintf(stderr, "spry: %s, %d classes, %d train / %d val clips, %d frames at %d px, %lld parameters, %s backend, "
           "plan %.1f MB%s%s\n",
           cfg->model, classes, r->train.n, r->val.n, frames, cfg->data.size,

@@ -6,7 +6,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include "spry/common.h"
 #include "spry/config.h"
 #include "spry/plot.h"
 #include "spry/synth.h"
@@ -111,6 +114,29 @@ static void each_epoch_is_logged_once(void **state) {
   assert_non_null(strstr(log, "{\"epoch\":1,"));
   assert_non_null(strstr(log, "{\"epoch\":3,"));
   free(log);
+}
+
+/* A checkpoint part left by a killed run (its writer gone) is removed at the
+ * next start; a part whose writer still runs is left alone. */
+static void stale_checkpoint_parts_are_removed(void **state) {
+  (void)state;
+  char out[512], dead[700], live[700];
+  snprintf(out, sizeof out, "%s/parts", dir);
+  assert_int_equal(sp_make_dirs(out), 0);
+  pid_t child = fork();
+  if (child == 0) _exit(0);
+  assert_true(child > 0);
+  assert_int_equal(waitpid(child, NULL, 0), child); /* a pid whose process is gone */
+  snprintf(dead, sizeof dead, "%s/last.safetensors.tmp.%ld", out, (long)child);
+  snprintf(live, sizeof live, "%s/best.safetensors.tmp.%ld", out, (long)getppid()); /* alive: our parent */
+  sp_test_write_text(dead, "half a checkpoint");
+  sp_test_write_text(live, "being written");
+  char *one_epoch[] = {"epochs=1"};
+  sp_train_summary s;
+  assert_int_equal(run(config, out, 1, one_epoch, 0, &s), 0);
+  assert_int_equal(access(dead, F_OK), -1);
+  assert_int_equal(access(live, F_OK), 0);
+  remove(live);
 }
 
 static void eval_and_predict_on_the_checkpoint(void **state) {
@@ -240,6 +266,7 @@ int main(void) {
       cmocka_unit_test(interrupted_run_resumes_exactly),
       cmocka_unit_test(eval_and_predict_on_the_checkpoint),
       cmocka_unit_test(each_epoch_is_logged_once),
+      cmocka_unit_test(stale_checkpoint_parts_are_removed),
       cmocka_unit_test(bf16_precision_trains_in_bf16),
       cmocka_unit_test(imm_nose_beats_the_mean_position),
   };
