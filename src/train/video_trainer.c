@@ -209,7 +209,7 @@ static int save(run *r, const char *name, int64_t epoch, int64_t step, double lo
 }
 
 static void append_metrics(run *r, int64_t epoch, double loss, double lr, double clips_s, double epoch_s, int iters,
-                           const sp_video_eval_result *v) {
+                           int unreadable, const sp_video_eval_result *v) {
   char path[1100];
   snprintf(path, sizeof path, "%s/metrics.jsonl", r->dir);
   FILE *f = fopen(path, "a");
@@ -224,6 +224,7 @@ static void append_metrics(run *r, int64_t epoch, double loss, double lr, double
   sp_json_key(&b, "epoch_s"), sp_json_f64(&b, epoch_s);
   sp_json_key(&b, "iterations"), sp_json_int(&b, iters);
   sp_json_key(&b, "stage"), sp_json_int(&b, sp_multigrid_stage(&r->mg, epoch));
+  sp_json_key(&b, "unreadable_train_clips"), sp_json_int(&b, unreadable); /* all ranks; they went in as zeros */
   if (v) {
     sp_json_key(&b, "val_loss"), sp_json_f64(&b, v->loss);
     sp_json_key(&b, "val_top1"), sp_json_f64(&b, v->top1);
@@ -367,6 +368,10 @@ int sp_video_train_run(const sp_video_config *cfg, const char *config_text, int 
       fprintf(stderr, "spry: %swarning: epoch %lld: %d of %lld training clips could not be read and went in as zeros\n",
               who, (long long)epoch + 1, failed, (long long)clips_trained);
     }
+    /* The whole job's count for the log: a clip one machine cannot read
+     * (another copy of the file there) shows up in metrics.jsonl. */
+    double failed_all = failed;
+    if (r.world > 1) sp_dist_sum_f64(&failed_all, 1, "unreadable clips");
     double epoch_s = sp_now() - t0;
     train_s += epoch_s;
     if (rc != 0) break;
@@ -398,7 +403,7 @@ int sp_video_train_run(const sp_video_config *cfg, const char *config_text, int 
     }
     double clips_s = clips_trained * r.world / epoch_s;
     if (rc == 0) {
-      append_metrics(&r, epoch, last_loss, lr, clips_s, epoch_s, n, do_val ? &v : NULL);
+      append_metrics(&r, epoch, last_loss, lr, clips_s, epoch_s, n, (int)failed_all, do_val ? &v : NULL);
       fprintf(stderr, "epoch %lld/%d  train %.4f", (long long)epoch + 1, cfg->epochs, last_loss);
       if (do_val) fprintf(stderr, "  val %.4f  top-1 %.3f  top-5 %.3f", v.loss, v.top1, v.top5);
       fprintf(stderr, "  %d it  %.1f clips/s  %.1f s\n", n, clips_s, epoch_s);

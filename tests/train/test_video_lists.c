@@ -127,6 +127,12 @@ static void undecodable_clips_stay_out_of_validation(void **state) {
   assert_int_equal(st, 0);
   assert_non_null(strstr(out, "1 of 4 training clips could not be read"));
   assert_non_null(strstr(out, "validation: 1 of 4 clips could not be read"));
+  /* The log keeps the count too. */
+  snprintf(path, sizeof path, "%s/cli/metrics.jsonl", tmp);
+  char *log = sp_test_slurp(path);
+  assert_non_null(log);
+  assert_non_null(strstr(log, "\"unreadable_train_clips\":1,"));
+  free(log);
   sp_video_summary e;
   sp_video_config cfg;
   char *text = NULL;
