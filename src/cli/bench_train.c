@@ -41,7 +41,8 @@ static void usage(FILE *f) {
           "                        [--dtype f32|bf16] [--size S|HxW] [--steps N] [--warmup W]\n"
           "                        [--keypoints K] [--channels C] [--segments S] [--infer] [--profile]\n"
           "                        [--sync-bn] [--bucket-mb MB] [--compress none|bf16] [--sync-only]\n"
-          "                        (under mpirun: --batch is per rank; --sync-only: the ranks meet once\n"
+          "                        (--infer: frozen inference at batch 1 and 64, one process;\n"
+          "                        under mpirun: --batch is per rank; --sync-only: the ranks meet once\n"
           "                        per step with an 8-byte all-reduce and exchange no gradients, which\n"
           "                        measures what lock-step alone costs)\n"
           "models: %s\n",
@@ -372,5 +373,18 @@ int sp_cli_bench_train(int argc, char **argv) {
   bench_opts o;
   if (parse(argc, argv, &o) != 0) return 2;
   omp_set_num_threads(o.threads);
+  if (sp_dist_init() != 0) {
+    fprintf(stderr, "spry bench train: %s\n", sp_last_error());
+    return 1;
+  }
+  const int world = sp_dist_world();
+  if (o.infer && world > 1) {
+    if (sp_dist_rank() == 0)
+      fprintf(stderr, "spry bench train: --infer measures one process (batch 1 and 64); start it without mpirun\n");
+    return 2;
+  }
+  if (world == 1 && (o.sync_only || o.sync_bn || strcmp(o.compress, "none") || o.bucket_mb != 4.0))
+    fprintf(stderr, "spry bench train: note: --sync-only, --sync-bn, --compress and --bucket-mb apply under mpirun; "
+                    "this is one process\n");
   return o.infer ? run_infer(&o) : run_train(&o);
 }
