@@ -30,19 +30,43 @@ static int per_machine(const char *line, size_t len) {
   return 0;
 }
 
+/* A scalar that reads as a number, written the one way %.17g writes it, so
+ * "1e-3", "0.0010" and "0.001" compare equal; "01" stays as it is (a folder
+ * name, not a number). 0 when the value is no number. */
+static int canonical_number(const char *v, size_t len, char *out, size_t cap) {
+  char buf[64];
+  if (len == 0 || len >= sizeof buf) return 0;
+  memcpy(buf, v, len);
+  buf[len] = '\0';
+  const char *digits = buf + (buf[0] == '-' || buf[0] == '+');
+  if (digits[0] == '0' && digits[1] >= '0' && digits[1] <= '9') return 0;
+  char *end;
+  double x = strtod(buf, &end);
+  if (end == buf || *end || strpbrk(buf, "xXnNiI")) return 0; /* hex, nan, inf: as written */
+  snprintf(out, cap, "%.17g", x);
+  return 1;
+}
+
 char *sp_dist_run_identity(const char *resolved, int resume) {
   if (!resolved) resolved = "";
   size_t n = strlen(resolved);
-  char *out = sp_xmalloc(n + 32), *at = out;
+  char *out = sp_xmalloc(2 * n + 64), *at = out; /* a number may grow to 24 characters */
   at += sprintf(at, "resume: %s\n", resume ? "true" : "false");
   for (const char *line = resolved; *line;) {
     const char *end = strchr(line, '\n');
-    size_t len = end ? (size_t)(end - line) + 1 : strlen(line);
+    size_t len = end ? (size_t)(end - line) : strlen(line);
     if (!per_machine(line, len)) { /* top-level keys start the line */
-      memcpy(at, line, len);
-      at += len;
+      /* The value: after "key: " or "- ". */
+      const char *colon = memchr(line, ':', len), *dash = line + strspn(line, " ");
+      const char *value = colon ? colon + 1 : (dash < line + len && *dash == '-') ? dash + 1 : NULL;
+      while (value && value < line + len && *value == ' ') value++;
+      char num[64];
+      if (value && value < line + len && canonical_number(value, (size_t)(line + len - value), num, sizeof num))
+        at += sprintf(at, "%.*s%s\n", (int)(value - line), line, num);
+      else
+        at += sprintf(at, "%.*s\n", (int)len, line);
     }
-    line += len;
+    line += len + (end ? 1 : 0);
   }
   *at = '\0';
   return out;

@@ -11,8 +11,8 @@ int sp_dist_config_read(sp_yaml_reader *r, sp_dist_config *d);
 
 /* What the ranks of a run must agree on (sp_dist_check_run): a first line
  * "resume: true|false", then the resolved config without the top-level keys
- * that may differ between machines (threads, workers: their core counts).
- * Free with free(). */
+ * that may differ between machines (threads, workers: their core counts),
+ * numbers written one way (1e-3 = 0.0010 = 0.001). Free with free(). */
 char *sp_dist_run_identity(const char *resolved_config, int resume);
 
 #endif

@@ -21,7 +21,7 @@ static void different_config_refused(void **state) {
   if (sp_dist_world() < 2) skip();
   char cfg[128];
   snprintf(cfg, sizeof cfg, "model: vgg-face\noptimizer:\n  type: sgd\n  lr: %s\nbatch: 64\n",
-           sp_dist_rank() == 1 ? "0.0010" : "0.001");
+           sp_dist_rank() == 1 ? "0.002" : "0.001");
   assert_int_equal(sp_dist_check_run(cfg, SPRY_VERSION), -1);
   const char *e = sp_last_error();
   assert_non_null(strstr(e, "refused"));
@@ -29,7 +29,7 @@ static void different_config_refused(void **state) {
     assert_non_null(strstr(e, "rank(s) 1 "));
     assert_non_null(strstr(e, "different configuration"));
   } else {
-    if (!strstr(e, "at optimizer.lr (here 'lr: 0.0010', on rank 0 'lr: 0.001')")) fail_msg("%s", e);
+    if (!strstr(e, "at optimizer.lr (here 'lr: 0.002', on rank 0 'lr: 0.001')")) fail_msg("%s", e);
   }
 }
 
@@ -42,6 +42,14 @@ static void run_identity(void **state) {
   char *id = sp_dist_run_identity(cfg, 1);
   assert_string_equal(id, "resume: true\nmodel: vgg-face\nbatch: 8\n");
   free(id);
+  /* One number, three spellings: the same identity; a folder named 01 keeps its name. */
+  id = sp_dist_run_identity("optimizer:\n  lr: 1e-3\naugment:\n  scale:\n    - 0.75\n    - 1.3333\nout: 01\n", 0);
+  assert_string_equal(id, "resume: false\noptimizer:\n  lr: 0.001\naugment:\n  scale:\n    - 0.75\n    - 1.3332999999999999\n"
+                          "out: 01\n");
+  char *again = sp_dist_run_identity("optimizer:\n  lr: 0.0010\naugment:\n  scale:\n    - 0.750\n    - 1.3333\nout: 01\n", 0);
+  assert_string_equal(id, again);
+  free(id);
+  free(again);
   if (sp_dist_world() < 2) skip();
   const int rank = sp_dist_rank();
   char mine[128];
