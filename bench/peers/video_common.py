@@ -32,7 +32,7 @@ def parse(impl):
 
 def sample(a, n, epoch, index):
     """TSN (one random frame per segment) or dense (T frames at stride tau
-    from a random start), training mode, as in src/data/video_sample.c."""
+    from a random start), training mode, as in src/video/sample.c."""
     r = random.Random(epoch * 1000003 + index)
     if a.sampler == "tsn":
         out = []

@@ -1,5 +1,5 @@
 /* `spry synth actions --count N --out DIR`: the synthetic motion-direction
- * clip set (see src/data/video_synth.c for why its classes need time). */
+ * clip set (see src/video/synth.c for why its classes need time). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -12,7 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "data/video_internal.h"
+#include "video/video_internal.h"
 
 typedef struct {
   const char *dir;

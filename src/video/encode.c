@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "data/video_internal.h"
+#include "video/video_internal.h"
 
 struct sp_video_writer {
   AVFormatContext *fmt;

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "data/video_internal.h"
+#include "video/video_internal.h"
 
 typedef struct {
   int64_t pts, dts;

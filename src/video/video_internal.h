@@ -1,4 +1,4 @@
-/* Internal pieces of the video reader shared by src/data/video_*.c. */
+/* Internal pieces of the video reader shared by the files of src/video. */
 #ifndef SPRY_VIDEO_INTERNAL_H
 #define SPRY_VIDEO_INTERNAL_H
 
@@ -83,10 +83,10 @@ struct sp_video {
   void *impl;           /* backend state */
 };
 
-/* video_reader.c / video_frames.c: fill v->ops and v->impl, or return -1. */
+/* reader.c / frames.c: fill v->ops and v->impl, or return -1. */
 int sp_video_open_ffmpeg(sp_video *v);
 int sp_video_open_frames(sp_video *v);
-/* video_frames.c: the frame file name convention, 0-based index -> img_%05d.jpg. */
+/* frames.c: the frame file name convention, 0-based index -> img_%05d.jpg. */
 void sp_frames_name(char *buf, size_t n, int64_t index);
 
 /* Sets FFmpeg's log level once per process (quiet unless SPRY_AV_LOG=1). */

@@ -5,7 +5,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "data/video_internal.h"
+#include "video/video_internal.h"
 
 sp_video *sp_video_open(const char *path) { return sp_video_open_with(path, NULL); }
 

@@ -1,7 +1,7 @@
 /* The FFmpeg backend of sp_video: frame-accurate batched fetches.
  *
  * A request is served in decode order: unique frames are sorted by the
- * keyframe they must start from (see video_index.c), the demuxer seeks only
+ * keyframe they must start from (see index.c), the demuxer seeks only
  * forward to that keyframe when the decoder is not already past it, and every
  * frame the decoder emits is matched to a requested index by its pts. So each
  * GOP is decoded at most once per request, and B-frames, open GOPs and
@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "data/video_internal.h"
+#include "video/video_internal.h"
 
 typedef struct {
   AVFormatContext *fmt;

@@ -11,7 +11,7 @@
 #include <sys/stat.h>
 #include <turbojpeg.h>
 
-#include "data/video_internal.h"
+#include "video/video_internal.h"
 #include "spry/data.h"
 
 typedef struct {

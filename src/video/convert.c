@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "data/video_internal.h"
+#include "video/video_internal.h"
 
 sp_video_geom sp_video_geom_native(void) {
   sp_video_geom g = {0, 0, 0, -1, -1, SP_VIDEO_HWC};
