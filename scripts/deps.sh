@@ -10,6 +10,7 @@ packages=(
   libavformat-dev libavcodec-dev libswscale-dev libavutil-dev
   libopenmpi-dev openmpi-bin
   libyaml-dev libcairo2-dev libcmocka-dev
+  libdlib-dev
 )
 
 missing=()

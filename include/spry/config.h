@@ -36,6 +36,9 @@ typedef struct {
     int size;           /* network input side */
     int channels;       /* 1 gray, 3 RGB */
     float margin;       /* crop context around the face box */
+    char box[16];       /* where face boxes come from: auto | image | detect | file | points */
+    char boxes[1024];   /* boxes file (CSV image,x,y,w,h) for box: file (and auto) */
+    char val_box[16];   /* validation's box source; "" = data.box, except detect when data.box is points */
     int cache_file;     /* keep an mmap-able cache file in the run directory */
     float mean[3], std[3];
   } data;

@@ -20,6 +20,9 @@ extern "C" {
 /* ---------------------------------------------------------------- images */
 
 typedef enum { SP_IMG_UNKNOWN = 0, SP_IMG_JPEG, SP_IMG_PNG } sp_image_format;
+/* Larger images are refused with an error naming them (a 16k x 16k photo;
+ * a hostile header may claim 65535 x 65535). */
+#define SP_MAX_IMAGE_PIXELS ((int64_t)1 << 28)
 
 /* Interleaved (HWC) uint8 image, c = 1 (gray) or 3 (RGB). */
 typedef struct {
@@ -35,19 +38,125 @@ int sp_image_probe(const uint8_t *buf, size_t len, int *w, int *h);
  * DCT domain (denom 1, 2, 4 or 8); PNGs ignore denom. `what` names the file in
  * error messages. */
 int sp_image_decode(const uint8_t *buf, size_t len, int c, int denom, const char *what, sp_image *out);
+/* Whole file, decoded exactly (accurate IDCT): photos for prediction and the
+ * face detector. */
 int sp_image_load(const char *path, int c, sp_image *out);
 void sp_image_free(sp_image *im);
 /* Whole file into memory (for decoding); caller frees *buf. */
 int sp_read_file(const char *path, uint8_t **buf, size_t *len);
 
-/* Square crops: the square (x0, y0, side) of src resampled (bilinear, black
- * outside) to size x size, planar (CHW) or interleaved; the same pixel-centre
- * convention as the cache, so a model sees new images as it saw training crops. */
-void sp_image_crop_square(const sp_image *src, double x0, double y0, double side, int size, int planar, uint8_t *out);
-/* Crop pixel coordinates -> source pixel coordinates for that square. */
-void sp_crop_to_source(double x0, double y0, double side, int size, float *x, float *y);
-/* The square the cache would cut around a face box (x, y, w, h) with margin. */
-void sp_crop_square_for_box(const float box[4], float margin, double *x0, double *y0, double *side);
+/* ------------------------------------------------------------------ crops
+ * A crop is the source rectangle [x0, x0 + w) x [y0, y0 + h) (pixel edges)
+ * resampled (bilinear, black outside) to size x size. Around a face box it is
+ * a square; for the whole image (data.box: image) it keeps the image's aspect
+ * nowhere: the photo is stretched to the square input, as the seed does.
+ * Pixel centres map as u' = (u - x0 + 0.5) * size / w - 0.5 (likewise y). */
+typedef struct {
+  double x0, y0, w, h;
+} sp_crop_rect;
+
+/* The square around a face box (x, y, w, h): side max(w, h) * (1 + 2 margin),
+ * same centre. */
+sp_crop_rect sp_crop_rect_for_box(const float box[4], float margin);
+/* The whole w x h image. */
+sp_crop_rect sp_crop_rect_whole(int w, int h);
+/* Resamples rect r of src to size x size, planar (CHW) or interleaved. */
+void sp_image_crop(const sp_image *src, sp_crop_rect r, int size, int planar, uint8_t *out);
+/* Crop pixel coordinates -> source pixel coordinates, and back. */
+void sp_crop_to_source(sp_crop_rect r, int size, float *x, float *y);
+void sp_source_to_crop(sp_crop_rect r, int size, float *x, float *y);
+
+/* -------------------------------------------------------------- face boxes */
+
+/* Where the face box of a sample comes from (config key data.box); the same
+ * in training, evaluation, prediction and morphing. */
+typedef enum {
+  SP_BOX_AUTO = 0, /* a boxes file's row, else the annotation's box (dlib XML, COCO bbox), else the whole image */
+  SP_BOX_IMAGE,    /* the whole image, stretched to the square input (the seed's parts 1 and 2) */
+  SP_BOX_DETECT,   /* the built-in face detector */
+  SP_BOX_FILE,     /* a boxes file (data.boxes) */
+  SP_BOX_POINTS,   /* the true points' box + margin: for training crops; any figure measured on it is optimistic */
+} sp_box_mode;
+
+/* Where one sample's box actually came from. */
+typedef enum {
+  SP_BOXSRC_NONE = 0,
+  SP_BOXSRC_IMAGE,
+  SP_BOXSRC_ANNOTATION,
+  SP_BOXSRC_FILE,
+  SP_BOXSRC_DETECTOR,
+  SP_BOXSRC_POINTS, /* data.box: points, or a detection that matched no detected face (see sp_box_like_detector) */
+  SP_BOXSRC_COUNT
+} sp_box_source;
+
+const char *sp_box_mode_name(sp_box_mode m);
+int sp_box_mode_parse(const char *s, sp_box_mode *m);
+/* "image", "annotation", "file", "detector", "points". */
+const char *sp_box_source_name(sp_box_source s);
+
+/* A boxes file: CSV with a header naming at least the columns image, x, y, w,
+ * h (any order; other columns ignored), one face per row, source pixels.
+ * `image` is a file name or a path ending the image's path. Rows with a bad
+ * number, or a zero, negative or non-finite size, are skipped with the file
+ * and line named. */
+typedef struct sp_box_table sp_box_table;
+int sp_box_table_read(const char *csv_path, sp_box_table **out);
+void sp_box_table_free(sp_box_table *t);
+int sp_box_table_rows(const sp_box_table *t);
+/* Rows for one image path: the count, and up to `max` of their indices. */
+int sp_box_table_find(const sp_box_table *t, const char *image_path, int *rows, int max);
+/* Row r's box, and "FILE line N" for messages. */
+const float *sp_box_table_box(const sp_box_table *t, int r);
+const char *sp_box_table_where(const sp_box_table *t, int r, char *buf, size_t n);
+
+/* Intersection over union of two (x, y, w, h) boxes. */
+double sp_box_iou(const float a[4], const float b[4]);
+/* The box of a face's labelled points (their extent). 0, or -1 without any. */
+int sp_points_box(const float *pts, const uint8_t *vis, int k, float box[4]);
+/* A detector-sized square from the points' extent (side max(w, h), centred,
+ * moved down by 0.1 side): what `detector_boxes.csv` gives a face the
+ * detector missed, and what data.box: detect uses then. */
+void sp_box_like_detector(const float points_box[4], float box[4]);
+/* A usable face box inside a w x h image: finite, positive size, overlapping
+ * the image. 0 or -1 with the reason in the error. */
+int sp_box_check(const float box[4], int w, int h);
+
+/* The face detector: dlib's HOG frontal face detector, run on the image and on
+ * the image upsampled x2 (faces under its 80 px window; a face found at both
+ * levels keeps the first level's box), and while it finds nothing upsampled
+ * x2 again, at most max_upsample times in all (see face_detector.cc). Boxes
+ * are in source pixels, most confident first. One detector per thread. */
+typedef struct {
+  float box[4];
+  float score;
+} sp_face;
+typedef struct sp_face_detector sp_face_detector;
+sp_face_detector *sp_face_detector_new(void);
+void sp_face_detector_free(sp_face_detector *d);
+/* *faces is malloc'ed (NULL when none found); returns the count, or -1. */
+int sp_face_detect(sp_face_detector *d, const sp_image *im, int max_upsample, sp_face **faces);
+/* The upsampling the detection procedure allows (x2, twice). */
+#define SP_DETECT_MAX_UPSAMPLE 2
+/* Two detections at this IoU or more are one face. */
+#define SP_DETECT_SAME_IOU 0.3
+/* The detection matching a labelled face: the best IoU with its points' box,
+ * if at least SP_DETECT_MIN_IOU; else -1. */
+#define SP_DETECT_MIN_IOU 0.2
+int sp_face_match(const sp_face *faces, int n, const float points_box[4]);
+
+/* Image files as the cache reads them (and the predictor, so a new photo is
+ * cut exactly as the training crops were). One reader per thread. */
+typedef struct sp_image_reader sp_image_reader;
+sp_image_reader *sp_image_reader_new(void);
+void sp_image_reader_free(sp_image_reader *r);
+/* Reads the file and its header: the image's size in *w, *h. */
+int sp_image_reader_open(sp_image_reader *r, const char *path, int *w, int *h);
+/* Rect rc of the open image resampled to size x size, c channels, HWC. JPEGs
+ * are decoded only over the crop's footprint, DCT-scaled as far as keeps the
+ * crop at least size pixels. Any number of crops per open file. */
+int sp_image_reader_crop(sp_image_reader *r, sp_crop_rect rc, int size, int c, uint8_t *out_hwc);
+/* The whole open image, c channels (for the face detector). */
+int sp_image_reader_decode(sp_image_reader *r, int c, sp_image *out);
 
 /* --------------------------------------------------------------- samples */
 
@@ -137,6 +246,8 @@ typedef struct {
   int channels;    /* 1 or 3 */
   float margin;    /* context added on each side, fraction of the box side */
   int threads;     /* decode threads; 0 = cores */
+  sp_box_mode box; /* where each face's box comes from */
+  const sp_box_table *boxes; /* SP_BOX_FILE (and AUTO, when set) */
 } sp_crop_config;
 sp_crop_config sp_crop_config_default(void);
 
@@ -147,7 +258,9 @@ typedef struct sp_cache {
   float *points;      /* [n][k][2], crop pixel coordinates */
   uint8_t *vis;       /* [n][k] */
   int32_t *source;    /* [n] index of the dataset sample */
-  float *crop;        /* [n][3] the crop square in the source image: x0, y0, side (pixels) */
+  float *crop;        /* [n][4] the crop rectangle in the source image: x0, y0, w, h (pixels) */
+  float *box;         /* [n][4] the face box the crop was cut around (source pixels) */
+  uint8_t *box_src;   /* [n] sp_box_source */
   int skipped;        /* images that failed to decode */
   int from_file;      /* 1 when mapped from a cache file */
   void *map_;         /* internal */
@@ -166,11 +279,12 @@ sp_cache *sp_cache_open(const char *path, const sp_dataset *ds, const sp_crop_co
 sp_cache *sp_cache_open_readonly(const char *path, const sp_dataset *ds, const sp_crop_config *cfg, int *rebuilt);
 int sp_cache_write(const sp_cache *c, const char *path, const sp_dataset *ds, const sp_crop_config *cfg);
 void sp_cache_free(sp_cache *c);
-/* Side of sample i's crop square in source pixels (errors in crop pixels
- * times side / size are errors in the original image). */
-double sp_cache_crop_side(const sp_cache *c, int i);
+/* Sample i's crop rectangle in the source image. */
+sp_crop_rect sp_cache_crop_rect(const sp_cache *c, int i);
 /* Crop pixel coordinates of sample i -> source image pixel coordinates. */
 void sp_cache_crop_to_source(const sp_cache *c, int i, float *x, float *y);
+/* How many samples' boxes came from each source, counts[SP_BOXSRC_COUNT]. */
+void sp_cache_box_counts(const sp_cache *c, int *counts);
 
 /* ----------------------------------------------------------- augmentation */
 

@@ -76,15 +76,23 @@ int sp_plot_lines(const char *png_path, int w, int h, const char *title, const c
 int sp_draw_keypoints_png(const char *png_path, const uint8_t *img, int w, int h, int c,
                           const float *pred, const float *gt, int k, int upscale, unsigned flags);
 
+/* A photo with the faces a model found: each face's box as a yellow frame and
+ * its points (prediction colour), dots sized by the face. boxes [n][4]
+ * (x, y, w, h), pts[f] [k][2], in the image's pixels. */
+int sp_draw_faces_png(const char *png_path, const uint8_t *img, int w, int h, int c, int n, const float *boxes,
+                      const float *const *pts, int k);
+
 /* One cell of a keypoint grid: an image with its points and a caption shown
  * under it (e.g. "err 3.2 px"; NULL for none, long captions are shortened with
- * "..."). */
+ * "..."), and optionally the face box the model was given (x, y, w, h in the
+ * image's pixels; NULL for none), drawn as a thin yellow frame. */
 typedef struct {
   const uint8_t *img;
   int w, h, c;
   const float *pred, *gt;
   int k;
   const char *caption;
+  const float *box;
 } sp_grid_cell;
 
 /* n cells in rows of `cols` (cols <= 0: about square), each image fitted into

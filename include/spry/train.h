@@ -26,6 +26,7 @@ typedef struct {
   int64_t step_in_epoch;   /* > 0 when saved mid-epoch (Ctrl-C): batches already trained */
   double loss_sum;         /* training loss summed over those batches (exact resume of the epoch mean) */
   double best;             /* best validation mean error so far (INFINITY if none) */
+  const char *box_source;  /* keypoint runs: where most training boxes came from (sp_box_source_name), may be NULL */
 } sp_checkpoint_meta;
 
 /* Writes parameters and buffers under their graph names, the optimizer state
@@ -62,8 +63,33 @@ typedef struct sp_kp_predictor sp_kp_predictor;
 sp_kp_predictor *sp_kp_predictor_open(const char *weights, const char *backend);
 int sp_kp_predictor_keypoints(const sp_kp_predictor *p);
 int sp_kp_predictor_channels(const sp_kp_predictor *p); /* load images with this many channels */
-/* Points [K][2] in im's pixels. box (x, y, w, h of the landmarks' box, as the
- * training crops were cut) or NULL for the whole image. */
+/* How the model finds faces it is not given a box for: SP_BOX_IMAGE (the
+ * whole photo is the face, for models trained with data.box: image) or
+ * SP_BOX_DETECT (the face detector, for models trained on face boxes). */
+sp_box_mode sp_kp_predictor_box_mode(const sp_kp_predictor *p);
+/* Where the model's training boxes came from ("image", "detector", "file",
+ * "annotation", "points"; "unknown" for checkpoints that do not say). */
+const char *sp_kp_predictor_trained_on(const sp_kp_predictor *p);
+
+/* One face of a photo: its box and points, in the photo's pixels. */
+typedef struct {
+  float box[4];  /* x, y, w, h */
+  float score;   /* the detector's confidence; 0 for a given box or the whole image */
+  float *pts;    /* [K][2] */
+} sp_kp_face;
+/* Every face of an image file, found as the model's run found them
+ * (sp_kp_predictor_box_mode): the whole image, or each face the detector
+ * finds (most confident first). box (x, y, w, h) forces one face there.
+ * The file is cut exactly as the training crops were. *faces is malloc'ed
+ * (sp_kp_faces_free); returns the count (0: no face found) or -1. */
+int sp_kp_predict_file(sp_kp_predictor *p, const char *path, const float *box, sp_kp_face **faces);
+/* The same on decoded pixels (im must have sp_kp_predictor_channels). */
+int sp_kp_predict_image(sp_kp_predictor *p, const sp_image *im, const float *box, sp_kp_face **faces);
+void sp_kp_faces_free(sp_kp_face *faces, int n);
+/* The largest of n faces (morphing takes it), or -1 when n = 0. */
+int sp_kp_largest_face(const sp_kp_face *faces, int n);
+/* Points [K][2] in im's pixels of one face: in box (x, y, w, h), else the
+ * largest face found as sp_kp_predict_image finds them (an error when none). */
 int sp_kp_predict(sp_kp_predictor *p, const sp_image *im, const float *box, float *pts);
 void sp_kp_predictor_close(sp_kp_predictor *p);
 

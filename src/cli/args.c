@@ -1,9 +1,12 @@
 #include "cli/args.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "spry/common.h"
 
 int sp_arg_str(int argc, char **argv, int *i, const char *name, const char **out) {
   if (strcmp(argv[*i], name)) return 0;
@@ -64,4 +67,25 @@ double sp_median(double *v, int n) {
   if (n <= 0) return 0;
   qsort(v, (size_t)n, sizeof(double), cmp_double);
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+int sp_parse_box(const char *s, float box[4]) {
+  double v[4];
+  char *end;
+  const char *p = s;
+  for (int i = 0; i < 4; i++) {
+    v[i] = strtod(p, &end);
+    if (end == p) return sp_error_set("'%s': expected x,y,w,h (four numbers)", s);
+    p = end;
+    if (i < 3) {
+      if (*p != ',') return sp_error_set("'%s': expected x,y,w,h (four numbers)", s);
+      p++;
+    }
+  }
+  if (*p) return sp_error_set("'%s': extra text after x,y,w,h", s);
+  for (int i = 0; i < 4; i++)
+    if (!isfinite(v[i]) || fabs(v[i]) > 1e6) return sp_error_set("'%s': values must be finite, at most 1e6", s);
+  if (!(v[2] > 0 && v[3] > 0)) return sp_error_set("'%s': w and h must be > 0", s);
+  for (int i = 0; i < 4; i++) box[i] = (float)v[i];
+  return 0;
 }

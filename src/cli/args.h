@@ -15,6 +15,9 @@ int sp_arg_flag(char **argv, int i, const char *name, int *out);
 int sp_parse_int64(const char *s, int64_t lo, int64_t hi, int64_t *out);
 /* "224" or "160x192" into h, w. */
 int sp_parse_size(const char *s, int *h, int *w);
+/* "x,y,w,h": four finite numbers (|v| <= 1e6), w and h > 0. 0, or -1 with
+ * the reason in the error. */
+int sp_parse_box(const char *s, float box[4]);
 /* Median of n doubles (sorts in place). */
 double sp_median(double *v, int n);
 

@@ -10,6 +10,7 @@ int sp_cli_bench_peak(int argc, char **argv);   /* bench_peak.c */
 int sp_cli_train(int argc, char **argv);        /* train.c */
 int sp_cli_eval(int argc, char **argv);         /* eval.c */
 int sp_cli_predict(int argc, char **argv);      /* predict.c */
+int sp_cli_detect(int argc, char **argv);       /* detect.c */
 int sp_cli_morph(int argc, char **argv);        /* morph.c */
 int sp_cli_synth(int argc, char **argv);        /* synth.c: faces | actions */
 int sp_cli_synth_actions(int argc, char **argv); /* synth_actions.c */

@@ -14,7 +14,8 @@ typedef struct {
 static const command commands[] = {
     {"train", sp_cli_train, "train a keypoint or (task: video) video model from a YAML config"},
     {"eval", sp_cli_eval, "accuracy of a checkpoint: mean px, NME, FR, AUC, CED plot; video: top-1/top-5 (JSON last line)"},
-    {"predict", sp_cli_predict, "keypoints of new images as JSON (original pixels), optional overlay PNG"},
+    {"predict", sp_cli_predict, "faces and keypoints of new photos as JSON (original pixels), optional overlay PNG"},
+    {"detect", sp_cli_detect, "face boxes of photos as JSON (the face detector predict uses)"},
     {"morph", sp_cli_morph, "face morph A -> B from predicted (or given) keypoints: frames, points.png, morph.gif"},
     {"synth", sp_cli_synth, "synthetic data: synth faces (68-point keypoints) | synth actions"},
     {"video", sp_cli_video, "inspect a video: video info FILE | video frames FILE --index ... --out DIR"},

@@ -27,8 +27,10 @@ static void usage(FILE *f) {
           "  from point files) are triangulated, both faces are warped to each intermediate shape and\n"
           "  cross-dissolved. B is resized to A's size first.\n"
           "  --frames N: N steps, N + 1 frames (default 24): DIR/frame_000.png ... frame_N.png\n"
-          "  --box-a/--box-b: the face's box for the model (as `spry predict --box`); default whole image\n"
-          "  --points-a/--points-b: JSON from `spry predict` (first line) or a bare [[x,y],...] array,\n"
+          "  --box-a/--box-b: the face's box for the model (as `spry predict --box`); default: the largest\n"
+          "         face found as `spry predict` finds faces (the whole photo or the face detector)\n"
+          "  --points-a/--points-b: JSON from `spry predict` (first line; its largest face) or a bare\n"
+          "         [[x,y],...] array,\n"
           "         or an annotation file: IMM .dat/.asf, iBUG .pts; these replace the model's points\n"
           "  --gif-size PX: longer side of DIR/morph.gif (default 360; 0 = full size)\n"
           "  --delay CS: GIF frame time in 1/100 s (default 8). The GIF plays A->B->A and loops.\n"
@@ -69,7 +71,20 @@ static int read_points(const char *path, int im_w, int im_h, float **pts, int *k
   sp_json *doc = sp_json_parse((const char *)buf, line, 64u << 20);
   free(buf);
   if (!doc) return sp_error_set("%s: %s", path, sp_last_error());
-  const sp_json *arr = doc->type == SP_JSON_ARRAY ? doc : sp_json_get(doc, "points");
+  /* `spry predict`'s {"faces":[{"points":...}]}: the largest face. */
+  const sp_json *faces = doc->type == SP_JSON_OBJECT ? sp_json_get(doc, "faces") : NULL, *face = doc;
+  double best_area = -1;
+  for (size_t f = 0; faces && faces->type == SP_JSON_ARRAY && f < sp_json_len(faces); f++) {
+    const sp_json *box = sp_json_get(sp_json_at(faces, f), "box");
+    double bw = 0, bh = 0;
+    if (box && sp_json_len(box) == 4) sp_json_as_double(sp_json_at(box, 2), &bw), sp_json_as_double(sp_json_at(box, 3), &bh);
+    if (bw * bh > best_area) best_area = bw * bh, face = sp_json_at(faces, f);
+  }
+  if (faces && best_area < 0) {
+    sp_json_free(doc);
+    return sp_error_set("%s: no face in the first line (\"faces\" is empty)", path);
+  }
+  const sp_json *arr = face->type == SP_JSON_ARRAY ? face : sp_json_get(face, "points");
   int n = (int)sp_json_len(arr), rc = 0;
   if (!arr || arr->type != SP_JSON_ARRAY || n < 1) rc = sp_error_set("%s: no \"points\" array", path);
   *pts = sp_xmalloc(sizeof(float) * 2 * (size_t)(n > 0 ? n : 1));
@@ -87,21 +102,20 @@ static int read_points(const char *path, int im_w, int im_h, float **pts, int *k
   return rc;
 }
 
-static int parse_box(const char *s, float box[4]) {
-  return sscanf(s, "%f,%f,%f,%f", &box[0], &box[1], &box[2], &box[3]) == 4 && box[2] > 0 && box[3] > 0 ? 0 : -1;
-}
-
-/* The model's points for one face, predicted on the image loaded with the
- * channels the model was trained on. */
+/* The model's points for the largest face of a photo (or the face in box),
+ * found as `spry predict` finds it. */
 static int predict_points(sp_kp_predictor *p, const char *path, const float *box, float **pts, int *k) {
-  sp_image im;
-  if (sp_image_load(path, sp_kp_predictor_channels(p), &im) != 0) return -1;
+  sp_kp_face *faces;
+  int n = sp_kp_predict_file(p, path, box, &faces), f = sp_kp_largest_face(faces, n);
+  if (n < 0) return -1;
   *k = sp_kp_predictor_keypoints(p);
-  *pts = sp_xmalloc(sizeof(float) * 2 * (size_t)*k);
-  int rc = sp_kp_predict(p, &im, box, *pts);
-  sp_image_free(&im);
-  if (rc) free(*pts), *pts = NULL;
-  return rc;
+  *pts = NULL;
+  if (f >= 0) {
+    *pts = sp_xmalloc(sizeof(float) * 2 * (size_t)*k);
+    memcpy(*pts, faces[f].pts, sizeof(float) * 2 * (size_t)*k);
+  }
+  sp_kp_faces_free(faces, n);
+  return f >= 0 ? 0 : sp_error_set("%s: no face found (give its box with --box-a / --box-b)", path);
 }
 
 typedef struct {
@@ -130,10 +144,15 @@ static int parse(int argc, char **argv, options *o) {
     }
     int which = !strcmp(argv[i], "--box-a") ? 0 : !strcmp(argv[i], "--box-b") ? 1 : -1;
     if (which >= 0) {
-      if (i + 1 >= argc || parse_box(argv[++i], o->box[which])) {
-        fprintf(stderr, "spry morph: %s wants x,y,w,h with w, h > 0\n", argv[i - (i + 1 >= argc ? 0 : 1)]);
+      if (i + 1 >= argc) {
+        fprintf(stderr, "spry morph: %s needs a value x,y,w,h\n", argv[i]);
         return 2;
       }
+      if (sp_parse_box(argv[i + 1], o->box[which]) != 0) {
+        fprintf(stderr, "spry morph: %s: %s\n", argv[i], sp_last_error());
+        return 2;
+      }
+      i++;
       o->has_box[which] = 1;
     } else if (argv[i][0] != '-' && n_img < 2) o->img[n_img++] = argv[i];
     else {

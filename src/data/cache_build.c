@@ -1,8 +1,8 @@
-/* Preloading: decode every image once (in parallel), crop a square around the
- * face, resize to the working size and keep uint8 crops + their points in RAM.
- * JPEGs are decoded only over the crop's footprint (jpeg_crop.c), at the
- * smallest DCT scale num/8 that keeps the crop at least the working size:
- * decoding is the dominant cost, and both cut it several-fold. */
+/* Preloading: decode every image once (in parallel), cut the crop around the
+ * face's box (from data.box: the whole image, the annotation, a boxes file,
+ * the face detector or the points), resize it to the working size and keep
+ * uint8 crops + their points in RAM. Files are read through sp_image_reader,
+ * which decodes JPEGs only over the crop's footprint, DCT-scaled. */
 #define _GNU_SOURCE
 #include <math.h>
 #include <pthread.h>
@@ -16,30 +16,8 @@
 #include "data/data_internal.h"
 
 sp_crop_config sp_crop_config_default(void) {
-  sp_crop_config c = {224, 3, 0.25f, 0};
+  sp_crop_config c = {224, 3, 0.25f, 0, SP_BOX_AUTO, NULL};
   return c;
-}
-
-/* Square crop (x0, y0, side) in source pixels around the box or the points. */
-static void crop_square(const sp_kp_sample *s, const float *pts, float margin, double *x0, double *y0,
-                        double *side) {
-  double bx, by, bw, bh;
-  if (s->has_box) {
-    bx = s->box[0]; by = s->box[1]; bw = s->box[2]; bh = s->box[3];
-  } else {
-    double lx = 1e30, ly = 1e30, hx = -1e30, hy = -1e30;
-    for (int i = 0; i < s->k; i++) {
-      if (s->vis && !s->vis[i]) continue;
-      lx = fmin(lx, pts[2 * i]); hx = fmax(hx, pts[2 * i]);
-      ly = fmin(ly, pts[2 * i + 1]); hy = fmax(hy, pts[2 * i + 1]);
-    }
-    bx = lx; by = ly; bw = fmax(hx - lx, 1); bh = fmax(hy - ly, 1);
-  }
-  double cx = bx + bw * 0.5, cy = by + bh * 0.5;
-  *side = fmax(bw, bh) * (1.0 + 2.0 * margin);
-  if (*side < 8) *side = 8;
-  *x0 = cx - *side * 0.5;
-  *y0 = cy - *side * 0.5;
 }
 
 typedef struct {
@@ -48,119 +26,147 @@ typedef struct {
   sp_cache *c;
   uint8_t *ok;
   atomic_int next;
+  pthread_t main;
 } build_job;
 
-/* Per-thread decoding state: the JPEG decoder and the file buffer are
- * reused from image to image. */
+/* Per-thread state: the image reader (decoder and file buffer reused from
+ * image to image) and, for data.box: detect, a face detector. */
 typedef struct {
-  sp_jpeg_dec *jd;
-  uint8_t *file;
-  size_t file_cap;
+  sp_image_reader *rd;
+  sp_face_detector *det;
 } build_ctx;
 
-/* The smallest DCT scale num/8 of 1/8, 2/8, 4/8, 8/8 at which the crop is
- * still at least the working size (so the warp only ever downsamples).
- * libjpeg-turbo also scales by 3/8, 5/8, 6/8, 7/8, but those run plain-C
- * IDCTs (and 10x10..14x14 ones for the chroma planes, which it scales up
- * in the IDCT instead of upsampling): measured on the IMM crops, 6/8 and
- * 7/8 cost more than the SIMD 8/8 decode, and 5/8 as much. */
-static int pick_scale(double side, int size) {
-  int num = 1;
-  while (num < 8 && side * num / 8.0 < size) num *= 2;
-  return num;
+/* The labelled face in an image the detector searched: the detection that
+ * best overlaps its points, else a detector-like square from the points (the
+ * procedure that made youtube_faces_68/detector_boxes.csv). */
+static int detect_box(build_ctx *bc, const sp_kp_sample *s, const float pbox[4], float box[4], uint8_t *src) {
+  if (!bc->det && !(bc->det = sp_face_detector_new())) return -1;
+  sp_image im;
+  if (sp_image_reader_decode(bc->rd, 3, &im) != 0) return -1;
+  sp_face *faces;
+  int n = sp_face_detect(bc->det, &im, SP_DETECT_MAX_UPSAMPLE, &faces);
+  sp_image_free(&im);
+  if (n < 0) return sp_error_push("%s", s->image);
+  int m = sp_face_match(faces, n, pbox);
+  if (m >= 0) memcpy(box, faces[m].box, sizeof(float) * 4), *src = SP_BOXSRC_DETECTOR;
+  else sp_box_like_detector(pbox, box), *src = SP_BOXSRC_POINTS;
+  free(faces);
+  return 0;
 }
 
-/* floor() of a coordinate, clamped into int range (crops of absurd but
- * finite points must not overflow the conversion). */
-static int floor_clamped(double v) {
-  if (!(v > -1e8)) return -100000000;
-  if (v > 1e8) return 100000000;
-  return (int)floor(v);
+/* The boxes file's row for this face: its only row, or the row that best
+ * overlaps the points when the image has several faces. */
+static int file_box(const sp_box_table *t, const sp_kp_sample *s, const float pbox[4], float box[4], int *row) {
+  int rows[64], n = sp_box_table_find(t, s->image, rows, 64);
+  if (n <= 0) return 1;
+  int best = n == 1 ? rows[0] : -1;
+  double best_iou = -1;
+  for (int i = 0; n > 1 && i < n && i < 64; i++) {
+    double iou = sp_box_iou(sp_box_table_box(t, rows[i]), pbox);
+    if (iou >= SP_DETECT_MIN_IOU && iou > best_iou) best_iou = iou, best = rows[i];
+  }
+  if (best < 0) return sp_error_set("%d rows of the boxes file name this image, none overlaps the face's points", n);
+  memcpy(box, sp_box_table_box(t, best), sizeof(float) * 4);
+  *row = best;
+  return 0;
+}
+
+/* Where sample i's face box comes from (cfg->box), and the crop around it. */
+static int resolve_box(build_job *job, build_ctx *bc, const sp_kp_sample *s, const float *pts, int w, int h,
+                       float box[4], uint8_t *src, sp_crop_rect *rect) {
+  const sp_crop_config *cfg = job->cfg;
+  float pbox[4] = {0, 0, (float)w, (float)h};
+  const int have_points = sp_points_box(pts, s->vis, s->k, pbox) == 0;
+  int row = -1, rc = 1;
+  sp_box_mode mode = cfg->box;
+  if ((mode == SP_BOX_FILE || mode == SP_BOX_AUTO) && cfg->boxes) {
+    rc = file_box(cfg->boxes, s, pbox, box, &row);
+    if (rc < 0) return -1;
+    if (rc == 0) *src = SP_BOXSRC_FILE;
+  }
+  if (rc == 0) {
+  } else if (mode == SP_BOX_FILE) {
+    return sp_error_set("no row for this image in the boxes file%s", cfg->boxes ? "" : " (data.boxes is not set)");
+  } else if (mode == SP_BOX_AUTO && s->has_box) {
+    memcpy(box, s->box, sizeof(float) * 4), *src = SP_BOXSRC_ANNOTATION;
+  } else if (mode == SP_BOX_AUTO || mode == SP_BOX_IMAGE) {
+    box[0] = 0, box[1] = 0, box[2] = (float)w, box[3] = (float)h, *src = SP_BOXSRC_IMAGE;
+    *rect = sp_crop_rect_whole(w, h);
+    return 0;
+  } else if (mode == SP_BOX_POINTS) {
+    if (!have_points) return sp_error_set("no labelled point to take a box from");
+    memcpy(box, pbox, sizeof(float) * 4), *src = SP_BOXSRC_POINTS;
+  } else {
+    if (!have_points) return sp_error_set("no labelled point to match a detection to");
+    if (detect_box(bc, s, pbox, box, src) != 0) return -1;
+  }
+  if (sp_box_check(box, w, h) != 0) {
+    char where[1200];
+    if (row >= 0) return sp_error_push("%s", sp_box_table_where(cfg->boxes, row, where, sizeof where));
+    return sp_error_push("%s box", sp_box_source_name((sp_box_source)*src));
+  }
+  *rect = sp_crop_rect_for_box(box, cfg->margin);
+  return 0;
 }
 
 static int build_one(build_job *job, build_ctx *bc, int i) {
   const sp_kp_sample *s = &job->ds->s[i];
   const int S = job->cfg->size, ch = job->cfg->channels, k = job->ds->k;
-  size_t len;
-  if (sp_read_file_into(s->image, &bc->file, &bc->file_cap, &len) != 0) return -1;
-  const uint8_t *buf = bc->file;
-  const int jpeg = sp_image_sniff(buf, len) == SP_IMG_JPEG;
-  /* No decoder (out of memory at thread start): JPEGs are skipped with the
-   * reason from sp_jpeg_dec_new. */
-  if (jpeg && !bc->jd) return sp_error_set("%s: no JPEG decoder (out of memory)", s->image);
   int w, h;
-  if (jpeg ? sp_jpeg_dec_header(bc->jd, buf, len, s->image, &w, &h) != 0
-           : sp_image_probe_with(NULL, buf, len, &w, &h) != 0) {
-    if (!jpeg) sp_error_push("%s", s->image);
-    return -1;
-  }
+  if (!bc->rd) return sp_error_set("%s: no image reader (out of memory)", s->image);
+  if (sp_image_reader_open(bc->rd, s->image, &w, &h) != 0) return -1;
   float pts[2 * SP_MAX_KEYPOINTS];
   for (int j = 0; j < k; j++) {
     pts[2 * j] = s->relative ? s->pts[2 * j] * (float)w : s->pts[2 * j];
     pts[2 * j + 1] = s->relative ? s->pts[2 * j + 1] * (float)h : s->pts[2 * j + 1];
   }
-  double x0, y0, side;
-  crop_square(s, pts, job->cfg->margin, &x0, &y0, &side);
-  /* Source -> crop (forward, for the points). Pixel centres:
-   * u' = (u + 0.5) * r - 0.5 - (x0 * r). */
-  double r = S / side;
-  sp_affine fwd = {{r, 0, (0.5 - x0) * r - 0.5, 0, r, (0.5 - y0) * r - 0.5}};
-  sp_affine inv;
-  if (sp_affine_invert(fwd, &inv) != 0) return sp_error_set("%s: degenerate crop", s->image);
+  float box[4];
+  uint8_t src = SP_BOXSRC_NONE;
+  sp_crop_rect rect;
+  if (resolve_box(job, bc, s, pts, w, h, box, &src, &rect) != 0) return -1;
   uint8_t *dst = job->c->pixels + (size_t)i * S * S * ch;
-  if (jpeg) {
-    /* Decode only the crop's footprint, DCT-scaled by num/8. A scaled pixel
-     * j covers source pixels [j, j+1) * 8/num, so its centre maps as
-     * u_s = (u + 0.5) * num/8 - 0.5 (exactly; the rounded-up scaled size
-     * only cuts the padding of the last block). */
-    const int num = pick_scale(side, S);
-    const double ks = num / 8.0;
-    sp_affine to_scaled = {{ks, 0, 0.5 * ks - 0.5, 0, ks, 0.5 * ks - 0.5}};
-    sp_affine crop_to_scaled = sp_affine_then(inv, to_scaled);
-    /* The map is a pure scale + shift: its footprint is spanned by the
-     * first and last crop pixel. Bilinear reads floor(u) and floor(u) + 1;
-     * one more pixel each side absorbs the warp's fixed-point drift. */
-    float ax = 0, ay = 0, bx = (float)(S - 1), by = (float)(S - 1);
-    sp_affine_apply(&crop_to_scaled, &ax, &ay);
-    sp_affine_apply(&crop_to_scaled, &bx, &by);
-    int rx0 = floor_clamped(fmin(ax, bx)) - 1, rx1 = floor_clamped(fmax(ax, bx)) + 3;
-    int ry0 = floor_clamped(fmin(ay, by)) - 1, ry1 = floor_clamped(fmax(ay, by)) + 3;
-    sp_jpeg_region reg;
-    if (sp_jpeg_dec_region(bc->jd, ch, num, rx0, ry0, rx1, ry1, &reg) != 0) return -1;
-    sp_affine crop_to_reg = sp_affine_then(crop_to_scaled, sp_affine_translate(-reg.x0, -reg.y0));
-    sp_warp_affine_u8(reg.px, reg.w, reg.h, ch, dst, S, S, 0, &crop_to_reg, 0);
-  } else {
-    sp_image im;
-    if (sp_image_decode_with(NULL, buf, len, ch, 1, s->image, &im) != 0) return -1;
-    sp_warp_affine_u8(im.px, im.w, im.h, ch, dst, S, S, 0, &inv, 0);
-    sp_image_free(&im);
-  }
+  if (sp_image_reader_crop(bc->rd, rect, S, ch, dst) != 0) return -1;
   float *out = job->c->points + (size_t)i * k * 2;
   for (int j = 0; j < k; j++) {
-    out[2 * j] = pts[2 * j];
-    out[2 * j + 1] = pts[2 * j + 1];
-    sp_affine_apply(&fwd, &out[2 * j], &out[2 * j + 1]);
+    out[2 * j] = pts[2 * j], out[2 * j + 1] = pts[2 * j + 1];
+    sp_source_to_crop(rect, S, &out[2 * j], &out[2 * j + 1]);
   }
   for (int j = 0; j < k; j++) job->c->vis[(size_t)i * k + j] = s->vis ? s->vis[j] : 1;
   job->c->source[i] = i;
-  float *crop = job->c->crop + (size_t)i * 3;
-  crop[0] = (float)x0, crop[1] = (float)y0, crop[2] = (float)side;
+  float *crop = job->c->crop + (size_t)i * 4;
+  crop[0] = (float)rect.x0, crop[1] = (float)rect.y0, crop[2] = (float)rect.w, crop[3] = (float)rect.h;
+  memcpy(job->c->box + (size_t)i * 4, box, sizeof box);
+  job->c->box_src[i] = src;
   return 0;
+}
+
+/* The face detector takes tens of ms an image: a detecting build shows its
+ * progress (from the calling thread only, on a terminal). */
+static void progress(build_job *job, double *last) {
+  if (job->cfg->box != SP_BOX_DETECT || !isatty(2)) return;
+  double now = sp_now();
+  if (now - *last < 0.5) return;
+  *last = now;
+  int done = atomic_load(&job->next);
+  fprintf(stderr, "\rspry data: finding faces %d/%d ", done < job->ds->n ? done : job->ds->n, job->ds->n);
 }
 
 static void *build_worker(void *arg) {
   build_job *job = arg;
-  build_ctx bc = {sp_jpeg_dec_new(), NULL, 0};
+  const int main_thread = job->main == pthread_self();
+  double last = sp_now();
+  build_ctx bc = {sp_image_reader_new(), NULL};
   for (;;) {
     int i = atomic_fetch_add(&job->next, 1);
     if (i >= job->ds->n) break;
+    if (main_thread) progress(job, &last);
     if (build_one(job, &bc, i) == 0)
       job->ok[i] = 1;
     else
       sp_data_skip(job->ds->s[i].image, "%s", sp_last_error());
   }
-  sp_jpeg_dec_free(bc.jd);
-  free(bc.file);
+  sp_image_reader_free(bc.rd);
+  sp_face_detector_free(bc.det);
   return NULL;
 }
 
@@ -189,8 +195,10 @@ sp_cache *sp_cache_build(const sp_dataset *ds, const sp_crop_config *cfg) {
   c->points = sp_xmalloc(sizeof(float) * 2 * (size_t)ds->k * (size_t)ds->n);
   c->vis = sp_xmalloc((size_t)ds->k * (size_t)ds->n);
   c->source = sp_xmalloc(sizeof(int32_t) * (size_t)ds->n);
-  c->crop = sp_xmalloc(sizeof(float) * 3 * (size_t)ds->n);
-  build_job job = {ds, cfg, c, sp_xcalloc((size_t)ds->n, 1), 0};
+  c->crop = sp_xmalloc(sizeof(float) * 4 * (size_t)ds->n);
+  c->box = sp_xmalloc(sizeof(float) * 4 * (size_t)ds->n);
+  c->box_src = sp_xcalloc((size_t)ds->n, 1);
+  build_job job = {ds, cfg, c, sp_xcalloc((size_t)ds->n, 1), 0, pthread_self()};
   int nt = cfg->threads > 0 ? cfg->threads : sp_default_threads();
   if (nt > ds->n) nt = ds->n;
   pthread_t *th = sp_xmalloc(sizeof(pthread_t) * (size_t)nt);
@@ -200,6 +208,7 @@ sp_cache *sp_cache_build(const sp_dataset *ds, const sp_crop_config *cfg) {
   build_worker(&job); /* the calling thread works too */
   for (int t = 1; t <= started; t++) pthread_join(th[t], NULL);
   free(th);
+  if (cfg->box == SP_BOX_DETECT && isatty(2)) fprintf(stderr, "\r");
   /* Compact: pixels, points, visibility and source move together, so a
    * skipped image can never shift one sample's points onto another image. */
   int n = 0;
@@ -210,15 +219,23 @@ sp_cache *sp_cache_build(const sp_dataset *ds, const sp_crop_config *cfg) {
       memmove(c->points + (size_t)n * 2 * c->k, c->points + (size_t)i * 2 * c->k, sizeof(float) * 2 * (size_t)c->k);
       memmove(c->vis + (size_t)n * c->k, c->vis + (size_t)i * c->k, (size_t)c->k);
       c->source[n] = c->source[i];
-      memmove(c->crop + (size_t)n * 3, c->crop + (size_t)i * 3, sizeof(float) * 3);
+      memmove(c->crop + (size_t)n * 4, c->crop + (size_t)i * 4, sizeof(float) * 4);
+      memmove(c->box + (size_t)n * 4, c->box + (size_t)i * 4, sizeof(float) * 4);
+      c->box_src[n] = c->box_src[i];
     }
     n++;
   }
   free(job.ok);
   c->n = n;
   c->skipped = ds->n - n;
-  fprintf(stderr, "spry data: cached %d of %d samples at %dx%d (%d images skipped, %d annotations skipped) in %.2f s\n",
-          n, ds->n, cfg->size, cfg->size, c->skipped, ds->skipped, sp_now() - t0);
+  int counts[SP_BOXSRC_COUNT];
+  sp_cache_box_counts(c, counts);
+  char boxes[256] = "";
+  for (int b = 1, o = 0; b < SP_BOXSRC_COUNT; b++)
+    if (counts[b] && o < (int)sizeof boxes)
+      o += snprintf(boxes + o, sizeof boxes - (size_t)o, "%s%s %d", o ? ", " : "", sp_box_source_name((sp_box_source)b), counts[b]);
+  fprintf(stderr, "spry data: cached %d of %d samples at %dx%d (boxes: %s; %d images skipped, %d annotations skipped) in %.2f s\n",
+          n, ds->n, cfg->size, cfg->size, n ? boxes : "none", c->skipped, ds->skipped, sp_now() - t0);
   if (n == 0) {
     sp_error_set("no image could be decoded (%d skipped)", ds->n);
     sp_cache_free(c);
@@ -237,16 +254,23 @@ void sp_cache_free(sp_cache *c) {
     free(c->vis);
     free(c->source);
     free(c->crop);
+    free(c->box);
+    free(c->box_src);
   }
   free(c);
 }
 
-double sp_cache_crop_side(const sp_cache *c, int i) { return c->crop[(size_t)i * 3 + 2]; }
+sp_crop_rect sp_cache_crop_rect(const sp_cache *c, int i) {
+  const float *r = c->crop + (size_t)i * 4;
+  sp_crop_rect rc = {r[0], r[1], r[2], r[3]};
+  return rc;
+}
 
 void sp_cache_crop_to_source(const sp_cache *c, int i, float *x, float *y) {
-  /* Inverse of the build's source -> crop map u' = (u - x0 + 0.5) * S / side - 0.5. */
-  const float *crop = c->crop + (size_t)i * 3;
-  double r = crop[2] / c->size;
-  *x = (float)((*x + 0.5) * r - 0.5 + crop[0]);
-  *y = (float)((*y + 0.5) * r - 0.5 + crop[1]);
+  sp_crop_to_source(sp_cache_crop_rect(c, i), c->size, x, y);
+}
+
+void sp_cache_box_counts(const sp_cache *c, int *counts) {
+  memset(counts, 0, sizeof(int) * SP_BOXSRC_COUNT);
+  for (int i = 0; i < c->n; i++) counts[c->box_src[i] < SP_BOXSRC_COUNT ? c->box_src[i] : 0]++;
 }

@@ -5,11 +5,14 @@
  *   int32  source[n]        dataset index of each sample
  *   float  points[n][k][2]  crop coordinates
  *   uint8  vis[n][k]
- *   float  crop[n][3]       crop square in the source image: x0, y0, side
+ *   float  crop[n][4]       crop rectangle in the source image: x0, y0, w, h
+ *   float  box[n][4]        the face box it was cut around: x, y, w, h
+ *   uint8  box_src[n]       where that box came from (sp_box_source)
  *   uint8  pixels[n][size][size][channels]   (64-byte aligned)
  *
- * The fingerprint covers the crop settings and, for every sample, the image
- * path, its size and mtime, and the annotation values: any change rebuilds. */
+ * The fingerprint covers the crop settings (box source and boxes file
+ * included) and, for every sample, the image path, its size and mtime, and
+ * the annotation values: any change rebuilds. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -23,15 +26,17 @@
 #include "data/data_internal.h"
 
 #define CACHE_MAGIC "SPRYCACH"
-#define CACHE_VERSION 2u
+#define CACHE_VERSION 3u
+/* Bumped when the detector or its procedure changes (detections are cached). */
+#define DETECTOR_VERSION 1u
 
 typedef struct {
   char magic[8];
   uint32_t version, header_size;
   uint64_t fingerprint;
   int32_t n, size, channels, k, skipped, pad_;
-  uint64_t off_source, off_points, off_vis, off_pixels, total, off_crop;
-  uint8_t reserved[128 - 8 - 8 - 8 - 24 - 48];
+  uint64_t off_source, off_points, off_vis, off_pixels, total, off_crop, off_box, off_box_src;
+  uint8_t reserved[128 - 8 - 8 - 8 - 24 - 64];
 } cache_header;
 _Static_assert(sizeof(cache_header) == 128, "cache header is 128 bytes");
 
@@ -48,6 +53,10 @@ uint64_t sp_cache_fingerprint(const sp_dataset *ds, const sp_crop_config *cfg) {
   h = fnv(h, &cfg->size, sizeof cfg->size);
   h = fnv(h, &cfg->channels, sizeof cfg->channels);
   h = fnv(h, &cfg->margin, sizeof cfg->margin);
+  uint32_t box = (uint32_t)cfg->box | (cfg->box == SP_BOX_DETECT ? DETECTOR_VERSION << 8 : 0);
+  h = fnv(h, &box, sizeof box);
+  /* The boxes file by its rows, so an edit rebuilds and a moved copy does not. */
+  for (int r = 0; r < sp_box_table_rows(cfg->boxes); r++) h = fnv(h, sp_box_table_box(cfg->boxes, r), sizeof(float) * 4);
   h = fnv(h, &ds->n, sizeof ds->n);
   h = fnv(h, &ds->k, sizeof ds->k);
   for (int i = 0; i < ds->n; i++) {
@@ -76,7 +85,9 @@ static void layout(cache_header *hd) {
   hd->off_points = hd->off_source + 4 * n;
   hd->off_vis = hd->off_points + 8 * n * k;
   hd->off_crop = (hd->off_vis + n * k + 3) & ~(uint64_t)3;
-  hd->off_pixels = (hd->off_crop + 12 * n + 63) & ~(uint64_t)63;
+  hd->off_box = hd->off_crop + 16 * n;
+  hd->off_box_src = hd->off_box + 16 * n;
+  hd->off_pixels = (hd->off_box_src + n + 63) & ~(uint64_t)63;
   hd->total = hd->off_pixels + n * (uint64_t)hd->size * (uint64_t)hd->size * (uint64_t)hd->channels;
 }
 
@@ -119,8 +130,10 @@ int sp_cache_write(const sp_cache *c, const char *path, const sp_dataset *ds, co
   if (!rc) rc = write_all(fd, c->points, 8 * n * k, tmp);
   if (!rc) rc = write_all(fd, c->vis, n * k, tmp);
   if (!rc) rc = write_all(fd, zeros, (size_t)(hd.off_crop - (hd.off_vis + n * k)), tmp);
-  if (!rc) rc = write_all(fd, c->crop, 12 * n, tmp);
-  if (!rc) rc = write_all(fd, zeros, (size_t)(hd.off_pixels - (hd.off_crop + 12 * n)), tmp);
+  if (!rc) rc = write_all(fd, c->crop, 16 * n, tmp);
+  if (!rc) rc = write_all(fd, c->box, 16 * n, tmp);
+  if (!rc) rc = write_all(fd, c->box_src, n, tmp);
+  if (!rc) rc = write_all(fd, zeros, (size_t)(hd.off_pixels - (hd.off_box_src + n)), tmp);
   if (!rc) rc = write_all(fd, c->pixels, (size_t)(hd.total - hd.off_pixels), tmp);
   if (close(fd) != 0 && !rc) rc = sp_error_set("%s: close failed (%s)", tmp, strerror(errno));
   if (!rc && rename(tmp, path) != 0) rc = sp_error_set("%s: cannot rename to %s (%s)", tmp, path, strerror(errno));
@@ -141,7 +154,7 @@ static int try_map(const char *path, uint64_t fp, const sp_crop_config *cfg, int
   if (hd.n > 0 && hd.k > 0 && hd.size > 0 && hd.channels > 0) layout(&want);
   if (memcmp(hd.magic, CACHE_MAGIC, 8) || hd.version != CACHE_VERSION || hd.fingerprint != fp ||
       hd.size != cfg->size || hd.channels != cfg->channels || hd.k != k || hd.n <= 0 ||
-      want.total != hd.total || want.off_pixels != hd.off_pixels || want.off_crop != hd.off_crop || (uint64_t)st.st_size != hd.total) {
+      want.total != hd.total || want.off_pixels != hd.off_pixels || want.off_crop != hd.off_crop || want.off_box != hd.off_box || want.off_box_src != hd.off_box_src || (uint64_t)st.st_size != hd.total) {
     close(fd);
     return 1;
   }
@@ -155,6 +168,8 @@ static int try_map(const char *path, uint64_t fp, const sp_crop_config *cfg, int
   c->points = (float *)(b + hd.off_points);
   c->vis = b + hd.off_vis;
   c->crop = (float *)(b + hd.off_crop);
+  c->box = (float *)(b + hd.off_box);
+  c->box_src = b + hd.off_box_src;
   c->pixels = b + hd.off_pixels;
   c->from_file = 1;
   c->map_ = m;

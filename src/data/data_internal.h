@@ -13,6 +13,9 @@ void sp_jpeg_decoder_free(void *h);
 int sp_image_probe_with(void *tj, const uint8_t *buf, size_t len, int *w, int *h);
 int sp_image_decode_with(void *tj, const uint8_t *buf, size_t len, int c, int denom, const char *what,
                          sp_image *out);
+/* Whole image with the accurate IDCT (PIL's and dlib's): what the face
+ * detector sees, so its boxes match theirs (sp_image_load decodes so too). */
+int sp_image_decode_exact(const uint8_t *buf, size_t len, int c, const char *what, sp_image *out);
 /* Reads a whole file into *buf (grown as needed, capacity *cap, reused
  * across calls by one thread); *len = its size. */
 int sp_read_file_into(const char *path, uint8_t **buf, size_t *cap, size_t *len);

@@ -150,24 +150,34 @@ int sp_image_probe_with(void *handle, const uint8_t *buf, size_t len, int *w, in
   tjhandle tj = handle ? handle : tjInitDecompress();
   if (!tj) return sp_error_set("cannot create TurboJPEG decoder");
   int sub, cs;
+  *w = *h = 0;
   int rc = tjDecompressHeader3(tj, buf, (unsigned long)len, w, h, &sub, &cs);
   if (rc != 0) sp_error_set("bad JPEG header (%s)", tjGetErrorStr2(tj));
+  else if (*w <= 0 || *h <= 0) rc = sp_error_set("JPEG has no image (tables only, or cut before its frame header)");
   if (!handle) tjDestroy(tj);
   return rc == 0 ? 0 : -1;
 }
 
-static int decode_jpeg(void *handle, const uint8_t *buf, size_t len, int c, int denom, const char *what,
+/* exact: libjpeg's accurate integer IDCT, as PIL and dlib decode. The fast
+ * IDCT moves pixels by a grey level or two, which is nothing to a network
+ * but enough to move a HOG face detection by a few pixels. */
+static int decode_jpeg(void *handle, const uint8_t *buf, size_t len, int c, int denom, int exact, const char *what,
                        sp_image *out) {
   tjhandle tj = handle;
-  int w, h, sub, cs;
+  int w = 0, h = 0, sub, cs;
   if (tjDecompressHeader3(tj, buf, (unsigned long)len, &w, &h, &sub, &cs) != 0)
     return sp_error_set("%s: corrupt JPEG header (%s)", what, tjGetErrorStr2(tj));
+  /* libjpeg-turbo 2.1 returns success on a tables-only stream (FF D8 ... FF
+   * D9 with no frame) without writing the size. */
+  if (w <= 0 || h <= 0) return sp_error_set("%s: JPEG has no image (tables only, or cut before its frame header)", what);
+  if ((int64_t)w * h > SP_MAX_IMAGE_PIXELS)
+    return sp_error_set("%s: a %dx%d JPEG is larger than %lld pixels", what, w, h, (long long)SP_MAX_IMAGE_PIXELS);
   if (denom != 1 && denom != 2 && denom != 4 && denom != 8) denom = 1;
   tjscalingfactor sf = {1, denom};
   int sw = TJSCALED(w, sf), sh = TJSCALED(h, sf);
   uint8_t *px = sp_xmalloc((size_t)sw * sh * c);
   int rc = tjDecompress2(tj, buf, (unsigned long)len, px, sw, 0, sh, c == 1 ? TJPF_GRAY : TJPF_RGB,
-                         TJFLAG_FASTDCT | TJFLAG_STOPONWARNING);
+                         (exact ? 0 : TJFLAG_FASTDCT) | TJFLAG_STOPONWARNING);
   if (rc != 0) {
     /* A warning (e.g. premature end of data) means the pixels are partly
      * invented: a truncated file must be skipped, not trained on. */
@@ -184,22 +194,31 @@ static int decode_jpeg(void *handle, const uint8_t *buf, size_t len, int c, int 
 void *sp_jpeg_decoder_new(void) { return tjInitDecompress(); }
 void sp_jpeg_decoder_free(void *h) { if (h) tjDestroy(h); }
 
-int sp_image_decode_with(void *tj, const uint8_t *buf, size_t len, int c, int denom, const char *what,
-                         sp_image *out) {
+static int decode_any(void *tj, const uint8_t *buf, size_t len, int c, int denom, int exact, const char *what,
+                      sp_image *out) {
   if (c != 1 && c != 3) return sp_error_set("%s: channels must be 1 or 3, not %d", what, c);
   memset(out, 0, sizeof *out);
   switch (sp_image_sniff(buf, len)) {
     case SP_IMG_JPEG: {
-      if (tj) return decode_jpeg(tj, buf, len, c, denom, what, out);
+      if (tj) return decode_jpeg(tj, buf, len, c, denom, exact, what, out);
       tjhandle own = tjInitDecompress();
       if (!own) return sp_error_set("%s: cannot create TurboJPEG decoder", what);
-      int rc = decode_jpeg(own, buf, len, c, denom, what, out);
+      int rc = decode_jpeg(own, buf, len, c, denom, exact, what, out);
       tjDestroy(own);
       return rc;
     }
     case SP_IMG_PNG: return decode_png(buf, len, c, what, 0, out);
     default: return sp_error_set("%s: not a JPEG or PNG file (unknown magic bytes)", what);
   }
+}
+
+int sp_image_decode_with(void *tj, const uint8_t *buf, size_t len, int c, int denom, const char *what,
+                         sp_image *out) {
+  return decode_any(tj, buf, len, c, denom, 0, what, out);
+}
+
+int sp_image_decode_exact(const uint8_t *buf, size_t len, int c, const char *what, sp_image *out) {
+  return decode_any(NULL, buf, len, c, 1, 1, what, out);
 }
 
 int sp_image_decode(const uint8_t *buf, size_t len, int c, int denom, const char *what, sp_image *out) {
@@ -210,7 +229,7 @@ int sp_image_load(const char *path, int c, sp_image *out) {
   uint8_t *buf;
   size_t len;
   if (sp_read_file(path, &buf, &len) != 0) return -1;
-  int rc = sp_image_decode(buf, len, c, 1, path, out);
+  int rc = sp_image_decode_exact(buf, len, c, path, out);
   free(buf);
   return rc;
 }

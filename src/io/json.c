@@ -571,14 +571,25 @@ static void c_locale_point(char *t) {
     if (*t == ',') *t = '.';
 }
 
+/* The shortest %g of an ordinary number can be "3.3e+02" (330 to two
+ * digits): the same digits in plain notation read better and parse the same. */
+static void plain_if_short(char *t, size_t n, double v, int digits) {
+  if (!strchr(t, 'e') || !(fabs(v) >= 1e-4 && fabs(v) < 1e15)) return;
+  int decimals = digits - 1 - (int)floor(log10(fabs(v)));
+  snprintf(t, n, "%.*f", decimals > 0 ? decimals : 0, v);
+  c_locale_point(t);
+}
+
 void sp_json_f32(sp_json_buf *b, float v) {
   if (!isfinite(v)) { sp_json_null(b); return; }
   char t[48];
-  for (int p = 1; p <= 9; p++) { /* 9 digits always round-trip a float */
+  int p = 1;
+  for (; p <= 9; p++) { /* 9 digits always round-trip a float */
     snprintf(t, sizeof t, "%.*g", p, (double)v);
     c_locale_point(t);
     if ((float)strtod(t, NULL) == v) break;
   }
+  plain_if_short(t, sizeof t, v, p);
   sep(b);
   put(b, t);
 }
@@ -586,11 +597,13 @@ void sp_json_f32(sp_json_buf *b, float v) {
 void sp_json_f64(sp_json_buf *b, double v) {
   if (!isfinite(v)) { sp_json_null(b); return; }
   char t[48];
-  for (int p = 1; p <= 17; p++) { /* 17 digits always round-trip a double */
+  int p = 1;
+  for (; p <= 17; p++) { /* 17 digits always round-trip a double */
     snprintf(t, sizeof t, "%.*g", p, v);
     c_locale_point(t);
     if (strtod(t, NULL) == v) break;
   }
+  plain_if_short(t, sizeof t, v, p);
   sep(b);
   put(b, t);
 }

@@ -115,6 +115,40 @@ int sp_draw_keypoints_png(const char *png_path, const uint8_t *img, int w, int h
   return sp_plot_finish(png_path, surface, cr);
 }
 
+int sp_draw_faces_png(const char *png_path, const uint8_t *img, int w, int h, int c, int n, const float *boxes,
+                      const float *const *pts, int k) {
+  if (!png_path || !*png_path) return sp_error_set("plot: no output path given");
+  if (sp_plot_check_image(png_path, img, w, h, c) != 0) return -1;
+  if (check_points(png_path, k, "keypoints") != 0) return -1;
+  if (n < 0 || (n > 0 && (!boxes || !pts))) return sp_error_set("%s: bad face list (%d faces)", png_path, n);
+  int longer = w > h ? w : h, upscale = 384 / longer;
+  upscale = upscale < 1 ? 1 : upscale > 8 ? 8 : upscale;
+  int ow = w * upscale, oh = h * upscale;
+  if (ow > SP_PLOT_MAX_SIDE || oh > SP_PLOT_MAX_SIDE)
+    return sp_error_set("%s: %dx%d image exceeds %d px", png_path, w, h, SP_PLOT_MAX_SIDE);
+  cairo_surface_t *src = sp_plot_image_surface(png_path, img, w, h, c);
+  if (!src) return -1;
+  cairo_surface_t *surface;
+  cairo_t *cr;
+  if (sp_plot_begin(png_path, ow, oh, &surface, &cr) != 0) {
+    cairo_surface_destroy(src);
+    return -1;
+  }
+  sp_plot_paint_image(cr, src, 0, 0, upscale, 0);
+  cairo_surface_destroy(src);
+  for (int f = 0; f < n; f++) {
+    const float *b = boxes + 4 * (size_t)f;
+    /* Dots sized by the face, so a crowd of small faces stays readable. */
+    double side = fmax(b[2], b[3]) * upscale, r = fmin(fmax(side / 45.0, 1.5), 6.0);
+    cairo_rectangle(cr, b[0] * upscale, b[1] * upscale, b[2] * upscale, b[3] * upscale);
+    cairo_set_source_rgba(cr, 1.0, 0.85, 0.1, 0.9);
+    cairo_set_line_width(cr, fmax(1.0, r * 0.4));
+    cairo_stroke(cr);
+    draw_points(cr, 0, 0, upscale, pts[f], NULL, k, r / 0.62, 0);
+  }
+  return sp_plot_finish(png_path, surface, cr);
+}
+
 /* The "green = ground truth, red = prediction" key above a grid. */
 static double draw_key(cairo_t *cr, double x, double y, double fs) {
   const char *names[2] = {"ground truth", "prediction"};
@@ -202,6 +236,13 @@ int sp_keypoint_grid_png(const char *png_path, const char *title, int cols, int 
     cairo_save(cr);
     cairo_rectangle(cr, cx, cy, cell_px, cell_px);
     cairo_clip(cr);
+    if (cell->box) {
+      /* Box x, y name the first pixel inside it, whose left edge is x. */
+      cairo_rectangle(cr, ix + cell->box[0] * s, iy + cell->box[1] * s, cell->box[2] * s, cell->box[3] * s);
+      cairo_set_source_rgba(cr, 1.0, 0.85, 0.1, 0.9);
+      cairo_set_line_width(cr, r * 0.5);
+      cairo_stroke(cr);
+    }
     draw_points(cr, ix, iy, s, cell->pred, cell->gt, cell->k, r, flags);
     cairo_restore(cr);
     if (cell->caption && *cell->caption) {

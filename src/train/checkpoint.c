@@ -44,6 +44,7 @@ int sp_checkpoint_save(const char *path, sp_graph *g, const sp_optimizer *opt, c
       sp_st_writer_meta(w, "best", num);
       if (meta->config) sp_st_writer_meta(w, "config", meta->config);
       if (meta->model) sp_st_writer_meta(w, "model", meta->model);
+      if (meta->box_source) sp_st_writer_meta(w, "box_source", meta->box_source);
     }
     if (opt) {
       snprintf(num, sizeof num, "%" PRId64, sp_optimizer_steps(opt));

@@ -52,6 +52,7 @@ sp_train_config sp_train_config_default(void) {
   c.data.size = 224;
   c.data.channels = 1;
   c.data.margin = 0.15f;
+  snprintf(c.data.box, sizeof c.data.box, "auto");
   c.data.cache_file = 1;
   for (int i = 0; i < 3; i++) c.data.mean[i] = 0.5f, c.data.std[i] = 0.25f;
   c.augment = (typeof(c.augment)){0.75f, 4.0f / 3.0f, 0.05f, 10.0f, 0.5f, 2, 7};
@@ -85,6 +86,7 @@ static int read_all(sp_yaml_reader *r, void *out) {
   static const char *const precisions[] = {"f32", "bf16", NULL};
   static const char *const backends[] = {"ref", "cpu", NULL};
   static const char *const formats[] = {"auto", "csv", "coco", "dlib", "imm", "asf", "pts", NULL};
+  static const char *const boxes[] = {"auto", "image", "detect", "file", "points", NULL};
   char loss[16] = "", opt[16] = "", decay[16] = "";
   double list[256];
   int n = 0;
@@ -104,8 +106,13 @@ static int read_all(sp_yaml_reader *r, void *out) {
       sp_yr_string(r, "data.val_list", c->data.val_list, sizeof c->data.val_list, NULL) ||
       sp_yr_int(r, "data.crop_size", 16, 4096, &c->data.crop_size) || sp_yr_int(r, "data.size", 16, 4096, &c->data.size) ||
       sp_yr_int(r, "data.channels", 1, 3, &c->data.channels) || sp_yr_float(r, "data.margin", 0, 2, &c->data.margin) ||
+      sp_yr_string(r, "data.box", c->data.box, sizeof c->data.box, boxes) ||
+      sp_yr_string(r, "data.boxes", c->data.boxes, sizeof c->data.boxes, NULL) ||
+      sp_yr_string(r, "data.val_box", c->data.val_box, sizeof c->data.val_box, boxes) ||
       sp_yr_bool(r, "data.cache_file", &c->data.cache_file))
     return -1;
+  if ((!strcmp(c->data.box, "file") || !strcmp(c->data.val_box, "file")) && !c->data.boxes[0])
+    return sp_yr_bad(r, "data.box", sp_yr_find(r, "data.box"), "file together with data.boxes: FILE.csv");
   if (sp_yr_list(r, "data.keypoints", 256, 0, 255, list, &n)) return -1;
   c->data.n_keypoints = n;
   for (int i = 0; i < n; i++) c->data.keypoints[i] = (int)list[i];

@@ -119,10 +119,12 @@ void sp_kp_evaluator_free(sp_kp_evaluator *e) {
 double sp_kp_mean_shape_error(const sp_kp_data *d, const sp_cache *c) {
   double total = 0;
   for (int i = 0; i < c->n; i++) {
-    double px = sp_cache_crop_side(c, i) / c->size, face = 0;
+    /* Crop pixels -> source pixels, per axis: a whole photo is stretched. */
+    sp_crop_rect r = sp_cache_crop_rect(c, i);
+    double sx = r.w / c->size, sy = r.h / c->size, face = 0;
     for (int j = 0; j < d->k; j++) {
       const float *g = c->points + ((size_t)i * d->k_all + d->subset[j]) * 2;
-      face += hypot(g[0] - d->mean_shape[2 * j], g[1] - d->mean_shape[2 * j + 1]) * px;
+      face += hypot((g[0] - d->mean_shape[2 * j]) * sx, (g[1] - d->mean_shape[2 * j + 1]) * sy);
     }
     total += face / d->k;
   }

@@ -34,13 +34,23 @@ static int split(const sp_train_config *cfg, sp_kp_data *d) {
   return sp_dataset_split_identity(&d->all, SP_SPLIT_VAL, cfg->data.val_fraction, &d->val);
 }
 
-static sp_cache *cache(const sp_train_config *cfg, const char *cache_dir, int write, const char *name,
-                       const sp_dataset *ds) {
+/* Validation is scored on boxes a user has: a run that cuts its training
+ * crops around the true points validates on the detector's boxes, unless
+ * data.val_box says otherwise. */
+const char *sp_kp_val_box(const sp_train_config *cfg) {
+  if (cfg->data.val_box[0]) return cfg->data.val_box;
+  return !strcmp(cfg->data.box, "points") ? "detect" : cfg->data.box;
+}
+
+static sp_cache *cache(const sp_train_config *cfg, const sp_kp_data *d, const char *box, const char *cache_dir,
+                       int write, const char *name, const sp_dataset *ds) {
   sp_crop_config cc = sp_crop_config_default();
   cc.size = cfg->data.crop_size;
   cc.channels = cfg->data.channels;
   cc.margin = cfg->data.margin;
   cc.threads = cfg->workers;
+  if (sp_box_mode_parse(box, &cc.box) != 0) return NULL;
+  cc.boxes = d->boxes;
   if (!cfg->data.cache_file || !cache_dir) return sp_cache_build(ds, &cc);
   char path[2048];
   snprintf(path, sizeof path, "%s/%s", cache_dir, name);
@@ -110,11 +120,16 @@ int sp_kp_data_open(const sp_train_config *cfg, const char *cache_dir, int write
     return sp_error_set("augment.flip needs a flip table, and none is known for %d points (IMM-58 and iBUG-68 are)",
                         d->k_all);
   if (cache_dir && write_cache) mkdir(cache_dir, 0755);
-  d->train_cache = cache(cfg, cache_dir, write_cache, "cache_train.bin", &d->train);
+  if (cfg->data.boxes[0] && sp_box_table_read(cfg->data.boxes, &d->boxes) != 0) return sp_error_push("data.boxes");
   /* split: none validates on the training images: one cache serves both
-   * (`spry eval --data` decoded every image twice). */
-  if (!strcmp(cfg->data.split, "none")) d->val_cache = d->train_cache;
-  else d->val_cache = d->train_cache ? cache(cfg, cache_dir, write_cache, "cache_val.bin", &d->val) : NULL;
+   * (`spry eval --data` decoded every image twice), cut as validation is. */
+  const int one = !strcmp(cfg->data.split, "none");
+  d->train_cache = cache(cfg, d, one ? sp_kp_val_box(cfg) : cfg->data.box, cache_dir, write_cache, "cache_train.bin",
+                         &d->train);
+  if (one) d->val_cache = d->train_cache;
+  else
+    d->val_cache =
+        d->train_cache ? cache(cfg, d, sp_kp_val_box(cfg), cache_dir, write_cache, "cache_val.bin", &d->val) : NULL;
   if (!d->train_cache || !d->val_cache) return -1;
   if (d->train_cache->n == 0 || d->val_cache->n == 0) return sp_error_set("%s: no image could be decoded", cfg->data.path);
   d->mean_shape = sp_xcalloc((size_t)d->k * 2, sizeof(float));
@@ -133,6 +148,7 @@ void sp_kp_data_free(sp_kp_data *d) {
   sp_dataset_free(&d->all);
   sp_dataset_free(&d->train);
   sp_dataset_free(&d->val);
+  sp_box_table_free(d->boxes);
   free(d->mean_shape);
   memset(d, 0, sizeof *d);
 }
@@ -143,4 +159,13 @@ void sp_kp_points_to_model(const sp_kp_data *d, const float *batch_pts, int n, f
     for (int j = 0; j < d->k; j++)
       for (int c = 0; c < 2; c++)
         dst[((size_t)i * d->k + j) * 2 + c] = batch_pts[((size_t)i * d->k_all + d->subset[j]) * 2 + c] * scale + offset;
+}
+
+sp_box_source sp_kp_box_source(const sp_cache *c) {
+  int counts[SP_BOXSRC_COUNT], best = SP_BOXSRC_NONE;
+  if (!c) return SP_BOXSRC_NONE;
+  sp_cache_box_counts(c, counts);
+  for (int b = 1; b < SP_BOXSRC_COUNT; b++)
+    if (counts[b] > counts[best]) best = b;
+  return (sp_box_source)best;
 }

@@ -35,12 +35,22 @@ static int read_history(const char *dir, history *h) {
 
 /* Source pixels -> cache crop pixels of sample i (inverse of the crop). */
 static void to_crop(const sp_cache *c, int i, const float *src, int k, float *dst) {
-  const float *sq = c->crop + (size_t)i * 3;
-  double r = c->size / sq[2];
+  sp_crop_rect r = sp_cache_crop_rect(c, i);
   for (int j = 0; j < k; j++) {
-    dst[2 * j] = (float)((src[2 * j] - sq[0] + 0.5) * r - 0.5);
-    dst[2 * j + 1] = (float)((src[2 * j + 1] - sq[1] + 0.5) * r - 0.5);
+    dst[2 * j] = src[2 * j], dst[2 * j + 1] = src[2 * j + 1];
+    sp_source_to_crop(r, c->size, &dst[2 * j], &dst[2 * j + 1]);
   }
+}
+
+/* Sample i's face box in crop pixels (edges scale like lengths); 0, or 1
+ * when the box is the whole image (nothing worth drawing). */
+static int box_in_crop(const sp_cache *c, int i, float *out) {
+  if (c->box_src[i] == SP_BOXSRC_IMAGE) return 1;
+  sp_crop_rect r = sp_cache_crop_rect(c, i);
+  const float *b = c->box + (size_t)i * 4;
+  out[0] = (float)((b[0] - r.x0) * c->size / r.w), out[1] = (float)((b[1] - r.y0) * c->size / r.h);
+  out[2] = (float)(b[2] * c->size / r.w), out[3] = (float)(b[3] * c->size / r.h);
+  return 0;
 }
 
 static int cmp_err(const void *a, const void *b, void *ctx) {
@@ -52,7 +62,7 @@ static int cmp_err(const void *a, const void *b, void *ctx) {
 static int face_grid(const char *path, const char *title, const sp_kp_data *d, const sp_cache *c, const int *order,
                      int n, const float *pred, const float *gt, const double *err, char captions[][48]) {
   sp_grid_cell cells[8];
-  float *pts = sp_xmalloc(sizeof(float) * 4 * (size_t)d->k * 8);
+  float *pts = sp_xmalloc(sizeof(float) * 4 * (size_t)d->k * 8), boxes[8][4];
   for (int i = 0; i < n; i++) {
     int f = order[i], src = f; /* evaluation order = cache order (no shuffle) */
     float *p = pts + (size_t)i * 4 * d->k, *g = p + 2 * d->k;
@@ -60,7 +70,7 @@ static int face_grid(const char *path, const char *title, const sp_kp_data *d, c
     to_crop(c, src, gt + (size_t)f * d->k * 2, d->k, g);
     snprintf(captions[i], 48, "%.1f px", err[f]);
     cells[i] = (sp_grid_cell){c->pixels + (size_t)src * c->size * c->size * c->channels, c->size, c->size,
-                              c->channels, p, g, d->k, captions[i]};
+                              c->channels, p, g, d->k, captions[i], box_in_crop(c, src, boxes[i]) ? NULL : boxes[i]};
   }
   int rc = sp_keypoint_grid_png(path, title, 4, n, cells, 192, 0);
   free(pts);
@@ -80,8 +90,9 @@ static int heatmap_figure(const char *path, sp_kp_evaluator *e, const sp_cache *
   }
   sp_image crop = {c->size, c->size, c->channels, c->pixels};
   uint8_t *hwc = sp_xmalloc((size_t)S * S * C), *chw = sp_xmalloc((size_t)S * S * C);
-  sp_image_crop_square(&crop, 0, 0, c->size, S, 0, hwc);
-  sp_image_crop_square(&crop, 0, 0, c->size, S, 1, chw);
+  sp_crop_rect whole = sp_crop_rect_whole(c->size, c->size);
+  sp_image_crop(&crop, whole, S, 0, hwc);
+  sp_image_crop(&crop, whole, S, 1, chw);
   sp_normalize_u8(chw, 1, C, (int64_t)S * S, cfg->data.mean, cfg->data.std, SP_F32, sp_plan_input(p, "image")->data);
   sp_plan_forward(p);
   const float *logits = sp_plan_output(p, "heatmaps")->data;

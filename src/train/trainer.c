@@ -132,7 +132,8 @@ static int save(run *r, const char *name, int64_t epoch, int64_t step_in_epoch, 
   snprintf(path, sizeof path, "%s/%s", r->dir, name);
   sp_checkpoint_meta meta = {.epoch = epoch, .iteration = sp_optimizer_steps(r->opt), .seed = r->cfg->seed,
                              .config = r->config_text, .model = r->cfg->model, .step_in_epoch = step_in_epoch,
-                             .loss_sum = loss_sum, .best = best};
+                             .loss_sum = loss_sum, .best = best,
+                             .box_source = sp_box_source_name(sp_kp_box_source(r->data.train_cache))};
   return sp_checkpoint_save(path, r->g, r->opt, &meta);
 }
 
@@ -145,7 +146,8 @@ static uint64_t cache_hash(const sp_cache *c, uint64_t h) {
   h = sp_dist_hash(head, sizeof head, h);
   h = sp_dist_hash(c->points, sizeof(float) * 2 * (size_t)c->n * (size_t)c->k, h);
   h = sp_dist_hash(c->vis, (size_t)c->n * (size_t)c->k, h);
-  return sp_dist_hash(c->crop, sizeof(float) * 3 * (size_t)c->n, h);
+  h = sp_dist_hash(c->box_src, (size_t)c->n, h);
+  return sp_dist_hash(c->crop, sizeof(float) * 4 * (size_t)c->n, h);
 }
 
 /* An error every rank meets alike (it depends only on what the ranks have

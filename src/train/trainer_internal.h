@@ -18,6 +18,7 @@ typedef struct {
   int subset[SP_MAX_KEYPOINTS];
   float *mean_shape;       /* [k][2] training mean of the predicted points, crop pixels */
   sp_eye_points eyes;      /* in subset indices; n_left = 0 when the subset has no eyes */
+  sp_box_table *boxes;     /* data.boxes, when set */
 } sp_kp_data;
 
 /* Reads, splits and caches the data of cfg. cache_dir (may be NULL) holds the
@@ -25,6 +26,12 @@ typedef struct {
  * they match, else the crops are built in RAM), and cache_dir is not made. */
 int sp_kp_data_open(const sp_train_config *cfg, const char *cache_dir, int write_cache, sp_kp_data *d);
 void sp_kp_data_free(sp_kp_data *d);
+/* Where most of a cache's boxes came from (checkpoints record it, so that
+ * predict finds faces the way training did). */
+sp_box_source sp_kp_box_source(const sp_cache *c);
+/* The validation's box source (data.val_box; by default data.box, but
+ * detect for runs that cut training crops around the true points). */
+const char *sp_kp_val_box(const sp_train_config *cfg);
 /* Copies the predicted points of a batch ([n][k_all][2] crop pixels) into
  * dst ([n][k][2]) in model units. */
 void sp_kp_points_to_model(const sp_kp_data *d, const float *batch_pts, int n, float units_scale, float units_offset,

@@ -99,7 +99,15 @@ static inline sp_cache *tu_cache_alloc(int n, int s, int k) {
   c->vis = malloc((size_t)n * k);
   c->source = malloc(sizeof(int32_t) * (size_t)n);
   memset(c->vis, 1, (size_t)n * k);
-  for (int i = 0; i < n; i++) c->source[i] = i;
+  c->crop = malloc(sizeof(float) * 4 * (size_t)n);
+  c->box = malloc(sizeof(float) * 4 * (size_t)n);
+  c->box_src = malloc((size_t)n);
+  for (int i = 0; i < n; i++) {
+    c->source[i] = i;
+    const float whole[4] = {0, 0, (float)s, (float)s};
+    memcpy(c->crop + 4 * i, whole, sizeof whole), memcpy(c->box + 4 * i, whole, sizeof whole);
+    c->box_src[i] = SP_BOXSRC_IMAGE;
+  }
   return c;
 }
 

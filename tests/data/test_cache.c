@@ -61,6 +61,7 @@ static void points_land_on_pixels(void **state) {
   assert_int_equal(sp_dataset_open_dir(dir, &ds), 0);
   assert_int_equal(ds.n, 4);
   sp_crop_config cc = sp_crop_config_default();
+  cc.box = SP_BOX_POINTS; /* crops around the points: the geometry these checks are about */
   cc.size = 48;
   cc.threads = 2;
   sp_cache *c = sp_cache_build(&ds, &cc);
@@ -86,6 +87,7 @@ static void cache_file_round_trip_and_invalidation(void **state) {
   sp_dataset ds;
   assert_int_equal(sp_dataset_open_dir(dir, &ds), 0);
   sp_crop_config cc = sp_crop_config_default();
+  cc.box = SP_BOX_POINTS; /* crops around the points: the geometry these checks are about */
   cc.size = 32;
   int rebuilt = -1;
   sp_cache *ram = sp_cache_build(&ds, &cc);
@@ -141,6 +143,7 @@ static void real_imm_cache(void **state) {
   assert_int_equal(sp_dataset_open_dir(dir, &ds), 0);
   assert_int_equal(sp_dataset_split_identity(&ds, SP_SPLIT_VAL, 0.2, &tr), 0);
   sp_crop_config cc = sp_crop_config_default();
+  cc.box = SP_BOX_POINTS; /* crops around the points: the geometry these checks are about */
   cc.size = sp_test_sanitized() ? 48 : 96;
   sp_cache *c = sp_cache_build(&tr, &cc);
   assert_non_null(c);

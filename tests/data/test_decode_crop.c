@@ -277,8 +277,9 @@ static void compare_with_whole_decode(const sp_cache *c, const char *img_path, i
   uint8_t *buf;
   size_t len;
   assert_int_equal(sp_read_file(img_path, &buf, &len), 0);
-  const float *crop = c->crop + (size_t)i * 3;
+  const float *crop = c->crop + (size_t)i * 4;
   const int S = c->size;
+  assert_float_equal(crop[2], crop[3], 1e-6); /* a square around a box */
   int num = 1; /* the build's rule: the smallest of 1/8, 2/8, 4/8, 8/8 keeping the crop >= S */
   while (num < 8 && crop[2] * num / 8.0 < S) num *= 2;
   int sw, sh;
@@ -327,6 +328,7 @@ static void dots_through_cropped_scaled_decodes(void **state) {
     for (int ch = 1; ch <= 3; ch += 2) {
       if (sp_test_sanitized() && si % 3 != 1) continue; /* fewer under ASan: same paths */
       sp_crop_config cc = sp_crop_config_default();
+      cc.box = SP_BOX_POINTS; /* crops around the points: the geometry these checks are about */
       cc.size = sizes[si];
       cc.channels = ch;
       cc.threads = 2;
@@ -364,6 +366,7 @@ static void real_imm_crops_match_whole_decode(void **state) {
   const int sizes[2] = {224, 97};
   for (int t = 0; t < 2; t++) {
     sp_crop_config cc = sp_crop_config_default();
+    cc.box = SP_BOX_POINTS; /* crops around the points: the geometry these checks are about */
     cc.size = sizes[t];
     cc.channels = t ? 1 : 3;
     sp_cache *c = sp_cache_build(&va, &cc);

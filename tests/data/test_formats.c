@@ -60,6 +60,7 @@ static void imm_asf_synthetic(void **state) {
   assert_string_equal(ds.identities[ds.s[0].identity], "07");
   /* Relative coordinates become pixels once the image size is known. */
   sp_crop_config cc = sp_crop_config_default();
+  cc.box = SP_BOX_POINTS; /* crops around the points: the geometry these checks are about */
   cc.size = 32;
   cc.threads = 1;
   sp_cache *c = sp_cache_build(&ds, &cc);
@@ -116,6 +117,7 @@ static void dlib_xml_real(void **state) {
   assert_int_equal(sp_dataset_open_dir(dir, &ds), 0);
   assert_int_equal(ds.n, 18 + 25);
   sp_crop_config cc = sp_crop_config_default();
+  cc.box = SP_BOX_POINTS; /* crops around the points: the geometry these checks are about */
   cc.size = 64;
   sp_cache *c = sp_cache_build(&ds, &cc);
   assert_non_null(c);

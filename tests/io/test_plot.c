@@ -347,9 +347,9 @@ static void keypoint_grid_shows_every_cell(void **state) {
   memset(a, 180, sizeof a);
   memset(b, 60, sizeof b);
   float pa[2] = {10, 10}, ga[2] = {30, 30}, pb[4] = {5, 5, 50, 25}, gb[4] = {6, 6, 48, 20};
-  sp_grid_cell cells[3] = {{a, 40, 40, 1, pa, ga, 1, "err 28.3 px"},
-                           {b, 60, 30, 3, pb, gb, 2, "a caption far too long to fit under a small cell at all"},
-                           {a, 40, 40, 1, NULL, ga, 1, NULL}};
+  sp_grid_cell cells[3] = {{a, 40, 40, 1, pa, ga, 1, "err 28.3 px", NULL},
+                           {b, 60, 30, 3, pb, gb, 2, "a caption far too long to fit under a small cell at all", NULL},
+                           {a, 40, 40, 1, NULL, ga, 1, NULL, NULL}};
   const char *path = tmp_file(t, "grid.png");
   assert_int_equal(sp_keypoint_grid_png(path, "Worst validation images", 2, 3, cells, 120, SP_KP_LINKS), 0);
   cairo_surface_t *s = load_png(path);
@@ -538,7 +538,7 @@ static void unwritable_paths_give_errors_naming_them(void **state) {
   uint8_t img[16 * 16] = {0};
   float pt[2] = {3, 3}, map[16 * 16] = {0}, wts[9] = {0};
   const float *maps[1] = {map};
-  sp_grid_cell cell = {img, 16, 16, 1, pt, pt, 1, "c"};
+  sp_grid_cell cell = {img, 16, 16, 1, pt, pt, 1, "c", NULL};
   assert_int_equal(sp_plot_lines(missing, 400, 300, "t", NULL, NULL, 1, &s, 0), -1);
   assert_non_null(strstr(sp_last_error(), missing));
   assert_int_equal(sp_draw_keypoints_png(missing, img, 16, 16, 1, pt, pt, 1, 2, 0), -1);

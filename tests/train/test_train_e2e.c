@@ -166,14 +166,25 @@ static void eval_and_predict_on_the_checkpoint(void **state) {
   snprintf(args, sizeof args, "eval --weights %s/straight/best.safetensors --out %s/straight/metrics.jsonl", dir, dir);
   assert_int_not_equal(sp_test_run_cli(args, 1, out, sizeof out), 0);
   assert_non_null(strstr(out, "metrics.jsonl: not a writable folder"));
-  /* predict: one JSON line per image with 68 points inside a sane range. */
+  /* predict: one JSON line per image, its faces, each with 68 finite points
+   * near the image (regression heads may stray a little off it). */
   snprintf(args, sizeof args,
            "predict --weights %s/straight/best.safetensors --overlay %s/ov.png %s/faces/images/Synth_Person_0000_00.jpg",
            dir, dir, dir);
   assert_int_equal(sp_test_run_cli(args, 0, out, sizeof out), 0);
   assert_non_null(strstr(out, "\"image\":"));
+  assert_non_null(strstr(out, "\"faces\":[{\"box\":["));
+  const char *pp = strstr(out, "\"points\":[");
+  assert_non_null(pp);
+  pp += 10;
   int points = 0;
-  for (const char *p = strstr(out, "\"points\":[") + 10; *p && *p != '}'; p++) points += *p == '[';
+  for (; *pp == '['; points++) {
+    char *e;
+    double x = strtod(pp + 1, &e), y = strtod(e + 1, &e);
+    if (!(isfinite(x) && isfinite(y) && fabs(x) < 1000 && fabs(y) < 1000)) fail_msg("point %d: %g, %g", points, x, y);
+    pp = e + 1;
+    if (*pp == ',') pp++;
+  }
   assert_int_equal(points, 68);
   char png[600];
   snprintf(png, sizeof png, "%s/ov.png", dir);
@@ -183,11 +194,14 @@ static void eval_and_predict_on_the_checkpoint(void **state) {
   /* A box that misses the image is an error, not points in the padding. */
   snprintf(args, sizeof args, "predict --weights %s/straight/best.safetensors --box -100,-100,5,5 %s/faces/images/Synth_Person_0000_00.jpg",
            dir, dir);
-  assert_int_not_equal(sp_test_run_cli(args, 1, out, sizeof out), 0);
+  int st = sp_test_run_cli(args, 1, out, sizeof out);
+  assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 1);
   assert_non_null(strstr(out, "lies outside the"));
   /* A bad image is an error naming it, not a crash. */
   snprintf(args, sizeof args, "predict --weights %s/straight/best.safetensors %s/nothing.jpg", dir, dir);
-  assert_int_not_equal(sp_test_run_cli(args, 0, out, sizeof out), 0);
+  st = sp_test_run_cli(args, 1, out, sizeof out);
+  assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 1);
+  assert_non_null(strstr(out, "nothing.jpg"));
 }
 
 static void imm_nose_beats_the_mean_position(void **state) {
@@ -197,11 +211,12 @@ static void imm_nose_beats_the_mean_position(void **state) {
   if (!imm) skip();
   if (sp_test_sanitized()) skip(); /* minutes under ASan; the synthetic runs cover the code */
   char text[2048], out[600];
-  /* The cpu (oneDNN) backend makes 128x128 and 20 epochs a few seconds. */
+  /* The whole photo, as the seed feeds it (no face box, no true points);
+   * the cpu (oneDNN) backend makes 128x128 and 40 epochs some seconds. */
   snprintf(text, sizeof text,
-           "model: vgg-nose\ndata:\n  path: %s\n  keypoints: [52]\n  crop_size: 160\n  size: 128\n  channels: 1\n"
-           "  margin: 0.25\naugment:\n  scale: [0.85, 1.15]\n  rotate: 8\n  flip: 0.5\n  randaugment: [1, 5]\n"
-           "optimizer:\n  type: adamw\n  lr: 0.001\nepochs: 20\nbatch: 16\nseed: 1\nbackend: cpu\n",
+           "model: vgg-nose\ndata:\n  path: %s\n  keypoints: [52]\n  box: image\n  crop_size: 160\n  size: 128\n"
+           "  channels: 1\naugment:\n  scale: [0.85, 1.15]\n  rotate: 8\n  flip: 0.5\n  randaugment: [1, 5]\n"
+           "optimizer:\n  type: adamw\n  lr: 0.002\nepochs: 40\nbatch: 16\nseed: 1\nbackend: cpu\n",
            imm);
   snprintf(out, sizeof out, "%s/nose", dir);
   sp_train_summary s;
