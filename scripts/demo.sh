@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# `make demo`: train a small keypoint model for a few minutes, evaluate it,
-# and leave a report directory. Uses the real IMM faces when they are present
-# (../shared/data/imm_face_db, or $SPRY_DATA/imm_face_db), synthetic faces
-# rendered by `spry synth faces` otherwise.
+# `make demo`: train a small keypoint model, evaluate it, predict the points
+# of a plain photo (no box: the model reads the whole photo, as the seed's
+# IMM recipe does), and leave a report directory with that prediction drawn
+# in. Uses the real IMM faces when they are present (../shared/data/imm_face_db,
+# or $SPRY_DATA/imm_face_db), synthetic faces rendered by `spry synth faces`
+# otherwise.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 spry=build/spry
@@ -21,13 +23,19 @@ else
   $spry synth faces --count 600 --out runs/demo-faces --seed 1 --quiet
   config=configs/faces68-resunet18.yaml
   sets=(--set data.path=runs/demo-faces --set model=vgg-face --set data.channels=1 --set data.size=128
-        --set data.crop_size=144 --set epochs=30 --set batch=16 --set optimizer.type=adamw --set optimizer.lr=0.002
-        --set loss.structure_weight=0.2)
+        --set data.crop_size=144 --set data.box=image --set data.boxes= --set epochs=30 --set batch=16
+        --set optimizer.type=adamw --set optimizer.lr=0.002 --set loss.structure_weight=0.2)
 fi
 
 rm -rf "$out"
 $spry train "$config" "${sets[@]}" --set "out=$out" --set "backend=$backend"
 echo "== evaluating $out/best.safetensors"
 $spry eval --weights "$out/best.safetensors"
+# A photo as a user has it: the first validation image, whole, no box.
+if [ -d "$data_root/imm_face_db" ]; then photo=$data_root/imm_face_db/40-1m.jpg
+else photo=$(ls runs/demo-faces/images/*.jpg | tail -1); fi
+echo "== predicting the points of $photo (no box given)"
+$spry predict --weights "$out/best.safetensors" --overlay "$out/prediction.png" "$photo" | cut -c1-300
 echo
-echo "Report: $out/index.html (open it in a browser)"
+echo "Report: $out/index.html (open it in a browser; 'Prediction on a photo' shows the model on a"
+echo "plain validation photo) and $out/prediction.png ($photo)"

@@ -1,8 +1,11 @@
 #!/usr/bin/env python3
 """The seed's part 2 (configs/imm-face58.yaml) in PyTorch, as the accuracy peer.
 
-Same data and split (IMM persons 1-32 train / 33-40 validation), same crops
-(square around the landmarks' box, margin 0.15 per side, 224x224 gray), same
+Same data and split (IMM persons 1-32 train / 33-40 validation), same input
+(--box image, the default and the shipped recipe: the whole 640x480 photo
+resized to 224x224 gray, targets relative to the image size, as the seed
+does; --box points: the old optimistic square around the true landmarks'
+box, margin 0.15 per side), same
 model (the seed's modified VGG), loss (L1 on (p - 112) / 112), optimizer
 (AdamW lr 1e-3, wd 1e-5 on conv/linear weights only), schedule (linear
 warm-up over 1/100 of training, cosine per iteration), batch 64, 300 epochs,
@@ -44,12 +47,19 @@ def load(data):
     return items
 
 
-def crop_square(pts, margin=0.15):
+BOX = "image"
+
+
+def crop_rect(pts, size, margin=0.15):
+    """The source rectangle (x0, y0, w, h) the network sees: the whole photo,
+    or (--box points) the square around the true landmarks plus margin."""
+    if BOX == "image":
+        return 0.0, 0.0, float(size[0]), float(size[1])
     x0, y0 = pts.min(0)
     x1, y1 = pts.max(0)
     side = max(x1 - x0, y1 - y0) * (1 + 2 * margin)
     cx, cy = (x0 + x1) / 2, (y0 + y1) / 2
-    return cx - side / 2, cy - side / 2, side
+    return cx - side / 2, cy - side / 2, side, side
 
 
 def affine_crop(img, sq, mat_out):
@@ -59,9 +69,9 @@ def affine_crop(img, sq, mat_out):
 
 
 def base_matrix(sq):
-    x0, y0, side = sq
-    r = S / side  # source -> crop, pixel centres: u' = (u - x0 + 0.5) r - 0.5
-    return np.array([[r, 0, (0.5 - x0) * r - 0.5], [0, r, (0.5 - y0) * r - 0.5]])
+    x0, y0, w, h = sq
+    rx, ry = S / w, S / h  # source -> crop, pixel centres: u' = (u - x0 + 0.5) r - 0.5
+    return np.array([[rx, 0, (0.5 - x0) * rx - 0.5], [0, ry, (0.5 - y0) * ry - 0.5]])
 
 
 def then(a, b):
@@ -102,9 +112,9 @@ class Data(torch.utils.data.Dataset):
 
     def __getitem__(self, i):
         _, pts, _ = self.items[i]
-        sq = crop_square(pts)
-        m = base_matrix(sq)
         img = self.images[i]
+        sq = crop_rect(pts, img.size)
+        m = base_matrix(sq)
         flip = False
         if self.train:
             rng = np.random.default_rng([self.seed, self.epoch, i])
@@ -172,8 +182,8 @@ def evaluate(model, loader, items, norm):
         for x, _, idx in loader:
             u = model((x.float() / 255 - norm[0]) / norm[1]).numpy()
             for j, i in enumerate(idx.tolist()):
-                sq = crop_square(items[i][1])
-                r = sq[2] / S
+                sq = crop_rect(items[i][1], loader.dataset.images[i].size)
+                r = np.array(sq[2:]) / S
                 p = u[j] * (S / 2) + S / 2
                 preds.append((p + 0.5) * r - 0.5 + np.array(sq[:2]))
                 gts.append(items[i][1])
@@ -190,7 +200,10 @@ def main():
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--eval-every", type=int, default=25)
+    ap.add_argument("--box", choices=["image", "points"], default="image")
     a = ap.parse_args()
+    global BOX
+    BOX = a.box
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
     items = load(a.data)
@@ -211,12 +224,12 @@ def main():
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: (s + 1) / warm if s < warm else 0.5 * (1 + math.cos(math.pi * (s - warm) / max(1, total - warm))))
     # The floor: the training mean shape (in crop coordinates) placed in every validation crop.
-    mean_u = np.mean([((np.hstack([p, np.ones((58, 1))]) @ base_matrix(crop_square(p)).T) - S / 2) / (S / 2)
-                      for _, p, _ in train], axis=0)
+    mean_u = np.mean([((np.hstack([p, np.ones((58, 1))]) @ base_matrix(crop_rect(p, im.size)).T) - S / 2) / (S / 2)
+                      for (_, p, _), im in zip(train, tr.images)], axis=0)
     base = []
-    for _, p, _ in val:
-        sq = crop_square(p)
-        q = (mean_u * (S / 2) + S / 2 + 0.5) * (sq[2] / S) - 0.5 + np.array(sq[:2])
+    for (_, p, _), im in zip(val, vl.dataset.images):
+        sq = crop_rect(p, im.size)
+        q = (mean_u * (S / 2) + S / 2 + 0.5) * (np.array(sq[2:]) / S) - 0.5 + np.array(sq[:2])
         base.append(np.linalg.norm(q - p, axis=1).mean())
     t0 = time.time()
     for epoch in range(a.epochs):
@@ -232,7 +245,7 @@ def main():
             print(json.dumps({"peer": "pytorch", "epoch": epoch + 1, "train_loss": loss.item(), "val_mean_px": px,
                               "val_nme_io": nme, "elapsed_s": time.time() - t0}), flush=True)
     px, nme = evaluate(model, vl, val, norm)
-    print(json.dumps({"peer": "pytorch", "torch": torch.__version__, "epochs": a.epochs, "mean_px": px, "nme_io": nme,
+    print(json.dumps({"peer": "pytorch", "torch": torch.__version__, "box": BOX, "epochs": a.epochs, "mean_px": px, "nme_io": nme,
                       "mean_shape_px": float(np.mean(base)), "train_s": time.time() - t0}))
 
 

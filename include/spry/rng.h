@@ -14,6 +14,17 @@ typedef struct {
   uint64_t state;
 } sp_rng;
 
+/* Named streams: keys that can never collide with a sample's (seed, epoch,
+ * index), so each use draws numbers of its own.
+ * SP_RNG_EPOCH_ORDER: the epoch's shuffle, sp_rng_key(seed, epoch, it) (an
+ *   index no dataset reaches).
+ * SP_RNG_VIDEO_CROP_A/B: a clip's crop position and flip, apart from the
+ *   frame sampler's use of (seed, epoch, entry): sp_rng_key(sp_rng_key(seed,
+ *   A, B), epoch, entry) ("cr", "op"). */
+#define SP_RNG_EPOCH_ORDER UINT64_C(0xFFFFFFFFFFFF)
+#define SP_RNG_VIDEO_CROP_A 0x6372u
+#define SP_RNG_VIDEO_CROP_B 0x6f70u
+
 /* Mixes up to three 64-bit words into one well-distributed key. */
 uint64_t sp_rng_key(uint64_t seed, uint64_t a, uint64_t b);
 sp_rng sp_rng_make(uint64_t key);

@@ -50,11 +50,19 @@ typedef struct {
   sp_kp_metrics val; /* metrics of the last validation pass */
 } sp_train_summary;
 
+/* A run's options beyond its config (sp_train_run, sp_video_train_run). */
+enum {
+  SP_RUN_RESUME = 1,         /* continue out/last.safetensors, bit for bit; refused if the config changed */
+  SP_RUN_RESUME_CHANGED = 2, /* with SP_RUN_RESUME: the config may differ; the interrupted epoch starts again */
+  SP_RUN_OVERWRITE = 4,      /* a fresh run may replace the checkpoints of another run in out */
+};
+
 /* Trains cfg into cfg->out (metrics.jsonl, last.safetensors, best.safetensors).
  * config_text is stored in the checkpoints (so eval can rebuild the model).
- * resume: continue from cfg->out/last.safetensors. Returns 0, 130 when
- * stopped by SIGINT/SIGTERM (after saving), or -1 with an error. */
-int sp_train_run(const sp_train_config *cfg, const char *config_text, int resume, sp_train_summary *summary);
+ * run_flags: SP_RUN_*. A fresh run into a folder that holds another run's
+ * checkpoint is refused unless SP_RUN_OVERWRITE. Returns 0, 130 when stopped
+ * by SIGINT/SIGTERM (after saving), or -1 with an error. */
+int sp_train_run(const sp_train_config *cfg, const char *config_text, int run_flags, sp_train_summary *summary);
 /* ---- prediction on new images (train/predictor.c) ---- */
 #include "spry/data.h"
 typedef struct sp_kp_predictor sp_kp_predictor;
@@ -93,10 +101,6 @@ int sp_kp_largest_face(const sp_kp_face *faces, int n);
 int sp_kp_predict(sp_kp_predictor *p, const sp_image *im, const float *box, float *pts);
 void sp_kp_predictor_close(sp_kp_predictor *p);
 
-/* Makes the next runs (keypoint and video) stop, and save as on Ctrl-C,
- * once the optimizer has taken `steps` steps; 0 turns it off. For tests of
- * interrupted runs. */
-void sp_train_stop_after(int64_t steps);
 
 #ifdef __cplusplus
 }

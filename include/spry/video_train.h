@@ -14,6 +14,7 @@
 
 #include "spry/dist.h"
 #include "spry/graph.h"
+#include "spry/train.h" /* SP_RUN_* */
 #include "spry/optim.h"
 #include "spry/video_loader.h"
 
@@ -109,9 +110,9 @@ typedef struct {
   int val_failed;        /* test clips that could not be read (left out of the scores) */
 } sp_video_summary;
 
-/* Trains cfg into cfg->out. resume: continue from out/last.safetensors.
+/* Trains cfg into cfg->out; run_flags as for sp_train_run (SP_RUN_*, spry/train.h).
  * 0, 130 when stopped by SIGINT/SIGTERM (after saving), or -1 with an error. */
-int sp_video_train_run(const sp_video_config *cfg, const char *config_text, int resume, sp_video_summary *summary);
+int sp_video_train_run(const sp_video_config *cfg, const char *config_text, int run_flags, sp_video_summary *summary);
 /* The run's report from its metrics.jsonl: loss.png, accuracy.png, lr.png,
  * throughput.png and index.html in dir (the trainer writes it at the end). */
 int sp_video_report(const char *dir, const char *model);

@@ -25,6 +25,7 @@ static void usage(FILE *f) {
           "  Faces are cut around the run's box source (data.box), never the true points unless asked:\n"
           "  --boxes FILE.csv  boxes from a file (image,x,y,w,h): data.box=file\n"
           "  --set data.box=detect|image|file|auto|points  (points: the figure is optimistic)\n"
+          "  --per-face FILE.csv  one row per face: image, box source and box, mean error (px), NME\n"
           "  Writes OUT/ced.png (default OUT: the checkpoint's folder); the last output line is JSON:\n"
           "  mean_px, nme_io, nme_ip, fr_008, fr_010, auc_010 (fractions), val_loss, count, box (where the\n"
           "  boxes came from: image, detector, file, annotation, points; boxes: counts when mixed).\n");
@@ -50,6 +51,32 @@ static void put_box_sources(sp_json_buf *b, const sp_cache *c) {
   sp_json_obj_end(b);
 }
 
+/* Each face's box and errors, for a look at the worst faces or to run
+ * another tool on the same faces and boxes (bench/peers/dlib_landmarks.cc). */
+static int write_per_face(const char *path, const sp_kp_data *d, const sp_cache *c, const float *pred, const float *gt,
+                          const double *nme) {
+  FILE *f = fopen(path, "w");
+  if (!f) return sp_error_set("--per-face %s: cannot create it", path);
+  fprintf(f, "image,box_source,x,y,w,h,mean_px,nme_io\n");
+  /* split: none caches the training list once for both (kp_data.c). */
+  const sp_dataset *ds = d->val_cache == d->train_cache ? &d->train : &d->val;
+  for (int i = 0; i < c->n; i++) {
+    double px = 0;
+    for (int j = 0; j < d->k; j++) {
+      const float *p = pred + ((size_t)i * d->k + j) * 2, *g = gt + ((size_t)i * d->k + j) * 2;
+      px += hypot(p[0] - g[0], p[1] - g[1]);
+    }
+    const float *b = c->box + (size_t)4 * i;
+    fprintf(f, "%s,%s,%.9g,%.9g,%.9g,%.9g,%.6f,", ds->s[c->source[i]].image,
+            sp_box_source_name((sp_box_source)c->box_src[i]), b[0], b[1], b[2], b[3], px / d->k);
+    if (d->eyes.n_left) fprintf(f, "%.6f\n", nme[i]);
+    else fprintf(f, "\n");
+  }
+  if (fclose(f) != 0) return sp_error_set("--per-face %s: write failed", path);
+  fprintf(stderr, "spry eval: wrote %s\n", path);
+  return 0;
+}
+
 static int write_ced(const char *dir, const double *per_face, int n, int have_eyes) {
   enum { STEPS = 101 };
   double t[STEPS], f[STEPS];
@@ -69,7 +96,7 @@ static int write_ced(const char *dir, const double *per_face, int n, int have_ey
 int sp_cli_eval(int argc, char **argv) {
   if (sp_cli_eval_is_video(argc, argv)) return sp_cli_eval_video(argc, argv); /* --task video or its checkpoint */
   const char *weights = NULL, *data = NULL, *format = NULL, *config = NULL, *out = NULL, *backend = NULL;
-  const char *boxes = NULL;
+  const char *boxes = NULL, *per_face_csv = NULL;
   /* --set key=value, after the options that set keys themselves: the user's last word wins. */
   char **user_sets = sp_xcalloc((size_t)argc, sizeof(char *));
   int n_user_sets = 0;
@@ -77,6 +104,7 @@ int sp_cli_eval(int argc, char **argv) {
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return free(user_sets), usage(stdout), 0;
     if (!strcmp(argv[i], "--weights") && i + 1 < argc) weights = argv[++i];
     else if (!strcmp(argv[i], "--boxes") && i + 1 < argc) boxes = argv[++i];
+    else if (!strcmp(argv[i], "--per-face") && i + 1 < argc) per_face_csv = argv[++i];
     else if (!strcmp(argv[i], "--set") && i + 1 < argc) {
       if (!strchr(argv[i + 1], '=')) {
         fprintf(stderr, "spry eval: --set wants key=value, got '%s'\n", argv[i + 1]);
@@ -202,6 +230,7 @@ int sp_cli_eval(int argc, char **argv) {
     per_face = sp_xmalloc(sizeof(double) * (size_t)(n ? n : 1));
     rc = sp_kp_metrics_compute(pred, gt, n, d.k, d.eyes.n_left ? &d.eyes : NULL, &m, per_face);
   }
+  if (rc == 0 && per_face_csv && write_per_face(per_face_csv, &d, d.val_cache, pred, gt, per_face) != 0) rc = -1;
   if (rc == 0 && write_ced(out, per_face, n, d.eyes.n_left > 0) != 0) {
     if (out_given) rc = -1; /* reported below */
     else fprintf(stderr, "spry eval: warning: %s\n", sp_last_error());

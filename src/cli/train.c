@@ -1,54 +1,108 @@
-/* `spry train CONFIG.yaml [--set key=value ...] [--resume DIR]` */
+/* `spry train CONFIG.yaml [--set key=value ...] [--resume DIR [--resume-changed]] [--overwrite]`:
+ * a keypoint run, or a video run when the config says `task: video`. One
+ * summary JSON line per job (rank 0's). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/args.h"
 #include "cli/cli.h"
-#include "cli/cli_video.h"
-#include "spry/plot.h"
 #include "io/json.h"
 #include "spry/config.h"
 #include "spry/dist.h"
+#include "spry/plot.h"
 #include "spry/train.h"
+#include "spry/video_train.h"
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: spry train CONFIG.yaml [--set key=value ...] [--resume DIR]\n"
-          "  --set key=value  override a config key (dotted path), e.g. --set optimizer.lr=0.01\n"
-          "  --resume DIR     continue the run in DIR (its last.safetensors) with the same config\n"
-          "Writes DIR/metrics.jsonl, DIR/last.safetensors (every epoch), DIR/best.safetensors;\n"
-          "DIR is the config's `out` key (or --set out=DIR). Ctrl-C saves and exits.\n");
+          "usage: spry train CONFIG.yaml [--set key=value ...] [--resume DIR [--resume-changed]] [--overwrite]\n"
+          "  --set key=value   override a config key (dotted path), e.g. --set optimizer.lr=0.01\n"
+          "  --resume DIR      continue the run in DIR (its last.safetensors) bit for bit; refused when\n"
+          "                    the config differs from the one it was trained with (the first differing\n"
+          "                    key is named)\n"
+          "  --resume-changed  with --resume: continue with this config anyway, from the start of the\n"
+          "                    interrupted epoch\n"
+          "  --overwrite       a fresh run may replace another run's checkpoints in its folder (refused\n"
+          "                    otherwise, naming the file)\n"
+          "Writes DIR/metrics.jsonl, DIR/last.safetensors (every epoch), DIR/best.safetensors and the\n"
+          "report DIR/index.html; DIR is the config's `out` key (or --set out=DIR). Ctrl-C saves and exits.\n"
+          "Configs with `task: video` train a video model the same way (configs/README.md).\n");
+}
+
+/* The run's outcome: its error, or rank 0's one summary line of the job
+ * {"out":..., key: value, ...} (null where a figure is not finite). */
+static int finish(int rc, const char *out, int n, const char *const *keys, const double *vals) {
+  if (rc == -1) fprintf(stderr, "spry train: %s\n", sp_last_error());
+  if (rc != 0 || sp_dist_rank() != 0) return rc == -1 ? 1 : rc;
+  sp_json_buf b;
+  sp_json_buf_init(&b);
+  sp_json_obj_begin(&b);
+  sp_json_key(&b, "out"), sp_json_str(&b, out);
+  for (int i = 0; i < n; i++) {
+    sp_json_key(&b, keys[i]);
+    if (isfinite(vals[i])) sp_json_f64(&b, vals[i]);
+    else sp_json_null(&b);
+  }
+  sp_json_obj_end(&b);
+  printf("%s\n", b.s);
+  sp_json_buf_free(&b);
+  return 0;
+}
+
+static int train_keypoints(const char *config, int n_sets, char **sets, int flags) {
+  sp_train_config cfg;
+  char *text = NULL;
+  if (sp_train_config_load(config, n_sets, sets, &cfg, &text) != 0) return fprintf(stderr, "spry train: %s\n", sp_last_error()), 2;
+  sp_train_summary s;
+  int rc = sp_train_run(&cfg, text, flags, &s);
+  free(text);
+  static const char *const keys[] = {"train_loss", "val_loss", "val_mean_px", "val_nme_io", "best_mean_px",
+                                     "mean_shape_px"};
+  const double vals[] = {s.train_loss, s.val_loss, s.val.mean_px, s.val.nme_io, s.best_mean_px, s.mean_shape_px};
+  return finish(rc, cfg.out, 6, keys, vals);
+}
+
+static int train_video(const char *config, int n_sets, char **sets, int flags) {
+  sp_video_config cfg;
+  char *text = NULL;
+  if (sp_video_config_load(config, n_sets, sets, &cfg, &text) != 0) return fprintf(stderr, "spry train: %s\n", sp_last_error()), 2;
+  sp_video_summary s;
+  int rc = sp_video_train_run(&cfg, text, flags, &s);
+  free(text);
+  static const char *const keys[] = {"train_loss", "val_loss", "top1", "top5", "best_top1", "train_s", "iterations"};
+  const double vals[] = {s.train_loss, s.val_loss, s.top1, s.top5, s.best_top1, s.train_s, (double)s.iterations};
+  return finish(rc, cfg.out, 7, keys, vals);
 }
 
 int sp_cli_train(int argc, char **argv) {
-  if (sp_cli_train_is_video(argc, argv)) return sp_cli_train_video(argc, argv); /* task: video */
-  const char *config = NULL, *resume = NULL;
-  char **sets = calloc((size_t)argc + 1, sizeof(char *));
-  int n_sets = 0;
+  const char *config = NULL, *resume = NULL, *set = NULL;
+  char **sets = sp_xcalloc((size_t)argc + 1, sizeof(char *));
+  int n_sets = 0, changed = 0, overwrite = 0, rc = 2;
   for (int i = 1; i < argc; i++) {
+    int r;
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
       usage(stdout);
-      free(sets);
-      return 0;
-    } else if (!strcmp(argv[i], "--set") && i + 1 < argc) {
-      sets[n_sets++] = argv[++i];
-    } else if (!strcmp(argv[i], "--resume") && i + 1 < argc) {
-      resume = argv[++i];
+      rc = 0;
+      goto done;
+    }
+    if ((r = sp_arg_str(argc, argv, &i, "--set", &set)) || (r = sp_arg_str(argc, argv, &i, "--resume", &resume)) ||
+        (r = sp_arg_flag(argv, i, "--resume-changed", &changed)) || (r = sp_arg_flag(argv, i, "--overwrite", &overwrite))) {
+      if (r < 0) goto done;
+      if (set) sets[n_sets++] = (char *)set, set = NULL;
     } else if (argv[i][0] != '-' && !config) {
       config = argv[i];
     } else {
-      if (!strcmp(argv[i], "--set") || !strcmp(argv[i], "--resume"))
-        fprintf(stderr, "spry train: %s needs a value (%s)\n", argv[i], !strcmp(argv[i], "--set") ? "key=value" : "the run folder");
-      else fprintf(stderr, "spry train: unexpected argument '%s'\n", argv[i]);
+      fprintf(stderr, "spry train: unexpected argument '%s'\n", argv[i]);
       usage(stderr);
-      free(sets);
-      return 2;
+      goto done;
     }
   }
-  if (!config) {
+  if (!config || (changed && !resume)) {
+    if (changed && !resume) fprintf(stderr, "spry train: --resume-changed goes with --resume DIR\n");
     usage(stderr);
-    free(sets);
-    return 2;
+    goto done;
   }
   /* --resume DIR trains into DIR, whatever `out` says. */
   char out_set[1100];
@@ -56,33 +110,11 @@ int sp_cli_train(int argc, char **argv) {
     snprintf(out_set, sizeof out_set, "out=%s", resume);
     sets[n_sets++] = out_set;
   }
-  sp_train_config cfg;
-  char *text = NULL;
-  if (sp_train_config_load(config, n_sets, sets, &cfg, &text) != 0) {
-    fprintf(stderr, "spry train: %s\n", sp_last_error());
-    free(sets);
-    return 2;
-  }
-  sp_train_summary s;
-  int rc = sp_train_run(&cfg, text, resume != NULL, &s);
-  if (rc == -1) fprintf(stderr, "spry train: %s\n", sp_last_error());
-  else if (rc == 0 && sp_dist_rank() == 0) { /* one summary per job, from rank 0 */
-    sp_json_buf b;
-    sp_json_buf_init(&b);
-    sp_json_obj_begin(&b);
-    sp_json_key(&b, "out"), sp_json_str(&b, cfg.out);
-    sp_json_key(&b, "train_loss"), sp_json_f64(&b, s.train_loss);
-    sp_json_key(&b, "val_loss"), sp_json_f64(&b, s.val_loss);
-    sp_json_key(&b, "val_mean_px"), sp_json_f64(&b, s.val.mean_px);
-    sp_json_key(&b, "val_nme_io"), sp_json_f64(&b, s.val.nme_io);
-    sp_json_key(&b, "best_mean_px"), sp_json_f64(&b, s.best_mean_px);
-    sp_json_key(&b, "mean_shape_px"), sp_json_f64(&b, s.mean_shape_px);
-    sp_json_obj_end(&b);
-    printf("%s\n", b.s);
-    sp_json_buf_free(&b);
-  }
-  free(text);
-  free(sets);
+  int flags = (resume ? SP_RUN_RESUME : 0) | (changed ? SP_RUN_RESUME_CHANGED : 0) | (overwrite ? SP_RUN_OVERWRITE : 0);
+  rc = sp_config_file_is_video(config) ? train_video(config, n_sets, sets, flags)
+                                       : train_keypoints(config, n_sets, sets, flags);
   sp_plot_release_caches(); /* fontconfig's caches: leak-clean exits under ASan */
-  return rc == -1 ? 1 : rc;
+done:
+  free(sets);
+  return rc;
 }

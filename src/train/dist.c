@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "spry/common.h"
+#include "train/dist_config.h"
 #include "train/dist_internal.h"
 
 static struct {
@@ -250,55 +251,6 @@ static void bn_sum(void *user, double *x, int n) {
   sp_dist_wait(&req, "sync batch norm", D.timeout);
 }
 
-/* The dotted key of line `target` of an indented "key: value" text
- * (list items take their parent's key): "optimizer.lr". */
-static void key_path(const char *text, int target, char *out, size_t cap) {
-  struct {
-    int indent;
-    char key[64];
-  } stack[16];
-  int depth = 0, line_no = 0;
-  out[0] = '\0';
-  for (const char *line = text; *line && line_no <= target; line_no++) {
-    const char *end = strchr(line, '\n');
-    size_t len = end ? (size_t)(end - line) : strlen(line);
-    int indent = 0;
-    while ((size_t)indent < len && line[indent] == ' ') indent++;
-    while (depth > 0 && stack[depth - 1].indent >= indent) depth--;
-    const char *colon = memchr(line + indent, ':', len - (size_t)indent);
-    int is_key = line[indent] != '-' && colon != NULL;
-    if (line_no == target || is_key) {
-      size_t used = 0;
-      for (int i = 0; i < depth && used + 2 < cap; i++)
-        used += (size_t)snprintf(out + used, cap - used, "%s%s", used ? "." : "", stack[i].key);
-      if (is_key && used + 2 < cap)
-        snprintf(out + used, cap - used, "%s%.*s", used ? "." : "", (int)(colon - line - indent), line + indent);
-      if (is_key && depth < 16) {
-        stack[depth].indent = indent;
-        snprintf(stack[depth].key, sizeof stack[depth].key, "%.*s", (int)(colon - line - indent), line + indent);
-        depth++;
-      }
-    }
-    line += len + (end ? 1 : 0);
-  }
-}
-
-/* First line where mine and rank 0's texts differ: its number, and each side's line. */
-static int first_difference(const char *mine, const char *theirs, char *here, char *there, size_t cap) {
-  for (int line_no = 0;; line_no++) {
-    const char *e1 = strchr(mine, '\n'), *e2 = strchr(theirs, '\n');
-    size_t l1 = e1 ? (size_t)(e1 - mine) : strlen(mine), l2 = e2 ? (size_t)(e2 - theirs) : strlen(theirs);
-    if (l1 != l2 || strncmp(mine, theirs, l1)) {
-      size_t s1 = strspn(mine, " "), s2 = strspn(theirs, " "); /* the key path says where it is */
-      snprintf(here, cap, "%.*s", (int)(l1 > s1 ? l1 - s1 : 0), mine + (l1 > s1 ? s1 : l1));
-      snprintf(there, cap, "%.*s", (int)(l2 > s2 ? l2 - s2 : 0), theirs + (l2 > s2 ? s2 : l2));
-      return line_no;
-    }
-    if (!e1 || !e2) return -1;
-    mine = e1 + 1, theirs = e2 + 1;
-  }
-}
-
 int sp_dist_check_run(const char *config_text, const char *version) {
   if (D.world < 2) return 0;
   sp_dist_beat();
@@ -341,10 +293,9 @@ int sp_dist_check_run(const char *config_text, const char *version) {
     sp_dist_bcast(zero, (size_t)len, "config check");
     zero[len] = '\0';
     char here[160] = "", there[160] = "", key[256] = "";
-    int line = mine.hash != h0 ? first_difference(text, zero, here, there, sizeof here) : -1;
-    if (line >= 0) key_path(text, line, key, sizeof key);
+    int differs = mine.hash != h0 && sp_config_diff(text, zero, key, sizeof key, here, there, sizeof here);
     free(zero);
-    if (line >= 0)
+    if (differs)
       rc = sp_error_set("distributed run refused: this rank's configuration differs from rank 0's at %s (here "
                         "'%s', on rank 0 '%s'); %s",
                         key[0] ? key : "a line", here, there,

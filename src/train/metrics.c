@@ -69,7 +69,9 @@ int sp_kp_metrics_compute(const float *pred, const float *gt, int n, int k, cons
     out->nme_io = sum_io / n;
     out->nme_ip = sum_ip / n;
     int f8 = 0, f10 = 0;
-    for (int f = 0; f < n; f++) f8 += nme[f] > 0.08, f10 += nme[f] > 0.10;
+    /* Written as "not within": a face whose error is NaN (a diverged model)
+     * is a failure, not a success. */
+    for (int f = 0; f < n; f++) f8 += !(nme[f] <= 0.08), f10 += !(nme[f] <= 0.10);
     out->fr_008 = (double)f8 / n;
     out->fr_010 = (double)f10 / n;
     /* AUC of the CED on [0, 0.1]: mean over faces of max(0, 1 - nme/0.1),

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "spry/dist.h"
 #include "spry/plot.h"
@@ -51,6 +52,22 @@ static int box_in_crop(const sp_cache *c, int i, float *out) {
   out[0] = (float)((b[0] - r.x0) * c->size / r.w), out[1] = (float)((b[1] - r.y0) * c->size / r.h);
   out[2] = (float)(b[2] * c->size / r.w), out[3] = (float)(b[3] * c->size / r.h);
   return 0;
+}
+
+/* "detector 280, points 7 (data.box: detect)": where the validation faces'
+ * boxes came from, and what the config asked for. */
+static void box_sources_text(const sp_cache *c, const sp_train_config *cfg, char *out, size_t n) {
+  int counts[SP_BOXSRC_COUNT];
+  sp_cache_box_counts(c, counts);
+  size_t o = 0;
+  for (int b = 1; b < SP_BOXSRC_COUNT && o < n; b++)
+    if (counts[b]) o += (size_t)snprintf(out + o, n - o, "%s%s %d", o ? ", " : "", sp_box_source_name((sp_box_source)b), counts[b]);
+  if (o < n) snprintf(out + o, n - o, " (data.box: %s)", sp_kp_val_box(cfg));
+}
+
+static const char *base_name(const char *p) {
+  const char *s = strrchr(p, '/');
+  return s ? s + 1 : p;
 }
 
 static int cmp_err(const void *a, const void *b, void *ctx) {
@@ -125,6 +142,42 @@ static int heatmap_figure(const char *path, sp_kp_evaluator *e, const sp_cache *
   return rc;
 }
 
+/* The model as a user runs it: `spry predict` on the first validation photo
+ * as it is on disk (no box; faces found the way the run found them), drawn
+ * on the colour photo. 1 when there is nothing to draw from. */
+static int photo_figure(const char *dir, const char *path, const sp_kp_data *d, const sp_cache *c, char *caption,
+                        size_t n) {
+  char weights[1200];
+  snprintf(weights, sizeof weights, "%s/best.safetensors", dir);
+  if (access(weights, R_OK) != 0) snprintf(weights, sizeof weights, "%s/last.safetensors", dir);
+  if (access(weights, R_OK) != 0 || c->n == 0) return 1;
+  const sp_dataset *ds = d->val_cache == d->train_cache ? &d->train : &d->val;
+  const char *image = ds->s[c->source[0]].image;
+  sp_kp_predictor *p = sp_kp_predictor_open(weights, NULL);
+  if (!p) return -1;
+  sp_kp_face *faces = NULL;
+  int k = sp_kp_predictor_keypoints(p), rc = -1, nf = sp_kp_predict_file(p, image, NULL, &faces);
+  sp_image im = {0, 0, 0, NULL};
+  if (nf >= 0 && sp_image_load(image, 3, &im) == 0) {
+    float *boxes = sp_xmalloc(sizeof(float) * 4 * (size_t)(nf ? nf : 1));
+    const float **pts = sp_xmalloc(sizeof(float *) * (size_t)(nf ? nf : 1));
+    for (int f = 0; f < nf; f++) memcpy(boxes + 4 * f, faces[f].box, sizeof(float) * 4), pts[f] = faces[f].pts;
+    rc = sp_draw_faces_png(path, im.px, im.w, im.h, im.c, nf, boxes, pts, k);
+    free(boxes);
+    free(pts);
+  }
+  snprintf(caption, n,
+           "`spry predict --weights %s %s`: the photo as it is on disk, no box given; %s. %d face(s) found.",
+           base_name(weights), base_name(image),
+           sp_kp_predictor_box_mode(p) == SP_BOX_IMAGE ? "the model reads the whole photo"
+                                                       : "faces from the face detector (yellow frames)",
+           nf > 0 ? nf : 0);
+  sp_image_free(&im);
+  sp_kp_faces_free(faces, nf);
+  sp_kp_predictor_close(p);
+  return rc;
+}
+
 static int first_filters(const char *path, sp_graph *g) {
   for (int i = 0; i < sp_graph_param_count(g); i++) {
     const sp_tensor *w = sp_graph_param_value(g, i);
@@ -155,7 +208,7 @@ int sp_kp_report(const char *dir, sp_kp_evaluator *e, sp_loader *val_loader, int
     free(gt);
     return -1;
   }
-  sp_report_item items[8];
+  sp_report_item items[10];
   int n_items = 0, rc = 0;
   snprintf(path, sizeof path, "%s/loss.png", dir);
   sp_series loss[2] = {{"train", h.epoch, h.train, h.n}, {"validation", h.epoch, h.val, h.n}};
@@ -191,7 +244,9 @@ int sp_kp_report(const char *dir, sp_kp_evaluator *e, sp_loader *val_loader, int
   for (int i = 0; i < shown; i++) worst[i] = order[n - 1 - i];
   rc |= face_grid(path, "Worst validation faces (green: truth, red: prediction)", d, c, worst, shown, pred, gt, px,
                   captions);
-  items[n_items++] = (sp_report_item){"Best validation faces", "best.png", "Mean error per face under each crop."};
+  items[n_items++] = (sp_report_item){"Best validation faces", "best.png",
+                                      "Mean error per face under each crop; the yellow frame is the face box the "
+                                      "model was given (none when it saw the whole photo)."};
   items[n_items++] = (sp_report_item){"Worst validation faces", "worst.png", NULL};
 
   int have_eyes = d->eyes.n_left > 0;
@@ -212,14 +267,20 @@ int sp_kp_report(const char *dir, sp_kp_evaluator *e, sp_loader *val_loader, int
                                         "The model's probability map for a few keypoints of the first validation "
                                         "face; the coordinate is its expected value (soft-argmax)."};
   rc |= hm < 0;
+  static char photo_caption[2600];
+  snprintf(path, sizeof path, "%s/photo.png", dir);
+  int ph = photo_figure(dir, path, d, c, photo_caption, sizeof photo_caption);
+  if (ph == 0) items[n_items++] = (sp_report_item){"Prediction on a photo", "photo.png", photo_caption};
+  else if (ph < 0) fprintf(stderr, "spry: report: photo.png: %s\n", sp_last_error());
   snprintf(path, sizeof path, "%s/filters.png", dir);
   if (first_filters(path, e->g) == 0)
     items[n_items++] = (sp_report_item){"First-layer filters", "filters.png", NULL};
 
-  char v[6][64];
-  const char *keys[6] = {"validation faces", "mean error (px)", "mean shape baseline (px)", "NME inter-ocular",
-                         "NME inter-pupil", "AUC@0.10"};
-  const char *vals[6] = {v[0], v[1], v[2], v[3], v[4], v[5]};
+  char v[7][64];
+  const char *keys[7] = {"face boxes", "validation faces", "mean error (px)", "mean shape baseline (px)",
+                         "NME inter-ocular", "NME inter-pupil", "AUC@0.10"};
+  const char *vals[7] = {v[6], v[0], v[1], v[2], v[3], v[4], v[5]};
+  box_sources_text(c, e->cfg, v[6], 64);
   snprintf(v[0], 64, "%d", n);
   snprintf(v[1], 64, "%.3f", m.mean_px);
   snprintf(v[2], 64, "%.3f", sp_kp_mean_shape_error(d, c));
@@ -228,8 +289,9 @@ int sp_kp_report(const char *dir, sp_kp_evaluator *e, sp_loader *val_loader, int
   sp_metric_text(m.auc_010, 4, v[5], 64);
   snprintf(path, sizeof path, "%s/index.html", dir);
   char title[256];
-  snprintf(title, sizeof title, "spry run: %s", e->cfg->model);
-  rc |= sp_report_index_html(path, title, 6, keys, vals, n_items, items);
+  snprintf(title, sizeof title, "spry run: %s, faces cut around %s boxes", e->cfg->model,
+           sp_box_source_name(sp_kp_box_source(c)));
+  rc |= sp_report_index_html(path, title, 7, keys, vals, n_items, items);
   free(pred), free(gt), free(per), free(px), free(order);
   history_free(&h);
   return rc ? -1 : 0;

@@ -81,9 +81,6 @@ void sp_progress_draw(sp_progress *p, int epoch, int epochs, int step, int steps
                       int force);
 void sp_progress_end(sp_progress *p);
 
-/* What sp_train_stop_after set (0 = never): both trainers stop there. */
-int64_t sp_train_stop_after_steps(void);
-
 /* Rank 0's outcome of its solo work (resume, saving checkpoints), shared
  * by both trainers under mpirun. */
 typedef struct {

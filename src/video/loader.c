@@ -1,56 +1,40 @@
-/* The video clip loader (see include/spry/video_loader.h).
- *
- * Same machinery as the image loader (loader.c): persistent workers claim
- * work under one mutex, fill a ring of batch slots, and the consumer takes
- * batches in order. The work unit is one clip, not a piece of ~8 samples as
- * for images: decoding a clip costs milliseconds, far more than a lock.
- * Batches may have different shapes within an epoch (Multigrid), so each
- * epoch carries its own list of shapes and slots are sized for the largest. */
+/* The video clip loader (see include/spry/video_loader.h), on the batch ring
+ * the image loader uses too (src/data/batch_ring.h). The work unit is one
+ * clip, not a piece of ~8 samples as for images: decoding a clip costs
+ * milliseconds, far more than a lock. Batches may have different shapes
+ * within an epoch (Multigrid), so each epoch carries its own list of shapes
+ * and slots are sized for the largest. */
 #define _GNU_SOURCE
 #include <math.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "data/batch_ring.h"
 #include "data/data_internal.h"
 #include "spry/rng.h"
 #include "spry/video_loader.h"
 
-typedef enum { SLOT_FREE, SLOT_FILLING, SLOT_READY, SLOT_HELD } slot_state;
-
-typedef struct {
-  sp_video_batch b;
-  slot_state state;
-  int64_t batch_no;
-  uint64_t gen;
-  int pending;
-} slot;
-
 struct sp_video_loader {
   const sp_video_list *list;
   sp_video_loader_config cfg;
-  int depth, n_workers;
-  slot *slots;
-  size_t slot_bytes; /* pixel capacity of each slot */
-  int slot_clips;    /* label capacity */
-  pthread_t *threads;
-  pthread_mutex_t mu;
-  pthread_cond_t work_cv, ready_cv;
-  /* epoch state (under mu) */
+  sp_batch_ring *ring;
+  sp_video_batch *slots; /* one batch per ring slot */
+  int depth;
+  size_t slot_bytes;     /* pixel capacity of each slot */
+  int slot_clips;        /* label capacity */
+  /* The epoch (written only while the ring is paused). */
   int32_t *order;
   int entries, per_rank;
-  int shard_begin; /* eval_shard: this rank's first entry of the order */
+  int shard_begin;       /* eval_shard: this rank's first entry of the order */
   sp_video_shape *shapes;
-  int64_t *first; /* first[j]: position in order of batch j's first clip */
-  int n_batches, cap_batches;
-  int64_t epoch;
-  uint64_t gen;
-  int64_t claim_batch;
-  int claim_clip;
-  int64_t next_take;
-  int filling, held, stop;
+  int64_t *first;        /* first[j]: position in order of batch j's first clip */
+  int cap_batches;
 };
+
+/* With no data.short_side, frames are resized so that the crop is 7/8 of the
+ * short side (224 of 256), the usual resize-then-crop of video recipes. */
+#define SHORT_SIDE_PER_CROP (8.0 / 7.0)
 
 sp_video_loader_config sp_video_loader_config_default(int batch, int frames, int size) {
   sp_video_loader_config c;
@@ -102,7 +86,7 @@ int sp_video_load_clip(const sp_video_list *list, const sp_video_loader_config *
   if (rc != 0) goto done;
   /* A smaller Multigrid size keeps the crop's share of the frame: the short
    * side shrinks with it. */
-  int base_short = cfg->short_side > 0 ? cfg->short_side : cfg->size * 8 / 7;
+  int base_short = cfg->short_side > 0 ? cfg->short_side : (int)(cfg->size * SHORT_SIDE_PER_CROP);
   int short_side = (int)lround((double)base_short * size / cfg->size);
   if (short_side < size) short_side = size;
   sp_video_geom g = {.short_side = short_side, .layout = SP_VIDEO_CHW};
@@ -111,7 +95,8 @@ int sp_video_load_clip(const sp_video_list *list, const sp_video_loader_config *
   g.crop_h = g.crop_w = size;
   g.crop_y = g.crop_x = -1;
   /* The crop's own stream, apart from the frame sampler's use of the key. */
-  sp_rng r = sp_rng_make(sp_rng_key(sp_rng_key(cfg->seed, 0x6372u, 0x6f70u), (uint64_t)epoch, (uint64_t)entry));
+  sp_rng r = sp_rng_make(
+      sp_rng_key(sp_rng_key(cfg->seed, SP_RNG_VIDEO_CROP_A, SP_RNG_VIDEO_CROP_B), (uint64_t)epoch, (uint64_t)entry));
   if (cfg->train) {
     g.crop_y = rh > size ? (int)sp_rng_below(&r, (uint32_t)(rh - size + 1)) : 0;
     g.crop_x = rw > size ? (int)sp_rng_below(&r, (uint32_t)(rw - size + 1)) : 0;
@@ -124,66 +109,39 @@ done:
   return rc;
 }
 
-/* Under mu: is there a clip to claim? A batch's first clip needs its slot free. */
-static int work_available(const sp_video_loader *l) {
-  if (l->claim_batch >= l->n_batches) return 0;
-  const slot *s = &l->slots[l->claim_batch % l->depth];
-  return l->claim_clip == 0 ? s->state == SLOT_FREE : 1;
+static int ring_units(void *ctx, int64_t batch) { return ((sp_video_loader *)ctx)->shapes[batch].batch; }
+
+static void ring_begin(void *ctx, int slot, int64_t batch, int64_t epoch) {
+  sp_video_loader *l = ctx;
+  const sp_video_shape sh = l->shapes[batch];
+  sp_video_batch *b = &l->slots[slot];
+  *b = (sp_video_batch){.n = sh.batch, .t = sh.frames, .h = sh.size, .w = sh.size, .pixels = b->pixels,
+                        .label = b->label, .video = b->video, .clip = b->clip, .bad = b->bad, .epoch = epoch,
+                        .step = batch};
 }
 
-static void *worker_main(void *arg) {
-  sp_video_loader *l = arg;
-  pthread_mutex_lock(&l->mu);
-  for (;;) {
-    while (!l->stop && !work_available(l)) pthread_cond_wait(&l->work_cv, &l->mu);
-    if (l->stop) break;
-    int64_t j = l->claim_batch;
-    int i = l->claim_clip;
-    const sp_video_shape sh = l->shapes[j];
-    slot *s = &l->slots[j % l->depth];
-    if (i == 0) {
-      s->state = SLOT_FILLING;
-      s->batch_no = j;
-      s->gen = l->gen;
-      s->pending = sh.batch;
-      s->b = (sp_video_batch){.n = sh.batch, .t = sh.frames, .h = sh.size, .w = sh.size, .pixels = s->b.pixels,
-                              .label = s->b.label, .video = s->b.video, .clip = s->b.clip, .bad = s->b.bad,
-                              .epoch = l->epoch,
-                              .step = j};
-    }
-    if (++l->claim_clip >= sh.batch) l->claim_batch++, l->claim_clip = 0;
-    int64_t entry = l->order[l->first[j] + i], epoch = l->epoch;
-    uint64_t gen = l->gen;
-    l->filling++;
-    pthread_mutex_unlock(&l->mu);
-
-    const size_t clip_bytes = (size_t)sh.frames * 3 * sh.size * sh.size;
-    uint8_t *out = s->b.pixels + clip_bytes * i;
-    int clips = l->cfg.test_clips > 0 && !l->cfg.train ? l->cfg.test_clips : 1;
-    s->b.video[i] = (int32_t)(entry / clips);
-    s->b.clip[i] = (int32_t)(entry % clips);
-    s->b.label[i] = l->list->label[entry / clips];
-    int bad = sp_video_load_clip(l->list, &l->cfg, epoch, entry, sh.frames, sh.size, out) != 0;
-    if (bad) {
-      /* A bad clip must not stop training: zeros (the dataset mean after
-       * normalisation is close to it), counted and reported. */
-      fprintf(stderr, "spry data: skip %s: %s\n", l->list->path[entry / clips], sp_last_error());
-      memset(out, 0, clip_bytes);
-    }
-
-    pthread_mutex_lock(&l->mu);
-    l->filling--;
-    s->b.bad[i] = (uint8_t)bad;
-    s->b.failed += bad;
-    if (--s->pending == 0) {
-      s->state = gen == l->gen ? SLOT_READY : SLOT_FREE;
-      if (s->state == SLOT_FREE) pthread_cond_broadcast(&l->work_cv);
-    }
-    pthread_cond_broadcast(&l->ready_cv);
+static void ring_fill(void *ctx, int slot, int64_t batch, int i, int64_t epoch) {
+  sp_video_loader *l = ctx;
+  const sp_video_shape sh = l->shapes[batch];
+  sp_video_batch *b = &l->slots[slot];
+  const int64_t entry = l->order[l->first[batch] + i];
+  const size_t clip_bytes = (size_t)sh.frames * 3 * sh.size * sh.size;
+  uint8_t *out = b->pixels + clip_bytes * i;
+  int clips = l->cfg.test_clips > 0 && !l->cfg.train ? l->cfg.test_clips : 1;
+  b->video[i] = (int32_t)(entry / clips);
+  b->clip[i] = (int32_t)(entry % clips);
+  b->label[i] = l->list->label[entry / clips];
+  int bad = sp_video_load_clip(l->list, &l->cfg, epoch, entry, sh.frames, sh.size, out) != 0;
+  if (bad) {
+    /* A bad clip must not stop training: zeros (the dataset mean after
+     * normalisation is close to it), counted and reported. */
+    fprintf(stderr, "spry data: skip %s: %s\n", l->list->path[entry / clips], sp_last_error());
+    memset(out, 0, clip_bytes);
   }
-  pthread_mutex_unlock(&l->mu);
-  return NULL;
+  b->bad[i] = (uint8_t)bad;
 }
+
+static const sp_batch_ring_ops ring_ops = {ring_units, ring_begin, ring_fill};
 
 sp_video_loader *sp_video_loader_create(const sp_video_list *list, const sp_video_loader_config *cfg) {
   if (!list || list->n <= 0) return sp_error_set("video loader: empty list"), NULL;
@@ -198,9 +156,8 @@ sp_video_loader *sp_video_loader_create(const sp_video_list *list, const sp_vide
   l->cfg = *cfg;
   l->cfg.world = world;
   if (l->cfg.test_clips < 1 || l->cfg.train) l->cfg.test_clips = 1;
-  l->n_workers = cfg->workers > 0 ? cfg->workers : sp_default_threads();
-  l->depth = cfg->prefetch > 0 ? cfg->prefetch : 2 * l->n_workers;
-  l->held = -1;
+  const int workers = cfg->workers > 0 ? cfg->workers : sp_default_threads();
+  l->depth = cfg->prefetch > 0 ? cfg->prefetch : 2 * workers;
   l->entries = list->n * l->cfg.test_clips;
   if (l->cfg.eval_shard && world > 1) {
     /* Contiguous parts: the test clips of a video (adjacent entries) mostly
@@ -213,17 +170,11 @@ sp_video_loader *sp_video_loader_create(const sp_video_list *list, const sp_vide
     l->per_rank = l->entries / world > 0 ? l->entries / world : l->entries;
   }
   l->order = sp_xmalloc(sizeof(int32_t) * (size_t)l->entries);
-  l->slots = sp_xcalloc((size_t)l->depth, sizeof(slot));
-  pthread_mutex_init(&l->mu, NULL);
-  pthread_cond_init(&l->work_cv, NULL);
-  pthread_cond_init(&l->ready_cv, NULL);
-  l->threads = sp_xmalloc(sizeof(pthread_t) * (size_t)l->n_workers);
-  for (int i = 0; i < l->n_workers; i++)
-    if (pthread_create(&l->threads[i], NULL, worker_main, l) != 0) {
-      l->n_workers = i;
-      sp_video_loader_destroy(l);
-      return sp_error_set("video loader: cannot start worker thread %d", i), NULL;
-    }
+  l->slots = sp_xcalloc((size_t)l->depth, sizeof(sp_video_batch));
+  if (!(l->ring = sp_batch_ring_new(workers, l->depth, &ring_ops, l))) {
+    sp_video_loader_destroy(l);
+    return NULL;
+  }
   return l;
 }
 
@@ -255,17 +206,11 @@ int sp_video_loader_start_epoch_shapes(sp_video_loader *l, int64_t epoch, const 
   if (l->cfg.world > 1 && !l->cfg.eval_shard && total * l->cfg.world > l->entries)
     return sp_error_set("video loader: %d ranks x %lld clips per epoch, the list has %d", l->cfg.world,
                         (long long)total, l->entries);
-  pthread_mutex_lock(&l->mu);
-  /* Cancel the current epoch: stop claiming, wait for fills in flight (they
-   * read order and the slots about to change), free every slot. */
-  l->gen++;
-  l->n_batches = 0;
-  while (l->filling > 0) pthread_cond_wait(&l->ready_cv, &l->mu);
-  for (int i = 0; i < l->depth; i++) l->slots[i].state = SLOT_FREE;
-  l->held = -1;
+  /* The current epoch is cancelled: no fill reads the order or the slots now. */
+  sp_batch_ring_pause(l->ring);
   if (bytes > l->slot_bytes || clips > l->slot_clips) {
     for (int i = 0; i < l->depth; i++) {
-      sp_video_batch *b = &l->slots[i].b;
+      sp_video_batch *b = &l->slots[i];
       sp_aligned_free(b->pixels);
       free(b->label), free(b->video), free(b->clip), free(b->bad);
       b->pixels = sp_aligned_alloc(bytes);
@@ -292,7 +237,7 @@ int sp_video_loader_start_epoch_shapes(sp_video_loader *l, int64_t epoch, const 
   for (int i = 0; i < l->entries; i++) all[i] = i;
   if (l->cfg.shuffle) {
     /* The same permutation on every rank (seed, epoch); each takes its slice. */
-    sp_rng r = sp_rng_make(sp_rng_key(l->cfg.seed, (uint64_t)epoch, UINT64_C(0xFFFFFFFFFFFF)));
+    sp_rng r = sp_rng_make(sp_rng_key(l->cfg.seed, (uint64_t)epoch, SP_RNG_EPOCH_ORDER));
     sp_rng_shuffle(&r, all, l->entries);
   }
   if (l->cfg.eval_shard) {
@@ -311,13 +256,7 @@ int sp_video_loader_start_epoch_shapes(sp_video_loader *l, int64_t epoch, const 
     }
   }
   free(all);
-  l->epoch = epoch;
-  l->claim_batch = 0;
-  l->claim_clip = 0;
-  l->next_take = 0;
-  l->n_batches = n_shapes;
-  pthread_cond_broadcast(&l->work_cv);
-  pthread_mutex_unlock(&l->mu);
+  sp_batch_ring_start(l->ring, epoch, n_shapes);
   return 0;
 }
 
@@ -334,41 +273,21 @@ int sp_video_loader_start_epoch(sp_video_loader *l, int64_t epoch) {
 }
 
 const sp_video_batch *sp_video_loader_next(sp_video_loader *l) {
-  pthread_mutex_lock(&l->mu);
-  if (l->held >= 0) {
-    l->slots[l->held].state = SLOT_FREE;
-    l->held = -1;
-    pthread_cond_broadcast(&l->work_cv);
-  }
-  if (l->next_take >= l->n_batches) {
-    pthread_mutex_unlock(&l->mu);
-    return NULL;
-  }
-  int64_t j = l->next_take;
-  slot *s = &l->slots[j % l->depth];
-  while (!(s->state == SLOT_READY && s->batch_no == j && s->gen == l->gen)) pthread_cond_wait(&l->ready_cv, &l->mu);
-  s->state = SLOT_HELD;
-  l->held = (int)(j % l->depth);
-  l->next_take++;
-  pthread_mutex_unlock(&l->mu);
-  return &s->b;
+  int slot = sp_batch_ring_next(l->ring);
+  if (slot < 0) return NULL;
+  sp_video_batch *b = &l->slots[slot];
+  b->failed = 0;
+  for (int i = 0; i < b->n; i++) b->failed += b->bad[i];
+  return b;
 }
 
 void sp_video_loader_destroy(sp_video_loader *l) {
   if (!l) return;
-  pthread_mutex_lock(&l->mu);
-  l->stop = 1;
-  pthread_cond_broadcast(&l->work_cv);
-  pthread_mutex_unlock(&l->mu);
-  for (int i = 0; i < l->n_workers; i++) pthread_join(l->threads[i], NULL);
-  for (int i = 0; i < l->depth; i++) {
-    sp_aligned_free(l->slots[i].b.pixels);
-    free(l->slots[i].b.label), free(l->slots[i].b.video), free(l->slots[i].b.clip), free(l->slots[i].b.bad);
+  sp_batch_ring_free(l->ring); /* workers gone: the slots are ours */
+  for (int i = 0; l->slots && i < l->depth; i++) {
+    sp_aligned_free(l->slots[i].pixels);
+    free(l->slots[i].label), free(l->slots[i].video), free(l->slots[i].clip), free(l->slots[i].bad);
   }
-  pthread_cond_destroy(&l->work_cv);
-  pthread_cond_destroy(&l->ready_cv);
-  pthread_mutex_destroy(&l->mu);
-  free(l->threads);
   free(l->slots);
   free(l->order);
   free(l->shapes);

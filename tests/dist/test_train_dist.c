@@ -19,6 +19,7 @@
 #include "spry/safetensors.h"
 #include "spry/synth.h"
 #include "spry/train.h"
+#include "train/loop.h" /* sp_train_stop_after */
 #include "dist_runs.h"
 #include "testkit.h"
 #include "train/trainer_internal.h"

@@ -18,6 +18,7 @@
 #include "spry/dist.h"
 #include "spry/safetensors.h"
 #include "spry/train.h"
+#include "train/loop.h" /* sp_train_stop_after */
 #include "spry/video.h"
 #include "spry/video_train.h"
 #include "dist_runs.h"

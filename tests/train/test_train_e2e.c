@@ -14,6 +14,7 @@
 #include "spry/plot.h"
 #include "spry/synth.h"
 #include "spry/train.h"
+#include "train/loop.h" /* sp_train_stop_after */
 #include "testkit.h"
 
 static char dir[256];
@@ -84,18 +85,26 @@ static int count_lines(const char *path) {
 }
 
 /* metrics.jsonl logs each epoch once: a resumed run keeps the epochs its
- * checkpoint completed, and a fresh run into an old folder starts again. */
+ * checkpoint completed, and a fresh run into an old folder is refused unless
+ * asked to overwrite it, and then starts the log again. */
 static void each_epoch_is_logged_once(void **state) {
   (void)state;
-  char out[512], path[600];
+  char out[512], path[600], best[600];
   snprintf(out, sizeof out, "%s/again", dir);
   snprintf(path, sizeof path, "%s/metrics.jsonl", out);
+  snprintf(best, sizeof best, "%s/best.safetensors", out);
   char *one_epoch[] = {"epochs=1"};
   sp_train_summary s;
-  for (int i = 0; i < 2; i++) {
-    assert_int_equal(run(config, out, 1, one_epoch, 0, &s), 0);
-    assert_int_equal(count_lines(path), 1);
-  }
+  assert_int_equal(run(config, out, 1, one_epoch, 0, &s), 0);
+  assert_int_equal(count_lines(path), 1);
+  char *before = sp_test_slurp(best);
+  assert_int_equal(run(config, out, 1, one_epoch, 0, &s), -1);
+  assert_non_null(strstr(sp_last_error(), "holds another run's last.safetensors"));
+  char *after = sp_test_slurp(best);
+  assert_string_equal(before, after); /* nothing of the old run was touched */
+  free(before), free(after);
+  assert_int_equal(run(config, out, 1, one_epoch, SP_RUN_OVERWRITE, &s), 0);
+  assert_int_equal(count_lines(path), 1);
   /* Nothing to resume: an error before any folder or cache is made. */
   char none[600];
   snprintf(none, sizeof none, "%s/never-trained", dir);
@@ -105,7 +114,7 @@ static void each_epoch_is_logged_once(void **state) {
   assert_null(f);
   /* Stopped in epoch 2 of 3 (3 batches each), resumed: 3 lines, not 4. */
   sp_train_stop_after(4);
-  assert_int_equal(run(config, out, 0, NULL, 0, &s), 130);
+  assert_int_equal(run(config, out, 0, NULL, SP_RUN_OVERWRITE, &s), 130);
   sp_train_stop_after(0);
   assert_int_equal(count_lines(path), 1);
   assert_int_equal(run(config, out, 0, NULL, 1, &s), 0);

@@ -57,7 +57,7 @@ static int train(const char *train_list, const char *val_list, const char *extra
   sp_video_config cfg;
   char *text = NULL;
   if (sp_video_config_parse(yaml, "test", 0, NULL, &cfg, &text) != 0) fail_msg("%s", sp_last_error());
-  int rc = sp_video_train_run(&cfg, text, 0, s);
+  int rc = sp_video_train_run(&cfg, text, SP_RUN_OVERWRITE, s); /* each case a fresh run in "run" */
   free(text);
   return rc;
 }

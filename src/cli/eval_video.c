@@ -1,4 +1,4 @@
-/* `spry train CONFIG` and `spry eval` for configs with `task: video`. */
+/* `spry eval` for video checkpoints and configs (`task: video`). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,77 +11,10 @@
 #include "spry/plot.h"
 #include "spry/video_train.h"
 
-static const char *config_arg(int argc, char **argv) {
-  for (int i = 1; i < argc; i++) {
-    if (argv[i][0] == '-') {
-      if (i + 1 < argc && strcmp(argv[i], "--help") && strcmp(argv[i], "-h")) i++; /* its value */
-      continue;
-    }
-    return argv[i];
-  }
-  return NULL;
-}
-
-int sp_cli_train_is_video(int argc, char **argv) {
-  const char *c = config_arg(argc, argv);
-  return c && sp_config_file_is_video(c);
-}
-
 static void put(sp_json_buf *b, const char *k, double v) {
   sp_json_key(b, k);
   if (isfinite(v)) sp_json_f64(b, v);
   else sp_json_null(b);
-}
-
-int sp_cli_train_video(int argc, char **argv) {
-  const char *config = NULL, *resume = NULL;
-  char **sets = calloc((size_t)argc + 2, sizeof(char *));
-  int n_sets = 0;
-  for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--set") && i + 1 < argc) sets[n_sets++] = argv[++i];
-    else if (!strcmp(argv[i], "--resume") && i + 1 < argc) resume = argv[++i];
-    else if (argv[i][0] != '-' && !config) config = argv[i];
-    else {
-      fprintf(stderr, "spry train: unexpected argument '%s'\n", argv[i]);
-      free(sets);
-      return 2;
-    }
-  }
-  char out_set[1100];
-  if (resume) { /* --resume DIR trains into DIR, whatever `out` says */
-    snprintf(out_set, sizeof out_set, "out=%s", resume);
-    sets[n_sets++] = out_set;
-  }
-  sp_video_config cfg;
-  char *text = NULL;
-  if (sp_video_config_load(config, n_sets, sets, &cfg, &text) != 0) {
-    fprintf(stderr, "spry train: %s\n", sp_last_error());
-    free(sets);
-    return 2;
-  }
-  sp_video_summary s;
-  int rc = sp_video_train_run(&cfg, text, resume != NULL, &s);
-  if (rc == -1) fprintf(stderr, "spry train: %s\n", sp_last_error());
-  else if (rc == 0 && sp_dist_rank() == 0) { /* one summary per job, from rank 0 */
-    sp_json_buf b;
-    sp_json_buf_init(&b);
-    sp_json_obj_begin(&b);
-    sp_json_key(&b, "out"), sp_json_str(&b, cfg.out);
-    put(&b, "train_loss", s.train_loss);
-    put(&b, "val_loss", s.val_loss);
-    put(&b, "top1", s.top1);
-    put(&b, "top5", s.top5);
-    put(&b, "best_top1", s.best_top1);
-    put(&b, "train_s", s.train_s);
-    sp_json_key(&b, "iterations"), sp_json_int(&b, s.iterations);
-    sp_json_obj_end(&b);
-    printf("%s\n", b.s);
-    sp_json_buf_free(&b);
-  }
-  free(text);
-  free(sets);
-  sp_plot_release_caches(); /* the report's fontconfig caches: leak-clean exits under ASan */
-  return rc == -1 ? 1 : rc;
 }
 
 static char *stored_config(const char *weights) {
