@@ -263,7 +263,7 @@ static void imm_predict_matches_eval(void **state) {
   const char *imm = sp_test_data_path("imm_face_db", buf, sizeof buf);
   if (!imm) skip();
   if (sp_test_sanitized()) skip(); /* a real training run: minutes under ASan */
-  spry(0, 1, "train %s/configs/imm-face58.yaml --set data.path=%s --set epochs=25 --set out=%s/imm",
+  spry(0, 1, "train %s/configs/imm-face58.yaml --set data.path=%s --set epochs=10 --set out=%s/imm",
        getenv("SPRY_SOURCE_DIR"), imm, dir);
   spry(0, 0, "eval --weights %s/imm/best.safetensors", dir);
   double eval_px = json_number(strrchr(out, '{'), "mean_px");
