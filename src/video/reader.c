@@ -35,6 +35,7 @@ typedef struct {
   int64_t run_start;  /* decode position the current run began at */
   int64_t next_dec;   /* decode position of the next packet to send */
   int64_t out_count;  /* frames emitted since the run began (counting mode) */
+  int last_skipped;   /* the last packet sent was marked for skipping */
   int width, height;
   int64_t header_frames;
   char codec[32], container[32];
@@ -181,6 +182,47 @@ static int seek_to_key(sp_video *v, int64_t key_dec) {
 
 typedef int (*frame_cb)(sp_video *v, AVFrame *f, void *ctx);
 
+/* ------------------------------------------------------------ a request */
+
+typedef struct {
+  const int64_t *idx;
+  int n;
+  int *order;          /* positions sorted by frame index */
+  int64_t *uf;         /* unique frames, ascending */
+  int *first;          /* uf[k] fills order[first[k] .. first[k+1]) */
+  uint8_t *done;
+  int m;
+  const sp_video_geom *g;
+  uint8_t *out;
+  size_t frame_bytes;
+  int oh, ow;
+  int skip;            /* packets nothing references may be left undecoded */
+} request;
+
+static int64_t find_unique(const request *q, int64_t f) {
+  int64_t lo = 0, hi = q->m - 1;
+  while (lo <= hi) {
+    int64_t mid = (lo + hi) / 2;
+    if (q->uf[mid] == f) return mid;
+    if (q->uf[mid] < f) lo = mid + 1;
+    else hi = mid - 1;
+  }
+  return -1;
+}
+
+/* Whether the packet at decode position d (pts) may go undecoded: no picture
+ * references it, and it is not a frame this run still has to deliver. */
+static int may_skip(const ff_state *s, const request *q, int64_t d, int64_t pts) {
+  const sp_vindex *ix = s->ix;
+  if (!q || !q->skip || d < 0 || !ix->pkt_skip || !ix->pkt_skip[d]) return 0;
+  int64_t f = sp_vindex_frame_of_pts(ix, pts);
+  if (f < 0) return 1; /* a picture the decoder never outputs (discarded by the container) */
+  int64_t k = find_unique(q, f);
+  /* A wanted frame whose start keyframe is before this run's start cannot be
+   * taken from this run (see capture): it comes from its own run later. */
+  return k < 0 || q->done[k] || s->run_start > ix->start[f];
+}
+
 static int drain_frames(sp_video *v, frame_cb cb, void *ctx) {
   ff_state *s = v->impl;
   for (;;) {
@@ -188,33 +230,50 @@ static int drain_frames(sp_video *v, frame_cb cb, void *ctx) {
     if (r == AVERROR(EAGAIN) || r == AVERROR_EOF) return 0;
     if (r < 0) return sp_error_set("%s: decoding failed (%s)", v->path, averr(r));
     v->stats.decoded++;
-    int cr = cb(v, s->frame, ctx);
+    int cr = cb ? cb(v, s->frame, ctx) : 0;
     av_frame_unref(s->frame);
     if (cr < 0) return -1;
   }
 }
 
+/* Ends the current run: the decoder hands out the pictures it still holds
+ * (all decoded already; without this, getting the last wanted one out would
+ * take decoding the next pictures), then forgets its state. */
+static int finish_run(sp_video *v, frame_cb cb, void *ctx) {
+  ff_state *s = v->impl;
+  if (!s->run_active) return 0;
+  s->run_active = 0;
+  int r = avcodec_send_packet(s->dec, NULL);
+  if (r < 0 && r != AVERROR_EOF) return sp_error_set("%s: cannot flush the decoder (%s)", v->path, averr(r));
+  int rc = drain_frames(v, cb, ctx);
+  avcodec_flush_buffers(s->dec);
+  return rc;
+}
+
 /* Sends one packet (or, at end of file, the flush) and passes every frame
  * that comes out to cb. Returns 1 after a packet, 0 once the stream is fully
  * drained (the run then ends), -1 on error. A packet the decoder rejects is
- * skipped: its frame will be missing, which the caller reports. */
-static int decode_step(sp_video *v, frame_cb cb, void *ctx) {
+ * skipped: its frame will be missing, which the caller reports. q (NULL for
+ * a full decode) says which unreferenced packets may go undecoded. */
+static int decode_step(sp_video *v, frame_cb cb, void *ctx, const request *q) {
   ff_state *s = v->impl;
   if (!read_video_packet(s)) {
-    int r = avcodec_send_packet(s->dec, NULL);
-    if (r < 0 && r != AVERROR_EOF) return sp_error_set("%s: cannot flush the decoder (%s)", v->path, averr(r));
-    if (drain_frames(v, cb, ctx) != 0) return -1;
-    avcodec_flush_buffers(s->dec);
-    s->run_active = 0;
-    return 0;
+    s->run_active = 1; /* so that finish_run flushes */
+    return finish_run(v, cb, ctx) != 0 ? -1 : 0;
   }
+  int64_t d = -1;
   if (s->ix && s->ix->seekable) {
-    int64_t d = s->pkt->pts == AV_NOPTS_VALUE ? -1 : sp_vindex_dec_of_pts(s->ix, s->pkt->pts);
+    d = s->pkt->pts == AV_NOPTS_VALUE ? -1 : sp_vindex_dec_of_pts(s->ix, s->pkt->pts);
     if (d >= 0) s->next_dec = d + 1;
   } else {
     s->next_dec++;
   }
   v->stats.packets++;
+  /* AVDISCARD_NONREF drops the picture only when the decoder, by its own
+   * reading of the header, also finds it unreferenced. */
+  s->last_skipped = may_skip(s, q, d, s->pkt->pts);
+  s->dec->skip_frame = s->last_skipped ? AVDISCARD_NONREF : AVDISCARD_DEFAULT;
+  v->stats.skipped += s->last_skipped;
   for (int tries = 0; tries < 64; tries++) {
     int r = avcodec_send_packet(s->dec, s->pkt);
     if (r == AVERROR(EAGAIN)) {
@@ -230,20 +289,6 @@ static int decode_step(sp_video *v, frame_cb cb, void *ctx) {
 
 /* ------------------------------------------------------------ get_frames */
 
-typedef struct {
-  const int64_t *idx;
-  int n;
-  int *order;          /* positions sorted by frame index */
-  int64_t *uf;         /* unique frames, ascending */
-  int *first;          /* uf[k] fills order[first[k] .. first[k+1]) */
-  uint8_t *done;
-  int m;
-  const sp_video_geom *g;
-  uint8_t *out;
-  size_t frame_bytes;
-  int oh, ow;
-} request;
-
 static int convert_frame(sp_video *v, AVFrame *f, const sp_video_geom *g, uint8_t *dst, int oh, int ow) {
   int rw, rh, ch, cw, cy, cx;
   if (sp_video_geom_resolve(g, f->width, f->height, &rw, &rh, &ch, &cw, &cy, &cx, v->path) != 0) return -1;
@@ -251,19 +296,9 @@ static int convert_frame(sp_video *v, AVFrame *f, const sp_video_geom *g, uint8_
     return sp_error_set("%s: frame size changes mid-stream (%dx%d), output would not fit", v->path, f->width,
                         f->height);
   v->stats.converted++;
+  v->conv.chroma_loc = f->chroma_location;
   return sp_vconv_run(&v->conv, (const uint8_t *const *)f->data, f->linesize, f->width, f->height, f->format,
                       f->colorspace, f->color_range, g, dst, v->path);
-}
-
-static int64_t find_unique(const request *q, int64_t f) {
-  int64_t lo = 0, hi = q->m - 1;
-  while (lo <= hi) {
-    int64_t mid = (lo + hi) / 2;
-    if (q->uf[mid] == f) return mid;
-    if (q->uf[mid] < f) lo = mid + 1;
-    else hi = mid - 1;
-  }
-  return -1;
 }
 
 static int capture(sp_video *v, AVFrame *fr, void *ctx) {
@@ -289,15 +324,120 @@ static int capture(sp_video *v, AVFrame *fr, void *ctx) {
   return 0;
 }
 
+/* Whether the current run should go on to a frame starting at keyframe
+ * position st, rather than seek there: it can (the run began no later) and it
+ * is no more work (st is not ahead, or nothing between here and st has to be
+ * decoded, so a seek would save nothing). */
+static int run_reaches(const ff_state *s, const request *q, int64_t st) {
+  if (!s->run_active || s->run_start > st) return 0;
+  if (st <= s->next_dec) return 1;
+  return q->skip && s->ix->ref_before && sp_vindex_work(s->ix, s->next_dec, st) == 0;
+}
+
+/* Whether a frame still to come (proc[p..]) needs packets this run has not
+ * sent yet. When none does, the run stops here: what the decoder still holds
+ * comes out by draining it, instead of by decoding further pictures. */
+static int run_needs_more(const ff_state *s, const request *q, const int *proc, int p) {
+  const sp_vindex *ix = s->ix;
+  for (; p < q->m; p++) {
+    int k = proc[p];
+    int64_t f = q->uf[k];
+    if (!q->done[k] && ix->dec[f] >= s->next_dec && run_reaches(s, q, ix->start[f])) return 1;
+  }
+  return 0;
+}
+
+/* Seekable streams: the frames in processing order (start keyframe, then
+ * decode position), each run from a keyframe decoding only what the
+ * request's frames need. */
+static int fetch_seekable(sp_video *v, request *q, const int *proc) {
+  ff_state *s = v->impl;
+  const sp_vindex *ix = s->ix;
+  /* Frames can come out this many decoded pictures after their own packet
+   * (reordering depth plus frame-thread latency); past that a frame is
+   * declared lost. */
+  int64_t slack = 48 + 2 * (int64_t)(s->dec->thread_count > 0 ? s->dec->thread_count : 1);
+  for (int p = 0; p < q->m; p++) {
+    int k = proc[p];
+    if (q->done[k]) continue;
+    int64_t f = q->uf[k];
+    if (!run_reaches(s, q, ix->start[f])) {
+      /* Wanted frames still inside the decoder come out first. */
+      if (finish_run(v, capture, q) != 0) return -1;
+      if (q->done[k]) continue;
+      if (seek_to_key(v, ix->start[f]) != 0) return -1;
+    }
+    /* A decoder may refuse to output frames right after a keyframe it cannot
+     * fully trust (FFmpeg's H.264 waits for a recovery point; the last open-GOP
+     * keyframe of a Matroska file is such a case). Then try again: from the
+     * same keyframe decoding every picture (should skipping be what lost
+     * it), from the previous keyframe, and from the start. */
+    int tried_prev = 0;
+    int64_t from = ix->start[f], waited = 0;
+    while (!q->done[k]) {
+      int r;
+      if (s->next_dec > ix->dec[f] && !run_needs_more(s, q, proc, p)) {
+        if (finish_run(v, capture, q) != 0) return -1;
+        r = 0;
+      } else {
+        r = decode_step(v, capture, q, q);
+        if (r < 0) return -1;
+        if (r > 0 && s->next_dec > ix->dec[f] + 1 && !s->last_skipped) waited++;
+      }
+      if (q->done[k] || (r > 0 && waited <= slack)) continue;
+      int again = 1;
+      if (q->skip) q->skip = 0;
+      else if (from > 0 && !tried_prev) from--, tried_prev = 1; /* seek_to_key finds the keyframe before */
+      else if (from > 0) from = 0;
+      else again = 0;
+      if (again) {
+        waited = 0;
+        if (finish_run(v, capture, q) != 0) return -1;
+        if (!q->done[k] && seek_to_key(v, from) != 0) return -1;
+        continue;
+      }
+      if (r == 0)
+        return sp_error_set("%s: frame %lld could not be decoded (truncated or corrupt data)", v->path, (long long)f);
+      return sp_error_set("%s: the decoder never produced frame %lld (corrupt data)", v->path, (long long)f);
+    }
+  }
+  return 0;
+}
+
+/* Streams without usable pts: frame i is the i-th the decoder outputs after
+ * a rewind, so every run starts at the first packet and nothing is skipped. */
+static int fetch_counting(sp_video *v, request *q) {
+  ff_state *s = v->impl;
+  for (int k = 0; k < q->m; k++) {
+    if (q->done[k]) continue;
+    if (!s->run_active && rewind_start(v) != 0) return -1;
+    while (!q->done[k]) {
+      int r = decode_step(v, capture, q, NULL);
+      if (r < 0) return -1;
+      if (r == 0 && !q->done[k])
+        return sp_error_set("%s: frame %lld could not be decoded (truncated or corrupt data)", v->path,
+                            (long long)q->uf[k]);
+    }
+  }
+  return 0;
+}
+
 static int ff_get_frames(sp_video *v, const int64_t *idx, int n, const sp_video_geom *g, uint8_t *out) {
   ff_state *s = v->impl;
   if (ensure_index(v) != 0) return -1;
   sp_vindex *ix = s->ix;
+  /* Each request starts from a clean decoder (an earlier one that failed
+   * may have left it mid-run) and ends by draining it. */
+  if (s->run_active) {
+    avcodec_flush_buffers(s->dec);
+    s->run_active = 0;
+  }
   request q = {0};
   q.idx = idx;
   q.n = n;
   q.g = g;
   q.out = out;
+  q.skip = ix->pkt_skip != NULL && !v->opt.no_skip;
   if (sp_video_out_size(v, g, &q.oh, &q.ow) != 0) return -1;
   q.frame_bytes = (size_t)q.oh * q.ow * 3;
   q.order = sp_xmalloc((size_t)n * sizeof(int));
@@ -319,51 +459,11 @@ static int ff_get_frames(sp_video *v, const int64_t *idx, int n, const sp_video_
   for (int k = 0; k < q.m; k++)
     key[k] = ix->seekable ? ((int64_t)ix->start[q.uf[k]] << 32) | (uint32_t)ix->dec[q.uf[k]] : q.uf[k];
   sp_video_sort_by_key(key, q.m, proc);
-
-  /* Frames can come out this many packets after their own (reordering
-   * depth plus frame-thread latency); past that a frame is declared lost. */
-  int64_t slack = 48 + 2 * (int64_t)(s->dec->thread_count > 0 ? s->dec->thread_count : 1);
-  /* Frames whose packets went in before this request may already have come
-   * out (and been dropped): only packets sent from here on are certain to be
-   * seen, so earlier ones need a seek even when the keyframe was passed. */
-  int64_t first_unsent = s->next_dec, count_at_start = s->out_count;
-  int rc = 0;
-  for (int p = 0; p < q.m && rc == 0; p++) {
-    int k = proc[p];
-    if (q.done[k]) continue;
-    int64_t f = q.uf[k];
-    if (ix->seekable) {
-      int64_t st = ix->start[f];
-      if (!(s->run_active && s->run_start <= st && st <= s->next_dec && ix->dec[f] >= first_unsent)) {
-        rc = seek_to_key(v, st);
-        first_unsent = s->next_dec;
-      }
-    } else if (!(s->run_active && count_at_start <= f)) {
-      rc = rewind_start(v);
-      count_at_start = 0;
-    }
-    /* A decoder may refuse to output frames right after a keyframe it cannot
-     * fully trust (FFmpeg's H.264 waits for a recovery point; the last open-GOP
-     * keyframe of a Matroska file is such a case): then retry once from the
-     * previous keyframe and once from the start before giving up. */
-    int retries = 0;
-    int64_t from = ix->seekable ? ix->start[f] : 0;
-    while (rc == 0 && !q.done[k]) {
-      int r = decode_step(v, capture, &q);
-      int lost = r == 0 || (r > 0 && !q.done[k] && ix->seekable && s->next_dec > ix->dec[f] + slack);
-      if (r < 0) {
-        rc = -1;
-      } else if (lost && !q.done[k] && ix->seekable && from > 0 && retries < 2) {
-        from = retries++ == 0 ? from - 1 : 0;
-        rc = seek_to_key(v, from);
-        first_unsent = s->next_dec;
-      } else if (r == 0 && !q.done[k]) {
-        rc = sp_error_set("%s: frame %lld could not be decoded (truncated or corrupt data)", v->path, (long long)f);
-      } else if (lost && !q.done[k]) {
-        rc = sp_error_set("%s: the decoder never produced frame %lld (corrupt data)", v->path, (long long)f);
-      }
-    }
-  }
+  int rc = ix->seekable ? fetch_seekable(v, &q, proc) : fetch_counting(v, &q);
+  /* Nothing past the last wanted frame is decoded; what the decoder holds
+   * was decoded already and only needs handing out. */
+  if (finish_run(v, rc == 0 ? capture : NULL, &q) != 0) rc = -1;
+  s->dec->skip_frame = AVDISCARD_DEFAULT;
   free(proc);
   free(key);
   free(q.order);
@@ -400,7 +500,7 @@ static int64_t ff_decode_all(sp_video *v, const sp_video_geom *g, sp_video_frame
   a.buf = sp_xmalloc((size_t)a.oh * a.ow * 3);
   int r = rewind_start(v);
   while (r == 0 && !a.stop) {
-    int st = decode_step(v, all_cb, &a);
+    int st = decode_step(v, all_cb, &a, NULL);
     if (st < 0) r = -1;
     if (st == 0) break;
   }
@@ -434,6 +534,7 @@ static int ff_info(sp_video *v, sp_video_info *out) {
   out->n_keyframes = s->ix->n_keys_disp;
   out->keyframes = s->ix->key_disp;
   out->seekable = s->ix->seekable;
+  out->skips_unreferenced = s->ix->pkt_skip != NULL && !v->opt.no_skip;
   return 0;
 }
 
