@@ -36,6 +36,9 @@ typedef struct {
   int64_t next_dec;   /* decode position of the next packet to send */
   int64_t out_count;  /* frames emitted since the run began (counting mode) */
   int last_skipped;   /* the last packet sent was marked for skipping */
+  int run_fresh;      /* no packet of the current run sent yet */
+  int run_clean;      /* the run may end by draining (sp_vrefs_clean_start) */
+  sp_vrefs refs;
   int width, height;
   int64_t header_frames;
   char codec[32], container[32];
@@ -135,6 +138,7 @@ static int rewind_start(sp_video *v) {
   av_packet_unref(s->pkt);
   if (open_format(s, v->path, 0) != 0) return -1;
   s->run_active = 1;
+  s->run_fresh = 1;
   s->run_start = 0;
   s->next_dec = 0;
   s->out_count = 0;
@@ -169,6 +173,7 @@ static int seek_to_key(sp_video *v, int64_t key_dec) {
     if (d >= 0 && d <= key_dec && (s->pkt->flags & AV_PKT_FLAG_KEY)) {
       s->pending = 1;
       s->run_active = 1;
+      s->run_fresh = 1;
       s->run_start = d;
       s->next_dec = d;
       return 0;
@@ -269,6 +274,8 @@ static int decode_step(sp_video *v, frame_cb cb, void *ctx, const request *q) {
     s->next_dec++;
   }
   v->stats.packets++;
+  if (s->run_fresh) s->run_clean = sp_vrefs_clean_start(&s->refs, s->pkt->data, s->pkt->size);
+  s->run_fresh = 0;
   /* AVDISCARD_NONREF drops the picture only when the decoder, by its own
    * reading of the header, also finds it unreferenced. */
   s->last_skipped = may_skip(s, q, d, s->pkt->pts);
@@ -376,7 +383,7 @@ static int fetch_seekable(sp_video *v, request *q, const int *proc) {
     int64_t from = ix->start[f], waited = 0;
     while (!q->done[k]) {
       int r;
-      if (s->next_dec > ix->dec[f] && !run_needs_more(s, q, proc, p)) {
+      if (s->next_dec > ix->dec[f] && !run_needs_more(s, q, proc, p) && s->run_clean) {
         if (finish_run(v, capture, q) != 0) return -1;
         r = 0;
       } else {
@@ -591,6 +598,7 @@ int sp_video_open_ffmpeg(sp_video *v) {
     goto fail;
   }
   s->header_frames = st->nb_frames;
+  sp_vrefs_init(&s->refs, st->codecpar->codec_id, st->codecpar->extradata, st->codecpar->extradata_size);
   snprintf(s->codec, sizeof s->codec, "%s", avcodec_get_name(st->codecpar->codec_id));
   snprintf(s->container, sizeof s->container, "%s", s->fmt->iformat->name);
   char *comma = strchr(s->container, ',');

@@ -158,6 +158,18 @@ int sp_vrefs_packet(const sp_vrefs *r, const uint8_t *data, int size, int *tid) 
   return c.vcl > 0 && c.ref == 0 && c.unknown == 0;
 }
 
+static void h264_idr(const uint8_t *nal, size_t size, void *ctx) {
+  (void)size;
+  if ((nal[0] & 0x1f) == 5) ((nal_count *)ctx)->vcl++;
+}
+
+int sp_vrefs_clean_start(const sp_vrefs *r, const uint8_t *data, int size) {
+  if (r->kind != SP_VREFS_H264) return 1;
+  nal_count c = {0, 0, 0, -1};
+  if (!data || size <= 0 || for_each_nal(data, (size_t)size, r->len_size, h264_idr, &c) != 0) return 0;
+  return c.vcl > 0;
+}
+
 const char *sp_vrefs_name(int kind) {
   switch (kind) {
     case SP_VREFS_H264: return "h264 nal_ref_idc";

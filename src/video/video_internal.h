@@ -70,6 +70,11 @@ int sp_vrefs_init(sp_vrefs *r, int codec_id, const uint8_t *extradata, int size)
  * its TemporalId: only the highest sub-layer's are unreferenced), else 0. */
 int sp_vrefs_packet(const sp_vrefs *r, const uint8_t *data, int size, int *tid);
 const char *sp_vrefs_name(int kind);
+/* Whether a run starting at this keyframe packet may end by draining the
+ * decoder. Not after an H.264 keyframe that is no IDR (an open GOP's I-frame,
+ * a recovery point): FFmpeg marks the pictures after it as recovered only as
+ * it outputs them in turn, and drops the unmarked ones a drain hands out. */
+int sp_vrefs_clean_start(const sp_vrefs *r, const uint8_t *data, int size);
 
 /* ------------------------------------------------------- conversion */
 struct SwsContext;
