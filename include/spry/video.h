@@ -190,6 +190,11 @@ typedef struct {
   int vfr;            /* frame durations vary (time base 1/(fps*4)) */
   int force_mpeg4;    /* MPEG-4 Part 2 even when H.264 is available */
   int quality;        /* crf-like quantiser, default 20 */
+  const char *encoder;/* a libavcodec encoder by name ("libx265", "mpeg2video", "libvpx-vp9", ...);
+                       * NULL = H.264, or MPEG-4 Part 2 (reader tests of other codecs) */
+  int encoder_defaults; /* 1 = the encoder's own settings (libx264: preset medium, keyint 250,
+                       * scene cuts, b-pyramid): only size and rate are set */
+  const char *params; /* libx264 / libx265 private options ("key=value:..."), appended */
 } sp_video_writer_config;
 sp_video_writer_config sp_video_writer_config_default(int width, int height);
 /* Container from the extension (.mp4, .avi, .mkv). */
