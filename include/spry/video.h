@@ -25,7 +25,9 @@ extern "C" {
 typedef struct sp_video sp_video;
 
 typedef struct {
-  int threads;          /* decoder threads; 0 = 1 (loader workers parallelise across clips) */
+  int threads;          /* decoder threads; 0 = 1 (loader workers parallelise across clips).
+                         * More: frame threads, used for runs of at least 16 pictures per
+                         * thread only; shorter runs decode on one thread */
   int no_index_cache;   /* 1 = always rescan the file instead of the process-wide index cache */
   int no_skip;          /* 1 = decode every picture of a run, even those nothing references
                          * (what a reader without skipping does; for comparisons) */

@@ -24,7 +24,10 @@
 
 typedef struct {
   AVFormatContext *fmt;
-  AVCodecContext *dec;
+  AVCodecContext *dec;      /* the decoder of the current run: dec_one or dec_threads */
+  AVCodecContext *dec_one;  /* single-threaded */
+  AVCodecContext *dec_threads; /* frame threads (options.threads > 1), opened for the first long run */
+  const AVCodec *decoder;
   AVPacket *pkt;
   AVFrame *frame;
   int si;
@@ -111,6 +114,48 @@ static int ensure_index(sp_video *v) {
     s->run_start = 0;
     s->out_count = 0;
   }
+  return 0;
+}
+
+static int open_decoder(sp_video *v, int threads, AVCodecContext **out) {
+  ff_state *s = v->impl;
+  AVStream *st = s->fmt->streams[s->si];
+  AVCodecContext *d = avcodec_alloc_context3(s->decoder);
+  if (!d) return sp_error_set("%s: out of memory for the decoder", v->path);
+  int r = avcodec_parameters_to_context(d, st->codecpar);
+  if (r < 0) {
+    avcodec_free_context(&d);
+    return sp_error_set("%s: bad codec parameters (%s)", v->path, averr(r));
+  }
+  d->thread_count = threads;
+  /* Frame threads: slices are rare in the clips we read (x264 makes one per
+   * frame unless told otherwise). */
+  if (threads > 1) d->thread_type = FF_THREAD_FRAME | FF_THREAD_SLICE;
+  d->pkt_timebase = st->time_base;
+  r = avcodec_open2(d, s->decoder, NULL);
+  if (r < 0) {
+    avcodec_free_context(&d);
+    return sp_error_set("%s: cannot open the %s decoder (%s)", v->path, s->decoder->name, averr(r));
+  }
+  *out = d;
+  return 0;
+}
+
+/* Picks the decoder for the next run (none may be active), by how many
+ * pictures it will decode. Frame threads pay a start-up and a drain of one
+ * picture per thread, and a loader already decodes one clip per worker: so
+ * they are used only when asked for (options.threads > 1) and only for runs
+ * long enough to fill them. */
+#define THREADED_RUN_PER_THREAD 16
+static int choose_decoder(sp_video *v, int64_t work) {
+  ff_state *s = v->impl;
+  int threads = v->opt.threads;
+  AVCodecContext *want = s->dec_one;
+  if (threads > 1 && work >= (int64_t)THREADED_RUN_PER_THREAD * threads) {
+    if (!s->dec_threads && open_decoder(v, threads, &s->dec_threads) != 0) return -1;
+    want = s->dec_threads;
+  }
+  s->dec = want;
   return 0;
 }
 
@@ -354,6 +399,19 @@ static int run_needs_more(const ff_state *s, const request *q, const int *proc, 
   return 0;
 }
 
+/* Pictures the run that would start for proc[p] decodes: it goes on through
+ * the frames after p for which that is no more work than a seek. */
+static int64_t run_work(const ff_state *s, const request *q, const int *proc, int p) {
+  const sp_vindex *ix = s->ix;
+  int64_t st = ix->start[q->uf[proc[p]]], end = ix->dec[q->uf[proc[p]]] + 1;
+  for (int j = p + 1; j < q->m; j++) {
+    int64_t g = q->uf[proc[j]];
+    if (ix->start[g] > end && !(q->skip && ix->ref_before && sp_vindex_work(ix, end, ix->start[g]) == 0)) break;
+    if (ix->dec[g] + 1 > end) end = ix->dec[g] + 1;
+  }
+  return q->skip ? sp_vindex_work(ix, st, end) : end - st;
+}
+
 /* Seekable streams: the frames in processing order (start keyframe, then
  * decode position), each run from a keyframe decoding only what the
  * request's frames need. */
@@ -372,7 +430,7 @@ static int fetch_seekable(sp_video *v, request *q, const int *proc) {
       /* Wanted frames still inside the decoder come out first. */
       if (finish_run(v, capture, q) != 0) return -1;
       if (q->done[k]) continue;
-      if (seek_to_key(v, ix->start[f]) != 0) return -1;
+      if (choose_decoder(v, run_work(s, q, proc, p)) != 0 || seek_to_key(v, ix->start[f]) != 0) return -1;
     }
     /* A decoder may refuse to output frames right after a keyframe it cannot
      * fully trust (FFmpeg's H.264 waits for a recovery point; the last open-GOP
@@ -417,7 +475,7 @@ static int fetch_counting(sp_video *v, request *q) {
   ff_state *s = v->impl;
   for (int k = 0; k < q->m; k++) {
     if (q->done[k]) continue;
-    if (!s->run_active && rewind_start(v) != 0) return -1;
+    if (!s->run_active && (choose_decoder(v, q->uf[q->m - 1] + 1) != 0 || rewind_start(v) != 0)) return -1;
     while (!q->done[k]) {
       int r = decode_step(v, capture, q, NULL);
       if (r < 0) return -1;
@@ -504,6 +562,7 @@ static int all_cb(sp_video *v, AVFrame *fr, void *ctx) {
 static int64_t ff_decode_all(sp_video *v, const sp_video_geom *g, sp_video_frame_fn fn, void *user) {
   all_ctx a = {fn, user, g, NULL, 0, 0, 0, 0};
   if (sp_video_out_size(v, g, &a.oh, &a.ow) != 0) return -1;
+  if (finish_run(v, NULL, NULL) != 0 || choose_decoder(v, INT64_MAX) != 0) return -1;
   a.buf = sp_xmalloc((size_t)a.oh * a.ow * 3);
   int r = rewind_start(v);
   while (r == 0 && !a.stop) {
@@ -549,7 +608,9 @@ static void ff_close(sp_video *v) {
   ff_state *s = v->impl;
   if (!s) return;
   if (s->fmt) avformat_close_input(&s->fmt);
-  avcodec_free_context(&s->dec);
+  avcodec_free_context(&s->dec_one);
+  avcodec_free_context(&s->dec_threads);
+  s->dec = NULL;
   av_packet_free(&s->pkt);
   av_frame_free(&s->frame);
   sp_vindex_release(s->ix);
@@ -571,26 +632,15 @@ int sp_video_open_ffmpeg(sp_video *v) {
     sp_error_set("%s: no decoder for codec %s", v->path, avcodec_get_name(st->codecpar->codec_id));
     goto fail;
   }
-  s->dec = avcodec_alloc_context3(codec);
+  s->decoder = codec;
   s->pkt = av_packet_alloc();
   s->frame = av_frame_alloc();
-  if (!s->dec || !s->pkt || !s->frame) {
+  if (!s->pkt || !s->frame) {
     sp_error_set("%s: out of memory for the decoder", v->path);
     goto fail;
   }
-  int r = avcodec_parameters_to_context(s->dec, st->codecpar);
-  if (r < 0) {
-    sp_error_set("%s: bad codec parameters (%s)", v->path, averr(r));
-    goto fail;
-  }
-  s->dec->thread_count = v->opt.threads > 0 ? v->opt.threads : 1;
-  if (s->dec->thread_count > 1) s->dec->thread_type = FF_THREAD_FRAME | FF_THREAD_SLICE;
-  s->dec->pkt_timebase = st->time_base;
-  r = avcodec_open2(s->dec, codec, NULL);
-  if (r < 0) {
-    sp_error_set("%s: cannot open the %s decoder (%s)", v->path, codec->name, averr(r));
-    goto fail;
-  }
+  if (open_decoder(v, 1, &s->dec_one) != 0) goto fail;
+  s->dec = s->dec_one;
   s->width = st->codecpar->width;
   s->height = st->codecpar->height;
   if (s->width <= 0 || s->height <= 0) {
