@@ -1,15 +1,22 @@
-/* The FFmpeg backend of sp_video: frame-accurate batched fetches.
+/* The FFmpeg backend of sp_video: frame-accurate batched fetches that decode
+ * only what the requested frames need.
  *
  * A request is served in decode order: unique frames are sorted by the
  * keyframe they must start from (see index.c), the demuxer seeks only
- * forward to that keyframe when the decoder is not already past it, and every
- * frame the decoder emits is matched to a requested index by its pts. So each
- * GOP is decoded at most once per request, and B-frames, open GOPs and
- * variable frame rates give exactly the frames a full decode gives.
+ * forward to that keyframe when the decoder is not already past it (or when
+ * continuing would decode more than seeking), and every frame the decoder
+ * emits is matched to a requested index by its pts. So each GOP is decoded at
+ * most once per request, and B-frames, open GOPs and variable frame rates
+ * give exactly the frames a full decode gives. Within a run, packets whose
+ * picture nothing references and that are not requested go to the decoder
+ * marked AVDISCARD_NONREF, which drops them unparsed (refs.c says where that
+ * is exact); a run ends by draining the decoder once the packets of its last
+ * wanted frame are in, instead of decoding further pictures to push it out.
  *
  * Streams without usable pts (AVI with packed B-frames, raw elementary
  * streams) cannot be mapped that way; there the n-th frame the decoder emits
- * after a rewind is frame n, and seeks always go back to the start.
+ * after a rewind is frame n, seeks always go back to the start, and every
+ * picture is decoded.
  *
  * Every loop is bounded by the packets in the file: a request for a frame the
  * decoder never produces ends with an error naming the file and the frame. */
