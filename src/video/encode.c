@@ -110,7 +110,9 @@ sp_video_writer *sp_video_writer_open(const char *path, const sp_video_writer_co
   e->flags |= AV_CODEC_FLAG_BITEXACT;
   if (w->fmt->oformat->flags & AVFMT_GLOBALHEADER) e->flags |= AV_CODEC_FLAG_GLOBAL_HEADER;
   int q = cfg->quality > 0 ? cfg->quality : 20;
-  const char *priv = !strcmp(codec->name, "libx264") ? "x264-params" : !strcmp(codec->name, "libx265") ? "x265-params" : NULL;
+  const char *priv = !strcmp(codec->name, "libx264")   ? "x264-params"
+                     : !strcmp(codec->name, "libx265") ? "x265-params"
+                                                       : NULL;
   if (cfg->encoder_defaults) {
     /* Only what the caller asked for on top of the encoder's defaults. */
     if (cfg->params && (!priv || av_opt_set(e->priv_data, priv, cfg->params, 0) < 0)) {
@@ -129,8 +131,10 @@ sp_video_writer *sp_video_writer_open(const char *path, const sp_video_writer_co
     }
   } else if (!strcmp(codec->name, "libx265")) {
     char params[256];
-    snprintf(params, sizeof params, "log-level=none:pools=none:frame-threads=1:scenecut=0:keyint=%d:min-keyint=%d:bframes=%d%s%s%s", e->gop_size,
-             e->gop_size, e->max_b_frames, cfg->open_gop ? "" : ":open-gop=0", cfg->params ? ":" : "",
+    /* One thread and no thread pool: the same clip every time. */
+    snprintf(params, sizeof params,
+             "log-level=none:pools=none:frame-threads=1:scenecut=0:keyint=%d:min-keyint=%d:bframes=%d%s%s%s",
+             e->gop_size, e->gop_size, e->max_b_frames, cfg->open_gop ? "" : ":open-gop=0", cfg->params ? ":" : "",
              cfg->params ? cfg->params : "");
     if (av_opt_set(e->priv_data, "preset", "ultrafast", 0) < 0 || av_opt_set_int(e->priv_data, "crf", q, 0) < 0 ||
         av_opt_set(e->priv_data, "x265-params", params, 0) < 0) {

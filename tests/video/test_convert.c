@@ -57,13 +57,15 @@ static double sample(const picture *pc, int c, double px, double py) {
 
 /* The definition: output (X, Y) of the rw x rh resize, chroma sited left
  * horizontally and centred vertically (MPEG-2 / H.264 4:2:0). */
-static void reference_pixel(const picture *pc, int rw, int rh, int X, int Y, int full, double kr, double kb, int rgb[3]) {
+static void reference_pixel(const picture *pc, int rw, int rh, int X, int Y, int full, double kr, double kb,
+                            int rgb[3]) {
   double lx = (X + 0.5) * pc->w / rw - 0.5, ly = (Y + 0.5) * pc->h / rh - 0.5;
   double cx = pc->sx ? lx / 2 : lx, cy = pc->sy ? (ly - 0.5) / 2 : ly;
   double y = sample(pc, 0, lx, ly), u = sample(pc, 1, cx, cy) - 128, v = sample(pc, 2, cx, cy) - 128;
   double ys = full ? 1 : 255.0 / 219, cs = full ? 1 : 255.0 / 224, kg = 1 - kr - kb;
   y = (y - (full ? 0 : 16)) * ys, u *= cs, v *= cs;
-  double r = y + 2 * (1 - kr) * v, g = y - 2 * kb * (1 - kb) / kg * u - 2 * kr * (1 - kr) / kg * v, b = y + 2 * (1 - kb) * u;
+  double r = y + 2 * (1 - kr) * v, b = y + 2 * (1 - kb) * u;
+  double g = y - 2 * kb * (1 - kb) / kg * u - 2 * kr * (1 - kr) / kg * v;
   double c3[3] = {r, g, b};
   for (int i = 0; i < 3; i++) rgb[i] = (int)lround(c3[i] < 0 ? 0 : c3[i] > 255 ? 255 : c3[i]);
 }
@@ -119,7 +121,8 @@ static void test_against_definition(void **state) {
         for (int planar = 0; planar < 2; planar++)
           for (int full = 0; full < 2; full++) {
             int cs = full ? AVCOL_SPC_BT709 : AVCOL_SPC_BT470BG;
-            int worst = check_case(&pc, rw, rh, crops[k][0], crops[k][1], crops[k][2], crops[k][3], planar, full, cs, &conv);
+            int worst =
+                check_case(&pc, rw, rh, crops[k][0], crops[k][1], crops[k][2], crops[k][3], planar, full, cs, &conv);
             /* 8-bit weights and 6 fraction bits: within 2 levels of exact. */
             if (worst > 2)
               fail_msg("sub %d,%d %dx%d -> %dx%d crop %dx%d at (%d,%d) planar %d full %d: off by %d", subs[s][0],
