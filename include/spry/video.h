@@ -25,8 +25,12 @@ extern "C" {
 typedef struct sp_video sp_video;
 
 typedef struct {
-  int threads;          /* decoder threads; 0 = 1 (loader workers parallelise across clips) */
+  int threads;          /* decoder threads; 0 = 1 (loader workers parallelise across clips).
+                         * More: frame threads, used for runs of at least 16 pictures per
+                         * thread only; shorter runs decode on one thread */
   int no_index_cache;   /* 1 = always rescan the file instead of the process-wide index cache */
+  int no_skip;          /* 1 = decode every picture of a run, even those nothing references
+                         * (what a reader without skipping does; for comparisons) */
 } sp_video_options;
 
 typedef struct {
@@ -40,6 +44,9 @@ typedef struct {
   int64_t n_keyframes;
   const int64_t *keyframes; /* display indices of keyframes; valid until close */
   int seekable;         /* 0: timestamps are missing, every fetch decodes from frame 0 */
+  int skips_unreferenced; /* 1: a fetch leaves pictures no other picture references undecoded
+                         * unless requested (H.264, HEVC, MPEG-4 Part 2, MPEG-1/2 with pts);
+                         * 0: it decodes every picture from the keyframe on */
 } sp_video_info;
 
 typedef enum { SP_VIDEO_HWC = 0, SP_VIDEO_CHW = 1 } sp_video_layout;
@@ -78,8 +85,10 @@ int sp_video_out_size(sp_video *v, const sp_video_geom *g, int *h, int *w);
 /* Writes frames idx[0..n) (any order, repeats allowed) into out, frame after
  * frame, each out_h * out_w * 3 bytes. Each needed GOP is decoded once: frames
  * are fetched in decode order, seeking only forward to the nearest keyframe
- * that precedes them. Returns 0, or -1 with an error naming the file and the
- * frame (index out of range, undecodable data, truncated file). */
+ * that precedes them; pictures that no other picture references are not
+ * decoded unless requested (see skips_unreferenced), and decoding stops at
+ * the last requested frame. Returns 0, or -1 with an error naming the file
+ * and the frame (index out of range, undecodable data, truncated file). */
 int sp_video_get_frames(sp_video *v, const int64_t *idx, int n, const sp_video_geom *g, uint8_t *out);
 
 /* The reference path: decodes the whole file from the start and calls fn for
@@ -88,9 +97,13 @@ int sp_video_get_frames(sp_video *v, const int64_t *idx, int n, const sp_video_g
 typedef int (*sp_video_frame_fn)(int64_t index, const uint8_t *px, int h, int w, void *user);
 int64_t sp_video_decode_all(sp_video *v, const sp_video_geom *g, sp_video_frame_fn fn, void *user);
 
-/* Work counters since open (tests check that each GOP is decoded once). */
+/* Work counters since open (tests check that each GOP is decoded once):
+ * packets sent to the decoder, of which `skipped` were marked as pictures
+ * nothing references (left undecoded); frames the decoder output (every
+ * picture it decoded: each fetch ends by draining it); frames converted. */
 typedef struct {
   int64_t seeks, packets, decoded, converted;
+  int64_t skipped;
 } sp_video_stats;
 sp_video_stats sp_video_get_stats(const sp_video *v);
 
@@ -179,6 +192,11 @@ typedef struct {
   int vfr;            /* frame durations vary (time base 1/(fps*4)) */
   int force_mpeg4;    /* MPEG-4 Part 2 even when H.264 is available */
   int quality;        /* crf-like quantiser, default 20 */
+  const char *encoder;/* a libavcodec encoder by name ("libx265", "mpeg2video", "libvpx-vp9", ...);
+                       * NULL = H.264, or MPEG-4 Part 2 (reader tests of other codecs) */
+  int encoder_defaults; /* 1 = the encoder's own settings (libx264: preset medium, keyint 250,
+                       * scene cuts, b-pyramid): only size and rate are set */
+  const char *params; /* libx264 / libx265 private options ("key=value:..."), appended */
 } sp_video_writer_config;
 sp_video_writer_config sp_video_writer_config_default(int width, int height);
 /* Container from the extension (.mp4, .avi, .mkv). */

@@ -17,7 +17,7 @@
 #include "spry/video.h"
 
 typedef struct {
-  int tsn, segments, frames, stride, size, threads, no_cache;
+  int tsn, segments, frames, stride, size, threads, no_cache, no_skip;
 } bench_cfg;
 
 /* Process CPU seconds (all threads): on a shared, loaded machine the CPU
@@ -35,15 +35,21 @@ static int sample(const bench_cfg *c, int64_t n, int64_t epoch, int64_t index, i
   return sp_sample_dense(n, c->frames, c->stride, 1, 0, 1, 7, epoch, index, idx);
 }
 
-/* One clip as a loader would read it; 0 or -1. */
-static int read_clip(const bench_cfg *c, const char *file, int64_t epoch, int64_t index, uint8_t *buf) {
-  sp_video_options opt = {c->threads, c->no_cache};
+/* One clip as a loader would read it; 0 or -1. Adds the reader's work
+ * counters to *work. */
+static int read_clip(const bench_cfg *c, const char *file, int64_t epoch, int64_t index, uint8_t *buf,
+                     sp_video_stats *work) {
+  sp_video_options opt = {.threads = c->threads, .no_index_cache = c->no_cache, .no_skip = c->no_skip};
   sp_video *v = sp_video_open_with(file, &opt);
   if (!v) return -1;
   int64_t idx[1024];
   int64_t n = sp_video_frame_count(v);
   sp_video_geom g = sp_video_geom_square(c->size, SP_VIDEO_CHW);
   int rc = n > 0 && sample(c, n, epoch, index, idx) == 0 ? sp_video_get_frames(v, idx, clip_len(c), &g, buf) : -1;
+  sp_video_stats st = sp_video_get_stats(v);
+  work->decoded += st.decoded;
+  work->skipped += st.skipped;
+  work->packets += st.packets;
   sp_video_close(v);
   return rc;
 }
@@ -90,13 +96,15 @@ static void usage(FILE *f) {
   fprintf(f,
           "usage: spry bench video --sampler tsn --segments 8 --size 224 FILES...\n"
           "       spry bench video --sampler dense --frames 32 --stride 2 --size 224 FILES...\n"
-          "  [--runs 5] [--workers 1] [--threads 1] [--no-index-cache] [--no-check]\n"
+          "  [--runs 5] [--workers 1] [--threads 1] [--no-index-cache] [--no-skip] [--no-check]\n"
           "  FILES are videos or frame folders (spry prepare frames); one JSON line.\n"
-          "  --workers W clips in parallel (one reader each); --threads T decoder threads per clip\n");
+          "  --workers W clips in parallel (one reader each); --threads T decoder threads per clip\n"
+          "  --no-skip: decode every picture of a run, also those nothing references (for comparison)\n"
+          "  frames_decoded_per_clip: pictures the decoder decoded per clip (mean of the timed passes)\n");
 }
 
 int sp_cli_bench_video(int argc, char **argv) {
-  bench_cfg c = {1, 8, 32, 2, 224, 1, 0};
+  bench_cfg c = {1, 8, 32, 2, 224, 1, 0, 0};
   int runs = 5, workers = 1, check = 1, nfiles = 0;
   const char **files = sp_xcalloc((size_t)argc, sizeof(char *));
   for (int i = 1; i < argc; i++) {
@@ -112,6 +120,7 @@ int sp_cli_bench_video(int argc, char **argv) {
     }
     if (!strcmp(a, "--no-index-cache")) { c.no_cache = 1; continue; }
     if (!strcmp(a, "--no-check")) { check = 0; continue; }
+    if (!strcmp(a, "--no-skip")) { c.no_skip = 1; continue; }
     if (!v) {
       fprintf(stderr, "spry bench video: %s needs a value\n", a);
       free(files);
@@ -159,12 +168,23 @@ int sp_cli_bench_video(int argc, char **argv) {
   double *rate = sp_xcalloc((size_t)runs, sizeof(double)), *cpu = sp_xcalloc((size_t)runs, sizeof(double));
   int failed = 0;
   char err[512] = "";
+  sp_video_stats work = {0};
   /* Pass 0 warms the page cache (and the index cache unless disabled). */
   for (int r = 0; r <= runs && !failed; r++) {
     double t0 = sp_now(), c0 = cpu_now();
 #pragma omp parallel for num_threads(workers) schedule(dynamic)
     for (int i = 0; i < nfiles; i++) {
-      if (read_clip(&c, files[i], r, i, bufs[omp_get_thread_num()]) != 0) {
+      sp_video_stats w = {0};
+      int bad = read_clip(&c, files[i], r, i, bufs[omp_get_thread_num()], &w) != 0;
+      if (r > 0) {
+#pragma omp critical
+        {
+          work.decoded += w.decoded;
+          work.skipped += w.skipped;
+          work.packets += w.packets;
+        }
+      }
+      if (bad) {
 #pragma omp critical
         {
           if (!failed) snprintf(err, sizeof err, "%s", sp_last_error());
@@ -195,12 +215,13 @@ int sp_cli_bench_video(int argc, char **argv) {
     double cps = sp_median(rate, runs);
     printf("{\"bench\": \"video\", \"impl\": \"spry\", \"sampler\": \"%s\", \"segments\": %d, \"frames\": %d, "
            "\"stride\": %d, \"size\": %d, \"files\": %d, \"runs\": %d, \"workers\": %d, \"threads\": %d, "
-           "\"index_cache\": %s, \"clips_per_s\": %.3f, \"frames_per_s\": %.2f, \"cpu_ms_per_clip\": %.2f, "
-           "\"accuracy_checked\": %d, "
-           "\"accuracy_mismatches\": %d}\n",
+           "\"index_cache\": %s, \"skip_unreferenced\": %s, \"clips_per_s\": %.3f, "
+           "\"frames_decoded_per_clip\": %.1f, \"packets_per_clip\": %.1f, \"frames_per_s\": %.2f, "
+           "\"cpu_ms_per_clip\": %.2f, \"accuracy_checked\": %d, \"accuracy_mismatches\": %d}\n",
            c.tsn ? "tsn" : "dense", c.tsn ? c.segments : 0, c.tsn ? 0 : c.frames, c.tsn ? 0 : c.stride, c.size,
-           nfiles, runs, workers, c.threads, c.no_cache ? "false" : "true", cps, cps * clip_len(&c), sp_median(cpu, runs), checked,
-           mismatches);
+           nfiles, runs, workers, c.threads, c.no_cache ? "false" : "true", c.no_skip ? "false" : "true", cps,
+           (double)work.decoded / ((double)runs * nfiles), (double)work.packets / ((double)runs * nfiles),
+           cps * clip_len(&c), sp_median(cpu, runs), checked, mismatches);
     if (mismatches != 0) rc = 1;
   }
   for (int w = 0; w < workers; w++) free(bufs[w]);

@@ -1,7 +1,10 @@
 /* Picture -> RGB uint8 in the caller's buffer: colour conversion, short-side
- * resize and crop with libswscale. Without a crop, HWC output is written by
- * swscale straight into the caller's buffer; otherwise swscale fills a
- * scratch frame and the window is copied (and de-interleaved for CHW). */
+ * resize and crop. 8-bit planar YUV downscaled at most 2x (what decoders of
+ * training clips give) goes through convert_yuv.c, which computes the crop
+ * window only. Everything else goes through libswscale: without a crop, HWC
+ * output is written by swscale straight into the caller's buffer; otherwise
+ * swscale fills a scratch frame and the window is copied (and de-interleaved
+ * for CHW). */
 #include <libavutil/pixdesc.h>
 #include <libavutil/pixfmt.h>
 #include <libswscale/swscale.h>
@@ -79,6 +82,8 @@ int sp_vconv_run(sp_vconv *c, const uint8_t *const src[4], const int stride[4], 
 int sp_vconv_scale(sp_vconv *c, const uint8_t *const src[4], const int stride[4], int w, int h, int pix_fmt, int cs,
                    int range, int rw, int rh, int ch, int cw, int cy, int cx, int planar, uint8_t *out,
                    const char *what) {
+  if (!c->use_swscale && sp_vconv_yuv_supports(pix_fmt, w, h, rw, rh))
+    return sp_vconv_yuv(c, src, stride, w, h, pix_fmt, cs, range, rw, rh, ch, cw, cy, cx, planar, out);
   /* Always packed RGB out of swscale: its planar (GBRP) writer rounds
    * differently, and CHW must be exactly HWC transposed. */
   enum AVPixelFormat dst_fmt = AV_PIX_FMT_RGB24;
@@ -135,6 +140,7 @@ int sp_vconv_scale(sp_vconv *c, const uint8_t *const src[4], const int stride[4]
 
 void sp_vconv_free(sp_vconv *c) {
   if (c->sws) sws_freeContext(c->sws);
+  sp_vconv_yuv_free(c->yuv);
   free(c->tmp);
   memset(c, 0, sizeof *c);
 }

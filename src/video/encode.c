@@ -33,7 +33,7 @@ static const char *averr(int r) {
 }
 
 sp_video_writer_config sp_video_writer_config_default(int width, int height) {
-  sp_video_writer_config c = {width, height, 25, 12, 2, 0, 0, 0, 20};
+  sp_video_writer_config c = {width, height, 25, 12, 2, 0, 0, 0, 20, NULL, 0, NULL};
   return c;
 }
 
@@ -74,7 +74,15 @@ sp_video_writer *sp_video_writer_open(const char *path, const sp_video_writer_co
     goto fail;
   }
   w->fmt->flags |= AVFMT_FLAG_BITEXACT;
-  const AVCodec *codec = cfg->force_mpeg4 ? NULL : avcodec_find_encoder(AV_CODEC_ID_H264);
+  const AVCodec *codec = NULL;
+  if (cfg->encoder) {
+    codec = avcodec_find_encoder_by_name(cfg->encoder);
+    if (!codec) {
+      sp_error_set("%s: libavcodec has no encoder named %s", path, cfg->encoder);
+      goto fail;
+    }
+  }
+  if (!codec && !cfg->force_mpeg4) codec = avcodec_find_encoder(AV_CODEC_ID_H264);
   if (!codec) codec = avcodec_find_encoder(AV_CODEC_ID_MPEG4);
   if (!codec) {
     sp_error_set("%s: libavcodec has neither an H.264 nor an MPEG-4 encoder", path);
@@ -94,24 +102,53 @@ sp_video_writer *sp_video_writer_open(const char *path, const sp_video_writer_co
   /* Variable frame rate needs a finer clock than one tick per frame. */
   e->time_base = (AVRational){1, cfg->vfr ? cfg->fps * 4 : cfg->fps};
   e->framerate = (AVRational){cfg->fps, 1};
-  e->gop_size = cfg->gop > 0 ? cfg->gop : 12;
-  e->max_b_frames = cfg->b_frames < 0 ? 0 : cfg->b_frames;
+  if (!cfg->encoder_defaults) {
+    e->gop_size = cfg->gop > 0 ? cfg->gop : 12;
+    e->max_b_frames = cfg->b_frames < 0 ? 0 : cfg->b_frames;
+  }
   e->thread_count = 1;
   e->flags |= AV_CODEC_FLAG_BITEXACT;
   if (w->fmt->oformat->flags & AVFMT_GLOBALHEADER) e->flags |= AV_CODEC_FLAG_GLOBAL_HEADER;
   int q = cfg->quality > 0 ? cfg->quality : 20;
-  if (codec->id == AV_CODEC_ID_H264 && !strcmp(codec->name, "libx264")) {
-    char params[128];
+  const char *priv = !strcmp(codec->name, "libx264")   ? "x264-params"
+                     : !strcmp(codec->name, "libx265") ? "x265-params"
+                                                       : NULL;
+  if (cfg->encoder_defaults) {
+    /* Only what the caller asked for on top of the encoder's defaults. */
+    if (cfg->params && (!priv || av_opt_set(e->priv_data, priv, cfg->params, 0) < 0)) {
+      sp_error_set("%s: %s rejected the options %s", path, codec->name, cfg->params);
+      goto fail;
+    }
+  } else if (codec->id == AV_CODEC_ID_H264 && !strcmp(codec->name, "libx264")) {
+    char params[256];
     /* scenecut=0: keyframes exactly every gop frames, whatever the content. */
-    snprintf(params, sizeof params, "scenecut=0:keyint-min=%d%s", e->gop_size < 2 ? 1 : e->gop_size / 2,
-             cfg->open_gop ? ":open-gop=1" : "");
+    snprintf(params, sizeof params, "scenecut=0:keyint-min=%d%s%s%s", e->gop_size < 2 ? 1 : e->gop_size / 2,
+             cfg->open_gop ? ":open-gop=1" : "", cfg->params ? ":" : "", cfg->params ? cfg->params : "");
     if (av_opt_set(e->priv_data, "preset", "veryfast", 0) < 0 || av_opt_set_int(e->priv_data, "crf", q, 0) < 0 ||
         av_opt_set(e->priv_data, "x264-params", params, 0) < 0) {
       sp_error_set("%s: libx264 rejected its options", path);
       goto fail;
     }
+  } else if (!strcmp(codec->name, "libx265")) {
+    char params[256];
+    /* One thread and no thread pool: the same clip every time. */
+    snprintf(params, sizeof params,
+             "log-level=none:pools=none:frame-threads=1:scenecut=0:keyint=%d:min-keyint=%d:bframes=%d%s%s%s",
+             e->gop_size, e->gop_size, e->max_b_frames, cfg->open_gop ? "" : ":open-gop=0", cfg->params ? ":" : "",
+             cfg->params ? cfg->params : "");
+    if (av_opt_set(e->priv_data, "preset", "ultrafast", 0) < 0 || av_opt_set_int(e->priv_data, "crf", q, 0) < 0 ||
+        av_opt_set(e->priv_data, "x265-params", params, 0) < 0) {
+      sp_error_set("%s: libx265 rejected its options", path);
+      goto fail;
+    }
+  } else if (codec->id == AV_CODEC_ID_VP9 || codec->id == AV_CODEC_ID_VP8) {
+    e->bit_rate = 0;
+    if (av_opt_set_int(e->priv_data, "crf", q + 10, 0) < 0 || av_opt_set_int(e->priv_data, "cpu-used", 8, 0) < 0) {
+      sp_error_set("%s: %s rejected its options", path, codec->name);
+      goto fail;
+    }
   } else {
-    /* MPEG-4 Part 2: constant quantiser, roughly what crf 20 looks like. */
+    /* MPEG-4 Part 2 / MPEG-2: constant quantiser, roughly what crf 20 looks like. */
     e->flags |= AV_CODEC_FLAG_QSCALE;
     e->global_quality = FF_QP2LAMBDA * (q / 5 > 1 ? q / 5 : 2);
   }

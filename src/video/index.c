@@ -15,7 +15,7 @@
 typedef struct {
   int64_t pts, dts;
   int32_t dec;
-  uint8_t key, discard;
+  uint8_t key, discard, unref, tid;
 } packet_rec;
 
 static int cmp_i64(const void *a, const void *b) {
@@ -43,6 +43,24 @@ static int32_t start_for(const sp_vindex *ix, const int64_t *key_pts, int32_t de
   return 0; /* no usable keyframe: decode from the first packet, as a full decode does */
 }
 
+/* Fills ix->pkt_skip / ref_before from the packets' parse (rec in decode
+ * order). HEVC: only the highest sub-layer's non-reference pictures are
+ * unreferenced by every other picture. */
+static void mark_skippable(sp_vindex *ix, const packet_rec *rec, int64_t n, const sp_vrefs *refs, int max_tid) {
+  int64_t skippable = 0;
+  for (int64_t i = 0; i < n; i++)
+    skippable += rec[i].unref && (refs->kind != SP_VREFS_HEVC || rec[i].tid == max_tid);
+  if (refs->kind == SP_VREFS_NONE || skippable == 0) return;
+  ix->skip_kind = refs->kind;
+  ix->pkt_skip = sp_xmalloc((size_t)n);
+  ix->ref_before = sp_xmalloc((size_t)(n + 1) * sizeof(int32_t));
+  ix->ref_before[0] = 0;
+  for (int64_t i = 0; i < n; i++) {
+    ix->pkt_skip[i] = rec[i].unref && (refs->kind != SP_VREFS_HEVC || rec[i].tid == max_tid);
+    ix->ref_before[i + 1] = ix->ref_before[i] + !ix->pkt_skip[i];
+  }
+}
+
 static void index_free(sp_vindex *ix) {
   if (!ix) return;
   free(ix->pts);
@@ -54,6 +72,8 @@ static void index_free(sp_vindex *ix) {
   free(ix->key_seek_ts);
   free(ix->key_dts);
   free(ix->key_disp);
+  free(ix->pkt_skip);
+  free(ix->ref_before);
   free(ix);
 }
 
@@ -66,7 +86,9 @@ sp_vindex *sp_vindex_scan(AVFormatContext *fmt, int si, const char *what) {
   }
   packet_rec *rec = NULL;
   int64_t n = 0, cap = 0, nkeys = 0;
-  int all_pts = 1, read_errors = 0;
+  int all_pts = 1, read_errors = 0, max_tid = 0;
+  sp_vrefs refs;
+  sp_vrefs_init(&refs, st->codecpar->codec_id, st->codecpar->extradata, st->codecpar->extradata_size);
   for (;;) {
     int r = av_read_frame(fmt, pkt);
     if (r == AVERROR(EAGAIN) && ++read_errors < 1000) continue;
@@ -84,6 +106,10 @@ sp_vindex *sp_vindex_scan(AVFormatContext *fmt, int si, const char *what) {
       p->dec = (int32_t)n;
       p->key = (pkt->flags & AV_PKT_FLAG_KEY) != 0;
       p->discard = (pkt->flags & AV_PKT_FLAG_DISCARD) != 0;
+      int tid = 0;
+      p->unref = refs.kind != SP_VREFS_NONE && sp_vrefs_packet(&refs, pkt->data, pkt->size, &tid);
+      p->tid = (uint8_t)tid;
+      if (tid > max_tid) max_tid = tid;
       if (p->pts == AV_NOPTS_VALUE) all_pts = 0;
       nkeys += p->key;
       n++;
@@ -114,6 +140,8 @@ sp_vindex *sp_vindex_scan(AVFormatContext *fmt, int si, const char *what) {
       ix->n_keys++;
     }
 
+  mark_skippable(ix, rec, n, &refs, max_tid);
+
   /* Seekable when every packet has a distinct pts: then pts alone names a
    * frame, whatever order the decoder emits them in. */
   qsort(rec, (size_t)n, sizeof *rec, cmp_rec_pts);
@@ -121,6 +149,15 @@ sp_vindex *sp_vindex_scan(AVFormatContext *fmt, int si, const char *what) {
     for (int64_t i = 1; i < n; i++)
       if (rec[i].pts == rec[i - 1].pts) all_pts = 0;
   ix->seekable = all_pts;
+  if (!ix->seekable) {
+    /* Without pts a frame is named by how many frames came out before it,
+     * which a skipped picture would change: decode everything. */
+    free(ix->pkt_skip);
+    free(ix->ref_before);
+    ix->pkt_skip = NULL;
+    ix->ref_before = NULL;
+    ix->skip_kind = SP_VREFS_NONE;
+  }
 
   int64_t nf = 0;
   for (int64_t i = 0; i < n; i++) nf += !rec[i].discard;

@@ -1,15 +1,22 @@
-/* The FFmpeg backend of sp_video: frame-accurate batched fetches.
+/* The FFmpeg backend of sp_video: frame-accurate batched fetches that decode
+ * only what the requested frames need.
  *
  * A request is served in decode order: unique frames are sorted by the
  * keyframe they must start from (see index.c), the demuxer seeks only
- * forward to that keyframe when the decoder is not already past it, and every
- * frame the decoder emits is matched to a requested index by its pts. So each
- * GOP is decoded at most once per request, and B-frames, open GOPs and
- * variable frame rates give exactly the frames a full decode gives.
+ * forward to that keyframe when the decoder is not already past it (or when
+ * continuing would decode more than seeking), and every frame the decoder
+ * emits is matched to a requested index by its pts. So each GOP is decoded at
+ * most once per request, and B-frames, open GOPs and variable frame rates
+ * give exactly the frames a full decode gives. Within a run, packets whose
+ * picture nothing references and that are not requested go to the decoder
+ * marked AVDISCARD_NONREF, which drops them unparsed (refs.c says where that
+ * is exact); a run ends by draining the decoder once the packets of its last
+ * wanted frame are in, instead of decoding further pictures to push it out.
  *
  * Streams without usable pts (AVI with packed B-frames, raw elementary
  * streams) cannot be mapped that way; there the n-th frame the decoder emits
- * after a rewind is frame n, and seeks always go back to the start.
+ * after a rewind is frame n, seeks always go back to the start, and every
+ * picture is decoded.
  *
  * Every loop is bounded by the packets in the file: a request for a frame the
  * decoder never produces ends with an error naming the file and the frame. */
@@ -24,7 +31,10 @@
 
 typedef struct {
   AVFormatContext *fmt;
-  AVCodecContext *dec;
+  AVCodecContext *dec;      /* the decoder of the current run: dec_one or dec_threads */
+  AVCodecContext *dec_one;  /* single-threaded */
+  AVCodecContext *dec_threads; /* frame threads (options.threads > 1), opened for the first long run */
+  const AVCodec *decoder;
   AVPacket *pkt;
   AVFrame *frame;
   int si;
@@ -35,6 +45,10 @@ typedef struct {
   int64_t run_start;  /* decode position the current run began at */
   int64_t next_dec;   /* decode position of the next packet to send */
   int64_t out_count;  /* frames emitted since the run began (counting mode) */
+  int last_skipped;   /* the last packet sent was marked for skipping */
+  int run_fresh;      /* no packet of the current run sent yet */
+  int run_clean;      /* the run may end by draining (sp_vrefs_clean_start) */
+  sp_vrefs refs;
   int width, height;
   int64_t header_frames;
   char codec[32], container[32];
@@ -110,6 +124,48 @@ static int ensure_index(sp_video *v) {
   return 0;
 }
 
+static int open_decoder(sp_video *v, int threads, AVCodecContext **out) {
+  ff_state *s = v->impl;
+  AVStream *st = s->fmt->streams[s->si];
+  AVCodecContext *d = avcodec_alloc_context3(s->decoder);
+  if (!d) return sp_error_set("%s: out of memory for the decoder", v->path);
+  int r = avcodec_parameters_to_context(d, st->codecpar);
+  if (r < 0) {
+    avcodec_free_context(&d);
+    return sp_error_set("%s: bad codec parameters (%s)", v->path, averr(r));
+  }
+  d->thread_count = threads;
+  /* Frame threads: slices are rare in the clips we read (x264 makes one per
+   * frame unless told otherwise). */
+  if (threads > 1) d->thread_type = FF_THREAD_FRAME | FF_THREAD_SLICE;
+  d->pkt_timebase = st->time_base;
+  r = avcodec_open2(d, s->decoder, NULL);
+  if (r < 0) {
+    avcodec_free_context(&d);
+    return sp_error_set("%s: cannot open the %s decoder (%s)", v->path, s->decoder->name, averr(r));
+  }
+  *out = d;
+  return 0;
+}
+
+/* Picks the decoder for the next run (none may be active), by how many
+ * pictures it will decode. Frame threads pay a start-up and a drain of one
+ * picture per thread, and a loader already decodes one clip per worker: so
+ * they are used only when asked for (options.threads > 1) and only for runs
+ * long enough to fill them. */
+#define THREADED_RUN_PER_THREAD 16
+static int choose_decoder(sp_video *v, int64_t work) {
+  ff_state *s = v->impl;
+  int threads = v->opt.threads;
+  AVCodecContext *want = s->dec_one;
+  if (threads > 1 && work >= (int64_t)THREADED_RUN_PER_THREAD * threads) {
+    if (!s->dec_threads && open_decoder(v, threads, &s->dec_threads) != 0) return -1;
+    want = s->dec_threads;
+  }
+  s->dec = want;
+  return 0;
+}
+
 /* Reads the next packet of our stream into s->pkt; 0 at end of file. */
 static int read_video_packet(ff_state *s) {
   if (s->pending) {
@@ -134,6 +190,7 @@ static int rewind_start(sp_video *v) {
   av_packet_unref(s->pkt);
   if (open_format(s, v->path, 0) != 0) return -1;
   s->run_active = 1;
+  s->run_fresh = 1;
   s->run_start = 0;
   s->next_dec = 0;
   s->out_count = 0;
@@ -168,6 +225,7 @@ static int seek_to_key(sp_video *v, int64_t key_dec) {
     if (d >= 0 && d <= key_dec && (s->pkt->flags & AV_PKT_FLAG_KEY)) {
       s->pending = 1;
       s->run_active = 1;
+      s->run_fresh = 1;
       s->run_start = d;
       s->next_dec = d;
       return 0;
@@ -181,6 +239,47 @@ static int seek_to_key(sp_video *v, int64_t key_dec) {
 
 typedef int (*frame_cb)(sp_video *v, AVFrame *f, void *ctx);
 
+/* ------------------------------------------------------------ a request */
+
+typedef struct {
+  const int64_t *idx;
+  int n;
+  int *order;          /* positions sorted by frame index */
+  int64_t *uf;         /* unique frames, ascending */
+  int *first;          /* uf[k] fills order[first[k] .. first[k+1]) */
+  uint8_t *done;
+  int m;
+  const sp_video_geom *g;
+  uint8_t *out;
+  size_t frame_bytes;
+  int oh, ow;
+  int skip;            /* packets nothing references may be left undecoded */
+} request;
+
+static int64_t find_unique(const request *q, int64_t f) {
+  int64_t lo = 0, hi = q->m - 1;
+  while (lo <= hi) {
+    int64_t mid = (lo + hi) / 2;
+    if (q->uf[mid] == f) return mid;
+    if (q->uf[mid] < f) lo = mid + 1;
+    else hi = mid - 1;
+  }
+  return -1;
+}
+
+/* Whether the packet at decode position d (pts) may go undecoded: no picture
+ * references it, and it is not a frame this run still has to deliver. */
+static int may_skip(const ff_state *s, const request *q, int64_t d, int64_t pts) {
+  const sp_vindex *ix = s->ix;
+  if (!q || !q->skip || d < 0 || !ix->pkt_skip || !ix->pkt_skip[d]) return 0;
+  int64_t f = sp_vindex_frame_of_pts(ix, pts);
+  if (f < 0) return 1; /* a picture the decoder never outputs (discarded by the container) */
+  int64_t k = find_unique(q, f);
+  /* A wanted frame whose start keyframe is before this run's start cannot be
+   * taken from this run (see capture): it comes from its own run later. */
+  return k < 0 || q->done[k] || s->run_start > ix->start[f];
+}
+
 static int drain_frames(sp_video *v, frame_cb cb, void *ctx) {
   ff_state *s = v->impl;
   for (;;) {
@@ -188,33 +287,52 @@ static int drain_frames(sp_video *v, frame_cb cb, void *ctx) {
     if (r == AVERROR(EAGAIN) || r == AVERROR_EOF) return 0;
     if (r < 0) return sp_error_set("%s: decoding failed (%s)", v->path, averr(r));
     v->stats.decoded++;
-    int cr = cb(v, s->frame, ctx);
+    int cr = cb ? cb(v, s->frame, ctx) : 0;
     av_frame_unref(s->frame);
     if (cr < 0) return -1;
   }
 }
 
+/* Ends the current run: the decoder hands out the pictures it still holds
+ * (all decoded already; without this, getting the last wanted one out would
+ * take decoding the next pictures), then forgets its state. */
+static int finish_run(sp_video *v, frame_cb cb, void *ctx) {
+  ff_state *s = v->impl;
+  if (!s->run_active) return 0;
+  s->run_active = 0;
+  int r = avcodec_send_packet(s->dec, NULL);
+  if (r < 0 && r != AVERROR_EOF) return sp_error_set("%s: cannot flush the decoder (%s)", v->path, averr(r));
+  int rc = drain_frames(v, cb, ctx);
+  avcodec_flush_buffers(s->dec);
+  return rc;
+}
+
 /* Sends one packet (or, at end of file, the flush) and passes every frame
  * that comes out to cb. Returns 1 after a packet, 0 once the stream is fully
  * drained (the run then ends), -1 on error. A packet the decoder rejects is
- * skipped: its frame will be missing, which the caller reports. */
-static int decode_step(sp_video *v, frame_cb cb, void *ctx) {
+ * skipped: its frame will be missing, which the caller reports. q (NULL for
+ * a full decode) says which unreferenced packets may go undecoded. */
+static int decode_step(sp_video *v, frame_cb cb, void *ctx, const request *q) {
   ff_state *s = v->impl;
   if (!read_video_packet(s)) {
-    int r = avcodec_send_packet(s->dec, NULL);
-    if (r < 0 && r != AVERROR_EOF) return sp_error_set("%s: cannot flush the decoder (%s)", v->path, averr(r));
-    if (drain_frames(v, cb, ctx) != 0) return -1;
-    avcodec_flush_buffers(s->dec);
-    s->run_active = 0;
-    return 0;
+    s->run_active = 1; /* so that finish_run flushes */
+    return finish_run(v, cb, ctx) != 0 ? -1 : 0;
   }
+  int64_t d = -1;
   if (s->ix && s->ix->seekable) {
-    int64_t d = s->pkt->pts == AV_NOPTS_VALUE ? -1 : sp_vindex_dec_of_pts(s->ix, s->pkt->pts);
+    d = s->pkt->pts == AV_NOPTS_VALUE ? -1 : sp_vindex_dec_of_pts(s->ix, s->pkt->pts);
     if (d >= 0) s->next_dec = d + 1;
   } else {
     s->next_dec++;
   }
   v->stats.packets++;
+  if (s->run_fresh) s->run_clean = sp_vrefs_clean_start(&s->refs, s->pkt->data, s->pkt->size);
+  s->run_fresh = 0;
+  /* AVDISCARD_NONREF drops the picture only when the decoder, by its own
+   * reading of the header, also finds it unreferenced. */
+  s->last_skipped = may_skip(s, q, d, s->pkt->pts);
+  s->dec->skip_frame = s->last_skipped ? AVDISCARD_NONREF : AVDISCARD_DEFAULT;
+  v->stats.skipped += s->last_skipped;
   for (int tries = 0; tries < 64; tries++) {
     int r = avcodec_send_packet(s->dec, s->pkt);
     if (r == AVERROR(EAGAIN)) {
@@ -230,20 +348,6 @@ static int decode_step(sp_video *v, frame_cb cb, void *ctx) {
 
 /* ------------------------------------------------------------ get_frames */
 
-typedef struct {
-  const int64_t *idx;
-  int n;
-  int *order;          /* positions sorted by frame index */
-  int64_t *uf;         /* unique frames, ascending */
-  int *first;          /* uf[k] fills order[first[k] .. first[k+1]) */
-  uint8_t *done;
-  int m;
-  const sp_video_geom *g;
-  uint8_t *out;
-  size_t frame_bytes;
-  int oh, ow;
-} request;
-
 static int convert_frame(sp_video *v, AVFrame *f, const sp_video_geom *g, uint8_t *dst, int oh, int ow) {
   int rw, rh, ch, cw, cy, cx;
   if (sp_video_geom_resolve(g, f->width, f->height, &rw, &rh, &ch, &cw, &cy, &cx, v->path) != 0) return -1;
@@ -251,19 +355,9 @@ static int convert_frame(sp_video *v, AVFrame *f, const sp_video_geom *g, uint8_
     return sp_error_set("%s: frame size changes mid-stream (%dx%d), output would not fit", v->path, f->width,
                         f->height);
   v->stats.converted++;
+  v->conv.chroma_loc = f->chroma_location;
   return sp_vconv_run(&v->conv, (const uint8_t *const *)f->data, f->linesize, f->width, f->height, f->format,
                       f->colorspace, f->color_range, g, dst, v->path);
-}
-
-static int64_t find_unique(const request *q, int64_t f) {
-  int64_t lo = 0, hi = q->m - 1;
-  while (lo <= hi) {
-    int64_t mid = (lo + hi) / 2;
-    if (q->uf[mid] == f) return mid;
-    if (q->uf[mid] < f) lo = mid + 1;
-    else hi = mid - 1;
-  }
-  return -1;
 }
 
 static int capture(sp_video *v, AVFrame *fr, void *ctx) {
@@ -289,15 +383,133 @@ static int capture(sp_video *v, AVFrame *fr, void *ctx) {
   return 0;
 }
 
+/* Whether the current run should go on to a frame starting at keyframe
+ * position st, rather than seek there: it can (the run began no later) and it
+ * is no more work (st is not ahead, or nothing between here and st has to be
+ * decoded, so a seek would save nothing). */
+static int run_reaches(const ff_state *s, const request *q, int64_t st) {
+  if (!s->run_active || s->run_start > st) return 0;
+  if (st <= s->next_dec) return 1;
+  return q->skip && s->ix->ref_before && sp_vindex_work(s->ix, s->next_dec, st) == 0;
+}
+
+/* Whether a frame still to come (proc[p..]) needs packets this run has not
+ * sent yet. When none does, the run stops here: what the decoder still holds
+ * comes out by draining it, instead of by decoding further pictures. */
+static int run_needs_more(const ff_state *s, const request *q, const int *proc, int p) {
+  const sp_vindex *ix = s->ix;
+  for (; p < q->m; p++) {
+    int k = proc[p];
+    int64_t f = q->uf[k];
+    if (!q->done[k] && ix->dec[f] >= s->next_dec && run_reaches(s, q, ix->start[f])) return 1;
+  }
+  return 0;
+}
+
+/* Pictures the run that would start for proc[p] decodes: it goes on through
+ * the frames after p for which that is no more work than a seek. */
+static int64_t run_work(const ff_state *s, const request *q, const int *proc, int p) {
+  const sp_vindex *ix = s->ix;
+  int64_t st = ix->start[q->uf[proc[p]]], end = ix->dec[q->uf[proc[p]]] + 1;
+  for (int j = p + 1; j < q->m; j++) {
+    int64_t g = q->uf[proc[j]];
+    if (ix->start[g] > end && !(q->skip && ix->ref_before && sp_vindex_work(ix, end, ix->start[g]) == 0)) break;
+    if (ix->dec[g] + 1 > end) end = ix->dec[g] + 1;
+  }
+  return q->skip ? sp_vindex_work(ix, st, end) : end - st;
+}
+
+/* Seekable streams: the frames in processing order (start keyframe, then
+ * decode position), each run from a keyframe decoding only what the
+ * request's frames need. */
+static int fetch_seekable(sp_video *v, request *q, const int *proc) {
+  ff_state *s = v->impl;
+  const sp_vindex *ix = s->ix;
+  /* Frames can come out this many decoded pictures after their own packet
+   * (reordering depth plus frame-thread latency); past that a frame is
+   * declared lost. */
+  int64_t slack = 48 + 2 * (int64_t)(s->dec->thread_count > 0 ? s->dec->thread_count : 1);
+  for (int p = 0; p < q->m; p++) {
+    int k = proc[p];
+    if (q->done[k]) continue;
+    int64_t f = q->uf[k];
+    if (!run_reaches(s, q, ix->start[f])) {
+      /* Wanted frames still inside the decoder come out first. */
+      if (finish_run(v, capture, q) != 0) return -1;
+      if (q->done[k]) continue;
+      if (choose_decoder(v, run_work(s, q, proc, p)) != 0 || seek_to_key(v, ix->start[f]) != 0) return -1;
+    }
+    /* A decoder may refuse to output frames right after a keyframe it cannot
+     * fully trust (FFmpeg's H.264 waits for a recovery point; the last open-GOP
+     * keyframe of a Matroska file is such a case). Then try again: from the
+     * same keyframe decoding every picture (should skipping be what lost
+     * it), from the previous keyframe, and from the start. */
+    int tried_prev = 0;
+    int64_t from = ix->start[f], waited = 0;
+    while (!q->done[k]) {
+      int r;
+      if (s->next_dec > ix->dec[f] && !run_needs_more(s, q, proc, p) && s->run_clean) {
+        if (finish_run(v, capture, q) != 0) return -1;
+        r = 0;
+      } else {
+        r = decode_step(v, capture, q, q);
+        if (r < 0) return -1;
+        if (r > 0 && s->next_dec > ix->dec[f] + 1 && !s->last_skipped) waited++;
+      }
+      if (q->done[k] || (r > 0 && waited <= slack)) continue;
+      int again = 1;
+      if (q->skip) q->skip = 0;
+      else if (from > 0 && !tried_prev) from--, tried_prev = 1; /* seek_to_key finds the keyframe before */
+      else if (from > 0) from = 0;
+      else again = 0;
+      if (again) {
+        waited = 0;
+        if (finish_run(v, capture, q) != 0) return -1;
+        if (!q->done[k] && seek_to_key(v, from) != 0) return -1;
+        continue;
+      }
+      if (r == 0)
+        return sp_error_set("%s: frame %lld could not be decoded (truncated or corrupt data)", v->path, (long long)f);
+      return sp_error_set("%s: the decoder never produced frame %lld (corrupt data)", v->path, (long long)f);
+    }
+  }
+  return 0;
+}
+
+/* Streams without usable pts: frame i is the i-th the decoder outputs after
+ * a rewind, so every run starts at the first packet and nothing is skipped. */
+static int fetch_counting(sp_video *v, request *q) {
+  ff_state *s = v->impl;
+  for (int k = 0; k < q->m; k++) {
+    if (q->done[k]) continue;
+    if (!s->run_active && (choose_decoder(v, q->uf[q->m - 1] + 1) != 0 || rewind_start(v) != 0)) return -1;
+    while (!q->done[k]) {
+      int r = decode_step(v, capture, q, NULL);
+      if (r < 0) return -1;
+      if (r == 0 && !q->done[k])
+        return sp_error_set("%s: frame %lld could not be decoded (truncated or corrupt data)", v->path,
+                            (long long)q->uf[k]);
+    }
+  }
+  return 0;
+}
+
 static int ff_get_frames(sp_video *v, const int64_t *idx, int n, const sp_video_geom *g, uint8_t *out) {
   ff_state *s = v->impl;
   if (ensure_index(v) != 0) return -1;
   sp_vindex *ix = s->ix;
+  /* Each request starts from a clean decoder (an earlier one that failed
+   * may have left it mid-run) and ends by draining it. */
+  if (s->run_active) {
+    avcodec_flush_buffers(s->dec);
+    s->run_active = 0;
+  }
   request q = {0};
   q.idx = idx;
   q.n = n;
   q.g = g;
   q.out = out;
+  q.skip = ix->pkt_skip != NULL && !v->opt.no_skip;
   if (sp_video_out_size(v, g, &q.oh, &q.ow) != 0) return -1;
   q.frame_bytes = (size_t)q.oh * q.ow * 3;
   q.order = sp_xmalloc((size_t)n * sizeof(int));
@@ -319,51 +531,11 @@ static int ff_get_frames(sp_video *v, const int64_t *idx, int n, const sp_video_
   for (int k = 0; k < q.m; k++)
     key[k] = ix->seekable ? ((int64_t)ix->start[q.uf[k]] << 32) | (uint32_t)ix->dec[q.uf[k]] : q.uf[k];
   sp_video_sort_by_key(key, q.m, proc);
-
-  /* Frames can come out this many packets after their own (reordering
-   * depth plus frame-thread latency); past that a frame is declared lost. */
-  int64_t slack = 48 + 2 * (int64_t)(s->dec->thread_count > 0 ? s->dec->thread_count : 1);
-  /* Frames whose packets went in before this request may already have come
-   * out (and been dropped): only packets sent from here on are certain to be
-   * seen, so earlier ones need a seek even when the keyframe was passed. */
-  int64_t first_unsent = s->next_dec, count_at_start = s->out_count;
-  int rc = 0;
-  for (int p = 0; p < q.m && rc == 0; p++) {
-    int k = proc[p];
-    if (q.done[k]) continue;
-    int64_t f = q.uf[k];
-    if (ix->seekable) {
-      int64_t st = ix->start[f];
-      if (!(s->run_active && s->run_start <= st && st <= s->next_dec && ix->dec[f] >= first_unsent)) {
-        rc = seek_to_key(v, st);
-        first_unsent = s->next_dec;
-      }
-    } else if (!(s->run_active && count_at_start <= f)) {
-      rc = rewind_start(v);
-      count_at_start = 0;
-    }
-    /* A decoder may refuse to output frames right after a keyframe it cannot
-     * fully trust (FFmpeg's H.264 waits for a recovery point; the last open-GOP
-     * keyframe of a Matroska file is such a case): then retry once from the
-     * previous keyframe and once from the start before giving up. */
-    int retries = 0;
-    int64_t from = ix->seekable ? ix->start[f] : 0;
-    while (rc == 0 && !q.done[k]) {
-      int r = decode_step(v, capture, &q);
-      int lost = r == 0 || (r > 0 && !q.done[k] && ix->seekable && s->next_dec > ix->dec[f] + slack);
-      if (r < 0) {
-        rc = -1;
-      } else if (lost && !q.done[k] && ix->seekable && from > 0 && retries < 2) {
-        from = retries++ == 0 ? from - 1 : 0;
-        rc = seek_to_key(v, from);
-        first_unsent = s->next_dec;
-      } else if (r == 0 && !q.done[k]) {
-        rc = sp_error_set("%s: frame %lld could not be decoded (truncated or corrupt data)", v->path, (long long)f);
-      } else if (lost && !q.done[k]) {
-        rc = sp_error_set("%s: the decoder never produced frame %lld (corrupt data)", v->path, (long long)f);
-      }
-    }
-  }
+  int rc = ix->seekable ? fetch_seekable(v, &q, proc) : fetch_counting(v, &q);
+  /* Nothing past the last wanted frame is decoded; what the decoder holds
+   * was decoded already and only needs handing out. */
+  if (finish_run(v, rc == 0 ? capture : NULL, &q) != 0) rc = -1;
+  s->dec->skip_frame = AVDISCARD_DEFAULT;
   free(proc);
   free(key);
   free(q.order);
@@ -397,10 +569,11 @@ static int all_cb(sp_video *v, AVFrame *fr, void *ctx) {
 static int64_t ff_decode_all(sp_video *v, const sp_video_geom *g, sp_video_frame_fn fn, void *user) {
   all_ctx a = {fn, user, g, NULL, 0, 0, 0, 0};
   if (sp_video_out_size(v, g, &a.oh, &a.ow) != 0) return -1;
+  if (finish_run(v, NULL, NULL) != 0 || choose_decoder(v, INT64_MAX) != 0) return -1;
   a.buf = sp_xmalloc((size_t)a.oh * a.ow * 3);
   int r = rewind_start(v);
   while (r == 0 && !a.stop) {
-    int st = decode_step(v, all_cb, &a);
+    int st = decode_step(v, all_cb, &a, NULL);
     if (st < 0) r = -1;
     if (st == 0) break;
   }
@@ -434,6 +607,7 @@ static int ff_info(sp_video *v, sp_video_info *out) {
   out->n_keyframes = s->ix->n_keys_disp;
   out->keyframes = s->ix->key_disp;
   out->seekable = s->ix->seekable;
+  out->skips_unreferenced = s->ix->pkt_skip != NULL && !v->opt.no_skip;
   return 0;
 }
 
@@ -441,7 +615,9 @@ static void ff_close(sp_video *v) {
   ff_state *s = v->impl;
   if (!s) return;
   if (s->fmt) avformat_close_input(&s->fmt);
-  avcodec_free_context(&s->dec);
+  avcodec_free_context(&s->dec_one);
+  avcodec_free_context(&s->dec_threads);
+  s->dec = NULL;
   av_packet_free(&s->pkt);
   av_frame_free(&s->frame);
   sp_vindex_release(s->ix);
@@ -463,26 +639,15 @@ int sp_video_open_ffmpeg(sp_video *v) {
     sp_error_set("%s: no decoder for codec %s", v->path, avcodec_get_name(st->codecpar->codec_id));
     goto fail;
   }
-  s->dec = avcodec_alloc_context3(codec);
+  s->decoder = codec;
   s->pkt = av_packet_alloc();
   s->frame = av_frame_alloc();
-  if (!s->dec || !s->pkt || !s->frame) {
+  if (!s->pkt || !s->frame) {
     sp_error_set("%s: out of memory for the decoder", v->path);
     goto fail;
   }
-  int r = avcodec_parameters_to_context(s->dec, st->codecpar);
-  if (r < 0) {
-    sp_error_set("%s: bad codec parameters (%s)", v->path, averr(r));
-    goto fail;
-  }
-  s->dec->thread_count = v->opt.threads > 0 ? v->opt.threads : 1;
-  if (s->dec->thread_count > 1) s->dec->thread_type = FF_THREAD_FRAME | FF_THREAD_SLICE;
-  s->dec->pkt_timebase = st->time_base;
-  r = avcodec_open2(s->dec, codec, NULL);
-  if (r < 0) {
-    sp_error_set("%s: cannot open the %s decoder (%s)", v->path, codec->name, averr(r));
-    goto fail;
-  }
+  if (open_decoder(v, 1, &s->dec_one) != 0) goto fail;
+  s->dec = s->dec_one;
   s->width = st->codecpar->width;
   s->height = st->codecpar->height;
   if (s->width <= 0 || s->height <= 0) {
@@ -490,6 +655,7 @@ int sp_video_open_ffmpeg(sp_video *v) {
     goto fail;
   }
   s->header_frames = st->nb_frames;
+  sp_vrefs_init(&s->refs, st->codecpar->codec_id, st->codecpar->extradata, st->codecpar->extradata_size);
   snprintf(s->codec, sizeof s->codec, "%s", avcodec_get_name(st->codecpar->codec_id));
   snprintf(s->container, sizeof s->container, "%s", s->fmt->iformat->name);
   char *comma = strchr(s->container, ',');

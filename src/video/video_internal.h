@@ -28,6 +28,14 @@ typedef struct sp_vindex {
   int64_t *key_disp;    /* display indices of keyframes, ascending */
   int64_t n_keys_disp;
   double fps, duration;
+  /* Skipping unreferenced pictures (refs.c): per packet in decode order, 1
+   * when no other picture references it and leaving it undecoded is exact;
+   * ref_before[d] counts the packets before d that must be decoded (so a
+   * stretch's decode work is one subtraction). NULL when nothing can be
+   * skipped: the codec has no parser, or the stream is not seekable. */
+  uint8_t *pkt_skip;
+  int32_t *ref_before;  /* n_packets + 1 entries */
+  int skip_kind;        /* SP_VREFS_*, or SP_VREFS_NONE when pkt_skip is NULL */
   int refs;             /* owned by the cache under its lock */
 } sp_vindex;
 
@@ -43,12 +51,41 @@ int64_t sp_vindex_frame_of_pts(const sp_vindex *ix, int64_t pts);
 /* Decode position of the packet with this pts, or -1. */
 int64_t sp_vindex_dec_of_pts(const sp_vindex *ix, int64_t pts);
 
+/* Packets doing the decode work in [a, b) (decode positions): every packet
+ * when nothing can be skipped. */
+static inline int64_t sp_vindex_work(const sp_vindex *ix, int64_t a, int64_t b) {
+  if (b <= a) return 0;
+  return ix->ref_before ? (int64_t)ix->ref_before[b] - ix->ref_before[a] : b - a;
+}
+
+/* ------------------------------------------------ unreferenced pictures */
+enum { SP_VREFS_NONE = 0, SP_VREFS_H264, SP_VREFS_HEVC, SP_VREFS_MPEG4, SP_VREFS_MPEG12 };
+typedef struct {
+  int kind;      /* SP_VREFS_* */
+  int len_size;  /* H.264/HEVC: NAL length field bytes (mp4, mkv), 0 = Annex B start codes */
+} sp_vrefs;
+/* Picks the parser for a codec (AVCodecID) and its extradata; returns kind. */
+int sp_vrefs_init(sp_vrefs *r, int codec_id, const uint8_t *extradata, int size);
+/* 1 when the packet's picture is one nothing references (for HEVC, *tid is
+ * its TemporalId: only the highest sub-layer's are unreferenced), else 0. */
+int sp_vrefs_packet(const sp_vrefs *r, const uint8_t *data, int size, int *tid);
+const char *sp_vrefs_name(int kind);
+/* Whether a run starting at this keyframe packet may end by draining the
+ * decoder. Not after an H.264 keyframe that is no IDR (an open GOP's I-frame,
+ * a recovery point): FFmpeg marks the pictures after it as recovered only as
+ * it outputs them in turn, and drops the unmarked ones a drain hands out. */
+int sp_vrefs_clean_start(const sp_vrefs *r, const uint8_t *data, int size);
+
 /* ------------------------------------------------------- conversion */
 struct SwsContext;
+struct sp_vconv_yuv;
 typedef struct {
   struct SwsContext *sws;
   uint8_t *tmp;          /* resized full frame before cropping */
   size_t tmp_cap;
+  struct sp_vconv_yuv *yuv; /* convert_yuv.c's tables for the last geometry */
+  int chroma_loc;        /* AVChromaLocation of the next picture (the caller sets it) */
+  int use_swscale;       /* 1 = always libswscale (comparisons) */
 } sp_vconv;
 
 /* Resolves geometry for a w x h source: resized size and crop window. */
@@ -64,6 +101,12 @@ int sp_vconv_scale(sp_vconv *c, const uint8_t *const src[4], const int stride[4]
                    int range, int rw, int rh, int ch, int cw, int cy, int cx, int planar, uint8_t *out,
                    const char *what);
 void sp_vconv_free(sp_vconv *c);
+/* convert_yuv.c: whether the own path takes this picture (8-bit planar YUV,
+ * downscale at most 2x), and the conversion itself (arguments as above). */
+int sp_vconv_yuv_supports(int pix_fmt, int w, int h, int rw, int rh);
+int sp_vconv_yuv(sp_vconv *c, const uint8_t *const src[4], const int stride[4], int w, int h, int pix_fmt, int cs,
+                 int range, int rw, int rh, int ch, int cw, int cy, int cx, int planar, uint8_t *out);
+void sp_vconv_yuv_free(struct sp_vconv_yuv *t);
 
 /* --------------------------------------------------------- backends */
 typedef struct sp_video_ops {

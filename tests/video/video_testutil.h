@@ -81,7 +81,7 @@ static inline int vt_keep(int64_t i, const uint8_t *px, int h, int w, void *u) {
 }
 
 static inline void vt_reference(const char *path, const sp_video_geom *g, vt_ref *r) {
-  sp_video_options opt = {1, 1};
+  sp_video_options opt = {.threads = 1, .no_index_cache = 1};
   sp_video *v = sp_video_open_with(path, &opt);
   if (!v) fail_msg("open %s: %s", path, sp_last_error());
   int h, w;
