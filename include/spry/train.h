@@ -63,8 +63,35 @@ enum {
  * checkpoint is refused unless SP_RUN_OVERWRITE. Returns 0, 130 when stopped
  * by SIGINT/SIGTERM (after saving), or -1 with an error. */
 int sp_train_run(const sp_train_config *cfg, const char *config_text, int run_flags, sp_train_summary *summary);
-/* ---- prediction on new images (train/predictor.c) ---- */
+/* ---- scoring a checkpoint (train/kp_eval.c): `spry eval` ---- */
 #include "spry/data.h"
+typedef struct {
+  const char *config;       /* the run's config file; NULL: the one stored in the checkpoint */
+  const char *data;         /* score every image of this folder instead of the run's validation split */
+  const char *format;       /* its annotation format (auto, csv, coco, dlib, imm, asf, pts) */
+  const char *boxes;        /* a boxes file: data.box = file */
+  const char *backend;
+  char *const *sets;        /* key=value overrides, after the above */
+  int n_sets;
+  const char *per_face_csv; /* write each face's box source, box and errors here (NULL: no) */
+  const char *ced_png;      /* write the CED plot here (NULL: no) */
+} sp_kp_eval_options;
+
+typedef struct {
+  sp_kp_metrics m;
+  double val_loss, mean_shape_px;
+  int count;
+  char box[16];                     /* where most boxes came from */
+  int box_counts[SP_BOXSRC_COUNT];  /* per sp_box_source */
+} sp_kp_eval_result;
+
+/* Scores the checkpoint: 0; -1 with an error; -2 when the config (or an
+ * override) is wrong. A run trained on points-boxes is scored on the
+ * detector's boxes unless the options ask for points (then a note says the
+ * figure is optimistic). */
+int sp_kp_eval_checkpoint(const char *weights, const sp_kp_eval_options *o, sp_kp_eval_result *r);
+
+/* ---- prediction on new images (train/predictor.c) ---- */
 typedef struct sp_kp_predictor sp_kp_predictor;
 /* Loads a trained keypoint checkpoint (its run config is stored inside).
  * backend NULL keeps the run's backend. NULL with an error on failure. */
