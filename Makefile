@@ -3,7 +3,8 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps configure test demo asan clean bench
+.PHONY: all deps configure test demo asan clean bench install
+PREFIX ?= /usr/local
 
 all: deps configure
 	cmake --build $(BUILD) -j $(JOBS)
@@ -26,6 +27,11 @@ asan: deps
 
 demo: all
 	bash scripts/demo.sh
+
+# Installs the CLI, libspry (.a, .so), the headers and a relocatable spry.pc
+# under PREFIX (default /usr/local): make install PREFIX=$$HOME/.local
+install: all
+	cmake --install $(BUILD) --prefix $(PREFIX)
 
 clean:
 	rm -rf $(BUILD) build-asan

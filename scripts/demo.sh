@@ -21,10 +21,8 @@ if [ -d "$data_root/imm_face_db" ]; then
 else
   echo "== demo: no real faces found; rendering 600 synthetic faces with 68 landmarks"
   $spry synth faces --count 600 --out runs/demo-faces --seed 1 --quiet
-  config=configs/faces68-resunet18.yaml
-  sets=(--set data.path=runs/demo-faces --set model=vgg-face --set data.channels=1 --set data.size=128
-        --set data.crop_size=144 --set data.box=image --set data.boxes= --set epochs=30 --set batch=16
-        --set optimizer.type=adamw --set optimizer.lr=0.002 --set loss.structure_weight=0.2)
+  config=configs/synth-faces.yaml
+  sets=(--set data.path=runs/demo-faces)
 fi
 
 rm -rf "$out"

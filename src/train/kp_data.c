@@ -98,8 +98,14 @@ int sp_kp_data_open(const sp_train_config *cfg, const char *cache_dir, int write
       return sp_error_set("%s: the split left %d training and %d validation images: %d of the %d images name no "
                           "person, so an identity split cannot place them (use data.split: list or none)",
                           cfg->data.path, d->train.n, d->val.n, anonymous, d->all.n);
-    return sp_error_set("%s: the split left %d training and %d validation images", cfg->data.path, d->train.n,
-                        d->val.n);
+    if (!strcmp(cfg->data.split, "identity"))
+      return sp_error_set("%s: the split left %d training and %d validation images: data.val_fraction %g of the %d "
+                          "persons sent %s to validation; %s, or use data.split: list (data.val_list names the "
+                          "validation images) or none (validate on the training images)",
+                          cfg->data.path, d->train.n, d->val.n, cfg->data.val_fraction, d->all.n_identities,
+                          d->val.n ? "all of them" : "none", d->val.n ? "lower it" : "raise it (e.g. 0.2 or 0.3)");
+    return sp_error_set("%s: the split left %d training and %d validation images (data.split: %s)", cfg->data.path,
+                        d->train.n, d->val.n, cfg->data.split);
   }
   d->k_all = d->all.k;
   d->k = cfg->data.n_keypoints ? cfg->data.n_keypoints : d->k_all;
