@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/args.h"
 #include "cli/cli_video.h"
 #include "io/json.h"
 #include "spry/safetensors.h"
@@ -42,19 +43,26 @@ int sp_cli_eval_is_video(int argc, char **argv) {
   return v;
 }
 
+static void usage(FILE *f) {
+  fprintf(f, "usage: spry eval --task video --weights W.safetensors [--data LIST] [--backend B] [CONFIG]\n"
+             "  top-1/top-5 over the videos of LIST (default: the run's data.val_list), the softmax of\n"
+             "  each video's test clips averaged; the last output line is JSON: top1, top5, val_loss,\n"
+             "  videos, unreadable_clips. --task video is implied by a video checkpoint or CONFIG.\n");
+}
+
 int sp_cli_eval_video(int argc, char **argv) {
-  const char *weights = NULL, *data = NULL, *config = NULL, *backend = NULL;
+  const char *weights = NULL, *data = NULL, *config = NULL, *backend = NULL, *task = NULL;
   for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--weights") && i + 1 < argc) weights = argv[++i];
-    else if (!strcmp(argv[i], "--data") && i + 1 < argc) data = argv[++i];
-    else if (!strcmp(argv[i], "--backend") && i + 1 < argc) backend = argv[++i];
-    else if (!strcmp(argv[i], "--task") && i + 1 < argc) i++;
-    else if (argv[i][0] != '-' && !config) config = argv[i];
-    else {
-      fprintf(stderr, "usage: spry eval --task video --weights W.safetensors [--data LIST] [--backend B] [CONFIG]\n"
-                      "  top-1/top-5 over the videos of LIST (default: the run's data.val_list), the softmax of\n"
-                      "  each video's test clips averaged; the last output line is JSON.\n");
-      return 2;
+    int r;
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return usage(stdout), 0;
+    if ((r = sp_arg_str(argc, argv, &i, "--weights", &weights)) || (r = sp_arg_str(argc, argv, &i, "--data", &data)) ||
+        (r = sp_arg_str(argc, argv, &i, "--backend", &backend)) || (r = sp_arg_str(argc, argv, &i, "--task", &task))) {
+      if (r < 0) return 2;
+    } else if (argv[i][0] != '-' && !config) {
+      config = argv[i];
+    } else {
+      fprintf(stderr, "spry eval: unexpected argument '%s'\n", argv[i]);
+      return usage(stderr), 2;
     }
   }
   if (!weights) return fprintf(stderr, "spry eval: --weights is required\n"), 2;

@@ -27,7 +27,7 @@ static void usage(FILE *f) {
   fprintf(f, "spry %s: fast facial-keypoint and video CNN training in C\n\nusage: spry COMMAND [args]\n\n", SPRY_VERSION);
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
     fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].help);
-  fprintf(f, "\nRun `spry COMMAND --help` for a command's options.\n");
+  fprintf(f, "\nRun `spry COMMAND --help` (or `spry help COMMAND`) for a command's options.\n");
 }
 
 int main(int argc, char **argv) {
@@ -38,6 +38,16 @@ int main(int argc, char **argv) {
   if (!strcmp(argv[1], "--version")) {
     printf("spry %s\n", SPRY_VERSION);
     return 0;
+  }
+  /* `spry help` and `spry help CMD [SUB]`: the same text as --help. */
+  if (!strcmp(argv[1], "help")) {
+    if (argc == 2) return usage(stdout), 0;
+    char *help_argv[4] = {argv[2], argc > 3 ? argv[3] : "--help", argc > 3 ? "--help" : NULL, NULL};
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+      if (!strcmp(argv[2], commands[i].name)) return commands[i].run(argc > 3 ? 3 : 2, help_argv);
+    fprintf(stderr, "spry: unknown command '%s'\n\n", argv[2]);
+    usage(stderr);
+    return 2;
   }
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
     if (!strcmp(argv[1], commands[i].name)) return commands[i].run(argc - 1, argv + 1);

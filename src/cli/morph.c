@@ -27,7 +27,7 @@ static void usage(FILE *f) {
           "  from point files) are triangulated, both faces are warped to each intermediate shape and\n"
           "  cross-dissolved. B is resized to A's size first.\n"
           "  --frames N: N steps, N + 1 frames (default 24): DIR/frame_000.png ... frame_N.png\n"
-          "  --box-a/--box-b: the face's box for the model (as `spry predict --box`); default: the largest\n"
+          "  --box-a/--box-b: the face's box x,y,w,h for the model (as predict takes one); default: the largest\n"
           "         face found as `spry predict` finds faces (the whole photo or the face detector)\n"
           "  --points-a/--points-b: JSON from `spry predict` (first line; its largest face) or a bare\n"
           "         [[x,y],...] array,\n"

@@ -9,17 +9,26 @@
 #include "cli/cli.h"
 #include "spry/video.h"
 
-static void usage(FILE *f) {
+static void usage_frames(FILE *f) {
   fprintf(f,
           "usage: spry prepare frames --list LIST --out DIR [--size S] [--quality Q] [--workers W]\n"
-          "         decodes every clip of LIST to DIR/<name>/img_00001.jpg ... (+ n_frames) and writes\n"
-          "         DIR/frames.list (`name n_frames label`); --size S resizes the short side first\n"
-          "         (at most %d). A clip that fails leaves no folder, and the exit status is 1.\n"
-          "       spry prepare list DIR --out LIST [--labels FILE]\n"
-          "         one `path label` line per clip of DIR/<class>/ (classes sorted by name, written to\n"
-          "         classes.txt beside LIST); --labels takes the class order from a names file\n"
-          "         (one per line, e.g. labels.txt), or `relative_path,label` pairs from a csv\n",
+          "  decodes every clip of LIST to DIR/<name>/img_00001.jpg ... (+ n_frames) and writes\n"
+          "  DIR/frames.list (`name n_frames label`); --size S resizes the short side first\n"
+          "  (at most %d). A clip that fails leaves no folder, and the exit status is 1.\n",
           SP_VIDEO_MAX_SHORT_SIDE);
+}
+
+static void usage_list(FILE *f) {
+  fprintf(f,
+          "usage: spry prepare list DIR --out LIST [--labels FILE]\n"
+          "  one `path label` line per clip of DIR/<class>/ (classes sorted by name, written to\n"
+          "  classes.txt beside LIST); --labels takes the class order from a names file\n"
+          "  (one per line, e.g. labels.txt), or `relative_path,label` pairs from a csv\n");
+}
+
+static void usage(FILE *f) {
+  usage_frames(f);
+  usage_list(f);
 }
 
 /* --name's value v as an integer in [lo, hi]; -1 after saying what is wrong. */
@@ -39,7 +48,7 @@ static int prepare_frames(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-      usage(stdout);
+      usage_frames(stdout);
       return 0;
     }
     if (!v) {
@@ -57,13 +66,13 @@ static int prepare_frames(int argc, char **argv) {
       if (int_option(a, v, 0, 1024, " (0 = one per core)", &cfg.workers)) return 2;
     } else {
       fprintf(stderr, "spry prepare frames: unknown option %s\n", a);
-      usage(stderr);
+      usage_frames(stderr);
       return 2;
     }
     i++;
   }
   if (!list || !out) {
-    usage(stderr);
+    usage_frames(stderr);
     return 2;
   }
   double t0 = sp_now();
@@ -81,7 +90,7 @@ static int prepare_list(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-      usage(stdout);
+      usage_list(stdout);
       return 0;
     }
     if (a[0] != '-') {
@@ -96,13 +105,13 @@ static int prepare_list(int argc, char **argv) {
     else if (!strcmp(a, "--labels")) labels = v;
     else {
       fprintf(stderr, "spry prepare list: unknown option %s\n", a);
-      usage(stderr);
+      usage_list(stderr);
       return 2;
     }
     i++;
   }
   if (!dir || !out) {
-    usage(stderr);
+    usage_list(stderr);
     return 2;
   }
   int n = sp_video_list_build(dir, labels, out);

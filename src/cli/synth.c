@@ -94,9 +94,11 @@ static int synth_faces(int argc, char **argv) {
 
 int sp_cli_synth(int argc, char **argv) {
   if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-    fprintf(argc < 2 ? stderr : stdout,
-            "usage: spry synth faces --count N --out DIR [--seed S] [--size MIN,MAX]\n"
-            "       spry synth actions ...\n");
+    FILE *f = argc < 2 ? stderr : stdout;
+    usage_faces(f);
+    char *help[2] = {"actions", "--help"};
+    if (argc < 2) fprintf(f, "       spry synth actions --count N --out DIR ... (spry synth actions --help)\n");
+    else sp_cli_synth_actions(2, help); /* its full usage, on stdout */
     return argc < 2 ? 2 : 0;
   }
   if (!strcmp(argv[1], "faces")) return synth_faces(argc - 1, argv + 1);
