@@ -10,9 +10,15 @@ size="${SIZE:-224}"; batch="${BATCH:-64}"; runs="${RUNS:-5}"
 spry="${SPRY_BIN:-$here/build/spry}"
 py="${PYTHON:-/usr/bin/python3}"
 out="$(mktemp)"; trap 'rm -f "$out"' EXIT
+[ -x "$spry" ] || { echo "run_data: no spry binary at $spry (run make first)" >&2; exit 1; }
+[ -d "$dataset" ] || { echo "run_data: no dataset folder $dataset" >&2; exit 1; }
 
 "$spry" bench data --dataset "$dataset" --size "$size" --batch "$batch" --workers "$workers" \
-  --runs "$runs" --cache 2>/dev/null | tee -a "$out"
+  --runs "$runs" --cache | tee -a "$out"
+if ! "$py" -c "import torch, torchvision, PIL" 2>/dev/null; then
+  echo '{"bench": "data", "note": "peer not installed: spry figures only (python3 -m venv V && V/bin/pip install torch torchvision pillow; PYTHON=V/bin/python)"}'
+  exit 0
+fi
 "$py" "$here/bench/peers/torchvision_loader.py" --dataset "$dataset" --size "$size" --batch "$batch" \
   --workers "$workers" --runs "$runs" | tee -a "$out"
 

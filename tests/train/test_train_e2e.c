@@ -213,6 +213,74 @@ static void eval_and_predict_on_the_checkpoint(void **state) {
   assert_non_null(strstr(out, "nothing.jpg"));
 }
 
+/* The last number under "key": in a metrics.jsonl text. */
+static double last_value(const char *text, const char *key) {
+  char k[64];
+  snprintf(k, sizeof k, "\"%s\":", key);
+  double v = NAN;
+  for (const char *p = strstr(text, k); p; p = strstr(p + 1, k)) v = strtod(p + strlen(k), NULL);
+  return v;
+}
+
+/* Edges of a run's numbers: a stop on an epoch's last step finishes that
+ * epoch (its lr and speed logged, not zeros) and resumes to the same end as
+ * an uninterrupted run; a finished run resumed says so and gives its figures
+ * (one validation of the final model), not zeros. */
+static void stops_at_epoch_ends_and_finished_runs(void **state) {
+  (void)state;
+  char out[512], path[600], straight[600];
+  snprintf(out, sizeof out, "%s/edge", dir);
+  snprintf(path, sizeof path, "%s/metrics.jsonl", out);
+  snprintf(straight, sizeof straight, "%s/straight", dir);
+  sp_train_summary s;
+  sp_train_stop_after(3); /* 3 batches per epoch: the last step of epoch 1 */
+  assert_int_equal(run(config, out, 0, NULL, 0, &s), 130);
+  sp_train_stop_after(0);
+  char *log = sp_test_slurp(path);
+  assert_non_null(log);
+  assert_true(strstr(log, "{\"epoch\":1,") && !strstr(log, "{\"epoch\":2,"));
+  if (!(last_value(log, "lr") > 0 && last_value(log, "images_per_s") > 0 && isfinite(last_value(log, "val_mean_px"))))
+    fail_msg("epoch 1 of a run stopped on its last step logged zeros:\n%s", log);
+  free(log);
+  assert_int_equal(run(config, out, 0, NULL, SP_RUN_RESUME, &s), 0);
+  sp_test_assert_same_checkpoint(straight, out);
+  /* Finished: resumed, nothing to train, the figures of the final model. */
+  log = sp_test_slurp(path);
+  double last_px = last_value(log, "val_mean_px");
+  free(log);
+  assert_int_equal(run(config, out, 0, NULL, SP_RUN_RESUME, &s), 0);
+  if (!(isfinite(s.val.mean_px) && fabs(s.val.mean_px - last_px) <= 1e-4 * last_px))
+    fail_msg("a finished run resumed reports %g px, its last epoch %g px", s.val.mean_px, last_px);
+  assert_true(isfinite(s.best_mean_px) && s.best_mean_px > 0);
+}
+
+/* --resume with another config is refused, naming the first differing key,
+ * before anything of the run is touched; --resume-changed continues. */
+static void resume_refuses_a_changed_config(void **state) {
+  (void)state;
+  char out[512], last[600];
+  snprintf(out, sizeof out, "%s/changed", dir);
+  snprintf(last, sizeof last, "%s/last.safetensors", out);
+  sp_train_summary s;
+  sp_train_stop_after(4);
+  assert_int_equal(run(config, out, 0, NULL, 0, &s), 130);
+  sp_train_stop_after(0);
+  char *before = sp_test_slurp(last);
+  char *lr[] = {"optimizer.lr=0.004"};
+  assert_int_equal(run(config, out, 1, lr, SP_RUN_RESUME, &s), -1);
+  if (!strstr(sp_last_error(), "optimizer.lr") || !strstr(sp_last_error(), "0.004"))
+    fail_msg("the refusal does not name the key and value: %s", sp_last_error());
+  char *after = sp_test_slurp(last);
+  assert_string_equal(before, after);
+  free(before), free(after);
+  /* threads and workers are the machine's: not a change of the run. */
+  char *threads[] = {"threads=1", "workers=1"};
+  sp_train_stop_after(5);
+  assert_int_equal(run(config, out, 2, threads, SP_RUN_RESUME, &s), 130);
+  sp_train_stop_after(0);
+  assert_int_equal(run(config, out, 1, lr, SP_RUN_RESUME | SP_RUN_RESUME_CHANGED, &s), 0);
+}
+
 static void imm_nose_beats_the_mean_position(void **state) {
   (void)state;
   char buf[1024];
@@ -291,6 +359,8 @@ int main(void) {
       cmocka_unit_test(eval_and_predict_on_the_checkpoint),
       cmocka_unit_test(each_epoch_is_logged_once),
       cmocka_unit_test(stale_checkpoint_parts_are_removed),
+      cmocka_unit_test(stops_at_epoch_ends_and_finished_runs),
+      cmocka_unit_test(resume_refuses_a_changed_config),
       cmocka_unit_test(bf16_precision_trains_in_bf16),
       cmocka_unit_test(imm_nose_beats_the_mean_position),
   };

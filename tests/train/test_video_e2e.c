@@ -152,6 +152,9 @@ static void interrupted_multigrid_run_resumes_exactly(void **state) {
   if (rc != 0) fail_msg("the resumed run: %s", sp_last_error());
   assert_true(a.train_loss == b.train_loss);
   assert_true(a.top1 == b.top1);
+  /* The resumed run's summary is the whole run's, not its resumed part's. */
+  assert_int_equal(b.iterations, a.iterations);
+  assert_true(b.train_s > 0);
   /* The same losses per epoch and the same final weights and optimizer
    * state, bit for bit. */
   char pa[700], pb[700];
