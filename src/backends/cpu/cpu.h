@@ -150,6 +150,29 @@ int cpu_fallback(sp_op_prep *p, cpu_node *n);
 /* Adds src[0..n) into dst[0..n) (f32; parameter gradients, n small). */
 void cpu_add_f32(float *dst, const float *src, size_t n);
 
+/* ---- batch-norm kernels of our own (bnorm_kernels.c) ------------------------------ */
+/* An activation as batch norm walks it: `blocks` blocks of `lanes` channels
+ * side by side at each of hw positions (16 / 8: nChw16c / nChw8c; c:
+ * channels-last or [N, C]; 1: plain NCHW); f32 or bf16. */
+typedef struct {
+  int64_t n, c, hw, lanes, blocks, img_stride, blk_stride; /* strides in elements */
+  int bf16;
+  int threads; /* the team the kernels use (the scratch holds one share each) */
+} cpu_bn_geom;
+/* 0, or -1 for a layout the kernels do not walk. */
+int cpu_bn_geom_of(cpu_bn_geom *g, const dnnl_memory_desc_t *md, const sp_shape *s);
+size_t cpu_bn_scratch_bytes(const cpu_bn_geom *g);
+size_t cpu_bn_bwd_scratch_bytes(const cpu_bn_geom *g);
+/* y = (x - mean) gamma / sqrt(var + eps) + beta (then max(., 0) with relu).
+ * batch: mean and var (biased) are computed into mean[c], var[c]; else read. */
+void cpu_bn_forward(const cpu_bn_geom *g, const void *x, void *y, float *mean, float *var, const float *gamma,
+                    const float *beta, float eps, int batch, int relu, char *scratch);
+/* dx (written, or added into with accumulate; may be NULL), and dgamma,
+ * dbeta added into (may be NULL); dy is the gradient after the fused ReLU. */
+void cpu_bn_backward(const cpu_bn_geom *g, const void *x, const void *dy, void *dx, int accumulate, const float *mean,
+                     const float *var, const float *gamma, const float *beta, float eps, int batch, int relu,
+                     float *dgamma, float *dbeta, char *scratch);
+
 /* ---- ops (one file each) -------------------------------------------------------- */
 int cpu_adapter_prepare(sp_op_prep *p); /* adapter.c: the reference kernel on plain f32 */
 int cpu_conv_prepare(sp_op_prep *p);    /* conv.c: conv2d */
@@ -159,6 +182,9 @@ int cpu_linear_prepare(sp_op_prep *p);
  * 1 when the case does not apply (bf16, frozen plans, a blocked input). */
 int cpu_linear_gemm_prepare(sp_op_prep *p);
 int cpu_bnorm_prepare(sp_op_prep *p);
+/* bnorm.c: 1 runs oneDNN's batch norm even where our kernels walk the layout
+ * (tests compare the two; benchmarks measure them). */
+extern int cpu_bnorm_use_onednn;
 int cpu_relu_prepare(sp_op_prep *p);
 int cpu_maxpool_prepare(sp_op_prep *p);
 int cpu_avgpool_prepare(sp_op_prep *p);
