@@ -42,7 +42,13 @@ typedef struct {
   cpu_exec x_src, w_wei, conv, w_bd, s_bw, d_bw, dx, dx_out, dw, dw_out;
   float *dbias;
   int64_t n_bias;
+  int mm;          /* backward runs as matrix products (conv_mm.c) */
+  cpu_mm1x1 mm1x1;
 } conv_node;
+
+int cpu_conv_use_matmul = 1;
+
+int cpu_conv_uses_matmul(const void *state) { return ((const conv_node *)state)->mm; }
 
 /* Folds the absorbed batch norm's running statistics into plain weights and
  * a bias (the reorder then takes them into the primitive's layout). */
@@ -73,6 +79,10 @@ static void conv_forward(cpu_node *n, const sp_op_args *a) {
 
 static void conv_backward(cpu_node *n, const sp_op_args *a) {
   conv_node *s = (conv_node *)n;
+  if (s->mm) {
+    cpu_mm1x1_backward(&s->mm1x1, a);
+    return;
+  }
   if (s->need_dx && a->d_in[0]) {
     if (s->reorder_wei_bd) cpu_exec_run(&s->w_bd);
     cpu_exec_run(&s->dx);
@@ -104,6 +114,7 @@ static int conv_bind(cpu_node *n, const sp_op_args *a, char *fs, char *bs) {
       cpu_exec_scratchpad(&s->conv, n, s->fwd_pd, fs))
     return -1;
   if (!s->run_backward) return 0;
+  if (s->mm) return cpu_mm1x1_bind(&s->mm1x1, n, a, bs);
   if (s->need_dx && a->d_in[0]) {
     /* Straight into the input's gradient when layouts match and nothing was
      * accumulated there yet; else through scratch and an (accumulating) reorder. */
@@ -286,6 +297,18 @@ static void grow(size_t *to, const_dnnl_primitive_desc_t pd) {
   if (pd && cpu_scratchpad_bytes(pd) > *to) *to = cpu_scratchpad_bytes(pd);
 }
 
+/* Backward as matrix products (conv_mm.c): a training 1x1 convolution,
+ * stride 1, no padding, one group, whose input and output are bf16
+ * channels-last as forward reads and writes them. */
+static int mm_applies(const sp_op_prep *p, const conv_node *s, const conv_geom *g) {
+  const sp_shape *w = &p->param_shape[0];
+  return cpu_conv_use_matmul && p->run_backward && p->bf16 && !g->deconv && g->groups == 1 && w->d[2] == 1 &&
+         w->d[3] == 1 && g->strides[0] == 1 && g->strides[1] == 1 && g->pad_l[0] == 0 && g->pad_l[1] == 0 &&
+         g->pad_r[0] == 0 && g->pad_r[1] == 0 && cpu_md_equal(&s->x_md, &s->src_md) &&
+         s->src_md.data_type == dnnl_bf16 && s->dst_md.data_type == dnnl_bf16 &&
+         cpu_md_lanes(&s->src_md) == CPU_LANES_NHWC && cpu_md_lanes(&s->dst_md) == CPU_LANES_NHWC;
+}
+
 static int conv_setup(sp_op_prep *p, conv_node *s, const conv_geom *g) {
   dnnl_data_type_t dt = p->bf16 ? dnnl_bf16 : dnnl_f32;
   dnnl_memory_desc_t src_any, wei_any, dst_any, dwei_any;
@@ -315,6 +338,11 @@ static int conv_setup(sp_op_prep *p, conv_node *s, const conv_geom *g) {
   if (s->reorder_src && cpu_make_reorder(&s->base, &s->x_md, &s->src_md, 0, &s->re_pd[R_SRC], &s->re[R_SRC])) return -1;
   if (cpu_make_reorder(&s->base, &s->wplain_md, &s->wei_md, 0, &s->re_pd[R_WEI], &s->re[R_WEI])) return -1;
 
+  size_t mm_bwd = 0;
+  s->mm = mm_applies(p, s, g) && cpu_mm1x1_prepare(&s->mm1x1, &s->base, sp_shape_numel(&p->in_shape[0]) / p->in_shape[0].d[1],
+                                                   p->in_shape[0].d[1], p->out_shape.d[1], s->need_dx, s->need_dw,
+                                                   s->has_bias, &mm_bwd) == 0;
+  if (s->mm) s->need_dx = s->need_dw = 0; /* the products do both */
   if (s->need_dx) {
     if (choose_bwd_data(s, g, &src_any, &wei_any)) return -1;
     s->reorder_wei_bd = !cpu_md_equal(&s->wei_bd_md, &s->wei_md);
@@ -366,6 +394,7 @@ static int conv_setup(sp_op_prep *p, conv_node *s, const conv_geom *g) {
     if (s->reorder_src_bw) s->sbw_off = cpu_take(&bwd, cpu_md_bytes(&s->src_bw_md));
     if (s->reorder_ddst_bw) s->dbw_off = cpu_take(&bwd, cpu_md_bytes(&s->ddst_bw_md));
   }
+  if (s->mm) bwd = mm_bwd;
   p->saved_bytes = keep;
   p->fwd_scratch_bytes = fwd;
   p->bwd_scratch_bytes = bwd;

@@ -173,6 +173,30 @@ void cpu_bn_backward(const cpu_bn_geom *g, const void *x, const void *dy, void *
                      const float *var, const float *gamma, const float *beta, float eps, int batch, int relu,
                      float *dgamma, float *dbeta, char *scratch);
 
+/* ---- 1x1 convolution backward as matrix products (conv_mm.c) ---------------------- */
+typedef struct {
+  int64_t rows, ic, oc; /* rows = N H W */
+  int need_dx, need_dw, has_bias, threads;
+  dnnl_memory_desc_t dy_md, x_md, wh_md, dw_md, dyt_md;
+  dnnl_primitive_desc_t dx_pd[2], dw_pd; /* dx: [0] writes, [1] adds */
+  dnnl_primitive_t dx_prim[2], dw_prim;
+  size_t wh_off, bias_off; /* in backward scratch, after the largest matmul scratchpad */
+  uint16_t *wh;            /* bound: the bf16 weights backward data reads */
+  double *bias_acc;
+  cpu_exec dx, dw;
+} cpu_mm1x1;
+/* Creates the products (owned by n) and sizes their backward scratch; -1
+ * (error set) when oneDNN has no fast matmul for them. */
+int cpu_mm1x1_prepare(cpu_mm1x1 *m, cpu_node *n, int64_t rows, int64_t ic, int64_t oc, int need_dx, int need_dw,
+                      int has_bias, size_t *bwd_scratch);
+int cpu_mm1x1_bind(cpu_mm1x1 *m, cpu_node *n, const sp_op_args *a, char *bwd_scratch);
+void cpu_mm1x1_backward(const cpu_mm1x1 *m, const sp_op_args *a);
+/* conv.c: 0 keeps oneDNN's convolution backward for 1x1 convolutions
+ * (tests compare the two paths; benchmarks measure them). */
+extern int cpu_conv_use_matmul;
+/* A conv node's state (sp_op_prep.state) runs its backward as products. */
+int cpu_conv_uses_matmul(const void *state);
+
 /* ---- ops (one file each) -------------------------------------------------------- */
 int cpu_adapter_prepare(sp_op_prep *p); /* adapter.c: the reference kernel on plain f32 */
 int cpu_conv_prepare(sp_op_prep *p);    /* conv.c: conv2d */
