@@ -45,6 +45,11 @@ static void peak_reports_this_machine(void **state) {
       double ratio = num(j, "bf16_over_fp32");
       assert_true(fabs(ratio - num(j, "bf16_gflops_per_s") / fp32) < 1e-6 * ratio);
     }
+    /* AMX tiles (null without them): a tile product does 16x16x32 bf16
+     * multiply-adds, far above one core's fp32 FMAs even on a loaded host. */
+    const sp_json *amx = sp_json_get(j, "amx_bf16_gflops_per_s");
+    assert_non_null(amx);
+    if (amx->type != SP_JSON_NULL) assert_true(num(j, "amx_bf16_gflops_per_s") > fp32);
   } else {
     assert_int_equal(sp_json_get(j, "fp32_gflops_per_s")->type, SP_JSON_NULL);
   }
