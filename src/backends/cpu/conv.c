@@ -235,6 +235,25 @@ static int choose_fwd(sp_op_prep *p, conv_node *s, const conv_geom *g, const dnn
       dnnl_primitive_desc_destroy(pd);
     }
   }
+  /* bf16 on a plain input (the image): channels-last in and out if oneDNN
+   * has a brgemm kernel for it. Its own choice there is a blocked layout on
+   * a kernel without AMX, whose output the next (channels-last, AMX) layer
+   * then reorders back, both ways, every step (vgg-face: 86 of 585 ms). */
+  if (src_any->data_type == dnnl_bf16 && cpu_md_is_plain(&s->x_md) && !p->out_plain) {
+    dnnl_memory_desc_t src_cl, dst_cl;
+    dnnl_primitive_desc_t pd;
+    if (dnnl_memory_desc_init_by_tag(&src_cl, 4, src_any->dims, dnnl_bf16, dnnl_acdb) == dnnl_success &&
+        dnnl_memory_desc_init_by_tag(&dst_cl, 4, dst_any->dims, dnnl_bf16, dnnl_acdb) == dnnl_success &&
+        init_fwd(g, &d, prop, &src_cl, wei_any, bias, &dst_cl) == 0 && cpu_pd(&d, NULL, NULL, &pd) == 0) {
+      const char *impl = NULL;
+      if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success && impl &&
+          strstr(impl, "brg")) {
+        s->fwd_pd = pd;
+        return cpu_adopt(&s->base, pd, &s->fwd);
+      }
+      dnnl_primitive_desc_destroy(pd);
+    }
+  }
   if (init_fwd(g, &d, prop, src_any, wei_any, bias, dst_any)) return -1;
   return cpu_make(&s->base, &d, NULL, NULL, &s->fwd_pd, &s->fwd);
 }

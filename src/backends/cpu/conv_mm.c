@@ -23,10 +23,11 @@
 #include "backends/cpu/cpu.h"
 #include "core/bf16.h"
 
-static int matmul_pd(cpu_node *n, const dnnl_memory_desc_t *a, const dnnl_memory_desc_t *b,
-                     const dnnl_memory_desc_t *c, int accumulate, dnnl_primitive_desc_t *pd, dnnl_primitive_t *prim) {
+int cpu_matmul_make(cpu_node *n, const dnnl_memory_desc_t *a, const dnnl_memory_desc_t *b,
+                    const dnnl_memory_desc_t *bias, const dnnl_memory_desc_t *c, int accumulate,
+                    dnnl_primitive_desc_t *pd, dnnl_primitive_t *prim) {
   dnnl_matmul_desc_t d;
-  DNNL_TRY(dnnl_matmul_desc_init(&d, a, b, NULL, c));
+  DNNL_TRY(dnnl_matmul_desc_init(&d, a, b, bias, c));
   dnnl_post_ops_t po = NULL;
   if (accumulate) {
     DNNL_TRY(dnnl_post_ops_create(&po));
@@ -44,6 +45,11 @@ static int matmul_pd(cpu_node *n, const dnnl_memory_desc_t *a, const dnnl_memory
     return sp_error_set("matmul: only oneDNN's reference kernel for these shapes");
   }
   return cpu_adopt(n, *pd, prim);
+}
+
+static int matmul_pd(cpu_node *n, const dnnl_memory_desc_t *a, const dnnl_memory_desc_t *b,
+                     const dnnl_memory_desc_t *c, int accumulate, dnnl_primitive_desc_t *pd, dnnl_primitive_t *prim) {
+  return cpu_matmul_make(n, a, b, NULL, c, accumulate, pd, prim);
 }
 
 int cpu_mm1x1_prepare(cpu_mm1x1 *m, cpu_node *n, int64_t rows, int64_t ic, int64_t oc, int need_dx, int need_dw,

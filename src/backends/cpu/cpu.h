@@ -173,7 +173,16 @@ void cpu_bn_backward(const cpu_bn_geom *g, const void *x, const void *dy, void *
                      const float *var, const float *gamma, const float *beta, float eps, int batch, int relu,
                      float *dgamma, float *dbeta, char *scratch);
 
-/* ---- 1x1 convolution backward as matrix products (conv_mm.c) ---------------------- */
+/* ---- matrix products (conv_mm.c, linear_mm.c) ------------------------------------- */
+/* A matmul c = a b (+ bias) owned by n, adding into c with accumulate (sum
+ * post-op); -1 (error set) when oneDNN would run its reference kernel. */
+int cpu_matmul_make(cpu_node *n, const dnnl_memory_desc_t *a, const dnnl_memory_desc_t *b,
+                    const dnnl_memory_desc_t *bias, const dnnl_memory_desc_t *c, int accumulate,
+                    dnnl_primitive_desc_t *pd, dnnl_primitive_t *prim);
+/* linear_mm.c: bf16 training on a plain input as matmuls on the plain
+ * master weights; 1 when the case does not apply. */
+int cpu_linear_mm_prepare(sp_op_prep *p);
+
 typedef struct {
   int64_t rows, ic, oc; /* rows = N H W */
   int need_dx, need_dw, has_bias, threads;
