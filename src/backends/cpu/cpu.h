@@ -57,6 +57,7 @@ typedef struct {
 typedef struct {
   dnnl_primitive_t prim;
   int n_args;
+  int serial; /* run on this thread alone (small reorders, see cpu_bind_reorder) */
   dnnl_exec_arg_t args[CPU_MAX_ARGS];
 } cpu_exec;
 
@@ -132,7 +133,10 @@ void cpu_exec_run(const cpu_exec *e);
  * to a process-wide total, so a profile can show what the layouts cost. */
 void cpu_reorder_timing(int on);
 double cpu_reorder_seconds(void);
-/* Binds a reorder made by cpu_make_reorder: from src_ptr to dst_ptr. */
+/* Binds a reorder made by cpu_make_reorder: from src_ptr to dst_ptr.
+ * Reorders of at most cpu_serial_reorder_bytes (256 KB) of source run on the
+ * calling thread alone. */
+extern size_t cpu_serial_reorder_bytes;
 int cpu_bind_reorder(cpu_exec *e, cpu_node *n, const_dnnl_primitive_desc_t pd, dnnl_primitive_t prim, void *src_ptr,
                      void *dst_ptr, char *scratch);
 
