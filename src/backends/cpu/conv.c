@@ -37,6 +37,7 @@ typedef struct {
   size_t src_off, wei_off;                                /* in saved (training) or forward scratch */
   void *wei_kept;                                         /* frozen plans: the prepared weights */
   int fold_bn;                                            /* frozen: the absorbed batch norm is folded in */
+  int post_relu;                                          /* frozen: and the ReLU after it is a post-op */
   float *wfold, *bfold;                                   /* its plain folded weights and bias (kept) */
   size_t dsrc_off, dwei_off, dbias_off, wbd_off, sbw_off, dbw_off; /* in backward scratch */
   cpu_exec x_src, w_wei, conv, w_bd, s_bw, d_bw, dx, dx_out, dw, dw_out;
@@ -218,8 +219,9 @@ static int weight_mds(const sp_op_prep *p, const conv_geom *g, dnnl_memory_desc_
 }
 
 /* Forward: the input's own layout if oneDNN has a fast kernel for it. */
-static int choose_fwd(sp_op_prep *p, conv_node *s, const conv_geom *g, const dnnl_memory_desc_t *src_any,
-                      const dnnl_memory_desc_t *wei_any, const dnnl_memory_desc_t *dst_any) {
+static int choose_fwd_with(sp_op_prep *p, conv_node *s, const conv_geom *g, const dnnl_memory_desc_t *src_any,
+                           const dnnl_memory_desc_t *wei_any, const dnnl_memory_desc_t *dst_any,
+                           const_dnnl_post_ops_t po) {
   dnnl_convolution_desc_t d;
   dnnl_prop_kind_t prop = p->training ? dnnl_forward_training : dnnl_forward_inference;
   const dnnl_memory_desc_t *bias = s->has_bias || s->fold_bn ? &s->bias_md : NULL;
@@ -227,7 +229,7 @@ static int choose_fwd(sp_op_prep *p, conv_node *s, const conv_geom *g, const dnn
   if (!cpu_md_is_plain(&s->x_md) && s->x_md.data_type == src_any->data_type) {
     x_dt = s->x_md;
     dnnl_primitive_desc_t pd;
-    if (init_fwd(g, &d, prop, &x_dt, wei_any, bias, dst_any) == 0 && cpu_pd(&d, NULL, NULL, &pd) == 0) {
+    if (init_fwd(g, &d, prop, &x_dt, wei_any, bias, dst_any) == 0 && cpu_pd(&d, NULL, po, &pd) == 0) {
       if (!cpu_pd_is_ref(pd)) {
         s->fwd_pd = pd;
         return cpu_adopt(&s->base, pd, &s->fwd);
@@ -244,7 +246,7 @@ static int choose_fwd(sp_op_prep *p, conv_node *s, const conv_geom *g, const dnn
     dnnl_primitive_desc_t pd;
     if (dnnl_memory_desc_init_by_tag(&src_cl, 4, src_any->dims, dnnl_bf16, dnnl_acdb) == dnnl_success &&
         dnnl_memory_desc_init_by_tag(&dst_cl, 4, dst_any->dims, dnnl_bf16, dnnl_acdb) == dnnl_success &&
-        init_fwd(g, &d, prop, &src_cl, wei_any, bias, &dst_cl) == 0 && cpu_pd(&d, NULL, NULL, &pd) == 0) {
+        init_fwd(g, &d, prop, &src_cl, wei_any, bias, &dst_cl) == 0 && cpu_pd(&d, NULL, po, &pd) == 0) {
       const char *impl = NULL;
       if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success && impl &&
           strstr(impl, "brg")) {
@@ -255,7 +257,21 @@ static int choose_fwd(sp_op_prep *p, conv_node *s, const conv_geom *g, const dnn
     }
   }
   if (init_fwd(g, &d, prop, src_any, wei_any, bias, dst_any)) return -1;
-  return cpu_make(&s->base, &d, NULL, NULL, &s->fwd_pd, &s->fwd);
+  return cpu_make(&s->base, &d, NULL, po, &s->fwd_pd, &s->fwd);
+}
+
+/* The forward primitive, with the ReLU as an eltwise post-op when the
+ * frozen plan folds conv + batch norm + ReLU into one node. */
+static int choose_fwd(sp_op_prep *p, conv_node *s, const conv_geom *g, const dnnl_memory_desc_t *src_any,
+                      const dnnl_memory_desc_t *wei_any, const dnnl_memory_desc_t *dst_any) {
+  if (!s->post_relu) return choose_fwd_with(p, s, g, src_any, wei_any, dst_any, NULL);
+  dnnl_post_ops_t po;
+  DNNL_TRY(dnnl_post_ops_create(&po));
+  dnnl_status_t st = dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f);
+  int rc = st == dnnl_success ? choose_fwd_with(p, s, g, src_any, wei_any, dst_any, po)
+                              : cpu_dnnl_fail(__FILE__, __LINE__, "dnnl_post_ops_append_eltwise", st);
+  dnnl_post_ops_destroy(po);
+  return rc;
 }
 
 /* Backward data: write diff_src in the input's layout and read the forward
@@ -337,6 +353,8 @@ static int conv_setup(sp_op_prep *p, conv_node *s, const conv_geom *g) {
    * after the conv is folded into it. */
   s->fold_bn = p->frozen && !p->training && !p->run_backward && !g->deconv && p->consumer_op == &sp_op_batchnorm &&
                p->consumer_n_state >= 2 && !p->consumer_out_plain;
+  /* ... and the ReLU after that batch norm runs as the conv's post-op. */
+  s->post_relu = s->fold_bn && p->consumer2_op == &sp_op_relu && !p->consumer2_out_plain;
   s->need_dx = p->run_backward && p->need_d_in[0];
   s->need_dw = p->run_backward && (p->param_grad[0] || (s->has_bias && p->param_grad[1]));
   if (cpu_md_input(&s->x_md, p, 0) || cpu_md_any(&src_any, &p->in_shape[0], dt) ||
@@ -417,7 +435,7 @@ static int conv_setup(sp_op_prep *p, conv_node *s, const conv_geom *g) {
   p->saved_bytes = keep;
   p->fwd_scratch_bytes = fwd;
   p->bwd_scratch_bytes = bwd;
-  p->absorb_consumer = s->fold_bn;
+  p->absorb_consumer = s->post_relu ? 2 : s->fold_bn;
   cpu_report(p, &s->base);
   return 0;
 }
