@@ -45,9 +45,12 @@ typedef struct {
   int64_t n_bias;
   int mm;          /* backward runs as matrix products (conv_mm.c) */
   cpu_mm1x1 mm1x1;
+  int bww;         /* the weight gradient runs as im2col + matmul (conv_bww_mm.c) */
+  cpu_bww_mm bwwmm;
 } conv_node;
 
 int cpu_conv_use_matmul = 1;
+int64_t cpu_conv_bww_min_channels = 64;
 
 int cpu_conv_uses_matmul(const void *state) { return ((const conv_node *)state)->mm; }
 
@@ -95,6 +98,8 @@ static void conv_backward(cpu_node *n, const sp_op_args *a) {
     cpu_exec_run(&s->dw);
     if (a->d_param[0]) cpu_exec_run(&s->dw_out);
     if (s->has_bias && a->d_param[1]) cpu_add_f32(a->d_param[1]->data, s->dbias, (size_t)s->n_bias);
+  } else if (s->bww && a->d_param[0]) {
+    cpu_bww_mm_run(&s->bwwmm);
   }
 }
 
@@ -152,10 +157,13 @@ static int conv_bind(cpu_node *n, const sp_op_args *a, char *fs, char *bs) {
                                           a->d_param[0]->data, bs))
       return -1;
   }
+  if (s->bww && a->d_param[0] && cpu_bww_mm_bind(&s->bwwmm, src, a->d_out->data, a->d_param[0]->data, bs)) return -1;
   return 0;
 }
 
-static const cpu_vt conv_vt = {conv_forward, conv_backward, conv_bind, NULL};
+static void conv_release(cpu_node *n) { cpu_bww_mm_release(&((conv_node *)n)->bwwmm); }
+
+static const cpu_vt conv_vt = {conv_forward, conv_backward, conv_bind, conv_release};
 
 typedef struct {
   int deconv, groups;
@@ -344,6 +352,19 @@ static int mm_applies(const sp_op_prep *p, const conv_node *s, const conv_geom *
          cpu_md_lanes(&s->src_md) == CPU_LANES_NHWC && cpu_md_lanes(&s->dst_md) == CPU_LANES_NHWC;
 }
 
+/* The weight gradient as im2col + matmul (conv_bww_mm.c): bf16 training,
+ * channels-last input and output, one group, no bias, and at least 64 input
+ * channels: narrower layers (the stem, ResUNet's 32-channel decoder at full
+ * resolution) spend more on the im2col copy than the product saves
+ * (measured, alternating with oneDNN's kernel: 64 channels at 56x56 22-25 vs
+ * 25-30 ms, 512 at 7x7 66-73 vs 108-278; 32 at 224x224 102-182 vs 87-136). */
+static int bww_applies(const sp_op_prep *p, const conv_node *s, const conv_geom *g) {
+  return cpu_conv_use_matmul && p->run_backward && p->bf16 && !g->deconv && g->groups == 1 && !s->has_bias &&
+         (cpu_conv_bww_min_channels <= p->in_shape[0].d[1]) &&
+         p->param_grad[0] && s->src_md.data_type == dnnl_bf16 && s->dst_md.data_type == dnnl_bf16 &&
+         cpu_md_lanes(&s->src_md) == CPU_LANES_NHWC && cpu_md_lanes(&s->dst_md) == CPU_LANES_NHWC;
+}
+
 static int conv_setup(sp_op_prep *p, conv_node *s, const conv_geom *g) {
   dnnl_data_type_t dt = p->bf16 ? dnnl_bf16 : dnnl_f32;
   dnnl_memory_desc_t src_any, wei_any, dst_any, dwei_any;
@@ -380,6 +401,14 @@ static int conv_setup(sp_op_prep *p, conv_node *s, const conv_geom *g) {
                                                    p->in_shape[0].d[1], p->out_shape.d[1], s->need_dx, s->need_dw,
                                                    s->has_bias, &mm_bwd) == 0;
   if (s->mm) s->need_dx = s->need_dw = 0; /* the products do both */
+  size_t bww_bwd = 0;
+  if (s->need_dw && bww_applies(p, s, g)) {
+    const sp_shape *in = &p->in_shape[0], *out = &p->out_shape, *w = &p->param_shape[0];
+    const cpu_conv_shape cs = {in->d[0], in->d[2], in->d[3], in->d[1], out->d[2], out->d[3], out->d[1], w->d[2], w->d[3],
+                               g->strides[0], g->strides[1], g->pad_l[0], g->pad_l[1], g->dil[0] + 1, g->dil[1] + 1};
+    s->bww = cpu_bww_mm_prepare(&s->bwwmm, &s->base, &cs, &bww_bwd) == 0;
+    if (s->bww) s->need_dw = 0; /* the products do it */
+  }
   if (s->need_dx) {
     if (choose_bwd_data(s, g, &src_any, &wei_any)) return -1;
     s->reorder_wei_bd = !cpu_md_equal(&s->wei_bd_md, &s->wei_md);
@@ -432,6 +461,7 @@ static int conv_setup(sp_op_prep *p, conv_node *s, const conv_geom *g) {
     if (s->reorder_ddst_bw) s->dbw_off = cpu_take(&bwd, cpu_md_bytes(&s->ddst_bw_md));
   }
   if (s->mm) bwd = mm_bwd;
+  if (bww_bwd > bwd) bwd = bww_bwd; /* runs after backward data: the same scratch */
   p->saved_bytes = keep;
   p->fwd_scratch_bytes = fwd;
   p->bwd_scratch_bytes = bwd;

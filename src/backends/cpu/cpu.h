@@ -204,9 +204,35 @@ int cpu_mm1x1_prepare(cpu_mm1x1 *m, cpu_node *n, int64_t rows, int64_t ic, int64
                       int has_bias, size_t *bwd_scratch);
 int cpu_mm1x1_bind(cpu_mm1x1 *m, cpu_node *n, const sp_op_args *a, char *bwd_scratch);
 void cpu_mm1x1_backward(const cpu_mm1x1 *m, const sp_op_args *a);
+/* conv_bww_mm.c: a convolution's weight gradient as im2col + matmul over
+ * chunks of output positions (bf16 channels-last, one group, no bias). */
+typedef struct {
+  int64_t n, ih, iw, ic, oh, ow, oc, kh, kw, sh, sw, pt, pl, dh, dw;
+} cpu_conv_shape;
+typedef struct {
+  cpu_conv_shape c;
+  int64_t rows, chunk, k; /* k = kh kw ic */
+  int threads;
+  dnnl_memory_desc_t a_md[2], b_md[2], t_md; /* [0]: a full chunk, [1]: the tail */
+  dnnl_primitive_desc_t pd[2];
+  dnnl_primitive_t prim[2];
+  size_t pad_bytes, col_bytes, t_bytes, thread_bytes; /* per thread in backward scratch */
+  dnnl_memory_t *mems;    /* per thread and primitive: dY view, col, T, scratchpad */
+  dnnl_stream_t *streams; /* one per thread (each runs its products itself) */
+  const void *x, *dy;
+  float *dw;
+  char *base;
+} cpu_bww_mm;
+int cpu_bww_mm_prepare(cpu_bww_mm *m, cpu_node *n, const cpu_conv_shape *c, size_t *bwd_scratch);
+int cpu_bww_mm_bind(cpu_bww_mm *m, const void *x, const void *dy, float *dw, char *bwd_scratch);
+void cpu_bww_mm_run(const cpu_bww_mm *m);
+void cpu_bww_mm_release(cpu_bww_mm *m);
 /* conv.c: 0 keeps oneDNN's convolution backward for 1x1 convolutions
  * (tests compare the two paths; benchmarks measure them). */
 extern int cpu_conv_use_matmul;
+/* conv.c: input channels from which the weight gradient of a non-1x1 bf16
+ * convolution runs as im2col + matmul (64; tests lower it). */
+extern int64_t cpu_conv_bww_min_channels;
 /* A conv node's state (sp_op_prep.state) runs its backward as products. */
 int cpu_conv_uses_matmul(const void *state);
 
