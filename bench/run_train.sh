@@ -9,6 +9,9 @@
 #                            frozen inference at batch 1 and 64 (vgg-face, resunet50)
 #     DTYPES="f32 bf16"      REPS=3 (spry/PyTorch pairs per figure, interleaved)
 #     VARIANTS=nchw,channels_last,compile   the PyTorch variants (best one is the peer)
+#     BEST_ONCE=1            time every variant in the first pair of a figure only, then the
+#                            best one (training) or the best eager one and compile (inference);
+#                            0: every variant in every pair
 #     PROFILE=0              no per-op profile of spry's bf16 step
 #     PY=python              a Python with torch (default: bench/.venv-torch, made and
 #                            filled from PyPI with `pip install torch torchvision` if missing)
@@ -30,6 +33,7 @@ PARTS=${PARTS:-"train infer"}
 DTYPES=${DTYPES:-"f32 bf16"}
 REPS=${REPS:-3}
 VARIANTS=${VARIANTS:-nchw,channels_last,compile}
+BEST_ONCE=${BEST_ONCE:-1}
 export MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=1000000000000 OMP_NUM_THREADS=$T
 
 if [ -z "${PY:-}" ]; then
@@ -105,6 +109,26 @@ medians() { # labels...
   done
 }
 
+# The variants to time after a first peer line (BEST_ONCE=1): its best, or
+# (inference, "eager+compile") its best eager one and compile.
+narrow() { # torch_json mode
+  [ "$BEST_ONCE" = 1 ] || { echo "$VARIANTS"; return; }
+  $PY - "$1" "$2" "$VARIANTS" <<'PY'
+import json, sys
+try:
+    v = {k: x for k, x in json.loads(sys.argv[1]).get("variants", {}).items() if isinstance(x, (int, float))}
+except ValueError:
+    v = {}
+if not v:
+    print(sys.argv[3])
+elif sys.argv[2] == "best":
+    print(max(v, key=v.get))
+else:
+    eager = [k for k in ("nchw", "channels_last") if k in v]
+    print(",".join(([max(eager, key=v.get)] if eager else []) + (["compile"] if "compile" in v else [])))
+PY
+}
+
 batch_of() { case $1 in vgg-face) echo 64 ;; tsm-*|tsn-*) echo 2 ;; *) echo 16 ;; esac; }
 video_args() { case $1 in tsm-*|tsn-*) echo "--segments 8" ;; *) echo "" ;; esac; }
 
@@ -118,14 +142,16 @@ for m in $MODELS; do
   if [[ " $PARTS " == *" train "* ]]; then
     for dt in $DTYPES; do
       label="$m train $dt b$b"
+      vars=$VARIANTS
       for _ in $(seq "$REPS"); do
         # shellcheck disable=SC2086
         s=$($SPRY bench train --model "$m" --backend cpu --batch "$b" --threads "$T" --dtype $dt --steps "$STEPS" --warmup 2 $va | tail -1)
         # shellcheck disable=SC2086
         p=$($PY bench/peers/torch_train.py --model "$m" --batch "$b" --threads "$T" --dtype $dt --steps "$STEPS" --warmup 2 \
-              --variants "$VARIANTS" $va 2>/dev/null | tail -1)
+              --variants "$vars" $va 2>/dev/null | tail -1)
         echo "$s"; echo "$p"
         pair "$s" "$p" "$label" best
+        vars=$(narrow "$p" best)
       done
       medians "$label"
     done
@@ -138,6 +164,7 @@ for m in $MODELS; do
   [[ " $PARTS " == *" infer "* ]] || continue
   case $m in vgg-face|resunet50)
     for dt in $DTYPES; do
+      declare -A ivars=([1]=$VARIANTS [64]=$VARIANTS)
       for _ in $(seq "$REPS"); do
         s=$($SPRY bench train --model "$m" --backend cpu --threads "$T" --dtype "$dt" --infer --steps "$STEPS" --warmup 2)
         echo "$s"
@@ -147,10 +174,11 @@ for l in sys.stdin:
     d = json.loads(l)
     if d["batch"] == int(sys.argv[1]): print(l.strip())' "$ib")
           p=$($PY bench/peers/torch_train.py --model "$m" --batch "$ib" --threads "$T" --dtype "$dt" --infer --steps "$STEPS" \
-                --warmup 2 --variants "$VARIANTS" 2>/dev/null | tail -1)
+                --warmup 2 --variants "${ivars[$ib]}" 2>/dev/null | tail -1)
           echo "$p"
           pair "$sl" "$p" "$m infer $dt b$ib vs eager" eager
           pair "$sl" "$p" "$m infer $dt b$ib vs compile" compile
+          ivars[$ib]=$(narrow "$p" eager+compile)
         done
       done
       medians "$m infer $dt b1 vs eager" "$m infer $dt b1 vs compile" "$m infer $dt b64 vs eager" "$m infer $dt b64 vs compile"
