@@ -25,11 +25,19 @@ typedef struct {
 
 /* bf16: the same passes, f32 arithmetic, one rounding per value written. */
 static void forward_bf16(const uint16_t *x0, const uint16_t *x1, uint16_t *y, uint8_t *mask, int64_t count) {
+  if (mask) { /* two loops, not a test inside one: GCC keeps a conditional store scalar */
 #pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < count; i++) {
-    const float v = sp_bf16_widen(x0[i]) + sp_bf16_widen(x1[i]);
-    if (mask) mask[i] = v > 0.0f;
-    y[i] = sp_bf16_round(v > 0.0f ? v : 0.0f);
+    for (int64_t i = 0; i < count; i++) {
+      const float v = sp_bf16_widen(x0[i]) + sp_bf16_widen(x1[i]);
+      mask[i] = v > 0.0f;
+      y[i] = sp_bf16_round(v > 0.0f ? v : 0.0f);
+    }
+  } else {
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < count; i++) {
+      const float v = sp_bf16_widen(x0[i]) + sp_bf16_widen(x1[i]);
+      y[i] = sp_bf16_round(v > 0.0f ? v : 0.0f);
+    }
   }
 }
 
