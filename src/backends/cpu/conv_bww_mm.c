@@ -7,7 +7,7 @@
  *
  * then dW[o][i][kh][kw] += T[o][kh][kw][i] into the plain f32 master gradient.
  * Why: oneDNN 2.6's AMX backward-weights convolution ran 3x3 layers at
- * 270-930 GFLOP/s here against 1-2 TFLOP/s for its brgemm matmul, and its
+ * 270-930 GFLOP/s here against up to 1-2 TFLOP/s for its brgemm matmul, and its
  * result is blocked f32 that a reorder then sums into the plain gradient.
  *
  * Threads: one parallel region per step. Each thread takes a static share of
