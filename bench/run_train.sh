@@ -1,51 +1,91 @@
 #!/bin/bash
-# Training (and batch-1 inference) speed of spry's cpu backend against PyTorch
-# on the same machine, back to back, model by model; prints the JSON lines of
-# both and a ratio line per pair. Medians: each side reports the median step
-# of --steps timed steps; run this script several times on a quiet machine.
-# First line: `spry bench peak`, this machine's fp32 / bf16 / copy limits; each
-# ratio line gives spry's GFLOP/s as a fraction of the peak of its dtype.
+# Training and inference speed of spry's cpu backend against the newest
+# PyTorch from PyPI on the same machine, back to back, model by model; prints
+# the JSON lines of both and a ratio line per pair.
 #
-#   bench/run_train.sh [threads] [steps]        (MODELS="vgg-face resnet50" to choose,
-#                                               PARTS="infer" for inference only, DTYPES="f32",
-#                                               REPS=3: pairs per figure, interleaved,
-#                                               PROFILE=0: no per-op profile of spry's f32 step)
+#   bench/run_train.sh [threads] [steps]
+#     MODELS="vgg-face resnet50 resunet50 tsm-r50"  models (tsm-r50: 8 segments, 2 clips)
+#     PARTS="train infer"    training (batch 64 vgg-face, 2 clips video, 16 else) and/or
+#                            frozen inference at batch 1 and 64 (vgg-face, resunet50)
+#     DTYPES="f32 bf16"      REPS=3 (spry/PyTorch pairs per figure, interleaved)
+#     VARIANTS=nchw,channels_last,compile   the PyTorch variants (best one is the peer)
+#     BEST_ONCE=1            time every variant in the first pair of a figure only, then the
+#                            best one (training) or the best eager one and compile (inference);
+#                            0: every variant in every pair
+#     PROFILE=0              no per-op profile of spry's bf16 step
+#     PY=python              a Python with torch (default: bench/.venv-torch, made and
+#                            filled from PyPI with `pip install torch torchvision` if missing)
 #
-# Each figure is REPS spry/PyTorch pairs run back to back; after them one
-# "ratio_median" line gives the median of the pairs' ratios (on a shared
-# machine a single pair can be off by 30% either way).
+# First lines: the machine (CPU model, its AVX-512 / AMX flags, PyTorch's
+# version) and `spry bench peak` (fp32 FMA, bf16 dot, AMX bf16 tile and copy
+# limits, the denominator of each spry row's spry_of_peak). Each figure is
+# REPS pairs; a "ratio_median" line gives the median of the pairs' ratios (on
+# a shared machine one pair can be off by 30% either way). Training ratios are
+# against PyTorch's best variant; inference ratios against the best eager
+# variant and against torch.compile separately.
 set -u
 cd "$(dirname "$0")/.."
 T=${1:-2}
 STEPS=${2:-10}
 SPRY=${SPRY:-build/spry}
-PY=${PY:-/usr/bin/python3}
-MODELS=${MODELS:-"vgg-face resnet50 resunet18 resunet50"}
+MODELS=${MODELS:-"vgg-face resnet50 resunet50 tsm-r50"}
 PARTS=${PARTS:-"train infer"}
 DTYPES=${DTYPES:-"f32 bf16"}
 REPS=${REPS:-3}
+VARIANTS=${VARIANTS:-nchw,channels_last,compile}
+BEST_ONCE=${BEST_ONCE:-1}
 export MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=1000000000000 OMP_NUM_THREADS=$T
 
-# This machine's limits, measured now: the denominator of "percent of peak".
+if [ -z "${PY:-}" ]; then
+  PY=bench/.venv-torch/bin/python
+  if ! "$PY" -c 'import torch, torchvision' 2>/dev/null; then
+    echo "# installing the newest torch + torchvision from PyPI into bench/.venv-torch" >&2
+    python3 -m venv bench/.venv-torch && bench/.venv-torch/bin/pip install -q --upgrade torch torchvision >&2 ||
+      { echo "bench/run_train.sh: could not install torch into bench/.venv-torch" >&2; exit 1; }
+  fi
+fi
+
+# The machine: what "this CPU" means in every figure below.
+$PY - <<'PY'
+import json, re, torch
+info = open("/proc/cpuinfo").read()
+model = re.search(r"model name\s*:\s*(.*)", info)
+flags = sorted(set(re.findall(r"\b(amx\w*|avx512\w*)\b", info)))
+print(json.dumps({"bench": "machine", "cpu": model.group(1) if model else None, "flags": flags,
+                  "torch": torch.__version__, "torch_threads": torch.get_num_threads()}))
+PY
 PEAK=$($SPRY bench peak --threads "$T")
 echo "$PEAK"
 
-ratio() { # spry_json torch_json label
-  $PY - "$1" "$2" "$3" "$PEAK" <<'PY'
+ratio() { # spry_json torch_json label which(best|eager|compile)
+  $PY - "$1" "$2" "$3" "$4" "$PEAK" <<'PY'
 import json, sys
-a, b, peak = json.loads(sys.argv[1]), json.loads(sys.argv[2]), json.loads(sys.argv[4])
-key = "bf16_gflops_per_s" if a.get("dtype") == "bf16" else "fp32_gflops_per_s"
+a, b, label, which, peak = json.loads(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3], sys.argv[4], json.loads(sys.argv[5])
+v = {k: x for k, x in b.get("variants", {}).items() if isinstance(x, (int, float))}
+if which == "eager":
+    peer = max([v[k] for k in ("nchw", "channels_last") if k in v] or [0])
+    layout = max((k for k in ("nchw", "channels_last") if k in v), key=lambda k: v[k], default=None)
+elif which == "compile":
+    peer, layout = v.get("compile", 0), "compile"
+else:
+    peer, layout = b["images_per_s"], b.get("layout")
+if not peer:
+    sys.exit(0)
+if a.get("dtype") == "bf16":
+    key = "amx_bf16_gflops_per_s" if peak.get("amx_bf16_gflops_per_s") else "bf16_gflops_per_s"
+else:
+    key = "fp32_gflops_per_s"
 gf = a.get("gflops_per_s")
 of_peak = round(gf / peak[key], 3) if peak.get(key) and isinstance(gf, (int, float)) else None
-print(json.dumps({"bench": "ratio", "what": sys.argv[3], "spry_images_per_s": round(a["images_per_s"], 2),
-                  "torch_images_per_s": round(b["images_per_s"], 2), "torch_layout": b.get("layout"),
-                  "spry_over_torch": round(a["images_per_s"] / b["images_per_s"], 3),
+print(json.dumps({"bench": "ratio", "what": label, "spry_images_per_s": round(a["images_per_s"], 2),
+                  "torch_images_per_s": round(peer, 2), "torch_variant": layout,
+                  "spry_over_torch": round(a["images_per_s"] / peer, 3),
                   "spry_gflops_per_s": round(gf, 1) if isinstance(gf, (int, float)) else None,
-                  "spry_of_peak": of_peak}))
+                  "spry_of_peak": of_peak, "peak_key": key}))
 PY
 }
 
-ratios=()
+declare -A ratios=()
 median_line() { # label, then the ratios of its pairs (none: no line)
   [ $# -gt 1 ] || return 0
   $PY - "$@" <<'PY'
@@ -55,15 +95,42 @@ print(json.dumps({"bench": "ratio_median", "what": sys.argv[1], "pairs": len(r),
                   "spry_over_torch": round(statistics.median(r), 3)}))
 PY
 }
-pair() { # spry_json torch_json label: prints both, the ratio line, keeps the ratio
-  echo "$1"; echo "$2"
+pair() { # spry_json torch_json label which: prints the ratio line, keeps the ratio under label
   local line
-  line=$(ratio "$1" "$2" "$3") || return 0
+  line=$(ratio "$1" "$2" "$3" "$4") || return 0
+  [ -n "$line" ] || return 0
   echo "$line"
-  [ -n "$line" ] && ratios+=("$($PY -c 'import json,sys; print(json.loads(sys.argv[1])["spry_over_torch"])' "$line")")
+  ratios[$3]+=" $($PY -c 'import json,sys; print(json.loads(sys.argv[1])["spry_over_torch"])' "$line")"
+}
+medians() { # labels...
+  for l in "$@"; do
+    # shellcheck disable=SC2086
+    median_line "$l" ${ratios[$l]:-}
+  done
 }
 
-batch_of() { case $1 in vgg-face) echo 64 ;; *) echo 16 ;; esac; }
+# The variants to time after a first peer line (BEST_ONCE=1): its best, or
+# (inference, "eager+compile") its best eager one and compile.
+narrow() { # torch_json mode
+  [ "$BEST_ONCE" = 1 ] || { echo "$VARIANTS"; return; }
+  $PY - "$1" "$2" "$VARIANTS" <<'PY'
+import json, sys
+try:
+    v = {k: x for k, x in json.loads(sys.argv[1]).get("variants", {}).items() if isinstance(x, (int, float))}
+except ValueError:
+    v = {}
+if not v:
+    print(sys.argv[3])
+elif sys.argv[2] == "best":
+    print(max(v, key=v.get))
+else:
+    eager = [k for k in ("nchw", "channels_last") if k in v]
+    print(",".join(([max(eager, key=v.get)] if eager else []) + (["compile"] if "compile" in v else [])))
+PY
+}
+
+batch_of() { case $1 in vgg-face) echo 64 ;; tsm-*|tsn-*) echo 2 ;; *) echo 16 ;; esac; }
+video_args() { case $1 in tsm-*|tsn-*) echo "--segments 8" ;; *) echo "" ;; esac; }
 
 for m in $MODELS; do
   if ! $SPRY bench train --model "$m" --steps 1 --warmup 0 --batch 1 --size 64 >/dev/null 2>&1; then
@@ -71,41 +138,50 @@ for m in $MODELS; do
     continue
   fi
   b=$(batch_of "$m")
-  declare -A spry_rates=()
-  for dt in $DTYPES; do
-    [[ " $PARTS " == *" train "* ]] || break
-    ratios=()
-    for _ in $(seq "$REPS"); do
-      s=$($SPRY bench train --model "$m" --backend cpu --batch "$b" --threads "$T" --dtype $dt --steps "$STEPS" --warmup 2 | tail -1)
-      p=$($PY bench/peers/torch_train.py --model "$m" --batch "$b" --threads "$T" --dtype $dt --steps "$STEPS" --warmup 2 | tail -1)
-      pair "$s" "$p" "$m train $dt b$b"
-      spry_rates[$dt]+=" $($PY -c 'import json,sys; print(json.loads(sys.argv[1])["images_per_s"])' "$s" 2>/dev/null)"
+  va=$(video_args "$m")
+  if [[ " $PARTS " == *" train "* ]]; then
+    for dt in $DTYPES; do
+      label="$m train $dt b$b"
+      vars=$VARIANTS
+      for _ in $(seq "$REPS"); do
+        # shellcheck disable=SC2086
+        s=$($SPRY bench train --model "$m" --backend cpu --batch "$b" --threads "$T" --dtype $dt --steps "$STEPS" --warmup 2 $va | tail -1)
+        # shellcheck disable=SC2086
+        p=$($PY bench/peers/torch_train.py --model "$m" --batch "$b" --threads "$T" --dtype $dt --steps "$STEPS" --warmup 2 \
+              --variants "$vars" $va 2>/dev/null | tail -1)
+        echo "$s"; echo "$p"
+        pair "$s" "$p" "$label" best
+        vars=$(narrow "$p" best)
+      done
+      medians "$label"
     done
-    median_line "$m train $dt b$b" ${ratios[@]+"${ratios[@]}"}
-  done
-  if [ -n "${spry_rates[f32]:-}" ] && [ -n "${spry_rates[bf16]:-}" ]; then
-    # The mixed-precision goal: spry bf16 against spry f32 (medians of the runs above).
-    $PY - "$m" "${spry_rates[f32]}" "${spry_rates[bf16]}" <<'PY'
-import json, statistics, sys
-f32, bf16 = ([float(x) for x in a.split()] for a in sys.argv[2:4])
-print(json.dumps({"bench": "bf16_over_f32", "model": sys.argv[1], "spry_f32_images_per_s": statistics.median(f32),
-                  "spry_bf16_images_per_s": statistics.median(bf16),
-                  "ratio": round(statistics.median(bf16) / statistics.median(f32), 3)}))
-PY
+    if [ "${PROFILE:-1}" = 1 ]; then
+      # Where spry's bf16 step goes: ms per op kind, forward and backward.
+      # shellcheck disable=SC2086
+      $SPRY bench train --model "$m" --backend cpu --batch "$b" --threads "$T" --dtype bf16 --steps 3 --warmup 1 --profile $va
+    fi
   fi
-  if [ "${PROFILE:-1}" = 1 ] && [[ " $PARTS " == *" train "* ]]; then
-    # Where spry's step goes: ms per op kind, forward and backward.
-    $SPRY bench train --model "$m" --backend cpu --batch "$b" --threads "$T" --steps 3 --warmup 1 --profile | tail -n +2
-  fi
-  unset spry_rates
   [[ " $PARTS " == *" infer "* ]] || continue
   case $m in vgg-face|resunet50)
-    ratios=()
-    for _ in $(seq "$REPS"); do
-      s=$($SPRY bench train --model "$m" --backend cpu --threads "$T" --infer --steps "$STEPS" --warmup 2 | head -1)
-      p=$($PY bench/peers/torch_train.py --model "$m" --threads "$T" --infer --steps "$STEPS" --warmup 2 --layout nchw | tail -1)
-      pair "$s" "$p" "$m infer f32 b1 (torch eager)"
+    for dt in $DTYPES; do
+      declare -A ivars=([1]=$VARIANTS [64]=$VARIANTS)
+      for _ in $(seq "$REPS"); do
+        s=$($SPRY bench train --model "$m" --backend cpu --threads "$T" --dtype "$dt" --infer --steps "$STEPS" --warmup 2)
+        echo "$s"
+        for ib in 1 64; do
+          sl=$(echo "$s" | $PY -c 'import json,sys
+for l in sys.stdin:
+    d = json.loads(l)
+    if d["batch"] == int(sys.argv[1]): print(l.strip())' "$ib")
+          p=$($PY bench/peers/torch_train.py --model "$m" --batch "$ib" --threads "$T" --dtype "$dt" --infer --steps "$STEPS" \
+                --warmup 2 --variants "${ivars[$ib]}" 2>/dev/null | tail -1)
+          echo "$p"
+          pair "$sl" "$p" "$m infer $dt b$ib vs eager" eager
+          pair "$sl" "$p" "$m infer $dt b$ib vs compile" compile
+          ivars[$ib]=$(narrow "$p" eager+compile)
+        done
+      done
+      medians "$m infer $dt b1 vs eager" "$m infer $dt b1 vs compile" "$m infer $dt b64 vs eager" "$m infer $dt b64 vs compile"
     done
-    median_line "$m infer f32 b1 (torch eager)" ${ratios[@]+"${ratios[@]}"}
   esac
 done

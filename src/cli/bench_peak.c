@@ -12,12 +12,18 @@
  * - copy: a parallel memcpy of --copy-mb MiB (256), counted as bytes read +
  *   bytes written (STREAM's convention for Copy).
  *
- * The bf16 figure is this instruction's peak: on CPUs with AMX tiles (not
- * this dev VM) oneDNN's bf16 kernels use those instead and can go faster.
+ * - amx_bf16: where the CPU has AMX tiles (AMX-BF16) and the kernel lets the
+ *   process use them (arch_prctl XTILEDATA), 4 chains of tdpbf16ps per
+ *   thread on 16x32 bf16 tiles into 16x16 fp32 tiles: 16 x 16 x 32 x 2 flops
+ *   each. This, not vdpbf16ps, is what oneDNN's bf16 convolutions and
+ *   matmuls run on such CPUs (Sapphire Rapids and later), so it is the
+ *   denominator of a bf16 "percent of peak"; null elsewhere (AMD Zen 5 has
+ *   AVX512_BF16 without AMX).
  *
  * The loops are inline assembly so the compiler can neither merge the chains
  * nor drop them; target attributes let this file build without -march=native. One JSON line; a kernel the CPU lacks reports null. */
 #include <omp.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,6 +83,55 @@ __attribute__((target("avx2,fma"))) static void fma256(long iters) {
                      "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "cc");
 }
 
+/* AMX: CPUID.(7,0).EDX bit 24 (AMX-TILE) and bit 22 (AMX-BF16), then the
+ * kernel's permission to use the tile data state (Linux >= 5.16). */
+#include <cpuid.h>
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+static int amx_usable(void) {
+  unsigned a, b, c, d;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & (1u << 24)) || !(d & (1u << 22))) return 0;
+#ifdef SYS_arch_prctl
+  return syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XFEATURE_XTILEDATA */) == 0;
+#else
+  return 0;
+#endif
+}
+
+typedef struct {
+  uint8_t palette, start_row, reserved[14];
+  uint16_t colsb[16];
+  uint8_t rows[16];
+} amx_tilecfg;
+
+/* Tiles 0-3 accumulate, 4-5 and 6-7 are the two operands (zeros). */
+__attribute__((target("amx-tile,amx-bf16"))) static void amx_bf16(long iters) {
+  static const uint16_t zeros[16 * 32] __attribute__((aligned(64)));
+  amx_tilecfg cfg;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.palette = 1;
+  for (int t = 0; t < 8; t++) cfg.colsb[t] = 64, cfg.rows[t] = 16;
+  /* ldtilecfg in asm with a memory input: GCC 12 drops the stores to cfg
+   * before the _tile_loadconfig builtin (it does not see the read). */
+  __asm__ volatile("ldtilecfg %0" ::"m"(cfg));
+  _tile_loadd(4, zeros, 64);
+  _tile_loadd(5, zeros, 64);
+  _tile_loadd(6, zeros, 64);
+  _tile_loadd(7, zeros, 64);
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  for (long i = 0; i < iters; i++) {
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+  }
+  _tile_release();
+}
+
 /* Runs `kernel(iters)` on every thread at once; returns the median seconds
  * and, in *threads, how many threads the runtime really gave. */
 static double time_parallel(void (*kernel)(long), long iters, int *threads, int runs) {
@@ -130,7 +185,7 @@ int sp_cli_bench_peak(int argc, char **argv) {
     fprintf(stderr, "usage: spry bench peak [--threads T] [--runs N] [--copy-mb MB]\n");
     return 2;
   }
-  double fp32 = -1, bf16 = -1;
+  double fp32 = -1, bf16 = -1, amx = -1;
   const char *isa = "none";
 #ifdef SPRY_PEAK_X86
   const long iters = 20000000; /* 16 instructions each: ~0.1-0.3 s per run */
@@ -143,6 +198,12 @@ int sp_cli_bench_peak(int argc, char **argv) {
       t = threads;
       s = time_parallel(dpbf16_512, iters, &t, runs);
       bf16 = (double)iters * 16 * 16 * 4 * t / s * 1e-9;
+    }
+    if (amx_usable()) {
+      const long amx_iters = iters / 8; /* ~16 cycles per tdpbf16ps */
+      t = threads;
+      s = time_parallel(amx_bf16, amx_iters, &t, runs);
+      amx = (double)amx_iters * 4 * 16 * 16 * 32 * 2 * t / s * 1e-9;
     }
   } else if (__builtin_cpu_supports("fma") && __builtin_cpu_supports("avx2")) {
     isa = "avx2";
@@ -164,6 +225,10 @@ int sp_cli_bench_peak(int argc, char **argv) {
   bf16 > 0 ? sp_json_f64(&b, bf16) : sp_json_null(&b);
   sp_json_key(&b, "bf16_over_fp32");
   bf16 > 0 && fp32 > 0 ? sp_json_f64(&b, bf16 / fp32) : sp_json_null(&b);
+  sp_json_key(&b, "amx_bf16_gflops_per_s");
+  amx > 0 ? sp_json_f64(&b, amx) : sp_json_null(&b);
+  sp_json_key(&b, "amx_over_fp32");
+  amx > 0 && fp32 > 0 ? sp_json_f64(&b, amx / fp32) : sp_json_null(&b);
   sp_json_key(&b, "copy_gb_per_s"), sp_json_f64(&b, copy);
   sp_json_obj_end(&b);
   printf("%s\n", b.s);

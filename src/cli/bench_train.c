@@ -193,7 +193,8 @@ static void print_profile_line(const bench_opts *o, const char *op, double fwd_s
  * the reorders inside those ops and the optimizer step (with the gradient
  * exchange under mpirun), which no node's time holds. */
 typedef struct {
-  double reorder_fwd, reorder_bwd, optimizer;
+  double reorder_fwd, reorder_bwd, optimizer, zero_grad;
+  double steps_total; /* wall time of the profiled steps */
 } step_profile;
 
 static void print_profile(const bench_opts *o, const sp_plan *p, int n_nodes, int steps, const step_profile *sp) {
@@ -213,12 +214,29 @@ static void print_profile(const bench_opts *o, const sp_plan *p, int n_nodes, in
     fwd[k] += f;
     bwd[k] += b;
   }
-  for (int k = 0; k < n_kinds; k++)
+  double total = sp->optimizer + sp->zero_grad;
+  for (int k = 0; k < n_kinds; k++) {
+    total += fwd[k] + bwd[k];
     if (fwd[k] != 0 || bwd[k] != 0) print_profile_line(o, kinds[k], fwd[k], bwd[k], steps, NULL);
+  }
   if (sp->reorder_fwd + sp->reorder_bwd > 0)
     print_profile_line(o, "reorders", sp->reorder_fwd, sp->reorder_bwd, steps,
                        "oneDNN layout changes and cross-layout gradient sums, inside the ops above");
   print_profile_line(o, "optimizer", 0, sp->optimizer, steps, "after backward: update (and exchange under mpirun)");
+  print_profile_line(o, "zero_grad", sp->zero_grad, 0, steps, "before forward: parameter gradients cleared");
+  /* What the lines above account for, against the mean step they come from
+   * (the train line gives the median step, which a noisy step moves less). */
+  sp_json_buf b;
+  sp_json_buf_init(&b);
+  sp_json_obj_begin(&b);
+  sp_json_key(&b, "bench"), sp_json_str(&b, "train_profile_total");
+  sp_json_key(&b, "model"), sp_json_str(&b, o->model);
+  sp_json_key(&b, "profile_ms_per_step"), sp_json_f64(&b, 1e3 * total / steps);
+  sp_json_key(&b, "mean_step_ms"), sp_json_f64(&b, 1e3 * sp->steps_total / steps);
+  sp_json_key(&b, "profile_over_step"), sp_json_f64(&b, sp->steps_total > 0 ? total / sp->steps_total : 0);
+  sp_json_obj_end(&b);
+  printf("%s\n", b.s);
+  sp_json_buf_free(&b);
 }
 
 /* ResNet classifiers train on labels with cross-entropy; the keypoint models
@@ -296,6 +314,7 @@ static int run_train(const bench_opts *o) {
     }
     double t0 = sp_now(), r0 = reorder_seconds();
     sp_graph_zero_grad(g);
+    if (profiling) prof.zero_grad += sp_now() - t0;
     sp_plan_forward(p);
     double r1 = reorder_seconds();
     if (red) sp_grad_reducer_begin(red, NULL, 0);
@@ -309,7 +328,8 @@ static int run_train(const bench_opts *o) {
       sp_optimizer_step(opt, 1e-4f);
     }
     double t3 = sp_now();
-    if (profiling) prof.reorder_fwd += r1 - r0, prof.reorder_bwd += r2 - r1, prof.optimizer += t3 - t2;
+    if (profiling)
+      prof.reorder_fwd += r1 - r0, prof.reorder_bwd += r2 - r1, prof.optimizer += t3 - t2, prof.steps_total += t3 - t0;
     if (s >= o->warmup) times[s - o->warmup] = t3 - t0;
   }
 #ifdef SPRY_HAVE_DNNL

@@ -166,6 +166,11 @@ static int prepare_nodes(sp_plan *p) {
       pr.consumer_out_plain = kept_output(p, &g->nodes[c]) || g->nodes[c].is_loss;
       pr.consumer_n_param = g->nodes[c].n_param;
       pr.consumer_n_state = g->nodes[c].n_state;
+      int c2 = consumer[c];
+      if (c2 >= 0 && !pr.consumer_out_plain && g->nodes[c2].n_in == 1) {
+        pr.consumer2_op = g->nodes[c2].op;
+        pr.consumer2_out_plain = kept_output(p, &g->nodes[c2]) || g->nodes[c2].is_loss;
+      }
     }
     if (impl->prepare(&pr) != 0) {
       char why[600];
@@ -174,6 +179,7 @@ static int prepare_nodes(sp_plan *p) {
       break;
     }
     if (pr.absorb_consumer && pr.consumer_op) p->nodes[c].absorbed_by = i;
+    if (pr.absorb_consumer == 2 && pr.consumer2_op) p->nodes[consumer[c]].absorbed_by = i;
     pn->impl_state = pr.state;
     pn->layout = pr.out_layout;
     pn->act_bytes = pr.out_bytes;
@@ -301,8 +307,9 @@ static void wire(sp_plan *p) {
       if (a->d_in[k] && !seen && p->nodes[nd->in[k]].first_writer == i) a->d_in_fresh |= 1u << k;
     }
   }
-  /* A host reads what it absorbed (a folded batch norm's statistics). */
-  for (int i = 0; i < g->n_nodes; i++)
+  /* A host reads what it absorbed (a folded batch norm's statistics): its
+   * direct consumer, the first absorbed node in order. */
+  for (int i = g->n_nodes - 1; i >= 0; i--)
     if (p->nodes[i].absorbed_by >= 0) p->nodes[p->nodes[i].absorbed_by].args.consumer = &p->nodes[i].args;
 }
 

@@ -95,10 +95,15 @@ typedef struct sp_op_prep {
   const void *consumer_attr;
   int consumer_out_plain; /* the consumer's output must be plain */
   int consumer_n_param, consumer_n_state;
+  /* The consumer's own sole consumer (same rules), for a chain of two
+   * (a frozen conv folding its batch norm and applying the ReLU after it). */
+  const struct sp_op_def *consumer2_op;
+  int consumer2_out_plain;
   /* reported */
   /* 1: this node also computes its sole consumer (e.g. batchnorm + relu): the
    * plan skips the consumer and gives its output and gradient this node's
-   * buffers, so d_out here is the gradient of the consumer's output. */
+   * buffers, so d_out here is the gradient of the consumer's output.
+   * 2: the consumer's consumer too (consumer2_op). */
   int absorb_consumer;
   void *state;            /* passed back as sp_op_args.impl; freed by release() */
   const void *out_layout; /* NULL: plain */

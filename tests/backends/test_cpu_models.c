@@ -411,15 +411,16 @@ static void frozen(const model_case *m) {
   double l0 = eval_loss(pr), c0 = eval_loss(pc);
   assert_true(fabs(c0 - l0) <= 1e-4 * fabs(l0));
   /* Each batch norm right after a conv was folded into it: never run. */
-  int folded = 0, bns = 0;
+  int folded = 0, bns = 0, relus = 0, post_ops = 0;
   for (int i = 0; i < sp_graph_node_count(cpu.g); i++) {
     double f, b;
     const char *op;
     assert_int_equal(sp_plan_profile(pc, i, &f, &b, &op), 0);
     if (strcmp(op, "batchnorm") == 0) bns++, folded += f == 0;
+    if (strcmp(op, "relu") == 0) relus++, post_ops += f == 0; /* the conv's post-op (or fused elsewhere) */
   }
   assert_true(folded > 0);
-  print_message("# %s: %d of %d batch norms folded\n", m->label, folded, bns);
+  print_message("# %s: %d of %d batch norms folded, %d of %d relus fused\n", m->label, folded, bns, post_ops, relus);
   assert_true(fabs(eval_loss(pc) - c0) == 0); /* again, from the kept weights */
   /* Change every conv and linear weight on both graphs (the ones the cpu
    * backend prepares): the frozen plan keeps computing with the prepared

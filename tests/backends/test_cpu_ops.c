@@ -366,6 +366,45 @@ static void own_kernels_keep_blocked_layout(void **s) {
     cpu_node_free(q.state);
   }
 }
+
+/* bf16 plans: soft-argmax and BlurPool read bf16 activations in every layout
+ * (no adapter, no reorder): BlurPool's output keeps the layout and type,
+ * soft-argmax saves f32 exponentials (twice the bf16 input's bytes). The
+ * bf16 CASEs above check their values against the reference. */
+static void own_kernels_take_bf16(void **s) {
+  (void)s;
+  cmp_require_cpu();
+  const dnnl_format_tag_t tags[4] = {dnnl_aBcd16b, dnnl_aBcd8b, dnnl_acdb, dnnl_abcd};
+  for (int t = 0; t < 4; t++) {
+    dnnl_memory_desc_t md;
+    dnnl_dims_t dims = {2, 20, 9, 7};
+    assert_int_equal(dnnl_memory_desc_init_by_tag(&md, 4, dims, dnnl_bf16, tags[t]), dnnl_success);
+    sp_softargmax_attr sa = {1.0f};
+    sp_op_prep p = {.op = &sp_op_softargmax, .attr = &sa, .n_in = 1, .training = 1, .run_backward = 1, .bf16 = 1};
+    p.in_shape[0] = sp_shape4(2, 20, 9, 7);
+    p.out_shape = sp_shape3(2, 20, 2);
+    p.in_dtype[0] = SP_F32;
+    p.in_layout[0] = &md;
+    p.need_d_in[0] = 1;
+    assert_int_equal(cpu_softargmax_prepare(&p), 0);
+    assert_int_equal(p.saved_bytes, 2 * cpu_md_bytes(&md) + 16 * 2 * 20);
+    cpu_node_free(p.state);
+    sp_blurpool_attr ba = {3, 2};
+    sp_op_prep q = {.op = &sp_op_blurpool, .attr = &ba, .n_in = 1, .training = 1, .run_backward = 1, .bf16 = 1};
+    q.in_shape[0] = sp_shape4(2, 20, 9, 7);
+    q.out_shape = sp_shape4(2, 20, 5, 4);
+    q.in_dtype[0] = SP_F32;
+    q.in_layout[0] = &md;
+    q.need_d_in[0] = 1;
+    assert_int_equal(cpu_blurpool_prepare(&q), 0);
+    dnnl_memory_desc_t want;
+    dnnl_dims_t od = {2, 20, 5, 4};
+    assert_int_equal(dnnl_memory_desc_init_by_tag(&want, 4, od, dnnl_bf16, tags[t]), dnnl_success);
+    assert_non_null(q.out_layout);
+    assert_true(cpu_md_equal(q.out_layout, &want));
+    cpu_node_free(q.state);
+  }
+}
 #endif
 
 int main(void) {
@@ -388,7 +427,7 @@ int main(void) {
 #ifdef SPRY_HAVE_DNNL
       cmocka_unit_test(tshift_keeps_blocked_layout), cmocka_unit_test(tshift_channels_last),
       cmocka_unit_test(softargmax_channels_last), cmocka_unit_test(blurpool_channels_last),
-      cmocka_unit_test(own_kernels_keep_blocked_layout),
+      cmocka_unit_test(own_kernels_keep_blocked_layout), cmocka_unit_test(own_kernels_take_bf16),
 #endif
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -45,6 +45,11 @@ static void peak_reports_this_machine(void **state) {
       double ratio = num(j, "bf16_over_fp32");
       assert_true(fabs(ratio - num(j, "bf16_gflops_per_s") / fp32) < 1e-6 * ratio);
     }
+    /* AMX tiles (null without them): a tile product does 16x16x32 bf16
+     * multiply-adds, far above one core's fp32 FMAs even on a loaded host. */
+    const sp_json *amx = sp_json_get(j, "amx_bf16_gflops_per_s");
+    assert_non_null(amx);
+    if (amx->type != SP_JSON_NULL) assert_true(num(j, "amx_bf16_gflops_per_s") > fp32);
   } else {
     assert_int_equal(sp_json_get(j, "fp32_gflops_per_s")->type, SP_JSON_NULL);
   }
@@ -63,8 +68,9 @@ static void tshift_bench_checks_its_output(void **state) {
   sp_json_free(j);
 }
 
-/* --profile: a line per op kind, then the reorders (timed inside those ops)
- * and the optimizer step. */
+/* --profile: a line per op kind, then the reorders (timed inside those ops),
+ * the optimizer step and the clearing of gradients, and a last line with
+ * what those account for of the mean step. */
 static void train_profile_accounts_for_the_step(void **state) {
   (void)state;
 #ifndef SPRY_HAVE_DNNL
@@ -75,12 +81,17 @@ static void train_profile_accounts_for_the_step(void **state) {
   int rc = sp_test_run_cli(args, 0, out, sizeof out);
   if (rc == -1) skip();
   if (rc != 0) fail_msg("spry %s: exit status %d, output: %s", args, rc, out);
-  double ops_fwd = 0, ops_bwd = 0, reo_fwd = -1, reo_bwd = -1, optimizer = -1;
+  double ops_fwd = 0, ops_bwd = 0, reo_fwd = -1, reo_bwd = -1, optimizer = -1, zero = -1, share = -1;
   int lines = 0, conv = 0;
   for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n"), lines++) {
     sp_json *j = sp_json_parse(line, strlen(line), strlen(line) + 1);
     if (!j) fail_msg("not JSON: %s", line);
     const char *bench = sp_json_as_string(sp_json_get(j, "bench"));
+    if (!strcmp(bench, "train_profile_total")) {
+      share = num(j, "profile_over_step");
+      sp_json_free(j);
+      continue;
+    }
     assert_string_equal(bench, lines == 0 ? "train" : "train_profile");
     if (lines > 0) {
       const char *op = sp_json_as_string(sp_json_get(j, "op"));
@@ -88,6 +99,7 @@ static void train_profile_accounts_for_the_step(void **state) {
       assert_true(f >= 0 && b >= 0 && isfinite(f) && isfinite(b));
       if (!strcmp(op, "reorders")) reo_fwd = f, reo_bwd = b;
       else if (!strcmp(op, "optimizer")) optimizer = b, assert_true(f == 0);
+      else if (!strcmp(op, "zero_grad")) zero = f, assert_true(b == 0);
       else ops_fwd += f, ops_bwd += b, conv += !strcmp(op, "conv2d");
     }
     sp_json_free(j);
@@ -97,7 +109,9 @@ static void train_profile_accounts_for_the_step(void **state) {
   assert_true(reo_fwd > 0 && reo_bwd >= 0);
   /* Reorders run inside the ops, so they can only be part of the ops' time. */
   assert_true(reo_fwd <= ops_fwd && reo_bwd <= ops_bwd);
-  assert_true(optimizer > 0);
+  assert_true(optimizer > 0 && zero >= 0);
+  /* Timed inside the step: at most all of it (and most of it). */
+  assert_true(share > 0.3 && share <= 1.0 + 1e-9);
 }
 
 /* Under mpirun (when the build has MPI): rank 0 alone prints, one line whose

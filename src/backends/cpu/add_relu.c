@@ -7,22 +7,56 @@
  * forward writes y and a one-byte mask (s > 0) into saved, and backward
  * writes mask ? dy : 0 straight into both inputs' gradients (overwriting when
  * fresh, adding otherwise). Taken when both inputs and the output share one
- * f32 layout (the blocked layout the convolutions chose); otherwise join.c's
- * oneDNN add and a separate relu run. Padding lanes stay zero: 0 + 0 is not
- * above 0. */
+ * layout, f32 or bf16 (the layout the convolutions chose); otherwise join.c's
+ * oneDNN add and a separate relu run. bf16 sums in f32 and rounds once (as
+ * oneDNN's add does). Padding lanes stay zero: 0 + 0 is not above 0. */
 #ifdef SPRY_HAVE_DNNL
 #include <stdint.h>
 
 #include "backends/cpu/cpu.h"
+#include "core/bf16.h"
 #include "ops/ops.h"
 
 typedef struct {
   cpu_node base;
   int64_t count; /* elements in the layout, padding included */
+  int bf16;
 } add_relu_node;
+
+/* bf16: the same passes, f32 arithmetic, one rounding per value written. */
+static void forward_bf16(const uint16_t *x0, const uint16_t *x1, uint16_t *y, uint8_t *mask, int64_t count) {
+  if (mask) { /* two loops, not a test inside one: GCC keeps a conditional store scalar */
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < count; i++) {
+      const float v = sp_bf16_widen(x0[i]) + sp_bf16_widen(x1[i]);
+      mask[i] = v > 0.0f;
+      y[i] = sp_bf16_round(v > 0.0f ? v : 0.0f);
+    }
+  } else {
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < count; i++) {
+      const float v = sp_bf16_widen(x0[i]) + sp_bf16_widen(x1[i]);
+      y[i] = sp_bf16_round(v > 0.0f ? v : 0.0f);
+    }
+  }
+}
+
+static void grad_into_bf16(uint16_t *d, const uint16_t *dy, const uint8_t *mask, int64_t count, int fresh) {
+  if (fresh) {
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < count; i++) d[i] = mask[i] ? dy[i] : 0;
+  } else {
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < count; i++) d[i] = sp_bf16_round(sp_bf16_widen(d[i]) + (mask[i] ? sp_bf16_widen(dy[i]) : 0.0f));
+  }
+}
 
 static void add_relu_forward(cpu_node *n, const sp_op_args *a) {
   const add_relu_node *s = (const add_relu_node *)n;
+  if (s->bf16) {
+    forward_bf16(a->in[0]->data, a->in[1]->data, a->out->data, a->saved, s->count);
+    return;
+  }
   const float *x0 = a->in[0]->data, *x1 = a->in[1]->data;
   float *y = a->out->data;
   uint8_t *mask = a->saved; /* NULL without backward */
@@ -58,7 +92,9 @@ static void grad_into(float *d, const float *dy, const uint8_t *mask, int64_t co
 static void add_relu_backward(cpu_node *n, const sp_op_args *a) {
   const add_relu_node *s = (const add_relu_node *)n;
   for (int k = 0; k < 2; k++)
-    if (a->d_in[k]) grad_into(a->d_in[k]->data, a->d_out->data, a->saved, s->count, (a->d_in_fresh >> k) & 1u);
+    if (a->d_in[k] && s->bf16)
+      grad_into_bf16(a->d_in[k]->data, a->d_out->data, a->saved, s->count, (a->d_in_fresh >> k) & 1u);
+    else if (a->d_in[k]) grad_into(a->d_in[k]->data, a->d_out->data, a->saved, s->count, (a->d_in_fresh >> k) & 1u);
 }
 
 static const cpu_vt add_relu_vt = {add_relu_forward, add_relu_backward, NULL, NULL};
@@ -66,11 +102,12 @@ static const cpu_vt add_relu_vt = {add_relu_forward, add_relu_backward, NULL, NU
 int cpu_add_relu_prepare(sp_op_prep *p) {
   dnnl_memory_desc_t m0, m1;
   if (p->consumer_op != &sp_op_relu || p->consumer_out_plain || p->out_plain || cpu_md_input(&m0, p, 0) ||
-      cpu_md_input(&m1, p, 1) || m0.data_type != dnnl_f32 || !cpu_md_equal(&m0, &m1))
+      cpu_md_input(&m1, p, 1) || (m0.data_type != dnnl_f32 && m0.data_type != dnnl_bf16) || !cpu_md_equal(&m0, &m1))
     return 1; /* not this case */
   add_relu_node *s = cpu_node_new(sizeof *s, &add_relu_vt);
   s->base.out_md = m0;
-  s->count = (int64_t)(cpu_md_bytes(&m0) / sizeof(float));
+  s->bf16 = m0.data_type == dnnl_bf16;
+  s->count = (int64_t)(cpu_md_bytes(&m0) / (s->bf16 ? 2 : 4));
   p->saved_bytes = p->run_backward ? (size_t)s->count : 0;
   p->fwd_scratch_bytes = p->bwd_scratch_bytes = 0;
   p->absorb_consumer = 1;

@@ -9,12 +9,17 @@
  * reflected row and column of each tap are tabulated once per plan. Backward
  * scatters into the input gradient inside one (image, block) unit, so no two
  * threads touch the same cells; a fresh gradient is zeroed first. Padding
- * lanes pass through (zero in, zero out), as every producer keeps them zero. */
+ * lanes pass through (zero in, zero out), as every producer keeps them zero.
+ * bf16 (bf16 plans): read and written in bf16, summed in f32 (a thread's
+ * output row in forward, its unit's input gradient in backward, in scratch),
+ * so each value is rounded once. */
 #ifdef SPRY_HAVE_DNNL
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backends/cpu/cpu.h"
+#include "core/bf16.h"
 #include "ops/ops.h"
 
 enum { MAX_F = 7 };
@@ -27,6 +32,8 @@ typedef struct {
   int f;
   float taps[MAX_F];
   int32_t *row, *col; /* row[oh * f + i]: the input row tap i of output row oh reads (reflected); col alike */
+  int bf16, threads;  /* bf16: values and gradients in bf16, sums in f32 scratch */
+  size_t fwd_thread_bytes, bwd_thread_bytes;
 } bp_node;
 
 static void bp_release(cpu_node *n) {
@@ -35,62 +42,96 @@ static void bp_release(cpu_node *n) {
   free(s->col);
 }
 
-static void bp_forward(cpu_node *n, const sp_op_args *a) {
-  const bp_node *s = (const bp_node *)n;
-  const float *x = a->in[0]->data;
-  float *y = a->out->data;
+#define INLINE static inline __attribute__((always_inline))
+
+INLINE float ld(const void *p, int64_t i, int bf16) {
+  return bf16 ? sp_bf16_widen(((const uint16_t *)p)[i]) : ((const float *)p)[i];
+}
+
+/* Forward: each output position's L lanes are summed in f32 (in y itself
+ * for f32; in this thread's row of scratch for bf16, then rounded once). */
+INLINE void forward_impl(const bp_node *s, const void *x, void *y, char *scratch, int bf16) {
   const int64_t L = s->lanes, S = s->pos_stride, units = s->n * s->blocks;
   const int f = s->f;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) num_threads(s->threads)
   for (int64_t u = 0; u < units; u++) {
     const int64_t img = u / s->blocks, blk = u % s->blocks;
-    const float *xb = x + img * s->in_image + blk * s->in_block;
-    float *yb = y + img * s->out_image + blk * s->out_block;
+    const int64_t xb = img * s->in_image + blk * s->in_block, yb = img * s->out_image + blk * s->out_block;
+    float *row = bf16 ? (float *)(scratch + (size_t)omp_get_thread_num() * s->fwd_thread_bytes) : NULL;
     for (int64_t oh = 0; oh < s->ho; oh++)
       for (int64_t ow = 0; ow < s->wo; ow++) {
-        float *yp = yb + (oh * s->wo + ow) * S;
+        const int64_t yo = yb + (oh * s->wo + ow) * S;
+        float *yp = bf16 ? row : (float *)y + yo;
 #pragma omp simd
         for (int64_t l = 0; l < L; l++) yp[l] = 0.0f;
         for (int i = 0; i < f; i++) {
-          const float *xr = xb + (int64_t)s->row[oh * f + i] * s->w * S;
+          const int64_t xr = xb + (int64_t)s->row[oh * f + i] * s->w * S;
           for (int j = 0; j < f; j++) {
             const float t = s->taps[i] * s->taps[j];
-            const float *xp = xr + (int64_t)s->col[ow * f + j] * S;
+            const int64_t xp = xr + (int64_t)s->col[ow * f + j] * S;
 #pragma omp simd
-            for (int64_t l = 0; l < L; l++) yp[l] += t * xp[l];
+            for (int64_t l = 0; l < L; l++) yp[l] += t * ld(x, xp + l, bf16);
           }
+        }
+        if (bf16) {
+          uint16_t *yh = (uint16_t *)y + yo;
+#pragma omp simd
+          for (int64_t l = 0; l < L; l++) yh[l] = sp_bf16_round(row[l]);
         }
       }
   }
 }
 
-static void bp_backward(cpu_node *n, const sp_op_args *a) {
-  if (!a->d_in[0]) return;
-  const bp_node *s = (const bp_node *)n;
-  const float *dy = a->d_out->data;
-  float *dx = a->d_in[0]->data;
-  const int64_t L = s->lanes, S = s->pos_stride, units = s->n * s->blocks;
-  const int f = s->f, fresh = a->d_in_fresh & 1u;
-#pragma omp parallel for schedule(static)
+/* Backward scatters into the unit's input gradient: in dx itself for f32
+ * (zeroed first when fresh); for bf16 into an f32 copy of the unit in this
+ * thread's scratch, then written (fresh) or added (rounding once). */
+INLINE void backward_impl(const bp_node *s, const void *dy, void *dx, int fresh, char *scratch, int bf16) {
+  const int64_t L = s->lanes, S = s->pos_stride, units = s->n * s->blocks, cells = s->h * s->w * S;
+  const int f = s->f;
+#pragma omp parallel for schedule(static) num_threads(s->threads)
   for (int64_t u = 0; u < units; u++) {
     const int64_t img = u / s->blocks, blk = u % s->blocks;
-    const float *gb = dy + img * s->out_image + blk * s->out_block;
-    float *db = dx + img * s->in_image + blk * s->in_block;
-    if (fresh) memset(db, 0, sizeof(float) * (size_t)(s->h * s->w * S)); /* the unit's block: contiguous */
+    const int64_t gb = img * s->out_image + blk * s->out_block, dbo = img * s->in_image + blk * s->in_block;
+    float *db = bf16 ? (float *)(scratch + (size_t)omp_get_thread_num() * s->bwd_thread_bytes) : (float *)dx + dbo;
+    if (fresh || bf16) memset(db, 0, sizeof(float) * (size_t)cells); /* the unit's block: contiguous */
     for (int64_t oh = 0; oh < s->ho; oh++)
       for (int64_t ow = 0; ow < s->wo; ow++) {
-        const float *gp = gb + (oh * s->wo + ow) * S;
+        const int64_t gp = gb + (oh * s->wo + ow) * S;
         for (int i = 0; i < f; i++) {
           float *dr = db + (int64_t)s->row[oh * f + i] * s->w * S;
           for (int j = 0; j < f; j++) {
             const float t = s->taps[i] * s->taps[j];
             float *dp = dr + (int64_t)s->col[ow * f + j] * S;
 #pragma omp simd
-            for (int64_t l = 0; l < L; l++) dp[l] += t * gp[l];
+            for (int64_t l = 0; l < L; l++) dp[l] += t * ld(dy, gp + l, bf16);
           }
         }
       }
+    if (bf16) {
+      uint16_t *dh = (uint16_t *)dx + dbo;
+      if (fresh) {
+#pragma omp simd
+        for (int64_t i = 0; i < cells; i++) dh[i] = sp_bf16_round(db[i]);
+      } else {
+#pragma omp simd
+        for (int64_t i = 0; i < cells; i++) dh[i] = sp_bf16_round(sp_bf16_widen(dh[i]) + db[i]);
+      }
+    }
   }
+}
+
+static void bp_forward(cpu_node *n, const sp_op_args *a) {
+  const bp_node *s = (const bp_node *)n;
+  if (s->bf16) forward_impl(s, a->in[0]->data, a->out->data, a->scratch, 1);
+  else forward_impl(s, a->in[0]->data, a->out->data, a->scratch, 0);
+}
+
+static void bp_backward(cpu_node *n, const sp_op_args *a) {
+  if (!a->d_in[0]) return;
+  const bp_node *s = (const bp_node *)n;
+  const int fresh = a->d_in_fresh & 1u;
+  if (s->bf16) backward_impl(s, a->d_out->data, a->d_in[0]->data, fresh, a->scratch, 1);
+  else backward_impl(s, a->d_out->data, a->d_in[0]->data, fresh, a->scratch, 0);
 }
 
 static const cpu_vt bp_vt = {bp_forward, bp_backward, NULL, bp_release};
@@ -102,7 +143,7 @@ int cpu_blurpool_prepare(sp_op_prep *p) {
   dnnl_memory_desc_t md;
   const sp_blurpool_attr *at = p->attr;
   if (p->in_shape[0].ndim != 4 || at->filter_size > MAX_F || cpu_md_input(&md, p, 0) != 0 ||
-      md.data_type != dnnl_f32)
+      (md.data_type != dnnl_f32 && md.data_type != dnnl_bf16))
     return cpu_adapter_prepare(p);
   const int lanes = cpu_md_lanes(&md);
   const int64_t c = p->in_shape[0].d[1];
@@ -133,11 +174,17 @@ int cpu_blurpool_prepare(sp_op_prep *p) {
   for (int64_t o = 0; o < s->wo; o++)
     for (int j = 0; j < s->f; j++) s->col[o * s->f + j] = reflect(o * stride - pad + j, s->w);
   dnnl_dims_t od = {p->out_shape.d[0], p->out_shape.d[1], p->out_shape.d[2], p->out_shape.d[3]};
-  if (dnnl_memory_desc_init_by_tag(&s->base.out_md, 4, od, dnnl_f32, cpu_lanes_tag(lanes)) != dnnl_success) {
+  if (dnnl_memory_desc_init_by_tag(&s->base.out_md, 4, od, md.data_type, cpu_lanes_tag(lanes)) != dnnl_success) {
     cpu_node_free(&s->base);
     return sp_error_set("blurpool: no output layout");
   }
-  p->saved_bytes = p->fwd_scratch_bytes = p->bwd_scratch_bytes = 0;
+  s->bf16 = md.data_type == dnnl_bf16;
+  s->threads = omp_get_max_threads();
+  s->fwd_thread_bytes = s->bf16 ? ((sizeof(float) * (size_t)s->lanes + 63) & ~(size_t)63) : 0;
+  s->bwd_thread_bytes = s->bf16 ? ((sizeof(float) * (size_t)(s->h * s->w * s->pos_stride) + 63) & ~(size_t)63) : 0;
+  p->saved_bytes = 0;
+  p->fwd_scratch_bytes = (size_t)s->threads * s->fwd_thread_bytes;
+  p->bwd_scratch_bytes = p->run_backward ? (size_t)s->threads * s->bwd_thread_bytes : 0;
   cpu_report(p, &s->base);
   return 0;
 }

@@ -1,4 +1,6 @@
-/* batchnorm on oneDNN, in the input's layout (output and gradients share it).
+/* batchnorm in the input's layout (output and gradients share it): our own
+ * kernels (bnorm_kernels.c) for every layout they walk (plain, nChw8c,
+ * nChw16c, channels-last, [N, C]; f32 and bf16), oneDNN for any other.
  *
  * Training computes batch statistics (biased variance, as PyTorch) and saves
  * mean and variance for backward; the running buffers move here, with the
@@ -8,15 +10,23 @@
  *
  * When the output's only consumer is a relu, the node absorbs it (oneDNN's
  * fused BN + ReLU; in training the ReLU mask is a workspace kept in saved),
- * so the activation is written and read once instead of three times. */
+ * so the activation is written and read once instead of three times.
+ * (Our kernels keep no mask: backward recomputes the sign from the input.) */
 #ifdef SPRY_HAVE_DNNL
 #include <string.h>
 
 #include "backends/cpu/cpu.h"
 #include "ops/ops.h"
 
+/* Tests set it to run oneDNN's batch norm where our kernels would run. */
+int cpu_bnorm_use_onednn = 0;
+
 typedef struct {
   cpu_node base;
+  int own; /* our kernels (geom) instead of oneDNN's primitives */
+  cpu_bn_geom geom;
+  float eps;
+  char *fs, *bs; /* bound scratch (own kernels) */
   int affine, batch_stats, update_running, run_backward, need_dparam, fused_relu, has_ws;
   int64_t c, m;
   float momentum;
@@ -29,9 +39,17 @@ typedef struct {
   float *mean, *var, *dscale, *dshift;
 } bn_node;
 
+static const float *param_or_null(const sp_op_args *a, int k) {
+  return a->n_param == 2 && a->param[k] ? a->param[k]->data : NULL;
+}
+
 static void bn_forward(cpu_node *n, const sp_op_args *a) {
   bn_node *s = (bn_node *)n;
-  cpu_exec_run(&s->f);
+  if (s->own)
+    cpu_bn_forward(&s->geom, a->in[0]->data, a->out->data, s->mean, s->var, param_or_null(a, 0), param_or_null(a, 1),
+                   s->eps, s->batch_stats, s->fused_relu, s->fs);
+  else
+    cpu_exec_run(&s->f);
   if (!s->update_running) return;
   float *rm = a->state[0]->data, *rv = a->state[1]->data, mom = s->momentum;
   double unbias = s->m > 1 ? (double)s->m / (double)(s->m - 1) : 1.0;
@@ -43,6 +61,14 @@ static void bn_forward(cpu_node *n, const sp_op_args *a) {
 
 static void bn_backward(cpu_node *n, const sp_op_args *a) {
   bn_node *s = (bn_node *)n;
+  if (s->own) {
+    float *dg = s->need_dparam && a->d_param[0] ? a->d_param[0]->data : NULL;
+    float *db = s->need_dparam && a->d_param[1] ? a->d_param[1]->data : NULL;
+    cpu_bn_backward(&s->geom, a->in[0]->data, a->d_out->data, a->d_in[0] ? a->d_in[0]->data : NULL,
+                    !(a->d_in_fresh & 1u), s->mean, s->var, param_or_null(a, 0), param_or_null(a, 1), s->eps,
+                    s->batch_stats, s->fused_relu, dg, db, s->bs);
+    return;
+  }
   cpu_exec_run(&s->b);
   cpu_exec_run(&s->b_out);
   if (s->need_dparam) {
@@ -53,10 +79,10 @@ static void bn_backward(cpu_node *n, const sp_op_args *a) {
 
 static int bn_bind(cpu_node *n, const sp_op_args *a, char *fs, char *bs) {
   bn_node *s = (bn_node *)n;
-  cpu_exec_init(&s->f, s->fwd);
   if (s->batch_stats) {
     /* Training: statistics go to saved (read by backward); otherwise scratch. */
-    char *stats = a->saved ? (char *)a->saved : fs + cpu_scratchpad_bytes(s->fwd_pd) + 64;
+    size_t pad = s->own ? cpu_bn_scratch_bytes(&s->geom) : cpu_scratchpad_bytes(s->fwd_pd);
+    char *stats = a->saved ? (char *)a->saved : fs + pad + 64;
     stats = (char *)(((uintptr_t)stats + 63) & ~(uintptr_t)63);
     s->mean = (float *)stats;
     s->var = s->mean + ((s->c + 15) & ~15);
@@ -64,6 +90,11 @@ static int bn_bind(cpu_node *n, const sp_op_args *a, char *fs, char *bs) {
     s->mean = a->state[0]->data;
     s->var = a->state[1]->data;
   }
+  if (s->own) {
+    s->fs = fs, s->bs = bs;
+    return 0;
+  }
+  cpu_exec_init(&s->f, s->fwd);
   if ((s->has_ws && cpu_exec_arg(&s->f, n, DNNL_ARG_WORKSPACE, &s->ws_md, (char *)a->saved + s->ws_off)) ||
       cpu_exec_arg(&s->f, n, DNNL_ARG_SRC, &s->md, a->in[0]->data) ||
       cpu_exec_arg(&s->f, n, DNNL_ARG_DST, &s->md, a->out->data) ||
@@ -99,6 +130,22 @@ static int bn_bind(cpu_node *n, const sp_op_args *a, char *fs, char *bs) {
 
 static const cpu_vt bn_vt = {bn_forward, bn_backward, bn_bind, NULL};
 
+/* Our kernels: statistics in saved (training) or forward scratch, as below;
+ * scratch for the per-thread sums. */
+static int own_setup(sp_op_prep *p, bn_node *s) {
+  s->own = 1;
+  s->base.out_md = s->md;
+  const size_t stats = 2 * sizeof(float) * (size_t)((s->c + 15) & ~15) + 64;
+  size_t fwd = cpu_bn_scratch_bytes(&s->geom);
+  if (s->batch_stats && !p->run_backward) fwd += 64 + stats;
+  p->saved_bytes = s->batch_stats && p->run_backward ? stats : 0;
+  p->fwd_scratch_bytes = fwd;
+  p->bwd_scratch_bytes = p->run_backward ? cpu_bn_bwd_scratch_bytes(&s->geom) : 0;
+  p->absorb_consumer = s->fused_relu;
+  cpu_report(p, &s->base);
+  return 0;
+}
+
 static int bn_setup(sp_op_prep *p, bn_node *s) {
   const sp_batchnorm_attr *at = p->attr;
   float eps = at ? at->eps : 1e-5f;
@@ -115,6 +162,8 @@ static int bn_setup(sp_op_prep *p, bn_node *s) {
   if (p->out_plain && !(cpu_md_is_plain(&s->md) && s->md.data_type == dnnl_f32))
     return sp_error_set("a blocked batchnorm cannot write a plain graph output");
   s->fused_relu = p->consumer_op == &sp_op_relu && !p->consumer_out_plain;
+  s->eps = eps;
+  if (!cpu_bnorm_use_onednn && cpu_bn_geom_of(&s->geom, &s->md, &p->in_shape[0]) == 0) return own_setup(p, s);
   unsigned flags = (s->affine ? dnnl_use_scale | dnnl_use_shift : 0) | (s->batch_stats ? 0 : dnnl_use_global_stats) |
                    (s->fused_relu ? dnnl_fuse_norm_relu : 0);
   dnnl_prop_kind_t prop = p->run_backward ? dnnl_forward_training : dnnl_forward_inference;

@@ -37,12 +37,22 @@ typedef struct {
   size_t src_off, wei_off;                                /* in saved (training) or forward scratch */
   void *wei_kept;                                         /* frozen plans: the prepared weights */
   int fold_bn;                                            /* frozen: the absorbed batch norm is folded in */
+  int post_relu;                                          /* frozen: and the ReLU after it is a post-op */
   float *wfold, *bfold;                                   /* its plain folded weights and bias (kept) */
   size_t dsrc_off, dwei_off, dbias_off, wbd_off, sbw_off, dbw_off; /* in backward scratch */
   cpu_exec x_src, w_wei, conv, w_bd, s_bw, d_bw, dx, dx_out, dw, dw_out;
   float *dbias;
   int64_t n_bias;
+  int mm;          /* backward runs as matrix products (conv_mm.c) */
+  cpu_mm1x1 mm1x1;
+  int bww;         /* the weight gradient runs as im2col + matmul (conv_bww_mm.c) */
+  cpu_bww_mm bwwmm;
 } conv_node;
+
+int cpu_conv_use_matmul = 1;
+int64_t cpu_conv_bww_min_channels = 64;
+
+int cpu_conv_uses_matmul(const void *state) { return ((const conv_node *)state)->mm; }
 
 /* Folds the absorbed batch norm's running statistics into plain weights and
  * a bias (the reorder then takes them into the primitive's layout). */
@@ -73,6 +83,10 @@ static void conv_forward(cpu_node *n, const sp_op_args *a) {
 
 static void conv_backward(cpu_node *n, const sp_op_args *a) {
   conv_node *s = (conv_node *)n;
+  if (s->mm) {
+    cpu_mm1x1_backward(&s->mm1x1, a);
+    return;
+  }
   if (s->need_dx && a->d_in[0]) {
     if (s->reorder_wei_bd) cpu_exec_run(&s->w_bd);
     cpu_exec_run(&s->dx);
@@ -84,6 +98,8 @@ static void conv_backward(cpu_node *n, const sp_op_args *a) {
     cpu_exec_run(&s->dw);
     if (a->d_param[0]) cpu_exec_run(&s->dw_out);
     if (s->has_bias && a->d_param[1]) cpu_add_f32(a->d_param[1]->data, s->dbias, (size_t)s->n_bias);
+  } else if (s->bww && a->d_param[0]) {
+    cpu_bww_mm_run(&s->bwwmm);
   }
 }
 
@@ -104,6 +120,7 @@ static int conv_bind(cpu_node *n, const sp_op_args *a, char *fs, char *bs) {
       cpu_exec_scratchpad(&s->conv, n, s->fwd_pd, fs))
     return -1;
   if (!s->run_backward) return 0;
+  if (s->mm) return cpu_mm1x1_bind(&s->mm1x1, n, a, bs);
   if (s->need_dx && a->d_in[0]) {
     /* Straight into the input's gradient when layouts match and nothing was
      * accumulated there yet; else through scratch and an (accumulating) reorder. */
@@ -140,10 +157,13 @@ static int conv_bind(cpu_node *n, const sp_op_args *a, char *fs, char *bs) {
                                           a->d_param[0]->data, bs))
       return -1;
   }
+  if (s->bww && a->d_param[0] && cpu_bww_mm_bind(&s->bwwmm, src, a->d_out->data, a->d_param[0]->data, bs)) return -1;
   return 0;
 }
 
-static const cpu_vt conv_vt = {conv_forward, conv_backward, conv_bind, NULL};
+static void conv_release(cpu_node *n) { cpu_bww_mm_release(&((conv_node *)n)->bwwmm); }
+
+static const cpu_vt conv_vt = {conv_forward, conv_backward, conv_bind, conv_release};
 
 typedef struct {
   int deconv, groups;
@@ -207,8 +227,9 @@ static int weight_mds(const sp_op_prep *p, const conv_geom *g, dnnl_memory_desc_
 }
 
 /* Forward: the input's own layout if oneDNN has a fast kernel for it. */
-static int choose_fwd(sp_op_prep *p, conv_node *s, const conv_geom *g, const dnnl_memory_desc_t *src_any,
-                      const dnnl_memory_desc_t *wei_any, const dnnl_memory_desc_t *dst_any) {
+static int choose_fwd_with(sp_op_prep *p, conv_node *s, const conv_geom *g, const dnnl_memory_desc_t *src_any,
+                           const dnnl_memory_desc_t *wei_any, const dnnl_memory_desc_t *dst_any,
+                           const_dnnl_post_ops_t po) {
   dnnl_convolution_desc_t d;
   dnnl_prop_kind_t prop = p->training ? dnnl_forward_training : dnnl_forward_inference;
   const dnnl_memory_desc_t *bias = s->has_bias || s->fold_bn ? &s->bias_md : NULL;
@@ -216,7 +237,7 @@ static int choose_fwd(sp_op_prep *p, conv_node *s, const conv_geom *g, const dnn
   if (!cpu_md_is_plain(&s->x_md) && s->x_md.data_type == src_any->data_type) {
     x_dt = s->x_md;
     dnnl_primitive_desc_t pd;
-    if (init_fwd(g, &d, prop, &x_dt, wei_any, bias, dst_any) == 0 && cpu_pd(&d, NULL, NULL, &pd) == 0) {
+    if (init_fwd(g, &d, prop, &x_dt, wei_any, bias, dst_any) == 0 && cpu_pd(&d, NULL, po, &pd) == 0) {
       if (!cpu_pd_is_ref(pd)) {
         s->fwd_pd = pd;
         return cpu_adopt(&s->base, pd, &s->fwd);
@@ -224,8 +245,41 @@ static int choose_fwd(sp_op_prep *p, conv_node *s, const conv_geom *g, const dnn
       dnnl_primitive_desc_destroy(pd);
     }
   }
+  /* bf16 on a plain input (the image): channels-last in and out if oneDNN
+   * has a brgemm kernel for it. Its own choice there is a blocked layout on
+   * a kernel without AMX, whose output the next (channels-last, AMX) layer
+   * then reorders back, both ways, every step (vgg-face: 86 of 585 ms). */
+  if (src_any->data_type == dnnl_bf16 && cpu_md_is_plain(&s->x_md) && !p->out_plain) {
+    dnnl_memory_desc_t src_cl, dst_cl;
+    dnnl_primitive_desc_t pd;
+    if (dnnl_memory_desc_init_by_tag(&src_cl, 4, src_any->dims, dnnl_bf16, dnnl_acdb) == dnnl_success &&
+        dnnl_memory_desc_init_by_tag(&dst_cl, 4, dst_any->dims, dnnl_bf16, dnnl_acdb) == dnnl_success &&
+        init_fwd(g, &d, prop, &src_cl, wei_any, bias, &dst_cl) == 0 && cpu_pd(&d, NULL, po, &pd) == 0) {
+      const char *impl = NULL;
+      if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success && impl &&
+          strstr(impl, "brg")) {
+        s->fwd_pd = pd;
+        return cpu_adopt(&s->base, pd, &s->fwd);
+      }
+      dnnl_primitive_desc_destroy(pd);
+    }
+  }
   if (init_fwd(g, &d, prop, src_any, wei_any, bias, dst_any)) return -1;
-  return cpu_make(&s->base, &d, NULL, NULL, &s->fwd_pd, &s->fwd);
+  return cpu_make(&s->base, &d, NULL, po, &s->fwd_pd, &s->fwd);
+}
+
+/* The forward primitive, with the ReLU as an eltwise post-op when the
+ * frozen plan folds conv + batch norm + ReLU into one node. */
+static int choose_fwd(sp_op_prep *p, conv_node *s, const conv_geom *g, const dnnl_memory_desc_t *src_any,
+                      const dnnl_memory_desc_t *wei_any, const dnnl_memory_desc_t *dst_any) {
+  if (!s->post_relu) return choose_fwd_with(p, s, g, src_any, wei_any, dst_any, NULL);
+  dnnl_post_ops_t po;
+  DNNL_TRY(dnnl_post_ops_create(&po));
+  dnnl_status_t st = dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f);
+  int rc = st == dnnl_success ? choose_fwd_with(p, s, g, src_any, wei_any, dst_any, po)
+                              : cpu_dnnl_fail(__FILE__, __LINE__, "dnnl_post_ops_append_eltwise", st);
+  dnnl_post_ops_destroy(po);
+  return rc;
 }
 
 /* Backward data: write diff_src in the input's layout and read the forward
@@ -286,6 +340,31 @@ static void grow(size_t *to, const_dnnl_primitive_desc_t pd) {
   if (pd && cpu_scratchpad_bytes(pd) > *to) *to = cpu_scratchpad_bytes(pd);
 }
 
+/* Backward as matrix products (conv_mm.c): a training 1x1 convolution,
+ * stride 1, no padding, one group, whose input and output are bf16
+ * channels-last as forward reads and writes them. */
+static int mm_applies(const sp_op_prep *p, const conv_node *s, const conv_geom *g) {
+  const sp_shape *w = &p->param_shape[0];
+  return cpu_conv_use_matmul && p->run_backward && p->bf16 && !g->deconv && g->groups == 1 && w->d[2] == 1 &&
+         w->d[3] == 1 && g->strides[0] == 1 && g->strides[1] == 1 && g->pad_l[0] == 0 && g->pad_l[1] == 0 &&
+         g->pad_r[0] == 0 && g->pad_r[1] == 0 && cpu_md_equal(&s->x_md, &s->src_md) &&
+         s->src_md.data_type == dnnl_bf16 && s->dst_md.data_type == dnnl_bf16 &&
+         cpu_md_lanes(&s->src_md) == CPU_LANES_NHWC && cpu_md_lanes(&s->dst_md) == CPU_LANES_NHWC;
+}
+
+/* The weight gradient as im2col + matmul (conv_bww_mm.c): bf16 training,
+ * channels-last input and output, one group, no bias, and at least 64 input
+ * channels: narrower layers (the stem, ResUNet's 32-channel decoder at full
+ * resolution) spend more on the im2col copy than the product saves
+ * (measured, alternating with oneDNN's kernel: 64 channels at 56x56 22-25 vs
+ * 25-30 ms, 512 at 7x7 66-73 vs 108-278; 32 at 224x224 102-182 vs 87-136). */
+static int bww_applies(const sp_op_prep *p, const conv_node *s, const conv_geom *g) {
+  return cpu_conv_use_matmul && p->run_backward && p->bf16 && !g->deconv && g->groups == 1 && !s->has_bias &&
+         (cpu_conv_bww_min_channels <= p->in_shape[0].d[1]) &&
+         p->param_grad[0] && s->src_md.data_type == dnnl_bf16 && s->dst_md.data_type == dnnl_bf16 &&
+         cpu_md_lanes(&s->src_md) == CPU_LANES_NHWC && cpu_md_lanes(&s->dst_md) == CPU_LANES_NHWC;
+}
+
 static int conv_setup(sp_op_prep *p, conv_node *s, const conv_geom *g) {
   dnnl_data_type_t dt = p->bf16 ? dnnl_bf16 : dnnl_f32;
   dnnl_memory_desc_t src_any, wei_any, dst_any, dwei_any;
@@ -295,6 +374,8 @@ static int conv_setup(sp_op_prep *p, conv_node *s, const conv_geom *g) {
    * after the conv is folded into it. */
   s->fold_bn = p->frozen && !p->training && !p->run_backward && !g->deconv && p->consumer_op == &sp_op_batchnorm &&
                p->consumer_n_state >= 2 && !p->consumer_out_plain;
+  /* ... and the ReLU after that batch norm runs as the conv's post-op. */
+  s->post_relu = s->fold_bn && p->consumer2_op == &sp_op_relu && !p->consumer2_out_plain;
   s->need_dx = p->run_backward && p->need_d_in[0];
   s->need_dw = p->run_backward && (p->param_grad[0] || (s->has_bias && p->param_grad[1]));
   if (cpu_md_input(&s->x_md, p, 0) || cpu_md_any(&src_any, &p->in_shape[0], dt) ||
@@ -315,6 +396,19 @@ static int conv_setup(sp_op_prep *p, conv_node *s, const conv_geom *g) {
   if (s->reorder_src && cpu_make_reorder(&s->base, &s->x_md, &s->src_md, 0, &s->re_pd[R_SRC], &s->re[R_SRC])) return -1;
   if (cpu_make_reorder(&s->base, &s->wplain_md, &s->wei_md, 0, &s->re_pd[R_WEI], &s->re[R_WEI])) return -1;
 
+  size_t mm_bwd = 0;
+  s->mm = mm_applies(p, s, g) && cpu_mm1x1_prepare(&s->mm1x1, &s->base, sp_shape_numel(&p->in_shape[0]) / p->in_shape[0].d[1],
+                                                   p->in_shape[0].d[1], p->out_shape.d[1], s->need_dx, s->need_dw,
+                                                   s->has_bias, &mm_bwd) == 0;
+  if (s->mm) s->need_dx = s->need_dw = 0; /* the products do both */
+  size_t bww_bwd = 0;
+  if (s->need_dw && bww_applies(p, s, g)) {
+    const sp_shape *in = &p->in_shape[0], *out = &p->out_shape, *w = &p->param_shape[0];
+    const cpu_conv_shape cs = {in->d[0], in->d[2], in->d[3], in->d[1], out->d[2], out->d[3], out->d[1], w->d[2], w->d[3],
+                               g->strides[0], g->strides[1], g->pad_l[0], g->pad_l[1], g->dil[0] + 1, g->dil[1] + 1};
+    s->bww = cpu_bww_mm_prepare(&s->bwwmm, &s->base, &cs, &bww_bwd) == 0;
+    if (s->bww) s->need_dw = 0; /* the products do it */
+  }
   if (s->need_dx) {
     if (choose_bwd_data(s, g, &src_any, &wei_any)) return -1;
     s->reorder_wei_bd = !cpu_md_equal(&s->wei_bd_md, &s->wei_md);
@@ -366,10 +460,12 @@ static int conv_setup(sp_op_prep *p, conv_node *s, const conv_geom *g) {
     if (s->reorder_src_bw) s->sbw_off = cpu_take(&bwd, cpu_md_bytes(&s->src_bw_md));
     if (s->reorder_ddst_bw) s->dbw_off = cpu_take(&bwd, cpu_md_bytes(&s->ddst_bw_md));
   }
+  if (s->mm) bwd = mm_bwd;
+  if (bww_bwd > bwd) bwd = bww_bwd; /* runs after backward data: the same scratch */
   p->saved_bytes = keep;
   p->fwd_scratch_bytes = fwd;
   p->bwd_scratch_bytes = bwd;
-  p->absorb_consumer = s->fold_bn;
+  p->absorb_consumer = s->post_relu ? 2 : s->fold_bn;
   cpu_report(p, &s->base);
   return 0;
 }

@@ -2,6 +2,7 @@
  * memory descriptors, primitive creation and execution records. */
 #ifdef SPRY_HAVE_DNNL
 #include <oneapi/dnnl/dnnl_debug.h>
+#include <omp.h>
 #include <pthread.h>
 #include <string.h>
 
@@ -268,6 +269,7 @@ dnnl_memory_t cpu_mem(cpu_node *n, const dnnl_memory_desc_t *md, void *ptr) {
 void cpu_exec_init(cpu_exec *e, dnnl_primitive_t prim) {
   e->prim = prim;
   e->n_args = 0;
+  e->serial = 0;
 }
 
 int cpu_exec_arg(cpu_exec *e, cpu_node *n, int arg, const dnnl_memory_desc_t *md, void *ptr) {
@@ -284,6 +286,8 @@ int cpu_exec_scratchpad(cpu_exec *e, cpu_node *n, const_dnnl_primitive_desc_t pd
   if (!scratch) return sp_error_set("cpu backend: a primitive needs a scratchpad but the node has no scratch");
   return cpu_exec_arg(e, n, DNNL_ARG_SCRATCHPAD, md, scratch);
 }
+
+size_t cpu_serial_reorder_bytes = 256 << 10;
 
 static int reorder_timing;
 static double reorder_seconds;
@@ -302,13 +306,28 @@ void cpu_exec_run(const cpu_exec *e) {
   if (!e->prim) return;
   /* Only when profiling: the kind query is not free. */
   double t0 = reorder_timing && is_reorder(e->prim) ? sp_now() : 0;
-  DNNL_RUN(dnnl_primitive_execute(e->prim, cpu_stream(), e->n_args, e->args));
+  if (e->serial) {
+    /* oneDNN (OpenMP runtime) sizes each parallel region by
+     * omp_get_max_threads() when it runs. */
+    const int threads = omp_get_max_threads();
+    omp_set_num_threads(1);
+    dnnl_status_t st = dnnl_primitive_execute(e->prim, cpu_stream(), e->n_args, e->args);
+    omp_set_num_threads(threads);
+    if (st != dnnl_success) cpu_dnnl_abort(__FILE__, __LINE__, "dnnl_primitive_execute", st);
+  } else {
+    DNNL_RUN(dnnl_primitive_execute(e->prim, cpu_stream(), e->n_args, e->args));
+  }
   if (t0 > 0) reorder_seconds += sp_now() - t0;
 }
 
 int cpu_bind_reorder(cpu_exec *e, cpu_node *n, const_dnnl_primitive_desc_t pd, dnnl_primitive_t prim, void *src_ptr,
                      void *dst_ptr, char *scratch) {
   cpu_exec_init(e, prim);
+  /* A reorder of a few thousand values (most weights, every step) takes
+   * microseconds on one thread; in a parallel region it waits at the
+   * barrier for every thread, which on a shared machine means a descheduled
+   * one (measured: 3-4 ms per 16x8x3x3 weight under load). */
+  e->serial = cpu_md_bytes(cpu_pd_md(pd, dnnl_query_src_md, 0)) <= cpu_serial_reorder_bytes;
   if (cpu_exec_arg(e, n, DNNL_ARG_FROM, cpu_pd_md(pd, dnnl_query_src_md, 0), src_ptr) != 0 ||
       cpu_exec_arg(e, n, DNNL_ARG_TO, cpu_pd_md(pd, dnnl_query_dst_md, 0), dst_ptr) != 0)
     return -1;

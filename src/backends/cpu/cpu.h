@@ -57,6 +57,7 @@ typedef struct {
 typedef struct {
   dnnl_primitive_t prim;
   int n_args;
+  int serial; /* run on this thread alone (small reorders, see cpu_bind_reorder) */
   dnnl_exec_arg_t args[CPU_MAX_ARGS];
 } cpu_exec;
 
@@ -132,7 +133,10 @@ void cpu_exec_run(const cpu_exec *e);
  * to a process-wide total, so a profile can show what the layouts cost. */
 void cpu_reorder_timing(int on);
 double cpu_reorder_seconds(void);
-/* Binds a reorder made by cpu_make_reorder: from src_ptr to dst_ptr. */
+/* Binds a reorder made by cpu_make_reorder: from src_ptr to dst_ptr.
+ * Reorders of at most cpu_serial_reorder_bytes (256 KB) of source run on the
+ * calling thread alone. */
+extern size_t cpu_serial_reorder_bytes;
 int cpu_bind_reorder(cpu_exec *e, cpu_node *n, const_dnnl_primitive_desc_t pd, dnnl_primitive_t prim, void *src_ptr,
                      void *dst_ptr, char *scratch);
 
@@ -150,6 +154,88 @@ int cpu_fallback(sp_op_prep *p, cpu_node *n);
 /* Adds src[0..n) into dst[0..n) (f32; parameter gradients, n small). */
 void cpu_add_f32(float *dst, const float *src, size_t n);
 
+/* ---- batch-norm kernels of our own (bnorm_kernels.c) ------------------------------ */
+/* An activation as batch norm walks it: `blocks` blocks of `lanes` channels
+ * side by side at each of hw positions (16 / 8: nChw16c / nChw8c; c:
+ * channels-last or [N, C]; 1: plain NCHW); f32 or bf16. */
+typedef struct {
+  int64_t n, c, hw, lanes, blocks, img_stride, blk_stride; /* strides in elements */
+  int bf16;
+  int threads; /* the team the kernels use (the scratch holds one share each) */
+} cpu_bn_geom;
+/* 0, or -1 for a layout the kernels do not walk. */
+int cpu_bn_geom_of(cpu_bn_geom *g, const dnnl_memory_desc_t *md, const sp_shape *s);
+size_t cpu_bn_scratch_bytes(const cpu_bn_geom *g);
+size_t cpu_bn_bwd_scratch_bytes(const cpu_bn_geom *g);
+/* y = (x - mean) gamma / sqrt(var + eps) + beta (then max(., 0) with relu).
+ * batch: mean and var (biased) are computed into mean[c], var[c]; else read. */
+void cpu_bn_forward(const cpu_bn_geom *g, const void *x, void *y, float *mean, float *var, const float *gamma,
+                    const float *beta, float eps, int batch, int relu, char *scratch);
+/* dx (written, or added into with accumulate; may be NULL), and dgamma,
+ * dbeta added into (may be NULL); dy is the gradient after the fused ReLU. */
+void cpu_bn_backward(const cpu_bn_geom *g, const void *x, const void *dy, void *dx, int accumulate, const float *mean,
+                     const float *var, const float *gamma, const float *beta, float eps, int batch, int relu,
+                     float *dgamma, float *dbeta, char *scratch);
+
+/* ---- matrix products (conv_mm.c, linear_mm.c) ------------------------------------- */
+/* A matmul c = a b (+ bias) owned by n, adding into c with accumulate (sum
+ * post-op); -1 (error set) when oneDNN would run its reference kernel. */
+int cpu_matmul_make(cpu_node *n, const dnnl_memory_desc_t *a, const dnnl_memory_desc_t *b,
+                    const dnnl_memory_desc_t *bias, const dnnl_memory_desc_t *c, int accumulate,
+                    dnnl_primitive_desc_t *pd, dnnl_primitive_t *prim);
+/* linear_mm.c: bf16 training on a plain input as matmuls on the plain
+ * master weights; 1 when the case does not apply. */
+int cpu_linear_mm_prepare(sp_op_prep *p);
+
+typedef struct {
+  int64_t rows, ic, oc; /* rows = N H W */
+  int need_dx, need_dw, has_bias, threads;
+  dnnl_memory_desc_t dy_md, x_md, wh_md, dw_md, dyt_md;
+  dnnl_primitive_desc_t dx_pd[2], dw_pd; /* dx: [0] writes, [1] adds */
+  dnnl_primitive_t dx_prim[2], dw_prim;
+  size_t wh_off, bias_off; /* in backward scratch, after the largest matmul scratchpad */
+  uint16_t *wh;            /* bound: the bf16 weights backward data reads */
+  double *bias_acc;
+  cpu_exec dx, dw;
+} cpu_mm1x1;
+/* Creates the products (owned by n) and sizes their backward scratch; -1
+ * (error set) when oneDNN has no fast matmul for them. */
+int cpu_mm1x1_prepare(cpu_mm1x1 *m, cpu_node *n, int64_t rows, int64_t ic, int64_t oc, int need_dx, int need_dw,
+                      int has_bias, size_t *bwd_scratch);
+int cpu_mm1x1_bind(cpu_mm1x1 *m, cpu_node *n, const sp_op_args *a, char *bwd_scratch);
+void cpu_mm1x1_backward(const cpu_mm1x1 *m, const sp_op_args *a);
+/* conv_bww_mm.c: a convolution's weight gradient as im2col + matmul over
+ * chunks of output positions (bf16 channels-last, one group, no bias). */
+typedef struct {
+  int64_t n, ih, iw, ic, oh, ow, oc, kh, kw, sh, sw, pt, pl, dh, dw;
+} cpu_conv_shape;
+typedef struct {
+  cpu_conv_shape c;
+  int64_t rows, chunk, k; /* k = kh kw ic */
+  int threads;
+  dnnl_memory_desc_t a_md[2], b_md[2], t_md; /* [0]: a full chunk, [1]: the tail */
+  dnnl_primitive_desc_t pd[2];
+  dnnl_primitive_t prim[2];
+  size_t pad_bytes, col_bytes, t_bytes, thread_bytes; /* per thread in backward scratch */
+  dnnl_memory_t *mems;    /* per thread and primitive: dY view, col, T, scratchpad */
+  dnnl_stream_t *streams; /* one per thread (each runs its products itself) */
+  const void *x, *dy;
+  float *dw;
+  char *base;
+} cpu_bww_mm;
+int cpu_bww_mm_prepare(cpu_bww_mm *m, cpu_node *n, const cpu_conv_shape *c, size_t *bwd_scratch);
+int cpu_bww_mm_bind(cpu_bww_mm *m, const void *x, const void *dy, float *dw, char *bwd_scratch);
+void cpu_bww_mm_run(const cpu_bww_mm *m);
+void cpu_bww_mm_release(cpu_bww_mm *m);
+/* conv.c: 0 keeps oneDNN's convolution backward for 1x1 convolutions
+ * (tests compare the two paths; benchmarks measure them). */
+extern int cpu_conv_use_matmul;
+/* conv.c: input channels from which the weight gradient of a non-1x1 bf16
+ * convolution runs as im2col + matmul (64; tests lower it). */
+extern int64_t cpu_conv_bww_min_channels;
+/* A conv node's state (sp_op_prep.state) runs its backward as products. */
+int cpu_conv_uses_matmul(const void *state);
+
 /* ---- ops (one file each) -------------------------------------------------------- */
 int cpu_adapter_prepare(sp_op_prep *p); /* adapter.c: the reference kernel on plain f32 */
 int cpu_conv_prepare(sp_op_prep *p);    /* conv.c: conv2d */
@@ -159,6 +245,9 @@ int cpu_linear_prepare(sp_op_prep *p);
  * 1 when the case does not apply (bf16, frozen plans, a blocked input). */
 int cpu_linear_gemm_prepare(sp_op_prep *p);
 int cpu_bnorm_prepare(sp_op_prep *p);
+/* bnorm.c: 1 runs oneDNN's batch norm even where our kernels walk the layout
+ * (tests compare the two; benchmarks measure them). */
+extern int cpu_bnorm_use_onednn;
 int cpu_relu_prepare(sp_op_prep *p);
 int cpu_maxpool_prepare(sp_op_prep *p);
 int cpu_avgpool_prepare(sp_op_prep *p);

@@ -159,6 +159,8 @@ int cpu_linear_prepare(sp_op_prep *p) {
   if (p->in_shape[0].ndim != 2) return cpu_adapter_prepare(p);
   int r = cpu_linear_gemm_prepare(p); /* f32 on a plain input: no weight reorders */
   if (r <= 0) return r;
+  r = cpu_linear_mm_prepare(p); /* bf16 training on a plain input: the same, as matmuls */
+  if (r <= 0) return r;
   linear_node *s = cpu_node_new(sizeof *s, &linear_vt);
   if (linear_setup(p, s) != 0) return cpu_fallback(p, &s->base);
   return 0;

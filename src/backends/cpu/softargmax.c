@@ -17,7 +17,20 @@
 #include <string.h>
 
 #include "backends/cpu/cpu.h"
+#include "core/bf16.h"
 #include "ops/ops.h"
+
+#define INLINE static inline __attribute__((always_inline))
+
+/* One logit or gradient element, f32 or bf16 (a constant in each caller). */
+INLINE float ld(const void *p, int64_t i, int bf16) {
+  return bf16 ? sp_bf16_widen(((const uint16_t *)p)[i]) : ((const float *)p)[i];
+}
+
+INLINE void st(void *p, int64_t i, float v, int bf16) {
+  if (bf16) ((uint16_t *)p)[i] = sp_bf16_round(v);
+  else ((float *)p)[i] = v;
+}
 
 typedef struct {
   cpu_node base;
@@ -29,6 +42,7 @@ typedef struct {
   int64_t image_stride;  /* from one image to the next */
   size_t exp_bytes;      /* saved: the exponentials in the input's layout, then per-heatmap stats */
   float scale;
+  int bf16; /* logits and their gradient in bf16 (saved exponentials stay f32) */
 } sam_node;
 
 /* Per heatmap, after the exponentials in saved. */
@@ -66,22 +80,25 @@ static inline float exp_nonpos(float x) {
  * side by side. */
 enum { MAX_LANES = 1024 };
 
-static void forward_lanes(const sam_node *s, const float *x, float *y, float *saved) {
+INLINE void forward_lanes(const sam_node *s, const void *x, float *y, float *saved, int bf16) {
   const int64_t L = s->lanes, S = s->pos_stride, units = s->n * s->blocks;
   sam_stat *stat = saved ? (sam_stat *)((char *)saved + s->exp_bytes) : NULL;
 #pragma omp parallel for schedule(static)
   for (int64_t u = 0; u < units; u++) {
     const int64_t img = u / s->blocks, blk = u % s->blocks, c0 = blk * L;
-    const float *xb = x + img * s->image_stride + blk * s->block_stride;
+    const int64_t xb = img * s->image_stride + blk * s->block_stride; /* element offset of the unit */
     float *eb = saved ? saved + img * s->image_stride + blk * s->block_stride : NULL;
     float m[MAX_LANES], rs[MAX_LANES], rc[MAX_LANES];
     int32_t real[MAX_LANES]; /* 0 for a padding lane: its saved exponentials are 0, whatever it holds */
     double sum[MAX_LANES], sx[MAX_LANES], sy[MAX_LANES];
     for (int64_t l = 0; l < L; l++) m[l] = -INFINITY, sum[l] = sx[l] = sy[l] = 0.0, real[l] = c0 + l < s->k;
     for (int64_t q = 0; q < s->h * s->w; q++) {
-      const float *xp = xb + q * S;
+      const int64_t xp = xb + q * S;
 #pragma omp simd
-      for (int64_t l = 0; l < L; l++) m[l] = xp[l] > m[l] ? xp[l] : m[l];
+      for (int64_t l = 0; l < L; l++) {
+        const float v = ld(x, xp + l, bf16);
+        m[l] = v > m[l] ? v : m[l];
+      }
     }
     for (int64_t i = 0; i < s->h; i++) {
       for (int64_t l = 0; l < L; l++) rs[l] = rc[l] = 0.0f;
@@ -91,7 +108,7 @@ static void forward_lanes(const sam_node *s, const float *x, float *y, float *sa
         if (eb) {
 #pragma omp simd
           for (int64_t l = 0; l < L; l++) {
-            const float e = exp_nonpos(xb[at + l] - m[l]);
+            const float e = exp_nonpos(ld(x, xb + at + l, bf16) - m[l]);
             eb[at + l] = real[l] ? e : 0.0f;
             rs[l] += e;
             rc[l] += e * fj;
@@ -99,7 +116,7 @@ static void forward_lanes(const sam_node *s, const float *x, float *y, float *sa
         } else {
 #pragma omp simd
           for (int64_t l = 0; l < L; l++) {
-            const float e = exp_nonpos(xb[at + l] - m[l]);
+            const float e = exp_nonpos(ld(x, xb + at + l, bf16) - m[l]);
             rs[l] += e;
             rc[l] += e * fj;
           }
@@ -120,14 +137,14 @@ static void forward_lanes(const sam_node *s, const float *x, float *y, float *sa
 /* d logit = scale p (gx (j - ex) + gy (i - ey)) = p (a j + b i + c). Padding
  * lanes (past the last heatmap) saved 0 and have a = b = c = 0: they get 0
  * (convolutions reading the gradient expect zero padding). */
-static void backward_lanes(const sam_node *s, const float *saved, const float *dy, float *dx, int accumulate) {
+INLINE void backward_lanes(const sam_node *s, const float *saved, const float *dy, void *dx, int accumulate, int bf16) {
   const int64_t L = s->lanes, S = s->pos_stride, units = s->n * s->blocks;
   const sam_stat *stat = (const sam_stat *)((const char *)saved + s->exp_bytes);
 #pragma omp parallel for schedule(static)
   for (int64_t u = 0; u < units; u++) {
     const int64_t img = u / s->blocks, blk = u % s->blocks, c0 = blk * L;
     const float *eb = saved + img * s->image_stride + blk * s->block_stride;
-    float *db = dx + img * s->image_stride + blk * s->block_stride;
+    const int64_t db = img * s->image_stride + blk * s->block_stride;
     float ca[MAX_LANES], cb[MAX_LANES], cc[MAX_LANES], inv[MAX_LANES];
     for (int64_t l = 0; l < L; l++) {
       if (c0 + l >= s->k) {
@@ -146,33 +163,37 @@ static void backward_lanes(const sam_node *s, const float *saved, const float *d
         const float fi = (float)i, fj = (float)j;
         if (accumulate) {
 #pragma omp simd
-          for (int64_t l = 0; l < L; l++) db[at + l] += eb[at + l] * inv[l] * (ca[l] * fj + cb[l] * fi + cc[l]);
+          for (int64_t l = 0; l < L; l++)
+            st(dx, db + at + l, ld(dx, db + at + l, bf16) + eb[at + l] * inv[l] * (ca[l] * fj + cb[l] * fi + cc[l]), bf16);
         } else {
 #pragma omp simd
-          for (int64_t l = 0; l < L; l++) db[at + l] = eb[at + l] * inv[l] * (ca[l] * fj + cb[l] * fi + cc[l]);
+          for (int64_t l = 0; l < L; l++) st(dx, db + at + l, eb[at + l] * inv[l] * (ca[l] * fj + cb[l] * fi + cc[l]), bf16);
         }
       }
   }
 }
 
 /* Plain layout: one heatmap per unit, vectorised along each row. */
-static void forward_plain(const sam_node *s, const float *x, float *y, float *saved) {
+INLINE void forward_plain(const sam_node *s, const void *x, float *y, float *saved, int bf16) {
   const int64_t hw = s->h * s->w, w = s->w, planes = s->n * s->k;
   sam_stat *stat = saved ? (sam_stat *)((char *)saved + s->exp_bytes) : NULL;
 #pragma omp parallel for schedule(static)
   for (int64_t q = 0; q < planes; q++) {
-    const float *xq = x + q * hw;
+    const int64_t xq = q * hw;
     float *eq = saved ? saved + q * hw : NULL;
     float m = -INFINITY;
 #pragma omp simd reduction(max : m)
-    for (int64_t t = 0; t < hw; t++) m = xq[t] > m ? xq[t] : m;
+    for (int64_t t = 0; t < hw; t++) {
+      const float v = ld(x, xq + t, bf16);
+      m = v > m ? v : m;
+    }
     double sum = 0.0, sx = 0.0, sy = 0.0;
     for (int64_t i = 0; i < s->h; i++) {
       float rs = 0.0f, rc = 0.0f;
       if (eq) {
 #pragma omp simd reduction(+ : rs, rc)
         for (int64_t j = 0; j < w; j++) {
-          const float e = exp_nonpos(xq[i * w + j] - m);
+          const float e = exp_nonpos(ld(x, xq + i * w + j, bf16) - m);
           eq[i * w + j] = e;
           rs += e;
           rc += e * (float)j;
@@ -180,7 +201,7 @@ static void forward_plain(const sam_node *s, const float *x, float *y, float *sa
       } else {
 #pragma omp simd reduction(+ : rs, rc)
         for (int64_t j = 0; j < w; j++) {
-          const float e = exp_nonpos(xq[i * w + j] - m);
+          const float e = exp_nonpos(ld(x, xq + i * w + j, bf16) - m);
           rs += e;
           rc += e * (float)j;
         }
@@ -194,23 +215,24 @@ static void forward_plain(const sam_node *s, const float *x, float *y, float *sa
   }
 }
 
-static void backward_plain(const sam_node *s, const float *saved, const float *dy, float *dx, int accumulate) {
+INLINE void backward_plain(const sam_node *s, const float *saved, const float *dy, void *dx, int accumulate, int bf16) {
   const int64_t hw = s->h * s->w, w = s->w, planes = s->n * s->k;
   const sam_stat *stat = (const sam_stat *)((const char *)saved + s->exp_bytes);
 #pragma omp parallel for schedule(static)
   for (int64_t q = 0; q < planes; q++) {
     const float *eq = saved + q * hw;
-    float *d = dx + q * hw;
+    const int64_t d = q * hw;
     const float a = s->scale * dy[2 * q], b = s->scale * dy[2 * q + 1], inv = stat[q].inv_sum;
     const float c = -(a * stat[q].ex + b * stat[q].ey);
     for (int64_t i = 0; i < s->h; i++) {
       const float row = b * (float)i + c;
       if (accumulate) {
 #pragma omp simd
-        for (int64_t j = 0; j < w; j++) d[i * w + j] += eq[i * w + j] * inv * (a * (float)j + row);
+        for (int64_t j = 0; j < w; j++)
+          st(dx, d + i * w + j, ld(dx, d + i * w + j, bf16) + eq[i * w + j] * inv * (a * (float)j + row), bf16);
       } else {
 #pragma omp simd
-        for (int64_t j = 0; j < w; j++) d[i * w + j] = eq[i * w + j] * inv * (a * (float)j + row);
+        for (int64_t j = 0; j < w; j++) st(dx, d + i * w + j, eq[i * w + j] * inv * (a * (float)j + row), bf16);
       }
     }
   }
@@ -218,23 +240,27 @@ static void backward_plain(const sam_node *s, const float *saved, const float *d
 
 static void sam_forward(cpu_node *n, const sp_op_args *a) {
   const sam_node *s = (const sam_node *)n;
-  if (s->lanes == 1) forward_plain(s, a->in[0]->data, a->out->data, a->saved);
-  else forward_lanes(s, a->in[0]->data, a->out->data, a->saved);
+  const void *x = a->in[0]->data;
+  float *y = a->out->data, *saved = a->saved;
+  if (s->lanes == 1) s->bf16 ? forward_plain(s, x, y, saved, 1) : forward_plain(s, x, y, saved, 0);
+  else s->bf16 ? forward_lanes(s, x, y, saved, 1) : forward_lanes(s, x, y, saved, 0);
 }
 
 static void sam_backward(cpu_node *n, const sp_op_args *a) {
   if (!a->d_in[0]) return;
   const sam_node *s = (const sam_node *)n;
   const int accumulate = !(a->d_in_fresh & 1u);
-  if (s->lanes == 1) backward_plain(s, a->saved, a->d_out->data, a->d_in[0]->data, accumulate);
-  else backward_lanes(s, a->saved, a->d_out->data, a->d_in[0]->data, accumulate);
+  const float *saved = a->saved, *dy = a->d_out->data;
+  void *dx = a->d_in[0]->data;
+  if (s->lanes == 1) s->bf16 ? backward_plain(s, saved, dy, dx, accumulate, 1) : backward_plain(s, saved, dy, dx, accumulate, 0);
+  else s->bf16 ? backward_lanes(s, saved, dy, dx, accumulate, 1) : backward_lanes(s, saved, dy, dx, accumulate, 0);
 }
 
 static const cpu_vt sam_vt = {sam_forward, sam_backward, NULL, NULL};
 
 int cpu_softargmax_prepare(sp_op_prep *p) {
   dnnl_memory_desc_t md;
-  if (p->in_shape[0].ndim != 4 || cpu_md_input(&md, p, 0) != 0 || md.data_type != dnnl_f32)
+  if (p->in_shape[0].ndim != 4 || cpu_md_input(&md, p, 0) != 0 || (md.data_type != dnnl_f32 && md.data_type != dnnl_bf16))
     return cpu_adapter_prepare(p);
   const int64_t n = p->in_shape[0].d[0], k = p->in_shape[0].d[1], h = p->in_shape[0].d[2], w = p->in_shape[0].d[3];
   const int lanes = cpu_md_lanes(&md);
@@ -248,7 +274,8 @@ int cpu_softargmax_prepare(sp_op_prep *p) {
     s->lanes = lanes, s->blocks = (k + lanes - 1) / lanes, s->pos_stride = lanes, s->block_stride = h * w * lanes;
   }
   s->image_stride = s->blocks * s->lanes * h * w;
-  s->exp_bytes = cpu_md_bytes(&md);
+  s->bf16 = md.data_type == dnnl_bf16;
+  s->exp_bytes = cpu_md_bytes(&md) * (s->bf16 ? 2 : 1); /* f32 exponentials */
   p->saved_bytes = p->run_backward ? s->exp_bytes + sizeof(sam_stat) * (size_t)(n * k) : 0;
   p->fwd_scratch_bytes = p->bwd_scratch_bytes = 0;
   if (cpu_md_plain(&s->base.out_md, &p->out_shape, dnnl_f32) != 0) {

@@ -1,0 +1,511 @@
+/* Batch-norm kernels of our own, in the layout the convolutions chose (plain,
+ * nChw8c / nChw16c blocks, channels-last; f32 or bf16), with the ReLU after
+ * it fused in.
+ *
+ * Why: oneDNN 2.6's batch norm on bf16 channels-last falls back to its
+ * generic `nspc_bnorm:any` for narrow layers; the seed's ResUNet has two of
+ * 8 channels at 224x224 that took 39% of a bf16 training step (100-125 ms a
+ * call at batch 4). These kernels are memory bound and do the passes the
+ * maths needs and no more:
+ *   forward (batch statistics):  read x (sums), read x + write y;
+ *   backward:                    read x, dy (sums), read x, dy + write dx.
+ * The ReLU mask is not stored: backward recomputes y > 0 from x with the
+ * same expression forward used, so fused BN + ReLU costs nothing extra.
+ *
+ * Statistics are one pass of shifted sums: per channel K = its first value,
+ * sums of (x - K) and (x - K)^2 in f32 over a tile (~2048 elements, at least
+ * 16 positions), added into per-thread double sums, reduced in
+ * thread order. The shift keeps the variance exact to f32 rounding when
+ * |mean| >> std (where a plain sum of squares loses everything), and the
+ * fixed static split makes results independent of timing for a given
+ * thread count.
+ *
+ * A tile is one block of one image over a run of positions: `lanes` channels
+ * side by side at each position (16 or 8 for blocked layouts, C for
+ * channels-last and [N, C], 1 for plain NCHW, where the run is contiguous in
+ * one channel). Padding channels of a blocked layout get scale = shift = 0,
+ * so they stay zero in y and dx. */
+#ifdef SPRY_HAVE_DNNL
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+
+#include "backends/cpu/cpu.h"
+#include "core/bf16.h"
+
+#define INLINE static inline __attribute__((always_inline))
+
+/* Elements per tile: the f32 partial sums run over this many values. */
+enum { TILE_ELEMS = 2048 };
+
+INLINE float ld(const void *p, int64_t i, int bf16) {
+  return bf16 ? sp_bf16_widen(((const uint16_t *)p)[i]) : ((const float *)p)[i];
+}
+
+INLINE void st(void *p, int64_t i, float v, int bf16) {
+  if (bf16) ((uint16_t *)p)[i] = sp_bf16_round(v);
+  else ((float *)p)[i] = v;
+}
+
+/* y before the ReLU; forward and the ReLU mask in backward use this one
+ * expression, so the mask matches the sign forward saw bit for bit. */
+INLINE float affine(float x, float mean, float scale, float shift) { return fmaf(x - mean, scale, shift); }
+
+int cpu_bn_geom_of(cpu_bn_geom *g, const dnnl_memory_desc_t *md, const sp_shape *s) {
+  memset(g, 0, sizeof *g);
+  if (md->data_type != dnnl_f32 && md->data_type != dnnl_bf16) return -1;
+  g->bf16 = md->data_type == dnnl_bf16;
+  g->n = s->d[0], g->c = s->d[1];
+  if (s->ndim == 2) {
+    if (!cpu_md_is_plain(md)) return -1;
+    g->hw = 1, g->lanes = g->c, g->blocks = 1;
+  } else if (s->ndim == 4) {
+    g->hw = s->d[2] * s->d[3];
+    const int lanes = cpu_md_lanes(md);
+    if (lanes == CPU_LANES_NHWC) g->lanes = g->c, g->blocks = 1;
+    else if (lanes == 1) g->lanes = 1, g->blocks = g->c;
+    else if (lanes == 8 || lanes == 16) g->lanes = lanes, g->blocks = (g->c + lanes - 1) / lanes;
+    else return -1;
+  } else {
+    return -1;
+  }
+  g->blk_stride = g->hw * g->lanes;
+  g->img_stride = g->blocks * g->blk_stride;
+  g->threads = omp_get_max_threads();
+  return 0;
+}
+
+/* ---- tiles ---- */
+
+typedef struct {
+  int64_t chunk;    /* positions per tile */
+  int64_t per_unit; /* tiles per (image, block) */
+  int64_t count;
+} tiling;
+
+static tiling tiles_of(const cpu_bn_geom *g) {
+  tiling t;
+  t.chunk = TILE_ELEMS / g->lanes;
+  if (t.chunk < 16) t.chunk = 16; /* wide channels-last rows: flush the sums less often */
+  if (t.chunk > g->hw) t.chunk = g->hw;
+  t.per_unit = (g->hw + t.chunk - 1) / t.chunk;
+  t.count = g->n * g->blocks * t.per_unit;
+  return t;
+}
+
+/* Element offset of tile k, its block and its number of positions. */
+INLINE int64_t tile_at(const cpu_bn_geom *g, const tiling *t, int64_t k, int64_t *blk, int64_t *np) {
+  const int64_t unit = k / t->per_unit, p0 = (k % t->per_unit) * t->chunk;
+  *blk = unit % g->blocks;
+  *np = g->hw - p0 < t->chunk ? g->hw - p0 : t->chunk;
+  return (unit / g->blocks) * g->img_stride + *blk * g->blk_stride + p0 * g->lanes;
+}
+
+/* This thread's tiles: a contiguous static share (memory order). */
+INLINE void my_tiles(const tiling *t, int64_t *k0, int64_t *k1) {
+  const int64_t nt = omp_get_num_threads(), tid = omp_get_thread_num();
+  *k0 = t->count * tid / nt;
+  *k1 = t->count * (tid + 1) / nt;
+}
+
+/* Scratch: shared per-channel arrays, then per thread 2 x cp doubles. */
+typedef struct {
+  float *k, *a, *b, *d; /* shift; then forward scale/shift or backward coefficients */
+  char *per_thread;
+  size_t thread_bytes;
+} bn_scratch;
+
+static size_t round64(size_t b) { return (b + 63) & ~(size_t)63; }
+
+static size_t channels_padded(const cpu_bn_geom *g) { return (size_t)(g->blocks * g->lanes); }
+
+size_t cpu_bn_scratch_bytes(const cpu_bn_geom *g) {
+  const size_t cp = channels_padded(g);
+  return 4 * round64(cp * sizeof(float)) + (size_t)g->threads * round64(2 * cp * sizeof(double)) + 64;
+}
+
+static bn_scratch scratch_of(const cpu_bn_geom *g, char *base) {
+  base = (char *)(((uintptr_t)base + 63) & ~(uintptr_t)63);
+  const size_t cp = channels_padded(g), arr = round64(cp * sizeof(float));
+  bn_scratch s = {(float *)base, (float *)(base + arr), (float *)(base + 2 * arr), (float *)(base + 3 * arr),
+                  base + 4 * arr, round64(2 * cp * sizeof(double))};
+  return s;
+}
+
+INLINE double *thread_acc(const bn_scratch *s, int tid) { return (double *)(s->per_thread + (size_t)tid * s->thread_bytes); }
+
+
+/* 8 lanes as one vector (GCC/Clang vector extensions: AVX2 / AVX-512
+ * registers where the build has them, plain code elsewhere). Layouts whose
+ * lanes are a multiple of 8 walk a tile one lane group at a time, positions
+ * inside, so a group's sums and coefficients stay in registers and the tile
+ * (a few KB) stays in L1 across the groups. */
+typedef float vf8 __attribute__((vector_size(32)));
+typedef float vf8u __attribute__((vector_size(32), aligned(4)));
+typedef int32_t vi8 __attribute__((vector_size(32)));
+typedef uint32_t vu8 __attribute__((vector_size(32)));
+typedef uint16_t vh8 __attribute__((vector_size(16)));
+typedef uint16_t vh8u __attribute__((vector_size(16), aligned(2)));
+
+INLINE vf8 vld(const void *p, int64_t i, int bf16) {
+  if (bf16) {
+    const vu8 u = __builtin_convertvector(*(const vh8u *)((const uint16_t *)p + i), vu8) << 16;
+    return (vf8)u;
+  }
+  return *(const vf8u *)((const float *)p + i);
+}
+
+/* bf16 rounding as sp_bf16_round: nearest even, NaN stays a quiet NaN. */
+INLINE void vst(void *p, int64_t i, vf8 v, int bf16) {
+  if (bf16) {
+    const vu8 u = (vu8)v, r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    const vu8 nan = (vu8)((u & 0x7fffffffu) > 0x7f800000u);
+    const vu8 h = (r & ~nan) | (((u >> 16) | 0x40u) & nan);
+    *(vh8u *)((uint16_t *)p + i) = __builtin_convertvector(h, vh8);
+  } else {
+    *(vf8u *)((float *)p + i) = v;
+  }
+}
+
+INLINE vf8 vbcast(float f) { return (vf8){f, f, f, f, f, f, f, f}; }
+INLINE vf8 vload_f(const float *p) { return *(const vf8u *)p; }
+INLINE vf8 vrelu(vf8 v) { return (vf8)((vi8)v & (vi8)(v > 0.0f)); }
+INLINE vf8 vmask(vf8 g, vf8 y) { return (vf8)((vi8)g & (vi8)(y > 0.0f)); }
+INLINE vf8 vaffine(vf8 x, vf8 m, vf8 sc, vf8 sh) { return (x - m) * sc + sh; }
+
+/* Which walk a geometry takes. */
+enum { WALK_PLAIN, WALK_VEC, WALK_SCALAR };
+INLINE int walk_of(int64_t L) { return L == 1 ? WALK_PLAIN : L % 8 == 0 ? WALK_VEC : WALK_SCALAR; }
+
+/* Sums over this thread's tiles into its doubles acc[0..cp) and acc[cp..2cp):
+ * forward: x - K and (x - K)^2; backward: g and g (x - mean), g = dy masked
+ * by the fused ReLU (s->k holds K or the mean, s->a / s->b the mask's scale
+ * and shift). L is a constant in the specialised callers. */
+INLINE void sum_tiles(const cpu_bn_geom *g, const tiling *t, const bn_scratch *s, const void *x, const void *dy,
+                      int64_t L, int bf16, int backward, int relu) {
+  const int tid = omp_get_thread_num();
+  const int64_t cp = g->blocks * L;
+  double *acc = thread_acc(s, tid);
+  for (int64_t c = 0; c < 2 * cp; c++) acc[c] = 0.0;
+  int64_t k0, k1;
+  my_tiles(t, &k0, &k1);
+  for (int64_t k = k0; k < k1; k++) {
+    int64_t blk, np;
+    const int64_t at = tile_at(g, t, k, &blk, &np), c0 = blk * L;
+    const float *K = s->k + c0, *sc = s->a + c0, *sh = s->b + c0;
+    if (walk_of(L) == WALK_VEC) {
+      for (int64_t j = 0; j < L; j += 8) {
+        const vf8 kk = vload_f(K + j), scc = vload_f(sc + j), shc = vload_f(sh + j);
+        vf8 s1 = vbcast(0.0f), s2 = s1;
+        for (int64_t p = 0; p < np; p++) {
+          const vf8 xv = vld(x, at + p * L + j, bf16);
+          if (!backward) {
+            const vf8 d = xv - kk;
+            s1 += d, s2 += d * d;
+          } else {
+            vf8 gv = vld(dy, at + p * L + j, bf16);
+            if (relu) gv = vmask(gv, vaffine(xv, kk, scc, shc));
+            s1 += gv, s2 += gv * (xv - kk);
+          }
+        }
+        for (int l = 0; l < 8; l++) acc[c0 + j + l] += s1[l], acc[cp + c0 + j + l] += s2[l];
+      }
+      continue;
+    }
+    if (walk_of(L) == WALK_PLAIN) { /* one channel, contiguous positions */
+      const vf8 kk = vbcast(K[0]), scc = vbcast(sc[0]), shc = vbcast(sh[0]);
+      vf8 s1 = vbcast(0.0f), s2 = s1;
+      int64_t p = 0;
+      for (; p + 8 <= np; p += 8) {
+        const vf8 xv = vld(x, at + p, bf16);
+        if (!backward) {
+          const vf8 d = xv - kk;
+          s1 += d, s2 += d * d;
+        } else {
+          vf8 gv = vld(dy, at + p, bf16);
+          if (relu) gv = vmask(gv, vaffine(xv, kk, scc, shc));
+          s1 += gv, s2 += gv * (xv - kk);
+        }
+      }
+      double t1 = 0.0, t2 = 0.0;
+      for (int l = 0; l < 8; l++) t1 += s1[l], t2 += s2[l];
+      for (; p < np; p++) { /* the tail, scalar */
+        const float xv = ld(x, at + p, bf16);
+        if (!backward) {
+          t1 += xv - K[0], t2 += (double)(xv - K[0]) * (xv - K[0]);
+        } else {
+          float gv = ld(dy, at + p, bf16);
+          if (relu) gv = affine(xv, K[0], sc[0], sh[0]) > 0.0f ? gv : 0.0f;
+          t1 += gv, t2 += (double)gv * (xv - K[0]);
+        }
+      }
+      acc[c0] += t1, acc[cp + c0] += t2;
+      continue;
+    }
+    for (int64_t l = 0; l < L; l++) { /* lanes not a multiple of 8: scalar */
+      float s1 = 0.0f, s2 = 0.0f;
+      for (int64_t p = 0; p < np; p++) {
+        const float xv = ld(x, at + p * L + l, bf16);
+        if (!backward) {
+          const float d = xv - K[l];
+          s1 += d, s2 += d * d;
+        } else {
+          float gv = ld(dy, at + p * L + l, bf16);
+          if (relu) gv = affine(xv, K[l], sc[l], sh[l]) > 0.0f ? gv : 0.0f;
+          s1 += gv, s2 += gv * (xv - K[l]);
+        }
+      }
+      acc[c0 + l] += s1, acc[cp + c0 + l] += s2;
+    }
+  }
+}
+
+/* y = affine(x) (+ ReLU) over this thread's tiles. */
+INLINE void normalize_tiles(const cpu_bn_geom *g, const tiling *t, const bn_scratch *s, const void *x, void *y,
+                            int64_t L, int bf16, int relu) {
+  int64_t k0, k1;
+  my_tiles(t, &k0, &k1);
+  for (int64_t k = k0; k < k1; k++) {
+    int64_t blk, np;
+    const int64_t at = tile_at(g, t, k, &blk, &np), c0 = blk * L;
+    const float *m = s->k + c0, *sc = s->a + c0, *sh = s->b + c0;
+    if (walk_of(L) == WALK_VEC) {
+      for (int64_t j = 0; j < L; j += 8) {
+        const vf8 mm = vload_f(m + j), scc = vload_f(sc + j), shc = vload_f(sh + j);
+        for (int64_t p = 0; p < np; p++) {
+          vf8 v = vaffine(vld(x, at + p * L + j, bf16), mm, scc, shc);
+          vst(y, at + p * L + j, relu ? vrelu(v) : v, bf16);
+        }
+      }
+      continue;
+    }
+    const int plain = walk_of(L) == WALK_PLAIN;
+    int64_t p = 0;
+    if (plain) {
+      const vf8 mm = vbcast(m[0]), scc = vbcast(sc[0]), shc = vbcast(sh[0]);
+      for (; p + 8 <= np; p += 8) {
+        vf8 v = vaffine(vld(x, at + p, bf16), mm, scc, shc);
+        vst(y, at + p, relu ? vrelu(v) : v, bf16);
+      }
+    }
+    for (; p < np; p++)
+      for (int64_t l = 0; l < L; l++) {
+        const int64_t i = at + p * L + l;
+        float v = affine(ld(x, i, bf16), m[l], sc[l], sh[l]);
+        st(y, i, relu && !(v > 0.0f) ? 0.0f : v, bf16);
+      }
+  }
+}
+
+/* dx (=|+=) a g + b (x - mean) + d over this thread's tiles, g the dy masked
+ * by the fused ReLU (mask: its scale, then its shift, per channel). */
+INLINE vf8 vdx(vf8 xv, vf8 gv, vf8 m, vf8 msc, vf8 msh, vf8 a, vf8 b, vf8 d, int relu) {
+  if (relu) gv = vmask(gv, vaffine(xv, m, msc, msh));
+  return b * (xv - m) + (a * gv + d);
+}
+
+INLINE void dx_tiles(const cpu_bn_geom *g, const tiling *t, const bn_scratch *s, const float *mask, const void *x,
+                     const void *dy, void *dx, int accumulate, int64_t L, int bf16, int relu) {
+  const int64_t cp = (int64_t)channels_padded(g);
+  int64_t k0, k1;
+  my_tiles(t, &k0, &k1);
+  for (int64_t k = k0; k < k1; k++) {
+    int64_t blk, np;
+    const int64_t at = tile_at(g, t, k, &blk, &np), c0 = blk * L;
+    const float *m = s->k + c0, *ca = s->a + c0, *cb = s->b + c0, *cd = s->d + c0;
+    const float *sc = mask + c0, *sh = mask + cp + c0;
+    if (walk_of(L) == WALK_VEC) {
+      for (int64_t j = 0; j < L; j += 8) {
+        const vf8 mm = vload_f(m + j), a = vload_f(ca + j), b = vload_f(cb + j), d = vload_f(cd + j);
+        const vf8 msc = vload_f(sc + j), msh = vload_f(sh + j);
+        for (int64_t p = 0; p < np; p++) {
+          const int64_t i = at + p * L + j;
+          vf8 v = vdx(vld(x, i, bf16), vld(dy, i, bf16), mm, msc, msh, a, b, d, relu);
+          if (accumulate) v += vld(dx, i, bf16);
+          vst(dx, i, v, bf16);
+        }
+      }
+      continue;
+    }
+    int64_t p = 0;
+    if (walk_of(L) == WALK_PLAIN) {
+      const vf8 mm = vbcast(m[0]), a = vbcast(ca[0]), b = vbcast(cb[0]), d = vbcast(cd[0]);
+      const vf8 msc = vbcast(sc[0]), msh = vbcast(sh[0]);
+      for (; p + 8 <= np; p += 8) {
+        vf8 v = vdx(vld(x, at + p, bf16), vld(dy, at + p, bf16), mm, msc, msh, a, b, d, relu);
+        if (accumulate) v += vld(dx, at + p, bf16);
+        vst(dx, at + p, v, bf16);
+      }
+    }
+    for (; p < np; p++)
+      for (int64_t l = 0; l < L; l++) {
+        const int64_t i = at + p * L + l;
+        const float xv = ld(x, i, bf16);
+        float gv = ld(dy, i, bf16);
+        if (relu) gv = affine(xv, m[l], sc[l], sh[l]) > 0.0f ? gv : 0.0f;
+        float v = cb[l] * (xv - m[l]) + (ca[l] * gv + cd[l]);
+        if (accumulate) v += ld(dx, i, bf16);
+        st(dx, i, v, bf16);
+      }
+  }
+}
+
+/* ---- forward ---- */
+
+typedef struct {
+  const cpu_bn_geom *g;
+  const void *x;
+  void *y;
+  float *mean, *var; /* batch statistics out, or running statistics in */
+  const float *gamma, *beta;
+  float eps;
+  int batch;
+  char *scratch;
+} fwd_args;
+
+/* Per channel: mean and variance from the threads' sums (batch), then scale
+ * and shift; padding channels get zeros. Runs on one thread. */
+static void finish_forward(const fwd_args *f, const bn_scratch *s, int nt) {
+  const cpu_bn_geom *g = f->g;
+  const int64_t cp = (int64_t)channels_padded(g);
+  const double m = (double)(g->n * g->hw);
+  for (int64_t c = 0; c < cp; c++) {
+    if (c >= g->c) {
+      s->k[c] = s->a[c] = s->b[c] = 0.0f;
+      continue;
+    }
+    if (f->batch) {
+      double s1 = 0.0, s2 = 0.0;
+      for (int t = 0; t < nt; t++) s1 += thread_acc(s, t)[c], s2 += thread_acc(s, t)[cp + c];
+      const double d = s1 / m, var = s2 / m - d * d;
+      f->mean[c] = (float)(s->k[c] + d);
+      f->var[c] = (float)(var > 0.0 ? var : 0.0);
+    }
+    const double inv_std = 1.0 / sqrt((double)f->var[c] + f->eps);
+    s->k[c] = f->mean[c];
+    s->a[c] = (float)(inv_std * (f->gamma ? f->gamma[c] : 1.0f));
+    s->b[c] = f->beta ? f->beta[c] : 0.0f;
+  }
+}
+
+INLINE void forward_body(const fwd_args *f, int64_t L, int bf16, int relu) {
+  const cpu_bn_geom *g = f->g;
+  const tiling t = tiles_of(g);
+  const bn_scratch s = scratch_of(g, f->scratch);
+#pragma omp parallel num_threads(g->threads)
+  {
+    if (f->batch) {
+#pragma omp single
+      for (int64_t c = 0; c < (int64_t)channels_padded(g); c++) /* shift: the channel's first value */
+        s.k[c] = c < g->c ? ld(f->x, c / L * g->blk_stride + c % L, bf16) : 0.0f;
+      sum_tiles(g, &t, &s, f->x, NULL, L, bf16, 0, 0);
+#pragma omp barrier
+    }
+#pragma omp single
+    finish_forward(f, &s, omp_get_num_threads());
+    normalize_tiles(g, &t, &s, f->x, f->y, L, bf16, relu);
+  }
+}
+
+/* One specialisation per (lanes, dtype, relu): L constant lets the compiler
+ * keep a block's sums in registers. */
+#define DISPATCH(BODY, ARGS, g, relu)                                     \
+  do {                                                                    \
+    const int b_ = (g)->bf16, r_ = (relu);                                \
+    const int64_t L_ = (g)->lanes;                                        \
+    if (L_ == 16) {                                                       \
+      if (b_) r_ ? BODY(ARGS, 16, 1, 1) : BODY(ARGS, 16, 1, 0);           \
+      else r_ ? BODY(ARGS, 16, 0, 1) : BODY(ARGS, 16, 0, 0);              \
+    } else if (L_ == 8) {                                                 \
+      if (b_) r_ ? BODY(ARGS, 8, 1, 1) : BODY(ARGS, 8, 1, 0);             \
+      else r_ ? BODY(ARGS, 8, 0, 1) : BODY(ARGS, 8, 0, 0);                \
+    } else if (L_ == 1) {                                                 \
+      if (b_) r_ ? BODY(ARGS, 1, 1, 1) : BODY(ARGS, 1, 1, 0);             \
+      else r_ ? BODY(ARGS, 1, 0, 1) : BODY(ARGS, 1, 0, 0);                \
+    } else {                                                              \
+      if (b_) r_ ? BODY(ARGS, L_, 1, 1) : BODY(ARGS, L_, 1, 0);           \
+      else r_ ? BODY(ARGS, L_, 0, 1) : BODY(ARGS, L_, 0, 0);              \
+    }                                                                     \
+  } while (0)
+
+void cpu_bn_forward(const cpu_bn_geom *g, const void *x, void *y, float *mean, float *var, const float *gamma,
+                    const float *beta, float eps, int batch, int relu, char *scratch) {
+  const fwd_args f = {g, x, y, mean, var, gamma, beta, eps, batch, scratch};
+  DISPATCH(forward_body, &f, g, relu);
+}
+
+/* ---- backward ---- */
+
+typedef struct {
+  const cpu_bn_geom *g;
+  const void *x, *dy;
+  void *dx; /* NULL: only the parameter gradients */
+  int accumulate;
+  const float *mean, *var, *gamma, *beta;
+  float eps;
+  int batch;
+  float *dgamma, *dbeta; /* added into; NULL when not wanted */
+  char *scratch;
+} bwd_args;
+
+/* Per channel: the parameter gradients, and dx = a g + b (x - mean) + d with
+ *   a = gamma inv_std, b = -a inv_std^2 sum(g (x - mean)) / M, d = -a sum(g) / M
+ * under batch statistics (b = d = 0 with running statistics). The mask's
+ * scale and shift go to `mask` (2 x cp floats). */
+static void finish_backward(const bwd_args *b, const bn_scratch *s, float *mask, int nt) {
+  const cpu_bn_geom *g = b->g;
+  const int64_t cp = (int64_t)channels_padded(g);
+  const double m = (double)(g->n * g->hw);
+  for (int64_t c = 0; c < cp; c++) {
+    if (c >= g->c) {
+      s->k[c] = s->a[c] = s->b[c] = s->d[c] = mask[c] = mask[cp + c] = 0.0f;
+      continue;
+    }
+    double s1 = 0.0, s2 = 0.0;
+    for (int t = 0; t < nt; t++) s1 += thread_acc(s, t)[c], s2 += thread_acc(s, t)[cp + c];
+    const double inv_std = 1.0 / sqrt((double)b->var[c] + b->eps), gam = b->gamma ? b->gamma[c] : 1.0f;
+    if (b->dgamma) b->dgamma[c] += (float)(s2 * inv_std);
+    if (b->dbeta) b->dbeta[c] += (float)s1;
+    const double a = gam * inv_std;
+    s->a[c] = (float)a;
+    s->b[c] = b->batch ? (float)(-a * inv_std * inv_std * s2 / m) : 0.0f;
+    s->d[c] = b->batch ? (float)(-a * s1 / m) : 0.0f;
+  }
+}
+
+INLINE void backward_body(const bwd_args *b, int64_t L, int bf16, int relu) {
+  const cpu_bn_geom *g = b->g;
+  const tiling t = tiles_of(g);
+  const bn_scratch s = scratch_of(g, b->scratch);
+  const int64_t cp = (int64_t)channels_padded(g);
+  /* The ReLU mask's mean / scale / shift, kept apart from the dx coefficients. */
+  float *mask = (float *)((char *)s.per_thread + (size_t)g->threads * s.thread_bytes);
+#pragma omp parallel num_threads(g->threads)
+  {
+#pragma omp single
+    for (int64_t c = 0; c < cp; c++) {
+      const int real = c < g->c;
+      const double inv_std = real ? 1.0 / sqrt((double)b->var[c] + b->eps) : 0.0;
+      s.k[c] = real ? b->mean[c] : 0.0f;
+      s.a[c] = mask[c] = real ? (float)(inv_std * (b->gamma ? b->gamma[c] : 1.0f)) : 0.0f;
+      s.b[c] = mask[cp + c] = real && b->beta ? b->beta[c] : 0.0f;
+    }
+    sum_tiles(g, &t, &s, b->x, b->dy, L, bf16, 1, relu);
+#pragma omp barrier
+#pragma omp single
+    finish_backward(b, &s, mask, omp_get_num_threads());
+    if (b->dx) dx_tiles(g, &t, &s, mask, b->x, b->dy, b->dx, b->accumulate, L, bf16, relu);
+  }
+}
+
+size_t cpu_bn_bwd_scratch_bytes(const cpu_bn_geom *g) {
+  return cpu_bn_scratch_bytes(g) + 2 * channels_padded(g) * sizeof(float) + 64;
+}
+
+void cpu_bn_backward(const cpu_bn_geom *g, const void *x, const void *dy, void *dx, int accumulate, const float *mean,
+                     const float *var, const float *gamma, const float *beta, float eps, int batch, int relu,
+                     float *dgamma, float *dbeta, char *scratch) {
+  const bwd_args b = {g, x, dy, dx, accumulate, mean, var, gamma, beta, eps, batch, dgamma, dbeta, scratch};
+  DISPATCH(backward_body, &b, g, relu);
+}
+#endif

@@ -1,0 +1,151 @@
+/* Backward of a 1x1, stride-1, unpadded convolution on channels-last bf16
+ * activations as two matrix products (oneDNN's matmul primitive):
+ *
+ *   input gradient   dX[M, IC] (=|+=) dY[M, OC] W[OC, IC]
+ *   weight gradient  dW[OC, IC]  +=   dY^T[OC, M] X[M, IC]
+ *
+ * with M = N H W. Why: oneDNN 2.6's AMX convolution kernels for these
+ * backward passes ran at 40-300 GFLOP/s here (ResUNet-50's largest cost
+ * after batch norm), while its brgemm matmul ran the same products 2-17x
+ * faster (measured per shape, see bench/README_train.md). The layouts fit
+ * without copies: channels-last dY and X are row-major [M, C] matrices, the
+ * transposed dY is a stride, and a 1x1 weight's plain f32 gradient is
+ * row-major [OC, IC], so the product accumulates straight into the master
+ * gradient (sum post-op): no blocked gradient and no reorder after it. The
+ * input gradient is written in place too, or added with a sum post-op when
+ * another consumer wrote first (no scratch + accumulating reorder). Backward
+ * data reads a bf16 copy of the weights, converted each step (OC x IC
+ * values). A bias gradient is the column sums of dY. */
+#ifdef SPRY_HAVE_DNNL
+#include <omp.h>
+#include <string.h>
+
+#include "backends/cpu/cpu.h"
+#include "core/bf16.h"
+
+int cpu_matmul_make(cpu_node *n, const dnnl_memory_desc_t *a, const dnnl_memory_desc_t *b,
+                    const dnnl_memory_desc_t *bias, const dnnl_memory_desc_t *c, int accumulate,
+                    dnnl_primitive_desc_t *pd, dnnl_primitive_t *prim) {
+  dnnl_matmul_desc_t d;
+  DNNL_TRY(dnnl_matmul_desc_init(&d, a, b, bias, c));
+  dnnl_post_ops_t po = NULL;
+  if (accumulate) {
+    DNNL_TRY(dnnl_post_ops_create(&po));
+    dnnl_status_t st = dnnl_post_ops_append_sum(po, 1.0f);
+    if (st != dnnl_success) {
+      dnnl_post_ops_destroy(po);
+      return cpu_dnnl_fail(__FILE__, __LINE__, "dnnl_post_ops_append_sum", st);
+    }
+  }
+  int rc = cpu_pd(&d, NULL, po, pd);
+  if (po) dnnl_post_ops_destroy(po);
+  if (rc) return -1;
+  if (cpu_pd_is_ref(*pd)) {
+    dnnl_primitive_desc_destroy(*pd);
+    return sp_error_set("matmul: only oneDNN's reference kernel for these shapes");
+  }
+  return cpu_adopt(n, *pd, prim);
+}
+
+static int matmul_pd(cpu_node *n, const dnnl_memory_desc_t *a, const dnnl_memory_desc_t *b,
+                     const dnnl_memory_desc_t *c, int accumulate, dnnl_primitive_desc_t *pd, dnnl_primitive_t *prim) {
+  return cpu_matmul_make(n, a, b, NULL, c, accumulate, pd, prim);
+}
+
+int cpu_mm1x1_prepare(cpu_mm1x1 *m, cpu_node *n, int64_t rows, int64_t ic, int64_t oc, int need_dx, int need_dw,
+                      int has_bias, size_t *bwd_scratch) {
+  memset(m, 0, sizeof *m);
+  m->rows = rows, m->ic = ic, m->oc = oc, m->need_dx = need_dx, m->need_dw = need_dw, m->has_bias = has_bias;
+  m->threads = omp_get_max_threads();
+  dnnl_dims_t dy_d = {rows, oc}, x_d = {rows, ic}, w_d = {oc, ic}, dyt_d = {oc, rows}, dyt_s = {1, oc};
+  DNNL_TRY(dnnl_memory_desc_init_by_tag(&m->dy_md, 2, dy_d, dnnl_bf16, dnnl_ab));
+  DNNL_TRY(dnnl_memory_desc_init_by_tag(&m->x_md, 2, x_d, dnnl_bf16, dnnl_ab));
+  DNNL_TRY(dnnl_memory_desc_init_by_tag(&m->wh_md, 2, w_d, dnnl_bf16, dnnl_ab));
+  DNNL_TRY(dnnl_memory_desc_init_by_tag(&m->dw_md, 2, w_d, dnnl_f32, dnnl_ab));
+  DNNL_TRY(dnnl_memory_desc_init_by_strides(&m->dyt_md, 2, dyt_d, dnnl_bf16, dyt_s));
+  size_t pad = 0;
+  if (need_dx) {
+    if (matmul_pd(n, &m->dy_md, &m->wh_md, &m->x_md, 0, &m->dx_pd[0], &m->dx_prim[0]) ||
+        matmul_pd(n, &m->dy_md, &m->wh_md, &m->x_md, 1, &m->dx_pd[1], &m->dx_prim[1]))
+      return -1;
+    for (int k = 0; k < 2; k++)
+      if (cpu_scratchpad_bytes(m->dx_pd[k]) > pad) pad = cpu_scratchpad_bytes(m->dx_pd[k]);
+  }
+  if (need_dw) {
+    if (matmul_pd(n, &m->dyt_md, &m->x_md, &m->dw_md, 1, &m->dw_pd, &m->dw_prim)) return -1;
+    if (cpu_scratchpad_bytes(m->dw_pd) > pad) pad = cpu_scratchpad_bytes(m->dw_pd);
+  }
+  size_t used = pad;
+  if (need_dx) m->wh_off = cpu_take(&used, sizeof(uint16_t) * (size_t)(oc * ic));
+  if (need_dw && has_bias) m->bias_off = cpu_take(&used, sizeof(double) * (size_t)(oc * m->threads));
+  *bwd_scratch = used;
+  return 0;
+}
+
+int cpu_mm1x1_bind(cpu_mm1x1 *m, cpu_node *n, const sp_op_args *a, char *bs) {
+  if (m->need_dx && a->d_in[0]) {
+    const int k = (a->d_in_fresh & 1u) ? 0 : 1;
+    m->wh = (uint16_t *)(bs + m->wh_off);
+    cpu_exec_init(&m->dx, m->dx_prim[k]);
+    if (cpu_exec_arg(&m->dx, n, DNNL_ARG_SRC, &m->dy_md, a->d_out->data) ||
+        cpu_exec_arg(&m->dx, n, DNNL_ARG_WEIGHTS, &m->wh_md, m->wh) ||
+        cpu_exec_arg(&m->dx, n, DNNL_ARG_DST, &m->x_md, a->d_in[0]->data) ||
+        cpu_exec_scratchpad(&m->dx, n, m->dx_pd[k], bs))
+      return -1;
+  }
+  if (m->need_dw) {
+    m->bias_acc = m->has_bias ? (double *)(bs + m->bias_off) : NULL;
+    cpu_exec_init(&m->dw, NULL);
+    if (a->d_param[0]) {
+      cpu_exec_init(&m->dw, m->dw_prim);
+      if (cpu_exec_arg(&m->dw, n, DNNL_ARG_SRC, &m->dyt_md, a->d_out->data) ||
+          cpu_exec_arg(&m->dw, n, DNNL_ARG_WEIGHTS, &m->x_md, a->in[0]->data) ||
+          cpu_exec_arg(&m->dw, n, DNNL_ARG_DST, &m->dw_md, a->d_param[0]->data) ||
+          cpu_exec_scratchpad(&m->dw, n, m->dw_pd, bs))
+        return -1;
+    }
+  }
+  return 0;
+}
+
+/* dbias[o] += sum over rows of dY[row, o]: per-thread double sums over a
+ * static share of the rows, added in thread order. */
+static void bias_grad(const cpu_mm1x1 *m, const uint16_t *dy, float *db) {
+  const int64_t oc = m->oc;
+#pragma omp parallel num_threads(m->threads)
+  {
+    const int64_t nt = omp_get_num_threads(), tid = omp_get_thread_num();
+    const int64_t r0 = m->rows * tid / nt, r1 = m->rows * (tid + 1) / nt;
+    double *acc = m->bias_acc + tid * oc;
+    for (int64_t o = 0; o < oc; o++) acc[o] = 0.0;
+    for (int64_t r = r0; r < r1; r += 64) {
+      const int64_t end = r + 64 < r1 ? r + 64 : r1;
+      for (int64_t o = 0; o < oc; o++) {
+        float s = 0.0f;
+        for (int64_t q = r; q < end; q++) s += sp_bf16_widen(dy[q * oc + o]);
+        acc[o] += s;
+      }
+    }
+#pragma omp barrier
+#pragma omp single
+    for (int64_t o = 0; o < oc; o++) {
+      double s = 0.0;
+      for (int64_t t = 0; t < nt; t++) s += m->bias_acc[t * oc + o];
+      db[o] += (float)s;
+    }
+  }
+}
+
+void cpu_mm1x1_backward(const cpu_mm1x1 *m, const sp_op_args *a) {
+  if (m->need_dx && a->d_in[0]) {
+    const float *w = a->param[0]->data;
+    const int64_t count = m->oc * m->ic;
+    for (int64_t i = 0; i < count; i++) m->wh[i] = sp_bf16_round(w[i]);
+    cpu_exec_run(&m->dx);
+  }
+  if (m->need_dw) {
+    cpu_exec_run(&m->dw);
+    if (m->has_bias && a->n_param > 1 && a->d_param[1]) bias_grad(m, a->d_out->data, a->d_param[1]->data);
+  }
+}
+#endif

@@ -1,0 +1,156 @@
+/* Convolution backward as matrix products in bf16 training plans: 1x1
+ * convolutions (backends/cpu/conv_mm.c, data and weight gradients) and the
+ * weight gradient of any other (conv_bww_mm.c, im2col + matmul), against the
+ * reference backend and, tightly, against oneDNN's convolution backward on
+ * the same bf16 values. 1x1 cases, in bf16 training
+ * plans (channels-last activations): the input gradient written fresh and
+ * added onto another consumer's, the weight gradient accumulated into the
+ * plain master gradient, with and without bias; and the same plans with the
+ * products switched off (oneDNN's convolution backward) for comparison. */
+#include <math.h>
+
+#include "backend_compare.h"
+
+#ifdef SPRY_HAVE_DNNL
+#include "backends/cpu/cpu.h"
+
+/* x -> conv3 -> [1x1 a (bias), 1x1 b] -> add -> 1x1 post: the input of the
+ * two 1x1 convolutions gets its gradient from both (the second adds). */
+static sp_value b_two_1x1(sp_graph *g, sp_value x) {
+  x = sp_conv2d(g, x, "pre", 32, 3, 1, 1, 1, 1, 0);
+  sp_value a = sp_conv2d(g, x, "a", 48, 1, 1, 0, 1, 1, 1), b = sp_conv2d(g, x, "b", 48, 1, 1, 0, 1, 1, 0);
+  return sp_conv2d(g, sp_relu(g, sp_add(g, a, b)), "post", 5, 1, 1, 0, 1, 1, 1);
+}
+
+/* 8 channels in, 20 out (no multiple of 16), then a shortcut add. */
+static sp_value b_narrow_1x1(sp_graph *g, sp_value x) {
+  x = sp_conv2d(g, x, "pre", 8, 3, 1, 1, 1, 1, 0);
+  sp_value y = sp_conv2d(g, x, "c", 20, 1, 1, 0, 1, 1, 1);
+  return sp_conv2d(g, sp_add(g, y, sp_conv2d(g, x, "d", 20, 3, 1, 1, 1, 1, 0)), "post", 4, 1, 1, 0, 1, 1, 0);
+}
+
+static void run_both(cmp_build_fn body, const char *label) {
+  cmp_case k = {label, body, 3, 3, 9, 7, 1, SP_PLAN_BF16, 6e-2};
+  cmp_run(&k); /* products */
+  cpu_conv_use_matmul = 0;
+  cmp_run(&k); /* oneDNN's convolution backward */
+  cpu_conv_use_matmul = 1;
+  k.flags = 0, k.tol = 1e-4; /* f32 plans keep oneDNN's (blocked layouts) */
+  cmp_run(&k);
+}
+
+static void two_consumers(void **st) {
+  (void)st;
+  cmp_require_cpu();
+  run_both(b_two_1x1, "two 1x1");
+}
+
+static void narrow_channels(void **st) {
+  (void)st;
+  cmp_require_cpu();
+  run_both(b_narrow_1x1, "narrow 1x1");
+}
+
+/* 3x3 (padding at every edge), stride 2 with an odd size (the last column
+ * and row dropped), dilation 2, and the 7x7 stem: weight gradients by im2col
+ * + matmul. */
+static sp_value b_kxk(sp_graph *g, sp_value x) {
+  x = sp_conv2d(g, x, "stem", 16, 7, 2, 3, 1, 1, 0);
+  x = sp_conv2d(g, x, "c3", 24, 3, 1, 1, 1, 1, 0);
+  x = sp_conv2d(g, x, "s2", 32, 3, 2, 1, 1, 1, 0);
+  x = sp_conv2d(g, x, "dil", 32, 3, 1, 2, 2, 1, 0);
+  return sp_conv2d(g, x, "post", 4, 1, 1, 0, 1, 1, 1);
+}
+
+static void kxk_weight_gradients(void **st) {
+  (void)st;
+  cmp_require_cpu();
+  cpu_conv_bww_min_channels = 1; /* every layer here is narrow */
+  run_both(b_kxk, "kxk");
+  cpu_conv_bww_min_channels = 64;
+}
+
+/* One bf16 training step with the products and one with oneDNN's backward,
+ * same parameters and inputs: every parameter gradient agrees to f32
+ * summation order (both sum bf16 products in f32), far inside BF16_TOL. */
+static void same_as_onednn(cmp_build_fn body, const char *label, int h, int w) {
+  cmp_case k = {label, body, 3, 3, h, w, 1, SP_PLAN_BF16, 0};
+  sp_shape ys;
+  {
+    sp_graph *g0 = sp_graph_new(7);
+    sp_value x = sp_graph_input(g0, "x", SP_F32, 3);
+    (void)body(g0, x);
+    sp_graph_free(g0);
+  }
+  sp_graph *g[2];
+  sp_plan *p[2];
+  for (int m = 0; m < 2; m++) {
+    cpu_conv_use_matmul = 1 - m;
+    sp_value y;
+    g[m] = cmp_graph(&k, &y);
+    if (m == 0) ys = cmp_out_shape(&k);
+    p[m] = cmp_plan(&k, g[m], &ys, SP_BACKEND_CPU, SP_PLAN_BF16);
+    cmp_fill(p[m], 99);
+    sp_graph_zero_grad(g[m]);
+    assert_int_equal(sp_plan_forward(p[m]), 0);
+    assert_int_equal(sp_plan_backward(p[m]), 0);
+  }
+  cpu_conv_use_matmul = 1;
+  for (int i = 0; i < sp_graph_param_count(g[0]); i++) {
+    const sp_tensor *a = sp_graph_param_grad(g[0], i), *b = sp_graph_param_grad(g[1], i);
+    if (!a) continue;
+    double d2 = 0, r2 = 0;
+    for (int64_t j = 0; j < sp_tensor_numel(a); j++) {
+      const double d = (double)((float *)a->data)[j] - ((float *)b->data)[j];
+      d2 += d * d, r2 += (double)((float *)b->data)[j] * ((float *)b->data)[j];
+    }
+    printf("# %s grad.%s: products vs oneDNN relative L2 %.3g\n", label, sp_graph_param_name(g[0], i), sqrt(d2 / (r2 + 1e-30)));
+    /* The input gradients feeding earlier layers are rounded to bf16 on both
+     * sides (the same values unless an element sits at a rounding tie). */
+    if (!(sqrt(d2) <= 5e-3 * sqrt(r2) + 1e-12)) fail_msg("%s grad.%s differs between the two paths", label, sp_graph_param_name(g[0], i));
+  }
+  for (int m = 0; m < 2; m++) sp_plan_free(p[m]), sp_graph_free(g[m]);
+}
+
+static void products_match_onednn(void **st) {
+  (void)st;
+  cmp_require_cpu();
+  cpu_conv_bww_min_channels = 1;
+  same_as_onednn(b_kxk, "kxk", 17, 15);
+  cpu_conv_bww_min_channels = 64;
+  same_as_onednn(b_two_1x1, "two 1x1", 9, 7);
+}
+
+/* The products are taken for channels-last bf16 (what bf16 plans give
+ * convolutions here) and only there. */
+static void taken_where_it_applies(void **st) {
+  (void)st;
+  cmp_require_cpu();
+  for (int t = 0; t < 2; t++) {
+    dnnl_memory_desc_t md;
+    dnnl_dims_t dims = {2, 64, 9, 7};
+    assert_int_equal(dnnl_memory_desc_init_by_tag(&md, 4, dims, t ? dnnl_f32 : dnnl_bf16, dnnl_acdb), dnnl_success);
+    sp_conv2d_attr at = {1, 1, 0, 0, 1, 1, 1};
+    sp_op_prep p = {.op = &sp_op_conv2d, .attr = &at, .n_in = 1, .n_param = 1, .training = 1, .run_backward = 1,
+                    .bf16 = !t};
+    p.in_shape[0] = sp_shape4(2, 64, 9, 7), p.out_shape = sp_shape4(2, 32, 9, 7);
+    p.param_shape[0] = sp_shape4(32, 64, 1, 1), p.param_grad[0] = 1;
+    p.in_dtype[0] = SP_F32, p.in_layout[0] = &md, p.need_d_in[0] = 1;
+    assert_int_equal(cpu_conv_prepare(&p), 0);
+    assert_int_equal(cpu_conv_uses_matmul(p.state), !t);
+    cpu_node_free(p.state);
+  }
+}
+#endif
+
+int main(void) {
+#ifdef SPRY_HAVE_DNNL
+  const struct CMUnitTest tests[] = {cmocka_unit_test(two_consumers), cmocka_unit_test(narrow_channels),
+                                     cmocka_unit_test(kxk_weight_gradients), cmocka_unit_test(products_match_onednn),
+                                     cmocka_unit_test(taken_where_it_applies)};
+  return cmocka_run_group_tests(tests, NULL, NULL);
+#else
+  printf("1..0 # SKIP oneDNN not in this build\n");
+  return 0;
+#endif
+}
