@@ -194,6 +194,10 @@ void sp_plan_set_grad_hook(sp_plan *p, sp_grad_ready_fn fn, void *user);
 /* The node after whose backward `param`'s gradient is final, or -1 when no
  * backward writes it (buffers, frozen or unused parameters). */
 int sp_plan_grad_ready_node(const sp_plan *p, int param);
+/* Time the fast backend spends converting layouts (reorders), summed over
+ * every plan from sp_backend_time_reorders(1) on (`bench train --profile`). */
+void sp_backend_time_reorders(int on);
+double sp_backend_reorder_seconds(void);
 /* Optional per-op timing (for `bench --profile`): seconds spent per node. */
 void sp_plan_enable_profile(sp_plan *p, int on);
 int sp_plan_profile(const sp_plan *p, int node, double *fwd_s, double *bwd_s, const char **op_name);

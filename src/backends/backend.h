@@ -16,5 +16,9 @@ const sp_op_def *sp_backend_op(sp_backend b, const sp_op_def *op);
  * implementation, or its plain adapter around the reference kernel; NULL with
  * an error set when the build has no oneDNN. */
 const sp_op_def *sp_backend_cpu_op(const sp_op_def *op);
+/* The cpu backend's reorder clock (bench train --profile): on/off, and the
+ * seconds its layout conversions took since it was turned on. */
+void sp_backend_cpu_time_reorders(int on);
+double sp_backend_cpu_reorder_seconds(void);
 
 #endif

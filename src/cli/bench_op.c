@@ -115,10 +115,18 @@ static void zero(float *p, int64_t n) {
   for (int64_t i = 0; i < n; i += chunk) memset(p + i, 0, (size_t)(n - i < chunk ? n - i : chunk) * 4);
 }
 
+static void usage(FILE *f) {
+  fprintf(f, "usage: spry bench op tshift --shape NT,C,H,W --segments S --ratio R [--runs N] [--threads T]\n"
+             "  the fused temporal shift (the cpu backend's kernel in nChw16c, and the reference op)\n"
+             "  against the seed's composed version (pad, three slices, concat; and their backward)\n"
+             "  and a parallel memcpy of the same bytes; one JSON line. --ratio: 0.125 or 1/8\n");
+}
+
 int sp_cli_bench_op(int argc, char **argv) {
-  if (argc < 2 || strcmp(argv[1], "tshift")) {
-    fprintf(stderr, "usage: spry bench op tshift --shape NT,C,H,W --segments S --ratio R [--runs N] [--threads T]\n");
-    return 2;
+  int help = argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"));
+  if (help || argc < 2 || strcmp(argv[1], "tshift")) {
+    usage(help ? stdout : stderr);
+    return help ? 0 : 2;
   }
   const char *shape_s = "32,16,32,32";
   int segments = 2, runs = 20, threads = omp_get_max_threads();
@@ -137,7 +145,9 @@ int sp_cli_bench_op(int argc, char **argv) {
       }
       continue;
     }
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return usage(stdout), 0;
     fprintf(stderr, "spry bench op: unknown option %s\n", argv[i]);
+    usage(stderr);
     return 2;
   }
   long long d[4];

@@ -172,17 +172,25 @@ static double copy_gbs(int threads, int runs, int mb) {
   return 2.0 * (double)n / sp_median(t, runs) * 1e-9;
 }
 
+static void usage(FILE *f) {
+  fprintf(f, "usage: spry bench peak [--threads T] [--runs N] [--copy-mb MB]\n"
+             "  this machine's limits now, one JSON line: fp32 FMA and bf16 dot GFLOP/s over T threads,\n"
+             "  the AMX bf16 tile peak where the CPU has AMX (null otherwise), and copy GB/s over MB\n");
+}
+
 int sp_cli_bench_peak(int argc, char **argv) {
   int threads = omp_get_max_threads(), runs = 5, copy_mb = 256;
   for (int i = 1; i < argc; i++) {
     int r;
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return usage(stdout), 0;
     if ((r = sp_arg_int(argc, argv, &i, "--threads", 1, 256, &threads)) ||
         (r = sp_arg_int(argc, argv, &i, "--runs", 1, 32, &runs)) ||
         (r = sp_arg_int(argc, argv, &i, "--copy-mb", 1, 1 << 16, &copy_mb))) {
       if (r < 0) return 2;
       continue;
     }
-    fprintf(stderr, "usage: spry bench peak [--threads T] [--runs N] [--copy-mb MB]\n");
+    fprintf(stderr, "spry bench peak: unexpected argument '%s'\n", argv[i]);
+    usage(stderr);
     return 2;
   }
   double fp32 = -1, bf16 = -1, amx = -1;

@@ -14,9 +14,6 @@
 #include "spry/optim.h"
 #include "spry/rng.h"
 #include "spry/train.h"
-#ifdef SPRY_HAVE_DNNL
-#include "backends/cpu/cpu.h"
-#endif
 
 typedef struct {
   const char *model, *backend_name, *dtype;
@@ -164,14 +161,8 @@ static void print_line(const bench_opts *o, const char *bench, int batch, double
   sp_json_buf_free(&b);
 }
 
-/* Seconds in the cpu backend's reorders so far (0 without oneDNN). */
-static double reorder_seconds(void) {
-#ifdef SPRY_HAVE_DNNL
-  return cpu_reorder_seconds();
-#else
-  return 0;
-#endif
-}
+/* Seconds in the fast backend's reorders so far (0 without oneDNN). */
+static double reorder_seconds(void) { return sp_backend_reorder_seconds(); }
 
 static void print_profile_line(const bench_opts *o, const char *op, double fwd_s, double bwd_s, int steps,
                                const char *note) {
@@ -308,9 +299,7 @@ static int run_train(const bench_opts *o) {
     int profiling = o->profile && s >= o->warmup;
     if (s == o->warmup && o->profile) {
       sp_plan_enable_profile(p, 1);
-#ifdef SPRY_HAVE_DNNL
-      cpu_reorder_timing(1);
-#endif
+      sp_backend_time_reorders(1);
     }
     double t0 = sp_now(), r0 = reorder_seconds();
     sp_graph_zero_grad(g);
@@ -332,9 +321,7 @@ static int run_train(const bench_opts *o) {
       prof.reorder_fwd += r1 - r0, prof.reorder_bwd += r2 - r1, prof.optimizer += t3 - t2, prof.steps_total += t3 - t0;
     if (s >= o->warmup) times[s - o->warmup] = t3 - t0;
   }
-#ifdef SPRY_HAVE_DNNL
-  cpu_reorder_timing(0);
-#endif
+  sp_backend_time_reorders(0);
   if (sp_optimizer_steps(opt) != o->warmup + o->steps) /* one update per step, whatever the path */
     sp_dist_abort("bench: %lld optimizer steps for %d steps", (long long)sp_optimizer_steps(opt), o->warmup + o->steps);
   double flops = 3.0 * sp_plan_forward_flops(p);

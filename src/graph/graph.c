@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/backend.h"
 #include "graph/graph_internal.h"
 #include "spry/rng.h"
 
@@ -16,6 +17,9 @@ int sp_backend_parse(const char *name, sp_backend *out) {
   else return sp_error_set("unknown backend '%s' (expected ref or cpu)", name);
   return 0;
 }
+
+void sp_backend_time_reorders(int on) { sp_backend_cpu_time_reorders(on); }
+double sp_backend_reorder_seconds(void) { return sp_backend_cpu_reorder_seconds(); }
 
 const char *sp_backend_default_name(void) {
 #ifdef SPRY_HAVE_DNNL

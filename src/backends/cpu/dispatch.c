@@ -63,7 +63,13 @@ const sp_op_def *sp_backend_cpu_op(const sp_op_def *op) {
     if (table[i].op == op) return &table[i].impl;
   return &adapter;
 }
+
+void sp_backend_cpu_time_reorders(int on) { cpu_reorder_timing(on); }
+double sp_backend_cpu_reorder_seconds(void) { return cpu_reorder_seconds(); }
 #else
+void sp_backend_cpu_time_reorders(int on) { (void)on; }
+double sp_backend_cpu_reorder_seconds(void) { return 0; }
+
 const sp_op_def *sp_backend_cpu_op(const sp_op_def *op) {
   (void)op;
   sp_error_set("backend 'cpu' is not available in this build (oneDNN was not found; use --backend ref)");
