@@ -6,6 +6,10 @@
 
 #include "ops/op.h"
 
+/* Every op below, once (ops/registry.c). */
+extern const sp_op_def *const sp_ops_all[];
+extern const int sp_ops_count;
+
 /* ---- convolution family ------------------------------------------------ */
 
 /* in: x[N,Cin,H,W]; params: weight[Cout,Cin/groups,kh,kw], optional bias[Cout]

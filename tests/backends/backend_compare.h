@@ -5,6 +5,8 @@
  *
  * Each case builds `x -> body -> y`; the harness adds y as the output "y" and
  * an MSE loss against a random target, so y's gradient is dense and random.
+ * A case with classes > 0 also gets an input "labels" (i32 [N], random in
+ * [0, classes)) that its body may read (cross-entropy).
  * Tolerances are per tensor and norm-free: max |cpu - ref| <= tol * max |ref|
  * (+ 1e-12), which is what "1e-4 relative" means for tensors whose elements
  * cross zero. A gradient whose values all stay below 1% of the largest
@@ -34,6 +36,7 @@ typedef struct {
   int training;   /* 1: training plan, forward + backward; 0: inference plan */
   unsigned flags; /* extra plan flags for the cpu plan (SP_PLAN_BF16) */
   double tol;     /* per-tensor tolerance; default 1e-4 */
+  int classes;    /* > 0: an i32 input "labels" [N] in [0, classes) */
 } cmp_case;
 
 /* Skips the calling test when this build has no cpu backend. */
@@ -122,8 +125,8 @@ static inline sp_graph *cmp_graph(const cmp_case *c, sp_value *y) {
 
 static inline sp_plan *cmp_plan(const cmp_case *c, sp_graph *g, const sp_shape *y_shape, sp_backend b,
                                 unsigned flags) {
-  sp_input_shape in[2] = {{"x", sp_shape4(c->n, c->c, c->h, c->w)}, {"t", *y_shape}};
-  sp_plan *p = sp_plan_new(g, 2, in, b, c->training, SP_PLAN_POISON | flags);
+  sp_input_shape in[3] = {{"x", sp_shape4(c->n, c->c, c->h, c->w)}, {"t", *y_shape}, {"labels", sp_shape1(c->n)}};
+  sp_plan *p = sp_plan_new(g, c->classes > 0 ? 3 : 2, in, b, c->training, SP_PLAN_POISON | flags);
   if (!p) fail_msg("[%s] %s plan: %s", c->label, sp_backend_name(b), sp_last_error());
   return p;
 }
@@ -134,8 +137,8 @@ static inline sp_shape cmp_out_shape(const cmp_case *c) {
   sp_value x = sp_graph_input(g, "x", SP_F32, c->c);
   sp_value y = c->build(g, x);
   if (sp_graph_error(g)) fail_msg("[%s] %s", c->label, sp_graph_error(g));
-  sp_input_shape in = {"x", sp_shape4(c->n, c->c, c->h, c->w)};
-  sp_plan *p = sp_plan_new(g, 1, &in, SP_BACKEND_REF, 0, 0);
+  sp_input_shape in[2] = {{"x", sp_shape4(c->n, c->c, c->h, c->w)}, {"labels", sp_shape1(c->n)}};
+  sp_plan *p = sp_plan_new(g, c->classes > 0 ? 2 : 1, in, SP_BACKEND_REF, 0, 0);
   if (!p) fail_msg("[%s] %s", c->label, sp_last_error());
   sp_shape s = *sp_plan_shape(p, y);
   sp_plan_free(p);
@@ -143,11 +146,15 @@ static inline sp_shape cmp_out_shape(const cmp_case *c) {
   return s;
 }
 
-static inline void cmp_fill(sp_plan *p, uint64_t seed) {
+static inline void cmp_fill(sp_plan *p, uint64_t seed, int classes) {
   sp_test_rng r = {seed};
   sp_tensor *x = sp_plan_input(p, "x"), *t = sp_plan_input(p, "t");
   sp_test_fill_uniform(&r, x->data, sp_tensor_numel(x), -1, 1);
   sp_test_fill_uniform(&r, t->data, sp_tensor_numel(t), -1, 1);
+  if (classes > 0) {
+    sp_tensor *l = sp_plan_input(p, "labels");
+    for (int64_t i = 0; i < sp_tensor_numel(l); i++) ((int32_t *)l->data)[i] = (int32_t)(sp_test_rng_next(&r) % (uint64_t)classes);
+  }
 }
 
 /* Runs the case on both backends and compares. */
@@ -169,7 +176,7 @@ static inline void cmp_run(const cmp_case *c) {
       else if (b == 1)
         memcpy(v->data, sp_graph_param_value(g[0], i)->data, sp_tensor_bytes(v));
     }
-    cmp_fill(p[b], 99);
+    cmp_fill(p[b], 99, c->classes);
     sp_graph_zero_grad(g[b]);
     assert_int_equal(sp_plan_forward(p[b]), 0);
     if (c->training) assert_int_equal(sp_plan_backward(p[b]), 0);

@@ -311,7 +311,7 @@ static void onednn_path_still_matches(void **st) {
   (void)st;
   cmp_require_cpu();
   cpu_bnorm_use_onednn = 1;
-  cmp_case k = {"bn_relu8 onednn", b_bn_relu8, 4, 3, 6, 6, 1, 0, 0};
+  cmp_case k = {"bn_relu8 onednn", b_bn_relu8, 4, 3, 6, 6, 1, 0, 0, 0};
   cmp_run(&k);
   k.flags = SP_PLAN_BF16, k.tol = 6e-2;
   cmp_run(&k);

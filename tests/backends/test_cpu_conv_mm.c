@@ -30,7 +30,7 @@ static sp_value b_narrow_1x1(sp_graph *g, sp_value x) {
 }
 
 static void run_both(cmp_build_fn body, const char *label) {
-  cmp_case k = {label, body, 3, 3, 9, 7, 1, SP_PLAN_BF16, 6e-2};
+  cmp_case k = {label, body, 3, 3, 9, 7, 1, SP_PLAN_BF16, 6e-2, 0};
   cmp_run(&k); /* products */
   cpu_conv_use_matmul = 0;
   cmp_run(&k); /* oneDNN's convolution backward */
@@ -74,7 +74,7 @@ static void kxk_weight_gradients(void **st) {
  * same parameters and inputs: every parameter gradient agrees to f32
  * summation order (both sum bf16 products in f32), far inside BF16_TOL. */
 static void same_as_onednn(cmp_build_fn body, const char *label, int h, int w) {
-  cmp_case k = {label, body, 3, 3, h, w, 1, SP_PLAN_BF16, 0};
+  cmp_case k = {label, body, 3, 3, h, w, 1, SP_PLAN_BF16, 0, 0};
   sp_shape ys;
   {
     sp_graph *g0 = sp_graph_new(7);
@@ -90,7 +90,7 @@ static void same_as_onednn(cmp_build_fn body, const char *label, int h, int w) {
     g[m] = cmp_graph(&k, &y);
     if (m == 0) ys = cmp_out_shape(&k);
     p[m] = cmp_plan(&k, g[m], &ys, SP_BACKEND_CPU, SP_PLAN_BF16);
-    cmp_fill(p[m], 99);
+    cmp_fill(p[m], 99, 0);
     sp_graph_zero_grad(g[m]);
     assert_int_equal(sp_plan_forward(p[m]), 0);
     assert_int_equal(sp_plan_backward(p[m]), 0);

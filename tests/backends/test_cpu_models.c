@@ -149,7 +149,7 @@ static void gradients_match(const model_case *m, unsigned flags, double tol) {
   fill(m, &ref, 5);
   fill(m, &cpu, 5);
   float l_ref = step(&ref), l_cpu = step(&cpu);
-  cmp_case c = {m->label, NULL, 0, 0, 0, 0, 1, flags, tol};
+  cmp_case c = {m->label, NULL, 0, 0, 0, 0, 1, flags, tol, 0};
   printf("# %s: loss ref %.7f cpu %.7f\n", m->label, l_ref, l_cpu);
   cmp_tensor(&c, "loss", &l_cpu, &l_ref, 1, tol);
   double floor = cmp_grad_floor_for(ref.g, flags);
@@ -214,7 +214,7 @@ static void plans_of_several_sizes(void **s) {
     assert_non_null(rp[k]);
     assert_non_null(cp[k]);
   }
-  cmp_case c = {"tsm sizes", NULL, 0, 0, 0, 0, 1, 0, 1e-4};
+  cmp_case c = {"tsm sizes", NULL, 0, 0, 0, 0, 1, 0, 1e-4, 0};
   double floor = cmp_grad_floor_for(ref.g, 0);
   for (int it = 0; it < 7; it++) {
     int k = (it * 2) % 3; /* 0, 2, 1, 0, 2, 1, 0 */
@@ -261,7 +261,7 @@ static void tsm_r18_plans_of_several_sizes(void **s) {
     assert_non_null(rp[k]);
     assert_non_null(cp[k]);
   }
-  cmp_case c = {"tsm-r18 sizes", NULL, 0, 0, 0, 0, 1, 0, 1e-4};
+  cmp_case c = {"tsm-r18 sizes", NULL, 0, 0, 0, 0, 1, 0, 1e-4, 0};
   for (int it = 0; it < 3; it++) {
     int k = it;
     run r = {ref.g, rp[k]}, q = {cpu.g, cp[k]};
@@ -305,7 +305,7 @@ static void train_5_steps(sp_opt_kind kind, float lr, int sync) {
   int n_ref, n_cpu;
   sp_opt_param *pr = sp_train_opt_params(ref.g, &n_ref), *pc = sp_train_opt_params(cpu.g, &n_cpu);
   sp_optimizer *o_ref = sp_optimizer_new(&cfg, n_ref, pr), *o_cpu = sp_optimizer_new(&cfg, n_cpu, pc);
-  cmp_case c = {sync ? "vgg-face AdamW (synced)" : "vgg-face SGD", NULL, 0, 0, 0, 0, 1, 0, 1e-4};
+  cmp_case c = {sync ? "vgg-face AdamW (synced)" : "vgg-face SGD", NULL, 0, 0, 0, 0, 1, 0, 1e-4, 0};
   char what[600];
   for (int k = 0; k < 5; k++) {
     fill(&vgg_case, &ref, 100 + (uint64_t)k);

@@ -83,6 +83,36 @@ static void batchnorm_matches_pytorch(void **state) {
   sp_opcheck_fixture(&c, "ops/batchnorm1d_train.safetensors", rtol, atol);
 }
 
+/* Synchronised batch norm in a world of one: the sum over ranks is the
+ * identity, so it is batch norm, gradients and PyTorch's figures alike (the
+ * sums over ranks themselves are tested by tests/dist). */
+static void sum_identity(void *user, double *x, int n) { (void)user, (void)x, (void)n; }
+static const sp_batchnorm_sync_attr sync_default = {{1e-5f, 0.1f}, sum_identity, NULL};
+
+static void batchnorm_sync_gradients(void **state) {
+  (void)state;
+  const sp_shape shapes[3] = {sp_shape2(6, 4), sp_shape4(3, 2, 5, 3), sp_shape3(2, 3, 7)};
+  for (int i = 0; i < 3; i++)
+    for (int training = 0; training < 2; training++) {
+      const int64_t c = shapes[i].d[1];
+      sp_opcheck_case k = {.label = training ? "bn sync train" : "bn sync eval", .op = &sp_op_batchnorm_sync,
+                           .attr = &sync_default, .n_in = 1, .in_shape = {shapes[i]}, .n_param = 2,
+                           .param_shape = {sp_shape1(c), sp_shape1(c)}, .n_state = 2,
+                           .state_shape = {sp_shape1(c), sp_shape1(c)}, .training = training,
+                           .seed = 40 + (uint64_t)(2 * i + training), .eps = 3e-3};
+      sp_opcheck_gradients(&k);
+    }
+}
+
+static void batchnorm_sync_matches_pytorch(void **state) {
+  (void)state;
+  sp_opcheck_case c = {.op = &sp_op_batchnorm_sync, .attr = &sync_default, .n_in = 1, .n_param = 2, .n_state = 2};
+  c.label = "batchnorm_sync as batchnorm2d_train", c.training = 1;
+  sp_opcheck_fixture(&c, "ops/batchnorm2d_train.safetensors", 1e-4, 2e-5);
+  c.label = "batchnorm_sync as batchnorm2d_eval", c.training = 0;
+  sp_opcheck_fixture(&c, "ops/batchnorm2d_eval.safetensors", 1e-4, 2e-5);
+}
+
 /* Activations after a layer without BN can sit far from zero; a one-pass
  * sum-of-squares variance would cancel to garbage there. */
 static void batchnorm_large_mean_is_precise(void **state) {
@@ -123,6 +153,8 @@ int main(void) {
       cmocka_unit_test(batchnorm_gradients_eval),
       cmocka_unit_test(batchnorm_matches_pytorch),
       cmocka_unit_test(batchnorm_large_mean_is_precise),
+      cmocka_unit_test(batchnorm_sync_gradients),
+      cmocka_unit_test(batchnorm_sync_matches_pytorch),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
