@@ -83,6 +83,9 @@ unsigned sp_graph_param_flags(const sp_graph *g, int id);
 sp_tensor *sp_graph_param_value(sp_graph *g, int id);
 sp_tensor *sp_graph_param_grad(sp_graph *g, int id); /* NULL for buffers */
 int sp_graph_param_find(const sp_graph *g, const char *name);
+/* Parameter i of the node that made value v (a conv's weight, a batch
+ * norm's gamma): its id, or -1 when the node has no such parameter. */
+int sp_graph_value_param(const sp_graph *g, sp_value v, int i);
 void sp_graph_zero_grad(sp_graph *g);
 int64_t sp_graph_param_numel(const sp_graph *g, int trainable_only);
 
@@ -92,10 +95,37 @@ sp_value sp_graph_node(sp_graph *g, const struct sp_op_def *op, const void *attr
                        int channels);
 
 /* ---- builders (ops/ops.h documents each op's semantics) --------------------- */
-sp_value sp_conv2d(sp_graph *g, sp_value x, const char *name, int out_ch, int kernel, int stride, int pad,
-                   int dilation, int groups, int bias);
-sp_value sp_conv_transpose2d(sp_graph *g, sp_value x, const char *name, int out_ch, int kernel, int stride, int pad,
-                             int out_pad, int bias);
+
+/* Named arguments of the convolution and pooling builders, written as
+ * designated initialisers: sp_conv2d(g, x, "conv1", (sp_conv_args){.out_ch =
+ * 64, .kernel = 7, .stride = 2, .pad = 3}). A field left out (0) takes the
+ * default in its comment. */
+typedef struct {
+  int out_ch;   /* output channels */
+  int kernel;   /* square kernel side */
+  int stride;   /* 0: 1 */
+  int pad;      /* on every side */
+  int dilation; /* 0: 1 */
+  int groups;   /* 0: 1 */
+  int bias;     /* 1: a bias parameter */
+} sp_conv_args;
+typedef struct {
+  int out_ch, kernel;
+  int stride;  /* 0: 1 */
+  int pad;
+  int out_pad; /* extra output rows/columns (PyTorch output_padding) */
+  int bias;
+} sp_deconv_args;
+typedef struct {
+  int kernel;
+  int stride;      /* 0: 1 */
+  int pad;
+  int exclude_pad; /* avg pool: 1 divides by the window's pixels inside the image (PyTorch count_include_pad=False) */
+  int ceil_mode;   /* PyTorch ceil_mode */
+} sp_pool_args;
+
+sp_value sp_conv2d(sp_graph *g, sp_value x, const char *name, sp_conv_args a);
+sp_value sp_conv_transpose2d(sp_graph *g, sp_value x, const char *name, sp_deconv_args a);
 sp_value sp_linear(sp_graph *g, sp_value x, const char *name, int in_features, int out_features, int bias);
 sp_value sp_batchnorm(sp_graph *g, sp_value x, const char *name);
 /* Turns every batchnorm node of g into synchronised batch norm: its batch
@@ -106,8 +136,8 @@ int sp_graph_sync_batchnorm(sp_graph *g, void (*sum)(void *user, double *x, int 
 sp_value sp_relu(sp_graph *g, sp_value x);
 sp_value sp_hardswish(sp_graph *g, sp_value x);
 sp_value sp_dropout(sp_graph *g, sp_value x, float p);
-sp_value sp_maxpool2d(sp_graph *g, sp_value x, int kernel, int stride, int pad);
-sp_value sp_avgpool2d(sp_graph *g, sp_value x, int kernel, int stride, int pad, int count_include_pad, int ceil_mode);
+sp_value sp_maxpool2d(sp_graph *g, sp_value x, sp_pool_args a); /* exclude_pad unused: pads with -inf */
+sp_value sp_avgpool2d(sp_graph *g, sp_value x, sp_pool_args a);
 sp_value sp_global_avgpool(sp_graph *g, sp_value x);
 sp_value sp_blurpool(sp_graph *g, sp_value x, int filter_size, int stride);
 sp_value sp_upsample(sp_graph *g, sp_value x, int scale, int bilinear);

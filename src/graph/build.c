@@ -28,8 +28,11 @@ static int param(sp_graph *g, const char *layer, const char *what, sp_shape s, s
   return sp_graph_param(g, name, s, init, fan, flags);
 }
 
-sp_value sp_conv2d(sp_graph *g, sp_value x, const char *name, int out_ch, int kernel, int stride, int pad,
-                   int dilation, int groups, int bias) {
+static int or_one(int v) { return v ? v : 1; }
+
+sp_value sp_conv2d(sp_graph *g, sp_value x, const char *name, sp_conv_args args) {
+  const int out_ch = args.out_ch, kernel = args.kernel, stride = or_one(args.stride), pad = args.pad;
+  const int dilation = or_one(args.dilation), groups = or_one(args.groups), bias = args.bias;
   if (!valid(g, x)) return -1;
   int in_ch = need_channels(g, x, "conv2d", name);
   if (in_ch <= 0) return -1;
@@ -44,8 +47,9 @@ sp_value sp_conv2d(sp_graph *g, sp_value x, const char *name, int out_ch, int ke
   return sp_graph_node(g, &sp_op_conv2d, &a, sizeof a, name, 1, &x, bias ? 2 : 1, p, 0, NULL, out_ch);
 }
 
-sp_value sp_conv_transpose2d(sp_graph *g, sp_value x, const char *name, int out_ch, int kernel, int stride, int pad,
-                             int out_pad, int bias) {
+sp_value sp_conv_transpose2d(sp_graph *g, sp_value x, const char *name, sp_deconv_args args) {
+  const int out_ch = args.out_ch, kernel = args.kernel, stride = or_one(args.stride), pad = args.pad;
+  const int out_pad = args.out_pad, bias = args.bias;
   if (!valid(g, x)) return -1;
   int in_ch = need_channels(g, x, "conv_transpose2d", name);
   if (in_ch <= 0) return -1;
@@ -91,7 +95,8 @@ int sp_graph_sync_batchnorm(sp_graph *g, void (*sum)(void *user, double *x, int 
     sp_node *nd = &g->nodes[i];
     if (nd->op != &sp_op_batchnorm && nd->op != &sp_op_batchnorm_sync) continue;
     sp_batchnorm_sync_attr *a = sp_xcalloc(1, sizeof *a);
-    a->bn = *(const sp_batchnorm_attr *)nd->attr; /* both attrs begin with it */
+    a->bn = nd->op == &sp_op_batchnorm ? *(const sp_batchnorm_attr *)nd->attr
+                                       : ((const sp_batchnorm_sync_attr *)nd->attr)->bn;
     a->sum = sum;
     a->sum_user = user;
     free(nd->attr);
@@ -117,13 +122,19 @@ sp_value sp_dropout(sp_graph *g, sp_value x, float p) {
   return unary(g, x, &sp_op_dropout, &a, sizeof a);
 }
 
-sp_value sp_maxpool2d(sp_graph *g, sp_value x, int kernel, int stride, int pad) {
-  sp_pool2d_attr a = {kernel, kernel, stride, stride, pad, pad, 1, 0};
+static sp_pool2d_attr pool_attr(sp_pool_args p) {
+  const int stride = or_one(p.stride);
+  sp_pool2d_attr a = {p.kernel, p.kernel, stride, stride, p.pad, p.pad, !p.exclude_pad, p.ceil_mode};
+  return a;
+}
+
+sp_value sp_maxpool2d(sp_graph *g, sp_value x, sp_pool_args p) {
+  sp_pool2d_attr a = pool_attr(p);
   return unary(g, x, &sp_op_maxpool2d, &a, sizeof a);
 }
 
-sp_value sp_avgpool2d(sp_graph *g, sp_value x, int kernel, int stride, int pad, int count_include_pad, int ceil_mode) {
-  sp_pool2d_attr a = {kernel, kernel, stride, stride, pad, pad, count_include_pad, ceil_mode};
+sp_value sp_avgpool2d(sp_graph *g, sp_value x, sp_pool_args p) {
+  sp_pool2d_attr a = pool_attr(p);
   return unary(g, x, &sp_op_avgpool2d, &a, sizeof a);
 }
 

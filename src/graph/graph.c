@@ -67,6 +67,11 @@ int sp_graph_fail(sp_graph *g, const char *fmt, ...) {
 const char *sp_graph_error(const sp_graph *g) { return g->error; }
 int sp_graph_node_count(const sp_graph *g) { return g->n_nodes; }
 
+int sp_graph_value_param(const sp_graph *g, sp_value v, int i) {
+  if (v < 0 || v >= g->n_nodes || i < 0 || i >= g->nodes[v].n_param) return -1;
+  return g->nodes[v].param[i];
+}
+
 void sp_graph_push_scope(sp_graph *g, const char *fmt, ...) {
   SP_ASSERT(g->scope_depth < 32);
   size_t len = strlen(g->scope);

@@ -43,7 +43,7 @@ static sp_value act(sp_graph *g, const resnet_plan *r, sp_value x) {
 }
 
 static sp_value conv_bn(sp_graph *g, sp_value x, const char *conv, const char *bn, int out, int k, int stride) {
-  x = sp_conv2d(g, x, conv, out, k, stride, k / 2, 1, 1, 0);
+  x = sp_conv2d(g, x, conv, (sp_conv_args){.out_ch = out, .kernel = k, .stride = stride, .pad = k / 2});
   return sp_batchnorm(g, x, bn);
 }
 
@@ -64,12 +64,13 @@ void sp_models_kaiming_fan_out(sp_graph *g, int first_param, int end_param) {
   }
 }
 
-/* Bag of Tricks' zero-gamma: called right after a block's last BN, whose
- * weight is the fourth-last parameter (weight, bias, running mean, var), so
- * each residual block starts as the identity. */
-static void zero_last_bn_gamma(sp_graph *g) {
-  if (sp_graph_error(g)) return;
-  sp_tensor *t = sp_graph_param_value(g, sp_graph_param_count(g) - 4);
+/* Bag of Tricks' zero-gamma: the block's last batch norm (the value bn)
+ * starts with gamma = 0, so each residual block starts as the identity. */
+enum { BN_GAMMA = 0 }; /* a batch norm node's parameters: gamma, beta */
+static void zero_gamma(sp_graph *g, sp_value bn) {
+  int gamma = sp_graph_error(g) ? -1 : sp_graph_value_param(g, bn, BN_GAMMA);
+  if (gamma < 0) return;
+  sp_tensor *t = sp_graph_param_value(g, gamma);
   memset(t->data, 0, sp_tensor_bytes(t));
 }
 
@@ -80,7 +81,7 @@ static void zero_last_bn_gamma(sp_graph *g) {
 static sp_value shortcut(sp_graph *g, const resnet_plan *r, sp_value x, int out, int stride) {
   if (!r->shortcut_pool) return conv_bn(g, x, "downsample.0", "downsample.1", out, 1, stride);
   if (stride == 2)
-    x = r->blurpool ? sp_blurpool(g, x, 3, 2) : sp_avgpool2d(g, x, 2, 2, 0, 0, 1); /* timm: ceil, no pad count */
+    x = r->blurpool ? sp_blurpool(g, x, 3, 2) : sp_avgpool2d(g, x, (sp_pool_args){.kernel = 2, .stride = 2, .exclude_pad = 1, .ceil_mode = 1}); /* timm: ceil, no pad count */
   return conv_bn(g, x, "downsample.1", "downsample.2", out, 1, 1);
 }
 
@@ -88,7 +89,7 @@ static sp_value basic_block(sp_graph *g, const resnet_plan *r, sp_value x, int p
   int in = sp_graph_channels(g, x);
   sp_value y = act(g, r, conv_bn(g, x, "conv1", "bn1", planes, 3, stride));
   y = conv_bn(g, y, "conv2", "bn2", planes, 3, 1);
-  if (r->zero_init_residual) zero_last_bn_gamma(g);
+  if (r->zero_init_residual) zero_gamma(g, y);
   sp_value s = (stride != 1 || in != planes) ? shortcut(g, r, x, planes, stride) : x;
   return act(g, r, sp_add(g, y, s));
 }
@@ -100,7 +101,7 @@ static sp_value bottleneck_block(sp_graph *g, const resnet_plan *r, sp_value x, 
   sp_value y = act(g, r, conv_bn(g, x, "conv1", "bn1", planes, 1, 1));
   y = act(g, r, conv_bn(g, y, "conv2", "bn2", planes, 3, stride));
   y = conv_bn(g, y, "conv3", "bn3", out, 1, 1);
-  if (r->zero_init_residual) zero_last_bn_gamma(g);
+  if (r->zero_init_residual) zero_gamma(g, y);
   sp_value s = (stride != 1 || in != out) ? shortcut(g, r, x, out, stride) : x;
   return act(g, r, sp_add(g, y, s));
 }
@@ -117,13 +118,13 @@ static sp_value stem(sp_graph *g, const resnet_plan *r, sp_value x, sp_value *ha
     }
     x = act(g, r, conv_bn(g, x, "conv1.6", "bn1", w, 3, 1));
   } else {
-    x = sp_conv2d(g, x, "conv1", w, 7, 2, 3, 1, 1, 0);
+    x = sp_conv2d(g, x, "conv1", (sp_conv_args){.out_ch = w, .kernel = 7, .stride = 2, .pad = 3});
     x = act(g, r, sp_batchnorm(g, x, "bn1"));
   }
   *half = x;
   if (r->stem_conv) return act(g, r, conv_bn(g, x, "pool_conv", "pool_bn", w, 3, 2));
-  if (r->blurpool) return sp_blurpool(g, sp_maxpool2d(g, x, 3, 1, 1), 3, 2);
-  return sp_maxpool2d(g, x, 3, 2, 1);
+  if (r->blurpool) return sp_blurpool(g, sp_maxpool2d(g, x, (sp_pool_args){.kernel = 3, .pad = 1}), 3, 2);
+  return sp_maxpool2d(g, x, (sp_pool_args){.kernel = 3, .stride = 2, .pad = 1});
 }
 
 int sp_model_resnet_encoder(sp_graph *g, sp_value image, const sp_resnet_config *cfg, sp_resnet_stages *out) {

@@ -11,7 +11,7 @@
 static sp_value act(sp_graph *g, int hardswish, sp_value x) { return hardswish ? sp_hardswish(g, x) : sp_relu(g, x); }
 
 static sp_value conv_bn(sp_graph *g, sp_value x, const char *conv, const char *bn, int out, int k) {
-  return sp_batchnorm(g, sp_conv2d(g, x, conv, out, k, 1, k / 2, 1, 1, 0), bn);
+  return sp_batchnorm(g, sp_conv2d(g, x, conv, (sp_conv_args){.out_ch = out, .kernel = k, .pad = k / 2}), bn);
 }
 
 /* 1x1 reduce, 3x3, 1x1 expand: the 3x3 runs on a quarter of the channels,
@@ -55,7 +55,7 @@ sp_value sp_model_resunet(sp_graph *g, sp_value image, const sp_resunet_config *
   sp_value x = st.layer[3];
   for (int i = 0; i < 5; i++) {
     sp_graph_push_scope(g, "decoder.%d", i);
-    x = sp_conv_transpose2d(g, x, "up", dec[i], 2, 2, 0, 0, 0);
+    x = sp_conv_transpose2d(g, x, "up", (sp_deconv_args){.out_ch = dec[i], .kernel = 2, .stride = 2});
     /* BN + activation put the up-sampled path on the same footing as the
      * (batch-normalised, activated) encoder map it is concatenated with. */
     x = act(g, hs, sp_batchnorm(g, x, "up_bn"));
@@ -68,7 +68,7 @@ sp_value sp_model_resunet(sp_graph *g, sp_value image, const sp_resunet_config *
     sp_models_kaiming_fan_out(g, first, sp_graph_param_count(g));
     sp_graph_pop_scope(g);
   }
-  sp_value h = sp_conv2d(g, x, "head", cfg->keypoints, 1, 1, 0, 1, 1, 1);
+  sp_value h = sp_conv2d(g, x, "head", (sp_conv_args){.out_ch = cfg->keypoints, .kernel = 1, .bias = 1});
   if (h < 0) return -1;
   /* Kept alive for reports (heatmap figures); softargmax itself saves its
    * probabilities, so in training this costs one N*K*H*W buffer. */

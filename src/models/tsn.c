@@ -16,7 +16,7 @@
 #include "ops/ops.h"
 
 static sp_value conv_bn(sp_graph *g, sp_value x, const char *conv, const char *bn, int out, int k, int stride) {
-  return sp_batchnorm(g, sp_conv2d(g, x, conv, out, k, stride, k / 2, 1, 1, 0), bn);
+  return sp_batchnorm(g, sp_conv2d(g, x, conv, (sp_conv_args){.out_ch = out, .kernel = k, .stride = stride, .pad = k / 2}), bn);
 }
 
 /* The branch input: the shifted frames for TSM, the block input for TSN. */
@@ -65,8 +65,8 @@ sp_value sp_model_tsn(sp_graph *g, sp_value frames, const sp_tsn_config *cfg) {
   static const int b18[4] = {2, 2, 2, 2}, b50[4] = {3, 4, 6, 3};
   const int *blocks = c.depth == 50 ? b50 : b18;
   int first = sp_graph_param_count(g);
-  sp_value x = sp_conv2d(g, frames, "conv1", c.width, 7, 2, 3, 1, 1, 0);
-  x = sp_maxpool2d(g, sp_relu(g, sp_batchnorm(g, x, "bn1")), 3, 2, 1);
+  sp_value x = sp_conv2d(g, frames, "conv1", (sp_conv_args){.out_ch = c.width, .kernel = 7, .stride = 2, .pad = 3});
+  x = sp_maxpool2d(g, sp_relu(g, sp_batchnorm(g, x, "bn1")), (sp_pool_args){.kernel = 3, .stride = 2, .pad = 1});
   for (int s = 0; s < 4; s++)
     for (int b = 0; b < blocks[s]; b++) {
       sp_graph_push_scope(g, "layer%d.%d", s + 1, b);

@@ -3,7 +3,7 @@
 
 static sp_value conv_bn_relu(sp_graph *g, sp_value x, int stage, int block, int out_ch, int stride) {
   sp_graph_push_scope(g, "layers.%d.%d", stage, block);
-  x = sp_conv2d(g, x, "conv", out_ch, 3, stride, 1, 1, 1, 0);
+  x = sp_conv2d(g, x, "conv", (sp_conv_args){.out_ch = out_ch, .kernel = 3, .stride = stride, .pad = 1});
   x = sp_batchnorm(g, x, "bn");
   x = sp_relu(g, x);
   sp_graph_pop_scope(g);

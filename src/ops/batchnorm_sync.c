@@ -42,7 +42,9 @@ static int batch_stats(const sp_op_args *a) { return a->training || a->n_state <
 static void sync_forward(const sp_op_args *a) {
   const sp_batchnorm_sync_attr *at = a->attr;
   if (!batch_stats(a) || !at->sum) { /* running statistics: nothing to share */
-    sp_op_batchnorm.forward(a);
+    sp_op_args plain = *a; /* batch norm's kernels read its own attr */
+    plain.attr = &at->bn;
+    sp_op_batchnorm.forward(&plain);
     return;
   }
   const geom g = geom_of(&a->in[0]->shape);
@@ -104,7 +106,9 @@ static void sync_forward(const sp_op_args *a) {
 static void sync_backward(const sp_op_args *a) {
   const sp_batchnorm_sync_attr *at = a->attr;
   if (!batch_stats(a) || !at->sum || !a->saved) {
-    sp_op_batchnorm.backward(a);
+    sp_op_args plain = *a;
+    plain.attr = &at->bn;
+    sp_op_batchnorm.backward(&plain);
     return;
   }
   const geom g = geom_of(&a->in[0]->shape);

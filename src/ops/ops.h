@@ -44,7 +44,7 @@ extern const sp_op_def sp_op_batchnorm;
  * the global batch; sum(user, x, n) adds n doubles over all ranks in place.
  * Made by sp_graph_sync_batchnorm from batchnorm nodes. */
 typedef struct {
-  sp_batchnorm_attr bn; /* first: batchnorm's kernels read this attr as theirs */
+  sp_batchnorm_attr bn; /* what batchnorm's own kernels are given (batchnorm_sync.c passes &bn) */
   void (*sum)(void *user, double *x, int n);
   void *sum_user;
 } sp_batchnorm_sync_attr;

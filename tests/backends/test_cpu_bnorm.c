@@ -303,8 +303,7 @@ static void bf16_backward_error_is_input_rounding(void **st) {
 /* Graph level: the own kernels and oneDNN's batch norm give the same plan
  * results against the reference (test_cpu_ops.c runs the own kernels). */
 static sp_value b_bn_relu8(sp_graph *gr, sp_value x) {
-  return sp_conv2d(gr, sp_relu(gr, sp_batchnorm(gr, sp_conv2d(gr, x, "pre", 8, 3, 1, 1, 1, 1, 0), "bn")), "post", 4, 1,
-                   1, 0, 1, 1, 1);
+  return sp_conv2d(gr, sp_relu(gr, sp_batchnorm(gr, sp_conv2d(gr, x, "pre", (sp_conv_args){.out_ch = 8, .kernel = 3, .pad = 1}), "bn")), "post", (sp_conv_args){.out_ch = 4, .kernel = 1, .bias = 1});
 }
 
 static void onednn_path_still_matches(void **st) {

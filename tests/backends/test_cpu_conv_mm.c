@@ -17,16 +17,16 @@
 /* x -> conv3 -> [1x1 a (bias), 1x1 b] -> add -> 1x1 post: the input of the
  * two 1x1 convolutions gets its gradient from both (the second adds). */
 static sp_value b_two_1x1(sp_graph *g, sp_value x) {
-  x = sp_conv2d(g, x, "pre", 32, 3, 1, 1, 1, 1, 0);
-  sp_value a = sp_conv2d(g, x, "a", 48, 1, 1, 0, 1, 1, 1), b = sp_conv2d(g, x, "b", 48, 1, 1, 0, 1, 1, 0);
-  return sp_conv2d(g, sp_relu(g, sp_add(g, a, b)), "post", 5, 1, 1, 0, 1, 1, 1);
+  x = sp_conv2d(g, x, "pre", (sp_conv_args){.out_ch = 32, .kernel = 3, .pad = 1});
+  sp_value a = sp_conv2d(g, x, "a", (sp_conv_args){.out_ch = 48, .kernel = 1, .bias = 1}), b = sp_conv2d(g, x, "b", (sp_conv_args){.out_ch = 48, .kernel = 1});
+  return sp_conv2d(g, sp_relu(g, sp_add(g, a, b)), "post", (sp_conv_args){.out_ch = 5, .kernel = 1, .bias = 1});
 }
 
 /* 8 channels in, 20 out (no multiple of 16), then a shortcut add. */
 static sp_value b_narrow_1x1(sp_graph *g, sp_value x) {
-  x = sp_conv2d(g, x, "pre", 8, 3, 1, 1, 1, 1, 0);
-  sp_value y = sp_conv2d(g, x, "c", 20, 1, 1, 0, 1, 1, 1);
-  return sp_conv2d(g, sp_add(g, y, sp_conv2d(g, x, "d", 20, 3, 1, 1, 1, 1, 0)), "post", 4, 1, 1, 0, 1, 1, 0);
+  x = sp_conv2d(g, x, "pre", (sp_conv_args){.out_ch = 8, .kernel = 3, .pad = 1});
+  sp_value y = sp_conv2d(g, x, "c", (sp_conv_args){.out_ch = 20, .kernel = 1, .bias = 1});
+  return sp_conv2d(g, sp_add(g, y, sp_conv2d(g, x, "d", (sp_conv_args){.out_ch = 20, .kernel = 3, .pad = 1})), "post", (sp_conv_args){.out_ch = 4, .kernel = 1});
 }
 
 static void run_both(cmp_build_fn body, const char *label) {
@@ -55,11 +55,11 @@ static void narrow_channels(void **st) {
  * and row dropped), dilation 2, and the 7x7 stem: weight gradients by im2col
  * + matmul. */
 static sp_value b_kxk(sp_graph *g, sp_value x) {
-  x = sp_conv2d(g, x, "stem", 16, 7, 2, 3, 1, 1, 0);
-  x = sp_conv2d(g, x, "c3", 24, 3, 1, 1, 1, 1, 0);
-  x = sp_conv2d(g, x, "s2", 32, 3, 2, 1, 1, 1, 0);
-  x = sp_conv2d(g, x, "dil", 32, 3, 1, 2, 2, 1, 0);
-  return sp_conv2d(g, x, "post", 4, 1, 1, 0, 1, 1, 1);
+  x = sp_conv2d(g, x, "stem", (sp_conv_args){.out_ch = 16, .kernel = 7, .stride = 2, .pad = 3});
+  x = sp_conv2d(g, x, "c3", (sp_conv_args){.out_ch = 24, .kernel = 3, .pad = 1});
+  x = sp_conv2d(g, x, "s2", (sp_conv_args){.out_ch = 32, .kernel = 3, .stride = 2, .pad = 1});
+  x = sp_conv2d(g, x, "dil", (sp_conv_args){.out_ch = 32, .kernel = 3, .pad = 2, .dilation = 2});
+  return sp_conv2d(g, x, "post", (sp_conv_args){.out_ch = 4, .kernel = 1, .bias = 1});
 }
 
 static void kxk_weight_gradients(void **st) {

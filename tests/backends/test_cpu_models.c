@@ -20,7 +20,7 @@ static sp_value vgg(sp_graph *g, sp_value x, sp_value t) {
 }
 
 static sp_value conv_bn(sp_graph *g, sp_value x, const char *conv, const char *bn, int out, int k, int s, int pad) {
-  return sp_batchnorm(g, sp_conv2d(g, x, conv, out, k, s, pad, 1, 1, 0), bn);
+  return sp_batchnorm(g, sp_conv2d(g, x, conv, (sp_conv_args){.out_ch = out, .kernel = k, .stride = s, .pad = pad}), bn);
 }
 
 static sp_value residual(sp_graph *g, sp_value x, sp_value t) {
@@ -30,7 +30,7 @@ static sp_value residual(sp_graph *g, sp_value x, sp_value t) {
   y = sp_hardswish(g, conv_bn(g, x, "b2_conv1", "b2_bn1", 16, 3, 2, 1));
   sp_value s = conv_bn(g, sp_blurpool(g, x, 3, 2), "b2_down", "b2_down_bn", 16, 1, 1, 0);
   x = sp_hardswish(g, sp_add(g, conv_bn(g, y, "b2_conv2", "b2_bn2", 16, 3, 1, 1), s));
-  x = sp_upsample(g, sp_conv2d(g, x, "head", 5, 1, 1, 0, 1, 1, 1), 2, 1);
+  x = sp_upsample(g, sp_conv2d(g, x, "head", (sp_conv_args){.out_ch = 5, .kernel = 1, .bias = 1}), 2, 1);
   return sp_l1_loss(g, sp_softargmax(g, x, 1.0f), t);
 }
 
@@ -39,7 +39,7 @@ static sp_value residual(sp_graph *g, sp_value x, sp_value t) {
 static sp_value heatmap_head(sp_graph *g, sp_value x, sp_value t) {
   x = sp_relu(g, conv_bn(g, x, "stem", "stem_bn", 16, 3, 1, 1));
   /* No bias: soft-argmax is shift invariant, so its gradient is ~0 (rounding). */
-  sp_value h = sp_conv2d(g, x, "head", 5, 1, 1, 0, 1, 1, 0);
+  sp_value h = sp_conv2d(g, x, "head", (sp_conv_args){.out_ch = 5, .kernel = 1});
   sp_graph_output(g, h, "heatmaps");
   return sp_l1_loss(g, sp_softargmax(g, h, 1.0f), t);
 }
@@ -47,8 +47,8 @@ static sp_value heatmap_head(sp_graph *g, sp_value x, sp_value t) {
 static sp_value tsm(sp_graph *g, sp_value x, sp_value t) {
   const int segments = 4, c = 16;
   sp_value y = sp_tshift(g, x, segments, 0.125f, 0.125f);
-  y = sp_relu(g, sp_batchnorm(g, sp_conv2d(g, y, "conv1", c, 3, 1, 1, 1, 1, 0), "bn1"));
-  y = sp_batchnorm(g, sp_conv2d(g, y, "conv2", c, 3, 1, 1, 1, 1, 0), "bn2");
+  y = sp_relu(g, sp_batchnorm(g, sp_conv2d(g, y, "conv1", (sp_conv_args){.out_ch = c, .kernel = 3, .pad = 1}), "bn1"));
+  y = sp_batchnorm(g, sp_conv2d(g, y, "conv2", (sp_conv_args){.out_ch = c, .kernel = 3, .pad = 1}), "bn2");
   x = sp_relu(g, sp_add(g, y, x));
   x = sp_global_avgpool(g, x);
   int64_t frames[4] = {2, 1, segments, c};

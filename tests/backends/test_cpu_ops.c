@@ -4,29 +4,29 @@
 #include <math.h>
 #include "backend_compare.h"
 
-static sp_value pre(sp_graph *g, sp_value x, int c) { return sp_conv2d(g, x, "pre", c, 3, 1, 1, 1, 1, 0); }
-static sp_value post(sp_graph *g, sp_value x, int c) { return sp_conv2d(g, x, "post", c, 1, 1, 0, 1, 1, 1); }
+static sp_value pre(sp_graph *g, sp_value x, int c) { return sp_conv2d(g, x, "pre", (sp_conv_args){.out_ch = c, .kernel = 3, .pad = 1}); }
+static sp_value post(sp_graph *g, sp_value x, int c) { return sp_conv2d(g, x, "post", (sp_conv_args){.out_ch = c, .kernel = 1, .bias = 1}); }
 
-static sp_value b_conv3(sp_graph *g, sp_value x) { return sp_conv2d(g, x, "c", 16, 3, 1, 1, 1, 1, 0); }
-static sp_value b_conv_s2(sp_graph *g, sp_value x) { return post(g, sp_conv2d(g, pre(g, x, 8), "c", 24, 3, 2, 1, 1, 1, 1), 5); }
-static sp_value b_conv_groups(sp_graph *g, sp_value x) { return post(g, sp_conv2d(g, pre(g, x, 8), "c", 16, 3, 1, 1, 1, 2, 0), 4); }
-static sp_value b_conv_dil(sp_graph *g, sp_value x) { return post(g, sp_conv2d(g, pre(g, x, 16), "c", 16, 3, 1, 2, 2, 1, 0), 4); }
-static sp_value b_conv_stem(sp_graph *g, sp_value x) { return post(g, sp_conv2d(g, x, "c", 32, 7, 2, 3, 1, 1, 0), 3); }
-static sp_value b_conv_floor(sp_graph *g, sp_value x) { return post(g, sp_conv2d(g, pre(g, x, 16), "c", 32, 1, 2, 0, 1, 1, 0), 3); }
-static sp_value b_deconv(sp_graph *g, sp_value x) { return post(g, sp_conv_transpose2d(g, pre(g, x, 16), "d", 16, 2, 2, 0, 0, 0), 3); }
-static sp_value b_deconv_pad(sp_graph *g, sp_value x) { return post(g, sp_conv_transpose2d(g, pre(g, x, 16), "d", 8, 3, 2, 1, 1, 1), 3); }
+static sp_value b_conv3(sp_graph *g, sp_value x) { return sp_conv2d(g, x, "c", (sp_conv_args){.out_ch = 16, .kernel = 3, .pad = 1}); }
+static sp_value b_conv_s2(sp_graph *g, sp_value x) { return post(g, sp_conv2d(g, pre(g, x, 8), "c", (sp_conv_args){.out_ch = 24, .kernel = 3, .stride = 2, .pad = 1, .bias = 1}), 5); }
+static sp_value b_conv_groups(sp_graph *g, sp_value x) { return post(g, sp_conv2d(g, pre(g, x, 8), "c", (sp_conv_args){.out_ch = 16, .kernel = 3, .pad = 1, .groups = 2}), 4); }
+static sp_value b_conv_dil(sp_graph *g, sp_value x) { return post(g, sp_conv2d(g, pre(g, x, 16), "c", (sp_conv_args){.out_ch = 16, .kernel = 3, .pad = 2, .dilation = 2}), 4); }
+static sp_value b_conv_stem(sp_graph *g, sp_value x) { return post(g, sp_conv2d(g, x, "c", (sp_conv_args){.out_ch = 32, .kernel = 7, .stride = 2, .pad = 3}), 3); }
+static sp_value b_conv_floor(sp_graph *g, sp_value x) { return post(g, sp_conv2d(g, pre(g, x, 16), "c", (sp_conv_args){.out_ch = 32, .kernel = 1, .stride = 2}), 3); }
+static sp_value b_deconv(sp_graph *g, sp_value x) { return post(g, sp_conv_transpose2d(g, pre(g, x, 16), "d", (sp_deconv_args){.out_ch = 16, .kernel = 2, .stride = 2}), 3); }
+static sp_value b_deconv_pad(sp_graph *g, sp_value x) { return post(g, sp_conv_transpose2d(g, pre(g, x, 16), "d", (sp_deconv_args){.out_ch = 8, .kernel = 3, .stride = 2, .pad = 1, .out_pad = 1, .bias = 1}), 3); }
 static sp_value b_bn(sp_graph *g, sp_value x) { return post(g, sp_batchnorm(g, pre(g, x, 16), "bn"), 4); }
 static sp_value b_bn_relu(sp_graph *g, sp_value x) { return post(g, sp_relu(g, sp_batchnorm(g, pre(g, x, 8), "bn")), 4); }
 static sp_value b_relu(sp_graph *g, sp_value x) { return post(g, sp_relu(g, pre(g, x, 16)), 4); }
-static sp_value b_maxpool(sp_graph *g, sp_value x) { return post(g, sp_maxpool2d(g, pre(g, x, 16), 3, 2, 1), 4); }
+static sp_value b_maxpool(sp_graph *g, sp_value x) { return post(g, sp_maxpool2d(g, pre(g, x, 16), (sp_pool_args){.kernel = 3, .stride = 2, .pad = 1}), 4); }
 static sp_value b_maxpool_ceil(sp_graph *g, sp_value x) {
   sp_pool2d_attr a = {2, 2, 2, 2, 0, 0, 1, 1};
   x = pre(g, x, 16);
   return post(g, sp_graph_node(g, &sp_op_maxpool2d, &a, sizeof a, "mp", 1, &x, 0, NULL, 0, NULL, 16), 4);
 }
-static sp_value b_avgpool(sp_graph *g, sp_value x) { return post(g, sp_avgpool2d(g, pre(g, x, 16), 2, 2, 0, 1, 0), 4); }
-static sp_value b_avgpool_excl(sp_graph *g, sp_value x) { return post(g, sp_avgpool2d(g, pre(g, x, 16), 3, 1, 1, 0, 0), 4); }
-static sp_value b_avgpool_ceil(sp_graph *g, sp_value x) { return post(g, sp_avgpool2d(g, pre(g, x, 16), 2, 2, 0, 1, 1), 4); }
+static sp_value b_avgpool(sp_graph *g, sp_value x) { return post(g, sp_avgpool2d(g, pre(g, x, 16), (sp_pool_args){.kernel = 2, .stride = 2}), 4); }
+static sp_value b_avgpool_excl(sp_graph *g, sp_value x) { return post(g, sp_avgpool2d(g, pre(g, x, 16), (sp_pool_args){.kernel = 3, .pad = 1, .exclude_pad = 1}), 4); }
+static sp_value b_avgpool_ceil(sp_graph *g, sp_value x) { return post(g, sp_avgpool2d(g, pre(g, x, 16), (sp_pool_args){.kernel = 2, .stride = 2, .ceil_mode = 1}), 4); }
 static sp_value b_gap_linear(sp_graph *g, sp_value x) {
   x = sp_flatten(g, sp_global_avgpool(g, pre(g, x, 32)));
   return sp_linear(g, x, "fc", 32, 10, 1);
@@ -45,7 +45,7 @@ static sp_value b_up_nearest(sp_graph *g, sp_value x) { return post(g, sp_upsamp
 static sp_value b_up_bilinear(sp_graph *g, sp_value x) { return post(g, sp_upsample(g, pre(g, x, 16), 2, 1), 3); }
 static sp_value b_add(sp_graph *g, sp_value x) {
   x = pre(g, x, 16);
-  return post(g, sp_add(g, sp_conv2d(g, x, "c", 16, 3, 1, 1, 1, 1, 0), x), 4);
+  return post(g, sp_add(g, sp_conv2d(g, x, "c", (sp_conv_args){.out_ch = 16, .kernel = 3, .pad = 1}), x), 4);
 }
 static sp_value b_add_self(sp_graph *g, sp_value x) {
   x = pre(g, x, 16);
@@ -53,12 +53,12 @@ static sp_value b_add_self(sp_graph *g, sp_value x) {
 }
 static sp_value b_concat(sp_graph *g, sp_value x) {
   x = pre(g, x, 16);
-  sp_value parts[3] = {sp_conv2d(g, x, "a", 16, 1, 1, 0, 1, 1, 0), x, sp_conv2d(g, x, "b", 32, 3, 1, 1, 1, 1, 0)};
+  sp_value parts[3] = {sp_conv2d(g, x, "a", (sp_conv_args){.out_ch = 16, .kernel = 1}), x, sp_conv2d(g, x, "b", (sp_conv_args){.out_ch = 32, .kernel = 3, .pad = 1})};
   return post(g, sp_concat(g, 3, parts), 4);
 }
 static sp_value b_concat_odd(sp_graph *g, sp_value x) {
   x = pre(g, x, 8);
-  sp_value parts[2] = {sp_conv2d(g, x, "a", 5, 1, 1, 0, 1, 1, 0), x};
+  sp_value parts[2] = {sp_conv2d(g, x, "a", (sp_conv_args){.out_ch = 5, .kernel = 1}), x};
   return post(g, sp_concat(g, 2, parts), 4);
 }
 /* Ops that run the reference kernel after a reorder to plain. */
@@ -73,7 +73,7 @@ static sp_value b_adapted(sp_graph *g, sp_value x) {
  * and the shift accumulates into it; without, the shift writes it fresh. */
 static sp_value tsm_residual(sp_graph *g, sp_value x, int c, int segments, float ratio) {
   x = pre(g, x, c);
-  sp_value y = sp_conv2d(g, sp_tshift(g, x, segments, ratio, ratio), "c", c, 3, 1, 1, 1, 1, 0);
+  sp_value y = sp_conv2d(g, sp_tshift(g, x, segments, ratio, ratio), "c", (sp_conv_args){.out_ch = c, .kernel = 3, .pad = 1});
   return post(g, sp_add(g, y, x), 4);
 }
 /* Folds of 2 channels: the first 16-channel block mixes three sources. */
@@ -93,7 +93,7 @@ static sp_value b_softargmax_plain(sp_graph *g, sp_value x) { return sp_softargm
 /* Its gradient flows into a shortcut too (accumulating, not overwriting). */
 static sp_value b_softargmax_shared(sp_graph *g, sp_value x) {
   x = pre(g, x, 16);
-  sp_value y = sp_softargmax(g, x, 1.0f), z = sp_softargmax(g, sp_conv2d(g, x, "c", 16, 1, 1, 0, 1, 1, 0), 1.0f);
+  sp_value y = sp_softargmax(g, x, 1.0f), z = sp_softargmax(g, sp_conv2d(g, x, "c", (sp_conv_args){.out_ch = 16, .kernel = 1}), 1.0f);
   return sp_add(g, y, z);
 }
 
@@ -114,7 +114,7 @@ static sp_value b_blurpool_shared(sp_graph *g, sp_value x) {
  * and 20 channels (padding lanes). */
 static sp_value b_add_relu(sp_graph *g, sp_value x) {
   x = pre(g, x, 16);
-  return post(g, sp_relu(g, sp_add(g, sp_conv2d(g, x, "c", 16, 3, 1, 1, 1, 1, 0), x)), 4);
+  return post(g, sp_relu(g, sp_add(g, sp_conv2d(g, x, "c", (sp_conv_args){.out_ch = 16, .kernel = 3, .pad = 1}), x)), 4);
 }
 static sp_value b_add_relu_self(sp_graph *g, sp_value x) {
   x = pre(g, x, 16);
@@ -122,7 +122,7 @@ static sp_value b_add_relu_self(sp_graph *g, sp_value x) {
 }
 static sp_value b_add_relu_padded(sp_graph *g, sp_value x) {
   x = pre(g, x, 20);
-  return post(g, sp_relu(g, sp_add(g, sp_conv2d(g, x, "c", 20, 1, 1, 0, 1, 1, 0), x)), 4);
+  return post(g, sp_relu(g, sp_add(g, sp_conv2d(g, x, "c", (sp_conv_args){.out_ch = 20, .kernel = 1}), x)), 4);
 }
 
 /* The ops the cpu backend runs through the adapter (the reference behind a
@@ -132,7 +132,7 @@ static sp_value b_add_relu_padded(sp_graph *g, sp_value x) {
  * harness's MSE as a [1] output; their targets come from a second branch. */
 static sp_value points_of(sp_graph *g, sp_value x, const char *name) {
   int64_t dims[3] = {-1, 6, 2};
-  return sp_reshape(g, sp_flatten(g, sp_global_avgpool(g, sp_conv2d(g, x, name, 12, 3, 1, 1, 1, 1, 0))), 3, dims);
+  return sp_reshape(g, sp_flatten(g, sp_global_avgpool(g, sp_conv2d(g, x, name, (sp_conv_args){.out_ch = 12, .kernel = 3, .pad = 1}))), 3, dims);
 }
 static sp_value b_hardswish(sp_graph *g, sp_value x) { return post(g, sp_hardswish(g, pre(g, x, 16)), 4); }
 static sp_value b_dropout(sp_graph *g, sp_value x) { return post(g, sp_dropout(g, pre(g, x, 16), 0.25f), 4); }

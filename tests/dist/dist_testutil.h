@@ -20,9 +20,9 @@ static inline sp_graph *dt_build(void) {
   sp_graph *g = sp_graph_new(7);
   sp_value x = sp_graph_input(g, "image", SP_F32, DT_C);
   sp_value t = sp_graph_input(g, "target", SP_F32, DT_OUT);
-  x = sp_conv2d(g, x, "conv1", 6, 3, 1, 1, 1, 1, 1);
+  x = sp_conv2d(g, x, "conv1", (sp_conv_args){.out_ch = 6, .kernel = 3, .pad = 1, .bias = 1});
   x = sp_relu(g, sp_batchnorm(g, x, "bn1"));
-  x = sp_conv2d(g, x, "conv2", 8, 3, 2, 1, 1, 1, 0);
+  x = sp_conv2d(g, x, "conv2", (sp_conv_args){.out_ch = 8, .kernel = 3, .stride = 2, .pad = 1});
   x = sp_relu(g, sp_batchnorm(g, x, "bn2"));
   x = sp_flatten(g, x);
   x = sp_linear(g, x, "fc", 8 * (DT_S / 2) * (DT_S / 2), DT_OUT, 1);

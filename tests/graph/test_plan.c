@@ -19,15 +19,15 @@ static sp_graph *small_net(uint64_t seed, int smooth) {
   sp_graph *g = sp_graph_new(seed);
   sp_value x = sp_graph_input(g, "image", SP_F32, 3);
   sp_value t = sp_graph_input(g, "points", SP_F32, 4);
-  x = sp_conv2d(g, x, "stem", 6, 3, 1, 1, 1, 1, 1);
+  x = sp_conv2d(g, x, "stem", (sp_conv_args){.out_ch = 6, .kernel = 3, .pad = 1, .bias = 1});
   x = sp_batchnorm(g, x, "stem_bn");
   x = smooth ? sp_hardswish(g, x) : sp_relu(g, x);
-  sp_value a = sp_conv2d(g, x, "branch_a", 6, 3, 1, 1, 1, 2, 0);
-  sp_value b = sp_conv2d(g, x, "branch_b", 6, 1, 1, 0, 1, 1, 1);
+  sp_value a = sp_conv2d(g, x, "branch_a", (sp_conv_args){.out_ch = 6, .kernel = 3, .pad = 1, .groups = 2});
+  sp_value b = sp_conv2d(g, x, "branch_b", (sp_conv_args){.out_ch = 6, .kernel = 1, .bias = 1});
   sp_value s = sp_add(g, a, b);
   sp_value cat[2] = {s, x};
   x = sp_concat(g, 2, cat);
-  x = smooth ? sp_avgpool2d(g, x, 2, 2, 0, 1, 0) : sp_maxpool2d(g, x, 2, 2, 0);
+  x = smooth ? sp_avgpool2d(g, x, (sp_pool_args){.kernel = 2, .stride = 2}) : sp_maxpool2d(g, x, (sp_pool_args){.kernel = 2, .stride = 2});
   x = sp_flatten(g, x);
   x = sp_linear(g, x, "head", 12 * 4 * 4, 8, 1);
   int64_t shape[3] = {0, 4, 2};
@@ -171,7 +171,7 @@ static void plans_share_parameters(void **state) {
   (void)state;
   sp_graph *g = sp_graph_new(1);
   sp_value x = sp_graph_input(g, "image", SP_F32, 3);
-  x = sp_conv2d(g, x, "conv", 4, 3, 2, 1, 1, 1, 1);
+  x = sp_conv2d(g, x, "conv", (sp_conv_args){.out_ch = 4, .kernel = 3, .stride = 2, .pad = 1, .bias = 1});
   x = sp_global_avgpool(g, x);
   x = sp_flatten(g, x);
   sp_graph_output(g, x, "features");
@@ -217,7 +217,7 @@ static void shape_errors_name_the_node(void **state) {
    * size that is not a multiple of 32. */
   g = sp_graph_new(1);
   x = sp_graph_input(g, "image", SP_F32, -1);
-  x = sp_conv2d(g, x, "conv", 4, 3, 1, 1, 1, 1, 0);
+  x = sp_conv2d(g, x, "conv", (sp_conv_args){.out_ch = 4, .kernel = 3, .pad = 1});
   x = sp_relu(g, x);
   assert_int_equal(x, -1);
   assert_non_null(strstr(sp_graph_error(g), "channel count"));

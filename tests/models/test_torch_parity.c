@@ -141,7 +141,7 @@ static void compare_grads(sp_graph *g, sp_st_file *f, double rtol, double atol) 
 }
 
 static sp_value conv_bn(sp_graph *g, sp_value x, const char *conv, const char *bn, int out, int k, int s, int pad) {
-  return sp_batchnorm(g, sp_conv2d(g, x, conv, out, k, s, pad, 1, 1, 0), bn);
+  return sp_batchnorm(g, sp_conv2d(g, x, conv, (sp_conv_args){.out_ch = out, .kernel = k, .stride = s, .pad = pad}), bn);
 }
 
 static void residual_blurpool_softargmax(void **state) {
@@ -155,7 +155,7 @@ static void residual_blurpool_softargmax(void **state) {
   y = sp_hardswish(g, conv_bn(g, x, "b2_conv1", "b2_bn1", 16, 3, 2, 1));
   sp_value s = conv_bn(g, sp_blurpool(g, x, 3, 2), "b2_down", "b2_down_bn", 16, 1, 1, 0);
   x = sp_hardswish(g, sp_add(g, conv_bn(g, y, "b2_conv2", "b2_bn2", 16, 3, 1, 1), s));
-  x = sp_upsample(g, sp_conv2d(g, x, "head", 5, 1, 1, 0, 1, 1, 1), 2, 1);
+  x = sp_upsample(g, sp_conv2d(g, x, "head", (sp_conv_args){.out_ch = 5, .kernel = 1, .bias = 1}), 2, 1);
   sp_value p = sp_softargmax(g, x, 1.0f);
   sp_graph_loss(g, sp_l1_loss(g, p, t), 1.0f);
   assert_null(sp_graph_error(g));
@@ -183,8 +183,8 @@ static void tsm_block_cross_entropy(void **state) {
   sp_graph *g = sp_graph_new(1);
   sp_value x = sp_graph_input(g, "frames", SP_F32, c), labels = sp_graph_input(g, "labels", SP_I32, -1);
   sp_value y = sp_tshift(g, x, t, 0.125f, 0.125f);
-  y = sp_relu(g, sp_batchnorm(g, sp_conv2d(g, y, "conv1", c, 3, 1, 1, 1, 1, 0), "bn1"));
-  y = sp_batchnorm(g, sp_conv2d(g, y, "conv2", c, 3, 1, 1, 1, 1, 0), "bn2");
+  y = sp_relu(g, sp_batchnorm(g, sp_conv2d(g, y, "conv1", (sp_conv_args){.out_ch = c, .kernel = 3, .pad = 1}), "bn1"));
+  y = sp_batchnorm(g, sp_conv2d(g, y, "conv2", (sp_conv_args){.out_ch = c, .kernel = 3, .pad = 1}), "bn2");
   x = sp_relu(g, sp_add(g, y, x));
   /* TSN consensus: per-frame features [N*T,C] averaged over the T frames. */
   x = sp_global_avgpool(g, x);

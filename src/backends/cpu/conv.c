@@ -168,9 +168,9 @@ static const cpu_vt conv_vt = {conv_forward, conv_backward, conv_bind, conv_rele
 typedef struct {
   int deconv, groups;
   dnnl_dims_t strides, dil, pad_l, pad_r;
-} conv_geom;
+} dnnl_conv_geom;
 
-static int init_fwd(const conv_geom *g, dnnl_convolution_desc_t *d, dnnl_prop_kind_t prop, const dnnl_memory_desc_t *src,
+static int init_fwd(const dnnl_conv_geom *g, dnnl_convolution_desc_t *d, dnnl_prop_kind_t prop, const dnnl_memory_desc_t *src,
                     const dnnl_memory_desc_t *wei, const dnnl_memory_desc_t *bias, const dnnl_memory_desc_t *dst) {
   if (g->deconv)
     DNNL_TRY(dnnl_dilated_deconvolution_forward_desc_init(d, prop, dnnl_deconvolution_direct, src, wei, bias, dst,
@@ -181,7 +181,7 @@ static int init_fwd(const conv_geom *g, dnnl_convolution_desc_t *d, dnnl_prop_ki
   return 0;
 }
 
-static int init_bwd_data(const conv_geom *g, dnnl_convolution_desc_t *d, const dnnl_memory_desc_t *dsrc,
+static int init_bwd_data(const dnnl_conv_geom *g, dnnl_convolution_desc_t *d, const dnnl_memory_desc_t *dsrc,
                          const dnnl_memory_desc_t *wei, const dnnl_memory_desc_t *ddst) {
   if (g->deconv)
     DNNL_TRY(dnnl_dilated_deconvolution_backward_data_desc_init(d, dnnl_deconvolution_direct, dsrc, wei, ddst, g->strides,
@@ -192,7 +192,7 @@ static int init_bwd_data(const conv_geom *g, dnnl_convolution_desc_t *d, const d
   return 0;
 }
 
-static int init_bwd_wei(const conv_geom *g, dnnl_convolution_desc_t *d, const dnnl_memory_desc_t *src,
+static int init_bwd_wei(const dnnl_conv_geom *g, dnnl_convolution_desc_t *d, const dnnl_memory_desc_t *src,
                         const dnnl_memory_desc_t *dwei, const dnnl_memory_desc_t *dbias, const dnnl_memory_desc_t *ddst) {
   if (g->deconv)
     DNNL_TRY(dnnl_dilated_deconvolution_backward_weights_desc_init(d, dnnl_deconvolution_direct, src, dwei, dbias, ddst,
@@ -206,7 +206,7 @@ static int init_bwd_wei(const conv_geom *g, dnnl_convolution_desc_t *d, const dn
 /* Plain f32 weights as the graph stores them, in oneDNN's dims: conv
  * [O, I/g, kh, kw] (goihw when grouped); transposed conv stores [I, O, kh, kw],
  * which is oneDNN's (O, I, kh, kw) in iohw order. */
-static int weight_mds(const sp_op_prep *p, const conv_geom *g, dnnl_memory_desc_t *plain, dnnl_memory_desc_t *any,
+static int weight_mds(const sp_op_prep *p, const dnnl_conv_geom *g, dnnl_memory_desc_t *plain, dnnl_memory_desc_t *any,
                       dnnl_data_type_t dt) {
   const sp_shape *w = &p->param_shape[0];
   dnnl_dims_t d;
@@ -227,7 +227,7 @@ static int weight_mds(const sp_op_prep *p, const conv_geom *g, dnnl_memory_desc_
 }
 
 /* Forward: the input's own layout if oneDNN has a fast kernel for it. */
-static int choose_fwd_with(sp_op_prep *p, conv_node *s, const conv_geom *g, const dnnl_memory_desc_t *src_any,
+static int choose_fwd_with(sp_op_prep *p, conv_node *s, const dnnl_conv_geom *g, const dnnl_memory_desc_t *src_any,
                            const dnnl_memory_desc_t *wei_any, const dnnl_memory_desc_t *dst_any,
                            const_dnnl_post_ops_t po) {
   dnnl_convolution_desc_t d;
@@ -270,7 +270,7 @@ static int choose_fwd_with(sp_op_prep *p, conv_node *s, const conv_geom *g, cons
 
 /* The forward primitive, with the ReLU as an eltwise post-op when the
  * frozen plan folds conv + batch norm + ReLU into one node. */
-static int choose_fwd(sp_op_prep *p, conv_node *s, const conv_geom *g, const dnnl_memory_desc_t *src_any,
+static int choose_fwd(sp_op_prep *p, conv_node *s, const dnnl_conv_geom *g, const dnnl_memory_desc_t *src_any,
                       const dnnl_memory_desc_t *wei_any, const dnnl_memory_desc_t *dst_any) {
   if (!s->post_relu) return choose_fwd_with(p, s, g, src_any, wei_any, dst_any, NULL);
   dnnl_post_ops_t po;
@@ -284,7 +284,7 @@ static int choose_fwd(sp_op_prep *p, conv_node *s, const conv_geom *g, const dnn
 
 /* Backward data: write diff_src in the input's layout and read the forward
  * weights if a fast kernel takes them; else oneDNN's choice. */
-static int choose_bwd_data(conv_node *s, const conv_geom *g, const dnnl_memory_desc_t *src_any,
+static int choose_bwd_data(conv_node *s, const dnnl_conv_geom *g, const dnnl_memory_desc_t *src_any,
                            const dnnl_memory_desc_t *wei_any) {
   dnnl_convolution_desc_t d;
   const dnnl_memory_desc_t *tries[3][2] = {{&s->x_md, &s->wei_md}, {&s->x_md, wei_any}, {src_any, wei_any}};
@@ -308,7 +308,7 @@ static int choose_bwd_data(conv_node *s, const conv_geom *g, const dnnl_memory_d
  * gradient as it is if a fast kernel takes them; else channels-last (oneDNN's
  * brgemm kernels take any channel count there, its blocked kernels do not
  * take 8 input channels); else oneDNN's choice. */
-static int choose_bwd_wei(conv_node *s, const conv_geom *g, const dnnl_memory_desc_t *src_any,
+static int choose_bwd_wei(conv_node *s, const dnnl_conv_geom *g, const dnnl_memory_desc_t *src_any,
                           const dnnl_memory_desc_t *dwei_any) {
   dnnl_convolution_desc_t d;
   dnnl_memory_desc_t src_nhwc, dst_nhwc, dst_any;
@@ -343,7 +343,7 @@ static void grow(size_t *to, const_dnnl_primitive_desc_t pd) {
 /* Backward as matrix products (conv_mm.c): a training 1x1 convolution,
  * stride 1, no padding, one group, whose input and output are bf16
  * channels-last as forward reads and writes them. */
-static int mm_applies(const sp_op_prep *p, const conv_node *s, const conv_geom *g) {
+static int mm_applies(const sp_op_prep *p, const conv_node *s, const dnnl_conv_geom *g) {
   const sp_shape *w = &p->param_shape[0];
   return cpu_conv_use_matmul && p->run_backward && p->bf16 && !g->deconv && g->groups == 1 && w->d[2] == 1 &&
          w->d[3] == 1 && g->strides[0] == 1 && g->strides[1] == 1 && g->pad_l[0] == 0 && g->pad_l[1] == 0 &&
@@ -358,14 +358,14 @@ static int mm_applies(const sp_op_prep *p, const conv_node *s, const conv_geom *
  * resolution) spend more on the im2col copy than the product saves
  * (measured, alternating with oneDNN's kernel: 64 channels at 56x56 22-25 vs
  * 25-30 ms, 512 at 7x7 66-73 vs 108-278; 32 at 224x224 102-182 vs 87-136). */
-static int bww_applies(const sp_op_prep *p, const conv_node *s, const conv_geom *g) {
+static int bww_applies(const sp_op_prep *p, const conv_node *s, const dnnl_conv_geom *g) {
   return cpu_conv_use_matmul && p->run_backward && p->bf16 && !g->deconv && g->groups == 1 && !s->has_bias &&
          (cpu_conv_bww_min_channels <= p->in_shape[0].d[1]) &&
          p->param_grad[0] && s->src_md.data_type == dnnl_bf16 && s->dst_md.data_type == dnnl_bf16 &&
          cpu_md_lanes(&s->src_md) == CPU_LANES_NHWC && cpu_md_lanes(&s->dst_md) == CPU_LANES_NHWC;
 }
 
-static int conv_setup(sp_op_prep *p, conv_node *s, const conv_geom *g) {
+static int conv_setup(sp_op_prep *p, conv_node *s, const dnnl_conv_geom *g) {
   dnnl_data_type_t dt = p->bf16 ? dnnl_bf16 : dnnl_f32;
   dnnl_memory_desc_t src_any, wei_any, dst_any, dwei_any;
   s->has_bias = p->n_param > 1;
@@ -473,7 +473,7 @@ static int conv_setup(sp_op_prep *p, conv_node *s, const conv_geom *g) {
 int cpu_conv_prepare(sp_op_prep *p) {
   const sp_conv2d_attr *at = p->attr;
   if (p->in_shape[0].ndim != 4) return cpu_adapter_prepare(p);
-  conv_geom g = {0, at->groups, {at->stride_h, at->stride_w}, {at->dil_h - 1, at->dil_w - 1},
+  dnnl_conv_geom g = {0, at->groups, {at->stride_h, at->stride_w}, {at->dil_h - 1, at->dil_w - 1},
                  {at->pad_h, at->pad_w}, {at->pad_h, at->pad_w}};
   /* oneDNN wants the right padding that reproduces the output size exactly;
    * PyTorch's floor can drop input rows, which a smaller right pad expresses. */
@@ -489,7 +489,7 @@ int cpu_conv_prepare(sp_op_prep *p) {
 int cpu_deconv_prepare(sp_op_prep *p) {
   const sp_conv_transpose2d_attr *at = p->attr;
   if (p->in_shape[0].ndim != 4 || at->groups != 1) return cpu_adapter_prepare(p);
-  conv_geom g = {1, 1, {at->stride_h, at->stride_w}, {at->dil_h - 1, at->dil_w - 1},
+  dnnl_conv_geom g = {1, 1, {at->stride_h, at->stride_w}, {at->dil_h - 1, at->dil_w - 1},
                  {at->pad_h, at->pad_w}, {at->pad_h - at->out_pad_h, at->pad_w - at->out_pad_w}};
   conv_node *s = cpu_node_new(sizeof *s, &conv_vt);
   if (conv_setup(p, s, &g) != 0) return cpu_fallback(p, &s->base);
