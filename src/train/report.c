@@ -16,21 +16,21 @@
 #include "train/trainer_internal.h"
 
 typedef struct {
-  double *epoch, *train, *val, *px, *base;
+  double *epoch, *train, *val, *px, *base, *seconds;
   int n;
 } history;
 
 static void history_free(history *h) {
-  free(h->epoch), free(h->train), free(h->val), free(h->px), free(h->base);
+  free(h->epoch), free(h->train), free(h->val), free(h->px), free(h->base), free(h->seconds);
 }
 
 /* metrics.jsonl -> arrays (one row per epoch). */
 static int read_history(const char *dir, history *h) {
   memset(h, 0, sizeof *h);
-  static const char *const keys[5] = {"epoch", "train_loss", "val_loss", "val_mean_px", "val_mean_shape_px"};
-  double *cols[5];
-  if (sp_metrics_log_read(dir, 5, keys, cols, &h->n) != 0) return -1;
-  h->epoch = cols[0], h->train = cols[1], h->val = cols[2], h->px = cols[3], h->base = cols[4];
+  static const char *const keys[6] = {"epoch", "train_loss", "val_loss", "val_mean_px", "val_mean_shape_px", "epoch_s"};
+  double *cols[6];
+  if (sp_metrics_log_read(dir, 6, keys, cols, &h->n) != 0) return -1;
+  h->epoch = cols[0], h->train = cols[1], h->val = cols[2], h->px = cols[3], h->base = cols[4], h->seconds = cols[5];
   return 0;
 }
 
@@ -188,6 +188,138 @@ static int first_filters(const char *path, sp_graph *g) {
   return 1;
 }
 
+/* The report being written: its folder, figures so far, and whether any failed. */
+typedef struct {
+  const char *dir;
+  sp_report_item items[12];
+  int n_items, rc;
+  char path[1200];
+} report;
+
+static const char *in_dir(report *r, const char *file) {
+  snprintf(r->path, sizeof r->path, "%s/%s", r->dir, file);
+  return r->path;
+}
+
+static void add_item(report *r, const char *title, const char *file, const char *caption) {
+  if (r->n_items < (int)(sizeof r->items / sizeof r->items[0]))
+    r->items[r->n_items++] = (sp_report_item){title, file, caption};
+}
+
+static void curves(report *r, const history *h) {
+  sp_series loss[2] = {{"train", h->epoch, h->train, h->n}, {"validation", h->epoch, h->val, h->n}};
+  r->rc |= sp_plot_lines(in_dir(r, "loss.png"), 800, 480, "Loss", "epoch", "loss", 2, loss, 1);
+  add_item(r, "Loss", "loss.png", "Training loss (mean over the epoch) and validation loss.");
+  sp_series err[2] = {{"model", h->epoch, h->px, h->n}, {"training mean shape", h->epoch, h->base, h->n}};
+  r->rc |= sp_plot_lines(in_dir(r, "val_error.png"), 800, 480, "Validation error", "epoch",
+                         "mean error (px of the original image)", 2, err, 0);
+  add_item(r, "Validation error", "val_error.png",
+           "Mean point error on the validation faces, against the floor of predicting the training mean shape in "
+           "every crop.");
+}
+
+/* Mean point error of each face (px of the source image). */
+static double *face_errors(const float *pred, const float *gt, int n, int k) {
+  double *px = sp_xmalloc(sizeof(double) * (size_t)(n ? n : 1));
+  for (int i = 0; i < n; i++) {
+    double s = 0;
+    for (int j = 0; j < k; j++)
+      s += hypot(pred[((size_t)i * k + j) * 2] - gt[((size_t)i * k + j) * 2],
+                 pred[((size_t)i * k + j) * 2 + 1] - gt[((size_t)i * k + j) * 2 + 1]);
+    px[i] = s / k;
+  }
+  return px;
+}
+
+static void best_and_worst(report *r, const sp_kp_data *d, const sp_cache *c, const float *pred, const float *gt,
+                           int n) {
+  double *px = face_errors(pred, gt, n, d->k);
+  int *order = sp_xmalloc(sizeof(int) * (size_t)(n ? n : 1)), worst[8];
+  for (int i = 0; i < n; i++) order[i] = i;
+  qsort_r(order, (size_t)n, sizeof(int), cmp_err, px);
+  char captions[8][48];
+  const int shown = n < 8 ? n : 8;
+  for (int i = 0; i < shown; i++) worst[i] = order[n - 1 - i];
+  r->rc |= face_grid(in_dir(r, "best.png"), "Best validation faces (green: truth, red: prediction)", d, c, order,
+                     shown, pred, gt, px, captions);
+  r->rc |= face_grid(in_dir(r, "worst.png"), "Worst validation faces (green: truth, red: prediction)", d, c, worst,
+                     shown, pred, gt, px, captions);
+  add_item(r, "Best validation faces", "best.png",
+           "Mean error per face under each crop; the yellow frame is the face box the model was given (none when "
+           "it saw the whole photo).");
+  add_item(r, "Worst validation faces", "worst.png", NULL);
+  free(px);
+  free(order);
+}
+
+static void ced(report *r, const double *per_face, int n, int have_eyes) {
+  enum { STEPS = 101 };
+  double t[STEPS], frac[STEPS], maxe = 0;
+  for (int i = 0; i < n; i++) maxe = fmax(maxe, per_face[i]);
+  sp_ced_curve(per_face, n, have_eyes ? 0.2 : (maxe > 0 ? maxe : 1), STEPS, t, frac);
+  sp_series s = {"validation", t, frac, STEPS};
+  r->rc |= sp_plot_lines(in_dir(r, "ced.png"), 800, 480, "Cumulative error distribution",
+                         have_eyes ? "NME (inter-ocular)" : "mean error (px)", "fraction of faces", 1, &s, 0);
+  add_item(r, "Cumulative error distribution", "ced.png", NULL);
+}
+
+static void model_figures(report *r, sp_kp_evaluator *e, const sp_cache *c) {
+  int hm = heatmap_figure(in_dir(r, "heatmaps.png"), e, c);
+  if (hm == 0)
+    add_item(r, "Heatmaps", "heatmaps.png",
+             "The model's probability map for a few keypoints of the first validation face; the coordinate is its "
+             "expected value (soft-argmax).");
+  r->rc |= hm < 0;
+  static char photo_caption[2600];
+  int ph = photo_figure(r->dir, in_dir(r, "photo.png"), e->data, c, photo_caption, sizeof photo_caption);
+  if (ph == 0) add_item(r, "Prediction on a photo", "photo.png", photo_caption);
+  else if (ph < 0) fprintf(stderr, "spry: report: photo.png: %s\n", sp_last_error());
+  if (first_filters(in_dir(r, "filters.png"), e->g) == 0)
+    add_item(r, "First-layer filters", "filters.png",
+             "The first convolution's filters, one tile per output channel, each stretched to its own range (black "
+             "its smallest weight, white its largest); colour for RGB input, grey for one channel. Smooth, "
+             "oriented tiles are edge and blob detectors; noise-like tiles have learnt little.");
+}
+
+/* The run's facts and the last validation's figures, as a table. */
+static void index_page(report *r, sp_kp_evaluator *e, const history *h, const sp_kp_metrics *m, int n) {
+  const sp_train_config *cfg = e->cfg;
+  const sp_cache *c = e->data->val_cache;
+  double best = INFINITY, total_s = 0;
+  int best_epoch = 0;
+  for (int i = 0; i < h->n; i++) {
+    if (isfinite(h->px[i]) && h->px[i] < best) best = h->px[i], best_epoch = (int)h->epoch[i];
+    if (isfinite(h->seconds[i])) total_s += h->seconds[i];
+  }
+  enum { ROWS = 13 };
+  char v[ROWS][160];
+  const char *keys[ROWS] = {"model", "data", "face boxes", "training / validation faces", "epochs", "batch, optimizer",
+                            "precision, backend", "training time", "best validation error (px)",
+                            "last validation error (px)", "mean shape baseline (px)", "NME inter-ocular / inter-pupil",
+                            "AUC@0.10"};
+  const char *vals[ROWS];
+  for (int i = 0; i < ROWS; i++) vals[i] = v[i];
+  char io[32], ip[32];
+  snprintf(v[0], 160, "%s, %d keypoints, %d x %d x %d input", cfg->model, e->data->k, cfg->data.channels,
+           cfg->data.size, cfg->data.size);
+  snprintf(v[1], 160, "%s", cfg->data.path);
+  box_sources_text(c, cfg, v[2], 160);
+  snprintf(v[3], 160, "%d / %d", e->data->train_cache->n, n);
+  snprintf(v[4], 160, "%d of %d", h->n, cfg->epochs);
+  snprintf(v[5], 160, "%d, %s lr %g", cfg->batch, sp_opt_kind_name(cfg->optimizer.kind), cfg->lr);
+  snprintf(v[6], 160, "%s, %s", cfg->precision, cfg->backend);
+  snprintf(v[7], 160, "%.0f s", total_s);
+  snprintf(v[8], 160, "%.3f (epoch %d)", best, best_epoch);
+  snprintf(v[9], 160, "%.3f", m->mean_px);
+  snprintf(v[10], 160, "%.3f", sp_kp_mean_shape_error(e->data, c));
+  snprintf(v[11], 160, "%s / %s", sp_metric_text(m->nme_io, 4, io, sizeof io), sp_metric_text(m->nme_ip, 4, ip, sizeof ip));
+  sp_metric_text(m->auc_010, 4, v[12], 160);
+  char title[256];
+  snprintf(title, sizeof title, "spry run: %s, faces cut around %s boxes", cfg->model,
+           sp_box_source_name(sp_kp_box_source(c)));
+  r->rc |= sp_report_index_html(in_dir(r, "index.html"), title, ROWS, keys, vals, r->n_items, r->items);
+}
+
 int sp_kp_report(const char *dir, sp_kp_evaluator *e, sp_loader *val_loader, int over_ranks) {
   const sp_kp_data *d = e->data;
   const sp_cache *c = d->val_cache;
@@ -196,103 +328,23 @@ int sp_kp_report(const char *dir, sp_kp_evaluator *e, sp_loader *val_loader, int
   double vloss;
   /* First, as the ranks share it; then rank 0 alone writes. */
   if (sp_kp_evaluate(e, c, val_loader, 0, over_ranks, &pred, &gt, &n, &vloss) != 0) return -1;
-  if (over_ranks && sp_dist_rank() > 0) {
-    free(pred);
-    free(gt);
-    return 0;
-  }
-  char path[1200];
   history h;
-  if (read_history(dir, &h) != 0) {
+  int rc = over_ranks && sp_dist_rank() > 0 ? 1 : read_history(dir, &h);
+  if (rc != 0) {
     free(pred);
     free(gt);
-    return -1;
+    return rc > 0 ? 0 : -1;
   }
-  sp_report_item items[10];
-  int n_items = 0, rc = 0;
-  snprintf(path, sizeof path, "%s/loss.png", dir);
-  sp_series loss[2] = {{"train", h.epoch, h.train, h.n}, {"validation", h.epoch, h.val, h.n}};
-  rc |= sp_plot_lines(path, 800, 480, "Loss", "epoch", "loss", 2, loss, 1);
-  items[n_items++] = (sp_report_item){"Loss", "loss.png", "Training loss (mean over the epoch) and validation loss."};
-  snprintf(path, sizeof path, "%s/val_error.png", dir);
-  sp_series err[2] = {{"model", h.epoch, h.px, h.n}, {"training mean shape", h.epoch, h.base, h.n}};
-  rc |= sp_plot_lines(path, 800, 480, "Validation error", "epoch", "mean error (px of the original image)", 2, err, 0);
-  items[n_items++] = (sp_report_item){"Validation error", "val_error.png",
-                                      "Mean point error on the validation faces, against the floor of predicting "
-                                      "the training mean shape in every crop."};
-
+  report r = {.dir = dir};
+  curves(&r, &h);
   sp_kp_metrics m;
-  double *per = sp_xmalloc(sizeof(double) * (size_t)n), *px = sp_xmalloc(sizeof(double) * (size_t)n);
-  sp_kp_metrics_compute(pred, gt, n, d->k, d->eyes.n_left ? &d->eyes : NULL, &m, per);
-  int *order = sp_xmalloc(sizeof(int) * (size_t)n);
-  for (int i = 0; i < n; i++) {
-    order[i] = i;
-    double s = 0;
-    for (int j = 0; j < d->k; j++)
-      s += hypot(pred[((size_t)i * d->k + j) * 2] - gt[((size_t)i * d->k + j) * 2],
-                 pred[((size_t)i * d->k + j) * 2 + 1] - gt[((size_t)i * d->k + j) * 2 + 1]);
-    px[i] = s / d->k;
-  }
-  qsort_r(order, (size_t)n, sizeof(int), cmp_err, px);
-  char captions[8][48];
-  int shown = n < 8 ? n : 8;
-  snprintf(path, sizeof path, "%s/best.png", dir);
-  rc |= face_grid(path, "Best validation faces (green: truth, red: prediction)", d, c, order, shown, pred, gt, px,
-                  captions);
-  snprintf(path, sizeof path, "%s/worst.png", dir);
-  int worst[8];
-  for (int i = 0; i < shown; i++) worst[i] = order[n - 1 - i];
-  rc |= face_grid(path, "Worst validation faces (green: truth, red: prediction)", d, c, worst, shown, pred, gt, px,
-                  captions);
-  items[n_items++] = (sp_report_item){"Best validation faces", "best.png",
-                                      "Mean error per face under each crop; the yellow frame is the face box the "
-                                      "model was given (none when it saw the whole photo)."};
-  items[n_items++] = (sp_report_item){"Worst validation faces", "worst.png", NULL};
-
-  int have_eyes = d->eyes.n_left > 0;
-  enum { STEPS = 101 };
-  double t[STEPS], frac[STEPS], maxe = 0;
-  for (int i = 0; i < n; i++) maxe = fmax(maxe, per[i]);
-  sp_ced_curve(per, n, have_eyes ? 0.2 : (maxe > 0 ? maxe : 1), STEPS, t, frac);
-  snprintf(path, sizeof path, "%s/ced.png", dir);
-  sp_series ced = {"validation", t, frac, STEPS};
-  rc |= sp_plot_lines(path, 800, 480, "Cumulative error distribution",
-                      have_eyes ? "NME (inter-ocular)" : "mean error (px)", "fraction of faces", 1, &ced, 0);
-  items[n_items++] = (sp_report_item){"Cumulative error distribution", "ced.png", NULL};
-
-  snprintf(path, sizeof path, "%s/heatmaps.png", dir);
-  int hm = heatmap_figure(path, e, c);
-  if (hm == 0)
-    items[n_items++] = (sp_report_item){"Heatmaps", "heatmaps.png",
-                                        "The model's probability map for a few keypoints of the first validation "
-                                        "face; the coordinate is its expected value (soft-argmax)."};
-  rc |= hm < 0;
-  static char photo_caption[2600];
-  snprintf(path, sizeof path, "%s/photo.png", dir);
-  int ph = photo_figure(dir, path, d, c, photo_caption, sizeof photo_caption);
-  if (ph == 0) items[n_items++] = (sp_report_item){"Prediction on a photo", "photo.png", photo_caption};
-  else if (ph < 0) fprintf(stderr, "spry: report: photo.png: %s\n", sp_last_error());
-  snprintf(path, sizeof path, "%s/filters.png", dir);
-  if (first_filters(path, e->g) == 0)
-    items[n_items++] = (sp_report_item){"First-layer filters", "filters.png", NULL};
-
-  char v[7][64];
-  const char *keys[7] = {"face boxes", "validation faces", "mean error (px)", "mean shape baseline (px)",
-                         "NME inter-ocular", "NME inter-pupil", "AUC@0.10"};
-  const char *vals[7] = {v[6], v[0], v[1], v[2], v[3], v[4], v[5]};
-  box_sources_text(c, e->cfg, v[6], 64);
-  snprintf(v[0], 64, "%d", n);
-  snprintf(v[1], 64, "%.3f", m.mean_px);
-  snprintf(v[2], 64, "%.3f", sp_kp_mean_shape_error(d, c));
-  sp_metric_text(m.nme_io, 4, v[3], 64);
-  sp_metric_text(m.nme_ip, 4, v[4], 64);
-  sp_metric_text(m.auc_010, 4, v[5], 64);
-  snprintf(path, sizeof path, "%s/index.html", dir);
-  char title[256];
-  snprintf(title, sizeof title, "spry run: %s, faces cut around %s boxes", e->cfg->model,
-           sp_box_source_name(sp_kp_box_source(c)));
-  rc |= sp_report_index_html(path, title, 7, keys, vals, n_items, items);
-  free(pred), free(gt), free(per), free(px), free(order);
+  double *per_face = sp_xmalloc(sizeof(double) * (size_t)(n ? n : 1));
+  sp_kp_metrics_compute(pred, gt, n, d->k, d->eyes.n_left ? &d->eyes : NULL, &m, per_face);
+  best_and_worst(&r, d, c, pred, gt, n);
+  ced(&r, per_face, n, d->eyes.n_left > 0);
+  model_figures(&r, e, c);
+  index_page(&r, e, &h, &m, n);
+  free(pred), free(gt), free(per_face);
   history_free(&h);
-  return rc ? -1 : 0;
+  return r.rc ? -1 : 0;
 }
