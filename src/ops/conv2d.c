@@ -172,89 +172,85 @@ static void conv2d_forward(const sp_op_args *a) {
   }
 }
 
-static void conv2d_backward(const sp_op_args *a) {
-  conv_geom g;
-  geom_of_args(a, &g);
+/* dx[ih,iw] = sum over (cout in group, kh, kw) of dy[oh,ow] w, where
+ * oh*s - p + k*d == ih: scattered from dy rows into one input plane that each
+ * iteration alone owns. */
+static void conv2d_backward_data(const sp_op_args *a, const conv_geom *gp, float *dx) {
+  const conv_geom g = *gp;
   const int64_t work = g.n * g.cout * g.ho * g.wo * g.cin_g * g.kh * g.kw;
-  const float *x = a->in[0]->data, *w = a->param[0]->data, *dy = a->d_out->data;
-  float *dx = a->d_in[0] ? a->d_in[0]->data : NULL;
-  float *dw = a->d_param[0] ? a->d_param[0]->data : NULL;
-  float *db = a->n_param > 1 && a->d_param[1] ? a->d_param[1]->data : NULL;
+  const float *w = a->param[0]->data, *dy = a->d_out->data;
   const int64_t cout_g = g.cout / g.groups, hw_out = g.ho * g.wo, hw_in = g.h * g.w;
-
-  /* dx[ih,iw] = sum over (cout in group, kh, kw) of dy[oh,ow] w, where
-   * oh*s - p + k*d == ih: scattered from dy rows into one input plane that
-   * this iteration alone owns. */
-  if (dx) {
 #pragma omp parallel if (work >= PAR_MIN_WORK)
-    {
-      double *acc = sp_xmalloc(sizeof(double) * (size_t)hw_in);
+  {
+    double *acc = sp_xmalloc(sizeof(double) * (size_t)hw_in);
 #pragma omp for schedule(static)
-      for (int64_t nc = 0; nc < g.n * g.cin; nc++) {
-        const int64_t n = nc / g.cin, c = nc % g.cin, grp = c / g.cin_g, ci = c % g.cin_g;
-        for (int64_t k = 0; k < hw_in; k++) acc[k] = 0.0;
-        for (int64_t col = 0; col < cout_g; col++) {
-          const int64_t co = grp * cout_g + col;
-          const float *dyc = dy + (n * g.cout + co) * hw_out;
-          const float *wc = w + (co * g.cin_g + ci) * g.kh * g.kw;
-          for (int64_t i = 0; i < g.kh; i++) {
-            for (int64_t j = 0; j < g.kw; j++) {
-              const double wv = wc[i * g.kw + j];
-              const int64_t off = j * g.dw - g.pw;
-              int64_t ow0, ow1;
-              tap_range(off, g.sw, g.w, g.wo, &ow0, &ow1);
-              for (int64_t oh = 0; oh < g.ho; oh++) {
-                const int64_t ih = oh * g.sh - g.ph + i * g.dh;
-                if (ih < 0 || ih >= g.h) continue;
-                double *ar = acc + ih * g.w;
-                const float *dyr = dyc + oh * g.wo;
-                for (int64_t ow = ow0; ow < ow1; ow++) ar[ow * g.sw + off] += (double)dyr[ow] * wv;
-              }
+    for (int64_t nc = 0; nc < g.n * g.cin; nc++) {
+      const int64_t n = nc / g.cin, c = nc % g.cin, grp = c / g.cin_g, ci = c % g.cin_g;
+      for (int64_t k = 0; k < hw_in; k++) acc[k] = 0.0;
+      for (int64_t col = 0; col < cout_g; col++) {
+        const int64_t co = grp * cout_g + col;
+        const float *dyc = dy + (n * g.cout + co) * hw_out;
+        const float *wc = w + (co * g.cin_g + ci) * g.kh * g.kw;
+        for (int64_t i = 0; i < g.kh; i++) {
+          for (int64_t j = 0; j < g.kw; j++) {
+            const double wv = wc[i * g.kw + j];
+            const int64_t off = j * g.dw - g.pw;
+            int64_t ow0, ow1;
+            tap_range(off, g.sw, g.w, g.wo, &ow0, &ow1);
+            for (int64_t oh = 0; oh < g.ho; oh++) {
+              const int64_t ih = oh * g.sh - g.ph + i * g.dh;
+              if (ih < 0 || ih >= g.h) continue;
+              double *ar = acc + ih * g.w;
+              const float *dyr = dyc + oh * g.wo;
+              for (int64_t ow = ow0; ow < ow1; ow++) ar[ow * g.sw + off] += (double)dyr[ow] * wv;
             }
           }
         }
-        float *dxc = dx + nc * hw_in;
-        for (int64_t k = 0; k < hw_in; k++) dxc[k] += (float)acc[k];
       }
-      free(acc);
+      float *dxc = dx + nc * hw_in;
+      for (int64_t k = 0; k < hw_in; k++) dxc[k] += (float)acc[k];
     }
+    free(acc);
   }
+}
 
-  if (dw) {
-    const int64_t nw = g.cout * g.cin_g * g.kh * g.kw;
+/* dw[co,ci,i,j] = sum over (n, oh, ow) of x[ih,iw] dy[oh,ow], one weight per
+ * iteration. */
+static void conv2d_backward_weight(const sp_op_args *a, const conv_geom *gp, float *dw) {
+  const conv_geom g = *gp;
+  const int64_t work = g.n * g.cout * g.ho * g.wo * g.cin_g * g.kh * g.kw;
+  const float *x = a->in[0]->data, *dy = a->d_out->data;
+  const int64_t cout_g = g.cout / g.groups, hw_out = g.ho * g.wo;
+  const int64_t nw = g.cout * g.cin_g * g.kh * g.kw;
 #pragma omp parallel for schedule(static) if (work >= PAR_MIN_WORK)
-    for (int64_t e = 0; e < nw; e++) {
-      const int64_t j = e % g.kw, i = (e / g.kw) % g.kh, ci = (e / (g.kw * g.kh)) % g.cin_g;
-      const int64_t co = e / (g.kw * g.kh * g.cin_g), c = (co / cout_g) * g.cin_g + ci;
-      double s = 0.0;
-      for (int64_t n = 0; n < g.n; n++) {
-        const float *xc = x + (n * g.cin + c) * g.h * g.w;
-        const float *dyc = dy + (n * g.cout + co) * hw_out;
-        for (int64_t oh = 0; oh < g.ho; oh++) {
-          const int64_t ih = oh * g.sh - g.ph + i * g.dh;
-          if (ih < 0 || ih >= g.h) continue;
-          for (int64_t ow = 0; ow < g.wo; ow++) {
-            const int64_t iw = ow * g.sw - g.pw + j * g.dw;
-            if (iw < 0 || iw >= g.w) continue;
-            s += (double)xc[ih * g.w + iw] * dyc[oh * g.wo + ow];
-          }
+  for (int64_t e = 0; e < nw; e++) {
+    const int64_t j = e % g.kw, i = (e / g.kw) % g.kh, ci = (e / (g.kw * g.kh)) % g.cin_g;
+    const int64_t co = e / (g.kw * g.kh * g.cin_g), c = (co / cout_g) * g.cin_g + ci;
+    double s = 0.0;
+    for (int64_t n = 0; n < g.n; n++) {
+      const float *xc = x + (n * g.cin + c) * g.h * g.w;
+      const float *dyc = dy + (n * g.cout + co) * hw_out;
+      for (int64_t oh = 0; oh < g.ho; oh++) {
+        const int64_t ih = oh * g.sh - g.ph + i * g.dh;
+        if (ih < 0 || ih >= g.h) continue;
+        for (int64_t ow = 0; ow < g.wo; ow++) {
+          const int64_t iw = ow * g.sw - g.pw + j * g.dw;
+          if (iw < 0 || iw >= g.w) continue;
+          s += (double)xc[ih * g.w + iw] * dyc[oh * g.wo + ow];
         }
       }
-      dw[e] += (float)s;
     }
+    dw[e] += (float)s;
   }
+}
 
-  if (db) {
-#pragma omp parallel for schedule(static) if (work >= PAR_MIN_WORK)
-    for (int64_t co = 0; co < g.cout; co++) {
-      double s = 0.0;
-      for (int64_t n = 0; n < g.n; n++) {
-        const float *dyc = dy + (n * g.cout + co) * hw_out;
-        for (int64_t k = 0; k < hw_out; k++) s += dyc[k];
-      }
-      db[co] += (float)s;
-    }
-  }
+static void conv2d_backward(const sp_op_args *a) {
+  conv_geom g;
+  geom_of_args(a, &g);
+  if (a->d_in[0]) conv2d_backward_data(a, &g, a->d_in[0]->data);
+  if (a->d_param[0]) conv2d_backward_weight(a, &g, a->d_param[0]->data);
+  if (a->n_param > 1 && a->d_param[1])
+    sp_op_bias_grad_nchw(a->d_out->data, g.n, g.cout, g.ho * g.wo, a->d_param[1]->data);
 }
 
 const sp_op_def sp_op_conv2d = {

@@ -182,86 +182,82 @@ static void tconv_forward(const sp_op_args *a) {
   }
 }
 
-static void tconv_backward(const sp_op_args *a) {
-  tconv_geom g;
-  geom_of_args(a, &g);
+/* dx is a plain convolution of dy with the same weights. */
+static void tconv_backward_data(const sp_op_args *a, const tconv_geom *gp, float *dx) {
+  const tconv_geom g = *gp;
   const int64_t work = g.n * g.cin * g.h * g.w * g.cout_g * g.kh * g.kw;
-  const float *x = a->in[0]->data, *w = a->param[0]->data, *dy = a->d_out->data;
-  float *dx = a->d_in[0] ? a->d_in[0]->data : NULL;
-  float *dw = a->d_param[0] ? a->d_param[0]->data : NULL;
-  float *db = a->n_param > 1 && a->d_param[1] ? a->d_param[1]->data : NULL;
+  const float *w = a->param[0]->data, *dy = a->d_out->data;
   const int64_t khw = g.kh * g.kw, hw_out = g.ho * g.wo, hw_in = g.h * g.w;
-
-  /* dx is a plain convolution of dy with the same weights. */
-  if (dx) {
 #pragma omp parallel if (work >= PAR_MIN_WORK)
-    {
-      double *acc = sp_xmalloc(sizeof(double) * (size_t)hw_in);
+  {
+    double *acc = sp_xmalloc(sizeof(double) * (size_t)hw_in);
 #pragma omp for schedule(static)
-      for (int64_t nc = 0; nc < g.n * g.cin; nc++) {
-        const int64_t n = nc / g.cin, c = nc % g.cin, grp = c / g.cin_g;
-        for (int64_t k = 0; k < hw_in; k++) acc[k] = 0.0;
-        for (int64_t col = 0; col < g.cout_g; col++) {
-          const float *dyc = dy + (n * g.cout + grp * g.cout_g + col) * hw_out;
-          const float *wc = w + (c * g.cout_g + col) * khw;
-          for (int64_t i = 0; i < g.kh; i++) {
-            for (int64_t j = 0; j < g.kw; j++) {
-              const double wv = wc[i * g.kw + j];
-              const int64_t off = j * g.dw - g.pw;
-              int64_t iw0, iw1;
-              tap_range(off, g.sw, g.wo, g.w, &iw0, &iw1);
-              for (int64_t ih = 0; ih < g.h; ih++) {
-                const int64_t oh = ih * g.sh - g.ph + i * g.dh;
-                if (oh < 0 || oh >= g.ho) continue;
-                const float *dyr = dyc + oh * g.wo;
-                double *ar = acc + ih * g.w;
-                for (int64_t iw = iw0; iw < iw1; iw++) ar[iw] += (double)dyr[iw * g.sw + off] * wv;
-              }
+    for (int64_t nc = 0; nc < g.n * g.cin; nc++) {
+      const int64_t n = nc / g.cin, c = nc % g.cin, grp = c / g.cin_g;
+      for (int64_t k = 0; k < hw_in; k++) acc[k] = 0.0;
+      for (int64_t col = 0; col < g.cout_g; col++) {
+        const float *dyc = dy + (n * g.cout + grp * g.cout_g + col) * hw_out;
+        const float *wc = w + (c * g.cout_g + col) * khw;
+        for (int64_t i = 0; i < g.kh; i++) {
+          for (int64_t j = 0; j < g.kw; j++) {
+            const double wv = wc[i * g.kw + j];
+            const int64_t off = j * g.dw - g.pw;
+            int64_t iw0, iw1;
+            tap_range(off, g.sw, g.wo, g.w, &iw0, &iw1);
+            for (int64_t ih = 0; ih < g.h; ih++) {
+              const int64_t oh = ih * g.sh - g.ph + i * g.dh;
+              if (oh < 0 || oh >= g.ho) continue;
+              const float *dyr = dyc + oh * g.wo;
+              double *ar = acc + ih * g.w;
+              for (int64_t iw = iw0; iw < iw1; iw++) ar[iw] += (double)dyr[iw * g.sw + off] * wv;
             }
           }
         }
-        float *dxc = dx + nc * hw_in;
-        for (int64_t k = 0; k < hw_in; k++) dxc[k] += (float)acc[k];
       }
-      free(acc);
+      float *dxc = dx + nc * hw_in;
+      for (int64_t k = 0; k < hw_in; k++) dxc[k] += (float)acc[k];
     }
+    free(acc);
   }
+}
 
-  if (dw) {
-    const int64_t nw = g.cin * g.cout_g * khw;
+/* dw[c,col,i,j] = sum over (n, ih, iw) of x[ih,iw] dy[oh,ow], one weight per
+ * iteration. */
+static void tconv_backward_weight(const sp_op_args *a, const tconv_geom *gp, float *dw) {
+  const tconv_geom g = *gp;
+  const int64_t work = g.n * g.cin * g.h * g.w * g.cout_g * g.kh * g.kw;
+  const float *x = a->in[0]->data, *dy = a->d_out->data;
+  const int64_t khw = g.kh * g.kw, hw_out = g.ho * g.wo;
+  const int64_t nw = g.cin * g.cout_g * khw;
 #pragma omp parallel for schedule(static) if (work >= PAR_MIN_WORK)
-    for (int64_t e = 0; e < nw; e++) {
-      const int64_t j = e % g.kw, i = (e / g.kw) % g.kh, col = (e / khw) % g.cout_g;
-      const int64_t c = e / (khw * g.cout_g), co = (c / g.cin_g) * g.cout_g + col;
-      double s = 0.0;
-      for (int64_t n = 0; n < g.n; n++) {
-        const float *xc = x + (n * g.cin + c) * g.h * g.w;
-        const float *dyc = dy + (n * g.cout + co) * hw_out;
-        for (int64_t ih = 0; ih < g.h; ih++) {
-          const int64_t oh = ih * g.sh - g.ph + i * g.dh;
-          if (oh < 0 || oh >= g.ho) continue;
-          for (int64_t iw = 0; iw < g.w; iw++) {
-            const int64_t ow = iw * g.sw - g.pw + j * g.dw;
-            if (ow < 0 || ow >= g.wo) continue;
-            s += (double)xc[ih * g.w + iw] * dyc[oh * g.wo + ow];
-          }
+  for (int64_t e = 0; e < nw; e++) {
+    const int64_t j = e % g.kw, i = (e / g.kw) % g.kh, col = (e / khw) % g.cout_g;
+    const int64_t c = e / (khw * g.cout_g), co = (c / g.cin_g) * g.cout_g + col;
+    double s = 0.0;
+    for (int64_t n = 0; n < g.n; n++) {
+      const float *xc = x + (n * g.cin + c) * g.h * g.w;
+      const float *dyc = dy + (n * g.cout + co) * hw_out;
+      for (int64_t ih = 0; ih < g.h; ih++) {
+        const int64_t oh = ih * g.sh - g.ph + i * g.dh;
+        if (oh < 0 || oh >= g.ho) continue;
+        for (int64_t iw = 0; iw < g.w; iw++) {
+          const int64_t ow = iw * g.sw - g.pw + j * g.dw;
+          if (ow < 0 || ow >= g.wo) continue;
+          s += (double)xc[ih * g.w + iw] * dyc[oh * g.wo + ow];
         }
       }
-      dw[e] += (float)s;
     }
+    dw[e] += (float)s;
   }
+}
 
-  if (db) {
-#pragma omp parallel for schedule(static) if (work >= PAR_MIN_WORK)
-    for (int64_t co = 0; co < g.cout; co++) {
-      double s = 0.0;
-      for (int64_t n = 0; n < g.n; n++) {
-        const float *dyc = dy + (n * g.cout + co) * hw_out;
-        for (int64_t k = 0; k < hw_out; k++) s += dyc[k];
-      }
-      db[co] += (float)s;
-    }
-  }
+static void tconv_backward(const sp_op_args *a) {
+  tconv_geom g;
+  geom_of_args(a, &g);
+  if (a->d_in[0]) tconv_backward_data(a, &g, a->d_in[0]->data);
+  if (a->d_param[0]) tconv_backward_weight(a, &g, a->d_param[0]->data);
+  if (a->n_param > 1 && a->d_param[1])
+    sp_op_bias_grad_nchw(a->d_out->data, g.n, g.cout, g.ho * g.wo, a->d_param[1]->data);
 }
 
 const sp_op_def sp_op_conv_transpose2d = {

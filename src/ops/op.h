@@ -131,4 +131,8 @@ typedef struct sp_op_def {
   void (*release)(void *state);
 } sp_op_def;
 
+/* Shared by the ops (ops/op_util.c): the bias gradient of an NCHW output,
+ * db[c] += sum over n and the c-th plane of dy (double sums). */
+void sp_op_bias_grad_nchw(const float *dy, int64_t n, int64_t c, int64_t hw, float *db);
+
 #endif
