@@ -51,6 +51,9 @@ static sp_cache *cache(const sp_train_config *cfg, const sp_kp_data *d, const ch
   cc.threads = cfg->workers;
   if (sp_box_mode_parse(box, &cc.box) != 0) return NULL;
   cc.boxes = d->boxes;
+  char what[300];
+  snprintf(what, sizeof what, "%s: %d crops of data.crop_size %d x %d channel(s)", name, ds->n, cc.size, cc.channels);
+  if (sp_mem_check((double)ds->n * cc.size * cc.size * cc.channels, what) != 0) return NULL;
   if (!cfg->data.cache_file || !cache_dir) return sp_cache_build(ds, &cc);
   char path[2048];
   snprintf(path, sizeof path, "%s/%s", cache_dir, name);
