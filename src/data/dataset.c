@@ -100,7 +100,11 @@ int sp_dataset_identity(sp_dataset *ds, const char *name) {
 
 int sp_dataset_add(sp_dataset *ds, sp_kp_sample *s, const char *source) {
   const char *what = source ? source : (s->image ? s->image : "?");
-  if (s->k <= 0 || s->k > SP_MAX_KEYPOINTS || !s->pts) {
+  if (s->k > SP_MAX_KEYPOINTS) {
+    sp_data_skip(what, "has %d points, more than the %d a face may have", s->k, SP_MAX_KEYPOINTS);
+    goto reject;
+  }
+  if (s->k <= 0 || !s->pts) {
     sp_data_skip(what, "no keypoints");
     goto reject;
   }
