@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 const char *sp_test_data_dir(void) {
@@ -126,6 +127,16 @@ int sp_test_run_cli(const char *args, int with_stderr, char *out, size_t n) {
   size_t got = fread(out, 1, n - 1, p);
   out[got] = 0;
   return pclose(p);
+}
+
+int sp_test_cli_exit(const char *args, char *out, size_t n) {
+  int st = sp_test_run_cli(args, 1, out, n);
+  if (st == -1) fail_msg("spry %s: cannot run (is SPRY_BIN set?)", args);
+  if (strstr(out, "Sanitizer") || strstr(out, "runtime error:")) fail_msg("spry %s: sanitizer report:\n%s", args, out);
+  if (WIFSIGNALED(st)) fail_msg("spry %s: killed by signal %d:\n%s", args, WTERMSIG(st), out);
+  int code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  if (code < 0 || (code > 130 && code < 128 + 64)) fail_msg("spry %s: exit %d (a signal?):\n%s", args, code, out);
+  return code;
 }
 
 char *sp_test_slurp(const char *path) {
