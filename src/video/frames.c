@@ -53,9 +53,10 @@ static int64_t count_files(const sp_video *v, int64_t from) {
 
 /* Frame count: the n_frames file written by prepare when present (one stat
  * instead of thousands), else the run of consecutive img_ files. The file is
- * only believed when its last frame is there and the next one is not: a
- * count of 10^12 would otherwise size the keyframe table, and a stale one
- * would sample frames that do not exist. -1 with an error naming it. */
+ * only believed when its last frame is there: a count of 10^12 would
+ * otherwise size the keyframe table, and a stale one would sample frames
+ * that do not exist. (Frames past it may be left from an earlier, longer
+ * preparation: the file says which belong.) -1 with an error naming it. */
 static int64_t count_frames(const sp_video *v) {
   size_t len = strlen(v->path) + 16;
   char *p = sp_xmalloc(len);
@@ -73,10 +74,9 @@ static int64_t count_frames(const sp_video *v) {
     return count_files(v, 0);
   }
   if (!bad) {
-    char *last = frame_path(v, n - 1), *next = frame_path(v, n);
-    bad = !file_exists(last) || file_exists(next);
+    char *last = frame_path(v, n - 1);
+    bad = !file_exists(last);
     free(last);
-    free(next);
   }
   if (bad) {
     int64_t files = count_files(v, 0);
