@@ -46,8 +46,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   sp_cache *c = NULL;
   if (sp_cache_try_map(path, &ds, &cfg, &c) != 0) return 0;
   FZ_ASSERT(c->n > 0 && c->n <= ds.n && c->k == K && c->size == cfg.size && c->channels == cfg.channels);
-  volatile unsigned sum = 0;
-  for (size_t b = 0; b < (size_t)c->n * c->size * c->size * c->channels; b++) sum += c->pixels[b];
+  for (size_t b = 0; b < (size_t)c->n * c->size * c->size * c->channels; b++) fz_sink += c->pixels[b];
   int counts[SP_BOXSRC_COUNT];
   sp_cache_box_counts(c, counts);
   for (int i = 0; i < c->n; i++) {

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+volatile unsigned fz_sink;
 static char scratch[256];
 
 static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
