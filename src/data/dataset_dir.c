@@ -60,17 +60,17 @@ typedef struct {
 } file_sample;
 
 /* The K most files have; a tie goes to a known scheme's K (68, 58), then to
- * the smaller K. An IMM folder with one 57-point file keeps its 58. */
+ * the smaller K. An IMM folder with one 57-point file keeps its 58. (Readers
+ * bound K by SP_MAX_KEYPOINTS, so the votes fit a table.) */
 static int majority_k(const file_sample *fs, int n, int *votes) {
-  int best = 0, best_n = 0;
-  for (int i = 0; i < n; i++) {
-    if (!fs[i].ok) continue;
-    int k = fs[i].s.k, c = 0;
-    for (int j = 0; j < n; j++) c += fs[j].ok && fs[j].s.k == k;
-    int known = sp_scheme_for_k(k) != NULL, best_known = sp_scheme_for_k(best) != NULL;
-    if (c > best_n || (c == best_n && (known > best_known || (known == best_known && k < best)))) best = k, best_n = c;
+  int count[SP_MAX_KEYPOINTS + 1] = {0}, best = 0;
+  for (int i = 0; i < n; i++)
+    if (fs[i].ok && fs[i].s.k > 0 && fs[i].s.k <= SP_MAX_KEYPOINTS) count[fs[i].s.k]++;
+  for (int k = 1; k <= SP_MAX_KEYPOINTS; k++) {
+    int known = sp_scheme_for_k(k) != NULL, best_known = best && sp_scheme_for_k(best) != NULL;
+    if (count[k] > count[best] || (count[k] && count[k] == count[best] && known > best_known)) best = k;
   }
-  *votes = best_n;
+  *votes = count[best];
   return best;
 }
 

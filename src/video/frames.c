@@ -39,9 +39,9 @@ static int file_exists(const char *p) {
   return stat(p, &sb) == 0 && S_ISREG(sb.st_mode);
 }
 
-/* The run of consecutive img_ files from frame `from` on. */
-static int64_t count_files(const sp_video *v, int64_t from) {
-  int64_t c = from;
+/* The run of consecutive img_ files from img_00001.jpg on. */
+static int64_t count_files(const sp_video *v) {
+  int64_t c = 0;
   for (;; c++) {
     char *fp = frame_path(v, c);
     int ok = file_exists(fp);
@@ -71,7 +71,7 @@ static int64_t count_frames(const sp_video *v) {
   }
   if (!f) {
     free(p);
-    return count_files(v, 0);
+    return count_files(v);
   }
   if (!bad) {
     char *last = frame_path(v, n - 1);
@@ -79,7 +79,7 @@ static int64_t count_frames(const sp_video *v) {
     free(last);
   }
   if (bad) {
-    int64_t files = count_files(v, 0);
+    int64_t files = count_files(v);
     sp_error_set("%s: says %lld frames, the folder holds %lld (img_00001.jpg on, consecutive); "
                  "prepare the clip again or remove the file", p, n, (long long)files);
     free(p);
