@@ -43,8 +43,6 @@ char *sp_xstrdup_at(const char *s, const char *file, int line);
 double sp_mem_limit(void);
 /* 0, or -1 with "WHAT needs N GB of memory, more than ...". */
 int sp_mem_check(double bytes, const char *what);
-/* malloc after sp_mem_check; NULL with the error when either refuses. */
-void *sp_try_malloc(double bytes, const char *what);
 
 /* mkdir -p: creates path and its missing parents (existing ones are fine);
  * on failure the error names the folder that could not be made and why. */

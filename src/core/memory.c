@@ -30,10 +30,3 @@ int sp_mem_check(double bytes, const char *what) {
   return sp_error_set("%s needs %.2f GB of memory, more than the %.2f GB this machine allows (80%% of its RAM%s)",
                       what, bytes / 1e9, limit / 1e9, getenv("SPRY_MAX_MEMORY_MB") ? ", or SPRY_MAX_MEMORY_MB" : "");
 }
-
-void *sp_try_malloc(double bytes, const char *what) {
-  if (sp_mem_check(bytes, what) != 0) return NULL;
-  void *p = malloc(bytes > 0 ? (size_t)bytes : 1);
-  if (!p) sp_error_set("%s: cannot allocate %.2f GB", what, bytes / 1e9);
-  return p;
-}
