@@ -32,7 +32,8 @@ demo: all
 # FUZZ_SECONDS from its seed corpus; CI runs a 20 s smoke per harness.
 FUZZ_SECONDS ?= 60
 FUZZ_NAMES ?=
-fuzz: deps
+fuzz:
+	@bash scripts/deps.sh fuzz
 	@command -v clang >/dev/null && command -v clang++ >/dev/null || \
 	  { echo "make fuzz: needs clang and clang++ (Debian: apt-get install clang)" >&2; exit 1; }
 	@test -f build-fuzz/CMakeCache.txt || CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Release \
