@@ -45,7 +45,13 @@ static void push(sp_yaml *parent, char *key, sp_yaml *child) {
 typedef struct {
   yaml_document_t *doc;
   const char *label;
+  int nodes; /* converted so far */
 } converter;
+
+/* A config has tens of keys, a list hundreds of values (flip tables): a tree
+ * far larger is not a config, and its maps' duplicate-key checks would be
+ * quadratic in time. */
+#define MAX_YAML_NODES 16384
 
 static sp_yaml *convert(converter *cv, int id, int depth);
 
@@ -92,6 +98,10 @@ static sp_yaml *convert(converter *cv, int id, int depth) {
     sp_error_set("%s:%d: nesting deeper than 32 levels", cv->label, line);
     return NULL;
   }
+  if (++cv->nodes > MAX_YAML_NODES) {
+    sp_error_set("%s:%d: more than %d values; a config is a page of keys", cv->label, line, MAX_YAML_NODES);
+    return NULL;
+  }
   if (node->type == YAML_SCALAR_NODE) {
     sp_yaml *y = node_new(SP_YAML_SCALAR, line);
     y->value = sp_xmalloc(node->data.scalar.length + 1);
@@ -117,7 +127,7 @@ static sp_yaml *load(yaml_parser_t *parser, const char *label) {
     sp_error_set("%s:%d: the top level must be a map of keys", label, (int)top->start_mark.line + 1);
     root = NULL;
   } else {
-    converter cv = {&doc, label};
+    converter cv = {&doc, label, 0};
     root = convert(&cv, 1, 0);
   }
   yaml_document_delete(&doc);

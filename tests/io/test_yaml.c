@@ -50,6 +50,21 @@ static void set_with_empty_key_parts_is_refused(void **state) {
   sp_yaml_free(y);
 }
 
+/* 200 000 keys in one map (2 MB): the duplicate-key check alone was
+ * quadratic (minutes); a config is a page of keys. */
+static void huge_trees_are_refused(void **state) {
+  (void)state;
+  size_t cap = 200000 * 16, n = 0;
+  char *text = malloc(cap);
+  assert_non_null(text);
+  for (int i = 0; i < 200000; i++) n += (size_t)snprintf(text + n, cap - n, "k%d: %d\n", i, i);
+  double t0 = sp_now();
+  assert_null(sp_yaml_load_string(text, "wide.yaml"));
+  sp_assert_error_has("more than 16384 values");
+  assert_true(sp_now() - t0 < 20);
+  free(text);
+}
+
 static void oversized_text_is_refused(void **state) {
   (void)state;
   size_t n = (size_t)17 << 20;
@@ -66,6 +81,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(aliases_are_refused),
       cmocka_unit_test(set_with_empty_key_parts_is_refused),
+      cmocka_unit_test(huge_trees_are_refused),
       cmocka_unit_test(oversized_text_is_refused),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
