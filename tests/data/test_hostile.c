@@ -155,6 +155,41 @@ static void coco_matching_is_not_quadratic(void **state) {
   sp_test_rmtree(dir);
 }
 
+/* Identities (one per CSV row) and split lists were found by linear search:
+ * 100 000 rows of distinct people against a list of all of them took
+ * minutes. */
+static void identities_and_split_lists_scale(void **state) {
+  (void)state;
+  char dir[512], csv[600], list[600];
+  assert_non_null(sp_test_tmpdir(dir, sizeof dir));
+  snprintf(csv, sizeof csv, "%s/keypoints.csv", dir);
+  snprintf(list, sizeof list, "%s/val.txt", dir);
+  const int n = sp_test_sanitized() ? 30000 : 100000;
+  FILE *f = fopen(csv, "w"), *l = fopen(list, "w");
+  fprintf(f, "name,x0,y0\n");
+  for (int i = 0; i < n; i++) {
+    fprintf(f, "person%d_0.jpg,%d,%d\n", i, i % 50, i % 70);
+    if (i % 2) fprintf(l, "images/person%d_0.jpg\n", i);
+  }
+  fclose(f);
+  fclose(l);
+  sp_dataset ds, val;
+  sp_dataset_init(&ds);
+  double t0 = sp_now();
+  assert_int_equal(sp_read_keypoints_csv(csv, dir, &ds), 0);
+  assert_int_equal(ds.n, n);
+  assert_int_equal(ds.n_identities, n);
+  assert_int_equal(sp_dataset_identity(&ds, "person77"), ds.s[77].identity);
+  assert_int_equal(sp_dataset_split_list(&ds, list, &val), 0);
+  assert_int_equal(val.n, n / 2);
+  assert_true(strstr(val.s[0].image, "person1_0.jpg") != NULL);
+  double s = sp_now() - t0;
+  if (s > (sp_test_sanitized() ? 60 : 10)) fail_msg("%d rows took %.1f s", n, s);
+  sp_dataset_free(&val);
+  sp_dataset_free(&ds);
+  sp_test_rmtree(dir);
+}
+
 /* C2: the region decoder (cache builds, predict) refuses a header claiming
  * 40000 x 40000, as the whole-image decoder does, before allocating. */
 static void region_decoder_refuses_huge_headers(void **state) {
@@ -282,6 +317,7 @@ int main(void) {
       cmocka_unit_test(cut_dlib_xml_names_the_box),
       cmocka_unit_test(csv_with_nul_is_refused),
       cmocka_unit_test(coco_matching_is_not_quadratic),
+      cmocka_unit_test(identities_and_split_lists_scale),
       cmocka_unit_test(region_decoder_refuses_huge_headers),
       cmocka_unit_test(damaged_cache_is_not_used),
       cmocka_unit_test(killed_cache_write_is_cleaned_up),
