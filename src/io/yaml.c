@@ -249,6 +249,14 @@ int sp_yaml_set(sp_yaml *root, const char *assignment) {
     return sp_error_set("--set %s: the key has an empty part (keys are names joined by single dots, "
                         "e.g. data.size=128)", assignment);
   }
+  /* The tree is emitted into checkpoints and read back, where nesting is
+   * limited to 32 levels: a deeper key would make a checkpoint unreadable. */
+  int parts = 1;
+  for (const char *c = path; *c; c++) parts += *c == '.';
+  if (parts > 32) {
+    free(path);
+    return sp_error_set("--set: a key of %d parts; configs nest at most 32 levels", parts);
+  }
   sp_yaml *node = root;
   char *save = NULL, *part = strtok_r(path, ".", &save);
   while (part) {

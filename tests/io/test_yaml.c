@@ -45,6 +45,13 @@ static void set_with_empty_key_parts_is_refused(void **state) {
     assert_int_equal(sp_yaml_set(y, bad[i]), -1);
     sp_assert_error_has("--set");
   }
+  /* Found by fuzz_yaml_config: 40 dotted parts made a tree whose emitted
+   * text (a checkpoint's config) did not load back (32 levels at most). */
+  char deep[256] = "a";
+  for (int i = 0; i < 39; i++) strcat(deep, ".b");
+  strcat(deep, "=1");
+  assert_int_equal(sp_yaml_set(y, deep), -1);
+  sp_assert_error_has("40 parts");
   assert_int_equal(sp_yaml_set(y, "data.size=96"), 0);
   assert_string_equal(sp_yaml_get(sp_yaml_get(y, "data"), "size")->value, "96");
   sp_yaml_free(y);
