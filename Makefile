@@ -3,7 +3,7 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps configure test demo asan clean bench install
+.PHONY: all deps configure test demo asan fuzz clean bench install
 PREFIX ?= /usr/local
 
 all: deps configure
@@ -33,5 +33,19 @@ demo: all
 install: all
 	cmake --install $(BUILD) --prefix $(PREFIX)
 
+# libFuzzer harnesses of every reader (tests/fuzz/README.md), built with clang
+# (-fsanitize=fuzzer,address,undefined) into build-fuzz/fuzz, each run for
+# FUZZ_SECONDS from its seed corpus; CI runs a 20 s smoke per harness.
+FUZZ_SECONDS ?= 60
+FUZZ_NAMES ?=
+fuzz:
+	@bash scripts/deps.sh fuzz
+	@command -v clang >/dev/null && command -v clang++ >/dev/null || \
+	  { echo "make fuzz: needs clang and clang++ (Debian: apt-get install clang)" >&2; exit 1; }
+	@test -f build-fuzz/CMakeCache.txt || CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Release \
+	  -DSPRY_FUZZ=ON -DSPRY_WERROR=OFF -DSPRY_MPI=OFF >/dev/null
+	cmake --build build-fuzz -j $(JOBS)
+	bash tests/fuzz/run.sh build-fuzz/fuzz $(FUZZ_SECONDS) build-fuzz $(FUZZ_NAMES)
+
 clean:
-	rm -rf $(BUILD) build-asan
+	rm -rf $(BUILD) build-asan build-fuzz

@@ -12,6 +12,8 @@ packages=(
   libyaml-dev libcairo2-dev libcmocka-dev
   libdlib-dev
 )
+# `deps.sh fuzz` (make fuzz): clang and its libFuzzer runtime as well.
+if [ "${1:-}" = fuzz ]; then packages+=(clang libclang-rt-dev); fi
 
 missing=()
 for p in "${packages[@]}"; do

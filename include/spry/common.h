@@ -34,6 +34,16 @@ char *sp_xstrdup_at(const char *s, const char *file, int line);
 #define sp_xrealloc(p, n) sp_xrealloc_at((p), (n), __FILE__, __LINE__)
 #define sp_xstrdup(s) sp_xstrdup_at((s), __FILE__, __LINE__)
 
+/* One allocation policy: a size that a user or a file chose (a config's
+ * data.size, a frame folder's n_frames, a checkpoint's shapes, --frames) is
+ * checked before allocating and fails as a normal error naming it, never as
+ * sp_xmalloc's "internal error: out of memory" (kept for real bugs). The
+ * limit is 80% of the machine's RAM, or SPRY_MAX_MEMORY_MB when lower.
+ * bytes is a double so that products of sizes cannot wrap around. */
+double sp_mem_limit(void);
+/* 0, or -1 with "WHAT needs N GB of memory, more than ...". */
+int sp_mem_check(double bytes, const char *what);
+
 /* mkdir -p: creates path and its missing parents (existing ones are fine);
  * on failure the error names the folder that could not be made and why. */
 int sp_make_dirs(const char *path);

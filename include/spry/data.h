@@ -182,6 +182,8 @@ typedef struct {
   char **identities;
   int n_identities;
   int skipped;     /* annotations rejected while reading */
+  int *id_slots_;  /* internal: hash index of identities (a CSV row each: no linear search) */
+  int id_cap_;
 } sp_dataset;
 
 void sp_dataset_init(sp_dataset *ds);

@@ -127,6 +127,12 @@ int sp_kp_largest_face(const sp_kp_face *faces, int n);
  * largest face found as sp_kp_predict_image finds them (an error when none). */
 int sp_kp_predict(sp_kp_predictor *p, const sp_image *im, const float *box, float *pts);
 void sp_kp_predictor_close(sp_kp_predictor *p);
+/* A face's points from a file for `spry morph --points-a/-b`: `spry
+ * predict`'s JSON (first line, largest face), a bare [[x,y],...] array, or an
+ * IMM .dat/.asf (.asf fractions times im_w, im_h) or iBUG .pts file. Every
+ * point must be finite (|v| <= 1e6 px). *pts is malloc'ed [K][2]. 0 or -1
+ * with an error naming the file. */
+int sp_morph_points_read(const char *path, int im_w, int im_h, float **pts, int *k);
 
 
 #ifdef __cplusplus

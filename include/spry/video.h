@@ -142,6 +142,11 @@ typedef struct {
 } sp_video_list;
 int sp_video_list_read(const char *list_path, sp_video_list *out);
 void sp_video_list_free(sp_video_list *l);
+/* Without data.num_classes the classes are one past the largest label: a
+ * largest label far above the others (more than half of the numbers below it
+ * unused, over both lists) is refused as a likely typo, naming its line. */
+int sp_video_list_check_dense(const sp_video_list *train, const char *train_path, const sp_video_list *val,
+                              const char *val_path);
 /* Leaves out the entries whose path is not a readable regular file (nor a
  * frame folder with a readable img_00001.jpg), with one line each on stderr
  * when warn is set (list file, line, path, why). Returns how many were left

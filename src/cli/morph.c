@@ -37,71 +37,6 @@ static void usage(FILE *f) {
           "  Also writes DIR/points.png: both faces with their points and the triangles.\n");
 }
 
-static int ends_with(const char *s, const char *suffix) {
-  size_t n = strlen(s), m = strlen(suffix);
-  return n >= m && !strcasecmp(s + n - m, suffix);
-}
-
-/* Points from a file into *pts (malloc), count into *k. im_w/im_h turn IMM
- * .asf fractions into pixels. */
-static int read_points(const char *path, int im_w, int im_h, float **pts, int *k) {
-  *pts = NULL;
-  if (ends_with(path, ".dat") || ends_with(path, ".asf") || ends_with(path, ".pts")) {
-    sp_kp_sample s;
-    memset(&s, 0, sizeof s);
-    int rc = ends_with(path, ".dat") ? sp_read_imm_dat(path, &s)
-             : ends_with(path, ".asf") ? sp_read_imm_asf(path, &s)
-                                       : sp_read_pts(path, &s);
-    if (rc != 0) return -1;
-    *k = s.k;
-    *pts = sp_xmalloc(sizeof(float) * 2 * (size_t)s.k);
-    for (int i = 0; i < s.k; i++) {
-      (*pts)[2 * i] = s.pts[2 * i] * (s.relative ? (float)im_w : 1.0f);
-      (*pts)[2 * i + 1] = s.pts[2 * i + 1] * (s.relative ? (float)im_h : 1.0f);
-    }
-    sp_kp_sample_free(&s);
-    return 0;
-  }
-  uint8_t *buf;
-  size_t len;
-  if (sp_read_file(path, &buf, &len) != 0) return -1;
-  /* `spry predict` prints one object per line: use the first. */
-  size_t line = 0;
-  while (line < len && buf[line] != '\n') line++;
-  sp_json *doc = sp_json_parse((const char *)buf, line, 64u << 20);
-  free(buf);
-  if (!doc) return sp_error_set("%s: %s", path, sp_last_error());
-  /* `spry predict`'s {"faces":[{"points":...}]}: the largest face. */
-  const sp_json *faces = doc->type == SP_JSON_OBJECT ? sp_json_get(doc, "faces") : NULL, *face = doc;
-  double best_area = -1;
-  for (size_t f = 0; faces && faces->type == SP_JSON_ARRAY && f < sp_json_len(faces); f++) {
-    const sp_json *box = sp_json_get(sp_json_at(faces, f), "box");
-    double bw = 0, bh = 0;
-    if (box && sp_json_len(box) == 4) sp_json_as_double(sp_json_at(box, 2), &bw), sp_json_as_double(sp_json_at(box, 3), &bh);
-    if (bw * bh > best_area) best_area = bw * bh, face = sp_json_at(faces, f);
-  }
-  if (faces && best_area < 0) {
-    sp_json_free(doc);
-    return sp_error_set("%s: no face in the first line (\"faces\" is empty)", path);
-  }
-  const sp_json *arr = face->type == SP_JSON_ARRAY ? face : sp_json_get(face, "points");
-  int n = (int)sp_json_len(arr), rc = 0;
-  if (!arr || arr->type != SP_JSON_ARRAY || n < 1) rc = sp_error_set("%s: no \"points\" array", path);
-  *pts = sp_xmalloc(sizeof(float) * 2 * (size_t)(n > 0 ? n : 1));
-  for (int i = 0; i < n && !rc; i++) {
-    const sp_json *p = sp_json_at(arr, (size_t)i);
-    double x, y;
-    if (sp_json_len(p) != 2 || p->type != SP_JSON_ARRAY || sp_json_as_double(sp_json_at(p, 0), &x) ||
-        sp_json_as_double(sp_json_at(p, 1), &y))
-      rc = sp_error_set("%s: point %d is not an [x, y] pair of numbers", path, i);
-    (*pts)[2 * i] = (float)x, (*pts)[2 * i + 1] = (float)y;
-  }
-  sp_json_free(doc);
-  if (rc) free(*pts), *pts = NULL;
-  *k = n;
-  return rc;
-}
-
 /* The model's points for the largest face of a photo (or the face in box),
  * found as `spry predict` finds it. */
 static int predict_points(sp_kp_predictor *p, const char *path, const float *box, float **pts, int *k) {
@@ -186,6 +121,10 @@ static int write_outputs(const options *o, const sp_morph *m, const sp_image *a,
   const double gs = o->gif_size > 0 && (w > o->gif_size || h > o->gif_size)
                         ? (double)o->gif_size / (w > h ? w : h) : 1.0;
   const int gw = gs < 1 ? (int)(w * gs + 0.5) : w, gh = gs < 1 ? (int)(h * gs + 0.5) : h;
+  char what[96];
+  snprintf(what, sizeof what, "--frames %d of %dx%d", o->frames, gw, gh);
+  /* The GIF frames, and the GIF (A -> B -> A) as long again in memory. */
+  if (sp_mem_check(2.0 * gw * gh * c * n_frames + (double)w * h * c, what) != 0) return -1;
   uint8_t *frame = sp_xmalloc((size_t)w * h * c), *small = sp_xmalloc((size_t)gw * gh * c * n_frames);
   int rc = 0;
   for (int f = 0; f < n_frames && !rc; f++) {
@@ -236,7 +175,7 @@ int sp_cli_morph(int argc, char **argv) {
     if (sp_image_load(o.img[f], 3, &im[f])) goto fail;
   if (!(o.points[0] && o.points[1]) && !(p = sp_kp_predictor_open(o.weights, o.backend))) goto fail;
   for (int f = 0; f < 2; f++) {
-    int r = o.points[f] ? read_points(o.points[f], im[f].w, im[f].h, &pts[f], &k[f])
+    int r = o.points[f] ? sp_morph_points_read(o.points[f], im[f].w, im[f].h, &pts[f], &k[f])
                         : predict_points(p, o.img[f], o.has_box[f] ? o.box[f] : NULL, &pts[f], &k[f]);
     if (r) goto fail;
   }

@@ -34,9 +34,9 @@ static const char *base_of(const char *p) {
   return s ? s + 1 : p;
 }
 
-static const sp_box_table *sort_table; /* qsort has no context argument */
-static int by_base(const void *a, const void *b) {
-  const box_row *ra = &sort_table->rows[*(const int *)a], *rb = &sort_table->rows[*(const int *)b];
+static int by_base(const void *a, const void *b, void *table) {
+  const sp_box_table *t = table;
+  const box_row *ra = &t->rows[*(const int *)a], *rb = &t->rows[*(const int *)b];
   int c = strcmp(base_of(ra->image), base_of(rb->image));
   return c ? c : ra->line - rb->line;
 }
@@ -71,6 +71,83 @@ static int parse_float(const char *s, float *v) {
   return 0;
 }
 
+/* Reading state: the header's columns, line count, skips. */
+typedef struct {
+  sp_box_table *t;
+  const char *path;
+  int col[5], lineno, ncols, skipped;
+} box_reader;
+
+/* The header line: every one of image,x,y,w,h must be there. */
+static int read_header(box_reader *br, char **cols, int n) {
+  static const char *const names[5] = {"image", "x", "y", "w", "h"};
+  br->ncols = n;
+  for (int i = 0; i < n && i < 64; i++)
+    for (int j = 0; j < 5; j++)
+      if (!strcmp(trim(cols[i]), names[j])) br->col[j] = i;
+  for (int j = 0; j < 5; j++)
+    if (br->col[j] < 0)
+      return sp_error_set("%s line 1: the header has no '%s' column (expected image,x,y,w,h)", br->path, names[j]);
+  return 0;
+}
+
+/* One data row: skipped (with the file and line named) when a value is not
+ * a number or the box has no area, is not finite or is absurdly large. */
+static int read_row(box_reader *br, char *line, char **cols, int n) {
+  if (!*trim(line) && n == 1) return 0;
+  if (n != br->ncols) {
+    fprintf(stderr, "spry data: skip %s line %d: %d columns, the header has %d\n", br->path, br->lineno, n, br->ncols);
+    br->skipped++;
+    return 0;
+  }
+  float b[4];
+  int bad = 0;
+  for (int j = 0; j < 4 && !bad; j++) bad = parse_float(cols[br->col[j + 1]], &b[j]) != 0;
+  const char *image = trim(cols[br->col[0]]);
+  if (bad || !*image) {
+    fprintf(stderr, "spry data: skip %s line %d: %s\n", br->path, br->lineno,
+            bad ? "a box value is not a number" : "no image name");
+    br->skipped++;
+    return 0;
+  }
+  if (!(isfinite(b[0]) && isfinite(b[1]) && isfinite(b[2]) && isfinite(b[3])) || !(b[2] > 0 && b[3] > 0) ||
+      fabsf(b[0]) > 1e6f || fabsf(b[1]) > 1e6f || b[2] > 1e6f || b[3] > 1e6f) {
+    fprintf(stderr, "spry data: skip %s line %d: box %g,%g,%gx%g has no area or is not finite\n", br->path,
+            br->lineno, b[0], b[1], b[2], b[3]);
+    br->skipped++;
+    return 0;
+  }
+  sp_box_table *t = br->t;
+  if (t->n == MAX_ROWS) return sp_error_set("%s: more than %d rows", br->path, MAX_ROWS);
+  if (t->n == t->cap) {
+    t->cap = t->cap ? 2 * t->cap : 256;
+    t->rows = sp_xrealloc(t->rows, sizeof *t->rows * (size_t)t->cap);
+  }
+  box_row *r = &t->rows[t->n++];
+  r->image = sp_xstrdup(image);
+  memcpy(r->box, b, sizeof b);
+  r->line = br->lineno;
+  return 0;
+}
+
+/* Every line of the text (split in place). */
+static int read_lines(box_reader *br, char *text) {
+  char *next = NULL;
+  for (char *line = text; line && *line; line = next) {
+    char *nl = strchr(line, '\n');
+    if (nl) *nl = 0;
+    next = nl ? nl + 1 : NULL;
+    br->lineno++;
+    if (strlen(line) > MAX_LINE)
+      return sp_error_set("%s line %d: longer than %d characters", br->path, br->lineno, MAX_LINE);
+    char *cols[64];
+    int n = split_cols(line, cols, 64);
+    int rc = br->ncols == 0 ? read_header(br, cols, n) : read_row(br, line, cols, n);
+    if (rc) return rc;
+  }
+  return 0;
+}
+
 int sp_box_table_read(const char *csv_path, sp_box_table **out) {
   *out = NULL;
   uint8_t *buf;
@@ -82,81 +159,20 @@ int sp_box_table_read(const char *csv_path, sp_box_table **out) {
   }
   sp_box_table *t = sp_xcalloc(1, sizeof *t);
   t->path = sp_xstrdup(csv_path);
-  int col[5] = {-1, -1, -1, -1, -1}, lineno = 0, ncols = 0, skipped = 0, rc = 0;
-  static const char *const names[5] = {"image", "x", "y", "w", "h"};
-  char *next = NULL, *text = (char *)buf;
+  box_reader br = {t, csv_path, {-1, -1, -1, -1, -1}, 0, 0, 0};
+  char *text = (char *)buf;
   if (len >= 3 && !memcmp(text, "\xEF\xBB\xBF", 3)) text += 3; /* a spreadsheet's UTF-8 mark */
-  for (char *line = text; line && *line; line = next) {
-    char *nl = strchr(line, '\n');
-    if (nl) *nl = 0;
-    next = nl ? nl + 1 : NULL;
-    lineno++;
-    if (strlen(line) > MAX_LINE) {
-      rc = sp_error_set("%s line %d: longer than %d characters", csv_path, lineno, MAX_LINE);
-      break;
-    }
-    char *cols[64];
-    int n = split_cols(line, cols, 64);
-    if (ncols == 0) {
-      ncols = n;
-      for (int i = 0; i < n && i < 64; i++)
-        for (int j = 0; j < 5; j++)
-          if (!strcmp(trim(cols[i]), names[j])) col[j] = i;
-      for (int j = 0; j < 5; j++)
-        if (col[j] < 0) {
-          rc = sp_error_set("%s line 1: the header has no '%s' column (expected image,x,y,w,h)", csv_path, names[j]);
-          break;
-        }
-      if (rc) break;
-      continue;
-    }
-    if (!*trim(line) && n == 1) continue;
-    if (n != ncols) {
-      fprintf(stderr, "spry data: skip %s line %d: %d columns, the header has %d\n", csv_path, lineno, n, ncols);
-      skipped++;
-      continue;
-    }
-    float b[4];
-    int bad = 0;
-    for (int j = 0; j < 4 && !bad; j++) bad = parse_float(cols[col[j + 1]], &b[j]) != 0;
-    const char *image = trim(cols[col[0]]);
-    if (bad || !*image) {
-      fprintf(stderr, "spry data: skip %s line %d: %s\n", csv_path, lineno, bad ? "a box value is not a number" : "no image name");
-      skipped++;
-      continue;
-    }
-    if (!(isfinite(b[0]) && isfinite(b[1]) && isfinite(b[2]) && isfinite(b[3])) || !(b[2] > 0 && b[3] > 0) ||
-        fabsf(b[0]) > 1e6f || fabsf(b[1]) > 1e6f || b[2] > 1e6f || b[3] > 1e6f) {
-      fprintf(stderr, "spry data: skip %s line %d: box %g,%g,%gx%g has no area or is not finite\n", csv_path, lineno,
-              b[0], b[1], b[2], b[3]);
-      skipped++;
-      continue;
-    }
-    if (t->n == MAX_ROWS) {
-      rc = sp_error_set("%s: more than %d rows", csv_path, MAX_ROWS);
-      break;
-    }
-    if (t->n == t->cap) {
-      t->cap = t->cap ? 2 * t->cap : 256;
-      t->rows = sp_xrealloc(t->rows, sizeof *t->rows * (size_t)t->cap);
-    }
-    box_row *r = &t->rows[t->n++];
-    r->image = sp_xstrdup(image);
-    memcpy(r->box, b, sizeof b);
-    r->line = lineno;
-  }
+  int rc = read_lines(&br, text);
   free(buf);
-  if (!rc && ncols == 0) rc = sp_error_set("%s: empty (expected a header image,x,y,w,h)", csv_path);
-  if (!rc && t->n == 0) rc = sp_error_set("%s: no usable box rows (%d skipped)", csv_path, skipped);
+  if (!rc && br.ncols == 0) rc = sp_error_set("%s: empty (expected a header image,x,y,w,h)", csv_path);
+  if (!rc && t->n == 0) rc = sp_error_set("%s: no usable box rows (%d skipped)", csv_path, br.skipped);
   if (rc) {
     sp_box_table_free(t);
     return -1;
   }
   t->order = sp_xmalloc(sizeof(int) * (size_t)t->n);
   for (int i = 0; i < t->n; i++) t->order[i] = i;
-  sort_table = t;
-  qsort(t->order, (size_t)t->n, sizeof(int), by_base);
-  sort_table = NULL;
+  qsort_r(t->order, (size_t)t->n, sizeof(int), by_base, t); /* no shared state: tables may load in parallel */
   *out = t;
   return 0;
 }

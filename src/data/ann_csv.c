@@ -23,6 +23,14 @@ int sp_read_keypoints_csv(const char *csv_path, const char *image_dir, sp_datase
   uint8_t *buf;
   size_t len;
   if (sp_read_file(csv_path, &buf, &len) != 0) return -1;
+  /* The lines below are C strings: a NUL byte would end the file there,
+   * silently. */
+  const uint8_t *nul = memchr(buf, 0, len);
+  if (nul) {
+    size_t at = (size_t)(nul - buf);
+    free(buf);
+    return sp_error_set("%s: not a text file (a NUL byte at offset %zu)", csv_path, at);
+  }
   char *dir = image_dir ? sp_xstrdup(image_dir) : sp_path_dirname(csv_path);
   char *save = NULL;
   int lineno = 0, expected_cols = -1;
@@ -40,6 +48,12 @@ int sp_read_keypoints_csv(const char *csv_path, const char *image_dir, sp_datase
         free(dir);
         free(buf);
         return sp_error_set("%s: header has %d columns; expected name + 2K coordinates", csv_path, cols);
+      }
+      if ((cols - 1) / 2 > SP_MAX_KEYPOINTS) {
+        free(dir);
+        free(buf);
+        return sp_error_set("%s: header has %d columns, %d points; a face has at most %d", csv_path, cols,
+                            (cols - 1) / 2, SP_MAX_KEYPOINTS);
       }
       continue;
     }

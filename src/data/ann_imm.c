@@ -37,9 +37,13 @@ int sp_read_imm_asf(const char *path, sp_kp_sample *out) {
     if (count < 0) {
       char *end;
       long v = strtol(line, &end, 10);
-      if (end == line || v <= 0 || v > SP_MAX_KEYPOINTS) {
+      if (end == line || v <= 0) {
         fclose(f);
         return sp_error_set("%s: expected the number of points, got '%.40s'", path, line);
+      }
+      if (v > SP_MAX_KEYPOINTS) {
+        fclose(f);
+        return sp_error_set("%s: %ld points; a face's annotation has at most %d", path, v, SP_MAX_KEYPOINTS);
       }
       count = (int)v;
       out->k = count;
@@ -97,6 +101,14 @@ int sp_read_imm_dat(const char *path, sp_kp_sample *out) {
       fclose(f);
       free(pts);
       return sp_error_set("%s: line %d is not 'idx x y' with idx %d", path, lineno, n + 1);
+    }
+    if (n == SP_MAX_KEYPOINTS) {
+      /* A face has at most SP_MAX_KEYPOINTS points: more is another kind of
+       * file, and reading it all would only end in "no keypoints". */
+      fclose(f);
+      free(pts);
+      return sp_error_set("%s: more than %d points (line %d); a face's annotation has at most %d", path,
+                          SP_MAX_KEYPOINTS, lineno, SP_MAX_KEYPOINTS);
     }
     if (n == cap) {
       cap *= 2;

@@ -27,11 +27,18 @@ int sp_read_pts(const char *path, sp_kp_sample *out) {
     if (!in_block) {
       if (!strncmp(t, "n_points", 8)) {
         char *colon = strchr(t, ':');
-        n_points = colon ? atoi(colon + 1) : -1;
-        if (n_points <= 0 || n_points > SP_MAX_KEYPOINTS) {
+        char *end = NULL;
+        long v = colon ? strtol(colon + 1, &end, 10) : -1;
+        if (!colon || end == colon + 1 || v <= 0 || out->pts) {
           fclose(f);
+          sp_kp_sample_free(out);
           return sp_error_set("%s: bad n_points line '%.40s'", path, t);
         }
+        if (v > SP_MAX_KEYPOINTS) {
+          fclose(f);
+          return sp_error_set("%s: n_points %ld; a face's annotation has at most %d", path, v, SP_MAX_KEYPOINTS);
+        }
+        n_points = (int)v;
         out->pts = sp_xcalloc((size_t)n_points * 2, sizeof(float));
       } else if (*t == '{') {
         in_block = 1;

@@ -14,8 +14,11 @@
  * included) and, for every sample, the image path, its size and mtime, and
  * the annotation values: any change rebuilds. */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -142,47 +145,123 @@ int sp_cache_write(const sp_cache *c, const char *path, const sp_dataset *ds, co
   return rc;
 }
 
-/* Maps the file if it is a complete cache with this fingerprint; 1 = stale or
- * absent (not an error), 0 = mapped, -1 = error. */
-static int try_map(const char *path, uint64_t fp, const sp_crop_config *cfg, int k, sp_cache **out) {
-  int fd = open(path, O_RDONLY);
+/* Whether a header describes the cache of ds + cfg, and a file of its size:
+ * the sizes are the settings' own (so the section offsets cannot overflow)
+ * and there are no more samples than the dataset has. */
+static int header_matches(const cache_header *hd, uint64_t fp, const sp_crop_config *cfg, const sp_dataset *ds,
+                          uint64_t file_size) {
+  if (memcmp(hd->magic, CACHE_MAGIC, 8) || hd->version != CACHE_VERSION || hd->fingerprint != fp ||
+      hd->size != cfg->size || hd->channels != cfg->channels || hd->k != ds->k || hd->k <= 0 || hd->n <= 0 ||
+      hd->n > ds->n || hd->size <= 0 || hd->channels <= 0 || hd->skipped < 0)
+    return 0;
+  cache_header want = *hd;
+  layout(&want);
+  return want.total == hd->total && want.off_pixels == hd->off_pixels && want.off_crop == hd->off_crop &&
+         want.off_box == hd->off_box && want.off_box_src == hd->off_box_src && want.off_points == hd->off_points &&
+         want.off_vis == hd->off_vis && want.off_source == hd->off_source && file_size == hd->total;
+}
+
+static int finite4(const float *v) { return isfinite(v[0]) && isfinite(v[1]) && isfinite(v[2]) && isfinite(v[3]); }
+
+/* What is wrong with sample i of a mapped cache (NULL: nothing). A damaged or
+ * edited file must not train: NaN points ended as "learning rate too high?",
+ * 1e30 points as a loss of 3e28 with exit 0. Crop points lie near the crop;
+ * 1e6 px is far beyond any real one. */
+static const char *bad_sample(const sp_cache *c, int i, int n_samples, char *why, size_t n) {
+  if (c->source[i] < 0 || c->source[i] >= n_samples) {
+    snprintf(why, n, "sample %d names dataset entry %d of %d", i, c->source[i], n_samples);
+    return why;
+  }
+  for (int j = 0; j < c->k; j++) {
+    const float *p = &c->points[((size_t)i * c->k + j) * 2];
+    if (!isfinite(p[0]) || !isfinite(p[1]) || fabsf(p[0]) > 1e6f || fabsf(p[1]) > 1e6f) {
+      snprintf(why, n, "sample %d point %d is (%g, %g)", i, j, (double)p[0], (double)p[1]);
+      return why;
+    }
+    if (c->vis[(size_t)i * c->k + j] > 1) {
+      snprintf(why, n, "sample %d point %d has visibility %d", i, j, c->vis[(size_t)i * c->k + j]);
+      return why;
+    }
+  }
+  const float *r = &c->crop[4 * (size_t)i], *b = &c->box[4 * (size_t)i];
+  if (!finite4(r) || !(r[2] > 0 && r[3] > 0) || !finite4(b) || c->box_src[i] >= SP_BOXSRC_COUNT) {
+    snprintf(why, n, "sample %d has crop %g,%g %gx%g, box %g,%g %gx%g from source %d", i, (double)r[0],
+             (double)r[1], (double)r[2], (double)r[3], (double)b[0], (double)b[1], (double)b[2], (double)b[3],
+             c->box_src[i]);
+    return why;
+  }
+  return NULL;
+}
+
+static sp_cache *cache_of_map(uint8_t *b, const cache_header *hd) {
+  sp_cache *c = sp_xcalloc(1, sizeof *c);
+  c->n = hd->n; c->size = hd->size; c->channels = hd->channels; c->k = hd->k; c->skipped = hd->skipped;
+  c->source = (int32_t *)(b + hd->off_source);
+  c->points = (float *)(b + hd->off_points);
+  c->vis = b + hd->off_vis;
+  c->crop = (float *)(b + hd->off_crop);
+  c->box = (float *)(b + hd->off_box);
+  c->box_src = b + hd->off_box_src;
+  c->pixels = b + hd->off_pixels;
+  c->from_file = 1;
+  c->map_ = b;
+  c->map_len_ = (size_t)hd->total;
+  return c;
+}
+
+int sp_cache_try_map(const char *path, const sp_dataset *ds, const sp_crop_config *cfg, sp_cache **out) {
+  *out = NULL;
+  uint64_t fp = sp_cache_fingerprint(ds, cfg);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return 1;
   struct stat st;
   cache_header hd;
-  if (fstat(fd, &st) != 0 || pread(fd, &hd, sizeof hd, 0) != (ssize_t)sizeof hd) { close(fd); return 1; }
-  cache_header want = hd;
-  if (hd.n > 0 && hd.k > 0 && hd.size > 0 && hd.channels > 0) layout(&want);
-  if (memcmp(hd.magic, CACHE_MAGIC, 8) || hd.version != CACHE_VERSION || hd.fingerprint != fp ||
-      hd.size != cfg->size || hd.channels != cfg->channels || hd.k != k || hd.n <= 0 ||
-      want.total != hd.total || want.off_pixels != hd.off_pixels || want.off_crop != hd.off_crop || want.off_box != hd.off_box || want.off_box_src != hd.off_box_src || (uint64_t)st.st_size != hd.total) {
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || pread(fd, &hd, sizeof hd, 0) != (ssize_t)sizeof hd ||
+      !header_matches(&hd, fp, cfg, ds, (uint64_t)st.st_size)) {
     close(fd);
     return 1;
   }
   void *m = mmap(NULL, (size_t)hd.total, PROT_READ, MAP_SHARED, fd, 0);
   close(fd);
   if (m == MAP_FAILED) return sp_error_set("%s: mmap failed (%s)", path, strerror(errno));
-  sp_cache *c = sp_xcalloc(1, sizeof *c);
-  uint8_t *b = m;
-  c->n = hd.n; c->size = hd.size; c->channels = hd.channels; c->k = hd.k; c->skipped = hd.skipped;
-  c->source = (int32_t *)(b + hd.off_source);
-  c->points = (float *)(b + hd.off_points);
-  c->vis = b + hd.off_vis;
-  c->crop = (float *)(b + hd.off_crop);
-  c->box = (float *)(b + hd.off_box);
-  c->box_src = b + hd.off_box_src;
-  c->pixels = b + hd.off_pixels;
-  c->from_file = 1;
-  c->map_ = m;
-  c->map_len_ = (size_t)hd.total;
+  sp_cache *c = cache_of_map(m, &hd);
+  char why[256];
+  for (int i = 0; i < c->n; i++)
+    if (bad_sample(c, i, ds->n, why, sizeof why)) {
+      fprintf(stderr, "spry data: %s is damaged (%s); building it again\n", path, why);
+      sp_cache_free(c);
+      return 1;
+    }
   *out = c;
   return 0;
 }
 
+/* A cache write killed between its temporary and the rename leaves
+ * PATH.tmpPID behind; those whose writer is gone are removed at the next
+ * start (a live writer's, another run's build, is left alone). */
+static void remove_stale_temps(const char *path) {
+  char *dir = sp_path_dirname(path);
+  const char *base = sp_path_base(path);
+  size_t bl = strlen(base);
+  DIR *d = opendir(dir);
+  for (struct dirent *e; d && (e = readdir(d));) {
+    if (strncmp(e->d_name, base, bl) || strncmp(e->d_name + bl, ".tmp", 4)) continue;
+    char *end;
+    long pid = strtol(e->d_name + bl + 4, &end, 10);
+    if (end == e->d_name + bl + 4 || *end || pid <= 0 || kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
+    char *p = sp_path_join(dir, e->d_name);
+    if (unlink(p) == 0) fprintf(stderr, "spry data: removed %s, a cache an interrupted run left half written\n", p);
+    free(p);
+  }
+  if (d) closedir(d);
+  free(dir);
+}
+
 static sp_cache *open_cache(const char *path, const sp_dataset *ds, const sp_crop_config *cfg, int *rebuilt,
                             int write) {
-  uint64_t fp = sp_cache_fingerprint(ds, cfg);
+  if (write) remove_stale_temps(path);
   sp_cache *c = NULL;
-  int rc = try_map(path, fp, cfg, ds->k, &c);
+  int rc = sp_cache_try_map(path, ds, cfg, &c);
   if (rc == 0) {
     if (rebuilt) *rebuilt = 0;
     fprintf(stderr, "spry data: mapped %d cached samples from %s\n", c->n, path);

@@ -98,5 +98,9 @@ int sp_default_threads(void);
 
 /* fingerprint of a dataset + crop settings (cache invalidation). */
 uint64_t sp_cache_fingerprint(const sp_dataset *ds, const sp_crop_config *cfg);
+/* cache_file.c: maps path when it is a complete cache of ds + cfg whose
+ * every sample checks out (points finite and near the crop, indices in
+ * range); 1 = absent, stale or damaged (rebuild), 0 = mapped, -1 = error. */
+int sp_cache_try_map(const char *path, const sp_dataset *ds, const sp_crop_config *cfg, sp_cache **out);
 
 #endif

@@ -87,20 +87,50 @@ void sp_dataset_free(sp_dataset *ds) {
   free(ds->s);
   for (int i = 0; i < ds->n_identities; i++) free(ds->identities[i]);
   free(ds->identities);
+  free(ds->id_slots_);
   memset(ds, 0, sizeof *ds);
 }
 
+/* FNV-1a: a fixed hash, so a split never changes between runs or machines. */
+static uint64_t name_hash(const char *s) {
+  uint64_t h = 1469598103934665603ull;
+  for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;
+  return h;
+}
+
+/* Open addressing over identity indices (-1 = empty), at most half full. A
+ * file names an identity per row: a linear search made a CSV of a million
+ * names quadratic. */
+static int *id_slot(sp_dataset *ds, const char *name) {
+  size_t mask = (size_t)ds->id_cap_ - 1;
+  for (size_t i = name_hash(name) & mask;; i = (i + 1) & mask)
+    if (ds->id_slots_[i] < 0 || !strcmp(ds->identities[ds->id_slots_[i]], name)) return &ds->id_slots_[i];
+}
+
+static void id_rehash(sp_dataset *ds) {
+  free(ds->id_slots_);
+  ds->id_cap_ = ds->id_cap_ ? 2 * ds->id_cap_ : 64;
+  ds->id_slots_ = sp_xmalloc(sizeof(int) * (size_t)ds->id_cap_);
+  memset(ds->id_slots_, 0xff, sizeof(int) * (size_t)ds->id_cap_);
+  for (int i = 0; i < ds->n_identities; i++) *id_slot(ds, ds->identities[i]) = i;
+}
+
 int sp_dataset_identity(sp_dataset *ds, const char *name) {
-  for (int i = 0; i < ds->n_identities; i++)
-    if (!strcmp(ds->identities[i], name)) return i;
+  if (2 * (ds->n_identities + 1) > ds->id_cap_) id_rehash(ds);
+  int *slot = id_slot(ds, name);
+  if (*slot >= 0) return *slot;
   ds->identities = sp_xrealloc(ds->identities, sizeof(char *) * (size_t)(ds->n_identities + 1));
   ds->identities[ds->n_identities] = sp_xstrdup(name);
-  return ds->n_identities++;
+  return *slot = ds->n_identities++;
 }
 
 int sp_dataset_add(sp_dataset *ds, sp_kp_sample *s, const char *source) {
   const char *what = source ? source : (s->image ? s->image : "?");
-  if (s->k <= 0 || s->k > SP_MAX_KEYPOINTS || !s->pts) {
+  if (s->k > SP_MAX_KEYPOINTS) {
+    sp_data_skip(what, "has %d points, more than the %d a face may have", s->k, SP_MAX_KEYPOINTS);
+    goto reject;
+  }
+  if (s->k <= 0 || !s->pts) {
     sp_data_skip(what, "no keypoints");
     goto reject;
   }
@@ -149,13 +179,6 @@ void sp_dataset_add_copy(sp_dataset *out, const sp_dataset *ds, int i) {
   if (sp_dataset_add(out, &s, NULL) != 0) sp_panic("copying a validated sample failed");
 }
 
-/* FNV-1a: a fixed hash, so a split never changes between runs or machines. */
-static uint64_t name_hash(const char *s) {
-  uint64_t h = 1469598103934665603ull;
-  for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;
-  return h;
-}
-
 static int all_numeric(const sp_dataset *ds, int *max_id) {
   *max_id = 0;
   for (int i = 0; i < ds->n_identities; i++) {
@@ -196,31 +219,45 @@ static char *trim(char *s) {
   return s;
 }
 
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+static int in_sorted(char **names, int n, const char *key) {
+  return n > 0 && bsearch(&key, names, (size_t)n, sizeof(char *), cmp_str) != NULL;
+}
+
+/* A list line matches a sample's full path, or its base name. Both sides are
+ * looked up in sorted tables: a validation list of COCO's size against its
+ * images was quadratic. */
 int sp_dataset_split_list(const sp_dataset *ds, const char *list_path, sp_dataset *out) {
   FILE *f = fopen(list_path, "r");
   if (!f) return sp_error_set("%s: cannot open split list", list_path);
-  char **names = NULL;
-  int n = 0;
+  char **names = NULL, **bases = NULL;
+  int n = 0, cap = 0;
   char line[4096];
   while (fgets(line, sizeof line, f)) {
     char *t = trim(line);
     if (!*t || *t == '#') continue;
-    names = sp_xrealloc(names, sizeof(char *) * (size_t)(n + 1));
-    names[n++] = sp_xstrdup(t);
+    if (n == cap) {
+      cap = cap ? 2 * cap : 64;
+      names = sp_xrealloc(names, sizeof(char *) * (size_t)cap);
+      bases = sp_xrealloc(bases, sizeof(char *) * (size_t)cap);
+    }
+    names[n] = sp_xstrdup(t);
+    bases[n] = (char *)sp_path_base(names[n]);
+    n++;
   }
   fclose(f);
+  if (n) {
+    qsort(names, (size_t)n, sizeof(char *), cmp_str);
+    qsort(bases, (size_t)n, sizeof(char *), cmp_str);
+  }
   sp_dataset_init(out);
   for (int i = 0; i < ds->n; i++) {
     const char *img = ds->s[i].image;
-    for (int j = 0; j < n; j++) {
-      /* A list line matches a full path, or the base name. */
-      if (!strcmp(img, names[j]) || !strcmp(sp_path_base(img), sp_path_base(names[j]))) {
-        sp_dataset_add_copy(out, ds, i);
-        break;
-      }
-    }
+    if (in_sorted(names, n, img) || in_sorted(bases, n, sp_path_base(img))) sp_dataset_add_copy(out, ds, i);
   }
   for (int j = 0; j < n; j++) free(names[j]);
   free(names);
+  free(bases);
   return 0;
 }

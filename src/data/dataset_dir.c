@@ -51,22 +51,57 @@ static void imm_identity(sp_dataset *ds, sp_kp_sample *s, const char *file) {
 
 typedef int (*single_reader)(const char *, sp_kp_sample *);
 
+/* One file, one sample, read before any is added: the folder's K is decided
+ * by all of them (see majority_k), not by whichever file sorts first. */
+typedef struct {
+  char *path;
+  sp_kp_sample s;
+  int ok;
+} file_sample;
+
+/* The K most files have; a tie goes to a known scheme's K (68, 58), then to
+ * the smaller K. An IMM folder with one 57-point file keeps its 58. (Readers
+ * bound K by SP_MAX_KEYPOINTS, so the votes fit a table.) */
+static int majority_k(const file_sample *fs, int n, int *votes) {
+  int count[SP_MAX_KEYPOINTS + 1] = {0}, best = 0;
+  for (int i = 0; i < n; i++)
+    if (fs[i].ok && fs[i].s.k > 0 && fs[i].s.k <= SP_MAX_KEYPOINTS) count[fs[i].s.k]++;
+  for (int k = 1; k <= SP_MAX_KEYPOINTS; k++) {
+    int known = sp_scheme_for_k(k) != NULL, best_known = best && sp_scheme_for_k(best) != NULL;
+    if (count[k] > count[best] || (count[k] && count[k] == count[best] && known > best_known)) best = k;
+  }
+  *votes = count[best];
+  return best;
+}
+
 static int read_each(const char *dir, char **names, int n, const char *ext, single_reader rd, sp_dataset *ds) {
+  file_sample *fs = sp_xcalloc((size_t)(n ? n : 1), sizeof *fs);
   int found = 0;
   for (int i = 0; i < n; i++) {
     if (!ends_with(names[i], ext)) continue;
-    found++;
-    char *path = sp_path_join(dir, names[i]);
-    sp_kp_sample s;
-    if (rd(path, &s) != 0) {
-      sp_data_skip(path, "%s", sp_last_error());
+    file_sample *f = &fs[found++];
+    f->path = sp_path_join(dir, names[i]);
+    f->ok = rd(f->path, &f->s) == 0;
+    if (!f->ok) {
+      sp_data_skip(f->path, "%s", sp_last_error());
       ds->skipped++;
-    } else {
-      imm_identity(ds, &s, path);
-      sp_dataset_add(ds, &s, path);
     }
-    free(path);
   }
+  int votes, k = majority_k(fs, found, &votes);
+  for (int i = 0; i < found; i++) {
+    file_sample *f = &fs[i];
+    if (f->ok && f->s.k != k) {
+      sp_data_skip(f->path, "has %d points, where %d of the folder's %d %s files have %d", f->s.k, votes, found, ext,
+                   k);
+      ds->skipped++;
+      sp_kp_sample_free(&f->s);
+    } else if (f->ok) {
+      imm_identity(ds, &f->s, f->path);
+      sp_dataset_add(ds, &f->s, f->path);
+    }
+    free(f->path);
+  }
+  free(fs);
   return found;
 }
 

@@ -121,6 +121,16 @@ int sp_jpeg_dec_header(sp_jpeg_dec *d, const uint8_t *buf, size_t len, const cha
     jpeg_abort_decompress(ci);
     return sp_error_set("%s: JPEG has no image (tables only)", what);
   }
+  /* The region decode allocates rows of the whole width and, for a
+   * progressive file, coefficients of the whole image: a hostile header's
+   * 65535 x 65535 is refused here, as the whole-image decoders refuse it. */
+  if (ci->image_width == 0 || ci->image_height == 0 ||
+      (int64_t)ci->image_width * ci->image_height > SP_MAX_IMAGE_PIXELS) {
+    int rc = sp_error_set("%s: a %ux%u JPEG (at most %lld pixels)", what, ci->image_width, ci->image_height,
+                          (long long)SP_MAX_IMAGE_PIXELS);
+    jpeg_abort_decompress(ci);
+    return rc;
+  }
   *w = (int)ci->image_width;
   *h = (int)ci->image_height;
   d->have_header = 1;

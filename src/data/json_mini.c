@@ -47,8 +47,9 @@ static int parse_string(parser *p, char **out) {
           unsigned v = 0;
           for (int i = 0; i < 4; i++) {
             if (p->s >= p->end) { free(b); return fail(p, "short \\u escape"); }
-            char h = *p->s++;
-            v = v * 16 + (unsigned)(h >= '0' && h <= '9' ? h - '0' : (h | 32) - 'a' + 10);
+            char h = *p->s++, l = (char)(h | 32);
+            if (!((h >= '0' && h <= '9') || (l >= 'a' && l <= 'f'))) { free(b); return fail(p, "bad \\u escape"); }
+            v = v * 16 + (unsigned)(h <= '9' ? h - '0' : l - 'a' + 10);
           }
           c = v < 128 ? (char)v : '?';
           break;
@@ -117,9 +118,16 @@ static int parse_value(parser *p, sp_json *out) {
     return 0;
   }
   if (!strncmp(p->s, "false", 5)) { out->type = SPJ_BOOL; p->s += 5; return 0; }
+  /* JSON numbers only: strtod alone would also take "nan", "inf", hex and
+   * a leading '+' or '.', none of which is JSON. */
+  const char *q = p->s;
+  if (q < p->end && *q == '-') q++;
+  if (q >= p->end || *q < '0' || *q > '9') return fail(p, "unexpected character");
   char *e;
   out->num = strtod(p->s, &e);
   if (e == p->s) return fail(p, "unexpected character");
+  for (const char *c = p->s; c < e; c++)
+    if (!strchr("+-.0123456789eE", *c)) return fail(p, "not a JSON number");
   out->type = SPJ_NUM;
   p->s = e;
   return 0;

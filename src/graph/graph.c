@@ -173,6 +173,15 @@ int sp_graph_param(sp_graph *g, const char *name, sp_shape shape, sp_init init, 
   char full[512];
   sp_graph_scoped(g, name, full, sizeof full);
   if (sp_graph_param_find(g, full) >= 0) return sp_graph_fail(g, "parameter '%s' registered twice", full);
+  /* Model sizes come from a config, or a checkpoint's stored one: parameters
+   * that would not fit are a build error naming the one that tipped it,
+   * never an abort in the allocator (sp_mem_check). */
+  double have = 0, need = 4.0 * (double)sp_shape_numel(&shape) * ((flags & SP_PARAM_BUFFER) ? 1 : 2);
+  for (int i = 0; i < g->n_params; i++)
+    have += (double)sp_tensor_bytes(&g->params[i].value) + (double)sp_tensor_bytes(&g->params[i].grad);
+  char what[700];
+  snprintf(what, sizeof what, "the model's parameters up to '%s' (%.0f values)", full, (double)sp_shape_numel(&shape));
+  if (!(need >= 0) || sp_mem_check(have + need, what) != 0) return sp_graph_fail(g, "%s", sp_last_error());
   if (g->n_params == g->cap_params) {
     g->cap_params = g->cap_params ? 2 * g->cap_params : 64;
     g->params = sp_xrealloc(g->params, sizeof(sp_param) * (size_t)g->cap_params);

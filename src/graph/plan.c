@@ -200,7 +200,7 @@ static int add_req(sp_plan *p, size_t bytes, int start, int end) {
   return p->n_reqs++;
 }
 
-static void plan_memory(sp_plan *p) {
+static int plan_memory(sp_plan *p) {
   const sp_graph *g = p->g;
   int n = g->n_nodes, forever = 2 * n;
   p->reqs = sp_xcalloc((size_t)(5 * n + 1), sizeof(sp_buffer_req));
@@ -261,8 +261,18 @@ static void plan_memory(sp_plan *p) {
         pn->run_backward && pn->bwd_scratch_bytes ? add_req(p, pn->bwd_scratch_bytes, BSTEP(p, i), BSTEP(p, i)) : -1;
   }
   p->arena_bytes = sp_memplan_place(p->reqs, p->n_reqs, p->flags & SP_PLAN_NO_REUSE);
+  /* Input shapes come from a config (data.size, batch), or a checkpoint's
+   * stored one: an arena that would not fit is refused, naming them. */
+  char what[600], shape[96];
+  int at = snprintf(what, sizeof what, "a plan of");
+  for (int i = 0; i < g->n_nodes && at < (int)sizeof what - 120; i++)
+    if (!g->nodes[i].op)
+      at += snprintf(what + at, sizeof what - (size_t)at, " %s %s", g->nodes[i].name,
+                     sp_shape_str(&p->nodes[i].shape, shape, sizeof shape));
+  if (sp_mem_check((double)p->arena_bytes, what) != 0) return -1;
   p->arena = sp_aligned_alloc(p->arena_bytes ? p->arena_bytes : 64);
   memset(p->arena, 0, p->arena_bytes);
+  return 0;
 }
 
 static void wire(sp_plan *p) {
@@ -369,7 +379,10 @@ sp_plan *sp_plan_new(sp_graph *g, int n_inputs, const sp_input_shape *inputs, sp
     sp_plan_free(p);
     return NULL;
   }
-  plan_memory(p);
+  if (plan_memory(p) != 0) {
+    sp_plan_free(p);
+    return NULL;
+  }
   wire(p);
   if (bind_nodes(p) != 0) {
     sp_plan_free(p);

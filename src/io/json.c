@@ -115,6 +115,57 @@ static size_t utf8_seq(const unsigned char *s, size_t n) {
   return k;
 }
 
+/* A \uXXXX escape (ps->pos just after the 'u'), surrogate pairs joined,
+ * as UTF-8 into o; *n grows by its length. */
+static int unicode_escape(parser *ps, size_t at, char *o, size_t *n) {
+  unsigned cp;
+  if (hex4(ps, at, &cp)) return -1;
+  if (cp >= 0xDC00 && cp <= 0xDFFF) return fail_at(at, "lone low surrogate in \\u escape");
+  if (cp >= 0xD800 && cp <= 0xDBFF) {
+    unsigned lo;
+    if (ps->len - ps->pos < 2 || ps->p[ps->pos] != '\\' || ps->p[ps->pos + 1] != 'u')
+      return fail_at(at, "high surrogate not followed by a low one");
+    ps->pos += 2;
+    if (hex4(ps, at, &lo)) return -1;
+    if (lo < 0xDC00 || lo > 0xDFFF) return fail_at(at, "high surrogate not followed by a low one");
+    cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+  }
+  *n += put_utf8(o + *n, cp);
+  return 0;
+}
+
+/* One escape (ps->pos just after the backslash) into o. */
+static int escape(parser *ps, size_t at, char *o, size_t *n) {
+  static const char from[] = "\"\\/bfnrt", to[] = "\"\\/\b\f\n\r\t";
+  char e = ps->p[ps->pos++];
+  if (e == 'u') return unicode_escape(ps, at, o, n);
+  const char *k = e ? strchr(from, e) : NULL;
+  if (!k) return fail_at(at, "bad escape in string");
+  o[(*n)++] = to[k - from];
+  return 0;
+}
+
+/* One character or escape of a string at ps->pos into o; 0 or -1. */
+static int string_char(parser *ps, size_t end, char *o, size_t *n) {
+  unsigned char c = (unsigned char)ps->p[ps->pos];
+  size_t at = ps->pos;
+  if (c < 0x20) return fail_at(at, "control character in string");
+  if (c >= 0x80) {
+    size_t k = utf8_seq((const unsigned char *)ps->p + ps->pos, end - ps->pos);
+    if (!k) return fail_at(at, "invalid UTF-8 in string");
+    memcpy(o + *n, ps->p + ps->pos, k);
+    *n += k;
+    ps->pos += k;
+    return 0;
+  }
+  ps->pos++;
+  if (c != '\\') {
+    o[(*n)++] = (char)c;
+    return 0;
+  }
+  return escape(ps, at, o, n);
+}
+
 static int parse_string_raw(parser *ps, char **out, size_t *out_len) {
   size_t start = ps->pos; /* at the opening quote */
   ps->pos++;
@@ -126,67 +177,11 @@ static int parse_string_raw(parser *ps, char **out, size_t *out_len) {
   char *o = malloc(end - ps->pos + 1);
   if (!o) sp_panic("out of memory parsing JSON string");
   size_t n = 0;
-  while (ps->pos < end) {
-    unsigned char c = (unsigned char)ps->p[ps->pos];
-    size_t at = ps->pos;
-    if (c < 0x20) {
+  while (ps->pos < end)
+    if (string_char(ps, end, o, &n) != 0) {
       free(o);
-      return fail_at(at, "control character in string");
+      return -1;
     }
-    if (c >= 0x80) {
-      size_t k = utf8_seq((const unsigned char *)ps->p + ps->pos, end - ps->pos);
-      if (!k) {
-        free(o);
-        return fail_at(at, "invalid UTF-8 in string");
-      }
-      memcpy(o + n, ps->p + ps->pos, k);
-      n += k;
-      ps->pos += k;
-      continue;
-    }
-    if (c != '\\') {
-      o[n++] = (char)c;
-      ps->pos++;
-      continue;
-    }
-    ps->pos++;
-    char e = ps->p[ps->pos++];
-    switch (e) {
-      case '"': o[n++] = '"'; break;
-      case '\\': o[n++] = '\\'; break;
-      case '/': o[n++] = '/'; break;
-      case 'b': o[n++] = '\b'; break;
-      case 'f': o[n++] = '\f'; break;
-      case 'n': o[n++] = '\n'; break;
-      case 'r': o[n++] = '\r'; break;
-      case 't': o[n++] = '\t'; break;
-      case 'u': {
-        unsigned cp;
-        if (hex4(ps, at, &cp)) { free(o); return -1; }
-        if (cp >= 0xDC00 && cp <= 0xDFFF) {
-          free(o);
-          return fail_at(at, "lone low surrogate in \\u escape");
-        }
-        if (cp >= 0xD800 && cp <= 0xDBFF) {
-          unsigned lo;
-          if (ps->len - ps->pos < 2 || ps->p[ps->pos] != '\\' || ps->p[ps->pos + 1] != 'u') {
-            free(o);
-            return fail_at(at, "high surrogate not followed by a low one");
-          }
-          ps->pos += 2;
-          if (hex4(ps, at, &lo)) { free(o); return -1; }
-          if (lo < 0xDC00 || lo > 0xDFFF) {
-            free(o);
-            return fail_at(at, "high surrogate not followed by a low one");
-          }
-          cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-        }
-        n += put_utf8(o + n, cp);
-        break;
-      }
-      default: free(o); return fail_at(at, "bad escape in string");
-    }
-  }
   if (ps->pos != end) { /* an escape straddled the closing quote: \" at end */
     free(o);
     return fail_at(start, "unterminated string");

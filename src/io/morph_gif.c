@@ -337,89 +337,109 @@ static int lzw_decode(const uint8_t *data, size_t len, int min, uint8_t *idx, si
   }
 }
 
+/* The state of one sp_gif_read. */
+typedef struct {
+  const char *path;
+  reader r;
+  int w, h, n_frames;
+  uint8_t gpal[256][3], lpal[256][3], *canvas, *idx;
+  bytes frames, lzw;
+} gif_in;
+
+static int read_whole(const char *path, uint8_t **file, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return sp_error_set("%s: cannot open", path);
+  uint8_t chunk[65536];
+  size_t k;
+  bytes all = {0};
+  while ((k = fread(chunk, 1, sizeof chunk, f)) > 0) put(&all, chunk, k);
+  fclose(f);
+  *file = all.p, *len = all.n;
+  return 0;
+}
+
+/* Header, screen and global palette; the canvas, once its size is known to
+ * fit (a 13-byte header may claim 65535 x 65535: 12.9 GB). */
+static int read_screen(gif_in *g) {
+  reader *r = &g->r;
+  if (r->n < 13 || (memcmp(r->p, "GIF89a", 6) && memcmp(r->p, "GIF87a", 6)))
+    return sp_error_set("%s: not a GIF", g->path);
+  r->at = 6;
+  g->w = get2(r), g->h = get2(r);
+  int flags = get1(r);
+  get1(r), get1(r);
+  if (g->w < 1 || g->h < 1) return sp_error_set("%s: bad GIF screen size", g->path);
+  int n_gpal = flags & 0x80 ? 2 << (flags & 7) : 0;
+  memset(g->gpal, 0, sizeof g->gpal);
+  if (r->at + 3 * (size_t)n_gpal > r->n) return 1;
+  memcpy(g->gpal, r->p + r->at, 3 * (size_t)n_gpal);
+  r->at += 3 * (size_t)n_gpal;
+  char what[600];
+  snprintf(what, sizeof what, "%s: a %dx%d GIF screen", g->path, g->w, g->h);
+  if (sp_mem_check(3.0 * g->w * g->h, what) != 0) return -1;
+  g->canvas = sp_xcalloc((size_t)g->w * g->h, 3);
+  return 0;
+}
+
+/* One image descriptor onwards: its palette, LZW data, and the composed
+ * frame appended. 0, 1 (truncated) or -1 (error set). */
+static int read_frame(gif_in *g) {
+  reader *r = &g->r;
+  int x0 = get2(r), y0 = get2(r), fw = get2(r), fh = get2(r), fl = get1(r);
+  if (fl < 0) return 1;
+  if (fl & 0x40) return sp_error_set("%s: interlaced GIF frames are not supported", g->path);
+  if (fw < 1 || fh < 1 || x0 + fw > g->w || y0 + fh > g->h)
+    return sp_error_set("%s: GIF frame %d lies outside the screen", g->path, g->n_frames);
+  const uint8_t(*pal)[3] = (const uint8_t(*)[3])g->gpal;
+  if (fl & 0x80) {
+    int nl = 2 << (fl & 7);
+    if (r->at + 3 * (size_t)nl > r->n) return 1;
+    memset(g->lpal, 0, sizeof g->lpal);
+    memcpy(g->lpal, r->p + r->at, 3 * (size_t)nl);
+    r->at += 3 * (size_t)nl;
+    pal = (const uint8_t(*)[3])g->lpal;
+  }
+  int min = get1(r);
+  g->lzw.n = 0;
+  if (min < 0 || get_blocks(r, &g->lzw)) return 1;
+  /* Every frame is a whole screen in the output: a few bytes per 1x1 frame
+   * on a large screen must not add up past memory. */
+  char what[600];
+  snprintf(what, sizeof what, "%s: %d frames of a %dx%d GIF", g->path, g->n_frames + 1, g->w, g->h);
+  if (sp_mem_check(3.0 * g->w * g->h * (g->n_frames + 1) + (double)fw * fh, what) != 0) return -1;
+  g->idx = sp_xrealloc(g->idx, (size_t)fw * fh);
+  if (lzw_decode(g->lzw.p, g->lzw.n, min, g->idx, (size_t)fw * fh))
+    return sp_error_set("%s: bad LZW data in GIF frame %d", g->path, g->n_frames);
+  for (int y = 0; y < fh; y++)
+    for (int x = 0; x < fw; x++)
+      memcpy(g->canvas + 3 * ((size_t)(y0 + y) * g->w + x0 + x), pal[g->idx[(size_t)y * fw + x]], 3);
+  put(&g->frames, g->canvas, 3 * (size_t)g->w * g->h);
+  g->n_frames++;
+  return 0;
+}
+
 int sp_gif_read(const char *path, int *w_out, int *h_out, uint8_t **rgb) {
   *rgb = NULL;
   uint8_t *file = NULL;
   size_t len = 0;
-  {
-    FILE *f = fopen(path, "rb");
-    if (!f) return sp_error_set("%s: cannot open", path);
-    uint8_t chunk[65536];
-    size_t k;
-    bytes all = {0};
-    while ((k = fread(chunk, 1, sizeof chunk, f)) > 0) put(&all, chunk, k);
-    fclose(f);
-    file = all.p, len = all.n;
-  }
-  reader r = {file, len, 0};
-  int rc = -1, n_frames = 0, w, h;
-  uint8_t gpal[256][3], lpal[256][3], *canvas = NULL, *idx = NULL;
-  bytes frames = {0}, lzw = {0};
-  if (len < 13 || (memcmp(file, "GIF89a", 6) && memcmp(file, "GIF87a", 6))) {
-    sp_error_set("%s: not a GIF", path);
-    goto done;
-  }
-  r.at = 6;
-  w = get2(&r), h = get2(&r);
-  int flags = get1(&r);
-  get1(&r), get1(&r);
-  if (w < 1 || h < 1) {
-    sp_error_set("%s: bad GIF screen size", path);
-    goto done;
-  }
-  int n_gpal = flags & 0x80 ? 2 << (flags & 7) : 0;
-  memset(gpal, 0, sizeof gpal);
-  if (r.at + 3 * (size_t)n_gpal > len) goto truncated;
-  memcpy(gpal, file + r.at, 3 * (size_t)n_gpal);
-  r.at += 3 * (size_t)n_gpal;
-  canvas = sp_xcalloc((size_t)w * h, 3);
-  for (;;) {
-    int tag = get1(&r);
+  if (read_whole(path, &file, &len) != 0) return -1;
+  gif_in g;
+  memset(&g, 0, sizeof g);
+  g.path = path;
+  g.r = (reader){file, len, 0};
+  int rc = read_screen(&g);
+  while (rc == 0) {
+    int tag = get1(&g.r);
     if (tag == 0x3B) break;
-    if (tag == 0x21) {
-      if (get1(&r) < 0 || get_blocks(&r, NULL)) goto truncated;
-    } else if (tag == 0x2C) {
-      int x0 = get2(&r), y0 = get2(&r), fw = get2(&r), fh = get2(&r), fl = get1(&r);
-      if (fl < 0) goto truncated;
-      if (fl & 0x40) {
-        sp_error_set("%s: interlaced GIF frames are not supported", path);
-        goto done;
-      }
-      if (fw < 1 || fh < 1 || x0 + fw > w || y0 + fh > h) {
-        sp_error_set("%s: GIF frame %d lies outside the screen", path, n_frames);
-        goto done;
-      }
-      const uint8_t(*pal)[3] = (const uint8_t(*)[3])gpal;
-      if (fl & 0x80) {
-        int nl = 2 << (fl & 7);
-        if (r.at + 3 * (size_t)nl > len) goto truncated;
-        memset(lpal, 0, sizeof lpal);
-        memcpy(lpal, file + r.at, 3 * (size_t)nl);
-        r.at += 3 * (size_t)nl;
-        pal = (const uint8_t(*)[3])lpal;
-      }
-      int min = get1(&r);
-      lzw.n = 0;
-      if (min < 0 || get_blocks(&r, &lzw)) goto truncated;
-      idx = sp_xrealloc(idx, (size_t)fw * fh);
-      if (lzw_decode(lzw.p, lzw.n, min, idx, (size_t)fw * fh)) {
-        sp_error_set("%s: bad LZW data in GIF frame %d", path, n_frames);
-        goto done;
-      }
-      for (int y = 0; y < fh; y++)
-        for (int x = 0; x < fw; x++)
-          memcpy(canvas + 3 * ((size_t)(y0 + y) * w + x0 + x), pal[idx[(size_t)y * fw + x]], 3);
-      put(&frames, canvas, 3 * (size_t)w * h);
-      n_frames++;
-    } else
-      goto truncated;
+    if (tag == 0x21) rc = get1(&g.r) < 0 || get_blocks(&g.r, NULL) ? 1 : 0;
+    else if (tag == 0x2C) rc = read_frame(&g);
+    else rc = 1;
   }
-  *w_out = w, *h_out = h, *rgb = frames.p, frames.p = NULL;
-  rc = n_frames;
-  goto done;
-truncated:
-  sp_error_set("%s: truncated or malformed GIF at byte %zu", path, r.at);
-done:
-  free(file), free(canvas), free(idx), free(frames.p), free(lzw.p);
+  if (rc > 0) rc = sp_error_set("%s: truncated or malformed GIF at byte %zu", path, g.r.at);
+  if (rc == 0) {
+    *w_out = g.w, *h_out = g.h, *rgb = g.frames.p, g.frames.p = NULL;
+    rc = g.n_frames;
+  }
+  free(file), free(g.canvas), free(g.idx), free(g.frames.p), free(g.lzw.p);
   return rc;
 }

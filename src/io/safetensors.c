@@ -169,6 +169,68 @@ static int parse_entry(sp_st_file *f, st_entry *e, const sp_json *v, uint64_t bu
   return 0;
 }
 
+/* The header's members: __metadata__ once, then one entry per tensor. */
+static int read_entries(sp_st_file *f, const sp_json *doc, uint64_t buf_size) {
+  size_t members = sp_json_len(doc);
+  f->e = sp_xcalloc(members ? members : 1, sizeof(st_entry));
+  int seen_meta = 0;
+  for (size_t i = 0; i < members; i++) {
+    const char *key = sp_json_key_at(doc, i);
+    const sp_json *v = sp_json_value_at(doc, i);
+    if (!strcmp(key, "__metadata__")) {
+      if (seen_meta++) return st_fail(f, "duplicate __metadata__ entry");
+      if (parse_metadata(f, v)) return -1;
+      continue;
+    }
+    if (strlen(key) != doc->u.obj.key_lens[i]) return st_fail(f, "tensor name '%s...' contains a NUL byte", key);
+    if (f->n == INT32_MAX) return st_fail(f, "too many tensors");
+    st_entry *e = &f->e[f->n++];
+    e->name = sp_xstrdup(key);
+    if (parse_entry(f, e, v, buf_size)) return -1;
+  }
+  return 0;
+}
+
+/* Names unique (sorted for lookups), and no two non-empty tensors sharing a
+ * byte (empty tensors occupy none, so they cannot collide). */
+static int check_names_and_overlaps(sp_st_file *f) {
+  f->by_name = sp_xmalloc(sizeof(st_entry *) * (size_t)(f->n ? f->n : 1));
+  for (int i = 0; i < f->n; i++) f->by_name[i] = &f->e[i];
+  qsort(f->by_name, (size_t)f->n, sizeof(st_entry *), cmp_name);
+  for (int i = 1; i < f->n; i++)
+    if (!strcmp(f->by_name[i - 1]->name, f->by_name[i]->name))
+      return st_fail(f, "duplicate tensor name '%s'", f->by_name[i]->name);
+  st_entry **by_off = sp_xmalloc(sizeof(st_entry *) * (size_t)(f->n ? f->n : 1));
+  int m = 0, rc = 0;
+  for (int i = 0; i < f->n; i++)
+    if (f->e[i].end > f->e[i].begin) by_off[m++] = &f->e[i];
+  qsort(by_off, (size_t)m, sizeof(st_entry *), cmp_begin);
+  for (int i = 1; i < m && rc == 0; i++)
+    if (by_off[i - 1]->end > by_off[i]->begin)
+      rc = st_fail(f, "tensors '%s' [%llu,%llu] and '%s' [%llu,%llu] overlap", by_off[i - 1]->name,
+                   (unsigned long long)by_off[i - 1]->begin, (unsigned long long)by_off[i - 1]->end, by_off[i]->name,
+                   (unsigned long long)by_off[i]->begin, (unsigned long long)by_off[i]->end);
+  free(by_off);
+  return rc;
+}
+
+/* Tensor data pointers into the buffer. Writers pack tensors back to back,
+ * so an F32 after an odd-sized U8 tensor can be misaligned; one copy now
+ * keeps every f32 load legal. */
+static void point_at_data(sp_st_file *f, unsigned char *buf) {
+  for (int i = 0; i < f->n; i++) {
+    st_entry *e = &f->e[i];
+    unsigned char *p = buf + e->begin;
+    size_t bytes = (size_t)(e->end - e->begin);
+    if (bytes && (uintptr_t)p % sp_dtype_size(e->t.dtype)) {
+      e->copy = sp_aligned_alloc(bytes);
+      memcpy(e->copy, p, bytes);
+      p = e->copy;
+    }
+    e->t.data = p;
+  }
+}
+
 /* Validates the loaded bytes and fills the tables; any failure leaves an
  * error and the caller closes f. */
 static int load(sp_st_file *f) {
@@ -182,80 +244,11 @@ static int load(sp_st_file *f) {
     return st_fail(f, "header length %llu exceeds the %zu byte limit", (unsigned long long)hlen, SP_ST_MAX_HEADER);
   sp_json *doc = sp_json_parse((const char *)f->base + 8, (size_t)hlen, SP_ST_MAX_HEADER);
   if (!doc) return sp_error_push("%s: bad JSON header (byte offsets count from file byte 8)", f->label);
-  int rc = -1;
-  if (doc->type != SP_JSON_OBJECT) {
-    st_fail(f, "header must be a JSON object, got %s", sp_json_type_name(doc->type));
-    goto done;
-  }
-  uint64_t buf_size = f->size - 8 - hlen;
-  unsigned char *buf = f->base + 8 + hlen;
-  size_t members = sp_json_len(doc);
-  f->e = sp_xcalloc(members ? members : 1, sizeof(st_entry));
-  int seen_meta = 0;
-  for (size_t i = 0; i < members; i++) {
-    const char *key = sp_json_key_at(doc, i);
-    const sp_json *v = sp_json_value_at(doc, i);
-    if (!strcmp(key, "__metadata__")) {
-      if (seen_meta++) {
-        st_fail(f, "duplicate __metadata__ entry");
-        goto done;
-      }
-      if (parse_metadata(f, v)) goto done;
-      continue;
-    }
-    if (strlen(key) != doc->u.obj.key_lens[i]) {
-      st_fail(f, "tensor name '%s...' contains a NUL byte", key);
-      goto done;
-    }
-    if (f->n == INT32_MAX) {
-      st_fail(f, "too many tensors");
-      goto done;
-    }
-    st_entry *e = &f->e[f->n++];
-    e->name = sp_xstrdup(key);
-    if (parse_entry(f, e, v, buf_size)) goto done;
-  }
-
-  f->by_name = sp_xmalloc(sizeof(st_entry *) * (size_t)(f->n ? f->n : 1));
-  for (int i = 0; i < f->n; i++) f->by_name[i] = &f->e[i];
-  qsort(f->by_name, (size_t)f->n, sizeof(st_entry *), cmp_name);
-  for (int i = 1; i < f->n; i++)
-    if (!strcmp(f->by_name[i - 1]->name, f->by_name[i]->name)) {
-      st_fail(f, "duplicate tensor name '%s'", f->by_name[i]->name);
-      goto done;
-    }
-
-  /* Empty tensors occupy no bytes, so they cannot collide with anything. */
-  st_entry **by_off = sp_xmalloc(sizeof(st_entry *) * (size_t)(f->n ? f->n : 1));
-  int m = 0;
-  for (int i = 0; i < f->n; i++)
-    if (f->e[i].end > f->e[i].begin) by_off[m++] = &f->e[i];
-  qsort(by_off, (size_t)m, sizeof(st_entry *), cmp_begin);
-  for (int i = 1; i < m; i++)
-    if (by_off[i - 1]->end > by_off[i]->begin) {
-      st_fail(f, "tensors '%s' [%llu,%llu] and '%s' [%llu,%llu] overlap", by_off[i - 1]->name,
-              (unsigned long long)by_off[i - 1]->begin, (unsigned long long)by_off[i - 1]->end, by_off[i]->name,
-              (unsigned long long)by_off[i]->begin, (unsigned long long)by_off[i]->end);
-      free(by_off);
-      goto done;
-    }
-  free(by_off);
-
-  for (int i = 0; i < f->n; i++) {
-    st_entry *e = &f->e[i];
-    unsigned char *p = buf + e->begin;
-    size_t bytes = (size_t)(e->end - e->begin);
-    /* Writers pack tensors back to back, so an F32 after an odd-sized U8
-     * tensor can be misaligned; one copy now keeps every f32 load legal. */
-    if (bytes && (uintptr_t)p % sp_dtype_size(e->t.dtype)) {
-      e->copy = sp_aligned_alloc(bytes);
-      memcpy(e->copy, p, bytes);
-      p = e->copy;
-    }
-    e->t.data = p;
-  }
-  rc = 0;
-done:
+  int rc = doc->type != SP_JSON_OBJECT
+               ? st_fail(f, "header must be a JSON object, got %s", sp_json_type_name(doc->type))
+               : read_entries(f, doc, f->size - 8 - hlen);
+  if (rc == 0) rc = check_names_and_overlaps(f);
+  if (rc == 0) point_at_data(f, f->base + 8 + hlen);
   sp_json_free(doc);
   return rc;
 }

@@ -38,14 +38,68 @@ static void push(sp_yaml *parent, char *key, sp_yaml *child) {
   parent->items[parent->n++] = child;
 }
 
+/* libyaml's document keeps an alias as a second reference to its anchor's
+ * node, and copying the tree would expand it: eight lines of `&x [*y, *y,
+ * ...]` make 10^8 nodes. Configs never need aliases: the text is scanned for
+ * them first (refuse_aliases), so the tree is never larger than the file. */
+typedef struct {
+  yaml_document_t *doc;
+  const char *label;
+  int nodes; /* converted so far */
+} converter;
+
+/* A config has tens of keys, a list hundreds of values (flip tables): a tree
+ * far larger is not a config, and its maps' duplicate-key checks would be
+ * quadratic in time. */
+#define MAX_YAML_NODES 16384
+
+static sp_yaml *convert(converter *cv, int id, int depth);
+
+static sp_yaml *convert_seq(converter *cv, yaml_node_t *node, int depth, int line) {
+  sp_yaml *y = node_new(SP_YAML_SEQ, line);
+  for (yaml_node_item_t *it = node->data.sequence.items.start; it < node->data.sequence.items.top; it++) {
+    sp_yaml *c = convert(cv, *it, depth + 1);
+    if (!c) return sp_yaml_free(y), NULL;
+    push(y, NULL, c);
+  }
+  return y;
+}
+
+static sp_yaml *convert_map(converter *cv, yaml_node_t *node, int depth, int line) {
+  sp_yaml *y = node_new(SP_YAML_MAP, line);
+  for (yaml_node_pair_t *p = node->data.mapping.pairs.start; p < node->data.mapping.pairs.top; p++) {
+    yaml_node_t *k = yaml_document_get_node(cv->doc, p->key);
+    if (!k || k->type != YAML_SCALAR_NODE) {
+      sp_error_set("%s:%d: map keys must be plain words", cv->label, line);
+      return sp_yaml_free(y), NULL;
+    }
+    char *key = sp_xmalloc(k->data.scalar.length + 1);
+    memcpy(key, k->data.scalar.value, k->data.scalar.length);
+    key[k->data.scalar.length] = 0;
+    if (sp_yaml_get(y, key)) {
+      sp_error_set("%s:%d: key '%s' appears twice", cv->label, (int)k->start_mark.line + 1, key);
+      free(key);
+      return sp_yaml_free(y), NULL;
+    }
+    sp_yaml *c = convert(cv, p->value, depth + 1);
+    if (!c) return free(key), sp_yaml_free(y), NULL;
+    push(y, key, c);
+  }
+  return y;
+}
+
 /* Converts libyaml node `id` (depth-limited: configs are shallow, hostile
  * files are not allowed to recurse forever). */
-static sp_yaml *convert(yaml_document_t *doc, int id, int depth, const char *label) {
-  yaml_node_t *node = yaml_document_get_node(doc, id);
+static sp_yaml *convert(converter *cv, int id, int depth) {
+  yaml_node_t *node = yaml_document_get_node(cv->doc, id);
   if (!node) return NULL;
   int line = (int)node->start_mark.line + 1;
   if (depth > 32) {
-    sp_error_set("%s:%d: nesting deeper than 32 levels", label, line);
+    sp_error_set("%s:%d: nesting deeper than 32 levels", cv->label, line);
+    return NULL;
+  }
+  if (++cv->nodes > MAX_YAML_NODES) {
+    sp_error_set("%s:%d: more than %d values; a config is a page of keys", cv->label, line, MAX_YAML_NODES);
     return NULL;
   }
   if (node->type == YAML_SCALAR_NODE) {
@@ -55,35 +109,8 @@ static sp_yaml *convert(yaml_document_t *doc, int id, int depth, const char *lab
     y->value[node->data.scalar.length] = 0;
     return y;
   }
-  if (node->type == YAML_SEQUENCE_NODE) {
-    sp_yaml *y = node_new(SP_YAML_SEQ, line);
-    for (yaml_node_item_t *it = node->data.sequence.items.start; it < node->data.sequence.items.top; it++) {
-      sp_yaml *c = convert(doc, *it, depth + 1, label);
-      if (!c) return sp_yaml_free(y), NULL;
-      push(y, NULL, c);
-    }
-    return y;
-  }
-  sp_yaml *y = node_new(SP_YAML_MAP, line);
-  for (yaml_node_pair_t *p = node->data.mapping.pairs.start; p < node->data.mapping.pairs.top; p++) {
-    yaml_node_t *k = yaml_document_get_node(doc, p->key);
-    if (!k || k->type != YAML_SCALAR_NODE) {
-      sp_error_set("%s:%d: map keys must be plain words", label, line);
-      return sp_yaml_free(y), NULL;
-    }
-    char *key = sp_xmalloc(k->data.scalar.length + 1);
-    memcpy(key, k->data.scalar.value, k->data.scalar.length);
-    key[k->data.scalar.length] = 0;
-    if (sp_yaml_get(y, key)) {
-      sp_error_set("%s:%d: key '%s' appears twice", label, (int)k->start_mark.line + 1, key);
-      free(key);
-      return sp_yaml_free(y), NULL;
-    }
-    sp_yaml *c = convert(doc, p->value, depth + 1, label);
-    if (!c) return free(key), sp_yaml_free(y), NULL;
-    push(y, key, c);
-  }
-  return y;
+  if (node->type == YAML_SEQUENCE_NODE) return convert_seq(cv, node, depth, line);
+  return convert_map(cv, node, depth, line);
 }
 
 static sp_yaml *load(yaml_parser_t *parser, const char *label) {
@@ -99,7 +126,10 @@ static sp_yaml *load(yaml_parser_t *parser, const char *label) {
   else if (top->type != YAML_MAPPING_NODE) {
     sp_error_set("%s:%d: the top level must be a map of keys", label, (int)top->start_mark.line + 1);
     root = NULL;
-  } else root = convert(&doc, 1, 0, label);
+  } else {
+    converter cv = {&doc, label, 0};
+    root = convert(&cv, 1, 0);
+  }
   yaml_document_delete(&doc);
   /* One config per file: a second document (after ---) would be ignored. */
   if (root && yaml_parser_load(parser, &doc)) {
@@ -114,14 +144,43 @@ static sp_yaml *load(yaml_parser_t *parser, const char *label) {
   return root;
 }
 
-sp_yaml *sp_yaml_load_string(const char *text, const char *label) {
+/* A config is a page of keys; a checkpoint stores it resolved. Anything far
+ * larger is not a config, and is refused before libyaml builds its tree. */
+#define MAX_YAML_BYTES ((size_t)16 << 20)
+
+/* The first alias of the text, by its own line (the document API would only
+ * show the anchor's). A syntax error is left for the loader to report. */
+static int refuse_aliases(const char *text, size_t len, const char *label) {
+  yaml_parser_t parser;
+  if (!yaml_parser_initialize(&parser)) return sp_error_set("%s: cannot start the YAML parser", label);
+  yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
+  int rc = 0;
+  for (int done = 0; !done && rc == 0;) {
+    yaml_event_t ev;
+    if (!yaml_parser_parse(&parser, &ev)) break;
+    if (ev.type == YAML_ALIAS_EVENT)
+      rc = sp_error_set("%s:%d: an alias (*%s); configs do not use YAML anchors and aliases, write the value out",
+                        label, (int)ev.start_mark.line + 1, (const char *)ev.data.alias.anchor);
+    done = ev.type == YAML_STREAM_END_EVENT;
+    yaml_event_delete(&ev);
+  }
+  yaml_parser_delete(&parser);
+  return rc;
+}
+
+static sp_yaml *load_text(const char *text, size_t len, const char *label) {
+  if (len > MAX_YAML_BYTES)
+    return sp_error_set("%s: %zu bytes of YAML; a config is at most %zu MB", label, len, MAX_YAML_BYTES >> 20), NULL;
+  if (refuse_aliases(text, len, label) != 0) return NULL;
   yaml_parser_t parser;
   if (!yaml_parser_initialize(&parser)) return sp_error_set("%s: cannot start the YAML parser", label), NULL;
-  yaml_parser_set_input_string(&parser, (const unsigned char *)text, strlen(text));
+  yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
   sp_yaml *y = load(&parser, label);
   yaml_parser_delete(&parser);
   return y;
 }
+
+sp_yaml *sp_yaml_load_string(const char *text, const char *label) { return load_text(text, strlen(text), label); }
 
 sp_yaml *sp_yaml_load_file(const char *path) {
   FILE *f = fopen(path, "rb");
@@ -131,15 +190,19 @@ sp_yaml *sp_yaml_load_file(const char *path) {
     fclose(f);
     return sp_error_set("%s: not a file (a YAML config is expected)", path), NULL;
   }
-  yaml_parser_t parser;
-  if (!yaml_parser_initialize(&parser)) {
+  if ((size_t)st.st_size > MAX_YAML_BYTES) {
     fclose(f);
-    return sp_error_set("%s: cannot start the YAML parser", path), NULL;
+    return sp_error_set("%s: %lld bytes; a config is at most %zu MB", path, (long long)st.st_size,
+                        MAX_YAML_BYTES >> 20), NULL;
   }
-  yaml_parser_set_input_file(&parser, f);
-  sp_yaml *y = load(&parser, path);
-  yaml_parser_delete(&parser);
+  size_t n = (size_t)st.st_size;
+  char *text = sp_xmalloc(n + 1);
+  size_t got = fread(text, 1, n, f);
   fclose(f);
+  sp_yaml *y = NULL;
+  if (got != n) sp_error_set("%s: short read (%zu of %zu bytes)", path, got, n);
+  else y = load_text(text, n, path);
+  free(text);
   return y;
 }
 
@@ -179,6 +242,21 @@ int sp_yaml_set(sp_yaml *root, const char *assignment) {
   char *path = sp_xmalloc((size_t)(eq - assignment) + 1);
   memcpy(path, assignment, (size_t)(eq - assignment));
   path[eq - assignment] = 0;
+  /* strtok_r below would pass over empty names: "...=1" would set nothing
+   * and "a..b=1" would set a.b, both silently. */
+  if (path[0] == '.' || path[strlen(path) - 1] == '.' || strstr(path, "..")) {
+    free(path);
+    return sp_error_set("--set %s: the key has an empty part (keys are names joined by single dots, "
+                        "e.g. data.size=128)", assignment);
+  }
+  /* The tree is emitted into checkpoints and read back, where nesting is
+   * limited to 32 levels: a deeper key would make a checkpoint unreadable. */
+  int parts = 1;
+  for (const char *c = path; *c; c++) parts += *c == '.';
+  if (parts > 32) {
+    free(path);
+    return sp_error_set("--set: a key of %d parts; configs nest at most 32 levels", parts);
+  }
   sp_yaml *node = root;
   char *save = NULL, *part = strtok_r(path, ".", &save);
   while (part) {

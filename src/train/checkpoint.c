@@ -2,6 +2,7 @@
  * (PyTorch's safetensors loader) can read. Tensor names are the graph's
  * parameter names, so a spry checkpoint maps onto the matching PyTorch
  * module's state_dict; optimizer state is kept apart under "optim.". */
+#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -58,14 +59,33 @@ int sp_checkpoint_save(const char *path, sp_graph *g, const sp_optimizer *opt, c
   return rc;
 }
 
+/* Counts in a checkpoint's metadata: epochs, steps, iterations. A file is
+ * untrusted: each is an integer in [0, 2^53) (a negative epoch would run the
+ * loop backwards; beyond 2^53 doubles that carry them lose units). */
 static int parse_i64(const sp_st_file *f, const char *path, const char *key, int64_t *out) {
   const char *s = sp_st_meta(f, key);
   if (!s) return 0;
   char *end;
+  errno = 0;
   long long v = strtoll(s, &end, 10);
-  if (*s == 0 || *end != 0) return sp_error_set("%s: metadata '%s' is not an integer: '%s'", path, key, s);
+  if (*s == 0 || *end != 0 || errno) return sp_error_set("%s: metadata '%s' is not an integer: '%s'", path, key, s);
+  if (v < 0 || v >= (1LL << 53)) return sp_error_set("%s: metadata '%s' is %lld, out of range", path, key, v);
   *out = v;
   return 0;
+}
+
+/* A parameter with NaN or infinite values (a diverged run, a damaged file)
+ * would predict null points with exit 0: refused, naming it. */
+static int check_finite(const char *path, const char *name, const sp_tensor *t) {
+  if (t->dtype != SP_F32) return 0;
+  const float *v = t->data;
+  int64_t n = sp_tensor_numel(t), bad = 0, first = -1;
+  for (int64_t i = 0; i < n; i++)
+    if (!isfinite(v[i])) bad++, first = first < 0 ? i : first;
+  if (!bad) return 0;
+  return sp_error_set("%s: '%s' holds %lld NaN or infinite value(s) (the first at %lld): a diverged run or a "
+                      "damaged file",
+                      path, name, (long long)bad, (long long)first);
 }
 
 static const char *copy_into(const char *s, char **buf, size_t *left) {
@@ -94,6 +114,7 @@ int sp_checkpoint_load(const char *path, sp_graph *g, sp_optimizer *opt, sp_chec
     const char *name = sp_graph_param_name(g, i);
     if (!sp_st_get(f, name)) rc = sp_error_set("%s: parameter '%s' is missing", path, name);
     else if (sp_st_read_into(f, name, sp_graph_param_value(g, i)) != 0) rc = -1;
+    else rc = check_finite(path, name, sp_graph_param_value(g, i));
   }
   if (rc == 0 && opt) {
     char name[600];
@@ -102,6 +123,7 @@ int sp_checkpoint_load(const char *path, sp_graph *g, sp_optimizer *opt, sp_chec
       sp_tensor t = sp_optimizer_state_tensor(opt, i);
       if (!sp_st_get(f, name)) rc = sp_error_set("%s: optimizer state '%s' is missing (saved with another optimizer?)", path, name);
       else if (sp_st_read_into(f, name, &t) != 0) rc = -1;
+      else rc = check_finite(path, name, &t);
     }
     int64_t steps = 0;
     if (rc == 0 && (rc = parse_i64(f, path, "optimizer_steps", &steps)) == 0) sp_optimizer_set_steps(opt, steps);

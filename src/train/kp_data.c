@@ -9,6 +9,8 @@
 
 #include "train/trainer_internal.h"
 
+static int cmp_path(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
+
 static int split(const sp_train_config *cfg, sp_kp_data *d) {
   if (!strcmp(cfg->data.split, "none")) {
     /* Train and validate on everything (tiny smoke runs, and `spry eval
@@ -20,14 +22,19 @@ static int split(const sp_train_config *cfg, sp_kp_data *d) {
   }
   if (!strcmp(cfg->data.split, "list")) {
     if (!cfg->data.val_list[0]) return sp_error_set("data.split is 'list' but data.val_list is not set");
-    /* The list names the validation images; training is the rest. */
+    /* The list names the validation images; training is the rest (looked
+     * up in the sorted validation paths: a scan per image was quadratic). */
     if (sp_dataset_split_list(&d->all, cfg->data.val_list, &d->val) != 0) return -1;
     sp_dataset_init(&d->train);
+    const char **val = sp_xmalloc(sizeof(char *) * (size_t)(d->val.n ? d->val.n : 1));
+    for (int j = 0; j < d->val.n; j++) val[j] = d->val.s[j].image;
+    qsort(val, (size_t)d->val.n, sizeof(char *), cmp_path);
     for (int i = 0; i < d->all.n; i++) {
-      int in_val = 0;
-      for (int j = 0; j < d->val.n && !in_val; j++) in_val = !strcmp(d->val.s[j].image, d->all.s[i].image);
-      if (!in_val) sp_dataset_add_copy(&d->train, &d->all, i);
+      const char *img = d->all.s[i].image;
+      if (!d->val.n || !bsearch(&img, val, (size_t)d->val.n, sizeof(char *), cmp_path))
+        sp_dataset_add_copy(&d->train, &d->all, i);
     }
+    free(val);
     return 0;
   }
   if (sp_dataset_split_identity(&d->all, SP_SPLIT_TRAIN, cfg->data.val_fraction, &d->train) != 0) return -1;
@@ -51,6 +58,9 @@ static sp_cache *cache(const sp_train_config *cfg, const sp_kp_data *d, const ch
   cc.threads = cfg->workers;
   if (sp_box_mode_parse(box, &cc.box) != 0) return NULL;
   cc.boxes = d->boxes;
+  char what[300];
+  snprintf(what, sizeof what, "%s: %d crops of data.crop_size %d x %d channel(s)", name, ds->n, cc.size, cc.channels);
+  if (sp_mem_check((double)ds->n * cc.size * cc.size * cc.channels, what) != 0) return NULL;
   if (!cfg->data.cache_file || !cache_dir) return sp_cache_build(ds, &cc);
   char path[2048];
   snprintf(path, sizeof path, "%s/%s", cache_dir, name);

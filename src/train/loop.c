@@ -453,5 +453,6 @@ int sp_loop_run(const sp_loop_config *cfg, const char *config_text, unsigned run
   if (rc == 0 || rc == 130) whole_run_time(&l, &res); /* a failed run's error stays the one shown */
   if (out) *out = res;
   teardown(&l, ops, task);
+  if (rc != 0 && rc != 130) sp_run_folder_abandon(l.dir); /* a failed fresh run leaves no empty folder */
   return rc;
 }

@@ -40,9 +40,16 @@ static void remove_stale_parts(const char *dir) {
   closedir(d);
 }
 
+/* The outermost folder of the run folder that sp_check_run_folder made (NULL:
+ * it was there before), for sp_run_folder_abandon. One run per process. */
+static char *made_top;
+
 int sp_check_run_folder(const char *dir, int resume, double timeout_s) {
   sp_rank0_state st = {0};
+  free(made_top);
+  made_top = NULL;
   if (sp_dist_rank() == 0) {
+    made_top = sp_missing_dirs_top(dir);
     char path[1100];
     struct stat sb;
     snprintf(path, sizeof path, "%s/last.safetensors", dir);
@@ -56,4 +63,22 @@ int sp_check_run_folder(const char *dir, int resume, double timeout_s) {
       remove_stale_parts(dir);
   }
   return sp_share_rank0(&st, timeout_s, "checking the run folder");
+}
+
+/* What a run writes into its folder before its first checkpoint. */
+static const char *const before_first_checkpoint[] = {"cache_train.bin", "cache_val.bin", "metrics.jsonl"};
+
+void sp_run_folder_abandon(const char *dir) {
+  if (!made_top || sp_dist_rank() != 0) return;
+  char path[1100];
+  snprintf(path, sizeof path, "%s/last.safetensors", dir);
+  if (access(path, F_OK) == 0) return; /* it trained: the folder is worth resuming */
+  for (size_t i = 0; i < sizeof before_first_checkpoint / sizeof before_first_checkpoint[0]; i++) {
+    snprintf(path, sizeof path, "%s/%s", dir, before_first_checkpoint[i]);
+    unlink(path);
+  }
+  remove_stale_parts(dir);
+  sp_remove_empty_dirs(dir, made_top); /* only while empty: anything else a user put there stays */
+  free(made_top);
+  made_top = NULL;
 }

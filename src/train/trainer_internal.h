@@ -100,5 +100,10 @@ int sp_share_rank0(sp_rank0_state *st, double timeout_s, const char *what);
  * 0 then makes the folder (no other rank writes it); every rank fails
  * together when any of this fails. */
 int sp_check_run_folder(const char *dir, int resume, double timeout_s);
+/* A run that failed before its first checkpoint (a config or data error
+ * found after the folder was made) leaves nothing behind: rank 0 removes
+ * what it wrote there (caches, metrics.jsonl, half-written checkpoints) and
+ * the folder, when sp_check_run_folder made it and it is then empty. */
+void sp_run_folder_abandon(const char *dir);
 
 #endif

@@ -30,7 +30,8 @@ typedef struct {
 static int classes_of(const video_task *t, int max_train, int max_val, int *classes) {
   const sp_video_config *cfg = t->cfg;
   *classes = (max_train > max_val ? max_train : max_val) + 1;
-  if (!cfg->data.num_classes) return 0;
+  if (!cfg->data.num_classes)
+    return sp_video_list_check_dense(&t->train, cfg->data.train_list, t->val.n ? &t->val : NULL, cfg->data.val_list);
   *classes = cfg->data.num_classes;
   if (sp_video_list_check_labels(&t->train, cfg->data.train_list, *classes) != 0) return -1;
   return t->val.n ? sp_video_list_check_labels(&t->val, cfg->data.val_list, *classes) : 0;

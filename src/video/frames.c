@@ -39,20 +39,8 @@ static int file_exists(const char *p) {
   return stat(p, &sb) == 0 && S_ISREG(sb.st_mode);
 }
 
-/* Frame count: the n_frames file written by prepare when present (one stat
- * instead of thousands), else the run of consecutive img_ files. */
-static int64_t count_frames(const sp_video *v) {
-  size_t len = strlen(v->path) + 16;
-  char *p = sp_xmalloc(len);
-  snprintf(p, len, "%s/n_frames", v->path);
-  FILE *f = fopen(p, "r");
-  free(p);
-  long long n = -1;
-  if (f) {
-    if (fscanf(f, "%lld", &n) != 1) n = -1;
-    fclose(f);
-  }
-  if (n >= 0) return n;
+/* The run of consecutive img_ files from img_00001.jpg on. */
+static int64_t count_files(const sp_video *v) {
   int64_t c = 0;
   for (;; c++) {
     char *fp = frame_path(v, c);
@@ -61,6 +49,53 @@ static int64_t count_frames(const sp_video *v) {
     if (!ok) break;
   }
   return c;
+}
+
+/* Frame count: the n_frames file written by prepare when present (one stat
+ * instead of thousands), else the run of consecutive img_ files. The file is
+ * only believed when its last frame is there: a count of 10^12 would
+ * otherwise size the keyframe table, and a stale one would sample frames
+ * that do not exist. (Frames past it may be left from an earlier, longer
+ * preparation: the file says which belong.) -1 with an error naming it. */
+static int64_t count_frames(const sp_video *v) {
+  size_t len = strlen(v->path) + 16;
+  char *p = sp_xmalloc(len);
+  snprintf(p, len, "%s/n_frames", v->path);
+  FILE *f = fopen(p, "r");
+  long long n = -1;
+  char extra;
+  int bad = 0;
+  if (f) {
+    bad = fscanf(f, "%lld %c", &n, &extra) != 1 || n < 1;
+    fclose(f);
+  }
+  if (!f) {
+    free(p);
+    return count_files(v);
+  }
+  if (!bad) {
+    char *last = frame_path(v, n - 1);
+    bad = !file_exists(last);
+    free(last);
+  }
+  if (bad) {
+    int64_t files = count_files(v);
+    sp_error_set("%s: says %lld frames, the folder holds %lld (img_00001.jpg on, consecutive); "
+                 "prepare the clip again or remove the file", p, n, (long long)files);
+    free(p);
+    return -1;
+  }
+  free(p);
+  return n;
+}
+
+/* TurboJPEG 2.x handles are not reliable after some errors (src/data/README):
+ * a failed frame gets the next one a fresh handle. */
+static void renew_handle(frames_state *s) {
+  tjhandle fresh = tjInitDecompress();
+  if (!fresh) return; /* keep the old one: the next decode reports any trouble */
+  tjDestroy(s->tj);
+  s->tj = fresh;
 }
 
 /* Decodes frame i at the smallest DCT scale whose short side still covers
@@ -75,9 +110,16 @@ static int decode_frame(sp_video *v, int64_t i, int want_short, int *w, int *h) 
     free(p);
     return -1;
   }
-  int fw, fh, sub, cs;
-  if (tjDecompressHeader3(s->tj, buf, (unsigned long)len, &fw, &fh, &sub, &cs) != 0) {
-    sp_error_set("%s: frame %lld: %s is not a JPEG (%s)", v->path, (long long)i, p, tjGetErrorStr2(s->tj));
+  int fw = 0, fh = 0, sub, cs;
+  const char *why = NULL;
+  if (tjDecompressHeader3(s->tj, buf, (unsigned long)len, &fw, &fh, &sub, &cs) != 0) why = tjGetErrorStr2(s->tj);
+  /* libjpeg-turbo 2.1 accepts a stream cut before its frame header (even
+   * FF D8 FF D9) without writing the size. */
+  else if (fw <= 0 || fh <= 0) why = "no image in it: tables only, or cut before its frame header";
+  else if ((int64_t)fw * fh > SP_MAX_IMAGE_PIXELS) why = "larger than SP_MAX_IMAGE_PIXELS";
+  if (why) {
+    sp_error_set("%s: frame %lld: %s is not a usable JPEG (%s)", v->path, (long long)i, p, why);
+    renew_handle(s);
     free(buf);
     free(p);
     return -1;
@@ -96,10 +138,14 @@ static int decode_frame(sp_video *v, int64_t i, int want_short, int *w, int *h) 
     s->rgb = sp_xmalloc(need);
     s->rgb_cap = need;
   }
-  int r = tjDecompress2(s->tj, buf, (unsigned long)len, s->rgb, *w, *w * 3, *h, TJPF_RGB, TJFLAG_FASTDCT);
+  /* Warnings are failures too: "premature end of data" means a half-written
+   * frame, whose missing rows libjpeg would fill with invented pixels. */
+  int r = tjDecompress2(s->tj, buf, (unsigned long)len, s->rgb, *w, *w * 3, *h, TJPF_RGB,
+                        TJFLAG_FASTDCT | TJFLAG_STOPONWARNING);
   free(buf);
-  if (r != 0 && tjGetErrorCode(s->tj) == TJERR_FATAL) {
+  if (r != 0) {
     sp_error_set("%s: frame %lld: cannot decode %s (%s)", v->path, (long long)i, p, tjGetErrorStr2(s->tj));
+    renew_handle(s);
     free(p);
     return -1;
   }
@@ -202,7 +248,7 @@ int sp_video_open_frames(sp_video *v) {
   }
   s->n = count_frames(v);
   if (s->n <= 0) {
-    sp_error_set("%s: a folder without img_00001.jpg frames", v->path);
+    if (s->n == 0) sp_error_set("%s: a folder without img_00001.jpg frames", v->path);
     fr_close(v);
     return -1;
   }

@@ -97,6 +97,11 @@ int sp_video_list_read(const char *list_path, sp_video_list *out) {
   while ((got = getline(&line, &cap, f)) >= 0) {
     lineno++;
     size_t len = (size_t)got;
+    /* Paths are C strings from here on: a NUL byte would cut one short. */
+    if (memchr(line, 0, len)) {
+      rc = sp_error_set("%s:%zu: a NUL byte (not a text list?)", list_path, lineno);
+      break;
+    }
     size_t s = 0;
     while (s < len && isspace((unsigned char)line[s])) s++;
     if (s == len || line[s] == '#') continue;
@@ -190,6 +195,46 @@ int sp_video_list_keep_usable(sp_video_list *l, const char *list_path, int warn)
   return dropped;
 }
 
+static int cmp_int(const void *a, const void *b) {
+  int x = *(const int *)a, y = *(const int *)b;
+  return (x > y) - (x < y);
+}
+
+/* Distinct labels of a and b together, and the entry holding the largest. */
+static int distinct_labels(const sp_video_list *a, const sp_video_list *b, int *max, const sp_video_list **at,
+                           int *at_i) {
+  int n = a->n + (b ? b->n : 0), d = 0;
+  int *v = sp_xmalloc(sizeof(int) * (size_t)(n ? n : 1));
+  *max = -1;
+  for (int w = 0; w < 2; w++) {
+    const sp_video_list *l = w ? b : a;
+    for (int i = 0; l && i < l->n; i++) {
+      v[d++] = l->label[i];
+      if (l->label[i] > *max) *max = l->label[i], *at = l, *at_i = i;
+    }
+  }
+  qsort(v, (size_t)n, sizeof(int), cmp_int);
+  int distinct = 0;
+  for (int i = 0; i < n; i++) distinct += i == 0 || v[i] != v[i - 1];
+  free(v);
+  return distinct;
+}
+
+int sp_video_list_check_dense(const sp_video_list *train, const char *train_path, const sp_video_list *val,
+                              const char *val_path) {
+  int max = -1, at_i = 0;
+  const sp_video_list *at = NULL;
+  int distinct = distinct_labels(train, val, &max, &at, &at_i);
+  /* Classes are numbered 0..N-1: when most numbers up to the largest label
+   * are unused, the largest is a typo far more often than a real class (a
+   * 99999 in a 4-class list would build a 100000-class model). */
+  if (!at || max + 1 <= 2 * distinct + 2) return 0;
+  return sp_error_set("%s:%d: label %d is far above the others (%d distinct labels in all): a typo? The model "
+                      "would have %d classes; set data.num_classes to train that many",
+                      at == train ? train_path : val_path, at->line ? at->line[at_i] : at_i + 1, max, distinct,
+                      max + 1);
+}
+
 /* ------------------------------------------------------------------ build */
 
 static int is_video_name(const char *name) {
@@ -273,6 +318,85 @@ static int put_file(const char *path, char *buf, size_t len) {
   return rc;
 }
 
+/* `path,label` lines of a labels csv into the list f; header and class-name
+ * lines (no integer after the last comma) are passed over. *pairs tells
+ * whether any pair was found. Returns the entries written or -1. */
+static int csv_pairs(const char *labels_csv, const char *prefix, FILE *f, int *pairs) {
+  FILE *c = fopen(labels_csv, "r");
+  if (!c) return sp_error_set("%s: cannot open labels (%s)", labels_csv, strerror(errno));
+  char *line = NULL;
+  size_t lcap = 0, lineno = 0;
+  int count = 0, rc = 0;
+  ssize_t got;
+  *pairs = 0;
+  while (rc == 0 && (got = getline(&line, &lcap, c)) >= 0) {
+    lineno++;
+    if (memchr(line, 0, (size_t)got)) {
+      rc = sp_error_set("%s:%zu: a NUL byte (not a text file?)", labels_csv, lineno);
+      break;
+    }
+    line[strcspn(line, "\r\n")] = 0;
+    char *comma = strrchr(line, ',');
+    long long v;
+    int overflow, lab;
+    if (!comma || !parse_int(comma + 1, strlen(comma + 1), &v, &overflow)) continue; /* header or class-name line */
+    if ((rc = parse_label(comma + 1, strlen(comma + 1), labels_csv, lineno, &lab)) != 0) break;
+    *pairs = 1;
+    *comma = 0;
+    fprintf(f, "%s%s%s %d\n", prefix, *prefix ? "/" : "", line, lab);
+    count++;
+  }
+  free(line);
+  fclose(c);
+  return rc == 0 ? count : -1;
+}
+
+/* The clips of class folders rdir/CLASS/ into f, and the class names into
+ * cf (classes.txt line k names label k: the names file's order with
+ * --labels, the sorted folders otherwise). Returns the entries written. */
+static int class_folders(const char *rdir, const char *labels_csv, const char *prefix, FILE *f, FILE *cf) {
+  int nc = 0, nlab = 0, count = 0;
+  char **classes = list_dir(rdir, 1, &nc);
+  char **labels = labels_csv ? read_class_names(labels_csv, &nlab) : NULL;
+  for (int j = 0; j < nlab; j++) fprintf(cf, "%s\n", labels[j]);
+  for (int k = 0; k < nc; k++) {
+    int label = k;
+    if (labels) {
+      label = -1;
+      for (int j = 0; j < nlab; j++)
+        if (!strcmp(labels[j], classes[k])) label = j;
+      if (label < 0) {
+        fprintf(stderr, "spry prepare list: skip %s/%s: not in %s\n", rdir, classes[k], labels_csv);
+        continue;
+      }
+    } else {
+      fprintf(cf, "%s\n", classes[k]);
+    }
+    char sub[PATH_MAX];
+    snprintf(sub, sizeof sub, "%s/%s", rdir, classes[k]);
+    int nv = 0;
+    char **clips = list_dir(sub, 0, &nv);
+    for (int i = 0; i < nv; i++) {
+      fprintf(f, "%s%s%s/%s %d\n", prefix, *prefix ? "/" : "", classes[k], clips[i], label);
+      count++;
+    }
+    free_names(clips, nv);
+  }
+  free_names(classes, nc);
+  free_names(labels, nlab);
+  return count;
+}
+
+/* `path,label` pairs name no classes: an older classes.txt beside the list
+ * would contradict the new labels (unless it is the list itself). */
+static void remove_old_classes(const char *list_out, const char *cpath) {
+  char *real_list = realpath(list_out, NULL), *real_classes = real_list ? realpath(cpath, NULL) : NULL;
+  if (real_classes && strcmp(real_list, real_classes) && unlink(cpath) == 0)
+    fprintf(stderr, "spry prepare list: removed %s (the csv's labels have no class names)\n", cpath);
+  free(real_list);
+  free(real_classes);
+}
+
 int sp_video_list_build(const char *dir, const char *labels_csv, const char *list_out) {
   char rdir[PATH_MAX], rout[PATH_MAX];
   if (!realpath(dir, rdir)) return sp_error_set("%s: no such folder", dir);
@@ -297,69 +421,14 @@ int sp_video_list_build(const char *dir, const char *labels_csv, const char *lis
   FILE *cf = NULL; /* classes.txt, when the class names are known */
   char cpath[PATH_MAX];
   snprintf(cpath, sizeof cpath, "%s/classes.txt", rout);
-  int count = 0, rc = 0;
-  int has_csv_pairs = 0;
-  if (labels_csv) {
-    FILE *c = fopen(labels_csv, "r");
-    if (!c) {
-      fclose(f);
-      free(lbuf);
-      return sp_error_set("%s: cannot open labels (%s)", labels_csv, strerror(errno));
-    }
-    char *line = NULL;
-    size_t lcap = 0, lineno = 0;
-    while (rc == 0 && getline(&line, &lcap, c) >= 0) {
-      lineno++;
-      line[strcspn(line, "\r\n")] = 0;
-      char *comma = strrchr(line, ',');
-      long long v;
-      int overflow, lab;
-      if (!comma || !parse_int(comma + 1, strlen(comma + 1), &v, &overflow)) continue; /* header or class-name line */
-      if ((rc = parse_label(comma + 1, strlen(comma + 1), labels_csv, lineno, &lab)) != 0) break;
-      has_csv_pairs = 1;
-      *comma = 0;
-      fprintf(f, "%s%s%s %d\n", prefix, *prefix ? "/" : "", line, lab);
-      count++;
-    }
-    free(line);
-    fclose(c);
-  }
-  if (rc == 0 && !has_csv_pairs) {
-    int nc = 0, nlab = 0;
-    char **classes = list_dir(rdir, 1, &nc);
-    char **labels = labels_csv ? read_class_names(labels_csv, &nlab) : NULL;
-    /* classes.txt line k names label k: the names file's order with
-     * --labels, the sorted folders otherwise. */
+  int pairs = 0, count = labels_csv ? csv_pairs(labels_csv, prefix, f, &pairs) : 0;
+  if (count >= 0 && !pairs) {
     cf = open_memstream(&cbuf, &clen);
-    for (int j = 0; j < nlab; j++) fprintf(cf, "%s\n", labels[j]);
-    for (int k = 0; k < nc && rc == 0; k++) {
-      int label = k;
-      if (labels) {
-        label = -1;
-        for (int j = 0; j < nlab; j++)
-          if (!strcmp(labels[j], classes[k])) label = j;
-        if (label < 0) {
-          fprintf(stderr, "spry prepare list: skip %s/%s: not in %s\n", rdir, classes[k], labels_csv);
-          continue;
-        }
-      } else {
-        fprintf(cf, "%s\n", classes[k]);
-      }
-      char sub[PATH_MAX];
-      snprintf(sub, sizeof sub, "%s/%s", rdir, classes[k]);
-      int nv = 0;
-      char **clips = list_dir(sub, 0, &nv);
-      for (int i = 0; i < nv; i++) {
-        fprintf(f, "%s%s%s/%s %d\n", prefix, *prefix ? "/" : "", classes[k], clips[i], label);
-        count++;
-      }
-      free_names(clips, nv);
-    }
-    free_names(classes, nc);
-    free_names(labels, nlab);
+    count = class_folders(rdir, labels_csv, prefix, f, cf);
   }
   fclose(f);
   if (cf) fclose(cf);
+  int rc = count < 0 ? -1 : 0;
   if (rc == 0 && count == 0)
     rc = sp_error_set("%s: no videos found (expected CLASS/clip.mp4 sub-folders or a `path,label` csv)", dir);
   /* The list first: if classes.txt then fails, the error says so and the
@@ -372,13 +441,7 @@ int sp_video_list_build(const char *dir, const char *labels_csv, const char *lis
     rc = put_file(cpath, cbuf, clen);
     cbuf = NULL;
   }
-  /* `path,label` pairs name no classes: an older classes.txt beside the
-   * list would contradict the new labels (unless it is the list itself). */
-  char *real_list = rc == 0 && !cf ? realpath(list_out, NULL) : NULL, *real_classes = real_list ? realpath(cpath, NULL) : NULL;
-  if (real_classes && strcmp(real_list, real_classes) && unlink(cpath) == 0)
-    fprintf(stderr, "spry prepare list: removed %s (the csv's labels have no class names)\n", cpath);
-  free(real_list);
-  free(real_classes);
+  if (rc == 0 && !cf) remove_old_classes(list_out, cpath);
   free(lbuf);
   free(cbuf);
   return rc == 0 ? count : -1;

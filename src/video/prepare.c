@@ -82,16 +82,62 @@ int64_t sp_prepare_video_frames(const char *video, const char *dir, int short_si
   return n;
 }
 
+/* Folds "." and "x/.." out of a relative path in place; 0 when a ".." would
+ * climb above its start (or nothing is left). */
+static int fold_relative(char *rel) {
+  char *parts[PATH_MAX / 2];
+  int n = 0;
+  char *save = NULL;
+  for (char *t = strtok_r(rel, "/", &save); t; t = strtok_r(NULL, "/", &save)) {
+    if (!strcmp(t, ".")) continue;
+    if (!strcmp(t, "..")) {
+      if (n == 0) return 0;
+      n--;
+      continue;
+    }
+    parts[n++] = t;
+  }
+  if (n == 0) return 0;
+  char out[PATH_MAX];
+  size_t o = 0;
+  for (int i = 0; i < n; i++) o += (size_t)snprintf(out + o, sizeof out - o, "%s%s", i ? "/" : "", parts[i]);
+  memcpy(rel, out, o + 1);
+  return 1;
+}
+
 /* NAME for a clip: its path below the list's folder without the extension
- * (keeps class sub-folders apart), else its base name. */
+ * (keeps class sub-folders apart), else its base name. A name never climbs
+ * out of --out: "../x/clip.mp4" is not below the list's folder. */
 static void clip_name(const char *path, const char *list_dir, char *out, size_t n) {
   size_t ld = strlen(list_dir);
-  const char *rel = (!strncmp(path, list_dir, ld) && path[ld] == '/') ? path + ld + 1 : strrchr(path, '/');
-  if (!rel) rel = path;
-  if (*rel == '/') rel++;
+  char rel[PATH_MAX];
+  int below = !strncmp(path, list_dir, ld) && path[ld] == '/';
+  snprintf(rel, sizeof rel, "%s", below ? path + ld + 1 : path);
+  if (!below || path[ld + 1] == '/' || !fold_relative(rel)) {
+    const char *slash = strrchr(path, '/');
+    snprintf(rel, sizeof rel, "%s", slash ? slash + 1 : path);
+  }
   snprintf(out, n, "%s", rel);
   char *dot = strrchr(out, '.'), *slash = strrchr(out, '/');
-  if (dot && (!slash || dot > slash)) *dot = 0;
+  if (dot && (!slash || dot > slash) && dot != out && (!slash || dot != slash + 1)) *dot = 0;
+}
+
+/* Two clips must not share a frame folder: their frames would mix, and the
+ * list would give both folders' labels to one. Checked before anything is
+ * written. */
+static int distinct_names(char **names, const sp_video_list *l, const char *list_path) {
+  for (int i = 0; i < l->n; i++) {
+    if (!names[i][0] || !strcmp(names[i], ".") || !strcmp(names[i], ".."))
+      return sp_error_set("%s:%d: %s gives no usable frame folder name", list_path, l->line ? l->line[i] : i + 1,
+                          l->path[i]);
+    for (int j = 0; j < i; j++)
+      if (!strcmp(names[i], names[j]))
+        return sp_error_set("%s:%d: %s would share the frame folder '%s' with line %d (%s); give the clips "
+                            "distinct names, or keep them in sub-folders below the list's folder",
+                            list_path, l->line ? l->line[i] : i + 1, l->path[i], names[i],
+                            l->line ? l->line[j] : j + 1, l->path[j]);
+  }
+  return 0;
 }
 
 /* frames.list: `NAME n_frames label` for every clip that was decoded. */
@@ -108,76 +154,109 @@ static int write_frames_list(const char *out_dir, const sp_video_list *l, char *
   return rc;
 }
 
+/* One prepare run: the list, each clip's folder name and path, and what the
+ * run made on disk (to take back what failed). */
+typedef struct {
+  sp_video_list l;
+  const char *list_path, *out_dir;
+  char **names, **dirs, **parent_made, *out_made;
+  int64_t *frames;
+} prepare_run;
+
+/* Every clip's folder name, checked before anything is made on disk. */
+static int name_clips(prepare_run *r) {
+  char list_dir[PATH_MAX];
+  snprintf(list_dir, sizeof list_dir, "%s", r->list_path);
+  char *slash = strrchr(list_dir, '/');
+  if (slash) *slash = 0;
+  else snprintf(list_dir, sizeof list_dir, ".");
+  const size_t cap = (size_t)(r->l.n > 0 ? r->l.n : 1);
+  r->frames = sp_xcalloc(cap, sizeof(int64_t));
+  r->names = sp_xcalloc(cap, sizeof(char *));
+  r->dirs = sp_xcalloc(cap, sizeof(char *));
+  r->parent_made = sp_xcalloc(cap, sizeof(char *));
+  for (int i = 0; i < r->l.n; i++) {
+    char name[PATH_MAX], dir[PATH_MAX];
+    clip_name(r->l.path[i], list_dir, name, sizeof name);
+    snprintf(dir, sizeof dir, "%s/%s", r->out_dir, name);
+    r->names[i] = sp_xstrdup(name);
+    r->dirs[i] = sp_xstrdup(dir);
+  }
+  return distinct_names(r->names, &r->l, r->list_path);
+}
+
+/* Clips' parent folders (class sub-folders) are made here, one thread, so
+ * that a failed clip's cleanup can never remove a folder another worker is
+ * about to fill. */
+static int make_parents(prepare_run *r) {
+  int rc = 0;
+  for (int i = 0; i < r->l.n && rc == 0; i++) {
+    char *dir = sp_xstrdup(r->dirs[i]);
+    *strrchr(dir, '/') = 0;
+    r->parent_made[i] = sp_missing_dirs_top(dir);
+    rc = sp_make_dirs(dir);
+    free(dir);
+  }
+  return rc;
+}
+
+static int decode_clips(prepare_run *r, int short_side, int quality, int workers) {
+  int done = 0, threads = workers > 0 ? workers : omp_get_max_threads();
+#pragma omp parallel for schedule(dynamic) num_threads(threads) reduction(+ : done)
+  for (int i = 0; i < r->l.n; i++) {
+    r->frames[i] = sp_prepare_video_frames(r->l.path[i], r->dirs[i], short_side, quality);
+    if (r->frames[i] < 0) fprintf(stderr, "spry prepare: skip %s: %s\n", r->l.path[i], sp_last_error());
+    else done++;
+  }
+  return done;
+}
+
+/* Class folders that only failed clips would have filled go again. */
+static void remove_unfilled_parents(prepare_run *r, int failed) {
+  for (int i = r->l.n - 1; i >= 0; i--)
+    if (r->parent_made && r->parent_made[i] && (failed || r->frames[i] < 0)) {
+      char *p = sp_xstrdup(r->dirs[i]);
+      *strrchr(p, '/') = 0;
+      sp_remove_empty_dirs(p, r->parent_made[i]);
+      free(p);
+    }
+}
+
+static void prepare_run_free(prepare_run *r) {
+  for (int i = 0; r->names && i < r->l.n; i++) {
+    free(r->names[i]);
+    free(r->dirs[i]);
+    free(r->parent_made[i]);
+  }
+  free(r->names), free(r->dirs), free(r->parent_made), free(r->out_made);
+  free(r->frames);
+  sp_video_list_free(&r->l);
+}
+
 int sp_prepare_frames(const char *list_path, const char *out_dir, const sp_prepare_config *cfg) {
   int short_side = cfg ? cfg->short_side : 0, quality = cfg && cfg->quality > 0 ? cfg->quality : 90;
   /* Checked before anything is made on disk. */
   if (short_side < 0 || short_side > SP_VIDEO_MAX_SHORT_SIDE)
     return sp_error_set("prepare: short side %d outside [0, %d] px", short_side, SP_VIDEO_MAX_SHORT_SIDE);
   if (quality > 100) return sp_error_set("prepare: JPEG quality %d outside 1..100", quality);
-  sp_video_list l;
-  if (sp_video_list_read(list_path, &l) != 0) return -1;
-  if (l.n == 0) {
-    sp_video_list_free(&l);
-    return sp_error_set("%s: the list names no clips", list_path);
+  prepare_run r = {.list_path = list_path, .out_dir = out_dir};
+  if (sp_video_list_read(list_path, &r.l) != 0) return -1;
+  int rc = r.l.n == 0 ? sp_error_set("%s: the list names no clips", list_path) : name_clips(&r);
+  if (rc == 0) {
+    r.out_made = sp_missing_dirs_top(out_dir);
+    rc = sp_make_dirs(out_dir);
   }
-  char *out_made = sp_missing_dirs_top(out_dir);
-  if (sp_make_dirs(out_dir) != 0) {
-    if (out_made) sp_remove_empty_dirs(out_dir, out_made); /* parents it made before failing */
-    free(out_made);
-    sp_video_list_free(&l);
-    return -1;
-  }
-  char list_dir[PATH_MAX];
-  snprintf(list_dir, sizeof list_dir, "%s", list_path);
-  char *slash = strrchr(list_dir, '/');
-  if (slash) *slash = 0;
-  else snprintf(list_dir, sizeof list_dir, ".");
-  const size_t cap = (size_t)(l.n > 0 ? l.n : 1);
-  int64_t *frames = sp_xcalloc(cap, sizeof(int64_t));
-  char **names = sp_xcalloc(cap, sizeof(char *)), **dirs = sp_xcalloc(cap, sizeof(char *));
-  char **parent_made = sp_xcalloc(cap, sizeof(char *));
-  /* Clips' parent folders (class sub-folders) are made here, one thread, so
-   * that a failed clip's cleanup below can never remove a folder another
-   * worker is about to fill. */
-  int rc = 0;
-  for (int i = 0; i < l.n && rc == 0; i++) {
-    char name[PATH_MAX], dir[PATH_MAX];
-    clip_name(l.path[i], list_dir, name, sizeof name);
-    snprintf(dir, sizeof dir, "%s/%s", out_dir, name);
-    names[i] = sp_xstrdup(name);
-    dirs[i] = sp_xstrdup(dir);
-    char *p = strrchr(dir, '/');
-    *p = 0;
-    parent_made[i] = sp_missing_dirs_top(dir);
-    rc = sp_make_dirs(dir);
-  }
-  int workers = cfg && cfg->workers > 0 ? cfg->workers : 0;
-  int done = 0, threads = workers > 0 ? workers : omp_get_max_threads();
-#pragma omp parallel for schedule(dynamic) num_threads(threads) reduction(+ : done)
-  for (int i = 0; i < (rc == 0 ? l.n : 0); i++) {
-    frames[i] = sp_prepare_video_frames(l.path[i], dirs[i], short_side, quality);
-    if (frames[i] < 0) fprintf(stderr, "spry prepare: skip %s: %s\n", l.path[i], sp_last_error());
-    else done++;
-  }
-  /* Class folders that only failed clips would have filled go again. */
-  for (int i = l.n - 1; i >= 0; i--) {
-    if (parent_made[i] && (rc != 0 || frames[i] < 0)) {
-      char *p = sp_xstrdup(dirs[i]);
-      *strrchr(p, '/') = 0;
-      sp_remove_empty_dirs(p, parent_made[i]);
-      free(p);
-    }
-    free(parent_made[i]);
-  }
-  if (rc == 0 && done > 0) rc = write_frames_list(out_dir, &l, names, frames);
-  if (rc == 0 && done < l.n)
+  if (rc == 0) rc = make_parents(&r);
+  int done = rc == 0 ? decode_clips(&r, short_side, quality, cfg ? cfg->workers : 0) : 0;
+  remove_unfilled_parents(&r, rc != 0);
+  if (rc == 0 && done > 0) rc = write_frames_list(out_dir, &r.l, r.names, r.frames);
+  if (rc == 0 && done < r.l.n)
     rc = done ? sp_error_set("%d of %d clips failed (see the skip lines above); %s/frames.list lists the %d decoded",
-                             l.n - done, l.n, out_dir, done)
-              : sp_error_set("%s: none of its %d clips could be decoded (see the skip lines above)", list_path, l.n);
-  if (done == 0) sp_remove_empty_dirs(out_dir, out_made);
-  for (int i = 0; i < l.n; i++) free(names[i]), free(dirs[i]);
-  free(names), free(dirs), free(parent_made), free(out_made);
-  free(frames);
-  sp_video_list_free(&l);
+                             r.l.n - done, r.l.n, out_dir, done)
+              : sp_error_set("%s: none of its %d clips could be decoded (see the skip lines above)", list_path,
+                             r.l.n);
+  /* Parents it made before failing, or a folder no clip filled. */
+  if (done == 0 && r.out_made) sp_remove_empty_dirs(out_dir, r.out_made);
+  prepare_run_free(&r);
   return rc == 0 ? done : -1;
 }

@@ -342,7 +342,7 @@ static void prepare_frames_leaves_no_folder_for_a_clip_that_fails_midway(void **
   snprintf(list, sizeof list, "%s/good.txt", act);
   sp_test_write_text(list, "move_right/clip_00000.mp4 0\n");
   snprintf(pf, sizeof pf, "%s/prep-long/x/%s", tmp, longname);
-  assert_true(spry("prepare frames --list %s --out %s --workers 1", list, pf) != 0);
+  assert_int_equal(spry("prepare frames --list %s --out %s --workers 1", list, pf), 1);
   snprintf(p, sizeof p, "%s/prep-long", tmp);
   assert_false(exists(p));
 }

@@ -360,17 +360,17 @@ static void cli_morph_with_given_points(void **state) {
   free(rgb);
   /* Mismatched point counts, a missing image, a bad point file: errors. */
   write_points_json(pb_json, pb, k - 1);
-  assert_int_not_equal(sp_test_run_cli(args, 1, out, sizeof out), 0);
+  assert_int_equal(sp_test_cli_exit(args, out, sizeof out), 1);
   assert_non_null(strstr(out, "correspond"));
   snprintf(args, sizeof args, "morph --points-a %s --points-b %s %s %s/nothing.png --out %s", pa_json, pa_json,
            pa_img, dir, out_dir);
-  assert_int_not_equal(sp_test_run_cli(args, 1, out, sizeof out), 0);
+  assert_int_equal(sp_test_cli_exit(args, out, sizeof out), 1);
   FILE *f = fopen(pb_json, "w");
   fputs("{\"points\": [[1, 2], [3]]}", f);
   fclose(f);
   snprintf(args, sizeof args, "morph --points-a %s --points-b %s %s %s --out %s", pa_json, pb_json, pa_img, pa_img,
            out_dir);
-  assert_int_not_equal(sp_test_run_cli(args, 1, out, sizeof out), 0);
+  assert_int_equal(sp_test_cli_exit(args, out, sizeof out), 1);
   assert_non_null(strstr(out, "point 1"));
   snprintf(args, sizeof args, "morph %s %s --out %s", pa_img, pa_img, out_dir);
   assert_int_equal(sp_test_run_cli(args, 1, out, sizeof out) >> 8, 2); /* neither weights nor points */

@@ -7,6 +7,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <cmocka.h>
 
 #include "spry/tensor.h"
@@ -38,6 +39,19 @@ void sp_test_write_text(const char *path, const char *text);
 void sp_test_assert_same_checkpoint(const char *dir_a, const char *dir_b);
 
 int sp_test_run_cli(const char *args, int with_stderr, char *out, size_t n);
+
+/* Runs `$SPRY_BIN ARGS 2>&1` into out and returns its exit code. Fails the
+ * test, quoting the output, when spry did not exit by itself: killed by a
+ * signal (also as the shell's 128+N; 130, Ctrl-C's code, is returned), a
+ * sanitizer report, or no SPRY_BIN. A bare "exit status != 0" is satisfied
+ * by a crash; this is not. */
+int sp_test_cli_exit(const char *args, char *out, size_t n);
+
+/* Fails, quoting the message, unless sp_last_error() holds `part`. */
+#define sp_assert_error_has(part)                                                              \
+  do {                                                                                         \
+    if (!strstr(sp_last_error(), (part))) fail_msg("error \"%s\" lacks \"%s\"", sp_last_error(), (part)); \
+  } while (0)
 
 /* Deterministic pseudo-random numbers for tests. */
 typedef struct { uint64_t s; } sp_test_rng;

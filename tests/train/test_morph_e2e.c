@@ -96,12 +96,12 @@ static void morph_with_a_trained_model(void **state) {
            "morph --weights %s/best.safetensors --points-a %s --points-b %s %s/images/Synth_Person_0000_00.jpg "
            "%s/images/Synth_Person_0001_00.jpg --out %s --frames 2",
            run_dir, path, path, faces, faces, out_dir);
-  assert_int_not_equal(sp_test_run_cli(args, 1, out, sizeof out), 0);
+  assert_int_equal(sp_test_cli_exit(args, out, sizeof out), 2); /* a usage error */
   assert_non_null(strstr(out, "would not be used"));
   /* A missing checkpoint is an error naming it, and leaves no output folder. */
   snprintf(args, sizeof args, "morph --weights %s/none.safetensors %s/images/Synth_Person_0000_00.jpg "
            "%s/images/Synth_Person_0001_00.jpg --out %s/never/made", dir, faces, faces, dir);
-  assert_int_not_equal(sp_test_run_cli(args, 1, out, sizeof out), 0);
+  assert_int_equal(sp_test_cli_exit(args, out, sizeof out), 1);
   assert_non_null(strstr(out, "none.safetensors"));
   snprintf(stale, sizeof stale, "%s/never", dir);
   struct stat st;
