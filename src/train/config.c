@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "io/yaml_read.h"
+#include "train/config_shared.h"
 #include "train/dist_config.h"
 #include "spry/config.h"
 #include "spry/models.h"
@@ -183,12 +184,7 @@ static int read_optimizer(sp_yaml_reader *r, sp_train_config *c) {
     c->optimizer = sp_opt_config_default(c->optimizer.kind);
     c->optimizer.weight_decay = wd;
   }
-  if (sp_yr_float(r, "optimizer.lr", 0, 100, &c->lr) ||
-      sp_yr_float(r, "optimizer.weight_decay", 0, 10, &c->optimizer.weight_decay) ||
-      sp_yr_float(r, "optimizer.momentum", 0, 0.9999, &c->optimizer.momentum) ||
-      sp_yr_bool(r, "optimizer.nesterov", &c->optimizer.nesterov) ||
-      sp_yr_float(r, "optimizer.clip_norm", 0, 1e6, &c->clip_norm))
-    return -1;
+  if (sp_config_read_optimizer_keys(r, &c->optimizer, &c->lr, &c->clip_norm)) return -1;
   if (sp_yr_list(r, "optimizer.betas", 2, 0, 0.999999, list, &n)) return -1;
   if (n == 2) c->optimizer.beta1 = (float)list[0], c->optimizer.beta2 = (float)list[1];
   return 0;
@@ -247,10 +243,7 @@ static int read_all(sp_yaml_reader *r, void *out) {
   c->schedule.base_lr = c->lr;
   c->schedule.total_epochs = c->epochs;
   c->schedule.warmup_epochs = warmup_epochs >= 0 ? warmup_epochs : c->warmup_fraction * c->epochs;
-  if (sp_opt_config_check(&c->optimizer) != 0) return sp_error_push("%s: optimizer", r->file);
-  if (!strcmp(c->precision, "bf16") && strcmp(c->backend, "cpu"))
-    return sp_error_set("%s: precision: bf16 needs backend: cpu (the %s backend computes in f32)", r->file, c->backend);
-  return 0;
+  return sp_config_check_run(r, &c->optimizer, c->precision, c->backend);
 }
 
 int sp_train_config_load(const char *path, int n_sets, char *const *sets, sp_train_config *cfg, char **resolved) {

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "io/yaml_read.h"
+#include "train/config_shared.h"
 #include "train/dist_config.h"
 #include "spry/video_train.h"
 
@@ -42,7 +43,7 @@ sp_video_config sp_video_config_default(void) {
   return c;
 }
 
-/* task, model and model_options.*. */
+/* task, model and model_options.*: width, temporal shift, dropout, pretrained weights. */
 static int read_model(sp_yaml_reader *r, sp_video_config *c) {
   static const char *const models[] = {"tsn-r18", "tsn-r50", "tsm-r18", "tsm-r50", NULL};
   static const char *const tasks[] = {"video", NULL};
@@ -92,13 +93,7 @@ static int read_optimizer(sp_yaml_reader *r, sp_video_config *c) {
     c->optimizer.weight_decay = keep.weight_decay;
     if (c->optimizer.kind == SP_OPT_SGD) c->optimizer.momentum = keep.momentum;
   }
-  if (sp_yr_float(r, "optimizer.lr", 0, 100, &c->lr) ||
-      sp_yr_float(r, "optimizer.weight_decay", 0, 10, &c->optimizer.weight_decay) ||
-      sp_yr_float(r, "optimizer.momentum", 0, 0.9999, &c->optimizer.momentum) ||
-      sp_yr_bool(r, "optimizer.nesterov", &c->optimizer.nesterov) ||
-      sp_yr_float(r, "optimizer.clip_norm", 0, 1e6, &c->clip_norm))
-    return -1;
-  return 0;
+  return sp_config_read_optimizer_keys(r, &c->optimizer, &c->lr, &c->clip_norm);
 }
 
 /* schedule.milestones: a list of epochs (any order). */
@@ -170,10 +165,7 @@ static int read_all(sp_yaml_reader *r, void *out) {
   c->schedule.warmup_epochs = warmup;
   if (!c->data.train_list[0] && !c->data.val_list[0])
     return sp_error_set("%s: data.train_list (and data.val_list) must be set", r->file);
-  if (sp_opt_config_check(&c->optimizer) != 0) return sp_error_push("%s: optimizer", r->file);
-  if (!strcmp(c->precision, "bf16") && strcmp(c->backend, "cpu"))
-    return sp_error_set("%s: precision: bf16 needs backend: cpu (the %s backend computes in f32)", r->file, c->backend);
-  return 0;
+  return sp_config_check_run(r, &c->optimizer, c->precision, c->backend);
 }
 
 int sp_video_config_load(const char *path, int n_sets, char *const *sets, sp_video_config *cfg, char **resolved) {
