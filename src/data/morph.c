@@ -55,19 +55,22 @@ static int cmp_keyed(const void *pa, const void *pb) {
   return a->idx - b->idx;
 }
 
-int sp_delaunay(const float *pts, int n, int **tris) {
-  *tris = NULL;
-  if (n < 0) return sp_error_set("delaunay: negative point count %d", n);
-  double minx = INFINITY, miny = INFINITY, maxx = -INFINITY, maxy = -INFINITY;
+/* The points' extent (the larger side of their bounding box) and its corner;
+ * -1 with an error naming the first point that is not finite. */
+static int point_extent(const float *pts, int n, double *minx, double *miny, double *extent) {
+  double x0 = INFINITY, y0 = INFINITY, x1 = -INFINITY, y1 = -INFINITY;
   for (int i = 0; i < n; i++) {
     double x = pts[2 * i], y = pts[2 * i + 1];
     if (!isfinite(x) || !isfinite(y)) return sp_error_set("delaunay: point %d is not finite (%g, %g)", i, x, y);
-    minx = fmin(minx, x), maxx = fmax(maxx, x), miny = fmin(miny, y), maxy = fmax(maxy, y);
+    x0 = fmin(x0, x), x1 = fmax(x1, x), y0 = fmin(y0, y), y1 = fmax(y1, y);
   }
-  double extent = fmax(maxx - minx, maxy - miny);
-  if (n < 3 || !(extent > 0)) return 0;
+  *minx = x0, *miny = y0, *extent = fmax(x1 - x0, y1 - y0);
+  return 0;
+}
 
-  /* Snap, then drop duplicates (same cell), keeping the lowest index. */
+/* Snap, then drop duplicates (same cell), keeping the lowest index: the
+ * points left, sorted by position; *m counts them. */
+static keyed *snap_unique(const float *pts, int n, double minx, double miny, double extent, int *m) {
   keyed *k = sp_xmalloc(sizeof(keyed) * (size_t)n);
   const double scale = (double)(1 << GRID_BITS) / extent;
   for (int i = 0; i < n; i++) {
@@ -76,88 +79,147 @@ int sp_delaunay(const float *pts, int n, int **tris) {
     k[i].idx = i;
   }
   qsort(k, (size_t)n, sizeof(keyed), cmp_keyed);
-  int m = 0;
+  int u = 0;
   for (int i = 0; i < n; i++)
-    if (m == 0 || k[i].x != k[m - 1].x || k[i].y != k[m - 1].y) k[m++] = k[i];
-  /* Insert in input order (k is sorted by position): order changes nothing
-   * for exact predicates but keeps results independent of the sort. */
-  gpt *p = sp_xmalloc(sizeof(gpt) * (size_t)(m + 3));
-  int *orig = sp_xmalloc(sizeof(int) * (size_t)m);
-  {
-    int *by_index = sp_xmalloc(sizeof(int) * (size_t)n);
-    for (int i = 0; i < n; i++) by_index[i] = -1;
-    for (int i = 0; i < m; i++) by_index[k[i].idx] = i;
-    int j = 0;
-    for (int i = 0; i < n; i++)
-      if (by_index[i] >= 0) {
-        p[j].x = k[by_index[i]].x, p[j].y = k[by_index[i]].y, orig[j] = i;
-        j++;
-      }
-    free(by_index);
-  }
-  free(k);
+    if (u == 0 || k[i].x != k[u - 1].x || k[i].y != k[u - 1].y) k[u++] = k[i];
+  *m = u;
+  return k;
+}
+
+/* p[0..m) in input order (orig[j]: the input index of p[j]), then the
+ * super-triangle's corners p[m..m+2]. Insertion in input order (k is sorted
+ * by position) changes nothing for exact predicates but keeps results
+ * independent of the sort. */
+static void in_input_order(const keyed *k, int n, int m, gpt *p, int *orig) {
+  int *by_index = sp_xmalloc(sizeof(int) * (size_t)n);
+  for (int i = 0; i < n; i++) by_index[i] = -1;
+  for (int i = 0; i < m; i++) by_index[k[i].idx] = i;
+  int j = 0;
+  for (int i = 0; i < n; i++)
+    if (by_index[i] >= 0) {
+      p[j].x = k[by_index[i]].x, p[j].y = k[by_index[i]].y, orig[j] = i;
+      j++;
+    }
+  free(by_index);
   p[m] = (gpt){-SUPER, -SUPER};
   p[m + 1] = (gpt){3 * SUPER, -SUPER};
   p[m + 2] = (gpt){-SUPER, 3 * SUPER};
+}
 
+/* The triangulation while points are inserted (Bowyer-Watson). */
+typedef struct {
+  tri *t;
+  int nt, cap;
+  char *bad;   /* [cap]: triangles whose circumcircle holds the new point */
+  edge *edges; /* the cavity's boundary */
+  int ne, edge_cap;
+} mesh;
+
+/* m points plus the super-triangle, which is the only triangle at first. */
+static void mesh_init(mesh *M, int m) {
   /* An n-point triangulation has < 2n + 1 triangles; a cavity's new triangles
    * fit in the slots freed plus 2. */
-  int cap = 2 * (m + 3) + 8, nt = 0;
-  tri *t = sp_xmalloc(sizeof(tri) * (size_t)cap);
-  t[nt++] = (tri){{m, m + 1, m + 2}};
-  int edge_cap = 64;
-  edge *edges = sp_xmalloc(sizeof(edge) * (size_t)edge_cap);
-  char *bad = sp_xmalloc((size_t)cap);
+  M->cap = 2 * (m + 3) + 8;
+  M->nt = 0;
+  M->t = sp_xmalloc(sizeof(tri) * (size_t)M->cap);
+  M->t[M->nt++] = (tri){{m, m + 1, m + 2}};
+  M->edge_cap = 64;
+  M->ne = 0;
+  M->edges = sp_xmalloc(sizeof(edge) * (size_t)M->edge_cap);
+  M->bad = sp_xmalloc((size_t)M->cap);
+}
 
-  for (int i = 0; i < m; i++) {
-    for (int j = 0; j < nt; j++) bad[j] = incircle(p[t[j].v[0]], p[t[j].v[1]], p[t[j].v[2]], p[i]) > 0;
-    /* The cavity's boundary: edges of bad triangles whose twin (reversed
-     * edge) is not in another bad triangle. With exact predicates the cavity
-     * is star-shaped from p[i], so each boundary edge with p[i] makes a
-     * positively oriented triangle. */
-    int ne = 0;
-    for (int j = 0; j < nt; j++) {
-      if (!bad[j]) continue;
-      for (int e = 0; e < 3; e++) {
-        int a = t[j].v[e], b = t[j].v[(e + 1) % 3], shared = 0;
-        for (int q = 0; q < nt && !shared; q++) {
-          if (q == j || !bad[q]) continue;
-          for (int f = 0; f < 3; f++)
-            if (t[q].v[f] == b && t[q].v[(f + 1) % 3] == a) shared = 1;
-        }
-        if (shared) continue;
-        if (ne == edge_cap) edges = sp_xrealloc(edges, sizeof(edge) * (size_t)(edge_cap *= 2));
-        edges[ne++] = (edge){a, b};
+static void mesh_free(mesh *M) {
+  free(M->edges);
+  free(M->bad);
+  free(M->t);
+}
+
+/* The cavity's boundary: edges of bad triangles whose twin (reversed edge)
+ * is not in another bad triangle. With exact predicates the cavity is
+ * star-shaped from the new point, so each boundary edge with it makes a
+ * positively oriented triangle. */
+static void cavity_boundary(mesh *M) {
+  const tri *t = M->t;
+  const char *bad = M->bad;
+  int ne = 0;
+  for (int j = 0; j < M->nt; j++) {
+    if (!bad[j]) continue;
+    for (int e = 0; e < 3; e++) {
+      int a = t[j].v[e], b = t[j].v[(e + 1) % 3], shared = 0;
+      for (int q = 0; q < M->nt && !shared; q++) {
+        if (q == j || !bad[q]) continue;
+        for (int f = 0; f < 3; f++)
+          if (t[q].v[f] == b && t[q].v[(f + 1) % 3] == a) shared = 1;
       }
+      if (shared) continue;
+      if (ne == M->edge_cap) M->edges = sp_xrealloc(M->edges, sizeof(edge) * (size_t)(M->edge_cap *= 2));
+      M->edges[ne++] = (edge){a, b};
     }
-    int w = 0;
-    for (int j = 0; j < nt; j++)
-      if (!bad[j]) t[w++] = t[j];
-    nt = w;
-    if (nt + ne > cap) {
-      cap = 2 * (nt + ne);
-      t = sp_xrealloc(t, sizeof(tri) * (size_t)cap);
-      bad = sp_xrealloc(bad, (size_t)cap);
-    }
-    for (int e = 0; e < ne; e++) t[nt++] = (tri){{edges[e].a, edges[e].b, i}};
   }
+  M->ne = ne;
+}
 
+/* Removes the bad triangles and fills the cavity with a fan around point i. */
+static void fill_cavity(mesh *M, int i) {
+  int w = 0;
+  for (int j = 0; j < M->nt; j++)
+    if (!M->bad[j]) M->t[w++] = M->t[j];
+  M->nt = w;
+  if (M->nt + M->ne > M->cap) {
+    M->cap = 2 * (M->nt + M->ne);
+    M->t = sp_xrealloc(M->t, sizeof(tri) * (size_t)M->cap);
+    M->bad = sp_xrealloc(M->bad, (size_t)M->cap);
+  }
+  for (int e = 0; e < M->ne; e++) M->t[M->nt++] = (tri){{M->edges[e].a, M->edges[e].b, i}};
+}
+
+static void insert_point(mesh *M, const gpt *p, int i) {
+  const tri *t = M->t;
+  for (int j = 0; j < M->nt; j++) M->bad[j] = incircle(p[t[j].v[0]], p[t[j].v[1]], p[t[j].v[2]], p[i]) > 0;
+  cavity_boundary(M);
+  fill_cavity(M, i);
+}
+
+/* The triangles that do not touch the super-triangle, as input indices;
+ * returns how many. */
+static int collect_triangles(const mesh *M, int m, const int *orig, int **tris) {
+  const tri *t = M->t;
   int count = 0;
-  for (int j = 0; j < nt; j++)
+  for (int j = 0; j < M->nt; j++)
     if (t[j].v[0] < m && t[j].v[1] < m && t[j].v[2] < m) count++;
   if (count) {
     *tris = sp_xmalloc(sizeof(int) * 3 * (size_t)count);
     int c = 0;
-    for (int j = 0; j < nt; j++) {
+    for (int j = 0; j < M->nt; j++) {
       if (t[j].v[0] >= m || t[j].v[1] >= m || t[j].v[2] >= m) continue;
       /* The grid's y grows with image y, as in the contract's signed area. */
       for (int e = 0; e < 3; e++) (*tris)[3 * c + e] = orig[t[j].v[e]];
       c++;
     }
   }
-  free(edges);
-  free(bad);
-  free(t);
+  return count;
+}
+
+int sp_delaunay(const float *pts, int n, int **tris) {
+  *tris = NULL;
+  if (n < 0) return sp_error_set("delaunay: negative point count %d", n);
+  double minx = 0, miny = 0, extent = 0;
+  if (point_extent(pts, n, &minx, &miny, &extent) != 0) return -1;
+  if (n < 3 || !(extent > 0)) return 0;
+
+  int m;
+  keyed *k = snap_unique(pts, n, minx, miny, extent, &m);
+  gpt *p = sp_xmalloc(sizeof(gpt) * (size_t)(m + 3));
+  int *orig = sp_xmalloc(sizeof(int) * (size_t)m);
+  in_input_order(k, n, m, p, orig);
+  free(k);
+
+  mesh M;
+  mesh_init(&M, m);
+  for (int i = 0; i < m; i++) insert_point(&M, p, i);
+  int count = collect_triangles(&M, m, orig, tris);
+  mesh_free(&M);
   free(p);
   free(orig);
   return count;

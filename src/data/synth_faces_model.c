@@ -29,14 +29,14 @@ static void mirror3(vec3 *m, int dst, int src) { set3(m, dst, -m[src][0], m[src]
 
 static float clampf(float v, float lo, float hi) { return v < lo ? lo : v > hi ? hi : v; }
 
-/* Landmarks 0..67 of the unposed face. */
-static void template_landmarks(const sp_synth_face_params *p, vec3 *m) {
-  const float fw = p->face_width, fl = p->face_length;
-  const float mid = 0.5f + 0.5f * fl; /* the mid-face grows less than the chin */
-  const float open = clampf(p->mouth_open, 0, 1), smile = clampf(p->smile, -0.4f, 1);
+/* The image-left eye's centre and half width, which the brows follow. */
+static float eye_centre_x(const sp_synth_face_params *p) { return -0.41f * p->eye_spacing; }
+static float eye_half_width(const sp_synth_face_params *p) { return 0.165f * p->eye_size; }
 
-  /* Jaw: a superellipse-like arc from the ear (i = 0) to the chin (i = 8).
-   * The exponent makes it squarer or rounder; an open mouth drops the chin. */
+/* Jaw 0..16: a superellipse-like arc from the ear (i = 0) to the chin (i = 8).
+ * The exponent makes it squarer or rounder; an open mouth drops the chin. */
+static void template_jaw(const sp_synth_face_params *p, float open, vec3 *m) {
+  const float fw = p->face_width, fl = p->face_length;
   const float chin = 1.52f * fl;
   const float ex = 0.8f * p->jaw_square;
   for (int i = 0; i <= 8; i++) {
@@ -48,9 +48,11 @@ static void template_landmarks(const sp_synth_face_params *p, vec3 *m) {
     set3(m, i, x, y, z);
   }
   for (int i = 9; i <= 16; i++) mirror3(m, i, 16 - i);
+}
 
-  /* Eyes (image-left eye 36..41: outer corner, two upper, inner corner, two lower). */
-  const float ecx = -0.41f * p->eye_spacing, ew = 0.165f * p->eye_size;
+/* Eyes (image-left eye 36..41: outer corner, two upper, inner corner, two lower). */
+static void template_eyes(const sp_synth_face_params *p, float smile, vec3 *m) {
+  const float ecx = eye_centre_x(p), ew = eye_half_width(p);
   const float blink = clampf(p->blink, 0, 1);
   const float up = 0.058f * p->eye_open * p->eye_size, lo = 0.046f * p->eye_open * p->eye_size * (1 - 0.35f * smile);
   const float shut = 0.35f * lo; /* where the lids meet when closed */
@@ -67,8 +69,11 @@ static void template_landmarks(const sp_synth_face_params *p, vec3 *m) {
   mirror3(m, 45, 36);
   mirror3(m, 46, 41);
   mirror3(m, 47, 40);
+}
 
-  /* Brows 17..21 (outer to inner) follow the eye, arched, raised together. */
+/* Brows 17..21 (outer to inner) follow the eye, arched, raised together. */
+static void template_brows(const sp_synth_face_params *p, vec3 *m) {
+  const float ecx = eye_centre_x(p), ew = eye_half_width(p);
   const float by = -0.29f * p->brow_height - 0.1f * p->brow_raise;
   const float bx0 = ecx - 2.15f * ew, bx1 = ecx + 1.15f * ew;
   static const float arch[5] = {0.055f, -0.035f, -0.06f, -0.05f, -0.02f};
@@ -77,8 +82,10 @@ static void template_landmarks(const sp_synth_face_params *p, vec3 *m) {
     set3(m, 17 + t, bx0 + (bx1 - bx0) * f, by + arch[t] * (1 + 0.3f * p->brow_raise), 0.02f + 0.24f * f);
   }
   for (int t = 0; t < 5; t++) mirror3(m, 26 - t, 17 + t);
+}
 
-  /* Nose: bridge 27..30 down the middle, lower edge 31..35. */
+/* Nose: bridge 27..30 down the middle, lower edge 31..35. */
+static void template_nose(const sp_synth_face_params *p, float mid, vec3 *m) {
   const float nl = p->nose_length * mid, nw = p->nose_width;
   static const float bridge_y[4] = {0.0f, 0.17f, 0.34f, 0.5f}, bridge_z[4] = {0.24f, 0.34f, 0.45f, 0.58f};
   for (int t = 0; t < 4; t++) set3(m, 27 + t, 0, bridge_y[t] * nl, bridge_z[t]);
@@ -87,9 +94,12 @@ static void template_landmarks(const sp_synth_face_params *p, vec3 *m) {
   set3(m, 33, 0, 0.62f * nl, 0.43f);
   mirror3(m, 34, 32);
   mirror3(m, 35, 31);
+}
 
-  /* Mouth: outer lip 48..59 clockwise from the image-left corner, inner lip
-   * 60..67. A smile widens and lifts the corners; opening moves the lower lip. */
+/* Mouth: outer lip 48..59 clockwise from the image-left corner, inner lip
+ * 60..67. A smile widens and lifts the corners; opening moves the lower lip. */
+static void template_mouth(const sp_synth_face_params *p, float mid, float open, float smile, vec3 *m) {
+  const float nl = p->nose_length * mid;
   const float my = 0.88f * mid + 0.04f * nl - 0.04f, mw = 0.34f * p->mouth_width * (1 + 0.16f * smile);
   const float ut = 0.085f * p->lip_thickness, lb = 0.11f * p->lip_thickness, o = 0.24f * open;
   const float lift = 0.07f * smile;
@@ -116,6 +126,17 @@ static void template_landmarks(const sp_synth_face_params *p, vec3 *m) {
   set3(m, 66, 0, my + o + 0.006f, LIPZ(0.0f) - 0.03f);
   mirror3(m, 65, 67);
 #undef LIPZ
+}
+
+/* Landmarks 0..67 of the unposed face. */
+static void template_landmarks(const sp_synth_face_params *p, vec3 *m) {
+  const float mid = 0.5f + 0.5f * p->face_length; /* the mid-face grows less than the chin */
+  const float open = clampf(p->mouth_open, 0, 1), smile = clampf(p->smile, -0.4f, 1);
+  template_jaw(p, open, m);
+  template_eyes(p, smile, m);
+  template_brows(p, m);
+  template_nose(p, mid, m);
+  template_mouth(p, mid, open, smile, m);
 }
 
 typedef struct {
@@ -209,7 +230,7 @@ void syn_face_geometry(const sp_synth_face_params *p, syn_geom *g) {
     project(&P, n, g->neck[k], NULL);
   }
   /* Irises sit on the eyeball, shifted by gaze. */
-  const float ew = 0.165f * p->eye_size;
+  const float ew = eye_half_width(p);
   for (int side = 0; side < 2; side++) {
     int b = side ? 42 : 36;
     vec3 c = {0, 0, 0.2f};
@@ -228,18 +249,18 @@ void syn_face_geometry(const sp_synth_face_params *p, syn_geom *g) {
 }
 
 void syn_sample_shape(sp_rng *r, sp_synth_face_params *p) {
-  p->face_width = sp_rng_range(r, 0.9f, 1.1f);
-  p->face_length = sp_rng_range(r, 0.88f, 1.12f);
-  p->forehead = sp_rng_range(r, 0.85f, 1.15f);
-  p->jaw_square = sp_rng_range(r, 0.8f, 1.25f);
-  p->eye_size = sp_rng_range(r, 0.85f, 1.15f);
-  p->eye_spacing = sp_rng_range(r, 0.9f, 1.1f);
-  p->eye_open = sp_rng_range(r, 0.8f, 1.25f);
-  p->brow_height = sp_rng_range(r, 0.85f, 1.15f);
-  p->nose_length = sp_rng_range(r, 0.88f, 1.12f);
-  p->nose_width = sp_rng_range(r, 0.85f, 1.2f);
-  p->mouth_width = sp_rng_range(r, 0.85f, 1.15f);
-  p->lip_thickness = sp_rng_range(r, 0.7f, 1.3f);
+  /* Identity factors and their ranges, drawn in this order. */
+  const struct {
+    float *factor;
+    float lo, hi;
+  } ranges[] = {
+      {&p->face_width, 0.9f, 1.1f},     {&p->face_length, 0.88f, 1.12f}, {&p->forehead, 0.85f, 1.15f},
+      {&p->jaw_square, 0.8f, 1.25f},    {&p->eye_size, 0.85f, 1.15f},    {&p->eye_spacing, 0.9f, 1.1f},
+      {&p->eye_open, 0.8f, 1.25f},      {&p->brow_height, 0.85f, 1.15f}, {&p->nose_length, 0.88f, 1.12f},
+      {&p->nose_width, 0.85f, 1.2f},    {&p->mouth_width, 0.85f, 1.15f}, {&p->lip_thickness, 0.7f, 1.3f},
+  };
+  for (size_t i = 0; i < sizeof ranges / sizeof ranges[0]; i++)
+    *ranges[i].factor = sp_rng_range(r, ranges[i].lo, ranges[i].hi);
 }
 
 void syn_sample_expression(sp_rng *r, float strength, sp_synth_face_params *p) {

@@ -132,6 +132,22 @@ static int warp_rgb_planar_avx2(const uint8_t *src, int stride, uint8_t *r0, uin
 }
 #endif
 
+/* Inner span [*ilo, *ihi] of the output row that starts at source (sx0, sy0):
+ * x0+1 <= sw-1 and y0+1 <= sh-1, with a small guard for the fixed-point
+ * drift. Empty: [dw, dw-1]. */
+static inline void inner_span(const double *m, int sw, int sh, int dw, double guard, double sx0, double sy0,
+                              int *ilo, int *ihi) {
+  double lo = 0, hi = dw - 1;
+  clip_line(sx0 - guard, m[0], sw - 1 - 2 * guard, &lo, &hi);
+  clip_line(sy0 - guard, m[3], sh - 1 - 2 * guard, &lo, &hi);
+  int a = (int)ceil(lo + 1e-3), b = (int)floor(hi - 1e-3);
+  if (a < 0) a = 0;
+  if (b > dw - 1) b = dw - 1;
+  if (b < a) { a = dw; b = dw - 1; }
+  *ilo = a;
+  *ihi = b;
+}
+
 void sp_warp_affine_u8(const uint8_t *src, int sw, int sh, int c, uint8_t *dst, int dw, int dh, int planar,
                        const sp_affine *inv, uint8_t fill) {
   const double *m = inv->m;
@@ -144,15 +160,8 @@ void sp_warp_affine_u8(const uint8_t *src, int sw, int sh, int c, uint8_t *dst, 
   const double guard = 0.005 + 2e-5 * dw;
   for (int y = 0; y < dh; y++) {
     double sx0 = m[1] * y + m[2], sy0 = m[4] * y + m[5];
-    /* Inner span: x0+1 <= sw-1 and y0+1 <= sh-1, with a small guard for the
-     * fixed-point drift. */
-    double lo = 0, hi = dw - 1;
-    clip_line(sx0 - guard, m[0], sw - 1 - 2 * guard, &lo, &hi);
-    clip_line(sy0 - guard, m[3], sh - 1 - 2 * guard, &lo, &hi);
-    int ilo = (int)ceil(lo + 1e-3), ihi = (int)floor(hi - 1e-3);
-    if (ilo < 0) ilo = 0;
-    if (ihi > dw - 1) ihi = dw - 1;
-    if (ihi < ilo) { ilo = dw; ihi = dw - 1; }
+    int ilo, ihi;
+    inner_span(m, sw, sh, dw, guard, sx0, sy0, &ilo, &ihi);
     uint8_t *row = planar ? dst + (size_t)y * dw : dst + (size_t)y * dw * c;
     for (int x = 0; x < ilo; x++) {
       double sx = sx0 + m[0] * x, sy = sy0 + m[3] * x;

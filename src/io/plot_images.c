@@ -85,6 +85,20 @@ static int check_points(const char *path, int k, const char *what) {
   return 0;
 }
 
+/* A figure of the image scaled by upscale, the image painted on it. */
+static int begin_over_image(const char *png_path, const uint8_t *img, int w, int h, int c, int upscale,
+                            cairo_surface_t **surface, cairo_t **cr) {
+  cairo_surface_t *src = sp_plot_image_surface(png_path, img, w, h, c);
+  if (!src) return -1;
+  if (sp_plot_begin(png_path, w * upscale, h * upscale, surface, cr) != 0) {
+    cairo_surface_destroy(src);
+    return -1;
+  }
+  sp_plot_paint_image(*cr, src, 0, 0, upscale, 0);
+  cairo_surface_destroy(src);
+  return 0;
+}
+
 int sp_draw_keypoints_png(const char *png_path, const uint8_t *img, int w, int h, int c,
                           const float *pred, const float *gt, int k, int upscale, unsigned flags) {
   if (!png_path || !*png_path) return sp_error_set("plot: no output path given");
@@ -99,16 +113,9 @@ int sp_draw_keypoints_png(const char *png_path, const uint8_t *img, int w, int h
     return sp_error_set("%s: %dx%d image scaled by %d exceeds %d px", png_path, w, h, upscale,
                         SP_PLOT_MAX_SIDE);
   int ow = w * upscale, oh = h * upscale;
-  cairo_surface_t *src = sp_plot_image_surface(png_path, img, w, h, c);
-  if (!src) return -1;
   cairo_surface_t *surface;
   cairo_t *cr;
-  if (sp_plot_begin(png_path, ow, oh, &surface, &cr) != 0) {
-    cairo_surface_destroy(src);
-    return -1;
-  }
-  sp_plot_paint_image(cr, src, 0, 0, upscale, 0);
-  cairo_surface_destroy(src);
+  if (begin_over_image(png_path, img, w, h, c, upscale, &surface, &cr) != 0) return -1;
   double r = (ow > oh ? ow : oh) / 110.0;
   r = r < 3 ? 3 : r > 7 ? 7 : r;
   draw_points(cr, 0, 0, upscale, pred, gt, k, r, flags);
@@ -126,16 +133,9 @@ int sp_draw_faces_png(const char *png_path, const uint8_t *img, int w, int h, in
   int ow = w * upscale, oh = h * upscale;
   if (ow > SP_PLOT_MAX_SIDE || oh > SP_PLOT_MAX_SIDE)
     return sp_error_set("%s: %dx%d image exceeds %d px", png_path, w, h, SP_PLOT_MAX_SIDE);
-  cairo_surface_t *src = sp_plot_image_surface(png_path, img, w, h, c);
-  if (!src) return -1;
   cairo_surface_t *surface;
   cairo_t *cr;
-  if (sp_plot_begin(png_path, ow, oh, &surface, &cr) != 0) {
-    cairo_surface_destroy(src);
-    return -1;
-  }
-  sp_plot_paint_image(cr, src, 0, 0, upscale, 0);
-  cairo_surface_destroy(src);
+  if (begin_over_image(png_path, img, w, h, c, upscale, &surface, &cr) != 0) return -1;
   for (int f = 0; f < n; f++) {
     const float *b = boxes + 4 * (size_t)f;
     /* Dots sized by the face, so a crowd of small faces stays readable. */
@@ -169,8 +169,7 @@ static double draw_key(cairo_t *cr, double x, double y, double fs) {
   return x;
 }
 
-int sp_keypoint_grid_png(const char *png_path, const char *title, int cols, int n,
-                         const sp_grid_cell *cells, int cell_px, unsigned flags) {
+static int check_grid_args(const char *png_path, int n, const sp_grid_cell *cells, int cell_px) {
   if (!png_path || !*png_path) return sp_error_set("plot: no output path given");
   if (n < 0 || (n > 0 && !cells)) return sp_error_set("%s: bad cell list (%d cells)", png_path, n);
   if (cell_px < 32 || cell_px > 2048)
@@ -180,76 +179,115 @@ int sp_keypoint_grid_png(const char *png_path, const char *title, int cols, int 
       return sp_error_push("cell %d", i);
     if (check_points(png_path, cells[i].k, "cell") != 0) return -1;
   }
+  return 0;
+}
+
+/* Title and key on top, then rows of captioned cells. */
+typedef struct {
+  int cols, rows, cell_px;
+  double fs, pad, cap_h, header, cell_h;
+  long ow, oh;
+} grid_layout;
+
+static grid_layout grid_layout_for(int cols, int n, int cell_px) {
+  grid_layout L;
   if (cols <= 0) cols = (int)ceil(sqrt((double)n));
   if (cols > n) cols = n;
   if (cols < 1) cols = 1;
-  int rows = n > 0 ? (n + cols - 1) / cols : 0;
+  L.cols = cols;
+  L.rows = n > 0 ? (n + cols - 1) / cols : 0;
+  L.cell_px = cell_px;
 
   double fs = cell_px / 14.0;
   fs = fs < 10 ? 10 : fs > 15 ? 15 : fs;
-  double pad = fs * 0.8, cap_h = fs * 1.7;
-  double header = pad + fs * 1.3 * 1.2 + fs * 0.5 + fs * 1.2 + pad * 0.6;
-  double cell_h = cell_px + cap_h;
-  long ow = (long)ceil(pad + cols * (cell_px + pad));
-  long oh = (long)ceil(header + rows * (cell_h + pad) + (n == 0 ? fs * 3 : 0));
-  if (ow < 360) ow = 360; /* room for the title and key on a one-cell grid */
-  if (ow > SP_PLOT_MAX_SIDE || oh > SP_PLOT_MAX_SIDE)
-    return sp_error_set("%s: a grid of %d cells in %d columns of %d px is %ldx%ld, over %d px",
-                        png_path, n, cols, cell_px, ow, oh, SP_PLOT_MAX_SIDE);
+  double pad = fs * 0.8;
+  L.fs = fs;
+  L.pad = pad;
+  L.cap_h = fs * 1.7;
+  L.header = pad + fs * 1.3 * 1.2 + fs * 0.5 + fs * 1.2 + pad * 0.6;
+  L.cell_h = cell_px + L.cap_h;
+  L.ow = (long)ceil(pad + cols * (cell_px + pad));
+  L.oh = (long)ceil(L.header + L.rows * (L.cell_h + pad) + (n == 0 ? fs * 3 : 0));
+  if (L.ow < 360) L.ow = 360; /* room for the title and key on a one-cell grid */
+  return L;
+}
 
-  cairo_surface_t *surface;
-  cairo_t *cr;
-  if (sp_plot_begin(png_path, (int)ow, (int)oh, &surface, &cr) != 0) return -1;
+static void draw_grid_header(cairo_t *cr, const grid_layout *L, const char *title, int n) {
+  const double fs = L->fs, pad = L->pad;
   char buf[512];
   cairo_set_source_rgb(cr, 0.1, 0.1, 0.1);
   double y = pad;
   if (title && *title) {
     sp_plot_font(cr, fs * 1.3, 1);
-    sp_plot_text(cr, pad, y, 0, 0, sp_plot_text_fit(cr, title, ow - 2 * pad, buf, sizeof buf));
+    sp_plot_text(cr, pad, y, 0, 0, sp_plot_text_fit(cr, title, L->ow - 2 * pad, buf, sizeof buf));
   }
   y += fs * 1.3 * 1.2 + fs * 0.5;
   draw_key(cr, pad, y, fs);
   if (n == 0) {
     cairo_set_source_rgb(cr, 0.5, 0.5, 0.5);
     sp_plot_font(cr, fs, 0);
-    sp_plot_text(cr, pad, header + fs, 0, 0, "(no images)");
+    sp_plot_text(cr, pad, L->header + fs, 0, 0, "(no images)");
   }
+}
+
+/* Cell i: the image fitted into its square, box and points over it, caption
+ * under it. r: ground-truth dot radius. */
+static int draw_grid_cell(cairo_t *cr, const char *png_path, const grid_layout *L, int i, const sp_grid_cell *cell,
+                          double r, unsigned flags) {
+  const int cell_px = L->cell_px;
+  const double pad = L->pad;
+  char buf[512];
+  double cx = pad + (i % L->cols) * (cell_px + pad), cy = L->header + (i / L->cols) * (L->cell_h + pad);
+  cairo_rectangle(cr, cx, cy, cell_px, cell_px);
+  cairo_set_source_rgb(cr, 0.93, 0.93, 0.93);
+  cairo_fill(cr);
+  cairo_surface_t *src = sp_plot_image_surface(png_path, cell->img, cell->w, cell->h, cell->c);
+  if (!src) return sp_error_push("cell %d", i);
+  double s = fmin((double)cell_px / cell->w, (double)cell_px / cell->h);
+  double ix = cx + (cell_px - cell->w * s) / 2, iy = cy + (cell_px - cell->h * s) / 2;
+  sp_plot_paint_image(cr, src, ix, iy, s, 0);
+  cairo_surface_destroy(src);
+  cairo_save(cr);
+  cairo_rectangle(cr, cx, cy, cell_px, cell_px);
+  cairo_clip(cr);
+  if (cell->box) {
+    /* Box x, y name the first pixel inside it, whose left edge is x. */
+    cairo_rectangle(cr, ix + cell->box[0] * s, iy + cell->box[1] * s, cell->box[2] * s, cell->box[3] * s);
+    cairo_set_source_rgba(cr, 1.0, 0.85, 0.1, 0.9);
+    cairo_set_line_width(cr, r * 0.5);
+    cairo_stroke(cr);
+  }
+  draw_points(cr, ix, iy, s, cell->pred, cell->gt, cell->k, r, flags);
+  cairo_restore(cr);
+  if (cell->caption && *cell->caption) {
+    cairo_set_source_rgb(cr, 0.15, 0.15, 0.15);
+    sp_plot_font(cr, L->fs, 0);
+    sp_plot_text(cr, cx + cell_px / 2.0, cy + cell_px + L->cap_h / 2, 0.5, 0.5,
+                 sp_plot_text_fit(cr, cell->caption, cell_px, buf, sizeof buf));
+  }
+  return 0;
+}
+
+int sp_keypoint_grid_png(const char *png_path, const char *title, int cols, int n,
+                         const sp_grid_cell *cells, int cell_px, unsigned flags) {
+  if (check_grid_args(png_path, n, cells, cell_px) != 0) return -1;
+  const grid_layout L = grid_layout_for(cols, n, cell_px);
+  if (L.ow > SP_PLOT_MAX_SIDE || L.oh > SP_PLOT_MAX_SIDE)
+    return sp_error_set("%s: a grid of %d cells in %d columns of %d px is %ldx%ld, over %d px",
+                        png_path, n, L.cols, cell_px, L.ow, L.oh, SP_PLOT_MAX_SIDE);
+
+  cairo_surface_t *surface;
+  cairo_t *cr;
+  if (sp_plot_begin(png_path, (int)L.ow, (int)L.oh, &surface, &cr) != 0) return -1;
+  draw_grid_header(cr, &L, title, n);
 
   double r = cell_px / 60.0;
   r = r < 2.5 ? 2.5 : r > 6 ? 6 : r;
   for (int i = 0; i < n; i++) {
-    const sp_grid_cell *cell = &cells[i];
-    double cx = pad + (i % cols) * (cell_px + pad), cy = header + (i / cols) * (cell_h + pad);
-    cairo_rectangle(cr, cx, cy, cell_px, cell_px);
-    cairo_set_source_rgb(cr, 0.93, 0.93, 0.93);
-    cairo_fill(cr);
-    cairo_surface_t *src = sp_plot_image_surface(png_path, cell->img, cell->w, cell->h, cell->c);
-    if (!src) {
+    if (draw_grid_cell(cr, png_path, &L, i, &cells[i], r, flags) != 0) {
       cairo_destroy(cr);
       cairo_surface_destroy(surface);
-      return sp_error_push("cell %d", i);
-    }
-    double s = fmin((double)cell_px / cell->w, (double)cell_px / cell->h);
-    double ix = cx + (cell_px - cell->w * s) / 2, iy = cy + (cell_px - cell->h * s) / 2;
-    sp_plot_paint_image(cr, src, ix, iy, s, 0);
-    cairo_surface_destroy(src);
-    cairo_save(cr);
-    cairo_rectangle(cr, cx, cy, cell_px, cell_px);
-    cairo_clip(cr);
-    if (cell->box) {
-      /* Box x, y name the first pixel inside it, whose left edge is x. */
-      cairo_rectangle(cr, ix + cell->box[0] * s, iy + cell->box[1] * s, cell->box[2] * s, cell->box[3] * s);
-      cairo_set_source_rgba(cr, 1.0, 0.85, 0.1, 0.9);
-      cairo_set_line_width(cr, r * 0.5);
-      cairo_stroke(cr);
-    }
-    draw_points(cr, ix, iy, s, cell->pred, cell->gt, cell->k, r, flags);
-    cairo_restore(cr);
-    if (cell->caption && *cell->caption) {
-      cairo_set_source_rgb(cr, 0.15, 0.15, 0.15);
-      sp_plot_font(cr, fs, 0);
-      sp_plot_text(cr, cx + cell_px / 2.0, cy + cell_px + cap_h / 2, 0.5, 0.5,
-                   sp_plot_text_fit(cr, cell->caption, cell_px, buf, sizeof buf));
+      return -1;
     }
   }
   return sp_plot_finish(png_path, surface, cr);

@@ -351,9 +351,8 @@ static void draw_legend(cairo_t *cr, const frame *f, int n_series, const sp_seri
   }
 }
 
-int sp_plot_lines(const char *png_path, int w, int h, const char *title, const char *xlabel,
-                  const char *ylabel, int n_series, const sp_series *series, int log_y) {
-  const char *path = png_path ? png_path : "(null)";
+static int check_chart_args(const char *png_path, const char *path, int w, int h, int n_series,
+                            const sp_series *series) {
   if (!png_path || !*png_path) return sp_error_set("plot: no output path given");
   if (w < 160 || h < 120 || w > SP_PLOT_MAX_SIDE || h > SP_PLOT_MAX_SIDE)
     return sp_error_set("%s: chart size %dx%d outside 160..%d x 120..%d", path, w, h, SP_PLOT_MAX_SIDE,
@@ -365,7 +364,17 @@ int sp_plot_lines(const char *png_path, int w, int h, const char *title, const c
       return sp_error_set("%s: series %d (%s) has n = %d but no data", path, i,
                           series[i].label ? series[i].label : "unlabelled", series[i].n);
   }
+  return 0;
+}
 
+typedef struct {
+  double xlo, xhi, ylo, yhi;
+  long n_points; /* usable points over all series */
+} data_range;
+
+/* The limits of the usable points; [0, 1] x [0, 1] (log: [1, 10]) when there
+ * are none. -1 when the span cannot be mapped to pixels. */
+static int find_data_range(const char *path, int n_series, const sp_series *series, int log_y, data_range *d) {
   double xlo = INFINITY, xhi = -INFINITY, ylo = INFINITY, yhi = -INFINITY;
   long n_points = 0;
   for (int i = 0; i < n_series; i++)
@@ -387,80 +396,119 @@ int sp_plot_lines(const char *png_path, int w, int h, const char *title, const c
     ylo = log_y ? 1 : 0;
     yhi = log_y ? 10 : 1;
   }
+  *d = (data_range){xlo, xhi, ylo, yhi, n_points};
+  return 0;
+}
 
-  cairo_surface_t *surface;
-  cairo_t *cr;
-  if (sp_plot_begin(path, w, h, &surface, &cr) != 0) return -1;
+/* Sizes of one chart, all measured in font sizes. */
+typedef struct {
+  int w, h;
+  double fs, pad, tick, gap, lw;
+  int has_title, has_xl, has_yl;
+} chart_style;
 
+static chart_style chart_style_for(int w, int h, const char *title, const char *xlabel, const char *ylabel) {
   /* Font size follows the figure's area so a thumbnail and a full-page chart
    * both stay readable; everything else is measured in font sizes. */
   double fs = sqrt((double)w * h) / 48;
   fs = fs < 9 ? 9 : fs > 18 ? 18 : fs;
   double pad = fs * 0.8, tick = fs * 0.4, gap = fs * 0.3, lw = fmax(1.5, fs / 7);
   int has_title = title && *title, has_xl = xlabel && *xlabel, has_yl = ylabel && *ylabel;
-  double top = pad + (has_title ? fs * 1.25 * 1.2 + fs * 0.7 : fs * 0.4);
-  double bottom = pad + tick + gap + fs * 1.2 + (has_xl ? fs * 1.5 : 0);
-  double ph = h - top - bottom;
+  return (chart_style){w, h, fs, pad, tick, gap, lw, has_title, has_xl, has_yl};
+}
 
-  axis ay, ax;
+/* Both axes and the plot area between the margins their labels need. */
+static frame layout_frame(cairo_t *cr, const chart_style *st, const data_range *d, int log_y, axis *ax, axis *ay) {
+  const double fs = st->fs, pad = st->pad, tick = st->tick, gap = st->gap;
+  double top = pad + (st->has_title ? fs * 1.25 * 1.2 + fs * 0.7 : fs * 0.4);
+  double bottom = pad + tick + gap + fs * 1.2 + (st->has_xl ? fs * 1.5 : 0);
+  double ph = st->h - top - bottom;
+
   int ty = (int)(ph / (fs * 2.8));
   ty = ty < 2 ? 2 : ty > 10 ? 10 : ty;
   sp_plot_font(cr, fs, 0);
-  if (log_y) axis_log(&ay, ylo, yhi, ty);
-  else axis_linear(&ay, ylo, yhi, ty);
-  double left = pad + (has_yl ? fs * 1.6 : 0) + axis_widest(cr, &ay) + gap + tick;
+  if (log_y) axis_log(ay, d->ylo, d->yhi, ty);
+  else axis_linear(ay, d->ylo, d->yhi, ty);
+  double left = pad + (st->has_yl ? fs * 1.6 : 0) + axis_widest(cr, ay) + gap + tick;
   double right = pad + fs * 1.5;
-  double pw = w - left - right;
+  double pw = st->w - left - right;
   int tx = (int)(pw / (fs * 5));
   tx = tx < 2 ? 2 : tx > 12 ? 12 : tx;
   for (;;) { /* fewer x ticks until their labels do not collide */
-    axis_linear(&ax, xlo, xhi, tx);
-    if (tx <= 2 || (axis_widest(cr, &ax) + fs * 2) * (ax.n - 1) <= pw) break;
+    axis_linear(ax, d->xlo, d->xhi, tx);
+    if (tx <= 2 || (axis_widest(cr, ax) + fs * 2) * (ax->n - 1) <= pw) break;
     tx--;
   }
+  return (frame){left, top, pw, ph, ax, ay};
+}
 
-  frame f = {left, top, pw, ph, &ax, &ay};
-  draw_grid_and_axes(cr, &f, fs);
-
+/* The curves, clipped to the plot area, then the legend (or "no data"). */
+static void draw_plot_area(cairo_t *cr, const frame *f, const chart_style *st, int n_series, const sp_series *series,
+                           int log_y, long n_points) {
+  const double lw = st->lw;
   cairo_save(cr);
   /* A little slack so dots on the limits are not cut in half. */
-  cairo_rectangle(cr, f.x0 - lw * 2, f.y0 - lw * 2, f.w + lw * 4, f.h + lw * 4);
+  cairo_rectangle(cr, f->x0 - lw * 2, f->y0 - lw * 2, f->w + lw * 4, f->h + lw * 4);
   cairo_clip(cr);
-  for (int i = 0; i < n_series; i++) draw_series(cr, &f, i, &series[i], log_y, lw);
+  for (int i = 0; i < n_series; i++) draw_series(cr, f, i, &series[i], log_y, lw);
   cairo_restore(cr);
 
   if (n_points == 0) {
     cairo_set_source_rgb(cr, 0.55, 0.55, 0.55);
-    sp_plot_font(cr, fs * 1.2, 0);
-    sp_plot_text(cr, f.x0 + f.w / 2, f.y0 + f.h / 2, 0.5, 0.5, "no data");
+    sp_plot_font(cr, st->fs * 1.2, 0);
+    sp_plot_text(cr, f->x0 + f->w / 2, f->y0 + f->h / 2, 0.5, 0.5, "no data");
   } else {
-    draw_legend(cr, &f, n_series, series, log_y, fs, lw);
+    draw_legend(cr, f, n_series, series, log_y, st->fs, lw);
   }
+}
 
+/* Title over the plot area, x label under it, y label turned along it. */
+static void draw_titles(cairo_t *cr, const frame *f, const chart_style *st, const char *title, const char *xlabel,
+                        const char *ylabel) {
+  const double fs = st->fs, pad = st->pad;
+  const int w = st->w, h = st->h;
   char buf[512];
   cairo_set_source_rgb(cr, 0.1, 0.1, 0.1);
-  if (has_title) {
+  if (st->has_title) {
     sp_plot_font(cr, fs * 1.25, 1);
     sp_plot_text_fit(cr, title, w - 2 * pad, buf, sizeof buf);
     double tw = sp_plot_text_width(cr, buf);
     /* Centred over the plot area, pulled back inside the figure if long. */
-    double cx = f.x0 + f.w / 2;
+    double cx = f->x0 + f->w / 2;
     if (cx - tw / 2 < pad) cx = pad + tw / 2;
     if (cx + tw / 2 > w - pad) cx = w - pad - tw / 2;
     sp_plot_text(cr, cx, pad, 0.5, 0, buf);
   }
   sp_plot_font(cr, fs, 0);
-  if (has_xl) {
-    sp_plot_text_fit(cr, xlabel, f.w, buf, sizeof buf);
-    sp_plot_text(cr, f.x0 + f.w / 2, h - pad, 0.5, 1, buf);
+  if (st->has_xl) {
+    sp_plot_text_fit(cr, xlabel, f->w, buf, sizeof buf);
+    sp_plot_text(cr, f->x0 + f->w / 2, h - pad, 0.5, 1, buf);
   }
-  if (has_yl) {
-    sp_plot_text_fit(cr, ylabel, f.h, buf, sizeof buf);
+  if (st->has_yl) {
+    sp_plot_text_fit(cr, ylabel, f->h, buf, sizeof buf);
     cairo_save(cr);
-    cairo_translate(cr, pad, f.y0 + f.h / 2);
+    cairo_translate(cr, pad, f->y0 + f->h / 2);
     cairo_rotate(cr, -M_PI / 2);
     sp_plot_text(cr, 0, 0, 0.5, 0, buf);
     cairo_restore(cr);
   }
+}
+
+int sp_plot_lines(const char *png_path, int w, int h, const char *title, const char *xlabel,
+                  const char *ylabel, int n_series, const sp_series *series, int log_y) {
+  const char *path = png_path ? png_path : "(null)";
+  if (check_chart_args(png_path, path, w, h, n_series, series) != 0) return -1;
+  data_range d = {0};
+  if (find_data_range(path, n_series, series, log_y, &d) != 0) return -1;
+
+  cairo_surface_t *surface;
+  cairo_t *cr;
+  if (sp_plot_begin(path, w, h, &surface, &cr) != 0) return -1;
+  chart_style st = chart_style_for(w, h, title, xlabel, ylabel);
+  axis ay, ax;
+  frame f = layout_frame(cr, &st, &d, log_y, &ax, &ay);
+  draw_grid_and_axes(cr, &f, st.fs);
+  draw_plot_area(cr, &f, &st, n_series, series, log_y, d.n_points);
+  draw_titles(cr, &f, &st, title, xlabel, ylabel);
   return sp_plot_finish(path, surface, cr);
 }

@@ -95,9 +95,8 @@ static cairo_surface_t *heat_surface(const char *path, const uint8_t *img, int w
   return s;
 }
 
-int sp_heatmaps_png(const char *png_path, const uint8_t *img, int w, int h, int c, int n_maps,
-                    const float *const *maps, const char *const *captions, const float *points,
-                    int cell_px) {
+static int check_heatmap_args(const char *png_path, const uint8_t *img, int w, int h, int c, int n_maps,
+                              const float *const *maps, int cell_px) {
   if (!png_path || !*png_path) return sp_error_set("plot: no output path given");
   if (sp_plot_check_image(png_path, img, w, h, c) != 0) return -1;
   if (n_maps < 1 || !maps) return sp_error_set("%s: no maps given", png_path);
@@ -105,27 +104,84 @@ int sp_heatmaps_png(const char *png_path, const uint8_t *img, int w, int h, int 
     if (!maps[i]) return sp_error_set("%s: map %d is NULL", png_path, i);
   if (cell_px < 32 || cell_px > 2048)
     return sp_error_set("%s: cell size %d px outside 32..2048", png_path, cell_px);
+  return 0;
+}
 
-  int m = cell_px / 24 > 4 ? cell_px / 24 : 4;
-  int ph = (int)lround((double)cell_px * h / w);
-  if (ph < 1) ph = 1;
+/* Panels in a row, captions under them, the colour key on the right. */
+typedef struct {
+  int m, ph;                 /* margin, panel height */
+  double fs, cap_h, bar_w;   /* font size, caption row height, key bar width */
+  long ow, oh;               /* figure size */
+} heat_layout;
+
+static heat_layout heat_layout_for(int w, int h, int n_maps, int cell_px) {
+  heat_layout L;
+  L.m = cell_px / 24 > 4 ? cell_px / 24 : 4;
+  L.ph = (int)lround((double)cell_px * h / w);
+  if (L.ph < 1) L.ph = 1;
   double fs = cell_px / 16.0;
-  fs = fs < 10 ? 10 : fs > 15 ? 15 : fs;
-  double cap_h = fs * 1.8, bar_w = fs * 0.9;
+  L.fs = fs < 10 ? 10 : fs > 15 ? 15 : fs;
+  L.cap_h = L.fs * 1.8, L.bar_w = L.fs * 0.9;
   /* Room for the colour key right of the panels: bar plus "peak" label. */
-  double key_w = m + bar_w + fs * 0.4 + fs * 2.6;
-  long ow = (long)ceil(m + (double)n_maps * (cell_px + m) + key_w);
-  long oh = (long)ceil(m + ph + cap_h + m * 0.5);
-  if (ow > SP_PLOT_MAX_SIDE || oh > SP_PLOT_MAX_SIDE)
+  double key_w = L.m + L.bar_w + L.fs * 0.4 + L.fs * 2.6;
+  L.ow = (long)ceil(L.m + (double)n_maps * (cell_px + L.m) + key_w);
+  L.oh = (long)ceil(L.m + L.ph + L.cap_h + L.m * 0.5);
+  return L;
+}
+
+/* A crosshair with an open centre, so the map under the point (often its
+ * peak) stays visible. */
+static void draw_crosshair(cairo_t *cr, double px, double py, double r) {
+  for (int q = 0; q < 4; q++) {
+    double dx = q == 0 ? 1 : q == 1 ? -1 : 0, dy = q == 2 ? 1 : q == 3 ? -1 : 0;
+    cairo_move_to(cr, px + dx * r * 0.6, py + dy * r * 0.6);
+    cairo_line_to(cr, px + dx * r * 1.8, py + dy * r * 1.8);
+  }
+  cairo_set_line_cap(cr, CAIRO_LINE_CAP_ROUND);
+  cairo_set_source_rgba(cr, 0, 0, 0, 0.7);
+  cairo_set_line_width(cr, 3.5);
+  cairo_stroke_preserve(cr);
+  cairo_set_source_rgb(cr, 1, 1, 1);
+  cairo_set_line_width(cr, 1.8);
+  cairo_stroke(cr);
+}
+
+/* Colour key: each map is scaled to its own peak, so the bar reads 0..peak. */
+static void draw_colour_key(cairo_t *cr, const heat_layout *L, double bx) {
+  const int m = L->m, ph = L->ph;
+  const double fs = L->fs, bar_w = L->bar_w;
+  cairo_pattern_t *grad = cairo_pattern_create_linear(0, m + ph, 0, m);
+  for (int i = 0; i <= 16; i++) {
+    uint8_t rgb[3];
+    sp_plot_colormap(i / 16.0, rgb);
+    cairo_pattern_add_color_stop_rgb(grad, i / 16.0, rgb[0] / 255.0, rgb[1] / 255.0, rgb[2] / 255.0);
+  }
+  cairo_rectangle(cr, bx, m, bar_w, ph);
+  cairo_set_source(cr, grad);
+  cairo_fill(cr);
+  cairo_pattern_destroy(grad);
+  cairo_set_source_rgb(cr, 0.2, 0.2, 0.2);
+  sp_plot_font(cr, fs * 0.85, 0);
+  sp_plot_text(cr, bx + bar_w + fs * 0.3, m, 0, 0, "peak");
+  sp_plot_text(cr, bx + bar_w + fs * 0.3, m + ph, 0, 1, "0");
+}
+
+int sp_heatmaps_png(const char *png_path, const uint8_t *img, int w, int h, int c, int n_maps,
+                    const float *const *maps, const char *const *captions, const float *points,
+                    int cell_px) {
+  if (check_heatmap_args(png_path, img, w, h, c, n_maps, maps, cell_px) != 0) return -1;
+  const heat_layout L = heat_layout_for(w, h, n_maps, cell_px);
+  const int m = L.m, ph = L.ph;
+  if (L.ow > SP_PLOT_MAX_SIDE || L.oh > SP_PLOT_MAX_SIDE)
     return sp_error_set("%s: %d panels of %d px make a %ldx%ld figure, over %d px", png_path, n_maps,
-                        cell_px, ow, oh, SP_PLOT_MAX_SIDE);
+                        cell_px, L.ow, L.oh, SP_PLOT_MAX_SIDE);
 
   uint8_t lut[256][3];
   for (int i = 0; i < 256; i++) sp_plot_colormap(i / 255.0, lut[i]);
 
   cairo_surface_t *surface;
   cairo_t *cr;
-  if (sp_plot_begin(png_path, (int)ow, (int)oh, &surface, &cr) != 0) return -1;
+  if (sp_plot_begin(png_path, (int)L.ow, (int)L.oh, &surface, &cr) != 0) return -1;
   double scale = (double)cell_px / w;
   char buf[256];
   for (int i = 0; i < n_maps; i++) {
@@ -141,48 +197,18 @@ int sp_heatmaps_png(const char *png_path, const uint8_t *img, int w, int h, int 
     cairo_clip(cr);
     sp_plot_paint_image(cr, panel, x0, y0, scale, 1);
     cairo_surface_destroy(panel);
-    if (points && isfinite(points[2 * i]) && isfinite(points[2 * i + 1])) {
-      double px = x0 + (points[2 * i] + 0.5) * scale, py = y0 + (points[2 * i + 1] + 0.5) * scale;
-      double r = fmax(4, cell_px / 36.0);
-      /* A crosshair with an open centre, so the map under the point (often
-       * its peak) stays visible. */
-      for (int q = 0; q < 4; q++) {
-        double dx = q == 0 ? 1 : q == 1 ? -1 : 0, dy = q == 2 ? 1 : q == 3 ? -1 : 0;
-        cairo_move_to(cr, px + dx * r * 0.6, py + dy * r * 0.6);
-        cairo_line_to(cr, px + dx * r * 1.8, py + dy * r * 1.8);
-      }
-      cairo_set_line_cap(cr, CAIRO_LINE_CAP_ROUND);
-      cairo_set_source_rgba(cr, 0, 0, 0, 0.7);
-      cairo_set_line_width(cr, 3.5);
-      cairo_stroke_preserve(cr);
-      cairo_set_source_rgb(cr, 1, 1, 1);
-      cairo_set_line_width(cr, 1.8);
-      cairo_stroke(cr);
-    }
+    if (points && isfinite(points[2 * i]) && isfinite(points[2 * i + 1]))
+      draw_crosshair(cr, x0 + (points[2 * i] + 0.5) * scale, y0 + (points[2 * i + 1] + 0.5) * scale,
+                     fmax(4, cell_px / 36.0));
     cairo_restore(cr);
     if (captions && captions[i] && *captions[i]) {
       cairo_set_source_rgb(cr, 0.15, 0.15, 0.15);
-      sp_plot_font(cr, fs, 0);
-      sp_plot_text(cr, x0 + cell_px / 2.0, y0 + ph + cap_h / 2, 0.5, 0.5,
+      sp_plot_font(cr, L.fs, 0);
+      sp_plot_text(cr, x0 + cell_px / 2.0, y0 + ph + L.cap_h / 2, 0.5, 0.5,
                    sp_plot_text_fit(cr, captions[i], cell_px, buf, sizeof buf));
     }
   }
-  /* Colour key: each map is scaled to its own peak, so the bar reads 0..peak. */
-  double bx = m + (double)n_maps * (cell_px + m);
-  cairo_pattern_t *grad = cairo_pattern_create_linear(0, m + ph, 0, m);
-  for (int i = 0; i <= 16; i++) {
-    uint8_t rgb[3];
-    sp_plot_colormap(i / 16.0, rgb);
-    cairo_pattern_add_color_stop_rgb(grad, i / 16.0, rgb[0] / 255.0, rgb[1] / 255.0, rgb[2] / 255.0);
-  }
-  cairo_rectangle(cr, bx, m, bar_w, ph);
-  cairo_set_source(cr, grad);
-  cairo_fill(cr);
-  cairo_pattern_destroy(grad);
-  cairo_set_source_rgb(cr, 0.2, 0.2, 0.2);
-  sp_plot_font(cr, fs * 0.85, 0);
-  sp_plot_text(cr, bx + bar_w + fs * 0.3, m, 0, 0, "peak");
-  sp_plot_text(cr, bx + bar_w + fs * 0.3, m + ph, 0, 1, "0");
+  draw_colour_key(cr, &L, m + (double)n_maps * (cell_px + m));
   return sp_plot_finish(png_path, surface, cr);
 }
 

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "io/yaml_read.h"
+#include "train/config_shared.h"
 #include "train/dist_config.h"
 #include "spry/config.h"
 #include "spry/models.h"
@@ -77,20 +78,8 @@ sp_train_config sp_train_config_default(void) {
   return c;
 }
 
-static int read_all(sp_yaml_reader *r, void *out) {
-  sp_train_config *c = out;
-  static const char *const splits[] = {"identity", "list", "none", NULL};
-  static const char *const losses[] = {"l1", "l2", "mse", "euclidean", NULL};
-  static const char *const opts[] = {"sgd", "adam", "adamw", NULL};
-  static const char *const decays[] = {"cosine", "step", "constant", NULL};
-  static const char *const precisions[] = {"f32", "bf16", NULL};
-  static const char *const backends[] = {"ref", "cpu", NULL};
-  static const char *const formats[] = {"auto", "csv", "coco", "dlib", "imm", "asf", "pts", NULL};
-  static const char *const boxes[] = {"auto", "image", "detect", "file", "points", NULL};
-  char loss[16] = "", opt[16] = "", decay[16] = "";
-  double list[256];
-  int n = 0;
-  double warmup_epochs = -1, seed = (double)c->seed;
+/* task, model and model_options. */
+static int read_model(sp_yaml_reader *r, sp_train_config *c) {
   /* Keypoint models only: resnetNN are classifiers (benchmarks, video
    * backbones) and tsn/tsm belong to `task: video`. */
   static const char *const models[] = {"vgg-face", "vgg-nose", "resunet18", "resunet50", NULL};
@@ -98,8 +87,16 @@ static int read_all(sp_yaml_reader *r, void *out) {
   static const char *const tasks[] = {"keypoints", "video", NULL};
   char task[16] = "";
   if (sp_yr_string(r, "task", task, sizeof task, tasks)) return -1;
-  if (sp_yr_string(r, "model", c->model, sizeof c->model, models) || read_model_options(r, c) ||
-      sp_yr_string(r, "data.path", c->data.path, sizeof c->data.path, NULL) ||
+  if (sp_yr_string(r, "model", c->model, sizeof c->model, models) || read_model_options(r, c)) return -1;
+  return 0;
+}
+
+/* data.*: where the faces are, how they are split, cropped and boxed. */
+static int read_data_source(sp_yaml_reader *r, sp_train_config *c) {
+  static const char *const splits[] = {"identity", "list", "none", NULL};
+  static const char *const formats[] = {"auto", "csv", "coco", "dlib", "imm", "asf", "pts", NULL};
+  static const char *const boxes[] = {"auto", "image", "detect", "file", "points", NULL};
+  if (sp_yr_string(r, "data.path", c->data.path, sizeof c->data.path, NULL) ||
       sp_yr_string(r, "data.format", c->data.format, sizeof c->data.format, formats) ||
       sp_yr_string(r, "data.split", c->data.split, sizeof c->data.split, splits) ||
       sp_yr_double(r, "data.val_fraction", 0, 0.9, &c->data.val_fraction) ||
@@ -113,12 +110,24 @@ static int read_all(sp_yaml_reader *r, void *out) {
     return -1;
   if ((!strcmp(c->data.box, "file") || !strcmp(c->data.val_box, "file")) && !c->data.boxes[0])
     return sp_yr_bad(r, "data.box", sp_yr_find(r, "data.box"), "file together with data.boxes: FILE.csv");
+  return 0;
+}
+
+/* data.keypoints and data.flip_table: point subsets and permutations. */
+static int read_data_points(sp_yaml_reader *r, sp_train_config *c) {
+  double list[256];
+  int n = 0;
   if (sp_yr_list(r, "data.keypoints", 256, 0, 255, list, &n)) return -1;
   c->data.n_keypoints = n;
   for (int i = 0; i < n; i++) c->data.keypoints[i] = (int)list[i];
   if (sp_yr_list(r, "data.flip_table", 256, 0, 255, list, &n)) return -1;
   c->data.n_flip_table = n;
   for (int i = 0; i < n; i++) c->data.flip_table[i] = (int)list[i];
+  return 0;
+}
+
+/* The network input: channels, a size the model can halve, mean and std. */
+static int read_data_input(sp_yaml_reader *r, sp_train_config *c) {
   int nm = 0;
   double mean[3], std[3];
   if (c->data.channels == 2)
@@ -132,6 +141,12 @@ static int read_all(sp_yaml_reader *r, void *out) {
   if (sp_yr_list(r, "data.std", 3, 1e-6, 10, std, &nm)) return -1;
   if (nm == 2) return sp_yr_bad(r, "data.std", sp_yr_find(r, "data.std"), "1 value, or 3 (one per channel)");
   for (int i = 0; nm && i < 3; i++) c->data.std[i] = (float)std[nm == 3 ? i : 0];
+  return 0;
+}
+
+static int read_augment(sp_yaml_reader *r, sp_train_config *c) {
+  double list[2];
+  int n = 0;
   if (sp_yr_list(r, "augment.scale", 2, 0.1, 10, list, &n)) return -1;
   if (n == 1 || (n == 2 && list[0] > list[1]))
     return sp_yr_bad(r, "augment.scale", sp_yr_find(r, "augment.scale"), "[min, max] with min <= max");
@@ -141,12 +156,27 @@ static int read_all(sp_yaml_reader *r, void *out) {
     return -1;
   if (sp_yr_list(r, "augment.randaugment", 2, 0, 30, list, &n)) return -1;
   if (n == 2) c->augment.ra_n = (int)list[0], c->augment.ra_m = (int)list[1];
+  return 0;
+}
+
+static int read_loss(sp_yaml_reader *r, sp_train_config *c) {
+  static const char *const losses[] = {"l1", "l2", "mse", "euclidean", NULL};
+  char loss[16] = "";
   if (sp_yr_string(r, "loss.type", loss, sizeof loss, losses) ||
       sp_yr_float(r, "loss.structure_weight", 0, 100, &c->loss.structure_weight) ||
       sp_yr_int(r, "loss.neighbours", 1, 8, &c->loss.neighbours))
     return -1;
   for (int k = 0; loss[0] && k < 4; k++)
     if (!strcmp(loss, losses[k])) c->loss.kind = (sp_loss_kind)k;
+  return 0;
+}
+
+/* optimizer.*: a type resets the optimizer's defaults but keeps the weight decay. */
+static int read_optimizer(sp_yaml_reader *r, sp_train_config *c) {
+  static const char *const opts[] = {"sgd", "adam", "adamw", NULL};
+  char opt[16] = "";
+  double list[2];
+  int n = 0;
   if (sp_yr_string(r, "optimizer.type", opt, sizeof opt, opts)) return -1;
   if (opt[0]) {
     float wd = c->optimizer.weight_decay;
@@ -154,16 +184,20 @@ static int read_all(sp_yaml_reader *r, void *out) {
     c->optimizer = sp_opt_config_default(c->optimizer.kind);
     c->optimizer.weight_decay = wd;
   }
-  if (sp_yr_float(r, "optimizer.lr", 0, 100, &c->lr) ||
-      sp_yr_float(r, "optimizer.weight_decay", 0, 10, &c->optimizer.weight_decay) ||
-      sp_yr_float(r, "optimizer.momentum", 0, 0.9999, &c->optimizer.momentum) ||
-      sp_yr_bool(r, "optimizer.nesterov", &c->optimizer.nesterov) ||
-      sp_yr_float(r, "optimizer.clip_norm", 0, 1e6, &c->clip_norm))
-    return -1;
+  if (sp_config_read_optimizer_keys(r, &c->optimizer, &c->lr, &c->clip_norm)) return -1;
   if (sp_yr_list(r, "optimizer.betas", 2, 0, 0.999999, list, &n)) return -1;
   if (n == 2) c->optimizer.beta1 = (float)list[0], c->optimizer.beta2 = (float)list[1];
+  return 0;
+}
+
+/* schedule.*; *warmup_epochs stays -1 unless given (then it wins over the fraction). */
+static int read_schedule(sp_yaml_reader *r, sp_train_config *c, double *warmup_epochs) {
+  static const char *const decays[] = {"cosine", "step", "constant", NULL};
+  char decay[16] = "";
+  double list[SP_LR_MAX_MILESTONES];
+  int n = 0;
   if (sp_yr_string(r, "schedule.decay", decay, sizeof decay, decays) ||
-      sp_yr_double(r, "schedule.warmup_epochs", 0, 1e6, &warmup_epochs) ||
+      sp_yr_double(r, "schedule.warmup_epochs", 0, 1e6, warmup_epochs) ||
       sp_yr_double(r, "schedule.warmup_fraction", 0, 1, &c->warmup_fraction) ||
       sp_yr_float(r, "schedule.min_lr", 0, 100, &c->schedule.min_lr) ||
       sp_yr_float(r, "schedule.warmup_start_factor", 0, 1, &c->schedule.warmup_start_factor))
@@ -178,6 +212,14 @@ static int read_all(sp_yaml_reader *r, void *out) {
   for (int i = 0; i < n; i++) c->schedule.milestones[i] = list[i];
   c->schedule.gamma = 0.1f;
   if (sp_yr_float(r, "schedule.gamma", 0, 1, &c->schedule.gamma)) return -1;
+  return 0;
+}
+
+/* The run's top-level keys (epochs, batch, threads, seed, ...) and dist.*. */
+static int read_run(sp_yaml_reader *r, sp_train_config *c) {
+  static const char *const precisions[] = {"f32", "bf16", NULL};
+  static const char *const backends[] = {"ref", "cpu", NULL};
+  double seed = (double)c->seed;
   if (sp_yr_int(r, "epochs", 1, 1000000, &c->epochs) || sp_yr_int(r, "batch", 1, 65536, &c->batch) ||
       sp_yr_int(r, "threads", 0, 1024, &c->threads) || sp_yr_int(r, "workers", 0, 256, &c->workers) ||
       sp_yr_double(r, "seed", 0, 9007199254740992.0, &seed) ||
@@ -187,14 +229,21 @@ static int read_all(sp_yaml_reader *r, void *out) {
     return -1;
   if (sp_dist_config_read(r, &c->dist)) return -1;
   c->seed = (uint64_t)seed;
+  return 0;
+}
+
+static int read_all(sp_yaml_reader *r, void *out) {
+  sp_train_config *c = out;
+  double warmup_epochs = -1;
+  if (read_model(r, c) || read_data_source(r, c) || read_data_points(r, c) || read_data_input(r, c) ||
+      read_augment(r, c) || read_loss(r, c) || read_optimizer(r, c) || read_schedule(r, c, &warmup_epochs) ||
+      read_run(r, c))
+    return -1;
   /* Warm-up: explicit epochs win over the fraction of training. */
   c->schedule.base_lr = c->lr;
   c->schedule.total_epochs = c->epochs;
   c->schedule.warmup_epochs = warmup_epochs >= 0 ? warmup_epochs : c->warmup_fraction * c->epochs;
-  if (sp_opt_config_check(&c->optimizer) != 0) return sp_error_push("%s: optimizer", r->file);
-  if (!strcmp(c->precision, "bf16") && strcmp(c->backend, "cpu"))
-    return sp_error_set("%s: precision: bf16 needs backend: cpu (the %s backend computes in f32)", r->file, c->backend);
-  return 0;
+  return sp_config_check_run(r, &c->optimizer, c->precision, c->backend);
 }
 
 int sp_train_config_load(const char *path, int n_sets, char *const *sets, sp_train_config *cfg, char **resolved) {

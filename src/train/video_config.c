@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "io/yaml_read.h"
+#include "train/config_shared.h"
 #include "train/dist_config.h"
 #include "spry/video_train.h"
 
@@ -42,25 +43,27 @@ sp_video_config sp_video_config_default(void) {
   return c;
 }
 
-static int read_all(sp_yaml_reader *r, void *out) {
-  sp_video_config *c = out;
+/* task, model and model_options.*: width, temporal shift, dropout, pretrained weights. */
+static int read_model(sp_yaml_reader *r, sp_video_config *c) {
   static const char *const models[] = {"tsn-r18", "tsn-r50", "tsm-r18", "tsm-r50", NULL};
-  static const char *const samplers[] = {"tsn", "dense", NULL};
-  static const char *const formats[] = {"video", "frames", NULL};
-  static const char *const opts[] = {"sgd", "adam", "adamw", NULL};
-  static const char *const decays[] = {"cosine", "step", "constant", NULL};
-  static const char *const backends[] = {"ref", "cpu", NULL};
-  static const char *const precisions[] = {"f32", "bf16", NULL};
   static const char *const tasks[] = {"video", NULL};
-  char task[16], sampler[16] = "", format[16], opt[16] = "", decay[16] = "";
-  double seed = (double)c->seed, warmup = 0, list[SP_LR_MAX_MILESTONES];
+  char task[16];
   if (sp_yr_string(r, "task", task, sizeof task, tasks) || sp_yr_string(r, "model", c->model, sizeof c->model, models) ||
       sp_yr_int(r, "model_options.base_width", 1, 4096, &c->base_width) ||
       sp_yr_float(r, "model_options.shift_back", 0, 1, &c->shift_back) ||
       sp_yr_float(r, "model_options.shift_fwd", 0, 1, &c->shift_fwd) ||
       sp_yr_float(r, "model_options.dropout", 0, 0.99, &c->dropout) ||
-      sp_yr_string(r, "model_options.pretrained", c->pretrained, sizeof c->pretrained, NULL) ||
-      sp_yr_string(r, "data.train_list", c->data.train_list, sizeof c->data.train_list, NULL) ||
+      sp_yr_string(r, "model_options.pretrained", c->pretrained, sizeof c->pretrained, NULL))
+    return -1;
+  return 0;
+}
+
+/* data.*: lists, sampler, clip shape, normalisation. */
+static int read_data(sp_yaml_reader *r, sp_video_config *c) {
+  static const char *const samplers[] = {"tsn", "dense", NULL};
+  static const char *const formats[] = {"video", "frames", NULL};
+  char sampler[16] = "", format[16];
+  if (sp_yr_string(r, "data.train_list", c->data.train_list, sizeof c->data.train_list, NULL) ||
       sp_yr_string(r, "data.val_list", c->data.val_list, sizeof c->data.val_list, NULL) ||
       sp_yr_string(r, "data.root", c->data.root, sizeof c->data.root, NULL) ||
       /* Informational: the reader tells videos and frame folders apart itself. */
@@ -74,6 +77,14 @@ static int read_all(sp_yaml_reader *r, void *out) {
       sp_yr_triple(r, "data.mean", -10, 10, c->data.mean) || sp_yr_triple(r, "data.std", 1e-6, 10, c->data.std))
     return -1;
   if (!strcmp(sampler, "dense")) c->data.sampler = SP_SAMPLER_DENSE;
+  return 0;
+}
+
+/* optimizer.*: a type resets the optimizer's defaults but keeps the weight
+ * decay (and SGD's momentum). */
+static int read_optimizer(sp_yaml_reader *r, sp_video_config *c) {
+  static const char *const opts[] = {"sgd", "adam", "adamw", NULL};
+  char opt[16] = "";
   if (sp_yr_string(r, "optimizer.type", opt, sizeof opt, opts)) return -1;
   if (opt[0]) {
     sp_opt_config keep = c->optimizer;
@@ -82,20 +93,14 @@ static int read_all(sp_yaml_reader *r, void *out) {
     c->optimizer.weight_decay = keep.weight_decay;
     if (c->optimizer.kind == SP_OPT_SGD) c->optimizer.momentum = keep.momentum;
   }
+  return sp_config_read_optimizer_keys(r, &c->optimizer, &c->lr, &c->clip_norm);
+}
+
+/* schedule.milestones: a list of epochs (any order). */
+static int read_milestones(sp_yaml_reader *r, sp_video_config *c) {
+  double list[SP_LR_MAX_MILESTONES];
   int n = 0;
   sp_yaml *ms;
-  if (sp_yr_float(r, "optimizer.lr", 0, 100, &c->lr) ||
-      sp_yr_float(r, "optimizer.weight_decay", 0, 10, &c->optimizer.weight_decay) ||
-      sp_yr_float(r, "optimizer.momentum", 0, 0.9999, &c->optimizer.momentum) ||
-      sp_yr_bool(r, "optimizer.nesterov", &c->optimizer.nesterov) ||
-      sp_yr_float(r, "optimizer.clip_norm", 0, 1e6, &c->clip_norm) ||
-      sp_yr_string(r, "schedule.decay", decay, sizeof decay, decays) ||
-      sp_yr_double(r, "schedule.warmup_epochs", 0, 1e6, &warmup) ||
-      sp_yr_float(r, "schedule.warmup_start_factor", 0, 1, &c->schedule.warmup_start_factor) ||
-      sp_yr_float(r, "schedule.min_lr", 0, 100, &c->schedule.min_lr))
-    return -1;
-  c->schedule.gamma = 0.1f;
-  if (sp_yr_float(r, "schedule.gamma", 0, 1, &c->schedule.gamma)) return -1;
   if ((ms = sp_yr_find(r, "schedule.milestones"))) {
     if (ms->kind != SP_YAML_SEQ || ms->n > SP_LR_MAX_MILESTONES)
       return sp_yr_bad(r, "schedule.milestones", ms, "a list of at most 8 epochs");
@@ -111,8 +116,31 @@ static int read_all(sp_yaml_reader *r, void *out) {
     return -1;
   }
   c->schedule.n_milestones = n;
+  return 0;
+}
+
+/* schedule.*; *warmup gets schedule.warmup_epochs (0 unless given). */
+static int read_schedule(sp_yaml_reader *r, sp_video_config *c, double *warmup) {
+  static const char *const decays[] = {"cosine", "step", "constant", NULL};
+  char decay[16] = "";
+  if (sp_yr_string(r, "schedule.decay", decay, sizeof decay, decays) ||
+      sp_yr_double(r, "schedule.warmup_epochs", 0, 1e6, warmup) ||
+      sp_yr_float(r, "schedule.warmup_start_factor", 0, 1, &c->schedule.warmup_start_factor) ||
+      sp_yr_float(r, "schedule.min_lr", 0, 100, &c->schedule.min_lr))
+    return -1;
+  c->schedule.gamma = 0.1f;
+  if (sp_yr_float(r, "schedule.gamma", 0, 1, &c->schedule.gamma)) return -1;
+  if (read_milestones(r, c)) return -1;
   if (!strcmp(decay, "step")) c->schedule.decay = SP_LR_STEP;
   if (!strcmp(decay, "constant")) c->schedule.decay = SP_LR_CONSTANT;
+  return 0;
+}
+
+/* multigrid.*, the run's top-level keys (epochs, batch, seed, ...) and dist.*. */
+static int read_run(sp_yaml_reader *r, sp_video_config *c) {
+  static const char *const backends[] = {"ref", "cpu", NULL};
+  static const char *const precisions[] = {"f32", "bf16", NULL};
+  double seed = (double)c->seed;
   if (sp_yr_bool(r, "multigrid.long", &c->multigrid.long_cycle) ||
       sp_yr_int(r, "multigrid.cycles", 1, 1000, &c->multigrid.cycles) ||
       sp_yr_bool(r, "multigrid.short", &c->multigrid.short_cycle) || sp_yr_int(r, "epochs", 1, 1000000, &c->epochs) ||
@@ -124,15 +152,20 @@ static int read_all(sp_yaml_reader *r, void *out) {
       sp_dist_config_read(r, &c->dist))
     return -1;
   c->seed = (uint64_t)seed;
+  return 0;
+}
+
+static int read_all(sp_yaml_reader *r, void *out) {
+  sp_video_config *c = out;
+  double warmup = 0;
+  if (read_model(r, c) || read_data(r, c) || read_optimizer(r, c) || read_schedule(r, c, &warmup) || read_run(r, c))
+    return -1;
   c->schedule.base_lr = c->lr;
   c->schedule.total_epochs = c->epochs;
   c->schedule.warmup_epochs = warmup;
   if (!c->data.train_list[0] && !c->data.val_list[0])
     return sp_error_set("%s: data.train_list (and data.val_list) must be set", r->file);
-  if (sp_opt_config_check(&c->optimizer) != 0) return sp_error_push("%s: optimizer", r->file);
-  if (!strcmp(c->precision, "bf16") && strcmp(c->backend, "cpu"))
-    return sp_error_set("%s: precision: bf16 needs backend: cpu (the %s backend computes in f32)", r->file, c->backend);
-  return 0;
+  return sp_config_check_run(r, &c->optimizer, c->precision, c->backend);
 }
 
 int sp_video_config_load(const char *path, int n_sets, char *const *sets, sp_video_config *cfg, char **resolved) {

@@ -58,6 +58,124 @@ static void writer_free(sp_video_writer *w) {
   free(w);
 }
 
+/* The encoder asked for by name, else H.264 (unless MPEG-4 is forced), else
+ * MPEG-4 Part 2; NULL with an error when there is none. */
+static const AVCodec *pick_encoder(const char *path, const sp_video_writer_config *cfg) {
+  const AVCodec *codec = NULL;
+  if (cfg->encoder) {
+    codec = avcodec_find_encoder_by_name(cfg->encoder);
+    if (!codec) {
+      sp_error_set("%s: libavcodec has no encoder named %s", path, cfg->encoder);
+      return NULL;
+    }
+  }
+  if (!codec && !cfg->force_mpeg4) codec = avcodec_find_encoder(AV_CODEC_ID_H264);
+  if (!codec) codec = avcodec_find_encoder(AV_CODEC_ID_MPEG4);
+  if (!codec) sp_error_set("%s: libavcodec has neither an H.264 nor an MPEG-4 encoder", path);
+  return codec;
+}
+
+/* Size, rate, GOP and the flags that make a seed give the same file. */
+static void set_encoder_basics(sp_video_writer *w, const sp_video_writer_config *cfg) {
+  AVCodecContext *e = w->enc;
+  e->width = cfg->width;
+  e->height = cfg->height;
+  e->pix_fmt = AV_PIX_FMT_YUV420P;
+  /* Variable frame rate needs a finer clock than one tick per frame. */
+  e->time_base = (AVRational){1, cfg->vfr ? cfg->fps * 4 : cfg->fps};
+  e->framerate = (AVRational){cfg->fps, 1};
+  if (!cfg->encoder_defaults) {
+    e->gop_size = cfg->gop > 0 ? cfg->gop : 12;
+    e->max_b_frames = cfg->b_frames < 0 ? 0 : cfg->b_frames;
+  }
+  e->thread_count = 1;
+  e->flags |= AV_CODEC_FLAG_BITEXACT;
+  if (w->fmt->oformat->flags & AVFMT_GLOBALHEADER) e->flags |= AV_CODEC_FLAG_GLOBAL_HEADER;
+}
+
+static int set_x264_options(const char *path, const sp_video_writer_config *cfg, AVCodecContext *e, int q) {
+  char params[256];
+  /* scenecut=0: keyframes exactly every gop frames, whatever the content. */
+  snprintf(params, sizeof params, "scenecut=0:keyint-min=%d%s%s%s", e->gop_size < 2 ? 1 : e->gop_size / 2,
+           cfg->open_gop ? ":open-gop=1" : "", cfg->params ? ":" : "", cfg->params ? cfg->params : "");
+  if (av_opt_set(e->priv_data, "preset", "veryfast", 0) < 0 || av_opt_set_int(e->priv_data, "crf", q, 0) < 0 ||
+      av_opt_set(e->priv_data, "x264-params", params, 0) < 0)
+    return sp_error_set("%s: libx264 rejected its options", path);
+  return 0;
+}
+
+static int set_x265_options(const char *path, const sp_video_writer_config *cfg, AVCodecContext *e, int q) {
+  char params[256];
+  /* One thread and no thread pool: the same clip every time. */
+  snprintf(params, sizeof params,
+           "log-level=none:pools=none:frame-threads=1:scenecut=0:keyint=%d:min-keyint=%d:bframes=%d%s%s%s",
+           e->gop_size, e->gop_size, e->max_b_frames, cfg->open_gop ? "" : ":open-gop=0", cfg->params ? ":" : "",
+           cfg->params ? cfg->params : "");
+  if (av_opt_set(e->priv_data, "preset", "ultrafast", 0) < 0 || av_opt_set_int(e->priv_data, "crf", q, 0) < 0 ||
+      av_opt_set(e->priv_data, "x265-params", params, 0) < 0)
+    return sp_error_set("%s: libx265 rejected its options", path);
+  return 0;
+}
+
+/* Quality and the codec's private options: the caller's on top of the
+ * encoder's defaults, or ours (fixed GOP, no scene cuts) per codec. */
+static int set_encoder_quality(const char *path, const sp_video_writer_config *cfg, const AVCodec *codec,
+                               AVCodecContext *e) {
+  int q = cfg->quality > 0 ? cfg->quality : 20;
+  const char *priv = !strcmp(codec->name, "libx264")   ? "x264-params"
+                     : !strcmp(codec->name, "libx265") ? "x265-params"
+                                                       : NULL;
+  if (cfg->encoder_defaults) {
+    /* Only what the caller asked for on top of the encoder's defaults. */
+    if (cfg->params && (!priv || av_opt_set(e->priv_data, priv, cfg->params, 0) < 0))
+      return sp_error_set("%s: %s rejected the options %s", path, codec->name, cfg->params);
+  } else if (codec->id == AV_CODEC_ID_H264 && !strcmp(codec->name, "libx264")) {
+    return set_x264_options(path, cfg, e, q);
+  } else if (!strcmp(codec->name, "libx265")) {
+    return set_x265_options(path, cfg, e, q);
+  } else if (codec->id == AV_CODEC_ID_VP9 || codec->id == AV_CODEC_ID_VP8) {
+    e->bit_rate = 0;
+    if (av_opt_set_int(e->priv_data, "crf", q + 10, 0) < 0 || av_opt_set_int(e->priv_data, "cpu-used", 8, 0) < 0)
+      return sp_error_set("%s: %s rejected its options", path, codec->name);
+  } else {
+    /* MPEG-4 Part 2 / MPEG-2: constant quantiser, roughly what crf 20 looks like. */
+    e->flags |= AV_CODEC_FLAG_QSCALE;
+    e->global_quality = FF_QP2LAMBDA * (q / 5 > 1 ? q / 5 : 2);
+  }
+  return 0;
+}
+
+/* Opens the encoder, adds its stream, creates the file and writes the header. */
+static int open_stream(sp_video_writer *w, const char *path, const AVCodec *codec) {
+  AVCodecContext *e = w->enc;
+  int r = avcodec_open2(e, codec, NULL);
+  if (r < 0) return sp_error_set("%s: cannot open the %s encoder (%s)", path, codec->name, averr(r));
+  w->st = avformat_new_stream(w->fmt, NULL);
+  if (!w->st) return sp_error_set("%s: cannot add a stream", path);
+  w->st->time_base = e->time_base;
+  r = avcodec_parameters_from_context(w->st->codecpar, e);
+  if (r < 0) return sp_error_set("%s: cannot copy codec parameters (%s)", path, averr(r));
+  r = avio_open(&w->fmt->pb, path, AVIO_FLAG_WRITE);
+  if (r < 0) return sp_error_set("%s: cannot create (%s)", path, averr(r));
+  r = avformat_write_header(w->fmt, NULL);
+  if (r < 0) return sp_error_set("%s: cannot write the header (%s)", path, averr(r));
+  return 0;
+}
+
+/* The YUV frame the encoder reads and the RGB -> YUV converter that fills it. */
+static int alloc_frame_and_scaler(sp_video_writer *w, const char *path) {
+  const AVCodecContext *e = w->enc;
+  w->frame->format = e->pix_fmt;
+  w->frame->width = e->width;
+  w->frame->height = e->height;
+  int r = av_frame_get_buffer(w->frame, 0);
+  if (r < 0) return sp_error_set("%s: no memory for a frame (%s)", path, averr(r));
+  w->sws = sws_getContext(e->width, e->height, AV_PIX_FMT_RGB24, e->width, e->height, e->pix_fmt,
+                          SWS_BILINEAR | SWS_ACCURATE_RND, NULL, NULL, NULL);
+  if (!w->sws) return sp_error_set("%s: libswscale cannot convert RGB to YUV", path);
+  return 0;
+}
+
 sp_video_writer *sp_video_writer_open(const char *path, const sp_video_writer_config *cfg) {
   if (cfg->width < 16 || cfg->height < 16 || cfg->width % 2 || cfg->height % 2 || cfg->fps <= 0) {
     sp_error_set("%s: cannot encode %dx%d at %d fps (even sizes >= 16 needed)", path, cfg->width, cfg->height,
@@ -74,20 +192,8 @@ sp_video_writer *sp_video_writer_open(const char *path, const sp_video_writer_co
     goto fail;
   }
   w->fmt->flags |= AVFMT_FLAG_BITEXACT;
-  const AVCodec *codec = NULL;
-  if (cfg->encoder) {
-    codec = avcodec_find_encoder_by_name(cfg->encoder);
-    if (!codec) {
-      sp_error_set("%s: libavcodec has no encoder named %s", path, cfg->encoder);
-      goto fail;
-    }
-  }
-  if (!codec && !cfg->force_mpeg4) codec = avcodec_find_encoder(AV_CODEC_ID_H264);
-  if (!codec) codec = avcodec_find_encoder(AV_CODEC_ID_MPEG4);
-  if (!codec) {
-    sp_error_set("%s: libavcodec has neither an H.264 nor an MPEG-4 encoder", path);
-    goto fail;
-  }
+  const AVCodec *codec = pick_encoder(path, cfg);
+  if (!codec) goto fail;
   w->enc = avcodec_alloc_context3(codec);
   w->frame = av_frame_alloc();
   w->pkt = av_packet_alloc();
@@ -95,103 +201,10 @@ sp_video_writer *sp_video_writer_open(const char *path, const sp_video_writer_co
     sp_error_set("%s: out of memory for the encoder", path);
     goto fail;
   }
-  AVCodecContext *e = w->enc;
-  e->width = cfg->width;
-  e->height = cfg->height;
-  e->pix_fmt = AV_PIX_FMT_YUV420P;
-  /* Variable frame rate needs a finer clock than one tick per frame. */
-  e->time_base = (AVRational){1, cfg->vfr ? cfg->fps * 4 : cfg->fps};
-  e->framerate = (AVRational){cfg->fps, 1};
-  if (!cfg->encoder_defaults) {
-    e->gop_size = cfg->gop > 0 ? cfg->gop : 12;
-    e->max_b_frames = cfg->b_frames < 0 ? 0 : cfg->b_frames;
-  }
-  e->thread_count = 1;
-  e->flags |= AV_CODEC_FLAG_BITEXACT;
-  if (w->fmt->oformat->flags & AVFMT_GLOBALHEADER) e->flags |= AV_CODEC_FLAG_GLOBAL_HEADER;
-  int q = cfg->quality > 0 ? cfg->quality : 20;
-  const char *priv = !strcmp(codec->name, "libx264")   ? "x264-params"
-                     : !strcmp(codec->name, "libx265") ? "x265-params"
-                                                       : NULL;
-  if (cfg->encoder_defaults) {
-    /* Only what the caller asked for on top of the encoder's defaults. */
-    if (cfg->params && (!priv || av_opt_set(e->priv_data, priv, cfg->params, 0) < 0)) {
-      sp_error_set("%s: %s rejected the options %s", path, codec->name, cfg->params);
-      goto fail;
-    }
-  } else if (codec->id == AV_CODEC_ID_H264 && !strcmp(codec->name, "libx264")) {
-    char params[256];
-    /* scenecut=0: keyframes exactly every gop frames, whatever the content. */
-    snprintf(params, sizeof params, "scenecut=0:keyint-min=%d%s%s%s", e->gop_size < 2 ? 1 : e->gop_size / 2,
-             cfg->open_gop ? ":open-gop=1" : "", cfg->params ? ":" : "", cfg->params ? cfg->params : "");
-    if (av_opt_set(e->priv_data, "preset", "veryfast", 0) < 0 || av_opt_set_int(e->priv_data, "crf", q, 0) < 0 ||
-        av_opt_set(e->priv_data, "x264-params", params, 0) < 0) {
-      sp_error_set("%s: libx264 rejected its options", path);
-      goto fail;
-    }
-  } else if (!strcmp(codec->name, "libx265")) {
-    char params[256];
-    /* One thread and no thread pool: the same clip every time. */
-    snprintf(params, sizeof params,
-             "log-level=none:pools=none:frame-threads=1:scenecut=0:keyint=%d:min-keyint=%d:bframes=%d%s%s%s",
-             e->gop_size, e->gop_size, e->max_b_frames, cfg->open_gop ? "" : ":open-gop=0", cfg->params ? ":" : "",
-             cfg->params ? cfg->params : "");
-    if (av_opt_set(e->priv_data, "preset", "ultrafast", 0) < 0 || av_opt_set_int(e->priv_data, "crf", q, 0) < 0 ||
-        av_opt_set(e->priv_data, "x265-params", params, 0) < 0) {
-      sp_error_set("%s: libx265 rejected its options", path);
-      goto fail;
-    }
-  } else if (codec->id == AV_CODEC_ID_VP9 || codec->id == AV_CODEC_ID_VP8) {
-    e->bit_rate = 0;
-    if (av_opt_set_int(e->priv_data, "crf", q + 10, 0) < 0 || av_opt_set_int(e->priv_data, "cpu-used", 8, 0) < 0) {
-      sp_error_set("%s: %s rejected its options", path, codec->name);
-      goto fail;
-    }
-  } else {
-    /* MPEG-4 Part 2 / MPEG-2: constant quantiser, roughly what crf 20 looks like. */
-    e->flags |= AV_CODEC_FLAG_QSCALE;
-    e->global_quality = FF_QP2LAMBDA * (q / 5 > 1 ? q / 5 : 2);
-  }
-  r = avcodec_open2(e, codec, NULL);
-  if (r < 0) {
-    sp_error_set("%s: cannot open the %s encoder (%s)", path, codec->name, averr(r));
+  set_encoder_basics(w, cfg);
+  if (set_encoder_quality(path, cfg, codec, w->enc) != 0 || open_stream(w, path, codec) != 0 ||
+      alloc_frame_and_scaler(w, path) != 0)
     goto fail;
-  }
-  w->st = avformat_new_stream(w->fmt, NULL);
-  if (!w->st) {
-    sp_error_set("%s: cannot add a stream", path);
-    goto fail;
-  }
-  w->st->time_base = e->time_base;
-  r = avcodec_parameters_from_context(w->st->codecpar, e);
-  if (r < 0) {
-    sp_error_set("%s: cannot copy codec parameters (%s)", path, averr(r));
-    goto fail;
-  }
-  r = avio_open(&w->fmt->pb, path, AVIO_FLAG_WRITE);
-  if (r < 0) {
-    sp_error_set("%s: cannot create (%s)", path, averr(r));
-    goto fail;
-  }
-  r = avformat_write_header(w->fmt, NULL);
-  if (r < 0) {
-    sp_error_set("%s: cannot write the header (%s)", path, averr(r));
-    goto fail;
-  }
-  w->frame->format = e->pix_fmt;
-  w->frame->width = e->width;
-  w->frame->height = e->height;
-  r = av_frame_get_buffer(w->frame, 0);
-  if (r < 0) {
-    sp_error_set("%s: no memory for a frame (%s)", path, averr(r));
-    goto fail;
-  }
-  w->sws = sws_getContext(e->width, e->height, AV_PIX_FMT_RGB24, e->width, e->height, e->pix_fmt,
-                          SWS_BILINEAR | SWS_ACCURATE_RND, NULL, NULL, NULL);
-  if (!w->sws) {
-    sp_error_set("%s: libswscale cannot convert RGB to YUV", path);
-    goto fail;
-  }
   return w;
 fail:
   writer_free(w);

@@ -77,61 +77,65 @@ static void index_free(sp_vindex *ix) {
   free(ix);
 }
 
-sp_vindex *sp_vindex_scan(AVFormatContext *fmt, int si, const char *what) {
-  AVStream *st = fmt->streams[si];
-  AVPacket *pkt = av_packet_alloc();
-  if (!pkt) {
-    sp_error_set("%s: out of memory for a packet", what);
-    return NULL;
+/* What one demux pass gathers: every packet of the stream, in decode order. */
+typedef struct {
+  packet_rec *rec;
+  int64_t n, cap, nkeys;
+  int all_pts, max_tid;
+} packet_scan;
+
+static void record_packet(packet_scan *s, const AVPacket *pkt, sp_vrefs *refs) {
+  if (s->n == s->cap) {
+    s->cap = s->cap ? 2 * s->cap : 1024;
+    s->rec = sp_xrealloc(s->rec, (size_t)s->cap * sizeof *s->rec);
   }
-  packet_rec *rec = NULL;
-  int64_t n = 0, cap = 0, nkeys = 0;
-  int all_pts = 1, read_errors = 0, max_tid = 0;
-  sp_vrefs refs;
-  sp_vrefs_init(&refs, st->codecpar->codec_id, st->codecpar->extradata, st->codecpar->extradata_size);
+  packet_rec *p = &s->rec[s->n];
+  p->pts = pkt->pts;
+  p->dts = pkt->dts;
+  p->dec = (int32_t)s->n;
+  p->key = (pkt->flags & AV_PKT_FLAG_KEY) != 0;
+  p->discard = (pkt->flags & AV_PKT_FLAG_DISCARD) != 0;
+  int tid = 0;
+  p->unref = refs->kind != SP_VREFS_NONE && sp_vrefs_packet(refs, pkt->data, pkt->size, &tid);
+  p->tid = (uint8_t)tid;
+  if (tid > s->max_tid) s->max_tid = tid;
+  if (p->pts == AV_NOPTS_VALUE) s->all_pts = 0;
+  s->nkeys += p->key;
+  s->n++;
+}
+
+/* Reads every packet of stream si (demux only); 0, or -1 when none could be read. */
+static int read_packets(AVFormatContext *fmt, int si, const char *what, sp_vrefs *refs, packet_scan *s) {
+  AVPacket *pkt = av_packet_alloc();
+  if (!pkt) return sp_error_set("%s: out of memory for a packet", what);
+  int read_errors = 0;
   for (;;) {
     int r = av_read_frame(fmt, pkt);
     if (r == AVERROR(EAGAIN) && ++read_errors < 1000) continue;
     if (r < 0) break; /* EOF, or a truncated/corrupt tail: keep what was read */
-    if (pkt->stream_index == si && pkt->size > 0 && n < INT32_MAX) {
-      /* Empty packets (AVI's dropped-frame chunks) are never sent to the
-       * decoder: a zero-size packet would mean "flush". */
-      if (n == cap) {
-        cap = cap ? 2 * cap : 1024;
-        rec = sp_xrealloc(rec, (size_t)cap * sizeof *rec);
-      }
-      packet_rec *p = &rec[n];
-      p->pts = pkt->pts;
-      p->dts = pkt->dts;
-      p->dec = (int32_t)n;
-      p->key = (pkt->flags & AV_PKT_FLAG_KEY) != 0;
-      p->discard = (pkt->flags & AV_PKT_FLAG_DISCARD) != 0;
-      int tid = 0;
-      p->unref = refs.kind != SP_VREFS_NONE && sp_vrefs_packet(&refs, pkt->data, pkt->size, &tid);
-      p->tid = (uint8_t)tid;
-      if (tid > max_tid) max_tid = tid;
-      if (p->pts == AV_NOPTS_VALUE) all_pts = 0;
-      nkeys += p->key;
-      n++;
-    }
+    /* Empty packets (AVI's dropped-frame chunks) are never sent to the
+     * decoder: a zero-size packet would mean "flush". */
+    if (pkt->stream_index == si && pkt->size > 0 && s->n < INT32_MAX) record_packet(s, pkt, refs);
     av_packet_unref(pkt);
   }
   av_packet_free(&pkt);
-  if (n == 0) {
-    free(rec);
-    sp_error_set("%s: no video packets could be read", what);
-    return NULL;
+  if (s->n == 0) {
+    free(s->rec);
+    return sp_error_set("%s: no video packets could be read", what);
   }
+  return 0;
+}
 
-  sp_vindex *ix = sp_xcalloc(1, sizeof *ix);
-  ix->refs = 1;
-  ix->n_packets = n;
+/* The keyframes in decode order; returns their pts (malloc'ed, for start_for). */
+static int64_t *index_keyframes(sp_vindex *ix, const packet_scan *s) {
+  const int64_t nkeys = s->nkeys;
   ix->key_dec = sp_xmalloc((size_t)(nkeys + 1) * sizeof(int32_t));
   ix->key_seek_ts = sp_xmalloc((size_t)(nkeys + 1) * sizeof(int64_t));
   ix->key_dts = sp_xmalloc((size_t)(nkeys + 1) * sizeof(int64_t));
   ix->key_disp = sp_xmalloc((size_t)(nkeys + 1) * sizeof(int64_t));
   int64_t *key_pts = sp_xmalloc((size_t)(nkeys + 1) * sizeof(int64_t));
-  for (int64_t i = 0; i < n; i++)
+  const packet_rec *rec = s->rec;
+  for (int64_t i = 0; i < s->n; i++)
     if (rec[i].key) {
       ix->key_dec[ix->n_keys] = rec[i].dec;
       ix->key_seek_ts[ix->n_keys] = rec[i].pts != AV_NOPTS_VALUE ? rec[i].pts : rec[i].dts;
@@ -139,11 +143,13 @@ sp_vindex *sp_vindex_scan(AVFormatContext *fmt, int si, const char *what) {
       key_pts[ix->n_keys] = rec[i].pts;
       ix->n_keys++;
     }
+  return key_pts;
+}
 
-  mark_skippable(ix, rec, n, &refs, max_tid);
-
-  /* Seekable when every packet has a distinct pts: then pts alone names a
-   * frame, whatever order the decoder emits them in. */
+/* Sorts rec by pts and sets ix->seekable. Seekable when every packet has a
+ * distinct pts: then pts alone names a frame, whatever order the decoder
+ * emits them in. */
+static void sort_and_check_seekable(sp_vindex *ix, packet_rec *rec, int64_t n, int all_pts) {
   qsort(rec, (size_t)n, sizeof *rec, cmp_rec_pts);
   if (all_pts)
     for (int64_t i = 1; i < n; i++)
@@ -158,37 +164,63 @@ sp_vindex *sp_vindex_scan(AVFormatContext *fmt, int si, const char *what) {
     ix->ref_before = NULL;
     ix->skip_kind = SP_VREFS_NONE;
   }
+}
+
+/* Seekable streams: packets and display frames by pts (rec sorted by pts),
+ * each frame's starting keyframe, keyframes in display terms, the rate. */
+static void index_frames_by_pts(sp_vindex *ix, const packet_rec *rec, int64_t n, const int64_t *key_pts,
+                                const AVStream *st) {
+  const int64_t nf = ix->n_frames;
+  ix->pkt_pts = sp_xmalloc((size_t)n * sizeof(int64_t));
+  ix->pkt_dec = sp_xmalloc((size_t)n * sizeof(int32_t));
+  ix->pts = sp_xmalloc((size_t)nf * sizeof(int64_t));
+  ix->dec = sp_xmalloc((size_t)nf * sizeof(int32_t));
+  ix->start = sp_xmalloc((size_t)nf * sizeof(int32_t));
+  int64_t f = 0;
+  for (int64_t i = 0; i < n; i++) {
+    ix->pkt_pts[i] = rec[i].pts;
+    ix->pkt_dec[i] = rec[i].dec;
+    if (rec[i].discard) continue;
+    ix->pts[f] = rec[i].pts;
+    ix->dec[f] = rec[i].dec;
+    ix->start[f] = start_for(ix, key_pts, rec[i].dec, rec[i].pts);
+    f++;
+  }
+  /* Keyframes in display terms, for `spry video info`. */
+  int64_t nk = 0;
+  for (int64_t k = 0; k < ix->n_keys; k++) {
+    int64_t d = sp_vindex_frame_of_pts(ix, key_pts[k]);
+    if (d >= 0) ix->key_disp[nk++] = d;
+  }
+  qsort(ix->key_disp, (size_t)nk, sizeof(int64_t), cmp_i64);
+  ix->n_keys_disp = nk;
+  double tb = av_q2d(st->time_base);
+  if (nf > 1 && ix->pts[nf - 1] > ix->pts[0])
+    ix->fps = (double)(nf - 1) / ((double)(ix->pts[nf - 1] - ix->pts[0]) * tb);
+}
+
+sp_vindex *sp_vindex_scan(AVFormatContext *fmt, int si, const char *what) {
+  AVStream *st = fmt->streams[si];
+  packet_scan s = {.all_pts = 1};
+  sp_vrefs refs;
+  sp_vrefs_init(&refs, st->codecpar->codec_id, st->codecpar->extradata, st->codecpar->extradata_size);
+  if (read_packets(fmt, si, what, &refs, &s) != 0) return NULL;
+  packet_rec *rec = s.rec;
+  const int64_t n = s.n;
+
+  sp_vindex *ix = sp_xcalloc(1, sizeof *ix);
+  ix->refs = 1;
+  ix->n_packets = n;
+  int64_t *key_pts = index_keyframes(ix, &s);
+
+  mark_skippable(ix, rec, n, &refs, s.max_tid);
+  sort_and_check_seekable(ix, rec, n, s.all_pts);
 
   int64_t nf = 0;
   for (int64_t i = 0; i < n; i++) nf += !rec[i].discard;
   ix->n_frames = nf;
   if (ix->seekable) {
-    ix->pkt_pts = sp_xmalloc((size_t)n * sizeof(int64_t));
-    ix->pkt_dec = sp_xmalloc((size_t)n * sizeof(int32_t));
-    ix->pts = sp_xmalloc((size_t)nf * sizeof(int64_t));
-    ix->dec = sp_xmalloc((size_t)nf * sizeof(int32_t));
-    ix->start = sp_xmalloc((size_t)nf * sizeof(int32_t));
-    int64_t f = 0;
-    for (int64_t i = 0; i < n; i++) {
-      ix->pkt_pts[i] = rec[i].pts;
-      ix->pkt_dec[i] = rec[i].dec;
-      if (rec[i].discard) continue;
-      ix->pts[f] = rec[i].pts;
-      ix->dec[f] = rec[i].dec;
-      ix->start[f] = start_for(ix, key_pts, rec[i].dec, rec[i].pts);
-      f++;
-    }
-    /* Keyframes in display terms, for `spry video info`. */
-    int64_t nk = 0;
-    for (int64_t k = 0; k < ix->n_keys; k++) {
-      int64_t d = sp_vindex_frame_of_pts(ix, key_pts[k]);
-      if (d >= 0) ix->key_disp[nk++] = d;
-    }
-    qsort(ix->key_disp, (size_t)nk, sizeof(int64_t), cmp_i64);
-    ix->n_keys_disp = nk;
-    double tb = av_q2d(st->time_base);
-    if (nf > 1 && ix->pts[nf - 1] > ix->pts[0])
-      ix->fps = (double)(nf - 1) / ((double)(ix->pts[nf - 1] - ix->pts[0]) * tb);
+    index_frames_by_pts(ix, rec, n, key_pts, st);
   } else {
     /* Without pts the decoder's output order is the only truth: keyframe
      * display positions are not knowable without decoding, so report the

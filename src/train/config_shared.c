@@ -1,0 +1,22 @@
+/* The keys and checks the keypoint and video run configs share. */
+#include <string.h>
+
+#include "spry/common.h"
+#include "train/config_shared.h"
+
+int sp_config_read_optimizer_keys(sp_yaml_reader *r, sp_opt_config *opt, float *lr, float *clip_norm) {
+  if (sp_yr_float(r, "optimizer.lr", 0, 100, lr) ||
+      sp_yr_float(r, "optimizer.weight_decay", 0, 10, &opt->weight_decay) ||
+      sp_yr_float(r, "optimizer.momentum", 0, 0.9999, &opt->momentum) ||
+      sp_yr_bool(r, "optimizer.nesterov", &opt->nesterov) || sp_yr_float(r, "optimizer.clip_norm", 0, 1e6, clip_norm))
+    return -1;
+  return 0;
+}
+
+int sp_config_check_run(const sp_yaml_reader *r, const sp_opt_config *opt, const char *precision,
+                        const char *backend) {
+  if (sp_opt_config_check(opt) != 0) return sp_error_push("%s: optimizer", r->file);
+  if (!strcmp(precision, "bf16") && strcmp(backend, "cpu"))
+    return sp_error_set("%s: precision: bf16 needs backend: cpu (the %s backend computes in f32)", r->file, backend);
+  return 0;
+}

@@ -1,0 +1,18 @@
+/* What the keypoint (config.c) and video (video_config.c) run configs read
+ * and check the same way. */
+#ifndef SPRY_TRAIN_CONFIG_SHARED_H
+#define SPRY_TRAIN_CONFIG_SHARED_H
+
+#include "io/yaml_read.h"
+#include "spry/optim.h"
+
+/* optimizer.lr, optimizer.weight_decay, optimizer.momentum,
+ * optimizer.nesterov, optimizer.clip_norm, read in this order. */
+int sp_config_read_optimizer_keys(sp_yaml_reader *r, sp_opt_config *opt, float *lr, float *clip_norm);
+
+/* A run's last checks: the optimizer's settings, and bf16 only on the cpu
+ * backend. 0, or -1 with an error naming the file. */
+int sp_config_check_run(const sp_yaml_reader *r, const sp_opt_config *opt, const char *precision,
+                        const char *backend);
+
+#endif
