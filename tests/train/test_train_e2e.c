@@ -171,9 +171,10 @@ static void eval_and_predict_on_the_checkpoint(void **state) {
     closest = fmin(closest, fabs(strtod(m + 11, NULL) - eval_loss));
   free(metrics);
   if (!(closest <= 1e-5 * fabs(eval_loss))) fail_msg("eval loss %.8g is no epoch's val_loss (off by %g)", eval_loss, closest);
-  /* An --out that cannot take the plot is an error before any work. */
+  /* An --out that cannot take the plot is a command-line error (exit 2)
+   * before any work. */
   snprintf(args, sizeof args, "eval --weights %s/straight/best.safetensors --out %s/straight/metrics.jsonl", dir, dir);
-  assert_int_equal(sp_test_cli_exit(args, out, sizeof out), 1);
+  assert_int_equal(sp_test_cli_exit(args, out, sizeof out), 2);
   assert_non_null(strstr(out, "metrics.jsonl: not a writable folder"));
   /* predict: one JSON line per image, its faces, each with 68 finite points
    * near the image (regression heads may stray a little off it). */
