@@ -1,5 +1,5 @@
-/* Benchmarks as library calls: what `spry bench video` and `spry bench data`
- * measure, usable from C. The CLI only parses options and prints each result
+/* Benchmarks as library calls: what `spry bench video`, `spry bench data`
+ * and `spry bench op` measure, usable from C. The CLI only parses options and prints each result
  * as one JSON line. */
 #ifndef SPRY_BENCH_H
 #define SPRY_BENCH_H
@@ -99,6 +99,45 @@ sp_bench_data_options sp_bench_data_options_default(void);
 /* 0, or -1 with an error (the dataset, the cache or the loader failed; the
  * stages that finished before are in *res). */
 int sp_bench_data(const sp_bench_data_options *opt, sp_bench_data_result *res);
+
+/* ---- op: the fused temporal shift against its composed version ---------
+ * The seed's Python builds the shift from framework ops (reshape -> pad ->
+ * three slices -> concat, each its own buffer; backward: concat split, slice
+ * scatter into a zeroed padded gradient, pad crop, the zeroing timed as every
+ * framework pays it); here that composition is written in C with the same
+ * parallel copies. It is timed against the fused op (the cpu backend's kernel
+ * in nChw16c when the build has it, writing a fresh input gradient), the
+ * reference op (plain layout, accumulating backward, its gradient zeroed
+ * outside the timed region as a plan would) and a parallel memcpy of the same
+ * bytes (the speed limit of any shift). Medians of `runs` rounds after two
+ * warm-up rounds. */
+
+typedef struct {
+  int64_t shape[4]; /* NT, C, H, W; NT a multiple of segments [32, 16, 32, 32] */
+  int segments;     /* T [2] */
+  float ratio;      /* each of the two shifted groups is ratio * C channels, in [0, 0.5] [0.2] */
+  int runs;         /* [20] */
+  int threads;      /* OpenMP threads; 0 = OpenMP's default [0] */
+} sp_bench_tshift_options;
+
+typedef struct {
+  const char *kernel;        /* "cpu_nChw16c", or "ref" where the build has no cpu kernel */
+  int threads;               /* the threads it ran with */
+  double fwd_ms, fwdbwd_ms;  /* the fused op: `kernel`'s */
+  double ref_fwd_ms, ref_fwdbwd_ms;
+  double composed_fwd_ms, composed_fwdbwd_ms;
+  double memcpy_ms;
+  int same_output; /* fused and composed agree bit for bit, forward and backward (1 where C ratio is not whole) */
+} sp_bench_tshift_result;
+
+sp_bench_tshift_options sp_bench_tshift_options_default(void);
+/* 1 when this machine can hold the benchmark: it allocates about 16 tensors
+ * of the shape (*need bytes), refused above 80% of the memory (*have bytes),
+ * instead of dying in the allocator. */
+int sp_bench_tshift_fits(const sp_bench_tshift_options *opt, double *need, double *have);
+/* 0 with *res filled, or -1 with an error (options out of range, a shape
+ * that does not fit in memory). */
+int sp_bench_tshift(const sp_bench_tshift_options *opt, sp_bench_tshift_result *res);
 
 #ifdef __cplusplus
 }

@@ -6,6 +6,7 @@
 #define SPRY_BACKENDS_BACKEND_H
 
 #include "ops/op.h"
+#include "ops/ops.h"
 #include "spry/graph.h"
 
 /* The implementation to run for op on backend b, or NULL with an error set
@@ -20,5 +21,11 @@ const sp_op_def *sp_backend_cpu_op(const sp_op_def *op);
  * seconds its layout conversions took since it was turned on. */
 void sp_backend_cpu_time_reorders(int on);
 double sp_backend_cpu_reorder_seconds(void);
+/* The cpu backend's temporal-shift kernel (backends/cpu/bench.c) on f32
+ * tensors of `shape` in the blocked layout TSM trains in (nChw16c), writing a
+ * fresh input gradient: after two warm-up rounds, runs timed rounds of
+ * forward (fwd_s[r]) and forward + backward (fwdbwd_s[r]), in seconds. 0, or
+ * -1 with an error when the build has no oneDNN or the kernel refuses. */
+int sp_backend_cpu_time_tshift(const sp_tshift_attr *attr, sp_shape shape, int runs, double *fwd_s, double *fwdbwd_s);
 
 #endif

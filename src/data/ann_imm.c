@@ -25,10 +25,8 @@ static int is_blank_or_comment(const char *line) {
 }
 
 int sp_read_imm_asf(const char *path, sp_kp_sample *out) {
-  memset(out, 0, sizeof *out);
-  out->identity = -1;
-  FILE *f = fopen(path, "r");
-  if (!f) return sp_error_set("%s: cannot open", path);
+  FILE *f = sp_ann_open(path, out);
+  if (!f) return -1;
   char line[1024];
   int count = -1, got = 0;
   char host[512] = "";
@@ -41,13 +39,12 @@ int sp_read_imm_asf(const char *path, sp_kp_sample *out) {
         fclose(f);
         return sp_error_set("%s: expected the number of points, got '%.40s'", path, line);
       }
-      if (v > SP_MAX_KEYPOINTS) {
+      if (sp_ann_alloc_points(out, v, path, NULL)) {
         fclose(f);
-        return sp_error_set("%s: %ld points; a face's annotation has at most %d", path, v, SP_MAX_KEYPOINTS);
+        return -1;
       }
       count = (int)v;
       out->k = count;
-      out->pts = sp_xcalloc((size_t)count * 2, sizeof(float));
       continue;
     }
     if (got < count) {
@@ -82,10 +79,8 @@ int sp_read_imm_asf(const char *path, sp_kp_sample *out) {
 }
 
 int sp_read_imm_dat(const char *path, sp_kp_sample *out) {
-  memset(out, 0, sizeof *out);
-  out->identity = -1;
-  FILE *f = fopen(path, "r");
-  if (!f) return sp_error_set("%s: cannot open", path);
+  FILE *f = sp_ann_open(path, out);
+  if (!f) return -1;
   char line[512];
   int n = 0, cap = 64;
   float *pts = sp_xmalloc(sizeof(float) * 2 * (size_t)cap);

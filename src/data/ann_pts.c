@@ -15,10 +15,8 @@
 #include "data/data_internal.h"
 
 int sp_read_pts(const char *path, sp_kp_sample *out) {
-  memset(out, 0, sizeof *out);
-  out->identity = -1;
-  FILE *f = fopen(path, "r");
-  if (!f) return sp_error_set("%s: cannot open", path);
+  FILE *f = sp_ann_open(path, out);
+  if (!f) return -1;
   char line[512];
   int n_points = -1, in_block = 0, got = 0, closed = 0;
   while (fgets(line, sizeof line, f)) {
@@ -34,12 +32,11 @@ int sp_read_pts(const char *path, sp_kp_sample *out) {
           sp_kp_sample_free(out);
           return sp_error_set("%s: bad n_points line '%.40s'", path, t);
         }
-        if (v > SP_MAX_KEYPOINTS) {
+        if (sp_ann_alloc_points(out, v, path, "n_points")) {
           fclose(f);
-          return sp_error_set("%s: n_points %ld; a face's annotation has at most %d", path, v, SP_MAX_KEYPOINTS);
+          return -1;
         }
         n_points = (int)v;
-        out->pts = sp_xcalloc((size_t)n_points * 2, sizeof(float));
       } else if (*t == '{') {
         in_block = 1;
       }

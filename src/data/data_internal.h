@@ -3,6 +3,7 @@
 #define SPRY_DATA_INTERNAL_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 
 #include "spry/data.h"
@@ -78,6 +79,14 @@ char *sp_path_with_ext(const char *path, const char *ext);
 int sp_file_exists(const char *path);
 /* Finite and within a sane range for pixel coordinates. */
 int sp_coord_ok(float v);
+
+/* ann_common.c: a line-based annotation reader's start. sp_ann_open zeroes
+ * *out (no identity) and opens path, or returns NULL with the error set.
+ * sp_ann_alloc_points allocates out->pts (zeroed) for count points, or
+ * refuses a count over SP_MAX_KEYPOINTS with -1 and an error (naming the
+ * file's key for it, or "N points" when key is NULL). */
+FILE *sp_ann_open(const char *path, sp_kp_sample *out);
+int sp_ann_alloc_points(sp_kp_sample *out, long count, const char *path, const char *key);
 
 /* json_mini.c: a small JSON tree (enough for COCO annotation files). */
 typedef enum { SPJ_NULL, SPJ_BOOL, SPJ_NUM, SPJ_STR, SPJ_ARR, SPJ_OBJ } sp_djson_type;

@@ -19,6 +19,18 @@ static void rgba(cairo_t *cr, const float *c, float mul, float a) {
   cairo_set_source_rgba(cr, fminf(1, c[0] * mul), fminf(1, c[1] * mul), fminf(1, c[2] * mul), a);
 }
 
+/* A disc of radius r around (x, y) in gray level `gray` whose opacity fades
+ * from alpha at radius r0 to nothing at its rim: eye sockets, highlights. */
+static void radial_disc(cairo_t *cr, double x, double y, double r0, double r, double gray, double alpha) {
+  cairo_pattern_t *p = cairo_pattern_create_radial(x, y, r0, x, y, r);
+  cairo_pattern_add_color_stop_rgba(p, 0, gray, gray, gray, alpha);
+  cairo_pattern_add_color_stop_rgba(p, 1, gray, gray, gray, 0);
+  cairo_set_source(cr, p);
+  cairo_arc(cr, x, y, r, 0, 2 * PI_F);
+  cairo_fill(cr);
+  cairo_pattern_destroy(p);
+}
+
 static void lerp3(float *out, const float *a, const float *b, float t) {
   for (int i = 0; i < 3; i++) out[i] = a[i] + (b[i] - a[i]) * t;
 }
@@ -272,13 +284,7 @@ static void draw_eyes(cairo_t *cr, const syn_geom *g, const syn_look *L, sp_rng 
       c[1] += e[k][1] / 6;
     }
     /* Socket shadow around the eye. */
-    cairo_pattern_t *sock = cairo_pattern_create_radial(c[0], c[1], 0.1 * s, c[0], c[1], 0.32 * s);
-    cairo_pattern_add_color_stop_rgba(sock, 0, 0, 0, 0, 0.16);
-    cairo_pattern_add_color_stop_rgba(sock, 1, 0, 0, 0, 0);
-    cairo_set_source(cr, sock);
-    cairo_arc(cr, c[0], c[1], 0.32 * s, 0, 2 * PI_F);
-    cairo_fill(cr);
-    cairo_pattern_destroy(sock);
+    radial_disc(cr, c[0], c[1], 0.1 * s, 0.32 * s, 0, 0.16);
     /* Lid crease above the upper lid. */
     pt2 crease[4];
     static const float lift[4] = {1.15f, 1.9f, 1.9f, 1.15f};
@@ -386,13 +392,7 @@ static void draw_nose(cairo_t *cr, const syn_geom *g, const syn_look *L) {
     cairo_stroke(cr);
   }
   const float *tip = g->lm[30];
-  cairo_pattern_t *hl = cairo_pattern_create_radial(tip[0], tip[1], 0, tip[0], tip[1], 0.08 * s);
-  cairo_pattern_add_color_stop_rgba(hl, 0, 1, 1, 1, 0.25);
-  cairo_pattern_add_color_stop_rgba(hl, 1, 1, 1, 1, 0);
-  cairo_set_source(cr, hl);
-  cairo_arc(cr, tip[0], tip[1], 0.08 * s, 0, 2 * PI_F);
-  cairo_fill(cr);
-  cairo_pattern_destroy(hl);
+  radial_disc(cr, tip[0], tip[1], 0, 0.08 * s, 1, 0.25);
 }
 
 static void draw_mouth(cairo_t *cr, const syn_geom *g, const syn_look *L) {
@@ -433,13 +433,7 @@ static void draw_mouth(cairo_t *cr, const syn_geom *g, const syn_look *L) {
     cairo_stroke(cr);
   }
   float hx = 0.5f * (g->lm[57][0] + g->lm[66][0]), hy = 0.5f * (g->lm[57][1] + g->lm[66][1]);
-  cairo_pattern_t *hl = cairo_pattern_create_radial(hx, hy, 0, hx, hy, 0.07 * s);
-  cairo_pattern_add_color_stop_rgba(hl, 0, 1, 1, 1, 0.15);
-  cairo_pattern_add_color_stop_rgba(hl, 1, 1, 1, 1, 0);
-  cairo_set_source(cr, hl);
-  cairo_arc(cr, hx, hy, 0.07 * s, 0, 2 * PI_F);
-  cairo_fill(cr);
-  cairo_pattern_destroy(hl);
+  radial_disc(cr, hx, hy, 0, 0.07 * s, 1, 0.15);
 }
 
 /* Fringe: from the top of the hair down to a hairline that never reaches the

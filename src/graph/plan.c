@@ -103,15 +103,69 @@ static int kept_output(const sp_plan *p, const sp_node *nd) {
 
 /* Lets the backend choose each node's implementation state, output layout
  * and buffer sizes; nodes without a prepare hook get plain sizes. */
-static int prepare_nodes(sp_plan *p) {
-  sp_graph *g = p->g;
-  int *consumer = sp_xmalloc(sizeof(int) * (size_t)(g->n_nodes ? g->n_nodes : 1)); /* sole consumer, -1 none, -2 many */
+/* Each node's sole consumer: -1 none, -2 many (a node may absorb only a sole
+ * consumer). The caller frees the array. */
+static int *sole_consumers(const sp_graph *g) {
+  int *consumer = sp_xmalloc(sizeof(int) * (size_t)(g->n_nodes ? g->n_nodes : 1));
   for (int i = 0; i < g->n_nodes; i++) consumer[i] = -1;
   for (int c = 0; c < g->n_nodes; c++)
     for (int k = 0; k < g->nodes[c].n_in; k++) {
       int v = g->nodes[c].in[k];
       consumer[v] = consumer[v] == -1 ? c : -2;
     }
+  return consumer;
+}
+
+/* What node i's backend is told in prepare: shapes, layouts and dtypes of its
+ * inputs, which gradients are wanted, and the one or two ops after it that it
+ * may absorb. */
+static void fill_prep(const sp_plan *p, int i, const int *consumer, sp_op_prep *pr) {
+  const sp_graph *g = p->g;
+  const sp_node *nd = &g->nodes[i];
+  const plan_node *pn = &p->nodes[i];
+  memset(pr, 0, sizeof *pr);
+  pr->op = nd->op;
+  pr->attr = nd->attr;
+  pr->n_in = nd->n_in;
+  for (int k = 0; k < nd->n_in; k++) {
+    const plan_node *src = &p->nodes[nd->in[k]];
+    pr->in_shape[k] = src->shape;
+    pr->in_dtype[k] = src->dtype;
+    pr->in_layout[k] = src->layout;
+    pr->need_d_in[k] = pn->run_backward && src->run_backward;
+  }
+  pr->n_param = nd->n_param;
+  for (int k = 0; k < nd->n_param; k++) {
+    pr->param_shape[k] = g->params[nd->param[k]].value.shape;
+    pr->param_grad[k] = g->params[nd->param[k]].grad.data != NULL;
+  }
+  pr->n_state = nd->n_state;
+  pr->out_shape = pn->shape;
+  pr->training = p->training;
+  pr->run_backward = pn->run_backward;
+  pr->out_plain = kept_output(p, nd) || nd->is_loss;
+  pr->bf16 = (p->flags & SP_PLAN_BF16) != 0;
+  pr->frozen = (p->flags & SP_PLAN_FROZEN) != 0;
+  pr->out_bytes = pn->act_bytes;
+  pr->saved_bytes = pn->saved_bytes;
+  int c = consumer[i];
+  if (c >= 0 && !kept_output(p, nd) && !nd->is_loss && g->nodes[c].n_in == 1) {
+    pr->consumer_op = g->nodes[c].op;
+    pr->consumer_attr = g->nodes[c].attr;
+    pr->consumer_out_plain = kept_output(p, &g->nodes[c]) || g->nodes[c].is_loss;
+    pr->consumer_n_param = g->nodes[c].n_param;
+    pr->consumer_n_state = g->nodes[c].n_state;
+    int c2 = consumer[c];
+    if (c2 >= 0 && !pr->consumer_out_plain && g->nodes[c2].n_in == 1) {
+      pr->consumer2_op = g->nodes[c2].op;
+      pr->consumer2_out_plain = kept_output(p, &g->nodes[c2]) || g->nodes[c2].is_loss;
+    }
+  }
+}
+
+static int prepare_nodes(sp_plan *p) {
+  sp_graph *g = p->g;
+  int *consumer = sole_consumers(g);
   for (int i = 0; i < g->n_nodes; i++) p->nodes[i].absorbed_by = -1;
   int rc = 0;
   for (int i = 0; i < g->n_nodes && rc == 0; i++) {
@@ -134,50 +188,14 @@ static int prepare_nodes(sp_plan *p) {
     const sp_op_def *impl = p->impl[i];
     if (!impl->prepare) continue;
     sp_op_prep pr;
-    memset(&pr, 0, sizeof pr);
-    pr.op = nd->op;
-    pr.attr = nd->attr;
-    pr.n_in = nd->n_in;
-    for (int k = 0; k < nd->n_in; k++) {
-      const plan_node *src = &p->nodes[nd->in[k]];
-      pr.in_shape[k] = src->shape;
-      pr.in_dtype[k] = src->dtype;
-      pr.in_layout[k] = src->layout;
-      pr.need_d_in[k] = pn->run_backward && src->run_backward;
-    }
-    pr.n_param = nd->n_param;
-    for (int k = 0; k < nd->n_param; k++) {
-      pr.param_shape[k] = g->params[nd->param[k]].value.shape;
-      pr.param_grad[k] = g->params[nd->param[k]].grad.data != NULL;
-    }
-    pr.n_state = nd->n_state;
-    pr.out_shape = pn->shape;
-    pr.training = p->training;
-    pr.run_backward = pn->run_backward;
-    pr.out_plain = kept_output(p, nd) || nd->is_loss;
-    pr.bf16 = (p->flags & SP_PLAN_BF16) != 0;
-    pr.frozen = (p->flags & SP_PLAN_FROZEN) != 0;
-    pr.out_bytes = pn->act_bytes;
-    pr.saved_bytes = pn->saved_bytes;
-    int c = consumer[i];
-    if (c >= 0 && !kept_output(p, nd) && !nd->is_loss && g->nodes[c].n_in == 1) {
-      pr.consumer_op = g->nodes[c].op;
-      pr.consumer_attr = g->nodes[c].attr;
-      pr.consumer_out_plain = kept_output(p, &g->nodes[c]) || g->nodes[c].is_loss;
-      pr.consumer_n_param = g->nodes[c].n_param;
-      pr.consumer_n_state = g->nodes[c].n_state;
-      int c2 = consumer[c];
-      if (c2 >= 0 && !pr.consumer_out_plain && g->nodes[c2].n_in == 1) {
-        pr.consumer2_op = g->nodes[c2].op;
-        pr.consumer2_out_plain = kept_output(p, &g->nodes[c2]) || g->nodes[c2].is_loss;
-      }
-    }
+    fill_prep(p, i, consumer, &pr);
     if (impl->prepare(&pr) != 0) {
       char why[600];
       snprintf(why, sizeof why, "%s backend: %s", sp_backend_name(p->backend), sp_last_error());
       rc = fail_node(g, i, why);
       break;
     }
+    const int c = consumer[i];
     if (pr.absorb_consumer && pr.consumer_op) p->nodes[c].absorbed_by = i;
     if (pr.absorb_consumer == 2 && pr.consumer2_op) p->nodes[consumer[c]].absorbed_by = i;
     pn->impl_state = pr.state;

@@ -33,12 +33,8 @@ static void add_forward(const sp_op_args *a) {
 static void add_backward(const sp_op_args *a) {
   const float *dy = a->d_out->data;
   int64_t n = sp_tensor_numel(a->d_out);
-  for (int k = 0; k < 2; k++) {
-    if (!a->d_in[k]) continue;
-    float *dx = a->d_in[k]->data;
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n; i++) dx[i] += dy[i];
-  }
+  for (int k = 0; k < 2; k++)
+    if (a->d_in[k]) sp_op_grad_pass(a->d_in[k]->data, dy, n);
 }
 
 const sp_op_def sp_op_add = {

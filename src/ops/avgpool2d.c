@@ -80,25 +80,24 @@ static int avgpool_infer(const void *attr, int n_in, const sp_shape *in, int n_p
 
 static void avgpool_forward(const sp_op_args *a) {
   const sp_pool2d_attr *at = a->attr;
-  const sp_shape *is = &a->in[0]->shape, *os = &a->out->shape;
-  int64_t planes = is->d[0] * is->d[1], H = is->d[2], W = is->d[3], Ho = os->d[2], Wo = os->d[3];
+  const sp_plane_geom pg = sp_plane_geom_of(&a->in[0]->shape, &a->out->shape);
   const float *x = a->in[0]->data;
   float *y = a->out->data;
 #pragma omp parallel for schedule(static)
-  for (int64_t pl = 0; pl < planes; pl++) {
-    const float *xp = x + pl * H * W;
-    float *yp = y + pl * Ho * Wo;
-    for (int64_t oh = 0; oh < Ho; oh++)
-      for (int64_t ow = 0; ow < Wo; ow++) {
+  for (int64_t pl = 0; pl < pg.planes; pl++) {
+    const float *xp = x + pl * pg.h * pg.w;
+    float *yp = y + pl * pg.ho * pg.wo;
+    for (int64_t oh = 0; oh < pg.ho; oh++)
+      for (int64_t ow = 0; ow < pg.wo; ow++) {
         avgpool_window win;
-        if (!avgpool_window_at(at, H, W, oh, ow, &win)) {
-          yp[oh * Wo + ow] = 0.0f;
+        if (!avgpool_window_at(at, pg.h, pg.w, oh, ow, &win)) {
+          yp[oh * pg.wo + ow] = 0.0f;
           continue;
         }
         double s = 0.0;
         for (int64_t h = win.h0; h < win.h1; h++)
-          for (int64_t w = win.w0; w < win.w1; w++) s += xp[h * W + w];
-        yp[oh * Wo + ow] = (float)(s / win.div);
+          for (int64_t w = win.w0; w < win.w1; w++) s += xp[h * pg.w + w];
+        yp[oh * pg.wo + ow] = (float)(s / win.div);
       }
   }
 }
@@ -106,22 +105,21 @@ static void avgpool_forward(const sp_op_args *a) {
 static void avgpool_backward(const sp_op_args *a) {
   if (!a->d_in[0]) return;
   const sp_pool2d_attr *at = a->attr;
-  const sp_shape *is = &a->d_in[0]->shape, *os = &a->d_out->shape;
-  int64_t planes = is->d[0] * is->d[1], H = is->d[2], W = is->d[3], Ho = os->d[2], Wo = os->d[3];
+  const sp_plane_geom pg = sp_plane_geom_of(&a->d_in[0]->shape, &a->d_out->shape);
   const float *dy = a->d_out->data;
   float *dx = a->d_in[0]->data;
   /* Windows overlap when stride < kernel, so one thread owns a whole plane. */
 #pragma omp parallel for schedule(static)
-  for (int64_t pl = 0; pl < planes; pl++) {
-    float *dxp = dx + pl * H * W;
-    const float *dyp = dy + pl * Ho * Wo;
-    for (int64_t oh = 0; oh < Ho; oh++)
-      for (int64_t ow = 0; ow < Wo; ow++) {
+  for (int64_t pl = 0; pl < pg.planes; pl++) {
+    float *dxp = dx + pl * pg.h * pg.w;
+    const float *dyp = dy + pl * pg.ho * pg.wo;
+    for (int64_t oh = 0; oh < pg.ho; oh++)
+      for (int64_t ow = 0; ow < pg.wo; ow++) {
         avgpool_window win;
-        if (!avgpool_window_at(at, H, W, oh, ow, &win)) continue;
-        float g = (float)(dyp[oh * Wo + ow] / win.div);
+        if (!avgpool_window_at(at, pg.h, pg.w, oh, ow, &win)) continue;
+        float g = (float)(dyp[oh * pg.wo + ow] / win.div);
         for (int64_t h = win.h0; h < win.h1; h++)
-          for (int64_t w = win.w0; w < win.w1; w++) dxp[h * W + w] += g;
+          for (int64_t w = win.w0; w < win.w1; w++) dxp[h * pg.w + w] += g;
       }
   }
 }

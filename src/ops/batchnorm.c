@@ -24,16 +24,6 @@
  * (thread wake-up is tens of microseconds; worse on a loaded machine). */
 #define PAR_MIN_WORK 32768
 
-typedef struct {
-  int64_t n, c, s; /* x viewed as [n, c, s] */
-} bn_geom;
-
-static bn_geom geom_of(const sp_shape *x) {
-  bn_geom g = {x->d[0], x->d[1], 1};
-  for (int k = 2; k < x->ndim; k++) g.s *= x->d[k];
-  return g;
-}
-
 static int bn_infer(const void *attr, int n_in, const sp_shape *in, int n_param,
                     const sp_shape *param, sp_shape *out, char *err, size_t errlen) {
   char xs[64], ps[64];
@@ -83,7 +73,7 @@ static int uses_batch_stats(const sp_op_args *a) {
 
 /* Batch mean and biased variance of channel c, two-pass in double (a single
  * pass sum-of-squares loses everything when |mean| >> std). */
-static void channel_moments(const float *x, bn_geom g, int64_t c, double *mean, double *var) {
+static void channel_moments(const float *x, sp_bn_geom g, int64_t c, double *mean, double *var) {
   double sum = 0.0, sq = 0.0;
   for (int64_t n = 0; n < g.n; n++) {
     const float *xc = x + (n * g.c + c) * g.s;
@@ -99,7 +89,7 @@ static void channel_moments(const float *x, bn_geom g, int64_t c, double *mean, 
 }
 
 /* The mean and variance forward normalises channel c with; returns inv_std. */
-static double channel_stats(const sp_op_args *a, bn_geom g, int64_t c, double *mean, double *var) {
+static double channel_stats(const sp_op_args *a, sp_bn_geom g, int64_t c, double *mean, double *var) {
   if (uses_batch_stats(a)) {
     channel_moments(a->in[0]->data, g, c, mean, var);
   } else {
@@ -110,7 +100,7 @@ static double channel_stats(const sp_op_args *a, bn_geom g, int64_t c, double *m
 }
 
 static void bn_forward(const sp_op_args *a) {
-  const bn_geom g = geom_of(&a->in[0]->shape);
+  const sp_bn_geom g = sp_bn_geom_of(&a->in[0]->shape);
   const int64_t work = g.n * g.c * g.s;
   const float *x = a->in[0]->data;
   const float *gamma = a->n_param == 2 && a->param[0] ? a->param[0]->data : NULL;
@@ -125,28 +115,17 @@ static void bn_forward(const sp_op_args *a) {
     double mean, var;
     const double inv_std = channel_stats(a, g, c, &mean, &var);
     const double scale = inv_std * (gamma ? gamma[c] : 1.0f), shift = beta ? beta[c] : 0.0f;
-    for (int64_t n = 0; n < g.n; n++) {
-      const float *xc = x + (n * g.c + c) * g.s;
-      float *yc = y + (n * g.c + c) * g.s;
-      for (int64_t k = 0; k < g.s; k++) yc[k] = (float)((xc[k] - mean) * scale + shift);
-    }
+    sp_bn_normalize_channel(&g, c, x, mean, scale, shift, y);
     if (saved) {
       saved[c] = (float)mean;
       saved[g.c + c] = (float)inv_std;
     }
-    if (update) {
-      float *rm = a->state[0]->data, *rv = a->state[1]->data;
-      /* PyTorch refuses M == 1 in training; there the unbiased variance is
-       * undefined, so feed the biased one (0) rather than a division by 0. */
-      const double unbiased = m > 1 ? var * m / (m - 1) : var;
-      rm[c] = (float)((1.0 - momentum) * rm[c] + momentum * mean);
-      rv[c] = (float)((1.0 - momentum) * rv[c] + momentum * unbiased);
-    }
+    if (update) sp_bn_running_update(a->state[0]->data, a->state[1]->data, c, mean, var, m, momentum);
   }
 }
 
 static void bn_backward(const sp_op_args *a) {
-  const bn_geom g = geom_of(&a->in[0]->shape);
+  const sp_bn_geom g = sp_bn_geom_of(&a->in[0]->shape);
   const int64_t work = g.n * g.c * g.s;
   const float *x = a->in[0]->data, *dy = a->d_out->data;
   const float *gamma = a->n_param == 2 && a->param[0] ? a->param[0]->data : NULL;
@@ -165,29 +144,14 @@ static void bn_backward(const sp_op_args *a) {
     } else {
       inv_std = channel_stats(a, g, c, &mean, &var);
     }
-    /* sum dy and sum dy * xhat give dbeta and dgamma, and are the two
-     * projections batch-statistics backward removes from dy. */
-    double sum_dy = 0.0, sum_dy_xhat = 0.0;
-    for (int64_t n = 0; n < g.n; n++) {
-      const float *xc = x + (n * g.c + c) * g.s, *dyc = dy + (n * g.c + c) * g.s;
-      for (int64_t k = 0; k < g.s; k++) {
-        sum_dy += dyc[k];
-        sum_dy_xhat += dyc[k] * ((xc[k] - mean) * inv_std);
-      }
-    }
+    double sum_dy, sum_dy_xhat;
+    sp_bn_grad_sums(&g, c, x, dy, mean, inv_std, &sum_dy, &sum_dy_xhat);
     if (dgamma) dgamma[c] += (float)sum_dy_xhat;
     if (dbeta) dbeta[c] += (float)sum_dy;
     if (!dx) continue;
     const double scale = inv_std * (gamma ? gamma[c] : 1.0f);
     const double mean_dy = batch ? sum_dy / m : 0.0, mean_dy_xhat = batch ? sum_dy_xhat / m : 0.0;
-    for (int64_t n = 0; n < g.n; n++) {
-      const float *xc = x + (n * g.c + c) * g.s, *dyc = dy + (n * g.c + c) * g.s;
-      float *dxc = dx + (n * g.c + c) * g.s;
-      for (int64_t k = 0; k < g.s; k++) {
-        const double xhat = (xc[k] - mean) * inv_std;
-        dxc[k] += (float)(scale * (dyc[k] - mean_dy - xhat * mean_dy_xhat));
-      }
-    }
+    sp_bn_input_grad(&g, c, x, dy, mean, inv_std, scale, mean_dy, mean_dy_xhat, dx);
   }
 }
 

@@ -17,16 +17,6 @@
 
 #include "ops/ops.h"
 
-typedef struct {
-  int64_t n, c, s;
-} geom;
-
-static geom geom_of(const sp_shape *x) {
-  geom g = {x->d[0], x->d[1], 1};
-  for (int k = 2; k < x->ndim; k++) g.s *= x->d[k];
-  return g;
-}
-
 static int infer(const void *attr, int n_in, const sp_shape *in, int n_param, const sp_shape *param, sp_shape *out,
                  char *err, size_t errlen) {
   const sp_batchnorm_sync_attr *a = attr;
@@ -47,7 +37,7 @@ static void sync_forward(const sp_op_args *a) {
     sp_op_batchnorm.forward(&plain);
     return;
   }
-  const geom g = geom_of(&a->in[0]->shape);
+  const sp_bn_geom g = sp_bn_geom_of(&a->in[0]->shape);
   const float *x = a->in[0]->data;
   const float *gamma = a->n_param == 2 && a->param[0] ? a->param[0]->data : NULL;
   const float *beta = a->n_param == 2 && a->param[1] ? a->param[1]->data : NULL;
@@ -84,21 +74,12 @@ static void sync_forward(const sp_op_args *a) {
   for (int64_t c = 0; c < g.c; c++) {
     const double vb = var[c] / m, inv_std = 1.0 / sqrt(vb + at->bn.eps);
     const double scale = inv_std * (gamma ? gamma[c] : 1.0f), shift = beta ? beta[c] : 0.0f;
-    for (int64_t n = 0; n < g.n; n++) {
-      const float *xc = x + (n * g.c + c) * g.s;
-      float *yc = y + (n * g.c + c) * g.s;
-      for (int64_t k = 0; k < g.s; k++) yc[k] = (float)((xc[k] - mean[c]) * scale + shift);
-    }
+    sp_bn_normalize_channel(&g, c, x, mean[c], scale, shift, y);
     if (saved) {
       saved[c] = (float)mean[c];
       saved[g.c + c] = (float)inv_std;
     }
-    if (update) {
-      float *rm = a->state[0]->data, *rv = a->state[1]->data;
-      const double unbiased = m > 1 ? vb * m / (m - 1) : vb;
-      rm[c] = (float)((1.0 - momentum) * rm[c] + momentum * mean[c]);
-      rv[c] = (float)((1.0 - momentum) * rv[c] + momentum * unbiased);
-    }
+    if (update) sp_bn_running_update(a->state[0]->data, a->state[1]->data, c, mean[c], vb, m, momentum);
   }
   free(v);
 }
@@ -111,7 +92,7 @@ static void sync_backward(const sp_op_args *a) {
     sp_op_batchnorm.backward(&plain);
     return;
   }
-  const geom g = geom_of(&a->in[0]->shape);
+  const sp_bn_geom g = sp_bn_geom_of(&a->in[0]->shape);
   const float *x = a->in[0]->data, *dy = a->d_out->data, *saved = a->saved;
   const float *gamma = a->n_param == 2 && a->param[0] ? a->param[0]->data : NULL;
   float *dx = a->d_in[0] ? a->d_in[0]->data : NULL;
@@ -123,14 +104,8 @@ static void sync_backward(const sp_op_args *a) {
 #pragma omp parallel for schedule(static)
   for (int64_t c = 0; c < g.c; c++) {
     const double mean = saved[c], inv_std = saved[g.c + c];
-    double s = 0, sx = 0;
-    for (int64_t n = 0; n < g.n; n++) {
-      const float *xc = x + (n * g.c + c) * g.s, *dyc = dy + (n * g.c + c) * g.s;
-      for (int64_t k = 0; k < g.s; k++) {
-        s += dyc[k];
-        sx += dyc[k] * ((xc[k] - mean) * inv_std);
-      }
-    }
+    double s, sx;
+    sp_bn_grad_sums(&g, c, x, dy, mean, inv_std, &s, &sx);
     sum_dy[c] = s;
     sum_dy_xhat[c] = sx;
     /* Local: the gradient all-reduce adds the other ranks' parts. */
@@ -149,14 +124,7 @@ static void sync_backward(const sp_op_args *a) {
     const double mean = saved[c], inv_std = saved[g.c + c];
     const double scale = inv_std * (gamma ? gamma[c] : 1.0f);
     const double mean_dy = sum_dy[c] / m, mean_dy_xhat = sum_dy_xhat[c] / m;
-    for (int64_t n = 0; n < g.n; n++) {
-      const float *xc = x + (n * g.c + c) * g.s, *dyc = dy + (n * g.c + c) * g.s;
-      float *dxc = dx + (n * g.c + c) * g.s;
-      for (int64_t k = 0; k < g.s; k++) {
-        const double xhat = (xc[k] - mean) * inv_std;
-        dxc[k] += (float)(scale * (dyc[k] - mean_dy - xhat * mean_dy_xhat));
-      }
-    }
+    sp_bn_input_grad(&g, c, x, dy, mean, inv_std, scale, mean_dy, mean_dy_xhat, dx);
   }
   free(v);
 }

@@ -61,24 +61,23 @@ static int blurpool_infer(const void *attr, int n_in, const sp_shape *in, int n_
 
 static void blurpool_forward(const sp_op_args *a) {
   const sp_blurpool_attr *at = a->attr;
-  const sp_shape *is = &a->in[0]->shape, *os = &a->out->shape;
-  int64_t planes = is->d[0] * is->d[1], H = is->d[2], W = is->d[3], Ho = os->d[2], Wo = os->d[3];
+  const sp_plane_geom pg = sp_plane_geom_of(&a->in[0]->shape, &a->out->shape);
   int f = at->filter_size, s = at->stride, pad = (f - 1) / 2;
   double taps[BLURPOOL_MAX_F];
   blurpool_taps(f, taps);
   const float *x = a->in[0]->data;
   float *y = a->out->data;
 #pragma omp parallel for schedule(static)
-  for (int64_t pl = 0; pl < planes; pl++) {
-    const float *xp = x + pl * H * W;
-    for (int64_t oh = 0; oh < Ho; oh++)
-      for (int64_t ow = 0; ow < Wo; ow++) {
+  for (int64_t pl = 0; pl < pg.planes; pl++) {
+    const float *xp = x + pl * pg.h * pg.w;
+    for (int64_t oh = 0; oh < pg.ho; oh++)
+      for (int64_t ow = 0; ow < pg.wo; ow++) {
         double acc = 0.0;
         for (int i = 0; i < f; i++) {
-          int64_t h = blurpool_reflect(oh * s - pad + i, H);
-          for (int j = 0; j < f; j++) acc += taps[i] * taps[j] * xp[h * W + blurpool_reflect(ow * s - pad + j, W)];
+          int64_t h = blurpool_reflect(oh * s - pad + i, pg.h);
+          for (int j = 0; j < f; j++) acc += taps[i] * taps[j] * xp[h * pg.w + blurpool_reflect(ow * s - pad + j, pg.w)];
         }
-        y[pl * Ho * Wo + oh * Wo + ow] = (float)acc;
+        y[pl * pg.ho * pg.wo + oh * pg.wo + ow] = (float)acc;
       }
   }
 }
@@ -86,8 +85,7 @@ static void blurpool_forward(const sp_op_args *a) {
 static void blurpool_backward(const sp_op_args *a) {
   if (!a->d_in[0]) return;
   const sp_blurpool_attr *at = a->attr;
-  const sp_shape *is = &a->d_in[0]->shape, *os = &a->d_out->shape;
-  int64_t planes = is->d[0] * is->d[1], H = is->d[2], W = is->d[3], Ho = os->d[2], Wo = os->d[3];
+  const sp_plane_geom pg = sp_plane_geom_of(&a->d_in[0]->shape, &a->d_out->shape);
   int f = at->filter_size, s = at->stride, pad = (f - 1) / 2;
   double taps[BLURPOOL_MAX_F];
   blurpool_taps(f, taps);
@@ -96,15 +94,15 @@ static void blurpool_backward(const sp_op_args *a) {
   /* Neighbouring outputs (and mirrored taps) hit the same input cell, so one
    * thread owns a whole plane. */
 #pragma omp parallel for schedule(static)
-  for (int64_t pl = 0; pl < planes; pl++) {
-    float *dxp = dx + pl * H * W;
-    for (int64_t oh = 0; oh < Ho; oh++)
-      for (int64_t ow = 0; ow < Wo; ow++) {
-        double g = dy[pl * Ho * Wo + oh * Wo + ow];
+  for (int64_t pl = 0; pl < pg.planes; pl++) {
+    float *dxp = dx + pl * pg.h * pg.w;
+    for (int64_t oh = 0; oh < pg.ho; oh++)
+      for (int64_t ow = 0; ow < pg.wo; ow++) {
+        double g = dy[pl * pg.ho * pg.wo + oh * pg.wo + ow];
         for (int i = 0; i < f; i++) {
-          int64_t h = blurpool_reflect(oh * s - pad + i, H);
+          int64_t h = blurpool_reflect(oh * s - pad + i, pg.h);
           for (int j = 0; j < f; j++)
-            dxp[h * W + blurpool_reflect(ow * s - pad + j, W)] += (float)(g * taps[i] * taps[j]);
+            dxp[h * pg.w + blurpool_reflect(ow * s - pad + j, pg.w)] += (float)(g * taps[i] * taps[j]);
         }
       }
   }

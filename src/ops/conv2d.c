@@ -1,34 +1,20 @@
 /* 2-D convolution (PyTorch Conv2d semantics): stride, zero padding, dilation,
  * groups (depthwise when groups == Cin), optional bias.
  *
- * The reference kernels are direct loops, written so that every output element
- * is owned by exactly one loop iteration: forward parallelises over (n, cout),
- * the input gradient over (n, cin) as a gather (each input pixel collects the
- * outputs that read it), the weight gradient over weight elements. No thread
- * ever adds into an element another thread writes, and each sum runs in a fixed
- * order in double, so results do not depend on the thread count. */
+ * The shape rule lives here; the reference kernels are the direct loops of
+ * conv_loops.c (shared with conv_transpose2d.c): deterministic, each sum in a
+ * fixed order in double, whatever the thread count. */
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "ops/ops.h"
 
-/* Below this many multiply-adds a parallel region costs more than it saves
- * (thread wake-up is tens of microseconds; worse on a loaded machine). */
-#define PAR_MIN_WORK 32768
-
 /* Attribute values of 0 for stride, dilation or groups are invalid in PyTorch;
  * reading them as 1 lets callers zero-initialise the struct and set only what
  * differs from the default. */
-typedef struct {
-  int64_t n, cin, h, w;        /* input */
-  int64_t cout, cin_g, kh, kw; /* weight [cout, cin_g, kh, kw] */
-  int64_t ho, wo;              /* output */
-  int64_t sh, sw, ph, pw, dh, dw, groups;
-} conv_geom;
-
 static int64_t or_one(int v) { return v == 0 ? 1 : v; }
 
-static int geom_from(const sp_conv2d_attr *a, const sp_shape *x, const sp_shape *w, conv_geom *g,
+static int geom_from(const sp_conv2d_attr *a, const sp_shape *x, const sp_shape *w, sp_conv_geom *g,
                      char *err, size_t errlen) {
   char xs[64], ws[64];
   sp_conv2d_attr def = {1, 1, 0, 0, 1, 1, 1};
@@ -94,7 +80,7 @@ static int conv2d_infer(const void *attr, int n_in, const sp_shape *in, int n_pa
              n_param);
     return -1;
   }
-  conv_geom g;
+  sp_conv_geom g;
   if (geom_from(attr, &in[0], &param[0], &g, err, errlen)) return -1;
   if (n_param == 2 && (param[1].ndim != 1 || param[1].d[0] != g.cout)) {
     char bs[64], ws[64];
@@ -107,148 +93,25 @@ static int conv2d_infer(const void *attr, int n_in, const sp_shape *in, int n_pa
   return 0;
 }
 
-static void geom_of_args(const sp_op_args *a, conv_geom *g) {
+static void geom_of_args(const sp_op_args *a, sp_conv_geom *g) {
   char err[256];
   /* infer already validated these shapes; a failure here is a graph bug. */
   if (geom_from(a->attr, &a->in[0]->shape, &a->param[0]->shape, g, err, sizeof err))
     sp_panic("%s", err);
 }
 
-/* The outputs o in [*lo, *hi) whose tap lands inside the input:
- * 0 <= o*s + off < n_in, 0 <= o < n_out. Hoisting this bound out of the inner
- * loop leaves it branch-free (and vectorisable). */
-static void tap_range(int64_t off, int64_t s, int64_t n_in, int64_t n_out, int64_t *lo, int64_t *hi) {
-  *lo = off >= 0 ? 0 : (-off + s - 1) / s;
-  const int64_t last = n_in - 1 - off; /* o*s <= last */
-  *hi = last < 0 ? 0 : last / s + 1;
-  if (*hi > n_out) *hi = n_out;
-  if (*lo > *hi) *lo = *hi;
-}
-
-/* Forward and the input gradient walk (channel, tap) in the outer loops and
- * whole rows in the inner ones, accumulating into a per-thread double plane.
- * Each element still receives its terms in (channel, kh, kw) order, exactly
- * as the textbook per-element sum; a float*float product is exact in double,
- * so whether the compiler fuses multiply-add does not change any bit. */
 static void conv2d_forward(const sp_op_args *a) {
-  conv_geom g;
+  sp_conv_geom g;
   geom_of_args(a, &g);
-  const int64_t work = g.n * g.cout * g.ho * g.wo * g.cin_g * g.kh * g.kw;
-  const float *x = a->in[0]->data, *w = a->param[0]->data;
   const float *b = a->n_param > 1 && a->param[1] ? a->param[1]->data : NULL;
-  float *y = a->out->data;
-  const int64_t cout_g = g.cout / g.groups, hw_out = g.ho * g.wo;
-#pragma omp parallel if (work >= PAR_MIN_WORK)
-  {
-    double *acc = sp_xmalloc(sizeof(double) * (size_t)hw_out);
-#pragma omp for schedule(static)
-    for (int64_t nc = 0; nc < g.n * g.cout; nc++) {
-      const int64_t n = nc / g.cout, co = nc % g.cout, grp = co / cout_g;
-      const float *xg = x + (n * g.cin + grp * g.cin_g) * g.h * g.w;
-      const float *wc = w + co * g.cin_g * g.kh * g.kw;
-      const double init = b ? b[co] : 0.0;
-      for (int64_t k = 0; k < hw_out; k++) acc[k] = init;
-      for (int64_t ci = 0; ci < g.cin_g; ci++) {
-        for (int64_t i = 0; i < g.kh; i++) {
-          for (int64_t j = 0; j < g.kw; j++) {
-            const double wv = wc[(ci * g.kh + i) * g.kw + j];
-            const int64_t off = j * g.dw - g.pw;
-            int64_t ow0, ow1;
-            tap_range(off, g.sw, g.w, g.wo, &ow0, &ow1);
-            for (int64_t oh = 0; oh < g.ho; oh++) {
-              const int64_t ih = oh * g.sh - g.ph + i * g.dh;
-              if (ih < 0 || ih >= g.h) continue;
-              const float *xr = xg + (ci * g.h + ih) * g.w;
-              double *ar = acc + oh * g.wo;
-              for (int64_t ow = ow0; ow < ow1; ow++) ar[ow] += (double)xr[ow * g.sw + off] * wv;
-            }
-          }
-        }
-      }
-      float *yc = y + nc * hw_out;
-      for (int64_t k = 0; k < hw_out; k++) yc[k] = (float)acc[k];
-    }
-    free(acc);
-  }
-}
-
-/* dx[ih,iw] = sum over (cout in group, kh, kw) of dy[oh,ow] w, where
- * oh*s - p + k*d == ih: scattered from dy rows into one input plane that each
- * iteration alone owns. */
-static void conv2d_backward_data(const sp_op_args *a, const conv_geom *gp, float *dx) {
-  const conv_geom g = *gp;
-  const int64_t work = g.n * g.cout * g.ho * g.wo * g.cin_g * g.kh * g.kw;
-  const float *w = a->param[0]->data, *dy = a->d_out->data;
-  const int64_t cout_g = g.cout / g.groups, hw_out = g.ho * g.wo, hw_in = g.h * g.w;
-#pragma omp parallel if (work >= PAR_MIN_WORK)
-  {
-    double *acc = sp_xmalloc(sizeof(double) * (size_t)hw_in);
-#pragma omp for schedule(static)
-    for (int64_t nc = 0; nc < g.n * g.cin; nc++) {
-      const int64_t n = nc / g.cin, c = nc % g.cin, grp = c / g.cin_g, ci = c % g.cin_g;
-      for (int64_t k = 0; k < hw_in; k++) acc[k] = 0.0;
-      for (int64_t col = 0; col < cout_g; col++) {
-        const int64_t co = grp * cout_g + col;
-        const float *dyc = dy + (n * g.cout + co) * hw_out;
-        const float *wc = w + (co * g.cin_g + ci) * g.kh * g.kw;
-        for (int64_t i = 0; i < g.kh; i++) {
-          for (int64_t j = 0; j < g.kw; j++) {
-            const double wv = wc[i * g.kw + j];
-            const int64_t off = j * g.dw - g.pw;
-            int64_t ow0, ow1;
-            tap_range(off, g.sw, g.w, g.wo, &ow0, &ow1);
-            for (int64_t oh = 0; oh < g.ho; oh++) {
-              const int64_t ih = oh * g.sh - g.ph + i * g.dh;
-              if (ih < 0 || ih >= g.h) continue;
-              double *ar = acc + ih * g.w;
-              const float *dyr = dyc + oh * g.wo;
-              for (int64_t ow = ow0; ow < ow1; ow++) ar[ow * g.sw + off] += (double)dyr[ow] * wv;
-            }
-          }
-        }
-      }
-      float *dxc = dx + nc * hw_in;
-      for (int64_t k = 0; k < hw_in; k++) dxc[k] += (float)acc[k];
-    }
-    free(acc);
-  }
-}
-
-/* dw[co,ci,i,j] = sum over (n, oh, ow) of x[ih,iw] dy[oh,ow], one weight per
- * iteration. */
-static void conv2d_backward_weight(const sp_op_args *a, const conv_geom *gp, float *dw) {
-  const conv_geom g = *gp;
-  const int64_t work = g.n * g.cout * g.ho * g.wo * g.cin_g * g.kh * g.kw;
-  const float *x = a->in[0]->data, *dy = a->d_out->data;
-  const int64_t cout_g = g.cout / g.groups, hw_out = g.ho * g.wo;
-  const int64_t nw = g.cout * g.cin_g * g.kh * g.kw;
-#pragma omp parallel for schedule(static) if (work >= PAR_MIN_WORK)
-  for (int64_t e = 0; e < nw; e++) {
-    const int64_t j = e % g.kw, i = (e / g.kw) % g.kh, ci = (e / (g.kw * g.kh)) % g.cin_g;
-    const int64_t co = e / (g.kw * g.kh * g.cin_g), c = (co / cout_g) * g.cin_g + ci;
-    double s = 0.0;
-    for (int64_t n = 0; n < g.n; n++) {
-      const float *xc = x + (n * g.cin + c) * g.h * g.w;
-      const float *dyc = dy + (n * g.cout + co) * hw_out;
-      for (int64_t oh = 0; oh < g.ho; oh++) {
-        const int64_t ih = oh * g.sh - g.ph + i * g.dh;
-        if (ih < 0 || ih >= g.h) continue;
-        for (int64_t ow = 0; ow < g.wo; ow++) {
-          const int64_t iw = ow * g.sw - g.pw + j * g.dw;
-          if (iw < 0 || iw >= g.w) continue;
-          s += (double)xc[ih * g.w + iw] * dyc[oh * g.wo + ow];
-        }
-      }
-    }
-    dw[e] += (float)s;
-  }
+  sp_conv_gather(&g, a->in[0]->data, a->param[0]->data, b, a->out->data, 0);
 }
 
 static void conv2d_backward(const sp_op_args *a) {
-  conv_geom g;
+  sp_conv_geom g;
   geom_of_args(a, &g);
-  if (a->d_in[0]) conv2d_backward_data(a, &g, a->d_in[0]->data);
-  if (a->d_param[0]) conv2d_backward_weight(a, &g, a->d_param[0]->data);
+  if (a->d_in[0]) sp_conv_scatter(&g, a->d_out->data, a->param[0]->data, NULL, a->d_in[0]->data, 1);
+  if (a->d_param[0]) sp_conv_weight_grad(&g, a->in[0]->data, a->d_out->data, a->d_param[0]->data);
   if (a->n_param > 1 && a->d_param[1])
     sp_op_bias_grad_nchw(a->d_out->data, g.n, g.cout, g.ho * g.wo, a->d_param[1]->data);
 }

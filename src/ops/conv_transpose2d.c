@@ -2,18 +2,13 @@
  * of conv2d with respect to its input. Input pixel (ih, iw) scatters through
  * tap (i, j) onto output pixel (ih*s - p + i*d, iw*s - p + j*d).
  *
- * As in conv2d.c, each kernel is written as a gather so that one loop
- * iteration owns each element it writes: forward over (n, cout), input
- * gradient over (n, cin), weight gradient over weight elements. Sums run in
- * double in a fixed order, so results do not depend on the thread count. */
+ * The shape rule lives here; the kernels are conv2d's loops (conv_loops.c)
+ * run on the direct convolution this one is the adjoint of, so both ops share
+ * one deterministic, thread-count-independent implementation. */
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "ops/ops.h"
-
-/* Below this many multiply-adds a parallel region costs more than it saves
- * (thread wake-up is tens of microseconds; worse on a loaded machine). */
-#define PAR_MIN_WORK 32768
 
 typedef struct {
   int64_t n, cin, h, w;         /* input */
@@ -121,141 +116,35 @@ static void geom_of_args(const sp_op_args *a, tconv_geom *g) {
     sp_panic("%s", err); /* infer accepted these shapes: a graph bug */
 }
 
-/* The inputs i in [*lo, *hi) whose tap lands inside the output:
- * 0 <= i*s + off < n_out, 0 <= i < n_in. Hoisting this bound out of the inner
- * loop leaves it branch-free (and vectorisable). */
-static void tap_range(int64_t off, int64_t s, int64_t n_out, int64_t n_in, int64_t *lo, int64_t *hi) {
-  *lo = off >= 0 ? 0 : (-off + s - 1) / s;
-  const int64_t last = n_out - 1 - off; /* i*s <= last */
-  *hi = last < 0 ? 0 : last / s + 1;
-  if (*hi > n_in) *hi = n_in;
-  if (*lo > *hi) *lo = *hi;
+/* The direct convolution this one is the adjoint of: its input is this
+ * one's output, its output this one's input, and this one's weight
+ * [cin, cout/groups, kh, kw] is its [cout, cin/groups, kh, kw]. */
+static sp_conv_geom as_direct(const tconv_geom *t) {
+  return (sp_conv_geom){.n = t->n, .cin = t->cout, .h = t->ho, .w = t->wo,
+                        .cout = t->cin, .cin_g = t->cout_g, .kh = t->kh, .kw = t->kw,
+                        .ho = t->h, .wo = t->w,
+                        .sh = t->sh, .sw = t->sw, .ph = t->ph, .pw = t->pw, .dh = t->dh, .dw = t->dw,
+                        .groups = t->groups};
 }
 
-/* Forward and the input gradient walk (channel, tap) in the outer loops and
- * whole rows in the inner ones, accumulating into a per-thread double plane
- * that one iteration owns. Each element still receives its terms in
- * (channel, kh, kw) order, as the per-element textbook sum would; a
- * float*float product is exact in double, so fused multiply-add or not, the
- * bits are the same. */
+/* Forward spreads each input pixel through the taps: the direct
+ * convolution's input gradient. */
 static void tconv_forward(const sp_op_args *a) {
   tconv_geom g;
   geom_of_args(a, &g);
-  const int64_t work = g.n * g.cin * g.h * g.w * g.cout_g * g.kh * g.kw;
-  const float *x = a->in[0]->data, *w = a->param[0]->data;
+  const sp_conv_geom d = as_direct(&g);
   const float *b = a->n_param > 1 && a->param[1] ? a->param[1]->data : NULL;
-  float *y = a->out->data;
-  const int64_t khw = g.kh * g.kw, hw_out = g.ho * g.wo;
-#pragma omp parallel if (work >= PAR_MIN_WORK)
-  {
-    double *acc = sp_xmalloc(sizeof(double) * (size_t)hw_out);
-#pragma omp for schedule(static)
-    for (int64_t nc = 0; nc < g.n * g.cout; nc++) {
-      const int64_t n = nc / g.cout, co = nc % g.cout, grp = co / g.cout_g, col = co % g.cout_g;
-      const double init = b ? b[co] : 0.0;
-      for (int64_t k = 0; k < hw_out; k++) acc[k] = init;
-      /* x pixel (ih, iw) lands on (ih*s - p + i*d, iw*s - p + j*d). */
-      for (int64_t cl = 0; cl < g.cin_g; cl++) {
-        const int64_t c = grp * g.cin_g + cl;
-        const float *xc = x + (n * g.cin + c) * g.h * g.w;
-        const float *wc = w + (c * g.cout_g + col) * khw;
-        for (int64_t i = 0; i < g.kh; i++) {
-          for (int64_t j = 0; j < g.kw; j++) {
-            const double wv = wc[i * g.kw + j];
-            const int64_t off = j * g.dw - g.pw;
-            int64_t iw0, iw1;
-            tap_range(off, g.sw, g.wo, g.w, &iw0, &iw1);
-            for (int64_t ih = 0; ih < g.h; ih++) {
-              const int64_t oh = ih * g.sh - g.ph + i * g.dh;
-              if (oh < 0 || oh >= g.ho) continue;
-              const float *xr = xc + ih * g.w;
-              double *ar = acc + oh * g.wo;
-              for (int64_t iw = iw0; iw < iw1; iw++) ar[iw * g.sw + off] += (double)xr[iw] * wv;
-            }
-          }
-        }
-      }
-      float *yc = y + nc * hw_out;
-      for (int64_t k = 0; k < hw_out; k++) yc[k] = (float)acc[k];
-    }
-    free(acc);
-  }
-}
-
-/* dx is a plain convolution of dy with the same weights. */
-static void tconv_backward_data(const sp_op_args *a, const tconv_geom *gp, float *dx) {
-  const tconv_geom g = *gp;
-  const int64_t work = g.n * g.cin * g.h * g.w * g.cout_g * g.kh * g.kw;
-  const float *w = a->param[0]->data, *dy = a->d_out->data;
-  const int64_t khw = g.kh * g.kw, hw_out = g.ho * g.wo, hw_in = g.h * g.w;
-#pragma omp parallel if (work >= PAR_MIN_WORK)
-  {
-    double *acc = sp_xmalloc(sizeof(double) * (size_t)hw_in);
-#pragma omp for schedule(static)
-    for (int64_t nc = 0; nc < g.n * g.cin; nc++) {
-      const int64_t n = nc / g.cin, c = nc % g.cin, grp = c / g.cin_g;
-      for (int64_t k = 0; k < hw_in; k++) acc[k] = 0.0;
-      for (int64_t col = 0; col < g.cout_g; col++) {
-        const float *dyc = dy + (n * g.cout + grp * g.cout_g + col) * hw_out;
-        const float *wc = w + (c * g.cout_g + col) * khw;
-        for (int64_t i = 0; i < g.kh; i++) {
-          for (int64_t j = 0; j < g.kw; j++) {
-            const double wv = wc[i * g.kw + j];
-            const int64_t off = j * g.dw - g.pw;
-            int64_t iw0, iw1;
-            tap_range(off, g.sw, g.wo, g.w, &iw0, &iw1);
-            for (int64_t ih = 0; ih < g.h; ih++) {
-              const int64_t oh = ih * g.sh - g.ph + i * g.dh;
-              if (oh < 0 || oh >= g.ho) continue;
-              const float *dyr = dyc + oh * g.wo;
-              double *ar = acc + ih * g.w;
-              for (int64_t iw = iw0; iw < iw1; iw++) ar[iw] += (double)dyr[iw * g.sw + off] * wv;
-            }
-          }
-        }
-      }
-      float *dxc = dx + nc * hw_in;
-      for (int64_t k = 0; k < hw_in; k++) dxc[k] += (float)acc[k];
-    }
-    free(acc);
-  }
-}
-
-/* dw[c,col,i,j] = sum over (n, ih, iw) of x[ih,iw] dy[oh,ow], one weight per
- * iteration. */
-static void tconv_backward_weight(const sp_op_args *a, const tconv_geom *gp, float *dw) {
-  const tconv_geom g = *gp;
-  const int64_t work = g.n * g.cin * g.h * g.w * g.cout_g * g.kh * g.kw;
-  const float *x = a->in[0]->data, *dy = a->d_out->data;
-  const int64_t khw = g.kh * g.kw, hw_out = g.ho * g.wo;
-  const int64_t nw = g.cin * g.cout_g * khw;
-#pragma omp parallel for schedule(static) if (work >= PAR_MIN_WORK)
-  for (int64_t e = 0; e < nw; e++) {
-    const int64_t j = e % g.kw, i = (e / g.kw) % g.kh, col = (e / khw) % g.cout_g;
-    const int64_t c = e / (khw * g.cout_g), co = (c / g.cin_g) * g.cout_g + col;
-    double s = 0.0;
-    for (int64_t n = 0; n < g.n; n++) {
-      const float *xc = x + (n * g.cin + c) * g.h * g.w;
-      const float *dyc = dy + (n * g.cout + co) * hw_out;
-      for (int64_t ih = 0; ih < g.h; ih++) {
-        const int64_t oh = ih * g.sh - g.ph + i * g.dh;
-        if (oh < 0 || oh >= g.ho) continue;
-        for (int64_t iw = 0; iw < g.w; iw++) {
-          const int64_t ow = iw * g.sw - g.pw + j * g.dw;
-          if (ow < 0 || ow >= g.wo) continue;
-          s += (double)xc[ih * g.w + iw] * dyc[oh * g.wo + ow];
-        }
-      }
-    }
-    dw[e] += (float)s;
-  }
+  sp_conv_scatter(&d, a->in[0]->data, a->param[0]->data, b, a->out->data, 0);
 }
 
 static void tconv_backward(const sp_op_args *a) {
   tconv_geom g;
   geom_of_args(a, &g);
-  if (a->d_in[0]) tconv_backward_data(a, &g, a->d_in[0]->data);
-  if (a->d_param[0]) tconv_backward_weight(a, &g, a->d_param[0]->data);
+  const sp_conv_geom d = as_direct(&g);
+  /* dx is the direct convolution of dy; dW pairs the same terms with x and
+   * dy in each other's places. */
+  if (a->d_in[0]) sp_conv_gather(&d, a->d_out->data, a->param[0]->data, NULL, a->d_in[0]->data, 1);
+  if (a->d_param[0]) sp_conv_weight_grad(&d, a->d_out->data, a->in[0]->data, a->d_param[0]->data);
   if (a->n_param > 1 && a->d_param[1])
     sp_op_bias_grad_nchw(a->d_out->data, g.n, g.cout, g.ho * g.wo, a->d_param[1]->data);
 }

@@ -47,6 +47,14 @@ static int linear_infer(const void *attr, int n_in, const sp_shape *in, int n_pa
   return 0;
 }
 
+/* init + sum over t < len of a[t sa] b[t sb], in double, in order: each
+ * output of forward and backward is one such sum. */
+static double dot_from(double init, const float *a, int64_t sa, const float *b, int64_t sb, int64_t len) {
+  double s = init;
+  for (int64_t t = 0; t < len; t++) s += (double)a[t * sa] * b[t * sb];
+  return s;
+}
+
 static void linear_forward(const sp_op_args *a) {
   const int64_t n = a->in[0]->shape.d[0], f = a->in[0]->shape.d[1], o = a->param[0]->shape.d[0];
   const int64_t work = n * f * o;
@@ -55,10 +63,7 @@ static void linear_forward(const sp_op_args *a) {
   float *y = a->out->data;
 #pragma omp parallel for schedule(static) if (work >= PAR_MIN_WORK)
   for (int64_t r = 0; r < n * o; r++) {
-    const float *xr = x + (r / o) * f, *wr = w + (r % o) * f;
-    double s = b ? b[r % o] : 0.0;
-    for (int64_t k = 0; k < f; k++) s += (double)xr[k] * wr[k];
-    y[r] = (float)s;
+    y[r] = (float)dot_from(b ? b[r % o] : 0.0, x + (r / o) * f, 1, w + (r % o) * f, 1, f);
   }
 }
 
@@ -74,18 +79,14 @@ static void linear_backward(const sp_op_args *a) {
 #pragma omp parallel for schedule(static) if (work >= PAR_MIN_WORK)
     for (int64_t e = 0; e < n * f; e++) {
       const int64_t i = e / f, k = e % f;
-      double s = 0.0;
-      for (int64_t j = 0; j < o; j++) s += (double)dy[i * o + j] * w[j * f + k];
-      dx[e] += (float)s;
+      dx[e] += (float)dot_from(0.0, dy + i * o, 1, w + k, f, o);
     }
   }
   if (dw) { /* dw[j,k] += sum_i dy[i,j] x[i,k] */
 #pragma omp parallel for schedule(static) if (work >= PAR_MIN_WORK)
     for (int64_t e = 0; e < o * f; e++) {
       const int64_t j = e / f, k = e % f;
-      double s = 0.0;
-      for (int64_t i = 0; i < n; i++) s += (double)dy[i * o + j] * x[i * f + k];
-      dw[e] += (float)s;
+      dw[e] += (float)dot_from(0.0, dy + j, o, x + k, f, n);
     }
   }
   if (db) {

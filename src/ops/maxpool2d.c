@@ -63,33 +63,32 @@ static size_t maxpool_saved_bytes(const void *attr, int n_in, const sp_shape *in
 
 static void maxpool_forward(const sp_op_args *a) {
   const sp_pool2d_attr *at = a->attr;
-  const sp_shape *is = &a->in[0]->shape, *os = &a->out->shape;
-  int64_t planes = is->d[0] * is->d[1], H = is->d[2], W = is->d[3], Ho = os->d[2], Wo = os->d[3];
+  const sp_plane_geom pg = sp_plane_geom_of(&a->in[0]->shape, &a->out->shape);
   const float *x = a->in[0]->data;
   float *y = a->out->data;
   int32_t *arg = a->saved;
 #pragma omp parallel for schedule(static)
-  for (int64_t pl = 0; pl < planes; pl++) {
-    const float *xp = x + pl * H * W;
-    for (int64_t oh = 0; oh < Ho; oh++) {
+  for (int64_t pl = 0; pl < pg.planes; pl++) {
+    const float *xp = x + pl * pg.h * pg.w;
+    for (int64_t oh = 0; oh < pg.ho; oh++) {
       int64_t h0 = oh * at->stride_h - at->pad_h, h1 = h0 + at->kernel_h;
       if (h0 < 0) h0 = 0;
-      if (h1 > H) h1 = H;
-      for (int64_t ow = 0; ow < Wo; ow++) {
+      if (h1 > pg.h) h1 = pg.h;
+      for (int64_t ow = 0; ow < pg.wo; ow++) {
         int64_t w0 = ow * at->stride_w - at->pad_w, w1 = w0 + at->kernel_w;
         if (w0 < 0) w0 = 0;
-        if (w1 > W) w1 = W;
+        if (w1 > pg.w) w1 = pg.w;
         float best = -INFINITY;
-        int64_t besti = h0 * W + w0;
+        int64_t besti = h0 * pg.w + w0;
         for (int64_t h = h0; h < h1; h++)
           for (int64_t w = w0; w < w1; w++) {
-            float v = xp[h * W + w];
+            float v = xp[h * pg.w + w];
             if (v > best || isnan(v)) {
               best = v;
-              besti = h * W + w;
+              besti = h * pg.w + w;
             }
           }
-        int64_t o = pl * Ho * Wo + oh * Wo + ow;
+        int64_t o = pl * pg.ho * pg.wo + oh * pg.wo + ow;
         y[o] = best;
         arg[o] = (int32_t)besti;
       }

@@ -134,5 +134,58 @@ typedef struct sp_op_def {
 /* Shared by the ops (ops/op_util.c): the bias gradient of an NCHW output,
  * db[c] += sum over n and the c-th plane of dy (double sums). */
 void sp_op_bias_grad_nchw(const float *dy, int64_t n, int64_t c, int64_t hw, float *db);
+/* dx += dy over n elements: the backward of every op that passes its output
+ * gradient through unchanged (add, reshape). */
+void sp_op_grad_pass(float *dx, const float *dy, int64_t n);
+
+/* The planes of an op that maps each [h, w] plane of an NCHW input to an
+ * [ho, wo] plane of its output (pooling, upsampling, BlurPool). */
+typedef struct {
+  int64_t planes, h, w, ho, wo;
+} sp_plane_geom;
+sp_plane_geom sp_plane_geom_of(const sp_shape *in, const sp_shape *out);
+
+/* Batch norm's per-channel pieces, shared by batchnorm and batchnorm_sync
+ * (ops/op_util.c; the sync op differs only in where the sums are added up).
+ * x is viewed as [n, c, s]; mean and inv_std are channel ch's; xhat =
+ * (x - mean) inv_std. */
+typedef struct {
+  int64_t n, c, s;
+} sp_bn_geom;
+sp_bn_geom sp_bn_geom_of(const sp_shape *x);
+/* y = (x - mean) scale + shift over channel ch. */
+void sp_bn_normalize_channel(const sp_bn_geom *g, int64_t ch, const float *x, double mean, double scale, double shift,
+                             float *y);
+/* The running buffers move towards the batch's mean and unbiased variance
+ * (var is the biased one over m values). */
+void sp_bn_running_update(float *rm, float *rv, int64_t ch, double mean, double var, double m, double momentum);
+/* sum dy and sum dy xhat over channel ch: dbeta and dgamma, and the two
+ * projections batch-statistics backward removes from dy. */
+void sp_bn_grad_sums(const sp_bn_geom *g, int64_t ch, const float *x, const float *dy, double mean, double inv_std,
+                     double *sum_dy, double *sum_dy_xhat);
+/* dx += scale (dy - mean_dy - xhat mean_dy_xhat) over channel ch. */
+void sp_bn_input_grad(const sp_bn_geom *g, int64_t ch, const float *x, const float *dy, double mean, double inv_std,
+                      double scale, double mean_dy, double mean_dy_xhat, float *dx);
+
+/* A direct 2-D convolution's geometry (stride, zero padding, dilation,
+ * groups), on which the reference loops of conv2d and conv_transpose2d run
+ * (ops/conv_loops.c). A transposed convolution uses the direct convolution it
+ * is the adjoint of: that one's input is the transposed one's output. */
+typedef struct {
+  int64_t n, cin, h, w;        /* input */
+  int64_t cout, cin_g, kh, kw; /* weight [cout, cin_g, kh, kw] */
+  int64_t ho, wo;              /* output */
+  int64_t sh, sw, ph, pw, dh, dw, groups;
+} sp_conv_geom;
+/* y[n, cout] = bias + the taps of x (the forward); bias may be NULL; y is
+ * overwritten, or added to when accumulate. */
+void sp_conv_gather(const sp_conv_geom *g, const float *x, const float *w, const float *bias, float *y,
+                    int accumulate);
+/* dx[n, cin] = bias + the taps of dy spread back (the input gradient); bias
+ * is indexed by input channel and may be NULL; overwritten or accumulated. */
+void sp_conv_scatter(const sp_conv_geom *g, const float *dy, const float *w, const float *bias, float *dx,
+                     int accumulate);
+/* dw[cout, cin_g, kh, kw] += sum over (n, oh, ow) of x dy. */
+void sp_conv_weight_grad(const sp_conv_geom *g, const float *x, const float *dy, float *dw);
 
 #endif

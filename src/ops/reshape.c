@@ -69,12 +69,7 @@ static void reshape_forward(const sp_op_args *a) {
 }
 
 static void reshape_backward(const sp_op_args *a) {
-  if (!a->d_in[0]) return;
-  const float *dy = a->d_out->data;
-  float *dx = a->d_in[0]->data;
-  int64_t n = sp_tensor_numel(a->d_out);
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; i++) dx[i] += dy[i];
+  if (a->d_in[0]) sp_op_grad_pass(a->d_in[0]->data, a->d_out->data, sp_tensor_numel(a->d_out));
 }
 
 const sp_op_def sp_op_reshape = {

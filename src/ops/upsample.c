@@ -52,20 +52,19 @@ static int upsample_infer(const void *attr, int n_in, const sp_shape *in, int n_
 
 static void upsample_forward(const sp_op_args *a) {
   const sp_upsample_attr *at = a->attr;
-  const sp_shape *is = &a->in[0]->shape, *os = &a->out->shape;
-  int64_t planes = is->d[0] * is->d[1], H = is->d[2], W = is->d[3], Ho = os->d[2], Wo = os->d[3];
+  const sp_plane_geom pg = sp_plane_geom_of(&a->in[0]->shape, &a->out->shape);
   const float *x = a->in[0]->data;
   float *y = a->out->data;
 #pragma omp parallel for schedule(static)
-  for (int64_t pl = 0; pl < planes; pl++) {
-    const float *xp = x + pl * H * W;
-    for (int64_t oh = 0; oh < Ho; oh++) {
-      upsample_src sh = upsample_source(at->bilinear, at->scale, oh, H);
-      for (int64_t ow = 0; ow < Wo; ow++) {
-        upsample_src sw = upsample_source(at->bilinear, at->scale, ow, W);
-        float top = (1.0f - sw.w1) * xp[sh.i0 * W + sw.i0] + sw.w1 * xp[sh.i0 * W + sw.i1];
-        float bot = (1.0f - sw.w1) * xp[sh.i1 * W + sw.i0] + sw.w1 * xp[sh.i1 * W + sw.i1];
-        y[pl * Ho * Wo + oh * Wo + ow] = (1.0f - sh.w1) * top + sh.w1 * bot;
+  for (int64_t pl = 0; pl < pg.planes; pl++) {
+    const float *xp = x + pl * pg.h * pg.w;
+    for (int64_t oh = 0; oh < pg.ho; oh++) {
+      upsample_src sh = upsample_source(at->bilinear, at->scale, oh, pg.h);
+      for (int64_t ow = 0; ow < pg.wo; ow++) {
+        upsample_src sw = upsample_source(at->bilinear, at->scale, ow, pg.w);
+        float top = (1.0f - sw.w1) * xp[sh.i0 * pg.w + sw.i0] + sw.w1 * xp[sh.i0 * pg.w + sw.i1];
+        float bot = (1.0f - sw.w1) * xp[sh.i1 * pg.w + sw.i0] + sw.w1 * xp[sh.i1 * pg.w + sw.i1];
+        y[pl * pg.ho * pg.wo + oh * pg.wo + ow] = (1.0f - sh.w1) * top + sh.w1 * bot;
       }
     }
   }
@@ -74,23 +73,22 @@ static void upsample_forward(const sp_op_args *a) {
 static void upsample_backward(const sp_op_args *a) {
   if (!a->d_in[0]) return;
   const sp_upsample_attr *at = a->attr;
-  const sp_shape *is = &a->d_in[0]->shape, *os = &a->d_out->shape;
-  int64_t planes = is->d[0] * is->d[1], H = is->d[2], W = is->d[3], Ho = os->d[2], Wo = os->d[3];
+  const sp_plane_geom pg = sp_plane_geom_of(&a->d_in[0]->shape, &a->d_out->shape);
   const float *dy = a->d_out->data;
   float *dx = a->d_in[0]->data;
   /* Many outputs read each input cell, so one thread owns a whole plane. */
 #pragma omp parallel for schedule(static)
-  for (int64_t pl = 0; pl < planes; pl++) {
-    float *dxp = dx + pl * H * W;
-    for (int64_t oh = 0; oh < Ho; oh++) {
-      upsample_src sh = upsample_source(at->bilinear, at->scale, oh, H);
-      for (int64_t ow = 0; ow < Wo; ow++) {
-        upsample_src sw = upsample_source(at->bilinear, at->scale, ow, W);
-        float g = dy[pl * Ho * Wo + oh * Wo + ow];
-        dxp[sh.i0 * W + sw.i0] += (1.0f - sh.w1) * (1.0f - sw.w1) * g;
-        dxp[sh.i0 * W + sw.i1] += (1.0f - sh.w1) * sw.w1 * g;
-        dxp[sh.i1 * W + sw.i0] += sh.w1 * (1.0f - sw.w1) * g;
-        dxp[sh.i1 * W + sw.i1] += sh.w1 * sw.w1 * g;
+  for (int64_t pl = 0; pl < pg.planes; pl++) {
+    float *dxp = dx + pl * pg.h * pg.w;
+    for (int64_t oh = 0; oh < pg.ho; oh++) {
+      upsample_src sh = upsample_source(at->bilinear, at->scale, oh, pg.h);
+      for (int64_t ow = 0; ow < pg.wo; ow++) {
+        upsample_src sw = upsample_source(at->bilinear, at->scale, ow, pg.w);
+        float g = dy[pl * pg.ho * pg.wo + oh * pg.wo + ow];
+        dxp[sh.i0 * pg.w + sw.i0] += (1.0f - sh.w1) * (1.0f - sw.w1) * g;
+        dxp[sh.i0 * pg.w + sw.i1] += (1.0f - sh.w1) * sw.w1 * g;
+        dxp[sh.i1 * pg.w + sw.i0] += sh.w1 * (1.0f - sw.w1) * g;
+        dxp[sh.i1 * pg.w + sw.i1] += sh.w1 * sw.w1 * g;
       }
     }
   }

@@ -240,21 +240,18 @@ static int read_all(sp_yaml_reader *r, void *out) {
       read_run(r, c))
     return -1;
   /* Warm-up: explicit epochs win over the fraction of training. */
-  c->schedule.base_lr = c->lr;
-  c->schedule.total_epochs = c->epochs;
-  c->schedule.warmup_epochs = warmup_epochs >= 0 ? warmup_epochs : c->warmup_fraction * c->epochs;
+  sp_config_set_schedule(&c->schedule, c->lr, c->epochs,
+                         warmup_epochs >= 0 ? warmup_epochs : c->warmup_fraction * c->epochs);
   return sp_config_check_run(r, &c->optimizer, c->precision, c->backend);
 }
 
 int sp_train_config_load(const char *path, int n_sets, char *const *sets, sp_train_config *cfg, char **resolved) {
   *cfg = sp_train_config_default();
-  sp_yaml_reader r = {path, sp_yaml_load_file(path), 0};
-  return sp_yr_finish(&r, n_sets, sets, read_all, cfg, resolved);
+  return sp_config_read_source(path, NULL, n_sets, sets, read_all, cfg, resolved);
 }
 
 int sp_train_config_parse(const char *yaml, const char *label, int n_sets, char *const *sets, sp_train_config *cfg,
                           char **resolved) {
   *cfg = sp_train_config_default();
-  sp_yaml_reader r = {label, sp_yaml_load_string(yaml, label), 0};
-  return sp_yr_finish(&r, n_sets, sets, read_all, cfg, resolved);
+  return sp_config_read_source(label, yaml, n_sets, sets, read_all, cfg, resolved);
 }

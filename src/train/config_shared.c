@@ -20,3 +20,16 @@ int sp_config_check_run(const sp_yaml_reader *r, const sp_opt_config *opt, const
     return sp_error_set("%s: precision: bf16 needs backend: cpu (the %s backend computes in f32)", r->file, backend);
   return 0;
 }
+
+void sp_config_set_schedule(sp_lr_schedule *s, float lr, int epochs, double warmup_epochs) {
+  s->base_lr = lr;
+  s->total_epochs = epochs;
+  s->warmup_epochs = warmup_epochs;
+}
+
+int sp_config_read_source(const char *path_or_label, const char *yaml, int n_sets, char *const *sets,
+                          int (*read_all)(sp_yaml_reader *r, void *cfg), void *cfg, char **resolved) {
+  sp_yaml_reader r = {path_or_label, yaml ? sp_yaml_load_string(yaml, path_or_label) : sp_yaml_load_file(path_or_label),
+                      0};
+  return sp_yr_finish(&r, n_sets, sets, read_all, cfg, resolved);
+}

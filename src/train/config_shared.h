@@ -15,4 +15,14 @@ int sp_config_read_optimizer_keys(sp_yaml_reader *r, sp_opt_config *opt, float *
 int sp_config_check_run(const sp_yaml_reader *r, const sp_opt_config *opt, const char *precision,
                         const char *backend);
 
+/* The schedule's figures that come from the run's other keys: base_lr from
+ * optimizer.lr, total_epochs from epochs, and the warm-up in epochs. */
+void sp_config_set_schedule(sp_lr_schedule *s, float lr, int epochs, double warmup_epochs);
+
+/* A config file (path) or, when yaml is not NULL, the YAML text named label,
+ * with the --set overrides, read by read_all into cfg (already holding its
+ * defaults): what both configs' _load and _parse do. */
+int sp_config_read_source(const char *path_or_label, const char *yaml, int n_sets, char *const *sets,
+                          int (*read_all)(sp_yaml_reader *r, void *cfg), void *cfg, char **resolved);
+
 #endif

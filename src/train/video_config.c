@@ -160,9 +160,7 @@ static int read_all(sp_yaml_reader *r, void *out) {
   double warmup = 0;
   if (read_model(r, c) || read_data(r, c) || read_optimizer(r, c) || read_schedule(r, c, &warmup) || read_run(r, c))
     return -1;
-  c->schedule.base_lr = c->lr;
-  c->schedule.total_epochs = c->epochs;
-  c->schedule.warmup_epochs = warmup;
+  sp_config_set_schedule(&c->schedule, c->lr, c->epochs, warmup);
   if (!c->data.train_list[0] && !c->data.val_list[0])
     return sp_error_set("%s: data.train_list (and data.val_list) must be set", r->file);
   return sp_config_check_run(r, &c->optimizer, c->precision, c->backend);
@@ -170,15 +168,13 @@ static int read_all(sp_yaml_reader *r, void *out) {
 
 int sp_video_config_load(const char *path, int n_sets, char *const *sets, sp_video_config *cfg, char **resolved) {
   *cfg = sp_video_config_default();
-  sp_yaml_reader r = {path, sp_yaml_load_file(path), 0};
-  return sp_yr_finish(&r, n_sets, sets, read_all, cfg, resolved);
+  return sp_config_read_source(path, NULL, n_sets, sets, read_all, cfg, resolved);
 }
 
 int sp_video_config_parse(const char *yaml, const char *label, int n_sets, char *const *sets, sp_video_config *cfg,
                           char **resolved) {
   *cfg = sp_video_config_default();
-  sp_yaml_reader r = {label, sp_yaml_load_string(yaml, label), 0};
-  return sp_yr_finish(&r, n_sets, sets, read_all, cfg, resolved);
+  return sp_config_read_source(label, yaml, n_sets, sets, read_all, cfg, resolved);
 }
 
 static int is_video(sp_yaml *y) {

@@ -186,19 +186,13 @@ static int bn_setup(sp_op_prep *p, bn_node *s) {
   if (p->run_backward) {
     DNNL_TRY(dnnl_batch_normalization_backward_desc_init(&d, s->need_dparam ? dnnl_backward : dnnl_backward_data, &s->md,
                                                          &s->md, eps, flags));
-    if (cpu_make(&s->base, &d, s->fwd_pd, NULL, &s->bwd_pd, &s->bwd) ||
-        cpu_make_reorder(&s->base, &s->md, &s->md, 1, &s->acc_pd, &s->acc))
+    if (cpu_make_backward_acc(&s->base, &d, s->fwd_pd, &s->md, &s->bwd_pd, &s->bwd, &s->acc_pd, &s->acc, &bwd))
       return -1;
-    bwd = cpu_scratchpad_bytes(s->bwd_pd);
-    if (cpu_scratchpad_bytes(s->acc_pd) > bwd) bwd = cpu_scratchpad_bytes(s->acc_pd);
     s->dsrc_off = cpu_take(&bwd, cpu_md_bytes(&s->md));
     s->dscale_off = cpu_take(&bwd, sizeof(float) * (size_t)s->c);
     s->dshift_off = cpu_take(&bwd, sizeof(float) * (size_t)s->c);
   }
-  p->fwd_scratch_bytes = fwd;
-  p->bwd_scratch_bytes = bwd;
-  cpu_report(p, &s->base);
-  return 0;
+  return cpu_report_scratch(p, &s->base, fwd, bwd);
 }
 
 int cpu_bnorm_prepare(sp_op_prep *p) {

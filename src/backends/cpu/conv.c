@@ -365,9 +365,78 @@ static int bww_applies(const sp_op_prep *p, const conv_node *s, const dnnl_conv_
          cpu_md_lanes(&s->src_md) == CPU_LANES_NHWC && cpu_md_lanes(&s->dst_md) == CPU_LANES_NHWC;
 }
 
+/* The backward data and backward weights primitives conv_setup still needs
+ * (need_dx, need_dw) and the reorders around them. */
+static int choose_backward(conv_node *s, const dnnl_conv_geom *g, const dnnl_memory_desc_t *src_any,
+                           const dnnl_memory_desc_t *wei_any) {
+  dnnl_memory_desc_t dwei_any;
+  if (s->need_dx) {
+    if (choose_bwd_data(s, g, src_any, wei_any)) return -1;
+    s->reorder_wei_bd = !cpu_md_equal(&s->wei_bd_md, &s->wei_md);
+    if ((s->reorder_wei_bd &&
+         cpu_make_reorder(&s->base, &s->wplain_md, &s->wei_bd_md, 0, &s->re_pd[R_WEI_BD], &s->re[R_WEI_BD])) ||
+        cpu_make_reorder(&s->base, &s->dsrc_md, &s->x_md, 0, &s->re_pd[R_DX_SET], &s->re[R_DX_SET]) ||
+        cpu_make_reorder(&s->base, &s->dsrc_md, &s->x_md, 1, &s->re_pd[R_DX_ACC], &s->re[R_DX_ACC]))
+      return -1;
+  }
+  if (s->need_dw) {
+    if (cpu_md_retype(&dwei_any, wei_any, dnnl_f32) || choose_bwd_wei(s, g, src_any, &dwei_any)) return -1;
+    s->reorder_src_bw = !cpu_md_equal(&s->src_bw_md, &s->src_md);
+    s->reorder_ddst_bw = !cpu_md_equal(&s->ddst_bw_md, &s->dst_md);
+    if ((s->reorder_ddst_bw &&
+         cpu_make_reorder(&s->base, &s->dst_md, &s->ddst_bw_md, 0, &s->re_pd[R_DDST_BW], &s->re[R_DDST_BW])) ||
+        (s->reorder_src_bw &&
+         cpu_make_reorder(&s->base, &s->src_md, &s->src_bw_md, 0, &s->re_pd[R_SRC_BW], &s->re[R_SRC_BW])) ||
+        cpu_make_reorder(&s->base, &s->dwei_md, &s->wplain_md, 1, &s->re_pd[R_DW], &s->re[R_DW]))
+      return -1;
+  }
+  return 0;
+}
+
+/* Scratch: the largest primitive scratchpad first, then temporaries; the
+ * weights in the saved region, or for a frozen plan in the node's own memory.
+ * mm_bwd, bww_bwd: what the bf16 matmul backward paths need instead. */
+static void place_buffers(sp_op_prep *p, conv_node *s, size_t mm_bwd, size_t bww_bwd) {
+  size_t fwd = 0, bwd = 0, keep = 0;
+  for (int r = 0; r < N_REORDERS; r++) grow(r <= R_WEI ? &fwd : &bwd, s->re_pd[r]);
+  grow(&fwd, s->fwd_pd);
+  grow(&bwd, s->bwd_data_pd);
+  grow(&bwd, s->bwd_wei_pd);
+  size_t *k = s->run_backward ? &keep : &fwd;
+  if (s->reorder_src) s->src_off = cpu_take(k, cpu_md_bytes(&s->src_md));
+  /* A frozen plan keeps the prepared weights in the node's own memory and
+   * reorders them only when the parameters changed. */
+  if (p->frozen && !s->run_backward) {
+    size_t wb = cpu_md_bytes(&s->wei_md), used = 0;
+    size_t at_w = cpu_take(&used, wb), at_f = cpu_take(&used, s->fold_bn ? cpu_md_bytes(&s->wplain_md) : 0),
+           at_b = cpu_take(&used, s->fold_bn ? sizeof(float) * (size_t)s->n_bias : 0);
+    char *kept = cpu_node_keep(&s->base, used);
+    s->wei_kept = kept + at_w;
+    if (s->fold_bn) s->wfold = (float *)(kept + at_f), s->bfold = (float *)(kept + at_b);
+  } else {
+    s->wei_off = cpu_take(k, cpu_md_bytes(&s->wei_md));
+  }
+  if (s->need_dx) {
+    s->dsrc_off = cpu_take(&bwd, cpu_md_bytes(&s->dsrc_md));
+    if (s->reorder_wei_bd) s->wbd_off = cpu_take(&bwd, cpu_md_bytes(&s->wei_bd_md));
+  }
+  if (s->need_dw) {
+    s->dwei_off = cpu_take(&bwd, cpu_md_bytes(&s->dwei_md));
+    s->dbias_off = cpu_take(&bwd, sizeof(float) * (size_t)s->n_bias);
+    if (s->reorder_src_bw) s->sbw_off = cpu_take(&bwd, cpu_md_bytes(&s->src_bw_md));
+    if (s->reorder_ddst_bw) s->dbw_off = cpu_take(&bwd, cpu_md_bytes(&s->ddst_bw_md));
+  }
+  if (s->mm) bwd = mm_bwd;
+  if (bww_bwd > bwd) bwd = bww_bwd; /* runs after backward data: the same scratch */
+  p->saved_bytes = keep;
+  p->fwd_scratch_bytes = fwd;
+  p->bwd_scratch_bytes = bwd;
+  p->absorb_consumer = s->post_relu ? 2 : s->fold_bn;
+}
+
 static int conv_setup(sp_op_prep *p, conv_node *s, const dnnl_conv_geom *g) {
   dnnl_data_type_t dt = p->bf16 ? dnnl_bf16 : dnnl_f32;
-  dnnl_memory_desc_t src_any, wei_any, dst_any, dwei_any;
+  dnnl_memory_desc_t src_any, wei_any, dst_any;
   s->has_bias = p->n_param > 1;
   s->run_backward = p->run_backward;
   /* Inference on fixed weights: a batch norm on running statistics right
@@ -409,63 +478,9 @@ static int conv_setup(sp_op_prep *p, conv_node *s, const dnnl_conv_geom *g) {
     s->bww = cpu_bww_mm_prepare(&s->bwwmm, &s->base, &cs, &bww_bwd) == 0;
     if (s->bww) s->need_dw = 0; /* the products do it */
   }
-  if (s->need_dx) {
-    if (choose_bwd_data(s, g, &src_any, &wei_any)) return -1;
-    s->reorder_wei_bd = !cpu_md_equal(&s->wei_bd_md, &s->wei_md);
-    if ((s->reorder_wei_bd &&
-         cpu_make_reorder(&s->base, &s->wplain_md, &s->wei_bd_md, 0, &s->re_pd[R_WEI_BD], &s->re[R_WEI_BD])) ||
-        cpu_make_reorder(&s->base, &s->dsrc_md, &s->x_md, 0, &s->re_pd[R_DX_SET], &s->re[R_DX_SET]) ||
-        cpu_make_reorder(&s->base, &s->dsrc_md, &s->x_md, 1, &s->re_pd[R_DX_ACC], &s->re[R_DX_ACC]))
-      return -1;
-  }
-  if (s->need_dw) {
-    if (cpu_md_retype(&dwei_any, &wei_any, dnnl_f32) || choose_bwd_wei(s, g, &src_any, &dwei_any)) return -1;
-    s->reorder_src_bw = !cpu_md_equal(&s->src_bw_md, &s->src_md);
-    s->reorder_ddst_bw = !cpu_md_equal(&s->ddst_bw_md, &s->dst_md);
-    if ((s->reorder_ddst_bw &&
-         cpu_make_reorder(&s->base, &s->dst_md, &s->ddst_bw_md, 0, &s->re_pd[R_DDST_BW], &s->re[R_DDST_BW])) ||
-        (s->reorder_src_bw &&
-         cpu_make_reorder(&s->base, &s->src_md, &s->src_bw_md, 0, &s->re_pd[R_SRC_BW], &s->re[R_SRC_BW])) ||
-        cpu_make_reorder(&s->base, &s->dwei_md, &s->wplain_md, 1, &s->re_pd[R_DW], &s->re[R_DW]))
-      return -1;
-  }
+  if (choose_backward(s, g, &src_any, &wei_any)) return -1;
 
-  /* Scratch: the largest primitive scratchpad first, then temporaries. */
-  size_t fwd = 0, bwd = 0, keep = 0;
-  for (int r = 0; r < N_REORDERS; r++) grow(r <= R_WEI ? &fwd : &bwd, s->re_pd[r]);
-  grow(&fwd, s->fwd_pd);
-  grow(&bwd, s->bwd_data_pd);
-  grow(&bwd, s->bwd_wei_pd);
-  size_t *k = s->run_backward ? &keep : &fwd;
-  if (s->reorder_src) s->src_off = cpu_take(k, cpu_md_bytes(&s->src_md));
-  /* A frozen plan keeps the prepared weights in the node's own memory and
-   * reorders them only when the parameters changed. */
-  if (p->frozen && !s->run_backward) {
-    size_t wb = cpu_md_bytes(&s->wei_md), used = 0;
-    size_t at_w = cpu_take(&used, wb), at_f = cpu_take(&used, s->fold_bn ? cpu_md_bytes(&s->wplain_md) : 0),
-           at_b = cpu_take(&used, s->fold_bn ? sizeof(float) * (size_t)s->n_bias : 0);
-    char *kept = cpu_node_keep(&s->base, used);
-    s->wei_kept = kept + at_w;
-    if (s->fold_bn) s->wfold = (float *)(kept + at_f), s->bfold = (float *)(kept + at_b);
-  } else {
-    s->wei_off = cpu_take(k, cpu_md_bytes(&s->wei_md));
-  }
-  if (s->need_dx) {
-    s->dsrc_off = cpu_take(&bwd, cpu_md_bytes(&s->dsrc_md));
-    if (s->reorder_wei_bd) s->wbd_off = cpu_take(&bwd, cpu_md_bytes(&s->wei_bd_md));
-  }
-  if (s->need_dw) {
-    s->dwei_off = cpu_take(&bwd, cpu_md_bytes(&s->dwei_md));
-    s->dbias_off = cpu_take(&bwd, sizeof(float) * (size_t)s->n_bias);
-    if (s->reorder_src_bw) s->sbw_off = cpu_take(&bwd, cpu_md_bytes(&s->src_bw_md));
-    if (s->reorder_ddst_bw) s->dbw_off = cpu_take(&bwd, cpu_md_bytes(&s->ddst_bw_md));
-  }
-  if (s->mm) bwd = mm_bwd;
-  if (bww_bwd > bwd) bwd = bww_bwd; /* runs after backward data: the same scratch */
-  p->saved_bytes = keep;
-  p->fwd_scratch_bytes = fwd;
-  p->bwd_scratch_bytes = bwd;
-  p->absorb_consumer = s->post_relu ? 2 : s->fold_bn;
+  place_buffers(p, s, mm_bwd, bww_bwd);
   cpu_report(p, &s->base);
   return 0;
 }

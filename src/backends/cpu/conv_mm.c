@@ -28,15 +28,8 @@ int cpu_matmul_make(cpu_node *n, const dnnl_memory_desc_t *a, const dnnl_memory_
                     dnnl_primitive_desc_t *pd, dnnl_primitive_t *prim) {
   dnnl_matmul_desc_t d;
   DNNL_TRY(dnnl_matmul_desc_init(&d, a, b, bias, c));
-  dnnl_post_ops_t po = NULL;
-  if (accumulate) {
-    DNNL_TRY(dnnl_post_ops_create(&po));
-    dnnl_status_t st = dnnl_post_ops_append_sum(po, 1.0f);
-    if (st != dnnl_success) {
-      dnnl_post_ops_destroy(po);
-      return cpu_dnnl_fail(__FILE__, __LINE__, "dnnl_post_ops_append_sum", st);
-    }
-  }
+  dnnl_post_ops_t po;
+  if (cpu_sum_post_ops(accumulate, &po)) return -1;
   int rc = cpu_pd(&d, NULL, po, pd);
   if (po) dnnl_post_ops_destroy(po);
   if (rc) return -1;

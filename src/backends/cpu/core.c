@@ -68,6 +68,13 @@ void cpu_report(sp_op_prep *p, cpu_node *n) {
   p->out_bytes = cpu_md_bytes(&n->out_md);
 }
 
+int cpu_report_scratch(sp_op_prep *p, cpu_node *n, size_t fwd_scratch, size_t bwd_scratch) {
+  p->fwd_scratch_bytes = fwd_scratch;
+  p->bwd_scratch_bytes = bwd_scratch;
+  cpu_report(p, n);
+  return 0;
+}
+
 /* ---- memory descriptors ---- */
 
 dnnl_data_type_t cpu_dt(sp_dtype t) {
@@ -212,17 +219,32 @@ int cpu_make(cpu_node *n, const void *op_desc, const_dnnl_primitive_desc_t hint,
   return cpu_adopt(n, *pd, prim);
 }
 
+int cpu_sum_post_ops(int accumulate, dnnl_post_ops_t *po) {
+  *po = NULL;
+  if (!accumulate) return 0;
+  DNNL_TRY(dnnl_post_ops_create(po));
+  dnnl_status_t st = dnnl_post_ops_append_sum(*po, 1.0f);
+  if (st != dnnl_success) {
+    dnnl_post_ops_destroy(*po);
+    *po = NULL;
+    return cpu_dnnl_fail(__FILE__, __LINE__, "dnnl_post_ops_append_sum", st);
+  }
+  return 0;
+}
+
+int cpu_make_backward_acc(cpu_node *n, const void *bwd_desc, const_dnnl_primitive_desc_t fwd_pd,
+                          const dnnl_memory_desc_t *md, dnnl_primitive_desc_t *bwd_pd, dnnl_primitive_t *bwd,
+                          dnnl_primitive_desc_t *acc_pd, dnnl_primitive_t *acc, size_t *scratch) {
+  if (cpu_make(n, bwd_desc, fwd_pd, NULL, bwd_pd, bwd) || cpu_make_reorder(n, md, md, 1, acc_pd, acc)) return -1;
+  *scratch = cpu_scratchpad_bytes(*bwd_pd);
+  if (cpu_scratchpad_bytes(*acc_pd) > *scratch) *scratch = cpu_scratchpad_bytes(*acc_pd);
+  return 0;
+}
+
 int cpu_make_reorder(cpu_node *n, const dnnl_memory_desc_t *src, const dnnl_memory_desc_t *dst, int accumulate,
                      dnnl_primitive_desc_t *pd, dnnl_primitive_t *prim) {
-  dnnl_post_ops_t po = NULL;
-  if (accumulate) {
-    DNNL_TRY(dnnl_post_ops_create(&po));
-    dnnl_status_t st = dnnl_post_ops_append_sum(po, 1.0f);
-    if (st != dnnl_success) {
-      dnnl_post_ops_destroy(po);
-      return cpu_dnnl_fail(__FILE__, __LINE__, "dnnl_post_ops_append_sum", st);
-    }
-  }
+  dnnl_post_ops_t po;
+  if (cpu_sum_post_ops(accumulate, &po)) return -1;
   dnnl_primitive_attr_t attr;
   int rc = make_attr(&attr, po);
   if (po) dnnl_post_ops_destroy(po);

@@ -77,6 +77,9 @@ void *cpu_node_new(size_t size, const cpu_vt *vt);
 void cpu_node_free(cpu_node *n);
 /* Finishes prepare: reports state, layout and output bytes to the plan. */
 void cpu_report(sp_op_prep *p, cpu_node *n);
+/* The same with the node's forward and backward scratch bytes; returns 0 (the
+ * end of a successful prepare). */
+int cpu_report_scratch(sp_op_prep *p, cpu_node *n, size_t fwd_scratch, size_t bwd_scratch);
 
 /* ---- memory descriptors ------------------------------------------------------ */
 dnnl_data_type_t cpu_dt(sp_dtype t);
@@ -112,6 +115,17 @@ int cpu_pd(const void *op_desc, const_dnnl_primitive_desc_t hint, const_dnnl_pos
 int cpu_adopt(cpu_node *n, dnnl_primitive_desc_t pd, dnnl_primitive_t *prim);
 int cpu_make(cpu_node *n, const void *op_desc, const_dnnl_primitive_desc_t hint, const_dnnl_post_ops_t post_ops,
              dnnl_primitive_desc_t *pd, dnnl_primitive_t *prim);
+/* *po = a sum post-op (the primitive adds into its destination) when
+ * accumulate, else NULL; the caller destroys it. 0, or -1 with the error. */
+int cpu_sum_post_ops(int accumulate, dnnl_post_ops_t *po);
+/* The backward primitive (bwd_desc, hinted by its forward) of an op whose
+ * input gradient has the input's layout md, and the accumulating reorder
+ * md -> md that adds a gradient written to scratch into one already there (a
+ * node that is not the first writer). *scratch: the larger scratchpad of the
+ * two. 0, or -1 with the error. */
+int cpu_make_backward_acc(cpu_node *n, const void *bwd_desc, const_dnnl_primitive_desc_t fwd_pd,
+                          const dnnl_memory_desc_t *md, dnnl_primitive_desc_t *bwd_pd, dnnl_primitive_t *bwd,
+                          dnnl_primitive_desc_t *acc_pd, dnnl_primitive_t *acc, size_t *scratch);
 /* A reorder src -> dst; accumulate adds into dst (sum post-op) instead of
  * overwriting. */
 int cpu_make_reorder(cpu_node *n, const dnnl_memory_desc_t *src, const dnnl_memory_desc_t *dst, int accumulate,

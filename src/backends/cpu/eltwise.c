@@ -57,18 +57,12 @@ static int relu_setup(sp_op_prep *p, relu_node *s) {
   size_t bwd = 0;
   if (p->run_backward) {
     DNNL_TRY(dnnl_eltwise_backward_desc_init(&d, dnnl_eltwise_relu_use_dst_for_bwd, &s->md, &s->md, 0.0f, 0.0f));
-    if (cpu_make(&s->base, &d, s->fwd_pd, NULL, &s->bwd_pd, &s->bwd) ||
-        cpu_make_reorder(&s->base, &s->md, &s->md, 1, &s->acc_pd, &s->acc))
+    if (cpu_make_backward_acc(&s->base, &d, s->fwd_pd, &s->md, &s->bwd_pd, &s->bwd, &s->acc_pd, &s->acc, &bwd))
       return -1;
-    bwd = cpu_scratchpad_bytes(s->bwd_pd);
-    if (cpu_scratchpad_bytes(s->acc_pd) > bwd) bwd = cpu_scratchpad_bytes(s->acc_pd);
     s->dsrc_off = cpu_take(&bwd, cpu_md_bytes(&s->md));
   }
   p->saved_bytes = 0;
-  p->fwd_scratch_bytes = cpu_scratchpad_bytes(s->fwd_pd);
-  p->bwd_scratch_bytes = bwd;
-  cpu_report(p, &s->base);
-  return 0;
+  return cpu_report_scratch(p, &s->base, cpu_scratchpad_bytes(s->fwd_pd), bwd);
 }
 
 int cpu_relu_prepare(sp_op_prep *p) {
