@@ -166,9 +166,10 @@ static int read_all(sp_yaml_reader *r, void *out) {
   return sp_config_check_run(r, &c->optimizer, c->precision, c->backend);
 }
 
+/* A file is the text parsed with no text given (sp_config_read_source reads
+ * it): one path for both. */
 int sp_video_config_load(const char *path, int n_sets, char *const *sets, sp_video_config *cfg, char **resolved) {
-  *cfg = sp_video_config_default();
-  return sp_config_read_source(path, NULL, n_sets, sets, read_all, cfg, resolved);
+  return sp_video_config_parse(NULL, path, n_sets, sets, cfg, resolved);
 }
 
 int sp_video_config_parse(const char *yaml, const char *label, int n_sets, char *const *sets, sp_video_config *cfg,
