@@ -64,6 +64,8 @@ typedef struct {
   struct {
     char train_list[1024], val_list[1024];
     char root[1024];        /* when set, relative list paths are taken from here, not the list's folder */
+    char classes[1024];     /* classes file (labels.txt or classInd.txt) numbering the lists' labels;
+                             * "" = labels.txt beside the training list when there is one */
     sp_sampler_kind sampler;
     int segments;           /* TSN sampler: frames per clip */
     int frames, stride;     /* dense sampler */
