@@ -218,7 +218,7 @@ static void video_print_validation(void *task) {
 static int video_report(void *task, const char *dir, int over_ranks) {
   video_task *t = task;
   if (over_ranks && t->loop->rank > 0) return 0; /* from metrics.jsonl: rank 0's to write */
-  return sp_video_report(dir, t->cfg->model);
+  return sp_video_report(dir, t->cfg->model, t->classes);
 }
 
 static void video_teardown(void *task) {
