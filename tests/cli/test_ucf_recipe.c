@@ -15,58 +15,8 @@
 #include "testkit.h"
 
 static char tmp[512];
-static char out[1 << 16];
-
-/* UCF-style class names, in classInd's (alphabetical) order; the clips of
- * class k move as synth class k does. */
 static const char *const names[] = {"MoveLeft", "MoveRight", "RotateCcw", "RotateCw"};
-static const int motion[] = {1, 0, 3, 2};
-
-static void write_clip(const char *path, int cls, int id) {
-  sp_video_writer_config cfg = sp_video_writer_config_default(32, 32);
-  cfg.gop = 8;
-  sp_video_writer *w = sp_video_writer_open(path, &cfg);
-  if (!w) fail_msg("%s: %s", path, sp_last_error());
-  uint8_t rgb[32 * 32 * 3];
-  for (int t = 0; t < 8; t++) {
-    sp_synth_render(7, id, motion[cls], t, 8, 32, rgb);
-    assert_int_equal(sp_video_writer_add(w, rgb), 0);
-  }
-  assert_int_equal(sp_video_writer_close(w), 0);
-}
-
-/* data/UCF-101/<Class>/v_<Class>_gGG_c01.avi and data/ucfTrainTestlist/:
- * groups 8-10 train (labels 1..4), group 1 tests (no labels). */
-static void make_tree(void) {
-  char p[1024], line[256];
-  snprintf(p, sizeof p, "%s/data/ucfTrainTestlist", tmp);
-  assert_int_equal(sp_make_dirs(p), 0);
-  snprintf(p, sizeof p, "%s/configs", tmp);
-  mkdir(p, 0777);
-  char *cls_ind = calloc(1, 4096), *train = calloc(1, 8192), *test = calloc(1, 8192);
-  int id = 0;
-  for (int k = 0; k < 4; k++) {
-    snprintf(p, sizeof p, "%s/data/UCF-101/%s", tmp, names[k]);
-    assert_int_equal(sp_make_dirs(p), 0);
-    snprintf(line, sizeof line, "%d %s\r\n", k + 1, names[k]);
-    strcat(cls_ind, line);
-    for (int g = 1; g <= 10; g++) {
-      if (g > 1 && g < 8) continue;
-      snprintf(p, sizeof p, "%s/data/UCF-101/%s/v_%s_g%02d_c01.avi", tmp, names[k], names[k], g);
-      write_clip(p, k, id++);
-      if (g == 1) snprintf(line, sizeof line, "%s/v_%s_g%02d_c01.avi\r\n", names[k], names[k], g);
-      else snprintf(line, sizeof line, "%s/v_%s_g%02d_c01.avi %d\r\n", names[k], names[k], g, k + 1);
-      strcat(g == 1 ? test : train, line);
-    }
-  }
-  snprintf(p, sizeof p, "%s/data/ucfTrainTestlist/classInd.txt", tmp);
-  sp_test_write_text(p, cls_ind);
-  snprintf(p, sizeof p, "%s/data/ucfTrainTestlist/trainlist01.txt", tmp);
-  sp_test_write_text(p, train);
-  snprintf(p, sizeof p, "%s/data/ucfTrainTestlist/testlist01.txt", tmp);
-  sp_test_write_text(p, test);
-  free(cls_ind), free(train), free(test);
-}
+static char out[1 << 16];
 
 static int setup(void **state) {
   (void)state;
@@ -93,7 +43,7 @@ static char **header_commands(const char *config, char **text) {
 
 static void published_files_prepare_train_eval(void **state) {
   (void)state;
-  make_tree();
+  sp_test_ucf_tree(tmp);
   char *text, p[1024];
   char **cmds = header_commands("ucf-tsm-r50.yaml", &text);
   snprintf(p, sizeof p, "%s/configs/ucf-tsm-r50.yaml", tmp);
@@ -155,7 +105,7 @@ static void one_based_list_without_classes_is_refused(void **state) {
   char p[1024], *text;
   snprintf(p, sizeof p, "%s/data/ucfTrainTestlist/classInd.txt", tmp);
   struct stat sb;
-  if (stat(p, &sb) != 0) make_tree();
+  if (stat(p, &sb) != 0) sp_test_ucf_tree(tmp);
   sp_test_commands_free(header_commands("ucf-tsm-r50.yaml", &text));
   snprintf(p, sizeof p, "%s/configs/ucf-tsm-r50.yaml", tmp);
   sp_test_write_text(p, text);

@@ -15,4 +15,11 @@ void sp_test_commands_free(char **cmds);
  * line when not NULL). Returns the exit code (128 + N for a signal). */
 int sp_test_replay(const char *cwd, const char *cmd, const char *extra, char *out, size_t n);
 
+/* A miniature UCF-101 tree under root in UCF's published layout:
+ * data/UCF-101/<Class>/v_<Class>_gGG_c01.avi (4 classes, short synthetic
+ * clips) and data/ucfTrainTestlist/ with classInd.txt (`1 Name`),
+ * trainlist01.txt (labels 1..4) and testlist01.txt (no labels); also an
+ * empty root/configs. Fails the test on error. */
+void sp_test_ucf_tree(const char *root);
+
 #endif
