@@ -78,7 +78,7 @@ typedef struct {
   int batch;              /* [64] */
   int workers;            /* decode and loader threads; 0 = online cores [0] */
   int use_cache;          /* map the crops from an on-disk cache file, built on first use [0] */
-  const char *cache_file; /* NULL: $TMPDIR (or /tmp)/spry-bench-data-SIZE.cache */
+  const char *cache_file; /* NULL: $TMPDIR (or /tmp)/spry-bench-data-SIZE-PID.cache, removed at the end */
   int runs;               /* [5] */
   int images;             /* images per augment/normalize run; epochs repeat [4096] */
   int channels;           /* 3, or 1 for gray [3] */

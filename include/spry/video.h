@@ -142,6 +142,41 @@ typedef struct {
 } sp_video_list;
 int sp_video_list_read(const char *list_path, sp_video_list *out);
 void sp_video_list_free(sp_video_list *l);
+
+/* A classes file, the one source of class numbers: labels.txt (one name per
+ * line, line k names label k; `spry synth actions` and `spry prepare list`
+ * write it) or UCF-101's classInd.txt (`N name` lines, numbered from 1 there;
+ * the file's first number, 0 or 1, is `base`). Mixed forms, numbers that do
+ * not run on one by one, and a name given twice are refused (file:line). */
+typedef struct {
+  int n, base;
+  char **name; /* name[k]: the class of 0-based label k */
+  char *path;  /* for messages */
+} sp_video_classes;
+int sp_video_classes_read(const char *path, sp_video_classes *out);
+void sp_video_classes_free(sp_video_classes *c);
+/* The 0-based label of the class called name[0..len), or -1. */
+int sp_video_classes_find(const sp_video_classes *c, const char *name, size_t len);
+/* labels.txt in the folder of list_path: 1 when there is one and it was
+ * read into *out, 0 when there is none, -1 on error. */
+int sp_video_classes_beside(const char *list_path, sp_video_classes *out);
+/* Writes the names one per line (labels.txt form, 0-based); atomic. */
+int sp_video_classes_write(const char *path, const sp_video_classes *c);
+/* The 0-based label of one list entry (rel: its path as the list gives it):
+ * `given` is in the classes file's numbering (has_label); without a label the
+ * class of the path's first folder. A label outside the file's numbers, or a
+ * first folder naming another class than the label, is refused with a message
+ * naming the list, its line and the classes file. */
+int sp_video_classes_label(const sp_video_classes *c, const char *list_path, int lineno, const char *rel, size_t rlen,
+                           long long given, int has_label, int *label);
+/* sp_video_list_read with a classes file (NULL: as sp_video_list_read):
+ * labels are in its numbering (UCF's 1-based trainlists with classInd.txt)
+ * and come out 0-based, unlabelled lines (UCF's testlists) take their
+ * folder's class, and every entry whose first folder is a class must carry
+ * that class's label. base_dir (NULL: the list's folder) is where relative
+ * paths start. */
+int sp_video_list_read_classes(const char *list_path, const char *base_dir, const sp_video_classes *classes,
+                               sp_video_list *out);
 /* Without data.num_classes the classes are one past the largest label: a
  * largest label far above the others (more than half of the numbers below it
  * unused, over both lists) is refused as a likely typo, naming its line. */
@@ -152,14 +187,23 @@ int sp_video_list_check_dense(const sp_video_list *train, const char *train_path
  * when warn is set (list file, line, path, why). Returns how many were left
  * out, or -1 (error naming the list) when none is left. */
 int sp_video_list_keep_usable(sp_video_list *l, const char *list_path, int warn);
-/* Scans dir/CLASS/ * for videos (and frame folders): classes sorted by name get
- * labels 0..; with `labels_csv` (lines `relative_path,label` or class names one
- * per line, file named *.txt) the labels come from it instead. Writes the list
- * (paths relative to the list's folder when possible) and, for class
- * sub-folders, classes.txt beside it (line k names label k; a csv of pairs
- * names no classes, so an older classes.txt is removed). Each file is
+/* Scans dir/CLASS/ * for videos (and frame folders): the classes come from
+ * `labels_csv` (a classes file, sp_video_classes, or lines
+ * `relative_path,label`), else dir/labels.txt when there is one (what
+ * `spry synth actions` wrote), else the class folders sorted by name. Writes
+ * the list (paths relative to the list's folder when possible) and, for class
+ * sub-folders, labels.txt beside it (line k names label k; a csv of pairs
+ * names no classes, so an older labels.txt is removed). Each file is
  * replaced atomically, the list first, and only once every entry was read. Returns the number of entries or -1. */
 int sp_video_list_build(const char *dir, const char *labels_csv, const char *list_out);
+/* sp_video_list_build with a split file (NULL: every clip of dir): the clips
+ * a UCF-style split names (`Class/clip.avi` relative to dir, with a label in
+ * the classes file's numbering or none), in its order. The classes come from
+ * labels (a classes file: labels.txt or classInd.txt), else dir/labels.txt
+ * when there is one, else the sorted class folders; the list is written with
+ * 0-based labels and labels.txt beside it names them. A split needs a
+ * classes file. Clips missing from dir are left out with a line each. */
+int sp_video_list_build_split(const char *dir, const char *labels, const char *split, const char *list_out);
 
 /* ----------------------------------------------------- pre-decoded frames */
 

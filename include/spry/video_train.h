@@ -64,6 +64,8 @@ typedef struct {
   struct {
     char train_list[1024], val_list[1024];
     char root[1024];        /* when set, relative list paths are taken from here, not the list's folder */
+    char classes[1024];     /* classes file (labels.txt or classInd.txt) numbering the lists' labels;
+                             * "" = labels.txt beside the training list when there is one */
     sp_sampler_kind sampler;
     int segments;           /* TSN sampler: frames per clip */
     int frames, stride;     /* dense sampler */
@@ -115,7 +117,9 @@ typedef struct {
 int sp_video_train_run(const sp_video_config *cfg, const char *config_text, int run_flags, sp_video_summary *summary);
 /* The run's report from its metrics.jsonl: loss.png, accuracy.png, lr.png,
  * throughput.png and index.html in dir (the trainer writes it at the end). */
-int sp_video_report(const char *dir, const char *model);
+/* classes: the model's class count; with 5 or fewer, top-5 is always 1 and
+ * is left out of the figure and the table. */
+int sp_video_report(const char *dir, const char *model, int classes);
 /* Top-1/top-5 of a checkpoint on cfg's validation list (multi-clip averaged). */
 int sp_video_eval_checkpoint(const sp_video_config *cfg, const char *weights, const char *list_override,
                              sp_video_summary *out);

@@ -17,7 +17,8 @@ static void usage(FILE *f) {
   fprintf(f,
           "usage: spry bench data --dataset DIR [--size 224] [--batch 64] [--workers W] [--cache]\n"
           "                       [--cache-file PATH] [--runs 5] [--images N] [--gray] [--seed S]\n"
-          "  --cache       map the crops from an on-disk cache file (built on first use)\n"
+          "  --cache       map the crops from an on-disk cache file (built on first use; without\n"
+          "                --cache-file a temporary one in $TMPDIR, removed at the end)\n"
           "  --images N    images per augment/normalize run (default 4096; epochs repeat)\n");
 }
 

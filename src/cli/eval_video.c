@@ -44,33 +44,43 @@ int sp_cli_eval_is_video(int argc, char **argv) {
 }
 
 static void usage(FILE *f) {
-  fprintf(f, "usage: spry eval --task video --weights W.safetensors [--data LIST] [--backend B] [CONFIG]\n"
+  fprintf(f, "usage: spry eval --task video --weights W.safetensors [--data LIST] [--backend B] [--set key=value ...]\n"
+             "       [CONFIG]\n"
              "  top-1/top-5 over the videos of LIST (default: the run's data.val_list), the softmax of\n"
              "  each video's test clips averaged; the last output line is JSON: top1, top5, val_loss,\n"
-             "  videos, unreadable_clips. --task video is implied by a video checkpoint or CONFIG.\n");
+             "  videos, unreadable_clips. --task video is implied by a video checkpoint or CONFIG.\n"
+             "  --set changes CONFIG (or the stored config) as `spry train --set` does.\n");
 }
 
 int sp_cli_eval_video(int argc, char **argv) {
-  const char *weights = NULL, *data = NULL, *config = NULL, *backend = NULL, *task = NULL;
+  const char *weights = NULL, *data = NULL, *config = NULL, *backend = NULL, *task = NULL, *set = NULL;
+  /* --backend B is one more --set, after the others. */
+  char **sets = sp_xmalloc(sizeof(char *) * (size_t)(argc + 1));
+  int n_sets = 0;
   for (int i = 1; i < argc; i++) {
     int r;
-    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return usage(stdout), 0;
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return free(sets), usage(stdout), 0;
     if ((r = sp_arg_str(argc, argv, &i, "--weights", &weights)) || (r = sp_arg_str(argc, argv, &i, "--data", &data)) ||
-        (r = sp_arg_str(argc, argv, &i, "--backend", &backend)) || (r = sp_arg_str(argc, argv, &i, "--task", &task))) {
-      if (r < 0) return 2;
+        (r = sp_arg_str(argc, argv, &i, "--backend", &backend)) || (r = sp_arg_str(argc, argv, &i, "--task", &task)) ||
+        (r = sp_arg_str(argc, argv, &i, "--set", &set))) {
+      if (r < 0) return free(sets), 2;
+      if (set && !strchr(set, '=')) {
+        fprintf(stderr, "spry eval: --set wants key=value, got '%s'\n", set);
+        return free(sets), 2;
+      }
+      if (set) sets[n_sets++] = (char *)set, set = NULL;
     } else if (argv[i][0] != '-' && !config) {
       config = argv[i];
     } else {
       fprintf(stderr, "spry eval: unexpected argument '%s'\n", argv[i]);
-      return usage(stderr), 2;
+      return free(sets), usage(stderr), 2;
     }
   }
-  if (!weights) return fprintf(stderr, "spry eval: --weights is required\n"), 2;
+  if (!weights) return free(sets), fprintf(stderr, "spry eval: --weights is required\n"), 2;
   char *text = config ? NULL : stored_config(weights);
-  if (!config && !text) return fprintf(stderr, "spry eval: %s has no stored config; give CONFIG\n", weights), 2;
+  if (!config && !text)
+    return free(sets), fprintf(stderr, "spry eval: %s has no stored config; give CONFIG\n", weights), 2;
   char set_backend[64];
-  char *sets[1];
-  int n_sets = 0;
   if (backend) {
     snprintf(set_backend, sizeof set_backend, "backend=%s", backend);
     sets[n_sets++] = set_backend;
@@ -79,6 +89,7 @@ int sp_cli_eval_video(int argc, char **argv) {
   int rc = config ? sp_video_config_load(config, n_sets, sets, &cfg, NULL)
                   : sp_video_config_parse(text, weights, n_sets, sets, &cfg, NULL);
   free(text);
+  free(sets);
   sp_video_summary s;
   if (rc == 0) rc = sp_video_eval_checkpoint(&cfg, weights, data, &s);
   if (rc != 0) return fprintf(stderr, "spry eval: %s\n", sp_last_error()), 1;

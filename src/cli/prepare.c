@@ -20,10 +20,17 @@ static void usage_frames(FILE *f) {
 
 static void usage_list(FILE *f) {
   fprintf(f,
-          "usage: spry prepare list DIR --out LIST [--labels FILE]\n"
-          "  one `path label` line per clip of DIR/<class>/ (classes sorted by name, written to\n"
-          "  classes.txt beside LIST); --labels takes the class order from a names file\n"
-          "  (one per line, e.g. labels.txt), or `relative_path,label` pairs from a csv\n");
+          "usage: spry prepare list DIR --out LIST [--labels FILE] [--split FILE]\n"
+          "  one `path label` line per clip of DIR/<class>/, labels from 0, and labels.txt\n"
+          "  beside LIST (line k names label k). The class order comes from --labels FILE: a\n"
+          "  classes file, one name per line (labels.txt) or UCF-101's classInd.txt (`1 name`\n"
+          "  lines, numbered from 1), or `relative_path,label` pairs from a csv; without it\n"
+          "  from DIR/labels.txt when there is one (what `spry synth actions` writes), else\n"
+          "  the class folders sorted by name.\n"
+          "  --split FILE: only the clips a UCF-style split names (`Class/clip.avi` below DIR,\n"
+          "  labelled in the classes file's numbering, as in trainlist01.txt, or unlabelled,\n"
+          "  as in testlist01.txt: the class folder says), in its order; every label must\n"
+          "  agree with its class folder. Needs a classes file.\n");
 }
 
 static void usage(FILE *f) {
@@ -86,7 +93,7 @@ static int prepare_frames(int argc, char **argv) {
 }
 
 static int prepare_list(int argc, char **argv) {
-  const char *dir = NULL, *out = NULL, *labels = NULL;
+  const char *dir = NULL, *out = NULL, *labels = NULL, *split = NULL;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -103,6 +110,7 @@ static int prepare_list(int argc, char **argv) {
     }
     if (!strcmp(a, "--out")) out = v;
     else if (!strcmp(a, "--labels")) labels = v;
+    else if (!strcmp(a, "--split")) split = v;
     else {
       fprintf(stderr, "spry prepare list: unknown option %s\n", a);
       usage_list(stderr);
@@ -114,7 +122,7 @@ static int prepare_list(int argc, char **argv) {
     usage_list(stderr);
     return 2;
   }
-  int n = sp_video_list_build(dir, labels, out);
+  int n = sp_video_list_build_split(dir, labels, split, out);
   if (n < 0) {
     fprintf(stderr, "spry prepare list: %s\n", sp_last_error());
     return 1;

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "spry/bench.h"
 #include "spry/data.h"
@@ -53,13 +54,14 @@ static sp_cache *bench_decode(const sp_bench_data_options *o, const sp_dataset *
 /* The crops mapped from the cache file (built and written on first use, then
  * mapped like a second run would), in place of the decoded cache. */
 static sp_cache *map_cache_file(const sp_bench_data_options *o, const sp_dataset *ds, const sp_crop_config *cc,
-                                sp_cache *decoded) {
+                                sp_cache *decoded, char *made, size_t made_n) {
   const char *cache_file = o->cache_file;
-  char def[4096];
   if (!cache_file) {
+    /* Ours alone (the pid), and removed by the caller when the bench ends:
+     * tens of MB in the temp folder are not the user's to clean up. */
     const char *tmp = getenv("TMPDIR");
-    snprintf(def, sizeof def, "%s/spry-bench-data-%d.cache", tmp && *tmp ? tmp : "/tmp", o->size);
-    cache_file = def;
+    snprintf(made, made_n, "%s/spry-bench-data-%d-%ld.cache", tmp && *tmp ? tmp : "/tmp", o->size, (long)getpid());
+    cache_file = made;
   }
   sp_cache_free(decoded);
   int rebuilt = 0;
@@ -110,10 +112,12 @@ int sp_bench_data(const sp_bench_data_options *o, sp_bench_data_result *res) {
 
   double *rate = malloc(sizeof(double) * (size_t)o->runs);
   int rc = -1;
+  char made[4096] = "";
   sp_cache *cache = bench_decode(o, &ds, &cc, rate, res);
-  if (cache && o->use_cache) cache = map_cache_file(o, &ds, &cc, cache);
+  if (cache && o->use_cache) cache = map_cache_file(o, &ds, &cc, cache, made, sizeof made);
   if (cache) rc = bench_loader(o, cache, rate, res);
   sp_cache_free(cache);
+  if (made[0]) unlink(made); /* on success and on error alike */
   free(rate);
   sp_dataset_free(&ds);
   return rc;

@@ -66,6 +66,7 @@ static int read_data(sp_yaml_reader *r, sp_video_config *c) {
   if (sp_yr_string(r, "data.train_list", c->data.train_list, sizeof c->data.train_list, NULL) ||
       sp_yr_string(r, "data.val_list", c->data.val_list, sizeof c->data.val_list, NULL) ||
       sp_yr_string(r, "data.root", c->data.root, sizeof c->data.root, NULL) ||
+      sp_yr_string(r, "data.classes", c->data.classes, sizeof c->data.classes, NULL) ||
       /* Informational: the reader tells videos and frame folders apart itself. */
       sp_yr_string(r, "data.format", format, sizeof format, formats) ||
       sp_yr_string(r, "data.sampler", sampler, sizeof sampler, samplers) ||

@@ -116,10 +116,13 @@ int sp_video_eval_checkpoint(const sp_video_config *cfg, const char *weights, co
   const char *path = list_override ? list_override : cfg->data.val_list;
   if (!path[0]) return sp_error_set("no validation list (data.val_list or --data)");
   sp_video_list list = {0}, train = {0};
-  int max_val;
-  if (sp_video_list_open(cfg, path, &list, &max_val) != 0) return -1;
+  int max_val, file_classes = 0;
+  if (sp_video_list_open(cfg, path, &list, &max_val, &file_classes) != 0) return -1;
   int classes = cfg->data.num_classes;
-  if (!classes) {
+  if (file_classes) {
+    /* Sized as the run was: by its classes file, labels already checked. */
+    classes = file_classes;
+  } else if (!classes) {
     /* The run sized its classifier from the labels of its lists (clips
      * present or not): read the training list's labels only. */
     classes = max_val + 1;

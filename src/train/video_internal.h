@@ -51,11 +51,18 @@ int sp_vnet_load_pretrained(sp_vnet *n, const char *path);
 /* Normalises a batch into the plan's "image" and copies its labels. */
 void sp_vnet_fill(const sp_vnet *n, sp_plan *p, const sp_video_batch *b);
 
-/* Reads a list, applying data.root, and leaves out (with a warning each)
- * the clips that are not there to read; an error when none is left.
- * max_label (may be NULL): the largest label of every entry read, left-out
- * ones included (-1 for none), which sizes the classifier. */
-int sp_video_list_open(const sp_video_config *cfg, const char *path, sp_video_list *out, int *max_label);
+/* The run's classes file: data.classes, else labels.txt beside the training
+ * list when there is one. 1 when read into *out, 0 when there is none, -1
+ * on error. */
+int sp_video_cfg_classes(const sp_video_config *cfg, sp_video_classes *out);
+/* Reads a list (through the run's classes file when it has one), applying
+ * data.root, and leaves out (with a warning each) the clips that are not
+ * there to read; an error when none is left. max_label (may be NULL): the
+ * largest label of every entry read, left-out ones included (-1 for none),
+ * which sizes the classifier. file_classes (may be NULL): the classes file's
+ * class count, 0 without one. */
+int sp_video_list_open(const sp_video_config *cfg, const char *path, sp_video_list *out, int *max_label,
+                       int *file_classes);
 /* Every label in [0, classes), else an error naming the list's line. */
 int sp_video_list_check_labels(const sp_video_list *l, const char *path, int classes);
 

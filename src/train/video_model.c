@@ -184,8 +184,21 @@ static void apply_root(const sp_video_config *cfg, const char *path, sp_video_li
   }
 }
 
-int sp_video_list_open(const sp_video_config *cfg, const char *path, sp_video_list *out, int *max_label) {
-  if (sp_video_list_read(path, out) != 0) return -1;
+int sp_video_cfg_classes(const sp_video_config *cfg, sp_video_classes *out) {
+  memset(out, 0, sizeof *out);
+  if (cfg->data.classes[0]) return sp_video_classes_read(cfg->data.classes, out) == 0 ? 1 : -1;
+  return cfg->data.train_list[0] ? sp_video_classes_beside(cfg->data.train_list, out) : 0;
+}
+
+int sp_video_list_open(const sp_video_config *cfg, const char *path, sp_video_list *out, int *max_label,
+                       int *file_classes) {
+  sp_video_classes cls;
+  int have = sp_video_cfg_classes(cfg, &cls);
+  if (have < 0) return -1;
+  int rc = sp_video_list_read_classes(path, NULL, have ? &cls : NULL, out);
+  if (file_classes) *file_classes = have ? cls.n : 0;
+  sp_video_classes_free(&cls);
+  if (rc != 0) return -1;
   /* The label space is the list's, missing clips included: a run and its
    * later eval size the classifier alike whatever is on disk. */
   if (max_label) {

@@ -11,7 +11,7 @@
 
 enum { EPOCH, TRAIN_LOSS, VAL_LOSS, TOP1, TOP5, LR, CLIPS_S, EPOCH_S, N_COLS };
 
-int sp_video_report(const char *dir, const char *model) {
+int sp_video_report(const char *dir, const char *model, int classes) {
   static const char *const keys[N_COLS] = {"epoch",    "train_loss", "val_loss",    "val_top1",
                                            "val_top5", "lr",         "clips_per_s", "epoch_s"};
   double *c[N_COLS];
@@ -28,10 +28,16 @@ int sp_video_report(const char *dir, const char *model) {
   items[n_items++] = (sp_report_item){"Loss", "loss.png", "Training loss (mean over the epoch) and validation loss."};
 
   snprintf(path, sizeof path, "%s/accuracy.png", dir);
+  /* With 5 classes or fewer every label is in the top 5: a flat 1.0 line. */
+  int show_top5 = classes > 5;
   sp_series acc[2] = {{"top-1", x, c[TOP1], n}, {"top-5", x, c[TOP5], n}};
-  rc |= sp_plot_lines(path, 800, 480, "Validation accuracy", "epoch", "fraction of videos", 2, acc, 0);
-  items[n_items++] = (sp_report_item){"Validation accuracy", "accuracy.png",
-                                      "Per video: the mean softmax of its test clips, against its label."};
+  rc |= sp_plot_lines(path, 800, 480, "Validation accuracy", "epoch", "fraction of videos", show_top5 ? 2 : 1, acc,
+                      0);
+  items[n_items++] = (sp_report_item){
+      "Validation accuracy", "accuracy.png",
+      show_top5 ? "Per video: the mean softmax of its test clips, against its label."
+                : "Per video: the mean softmax of its test clips, against its label (top-1 only: with 5 classes or "
+                  "fewer, top-5 is always 1)."};
 
   snprintf(path, sizeof path, "%s/lr.png", dir);
   sp_series lr = {"learning rate", x, c[LR], n};
@@ -64,7 +70,9 @@ int sp_video_report(const char *dir, const char *model) {
   snprintf(path, sizeof path, "%s/index.html", dir);
   char title[256];
   snprintf(title, sizeof title, "spry video run: %s", model);
-  rc |= sp_report_index_html(path, title, 6, names, vals, n_items, items);
+  if (!show_top5) /* the table without its top-5 row */
+    for (int i = 2; i < 5; i++) names[i] = names[i + 1], vals[i] = vals[i + 1];
+  rc |= sp_report_index_html(path, title, show_top5 ? 6 : 5, names, vals, n_items, items);
   for (int k = 0; k < N_COLS; k++) free(c[k]);
   return rc ? -1 : 0;
 }

@@ -27,9 +27,28 @@ typedef struct {
 
 /* data.num_classes, else one past the largest label of the lists; every
  * label must then lie in [0, classes) (a list's own labels always do). */
-static int classes_of(const video_task *t, int max_train, int max_val, int *classes) {
+static int classes_of(const video_task *t, int max_train, int max_val, int file_classes, int *classes) {
   const sp_video_config *cfg = t->cfg;
   *classes = (max_train > max_val ? max_train : max_val) + 1;
+  if (file_classes) {
+    /* The classes file numbers the classes; its labels were checked. */
+    *classes = file_classes;
+    if (cfg->data.num_classes && cfg->data.num_classes != file_classes)
+      return sp_error_set("data.num_classes = %d, but the classes file of %s names %d classes", cfg->data.num_classes,
+                          cfg->data.train_list, file_classes);
+    return 0;
+  }
+  /* Without a classes file labels are numbered from 0: a list that never
+   * uses 0 is most likely 1-based (UCF's published trainlists), which would
+   * train every clip as its neighbour class. */
+  int has_zero = 0;
+  for (int i = 0; i < t->train.n && !has_zero; i++) has_zero = t->train.label[i] == 0;
+  for (int i = 0; i < t->val.n && !has_zero; i++) has_zero = t->val.label[i] == 0;
+  if (!has_zero && *classes > 1)
+    return sp_error_set("%s: no clip has label 0: a 1-based list (UCF's published trainlists)? Name its classes file "
+                        "(data.classes: classInd.txt, whose numbers say where labels start), or make a 0-based list "
+                        "with `spry prepare list DIR --labels classInd.txt --split LIST --out OUT`",
+                        cfg->data.train_list);
   if (!cfg->data.num_classes)
     return sp_video_list_check_dense(&t->train, cfg->data.train_list, t->val.n ? &t->val : NULL, cfg->data.val_list);
   *classes = cfg->data.num_classes;
@@ -61,11 +80,11 @@ static int same_lists_on_ranks(const video_task *t) {
 static int read_lists(video_task *t, sp_loop *l) {
   const sp_video_config *cfg = t->cfg;
   if (!cfg->data.train_list[0]) return sp_error_set("data.train_list is not set");
-  int max_train = -1, max_val = -1;
-  if (sp_video_list_open(cfg, cfg->data.train_list, &t->train, &max_train) != 0) return -1;
-  if (cfg->data.val_list[0] && sp_video_list_open(cfg, cfg->data.val_list, &t->val, &max_val) != 0) return -1;
+  int max_train = -1, max_val = -1, file_classes = 0;
+  if (sp_video_list_open(cfg, cfg->data.train_list, &t->train, &max_train, &file_classes) != 0) return -1;
+  if (cfg->data.val_list[0] && sp_video_list_open(cfg, cfg->data.val_list, &t->val, &max_val, NULL) != 0) return -1;
   if (same_lists_on_ranks(t) != 0) return sp_loop_refuse(l, -1); /* decided together: none waits */
-  if (classes_of(t, max_train, max_val, &t->classes) != 0) return -1;
+  if (classes_of(t, max_train, max_val, file_classes, &t->classes) != 0) return -1;
   if (t->classes < 2)
     return sp_loop_refuse(
         l, sp_error_set("%s: needs at least 2 classes, labels give %d", cfg->data.train_list, t->classes));
@@ -199,7 +218,7 @@ static void video_print_validation(void *task) {
 static int video_report(void *task, const char *dir, int over_ranks) {
   video_task *t = task;
   if (over_ranks && t->loop->rank > 0) return 0; /* from metrics.jsonl: rank 0's to write */
-  return sp_video_report(dir, t->cfg->model);
+  return sp_video_report(dir, t->cfg->model, t->classes);
 }
 
 static void video_teardown(void *task) {

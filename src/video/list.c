@@ -86,10 +86,15 @@ void sp_video_list_free(sp_video_list *l) {
 }
 
 int sp_video_list_read(const char *list_path, sp_video_list *out) {
+  return sp_video_list_read_classes(list_path, NULL, NULL, out);
+}
+
+int sp_video_list_read_classes(const char *list_path, const char *base_dir, const sp_video_classes *classes,
+                               sp_video_list *out) {
   memset(out, 0, sizeof *out);
   FILE *f = fopen(list_path, "r");
   if (!f) return sp_error_set("%s: cannot open list (%s)", list_path, strerror(errno));
-  char *base = dir_of(list_path);
+  char *base = base_dir ? sp_xstrdup(base_dir) : dir_of(list_path);
   char *line = NULL;
   size_t cap = 0, lineno = 0;
   int ncap = 0, rc = 0;
@@ -107,13 +112,26 @@ int sp_video_list_read(const char *list_path, sp_video_list *out) {
     if (s == len || line[s] == '#') continue;
     const char *tok;
     size_t tlen;
-    long long frames = -1;
+    long long frames = -1, given = 0;
     int label, overflow;
-    if (!last_token(line, &len, &tok, &tlen) || len <= s) {
-      rc = sp_error_set("%s:%zu: expected `path label`", list_path, lineno);
+    size_t whole = len;
+    if (!last_token(line, &len, &tok, &tlen) || (len <= s && !classes)) {
+      rc = sp_error_set("%s:%zu: expected `path label`%s", list_path, lineno,
+                        len <= s ? " (a list without labels, like UCF's testlists, needs its classes file: "
+                                   "data.classes, or --labels for prepare list)" : "");
       break;
     }
-    if ((rc = parse_label(tok, tlen, list_path, lineno, &label)) != 0) break;
+    if (classes) {
+      /* In the classes file's numbering, or none: the folder's class. */
+      int has = len > s && parse_int(tok, tlen, &given, &overflow) && !overflow;
+      if (!has) len = whole;
+      while (len > s && isspace((unsigned char)line[len - 1])) len--;
+      if ((rc = sp_video_classes_label(classes, list_path, lineno > INT_MAX ? INT_MAX : (int)lineno, line + s,
+                                       len - s, given, has, &label)) != 0)
+        break;
+    } else if ((rc = parse_label(tok, tlen, list_path, lineno, &label)) != 0) {
+      break;
+    }
     size_t keep = len;
     if (last_token(line, &len, &tok, &tlen) && len > s && parse_int(tok, tlen, &frames, &overflow)) {
       /* `dir n_frames label` */
@@ -288,36 +306,6 @@ static void free_names(char **v, int n) {
   free(v);
 }
 
-/* Class names from a labels file: one name per line (labels.txt style). */
-static char **read_class_names(const char *path, int *n) {
-  *n = 0;
-  FILE *f = fopen(path, "r");
-  if (!f) return NULL;
-  char **names = NULL;
-  int cap = 0;
-  char *line = NULL;
-  size_t lcap = 0;
-  while (getline(&line, &lcap, f) >= 0) {
-    line[strcspn(line, "\r\n")] = 0;
-    if (!*line) continue;
-    if (*n == cap) {
-      cap = cap ? 2 * cap : 64;
-      names = sp_xrealloc(names, (size_t)cap * sizeof(char *));
-    }
-    names[(*n)++] = sp_xstrdup(line);
-  }
-  free(line);
-  fclose(f);
-  return names;
-}
-
-/* Writes buf (a memstream's text) to path atomically and frees it. */
-static int put_file(const char *path, char *buf, size_t len) {
-  int rc = sp_write_file_atomic(path, buf, len);
-  free(buf);
-  return rc;
-}
-
 /* `path,label` lines of a labels csv into the list f; header and class-name
  * lines (no integer after the last comma) are passed over. *pairs tells
  * whether any pair was found. Returns the entries written or -1. */
@@ -351,43 +339,71 @@ static int csv_pairs(const char *labels_csv, const char *prefix, FILE *f, int *p
   return rc == 0 ? count : -1;
 }
 
-/* The clips of class folders rdir/CLASS/ into f, and the class names into
- * cf (classes.txt line k names label k: the names file's order with
- * --labels, the sorted folders otherwise). Returns the entries written. */
-static int class_folders(const char *rdir, const char *labels_csv, const char *prefix, FILE *f, FILE *cf) {
-  int nc = 0, nlab = 0, count = 0;
+/* One list line: the clip's path below the list's folder (prefix) and its
+ * 0-based label. */
+static void put_entry(FILE *f, const char *prefix, const char *rel, int label) {
+  fprintf(f, "%s%s%s %d\n", prefix, *prefix ? "/" : "", rel, label);
+}
+
+/* The clips of class folders rdir/CLASS/ into f, labelled by cls (class
+ * folders it does not name are passed over, with a line each); without cls,
+ * the folders sorted by name number the classes and fill *made. Returns the
+ * entries written. */
+static int class_folders(const char *rdir, const sp_video_classes *cls, const char *prefix, FILE *f,
+                         sp_video_classes *made) {
+  int nc = 0, count = 0;
   char **classes = list_dir(rdir, 1, &nc);
-  char **labels = labels_csv ? read_class_names(labels_csv, &nlab) : NULL;
-  for (int j = 0; j < nlab; j++) fprintf(cf, "%s\n", labels[j]);
+  if (!cls) {
+    made->n = nc;
+    made->name = nc ? sp_xmalloc((size_t)nc * sizeof(char *)) : NULL;
+    for (int k = 0; k < nc; k++) made->name[k] = sp_xstrdup(classes[k]);
+  }
   for (int k = 0; k < nc; k++) {
-    int label = k;
-    if (labels) {
-      label = -1;
-      for (int j = 0; j < nlab; j++)
-        if (!strcmp(labels[j], classes[k])) label = j;
-      if (label < 0) {
-        fprintf(stderr, "spry prepare list: skip %s/%s: not in %s\n", rdir, classes[k], labels_csv);
-        continue;
-      }
-    } else {
-      fprintf(cf, "%s\n", classes[k]);
+    int label = cls ? sp_video_classes_find(cls, classes[k], strlen(classes[k])) : k;
+    if (label < 0) {
+      fprintf(stderr, "spry prepare list: skip %s/%s: not a class of %s\n", rdir, classes[k], cls->path);
+      continue;
     }
-    char sub[PATH_MAX];
+    char sub[PATH_MAX], rel[PATH_MAX];
     snprintf(sub, sizeof sub, "%s/%s", rdir, classes[k]);
     int nv = 0;
     char **clips = list_dir(sub, 0, &nv);
     for (int i = 0; i < nv; i++) {
-      fprintf(f, "%s%s%s/%s %d\n", prefix, *prefix ? "/" : "", classes[k], clips[i], label);
+      snprintf(rel, sizeof rel, "%s/%s", classes[k], clips[i]);
+      put_entry(f, prefix, rel, label);
       count++;
     }
     free_names(clips, nv);
   }
   free_names(classes, nc);
-  free_names(labels, nlab);
   return count;
 }
 
-/* `path,label` pairs name no classes: an older classes.txt beside the list
+/* The clips a split file names (UCF's trainlist/testlist: `Class/clip.avi`
+ * below rdir, labelled in cls's numbering or not at all), in its order;
+ * those not in rdir are left out with a line each. Returns the entries
+ * written or -1. */
+static int split_entries(const char *rdir, const char *split, const sp_video_classes *cls, const char *prefix,
+                         FILE *f) {
+  sp_video_list l;
+  if (sp_video_list_read_classes(split, rdir, cls, &l) != 0) return -1;
+  int total = l.n;
+  if (sp_video_list_keep_usable(&l, split, 1) < 0) {
+    sp_video_list_free(&l);
+    return sp_error_set("%s: none of its %d clips is in %s (the split's paths are taken from that folder)", split,
+                        total, rdir);
+  }
+  size_t rl = strlen(rdir);
+  for (int i = 0; i < l.n; i++) {
+    const char *p = l.path[i];
+    put_entry(f, prefix, !strncmp(p, rdir, rl) && p[rl] == '/' ? p + rl + 1 : p, l.label[i]);
+  }
+  int n = l.n;
+  sp_video_list_free(&l);
+  return n;
+}
+
+/* `path,label` pairs name no classes: an older labels.txt beside the list
  * would contradict the new labels (unless it is the list itself). */
 static void remove_old_classes(const char *list_out, const char *cpath) {
   char *real_list = realpath(list_out, NULL), *real_classes = real_list ? realpath(cpath, NULL) : NULL;
@@ -397,7 +413,26 @@ static void remove_old_classes(const char *list_out, const char *cpath) {
   free(real_classes);
 }
 
+/* The classes file of a build: labels when given (unless it is a csv of
+ * pairs: *pairs), else rdir/labels.txt when there is one. 1 when one was
+ * read into *cls, 0 when there is none, -1 on error. */
+static int build_classes(const char *rdir, const char *labels, int pairs, sp_video_classes *cls) {
+  char own[PATH_MAX];
+  if (labels && pairs) return 0;
+  if (!labels) {
+    snprintf(own, sizeof own, "%s/labels.txt", rdir);
+    if (access(own, F_OK) != 0) return 0;
+    fprintf(stderr, "spry prepare list: classes numbered as %s says (give --labels to use another file)\n", own);
+    labels = own;
+  }
+  return sp_video_classes_read(labels, cls) == 0 ? 1 : -1;
+}
+
 int sp_video_list_build(const char *dir, const char *labels_csv, const char *list_out) {
+  return sp_video_list_build_split(dir, labels_csv, NULL, list_out);
+}
+
+int sp_video_list_build_split(const char *dir, const char *labels, const char *split, const char *list_out) {
   char rdir[PATH_MAX], rout[PATH_MAX];
   if (!realpath(dir, rdir)) return sp_error_set("%s: no such folder", dir);
   char *odir = dir_of(list_out);
@@ -412,37 +447,48 @@ int sp_video_list_build(const char *dir, const char *labels_csv, const char *lis
   if (!strcmp(rdir, rout)) prefix = "";
   else if (!strncmp(rdir, rout, ol) && rdir[ol] == '/') prefix = rdir + ol + 1;
 
-  /* The list and classes.txt are made in memory and written (each through a
+  /* The list and labels.txt are made in memory and written (each through a
    * temporary and a rename) only once the scan found clips: a failed run
    * leaves the files of an earlier one as they were, never empty ones. */
-  char *lbuf = NULL, *cbuf = NULL;
-  size_t llen = 0, clen = 0;
+  char *lbuf = NULL;
+  size_t llen = 0;
   FILE *f = open_memstream(&lbuf, &llen);
-  FILE *cf = NULL; /* classes.txt, when the class names are known */
   char cpath[PATH_MAX];
-  snprintf(cpath, sizeof cpath, "%s/classes.txt", rout);
-  int pairs = 0, count = labels_csv ? csv_pairs(labels_csv, prefix, f, &pairs) : 0;
-  if (count >= 0 && !pairs) {
-    cf = open_memstream(&cbuf, &clen);
-    count = class_folders(rdir, labels_csv, prefix, f, cf);
-  }
+  snprintf(cpath, sizeof cpath, "%s/labels.txt", rout);
+  sp_video_classes cls = {0}, made = {0};
+  int pairs = 0, count = labels && !split ? csv_pairs(labels, prefix, f, &pairs) : 0;
+  int have = count < 0 ? -1 : build_classes(rdir, labels, pairs, &cls);
+  if (have < 0) count = -1;
+  else if (split && !have)
+    count = sp_error_set("%s: a split file needs the classes file that numbers its labels and names its class "
+                         "folders (--labels classInd.txt, or %s/labels.txt)",
+                         split, dir);
+  else if (split) count = split_entries(rdir, split, &cls, prefix, f);
+  else if (!pairs) count = class_folders(rdir, have ? &cls : NULL, prefix, f, &made);
   fclose(f);
-  if (cf) fclose(cf);
   int rc = count < 0 ? -1 : 0;
   if (rc == 0 && count == 0)
     rc = sp_error_set("%s: no videos found (expected CLASS/clip.mp4 sub-folders or a `path,label` csv)", dir);
-  /* The list first: if classes.txt then fails, the error says so and the
+  /* The list first: if labels.txt then fails, the error says so and the
    * labels in the list stand on their own. */
   if (rc == 0) {
-    rc = put_file(list_out, lbuf, llen);
-    lbuf = NULL;
+    rc = sp_write_file_atomic(list_out, lbuf, llen);
   }
-  if (rc == 0 && cf) {
-    rc = put_file(cpath, cbuf, clen);
-    cbuf = NULL;
+  if (rc == 0 && !pairs) {
+    /* labels.txt names the list's 0-based labels; a classes file that is
+     * that very file stays as it is. */
+    char *src = have ? realpath(cls.path, NULL) : NULL, *dst = realpath(cpath, NULL);
+    if (!src || !dst || strcmp(src, dst)) rc = sp_video_classes_write(cpath, have ? &cls : &made);
+    else if (cls.base != 0)
+      rc = sp_error_set("%s: numbers its classes from %d, but the list beside it is written from 0; write the list "
+                        "in another folder",
+                        cpath, cls.base);
+    free(src);
+    free(dst);
   }
-  if (rc == 0 && !cf) remove_old_classes(list_out, cpath);
+  if (rc == 0 && pairs) remove_old_classes(list_out, cpath);
   free(lbuf);
-  free(cbuf);
+  sp_video_classes_free(&cls);
+  sp_video_classes_free(&made);
   return rc == 0 ? count : -1;
 }

@@ -240,7 +240,14 @@ int sp_prepare_frames(const char *list_path, const char *out_dir, const sp_prepa
     return sp_error_set("prepare: short side %d outside [0, %d] px", short_side, SP_VIDEO_MAX_SHORT_SIDE);
   if (quality > 100) return sp_error_set("prepare: JPEG quality %d outside 1..100", quality);
   prepare_run r = {.list_path = list_path, .out_dir = out_dir};
-  if (sp_video_list_read(list_path, &r.l) != 0) return -1;
+  /* The list's labels.txt (its class order) is checked against it and goes
+   * beside frames.list, so the frames keep their class names. */
+  sp_video_classes cls;
+  int have = sp_video_classes_beside(list_path, &cls);
+  if (have < 0 || sp_video_list_read_classes(list_path, NULL, have ? &cls : NULL, &r.l) != 0) {
+    sp_video_classes_free(&cls);
+    return -1;
+  }
   int rc = r.l.n == 0 ? sp_error_set("%s: the list names no clips", list_path) : name_clips(&r);
   if (rc == 0) {
     r.out_made = sp_missing_dirs_top(out_dir);
@@ -250,6 +257,12 @@ int sp_prepare_frames(const char *list_path, const char *out_dir, const sp_prepa
   int done = rc == 0 ? decode_clips(&r, short_side, quality, cfg ? cfg->workers : 0) : 0;
   remove_unfilled_parents(&r, rc != 0);
   if (rc == 0 && done > 0) rc = write_frames_list(out_dir, &r.l, r.names, r.frames);
+  if (rc == 0 && done > 0 && have) {
+    char cpath[PATH_MAX];
+    snprintf(cpath, sizeof cpath, "%s/labels.txt", out_dir);
+    rc = sp_video_classes_write(cpath, &cls);
+  }
+  sp_video_classes_free(&cls);
   if (rc == 0 && done < r.l.n)
     rc = done ? sp_error_set("%d of %d clips failed (see the skip lines above); %s/frames.list lists the %d decoded",
                              r.l.n - done, r.l.n, out_dir, done)

@@ -2,10 +2,13 @@
  * fields the bench/ scripts and the README tables read. Speed is never
  * asserted here (timed tests on a shared machine are noise); only that the
  * figures are measured, finite, positive and mutually consistent. */
+#define _GNU_SOURCE
+#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "io/json.h"
 #include "testkit.h"
@@ -189,6 +192,37 @@ static void bad_options_are_refused(void **state) {
   assert_non_null(strstr(out, "unknown benchmark 'nosuch'"));
 }
 
+/* bench data --cache without --cache-file builds its cache file in the
+ * temp folder and removes it at the end: nothing is left there. */
+static void data_cache_leaves_nothing_behind(void **state) {
+  (void)state;
+  char dir[512], faces[700], args[2048], out[8192];
+  if (!sp_test_tmpdir(dir, sizeof dir)) fail_msg("no temp dir");
+  snprintf(faces, sizeof faces, "%s/faces", dir);
+  snprintf(args, sizeof args, "synth faces --count 6 --size 64,64 --quiet --out %s", faces);
+  int rc = sp_test_run_cli(args, 1, out, sizeof out);
+  if (rc == -1) skip();
+  if (rc != 0) fail_msg("spry %s: %s", args, out);
+  char tmpdir[700];
+  snprintf(tmpdir, sizeof tmpdir, "%s/tmp", dir);
+  mkdir(tmpdir, 0777);
+  char *old = getenv("TMPDIR") ? strdup(getenv("TMPDIR")) : NULL;
+  setenv("TMPDIR", tmpdir, 1);
+  snprintf(args, sizeof args, "bench data --dataset %s --cache --runs 1 --images 8 --batch 4 --size 32 --workers 1",
+           faces);
+  rc = sp_test_run_cli(args, 0, out, sizeof out);
+  if (old) setenv("TMPDIR", old, 1), free(old);
+  else unsetenv("TMPDIR");
+  if (rc != 0) fail_msg("spry %s: exit status %d: %s", args, rc, out);
+  if (!strstr(out, "\"cache\":\"mmap\"")) fail_msg("spry %s: no cached stage in %s", args, out);
+  DIR *d = opendir(tmpdir);
+  assert_non_null(d);
+  for (struct dirent *e; (e = readdir(d));)
+    if (e->d_name[0] != '.') fail_msg("%s/%s left behind", tmpdir, e->d_name);
+  closedir(d);
+  sp_test_rmtree(dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(peak_reports_this_machine),
@@ -196,6 +230,7 @@ int main(void) {
       cmocka_unit_test(train_profile_accounts_for_the_step),
       cmocka_unit_test(train_under_mpirun_counts_every_rank),
       cmocka_unit_test(bad_options_are_refused),
+      cmocka_unit_test(data_cache_leaves_nothing_behind),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

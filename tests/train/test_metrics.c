@@ -1,7 +1,10 @@
-/* Keypoint metrics on hand-computed cases. */
+/* Keypoint metrics on hand-computed cases; the video report's top-5 rule. */
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 #include "spry/metrics.h"
+#include "spry/video_train.h"
 #include "testkit.h"
 
 /* A 68-point face whose eye corners are known: every point at (100, 100)
@@ -75,9 +78,35 @@ static void no_eyes_gives_nan_nme(void **state) {
   assert_int_equal(sp_kp_metrics_compute(pred, gt, 0, 1, &eyes, &m, NULL), -1);
 }
 
+/* The video report shows top-5 only where it can be below 1: with 5
+ * classes or fewer every label is in the top 5. */
+static void video_report_hides_top5_for_few_classes(void **state) {
+  (void)state;
+  char dir[512], p[700];
+  if (!sp_test_tmpdir(dir, sizeof dir)) fail_msg("no temp dir");
+  snprintf(p, sizeof p, "%s/metrics.jsonl", dir);
+  sp_test_write_text(p, "{\"epoch\":1,\"train_loss\":1.5,\"val_loss\":1.4,\"val_top1\":0.25,\"val_top5\":0.75,"
+                        "\"lr\":0.01,\"clips_per_s\":10,\"epoch_s\":2}\n"
+                        "{\"epoch\":2,\"train_loss\":1.2,\"val_loss\":1.1,\"val_top1\":0.5,\"val_top5\":1,"
+                        "\"lr\":0.005,\"clips_per_s\":11,\"epoch_s\":2}\n");
+  snprintf(p, sizeof p, "%s/index.html", dir);
+  assert_int_equal(sp_video_report(dir, "tsm-r18", 101), 0);
+  char *html = sp_test_slurp(p);
+  assert_non_null(strstr(html, "validation top-5"));
+  free(html);
+  assert_int_equal(sp_video_report(dir, "tsm-r18", 4), 0);
+  html = sp_test_slurp(p);
+  assert_null(strstr(html, "validation top-5"));
+  assert_non_null(strstr(html, "top-1 only"));
+  assert_non_null(strstr(html, "best validation top-1"));
+  free(html);
+  sp_test_rmtree(dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(hand_computed_nme),
+      cmocka_unit_test(video_report_hides_top5_for_few_classes),
       cmocka_unit_test(mirrored_face_uses_outer_corners),
       cmocka_unit_test(no_eyes_gives_nan_nme),
   };

@@ -124,7 +124,7 @@ static void prepare_list_keeps_the_old_files_on_failure(void **state) {
   snprintf(pl, sizeof pl, "%s/pl", tmp);
   mkdir(pl, 0777);
   snprintf(z, sizeof z, "%s/z.txt", pl);
-  snprintf(classes, sizeof classes, "%s/classes.txt", pl);
+  snprintf(classes, sizeof classes, "%s/labels.txt", pl);
   assert_int_equal(spry("prepare list %s/act --out %s", tmp, z), 0);
   char *z0 = sp_test_slurp(z), *c0 = sp_test_slurp(classes);
   assert_true(z0 && c0 && *z0 && *c0);

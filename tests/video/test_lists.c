@@ -3,7 +3,7 @@
  * not there are left out by line, the loader marks each clip it could not
  * read, prepare frames leaves nothing behind for a clip that failed and
  * says how many did, and prepare list never leaves an empty or stale list
- * or classes.txt. */
+ * or labels.txt. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -167,7 +167,7 @@ static void prepare_list_writes_whole_files_or_nothing(void **state) {
   assert_int_equal(sp_synth_actions(set, 4, 8, 32, 4), 0);
   snprintf(out, sizeof out, "%s/pl", tmp);
   mkdir(out, 0777);
-  snprintf(classes, sizeof classes, "%s/classes.txt", out);
+  snprintf(classes, sizeof classes, "%s/labels.txt", out);
   snprintf(out, sizeof out, "%s/pl/z.txt", tmp);
   assert_int_equal(sp_video_list_build(set, NULL, out), 4);
   char *list0 = sp_test_slurp(out), *classes0 = sp_test_slurp(classes);
@@ -180,7 +180,7 @@ static void prepare_list_writes_whole_files_or_nothing(void **state) {
   assert_string_equal(list1, list0);
   assert_string_equal(classes1, classes0);
   free(list1), free(classes1);
-  /* --labels: classes.txt follows the names file, line k naming label k. */
+  /* --labels: labels.txt follows the names file, line k naming label k. */
   char names[800];
   snprintf(names, sizeof names, "%s/names.txt", tmp);
   FILE *f = fopen(names, "w");
@@ -195,7 +195,7 @@ static void prepare_list_writes_whole_files_or_nothing(void **state) {
   for (int i = 0; i < l.n; i++)
     if (strstr(l.path[i], "/rotate_cw/")) assert_int_equal(l.label[i], 0);
   sp_video_list_free(&l);
-  /* `path,label` pairs name no classes: the old classes.txt goes. */
+  /* `path,label` pairs name no classes: the old labels.txt goes. */
   snprintf(names, sizeof names, "%s/pairs.csv", tmp);
   f = fopen(names, "w");
   fputs("path,label\nmove_left/clip_00001.mp4,3\n", f);
@@ -214,6 +214,101 @@ static void prepare_list_writes_whole_files_or_nothing(void **state) {
   free(list0), free(list1), free(classes0);
 }
 
+/* Classes files: labels.txt (names, from 0) and UCF's classInd.txt (`N
+ * name`, numbered as it says); a list read through one has its labels in
+ * that numbering, unlabelled lines take their folder's class, and a label
+ * that disagrees with its clip's folder is refused naming both files and
+ * the line. */
+static void classes_files_number_the_labels(void **state) {
+  (void)state;
+  sp_video_classes c;
+  const char *ind = put("classInd.txt", "1 move_right\r\n2 move_left\r\n3 rotate_cw\r\n4 rotate_ccw\r\n");
+  assert_int_equal(sp_video_classes_read(ind, &c), 0);
+  assert_int_equal(c.n, 4);
+  assert_int_equal(c.base, 1);
+  assert_string_equal(c.name[1], "move_left");
+  sp_video_list l;
+  /* 1-based labels and an unlabelled (testlist) line. */
+  const char *train = put("train1.txt", "move_left/clip_00001.mp4 2\r\nrotate_ccw/clip_00003.mp4\r\n");
+  assert_int_equal(sp_video_list_read_classes(train, NULL, &c, &l), 0);
+  assert_int_equal(l.n, 2);
+  assert_int_equal(l.label[0], 1);
+  assert_int_equal(l.label[1], 3);
+  assert_non_null(strstr(l.path[1], "/rotate_ccw/clip_00003.mp4"));
+  sp_video_list_free(&l);
+  /* A 0-based list read as classInd's 1-based: its folder says otherwise. */
+  const char *zero = put("zero.txt", "move_right/clip_00000.mp4 1\nmove_left/clip_00001.mp4 1\n");
+  assert_int_equal(sp_video_list_read_classes(zero, NULL, &c, &l), -1);
+  sp_assert_error_has("zero.txt:2: label 1 is 'move_right' in ");
+  sp_assert_error_has("classInd.txt, but the clip is in the folder of 'move_left' (2)");
+  assert_int_equal(sp_video_list_read_classes(put("five.txt", "a.mp4 5\n"), NULL, &c, &l), -1);
+  sp_assert_error_has("five.txt:1: label 5 is not a class of ");
+  assert_int_equal(sp_video_list_read_classes(put("stray.txt", "jump/a.mp4\n"), NULL, &c, &l), -1);
+  sp_assert_error_has("stray.txt:1: no label, and its folder 'jump' is not a class of ");
+  sp_video_classes_free(&c);
+  /* Without a classes file an unlabelled line says what it needs. */
+  expect_list_error("move_right/clip_00000.mp4\n", "bad.txt:1: expected `path label` (a list without labels");
+  /* The synth set's labels.txt against a list numbered alphabetically (what
+   * prepare list used to write): refused at the first disagreeing line. */
+  char labels[700];
+  snprintf(labels, sizeof labels, "%s/labels.txt", act);
+  assert_int_equal(sp_video_classes_read(labels, &c), 0);
+  assert_int_equal(c.base, 0);
+  const char *alpha = put("alpha.txt", "move_left/clip_00001.mp4 0\nmove_right/clip_00000.mp4 1\n");
+  assert_int_equal(sp_video_list_read_classes(alpha, NULL, &c, &l), -1);
+  sp_assert_error_has("alpha.txt:1: label 0 is 'move_right' in ");
+  sp_assert_error_has("labels.txt, but the clip is in the folder of 'move_left' (1)");
+  sp_video_classes_free(&c);
+  /* Files that are not one clear numbering are refused with their line. */
+  const char *bad[][2] = {
+      {"1 a\nb\n", "mixed.txt:2: 'b' has no number, while the lines above are numbered"},
+      {"2 a\n3 b\n", "mixed.txt:1: classInd-style numbering must start at 0 or 1, not 2"},
+      {"1 a\n3 b\n", "mixed.txt:2: class number 3, expected 2"},
+      {"a\nb\na\n", "mixed.txt:3: class 'a' is named twice"},
+      {"\n\n", "mixed.txt: no class names"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    assert_int_equal(sp_video_classes_read(put("mixed.txt", bad[i][0]), &c), -1);
+    sp_assert_error_has(bad[i][1]);
+  }
+}
+
+/* prepare list --split: UCF's trainlist (1-based) and testlist (no labels)
+ * through classInd.txt become 0-based lists in the split's order, with
+ * labels.txt beside them; a split without a classes file is refused. */
+static void prepare_list_reads_ucf_splits(void **state) {
+  (void)state;
+  char split[700], out[700], p[800];
+  const char *ind = put("classInd.txt", "1 move_right\n2 move_left\n3 rotate_cw\n4 rotate_ccw\n");
+  snprintf(split, sizeof split, "%s/split.txt", tmp);
+  sp_test_write_text(split, "rotate_cw/clip_00002.mp4 3\nmove_right/clip_00000.mp4 1\nmove_left/clip_00001.mp4\n"
+                            "move_left/missing.mp4 2\n");
+  snprintf(out, sizeof out, "%s/split_out", tmp);
+  mkdir(out, 0777);
+  snprintf(out, sizeof out, "%s/split_out/train.txt", tmp);
+  assert_int_equal(sp_video_list_build_split(act, ind, split, out), 3);
+  sp_video_list l;
+  assert_int_equal(sp_video_list_read(out, &l), 0);
+  assert_int_equal(l.n, 3);
+  assert_int_equal(l.label[0], 2);
+  assert_int_equal(l.label[1], 0);
+  assert_int_equal(l.label[2], 1);
+  assert_non_null(strstr(l.path[0], "/act/rotate_cw/clip_00002.mp4"));
+  sp_video_list_free(&l);
+  snprintf(p, sizeof p, "%s/split_out/labels.txt", tmp);
+  char *names = sp_test_slurp(p);
+  assert_string_equal(names, "move_right\nmove_left\nrotate_cw\nrotate_ccw\n");
+  free(names);
+  /* A split needs a classes file: a folder without labels.txt has none. */
+  char bare[700];
+  snprintf(bare, sizeof bare, "%s/bare", tmp);
+  assert_int_equal(sp_synth_actions(bare, 2, 4, 16, 1), 0);
+  snprintf(p, sizeof p, "%s/bare/labels.txt", tmp);
+  unlink(p);
+  assert_int_equal(sp_video_list_build_split(bare, NULL, split, out), -1);
+  sp_assert_error_has("split.txt: a split file needs the classes file");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(labels_must_be_class_numbers),
@@ -221,6 +316,8 @@ int main(void) {
       cmocka_unit_test(loader_marks_each_unreadable_clip),
       cmocka_unit_test(prepare_frames_leaves_nothing_for_failed_clips),
       cmocka_unit_test(prepare_list_writes_whole_files_or_nothing),
+      cmocka_unit_test(classes_files_number_the_labels),
+      cmocka_unit_test(prepare_list_reads_ucf_splits),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
