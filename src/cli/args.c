@@ -89,3 +89,9 @@ int sp_parse_box(const char *s, float box[4]) {
   for (int i = 0; i < 4; i++) box[i] = (float)v[i];
   return 0;
 }
+
+int sp_arg_wants_help(int argc, char **argv) {
+  for (int i = 1; i < argc; i++)
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return 1;
+  return 0;
+}

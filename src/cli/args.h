@@ -10,6 +10,9 @@
 int sp_arg_int(int argc, char **argv, int *i, const char *name, int64_t lo, int64_t hi, int *out);
 int sp_arg_str(int argc, char **argv, int *i, const char *name, const char **out);
 int sp_arg_flag(char **argv, int i, const char *name, int *out);
+/* 1 when any argument is --help or -h: the one help convention (help wins
+ * over every other argument, and the usage goes to stdout with exit 0). */
+int sp_arg_wants_help(int argc, char **argv);
 /* A whole-string decimal integer in [lo, hi] (overflow is out of range):
  * 0, or -1 when s is not one. */
 int sp_parse_int64(const char *s, int64_t lo, int64_t hi, int64_t *out);

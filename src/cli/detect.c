@@ -9,7 +9,7 @@
 
 #include "cli/args.h"
 #include "cli/cli.h"
-#include "io/json.h"
+#include "cli/faces_json.h"
 #include "spry/data.h"
 
 static void usage(FILE *f) {
@@ -24,23 +24,13 @@ static void usage(FILE *f) {
 
 static void print_faces(const char *image, const sp_face *faces, int n) {
   sp_json_buf b;
-  sp_json_buf_init(&b);
-  sp_json_obj_begin(&b);
-  sp_json_key(&b, "image"), sp_json_str(&b, image);
-  sp_json_key(&b, "faces"), sp_json_arr_begin(&b);
+  faces_json_begin(&b, image);
   for (int f = 0; f < n; f++) {
-    sp_json_obj_begin(&b);
-    sp_json_key(&b, "box"), sp_json_arr_begin(&b);
-    for (int i = 0; i < 4; i++) sp_json_f32(&b, faces[f].box[i]);
-    sp_json_arr_end(&b);
+    faces_json_face(&b, faces[f].box);
     sp_json_key(&b, "score"), sp_json_f32(&b, faces[f].score);
-    sp_json_obj_end(&b);
+    faces_json_face_end(&b);
   }
-  sp_json_arr_end(&b);
-  sp_json_obj_end(&b);
-  printf("%s\n", b.s);
-  fflush(stdout);
-  sp_json_buf_free(&b);
+  faces_json_print(&b);
 }
 
 int sp_cli_detect(int argc, char **argv) {

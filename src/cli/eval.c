@@ -114,17 +114,13 @@ static int ced_path(const char *weights, const char *out, const char *data, char
 
 int sp_cli_eval(int argc, char **argv) {
   if (sp_cli_eval_is_video(argc, argv)) return sp_cli_eval_video(argc, argv); /* --task video or its checkpoint */
+  if (sp_arg_wants_help(argc, argv)) return usage(stdout), 0;
   sp_kp_eval_options o = {0};
   const char *weights = NULL, *out = NULL, *set = NULL;
   char **sets = sp_xcalloc((size_t)argc, sizeof(char *));
   int rc = 2;
   for (int i = 1; i < argc; i++) {
     int r;
-    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-      usage(stdout);
-      rc = 0;
-      goto done;
-    }
     if ((r = sp_arg_str(argc, argv, &i, "--weights", &weights)) || (r = sp_arg_str(argc, argv, &i, "--data", &o.data)) ||
         (r = sp_arg_str(argc, argv, &i, "--format", &o.format)) || (r = sp_arg_str(argc, argv, &i, "--out", &out)) ||
         (r = sp_arg_str(argc, argv, &i, "--backend", &o.backend)) || (r = sp_arg_str(argc, argv, &i, "--boxes", &o.boxes)) ||

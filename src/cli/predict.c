@@ -9,7 +9,7 @@
 
 #include "cli/args.h"
 #include "cli/cli.h"
-#include "io/json.h"
+#include "cli/faces_json.h"
 #include "spry/plot.h"
 #include "spry/train.h"
 
@@ -39,28 +39,18 @@ static void overlay_path(const char *base, int i, int n, char *out, size_t size)
 
 static void print_faces(const char *image, const sp_kp_face *faces, int n, int k) {
   sp_json_buf b;
-  sp_json_buf_init(&b);
-  sp_json_obj_begin(&b);
-  sp_json_key(&b, "image"), sp_json_str(&b, image);
-  sp_json_key(&b, "faces"), sp_json_arr_begin(&b);
+  faces_json_begin(&b, image);
   for (int f = 0; f < n; f++) {
-    sp_json_obj_begin(&b);
-    sp_json_key(&b, "box"), sp_json_arr_begin(&b);
-    for (int i = 0; i < 4; i++) sp_json_f32(&b, faces[f].box[i]);
-    sp_json_arr_end(&b);
+    faces_json_face(&b, faces[f].box);
     sp_json_key(&b, "points"), sp_json_arr_begin(&b);
     for (int j = 0; j < k; j++) {
       sp_json_arr_begin(&b), sp_json_f32(&b, faces[f].pts[2 * j]), sp_json_f32(&b, faces[f].pts[2 * j + 1]);
       sp_json_arr_end(&b);
     }
     sp_json_arr_end(&b);
-    sp_json_obj_end(&b);
+    faces_json_face_end(&b);
   }
-  sp_json_arr_end(&b);
-  sp_json_obj_end(&b);
-  printf("%s\n", b.s);
-  fflush(stdout);
-  sp_json_buf_free(&b);
+  faces_json_print(&b);
 }
 
 /* The colour photo with every face's box and points. */

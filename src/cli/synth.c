@@ -32,15 +32,12 @@ static int parse_range(const char *s, int *lo, int *hi) {
 }
 
 static int synth_faces(int argc, char **argv) {
+  if (sp_arg_wants_help(argc, argv)) return usage_faces(stdout), 0;
   sp_synth_face_options opt = sp_synth_face_defaults();
   int count = 0, plain = 0, quiet = 0;
   const char *out = NULL, *seed_s = NULL, *size_s = NULL;
   for (int i = 1; i < argc; i++) {
     int r;
-    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-      usage_faces(stdout);
-      return 0;
-    }
     if ((r = sp_arg_int(argc, argv, &i, "--count", 1, 10000000, &count)) ||
         (r = sp_arg_str(argc, argv, &i, "--out", &out)) || (r = sp_arg_str(argc, argv, &i, "--seed", &seed_s)) ||
         (r = sp_arg_str(argc, argv, &i, "--size", &size_s)) ||

@@ -19,14 +19,11 @@ static void usage(FILE *f) {
 }
 
 int sp_cli_synth_actions(int argc, char **argv) {
+  if (sp_arg_wants_help(argc, argv)) return usage(stdout), 0;
   const char *out = NULL;
   int count = 0, frames = 32, size = 112;
   int64_t seed = 1;
   for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-      usage(stdout);
-      return 0;
-    }
     /* Each option names itself and its range when its value is wrong. */
     const char *seed_s = NULL;
     int r;

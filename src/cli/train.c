@@ -77,16 +77,12 @@ static int train_video(const char *config, int n_sets, char **sets, int flags) {
 }
 
 int sp_cli_train(int argc, char **argv) {
+  if (sp_arg_wants_help(argc, argv)) return usage(stdout), 0;
   const char *config = NULL, *resume = NULL, *set = NULL;
   char **sets = sp_xcalloc((size_t)argc + 1, sizeof(char *));
   int n_sets = 0, changed = 0, overwrite = 0, rc = 2;
   for (int i = 1; i < argc; i++) {
     int r;
-    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-      usage(stdout);
-      rc = 0;
-      goto done;
-    }
     if ((r = sp_arg_str(argc, argv, &i, "--set", &set)) || (r = sp_arg_str(argc, argv, &i, "--resume", &resume)) ||
         (r = sp_arg_flag(argv, i, "--resume-changed", &changed)) || (r = sp_arg_flag(argv, i, "--overwrite", &overwrite))) {
       if (r < 0) goto done;
