@@ -62,6 +62,22 @@ typedef struct {
 int sp_plot_lines(const char *png_path, int w, int h, const char *title, const char *xlabel,
                   const char *ylabel, int n_series, const sp_series *series, int log_y);
 
+/* What sp_plot_lines_opt adds to a line chart; a zeroed struct is
+ * sp_plot_lines' behaviour, so callers name only what they change, e.g.
+ * (sp_plot_lines_options){.y_min = 0, .y_max = 1, .note = "3 faces above the plotted range"}. */
+typedef struct {
+  int log_y;           /* logarithmic y axis, as sp_plot_lines' log_y */
+  double y_min, y_max; /* a fixed y range when y_min < y_max (both finite; > 0 on a log axis): points
+                        * outside it are clipped; otherwise the range follows the data */
+  const char *note;    /* NULL or "": none; else a last legend row, text only (e.g. what lies off
+                        * the chart) */
+} sp_plot_lines_options;
+
+/* sp_plot_lines with options; o NULL is all defaults. */
+int sp_plot_lines_opt(const char *png_path, int w, int h, const char *title, const char *xlabel,
+                      const char *ylabel, int n_series, const sp_series *series,
+                      const sp_plot_lines_options *o);
+
 /* ---- keypoint overlays ---- */
 
 #define SP_KP_LINKS 1u   /* a line from each ground-truth point to its prediction */

@@ -253,13 +253,7 @@ static void best_and_worst(report *r, const sp_kp_data *d, const sp_cache *c, co
 }
 
 static void ced(report *r, const double *per_face, int n, int have_eyes) {
-  enum { STEPS = 101 };
-  double t[STEPS], frac[STEPS], maxe = 0;
-  for (int i = 0; i < n; i++) maxe = fmax(maxe, per_face[i]);
-  sp_ced_curve(per_face, n, have_eyes ? 0.2 : (maxe > 0 ? maxe : 1), STEPS, t, frac);
-  sp_series s = {"validation", t, frac, STEPS};
-  r->rc |= sp_plot_lines(in_dir(r, "ced.png"), 800, 480, "Cumulative error distribution",
-                         have_eyes ? "NME (inter-ocular)" : "mean error (px)", "fraction of faces", 1, &s, 0);
+  r->rc |= sp_ced_png(in_dir(r, "ced.png"), 800, 480, per_face, n, have_eyes);
   add_item(r, "Cumulative error distribution", "ced.png", NULL);
 }
 

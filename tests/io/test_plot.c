@@ -147,6 +147,66 @@ static void assert_diagonal(cairo_surface_t *s, uint32_t rgb, int box[4]) {
 
 /* ---- line charts ---- */
 
+/* The rows of series colour `rgb` in the left half, away from the legend
+ * (top, bottom; -1, -1 when absent). */
+static void colour_rows(cairo_surface_t *s, uint32_t rgb, int *top, int *bottom) {
+  *top = *bottom = -1;
+  for (int y = 0; y < cairo_image_surface_get_height(s); y++)
+    for (int x = 0; x < cairo_image_surface_get_width(s) / 2; x++)
+      if (colour_diff(pixel(s, x, y), rgb) <= 60) {
+        if (*top < 0) *top = y;
+        *bottom = y;
+      }
+}
+
+/* A CED where no face is within range is a flat line at 0: on the default
+ * axis it sits mid-chart between -1 and 1; a fixed [0, 1] axis puts it on
+ * the bottom edge, and the note adds a legend row. */
+static void fixed_y_range_and_note(void **state) {
+  tmp_t *t = *state;
+  double x[21], y[21];
+  for (int i = 0; i <= 20; i++) x[i] = i * 0.01, y[i] = 0;
+  sp_series s = {"validation", x, y, 21};
+  uint32_t rgb = sp_plot_series_rgb(0);
+  int top, bottom;
+  const char *path = tmp_file(t, "auto.png");
+  assert_int_equal(sp_plot_lines(path, 640, 400, NULL, NULL, NULL, 1, &s, 0), 0);
+  cairo_surface_t *img = load_png(path);
+  colour_rows(img, rgb, &top, &bottom);
+  assert_true(top > 120 && bottom < 280); /* today's default: centred */
+  cairo_surface_destroy(img);
+
+  path = tmp_file(t, "fixed.png");
+  assert_int_equal(sp_plot_lines_opt(path, 640, 400, NULL, NULL, NULL, 1, &s,
+                                     &(sp_plot_lines_options){.y_min = 0, .y_max = 1}),
+                   0);
+  img = load_png(path);
+  colour_rows(img, rgb, &top, &bottom);
+  assert_true(top > 300); /* on the bottom edge of the plot area */
+  long dark_without = 0, dark_with = 0;
+  for (int yy = 0; yy < 400; yy++)
+    for (int xx = 0; xx < 640; xx++) dark_without += luma(pixel(img, xx, yy)) < 100;
+  cairo_surface_destroy(img);
+
+  path = tmp_file(t, "note.png");
+  assert_int_equal(sp_plot_lines_opt(path, 640, 400, NULL, NULL, NULL, 1, &s,
+                                     &(sp_plot_lines_options){.y_min = 0, .y_max = 1,
+                                                              .note = "21 faces above the plotted range"}),
+                   0);
+  img = load_png(path);
+  for (int yy = 0; yy < 400; yy++)
+    for (int xx = 0; xx < 640; xx++) dark_with += luma(pixel(img, xx, yy)) < 100;
+  cairo_surface_destroy(img);
+  assert_true(dark_with > dark_without + 200); /* a line of text more */
+
+  /* A fixed range that cannot be drawn is refused, naming the file. */
+  assert_int_equal(sp_plot_lines_opt(path, 640, 400, NULL, NULL, NULL, 1, &s,
+                                     &(sp_plot_lines_options){.log_y = 1, .y_min = 0, .y_max = 1}),
+                   -1);
+  assert_non_null(strstr(sp_last_error(), "note.png"));
+}
+
+
 static void line_chart_of_identity_is_the_diagonal(void **state) {
   tmp_t *t = *state;
   double x[101], y[101];
@@ -583,6 +643,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(keypoint_overlay_puts_colours_at_the_points, setup, teardown),
       cmocka_unit_test_setup_teardown(keypoint_grid_shows_every_cell, setup, teardown),
       cmocka_unit_test(colormap_rises_in_lightness),
+      cmocka_unit_test_setup_teardown(fixed_y_range_and_note, setup, teardown),
       cmocka_unit_test_setup_teardown(heatmap_is_bright_where_the_map_peaks, setup, teardown),
       cmocka_unit_test_setup_teardown(filter_tiles_follow_the_weights, setup, teardown),
       cmocka_unit_test_setup_teardown(report_page_lists_figures_and_metrics, setup, teardown),
