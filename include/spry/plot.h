@@ -130,14 +130,16 @@ void sp_plot_colormap(double t, uint8_t rgb[3]);
  * colours (the map is scaled by its own maximum, so any scale works; the
  * colour's opacity follows the value, so the face shows through where the map
  * is low), an optional white crosshair, open in the middle so the map shows,
- * at points[i] (image pixels; NULL for none) and captions[i] under it
- * (captions or any entry may be NULL).
+ * at points[i] (image pixels; NULL for none: the model's point), a ring in
+ * SP_PLOT_GT_RGB at truth[i] (NULL for none: the true point, drawn under the
+ * crosshair; a row under the captions then says which marker is which) and
+ * captions[i] under it (captions or any entry may be NULL).
  * maps[i] is h x w floats (the image's size); non-finite entries count as 0.
  * Panels are cell_px wide (height by the image's aspect), laid out left to
  * right with a margin of max(4, cell_px / 24) px around and between them. */
 int sp_heatmaps_png(const char *png_path, const uint8_t *img, int w, int h, int c, int n_maps,
                     const float *const *maps, const char *const *captions, const float *points,
-                    int cell_px);
+                    const float *truth, int cell_px);
 
 /* ---- filters ---- */
 
