@@ -78,6 +78,22 @@ int sp_plot_lines_opt(const char *png_path, int w, int h, const char *title, con
                       const char *ylabel, int n_series, const sp_series *series,
                       const sp_plot_lines_options *o);
 
+/* ---- image files ---- */
+
+#define SP_IMAGE_FILE_PNG 1
+#define SP_IMAGE_FILE_JPEG 2
+
+/* The format an output name asks for: SP_IMAGE_FILE_PNG for .png,
+ * SP_IMAGE_FILE_JPEG for .jpg or .jpeg (any case), else -1 with an error
+ * naming the file and the accepted extensions. Call it before any work, so a
+ * bad name is refused at once. */
+int sp_image_file_format(const char *path);
+
+/* Writes a uint8 HWC image (c = 1 grey or 3 RGB) atomically in the format its
+ * name says (PNG, or JPEG at quality 92 without chroma subsampling); other
+ * names are refused as by sp_image_file_format. */
+int sp_image_write(const char *path, const uint8_t *img, int w, int h, int c);
+
 /* ---- keypoint overlays ---- */
 
 #define SP_KP_LINKS 1u   /* a line from each ground-truth point to its prediction */
@@ -94,7 +110,8 @@ int sp_draw_keypoints_png(const char *png_path, const uint8_t *img, int w, int h
 
 /* A photo with the faces a model found: each face's box as a yellow frame and
  * its points (prediction colour), dots sized by the face. boxes [n][4]
- * (x, y, w, h), pts[f] [k][2], in the image's pixels. */
+ * (x, y, w, h), pts[f] [k][2], in the image's pixels. Written in the format
+ * the name says, as sp_image_write (other names are refused). */
 int sp_draw_faces_png(const char *png_path, const uint8_t *img, int w, int h, int c, int n, const float *boxes,
                       const float *const *pts, int k);
 
