@@ -41,6 +41,14 @@ int sp_kp_metrics_compute(const float *pred, const float *gt, int n, int k, cons
 const char *sp_metric_text(double v, int decimals, char *buf, size_t n);
 /* CED: fraction of faces with error <= t, at n_steps thresholds on [0, max]. */
 void sp_ced_curve(const double *per_face, int n, double max, int n_steps, double *thresholds, double *fraction);
+/* Faces a CED on [0, max] leaves off: error above max, or not finite. */
+int sp_ced_faces_above(const double *per_face, int n, double max);
+/* The CED figure of the run report and `spry eval`, w x h px: NME (inter-
+ * ocular) up to 0.2 when have_eyes, else mean px error up to the largest; the
+ * y axis is [0, 1] (fractions of faces) whatever the curve, and when faces lie
+ * beyond the x range the legend says "N faces above the plotted range".
+ * 0, or -1 with an error naming path. */
+int sp_ced_png(const char *path, int w, int h, const double *per_face, int n, int have_eyes);
 
 #ifdef __cplusplus
 }

@@ -62,6 +62,38 @@ typedef struct {
 int sp_plot_lines(const char *png_path, int w, int h, const char *title, const char *xlabel,
                   const char *ylabel, int n_series, const sp_series *series, int log_y);
 
+/* What sp_plot_lines_opt adds to a line chart; a zeroed struct is
+ * sp_plot_lines' behaviour, so callers name only what they change, e.g.
+ * (sp_plot_lines_options){.y_min = 0, .y_max = 1, .note = "3 faces above the plotted range"}. */
+typedef struct {
+  int log_y;           /* logarithmic y axis, as sp_plot_lines' log_y */
+  double y_min, y_max; /* a fixed y range when y_min < y_max (both finite; > 0 on a log axis): points
+                        * outside it are clipped; otherwise the range follows the data */
+  const char *note;    /* NULL or "": none; else a last legend row, text only (e.g. what lies off
+                        * the chart) */
+} sp_plot_lines_options;
+
+/* sp_plot_lines with options; o NULL is all defaults. */
+int sp_plot_lines_opt(const char *png_path, int w, int h, const char *title, const char *xlabel,
+                      const char *ylabel, int n_series, const sp_series *series,
+                      const sp_plot_lines_options *o);
+
+/* ---- image files ---- */
+
+#define SP_IMAGE_FILE_PNG 1
+#define SP_IMAGE_FILE_JPEG 2
+
+/* The format an output name asks for: SP_IMAGE_FILE_PNG for .png,
+ * SP_IMAGE_FILE_JPEG for .jpg or .jpeg (any case), else -1 with an error
+ * naming the file and the accepted extensions. Call it before any work, so a
+ * bad name is refused at once. */
+int sp_image_file_format(const char *path);
+
+/* Writes a uint8 HWC image (c = 1 grey or 3 RGB) atomically in the format its
+ * name says (PNG, or JPEG at quality 92 without chroma subsampling); other
+ * names are refused as by sp_image_file_format. */
+int sp_image_write(const char *path, const uint8_t *img, int w, int h, int c);
+
 /* ---- keypoint overlays ---- */
 
 #define SP_KP_LINKS 1u   /* a line from each ground-truth point to its prediction */
@@ -78,7 +110,8 @@ int sp_draw_keypoints_png(const char *png_path, const uint8_t *img, int w, int h
 
 /* A photo with the faces a model found: each face's box as a yellow frame and
  * its points (prediction colour), dots sized by the face. boxes [n][4]
- * (x, y, w, h), pts[f] [k][2], in the image's pixels. */
+ * (x, y, w, h), pts[f] [k][2], in the image's pixels. Written in the format
+ * the name says, as sp_image_write (other names are refused). */
 int sp_draw_faces_png(const char *png_path, const uint8_t *img, int w, int h, int c, int n, const float *boxes,
                       const float *const *pts, int k);
 
@@ -114,14 +147,16 @@ void sp_plot_colormap(double t, uint8_t rgb[3]);
  * colours (the map is scaled by its own maximum, so any scale works; the
  * colour's opacity follows the value, so the face shows through where the map
  * is low), an optional white crosshair, open in the middle so the map shows,
- * at points[i] (image pixels; NULL for none) and captions[i] under it
- * (captions or any entry may be NULL).
+ * at points[i] (image pixels; NULL for none: the model's point), a ring in
+ * SP_PLOT_GT_RGB at truth[i] (NULL for none: the true point, drawn under the
+ * crosshair; a row under the captions then says which marker is which) and
+ * captions[i] under it (captions or any entry may be NULL).
  * maps[i] is h x w floats (the image's size); non-finite entries count as 0.
  * Panels are cell_px wide (height by the image's aspect), laid out left to
  * right with a margin of max(4, cell_px / 24) px around and between them. */
 int sp_heatmaps_png(const char *png_path, const uint8_t *img, int w, int h, int c, int n_maps,
                     const float *const *maps, const char *const *captions, const float *points,
-                    int cell_px);
+                    const float *truth, int cell_px);
 
 /* ---- filters ---- */
 

@@ -1,4 +1,4 @@
-/* `spry predict --weights W [--box x,y,w,h] [--overlay out.png] IMAGE...`:
+/* `spry predict --weights W [--box x,y,w,h] [--overlay out.png|out.jpg] IMAGE...`:
  * the faces of new photos and their keypoints as JSON lines, in the photos'
  * pixels. Faces are found the way the model's run found them: the whole
  * photo for models trained with data.box: image, the face detector for models
@@ -15,7 +15,7 @@
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: spry predict --weights W.safetensors [--box x,y,w,h] [--overlay out.png] [--backend B] IMAGE...\n"
+          "usage: spry predict --weights W.safetensors [--box x,y,w,h] [--overlay OUT.png|OUT.jpg] [--backend B] IMAGE...\n"
           "  Prints one JSON object per image, in the image's pixels:\n"
           "    {\"image\":..., \"faces\":[{\"box\":[x,y,w,h],\"points\":[[x,y],...]}, ...]}\n"
           "  Faces are found as the model's training run found them: the whole photo for models trained\n"
@@ -23,8 +23,9 @@ static void usage(FILE *f) {
           "  first). A photo with no face gives \"faces\":[] and a note on stderr.\n"
           "  --box: one face in this box (x, y, w, h; as a face detector gives it); the crop adds the\n"
           "         run's margin.\n"
-          "  --overlay: the photo in colour with each face's box and points (PNG; several images:\n"
-          "         out_1.png, out_2.png, ...).\n");
+          "  --overlay: the photo in colour with each face's box and points, in the format the name\n"
+          "         says: .png (PNG) or .jpg/.jpeg (JPEG), any case; other names are refused before\n"
+          "         anything is loaded. Several images: OUT_1.png, OUT_2.png, ...\n");
 }
 
 static void overlay_path(const char *base, int i, int n, char *out, size_t size) {
@@ -34,7 +35,7 @@ static void overlay_path(const char *base, int i, int n, char *out, size_t size)
   }
   const char *dot = strrchr(base, '.');
   int stem = dot ? (int)(dot - base) : (int)strlen(base);
-  snprintf(out, size, "%.*s_%d%s", stem, base, i + 1, dot ? dot : ".png");
+  snprintf(out, size, "%.*s_%d%s", stem, base, i + 1, dot ? dot : "");
 }
 
 static void print_faces(const char *image, const sp_kp_face *faces, int n, int k) {
@@ -89,6 +90,11 @@ int sp_cli_predict(int argc, char **argv) {
     return free(images), 2;
   }
   if (!weights || !n_images) return free(images), usage(stderr), 2;
+  /* A name we cannot write is a command-line error: say so before the model loads. */
+  if (overlay && sp_image_file_format(overlay) < 0) {
+    fprintf(stderr, "spry predict: --overlay: %s\n", sp_last_error());
+    return free(images), 2;
+  }
   sp_kp_predictor *p = sp_kp_predictor_open(weights, backend);
   if (!p) {
     fprintf(stderr, "spry predict: %s\n", sp_last_error());

@@ -106,12 +106,31 @@ int sp_plot_finish(const char *path, cairo_surface_t *surface, cairo_t *cr) {
   cairo_status_t st = cairo_status(cr);
   if (st != CAIRO_STATUS_SUCCESS) rc = sp_error_set("%s: drawing failed: %s", path, cairo_status_to_string(st));
   cairo_destroy(cr);
-  if (rc == 0) {
-    cairo_surface_flush(surface);
-    png_job job = {surface, path};
-    rc = sp_plot_write_atomic(path, png_fill, &job);
-  }
+  if (rc == 0) rc = sp_plot_write_surface(path, surface);
   cairo_surface_destroy(surface);
+  return rc;
+}
+
+int sp_plot_write_surface(const char *path, cairo_surface_t *surface) {
+  cairo_surface_flush(surface);
+  if (sp_plot_format_of(path) != SP_IMAGE_FILE_JPEG) {
+    png_job job = {surface, path};
+    return sp_plot_write_atomic(path, png_fill, &job);
+  }
+  /* cairo has no JPEG writer: its xRGB pixels to packed RGB for TurboJPEG. */
+  int w = cairo_image_surface_get_width(surface), h = cairo_image_surface_get_height(surface);
+  int stride = cairo_image_surface_get_stride(surface);
+  const unsigned char *data = cairo_image_surface_get_data(surface);
+  uint8_t *rgb = sp_xmalloc((size_t)w * h * 3);
+  for (int y = 0; y < h; y++)
+    for (int x = 0; x < w; x++) {
+      uint32_t v;
+      memcpy(&v, data + (size_t)y * stride + 4 * (size_t)x, 4);
+      uint8_t *o = rgb + ((size_t)y * w + x) * 3;
+      o[0] = (uint8_t)(v >> 16), o[1] = (uint8_t)(v >> 8), o[2] = (uint8_t)v;
+    }
+  int rc = sp_plot_write_jpeg(path, rgb, w, h, 3);
+  free(rgb);
   return rc;
 }
 

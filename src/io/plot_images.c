@@ -124,7 +124,7 @@ int sp_draw_keypoints_png(const char *png_path, const uint8_t *img, int w, int h
 
 int sp_draw_faces_png(const char *png_path, const uint8_t *img, int w, int h, int c, int n, const float *boxes,
                       const float *const *pts, int k) {
-  if (!png_path || !*png_path) return sp_error_set("plot: no output path given");
+  if (sp_image_file_format(png_path) < 0) return -1;
   if (sp_plot_check_image(png_path, img, w, h, c) != 0) return -1;
   if (check_points(png_path, k, "keypoints") != 0) return -1;
   if (n < 0 || (n > 0 && (!boxes || !pts))) return sp_error_set("%s: bad face list (%d faces)", png_path, n);

@@ -20,8 +20,17 @@ int sp_plot_write_atomic(const char *path, int (*fill)(FILE *f, void *ctx), void
 /* New white w x h RGB24 surface and its context; -1 with an error naming path
  * when cairo cannot make them (sizes outside 1..SP_PLOT_MAX_SIDE included). */
 int sp_plot_begin(const char *path, int w, int h, cairo_surface_t **surface, cairo_t **cr);
-/* Checks the drawing status, writes the PNG atomically and frees both. */
+/* Checks the drawing status, writes the figure atomically and frees both:
+ * JPEG when the name ends in .jpg or .jpeg (any case), else PNG. */
 int sp_plot_finish(const char *path, cairo_surface_t *surface, cairo_t *cr);
+/* The surface's pixels to path, atomically, in the format sp_plot_finish
+ * picks. */
+int sp_plot_write_surface(const char *path, cairo_surface_t *surface);
+/* SP_IMAGE_FILE_PNG or _JPEG by the name's extension, 0 for any other (no
+ * error set: figures with other names are PNG). */
+int sp_plot_format_of(const char *path);
+/* uint8 HWC (c = 1 or 3) as a JPEG file, atomically (image_write.c). */
+int sp_plot_write_jpeg(const char *path, const uint8_t *px, int w, int h, int c);
 
 /* uint8 HWC (c = 1 or 3) image as an RGB24 surface; NULL with an error naming
  * path when the arguments are bad or cairo fails. */

@@ -294,7 +294,7 @@ static long points_in_box(const frame *f, int n_series, const sp_series *series,
 }
 
 static void draw_legend(cairo_t *cr, const frame *f, int n_series, const sp_series *series, int log_y,
-                        double fs, double lw) {
+                        const char *note, double fs, double lw) {
   double lfs = fs * 0.92, row = lfs * 1.45, pad = lfs * 0.6, swatch = lfs * 2.2;
   sp_plot_font(cr, lfs, 0);
   int rows = 0;
@@ -305,6 +305,13 @@ static void draw_legend(cairo_t *cr, const frame *f, int n_series, const sp_seri
     rows++;
     sp_plot_text_fit(cr, series[i].label, max_text, buf, sizeof buf);
     text_w = fmax(text_w, sp_plot_text_width(cr, buf));
+  }
+  /* The note is a last row without a swatch: it is about the chart, not a series. */
+  int has_note = note && *note;
+  if (has_note) {
+    sp_plot_text_fit(cr, note, max_text + swatch + pad, buf, sizeof buf);
+    text_w = fmax(text_w, sp_plot_text_width(cr, buf) - swatch - pad);
+    rows++;
   }
   int fit_rows = (int)((f->h - 2 * pad) / row);
   if (rows > fit_rows) rows = fit_rows;
@@ -330,8 +337,8 @@ static void draw_legend(cairo_t *cr, const frame *f, int n_series, const sp_seri
   cairo_set_source_rgb(cr, 0.75, 0.75, 0.75);
   cairo_set_line_width(cr, 1);
   cairo_stroke(cr);
-  int r = 0;
-  for (int i = 0; i < n_series && r < rows; i++) {
+  int r = 0, series_rows = has_note ? rows - 1 : rows;
+  for (int i = 0; i < n_series && r < series_rows; i++) {
     if (!series[i].label || !*series[i].label) continue;
     double y = by + pad + r * row + lfs * 0.6;
     sp_plot_set_rgb(cr, sp_plot_series_rgb(i));
@@ -348,6 +355,11 @@ static void draw_legend(cairo_t *cr, const frame *f, int n_series, const sp_seri
     sp_plot_text_fit(cr, series[i].label, max_text, buf, sizeof buf);
     sp_plot_text(cr, bx + pad * 2 + swatch, y, 0, 0.5, buf);
     r++;
+  }
+  if (has_note) {
+    cairo_set_source_rgb(cr, 0.1, 0.1, 0.1);
+    sp_plot_text_fit(cr, note, max_text + swatch + pad, buf, sizeof buf);
+    sp_plot_text(cr, bx + pad, by + pad + r * row + lfs * 0.6, 0, 0.5, buf);
   }
 }
 
@@ -444,7 +456,7 @@ static frame layout_frame(cairo_t *cr, const chart_style *st, const data_range *
 
 /* The curves, clipped to the plot area, then the legend (or "no data"). */
 static void draw_plot_area(cairo_t *cr, const frame *f, const chart_style *st, int n_series, const sp_series *series,
-                           int log_y, long n_points) {
+                           int log_y, const char *note, long n_points) {
   const double lw = st->lw;
   cairo_save(cr);
   /* A little slack so dots on the limits are not cut in half. */
@@ -458,7 +470,7 @@ static void draw_plot_area(cairo_t *cr, const frame *f, const chart_style *st, i
     sp_plot_font(cr, st->fs * 1.2, 0);
     sp_plot_text(cr, f->x0 + f->w / 2, f->y0 + f->h / 2, 0.5, 0.5, "no data");
   } else {
-    draw_legend(cr, f, n_series, series, log_y, st->fs, lw);
+    draw_legend(cr, f, n_series, series, log_y, note, st->fs, lw);
   }
 }
 
@@ -496,10 +508,27 @@ static void draw_titles(cairo_t *cr, const frame *f, const chart_style *st, cons
 
 int sp_plot_lines(const char *png_path, int w, int h, const char *title, const char *xlabel,
                   const char *ylabel, int n_series, const sp_series *series, int log_y) {
+  return sp_plot_lines_opt(png_path, w, h, title, xlabel, ylabel, n_series, series,
+                           &(sp_plot_lines_options){.log_y = log_y});
+}
+
+int sp_plot_lines_opt(const char *png_path, int w, int h, const char *title, const char *xlabel,
+                      const char *ylabel, int n_series, const sp_series *series,
+                      const sp_plot_lines_options *o) {
   const char *path = png_path ? png_path : "(null)";
+  const sp_plot_lines_options none = {0};
+  if (!o) o = &none;
+  const int log_y = o->log_y != 0;
   if (check_chart_args(png_path, path, w, h, n_series, series) != 0) return -1;
+  const int fixed_y = o->y_min < o->y_max;
+  if (fixed_y && (!isfinite(o->y_min) || !isfinite(o->y_max) || (log_y && o->y_min <= 0)))
+    return sp_error_set("%s: y range %g..%g cannot be drawn%s", path, o->y_min, o->y_max,
+                        log_y ? " on a log axis" : "");
   data_range d = {0};
   if (find_data_range(path, n_series, series, log_y, &d) != 0) return -1;
+  /* A fixed range (fractions in [0, 1], say) means the same thing on every
+   * chart, whatever this run's data spans. */
+  if (fixed_y) d.ylo = o->y_min, d.yhi = o->y_max;
 
   cairo_surface_t *surface;
   cairo_t *cr;
@@ -508,7 +537,7 @@ int sp_plot_lines(const char *png_path, int w, int h, const char *title, const c
   axis ay, ax;
   frame f = layout_frame(cr, &st, &d, log_y, &ax, &ay);
   draw_grid_and_axes(cr, &f, st.fs);
-  draw_plot_area(cr, &f, &st, n_series, series, log_y, d.n_points);
+  draw_plot_area(cr, &f, &st, n_series, series, log_y, o->note, d.n_points);
   draw_titles(cr, &f, &st, title, xlabel, ylabel);
   return sp_plot_finish(path, surface, cr);
 }

@@ -111,10 +111,11 @@ static int check_heatmap_args(const char *png_path, const uint8_t *img, int w, i
 typedef struct {
   int m, ph;                 /* margin, panel height */
   double fs, cap_h, bar_w;   /* font size, caption row height, key bar width */
+  double key_h;              /* the marker key's row under the captions (0: none) */
   long ow, oh;               /* figure size */
 } heat_layout;
 
-static heat_layout heat_layout_for(int w, int h, int n_maps, int cell_px) {
+static heat_layout heat_layout_for(int w, int h, int n_maps, int cell_px, int has_key) {
   heat_layout L;
   L.m = cell_px / 24 > 4 ? cell_px / 24 : 4;
   L.ph = (int)lround((double)cell_px * h / w);
@@ -125,7 +126,8 @@ static heat_layout heat_layout_for(int w, int h, int n_maps, int cell_px) {
   /* Room for the colour key right of the panels: bar plus "peak" label. */
   double key_w = L.m + L.bar_w + L.fs * 0.4 + L.fs * 2.6;
   L.ow = (long)ceil(L.m + (double)n_maps * (cell_px + L.m) + key_w);
-  L.oh = (long)ceil(L.m + L.ph + L.cap_h + L.m * 0.5);
+  L.key_h = has_key ? L.fs * 1.8 : 0;
+  L.oh = (long)ceil(L.m + L.ph + L.cap_h + L.key_h + L.m * 0.5);
   return L;
 }
 
@@ -144,6 +146,38 @@ static void draw_crosshair(cairo_t *cr, double px, double py, double r) {
   cairo_set_source_rgb(cr, 1, 1, 1);
   cairo_set_line_width(cr, 1.8);
   cairo_stroke(cr);
+}
+
+/* The true point: a ring in the overlays' ground-truth green (the map's
+ * colours have no green), dark-edged to stand out on any of them. */
+static void draw_truth_ring(cairo_t *cr, double px, double py, double r) {
+  cairo_new_sub_path(cr);
+  cairo_arc(cr, px, py, r * 1.2, 0, 2 * M_PI);
+  cairo_set_source_rgba(cr, 0, 0, 0, 0.7);
+  cairo_set_line_width(cr, 4);
+  cairo_stroke_preserve(cr);
+  sp_plot_set_rgb(cr, SP_PLOT_GT_RGB);
+  cairo_set_line_width(cr, 2.2);
+  cairo_stroke(cr);
+}
+
+/* Which marker is which, in a row under the captions, on a grey swatch so
+ * the white crosshair shows. */
+static void draw_marker_key(cairo_t *cr, const heat_layout *L, double r) {
+  double y = L->m + L->ph + L->cap_h + L->key_h / 2, x = L->m, side = L->key_h * 0.95;
+  const char *label[2] = {"model's point (soft-argmax)", "true point"};
+  sp_plot_font(cr, L->fs * 0.9, 0);
+  for (int i = 0; i < 2; i++) {
+    cairo_rectangle(cr, x, y - side / 2, side, side);
+    cairo_set_source_rgb(cr, 0.27, 0.27, 0.27);
+    cairo_fill(cr);
+    double kr = fmin(r, side / 4);
+    if (i == 0) draw_crosshair(cr, x + side / 2, y, kr);
+    else draw_truth_ring(cr, x + side / 2, y, kr);
+    cairo_set_source_rgb(cr, 0.15, 0.15, 0.15);
+    sp_plot_text(cr, x + side + L->fs * 0.4, y, 0, 0.5, label[i]);
+    x += side + L->fs * 0.4 + sp_plot_text_width(cr, label[i]) + L->fs * 1.5;
+  }
 }
 
 /* Colour key: each map is scaled to its own peak, so the bar reads 0..peak. */
@@ -168,9 +202,9 @@ static void draw_colour_key(cairo_t *cr, const heat_layout *L, double bx) {
 
 int sp_heatmaps_png(const char *png_path, const uint8_t *img, int w, int h, int c, int n_maps,
                     const float *const *maps, const char *const *captions, const float *points,
-                    int cell_px) {
+                    const float *truth, int cell_px) {
   if (check_heatmap_args(png_path, img, w, h, c, n_maps, maps, cell_px) != 0) return -1;
-  const heat_layout L = heat_layout_for(w, h, n_maps, cell_px);
+  const heat_layout L = heat_layout_for(w, h, n_maps, cell_px, truth != NULL);
   const int m = L.m, ph = L.ph;
   if (L.ow > SP_PLOT_MAX_SIDE || L.oh > SP_PLOT_MAX_SIDE)
     return sp_error_set("%s: %d panels of %d px make a %ldx%ld figure, over %d px", png_path, n_maps,
@@ -197,6 +231,10 @@ int sp_heatmaps_png(const char *png_path, const uint8_t *img, int w, int h, int 
     cairo_clip(cr);
     sp_plot_paint_image(cr, panel, x0, y0, scale, 1);
     cairo_surface_destroy(panel);
+    if (truth && isfinite(truth[2 * i]) && isfinite(truth[2 * i + 1]))
+      draw_truth_ring(cr, x0 + (truth[2 * i] + 0.5) * scale, y0 + (truth[2 * i + 1] + 0.5) * scale,
+                      fmax(4, cell_px / 36.0));
+    /* The prediction on top: where the two meet, the crosshair sits in the ring. */
     if (points && isfinite(points[2 * i]) && isfinite(points[2 * i + 1]))
       draw_crosshair(cr, x0 + (points[2 * i] + 0.5) * scale, y0 + (points[2 * i + 1] + 0.5) * scale,
                      fmax(4, cell_px / 36.0));
@@ -209,6 +247,7 @@ int sp_heatmaps_png(const char *png_path, const uint8_t *img, int w, int h, int 
     }
   }
   draw_colour_key(cr, &L, m + (double)n_maps * (cell_px + m));
+  if (truth) draw_marker_key(cr, &L, fmax(4, cell_px / 36.0));
   return sp_plot_finish(png_path, surface, cr);
 }
 

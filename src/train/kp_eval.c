@@ -95,18 +95,6 @@ static int write_per_face(const char *path, const sp_kp_data *d, const float *pr
   return 0;
 }
 
-static int write_ced(const char *path, const double *per_face, int n, int have_eyes) {
-  enum { STEPS = 101 };
-  double t[STEPS], f[STEPS];
-  double max = have_eyes ? 0.2 : 0;
-  if (!have_eyes)
-    for (int i = 0; i < n; i++) max = fmax(max, per_face[i]);
-  sp_ced_curve(per_face, n, max > 0 ? max : 1, STEPS, t, f);
-  sp_series s = {"validation", t, f, STEPS};
-  return sp_plot_lines(path, 720, 480, "Cumulative error distribution",
-                       have_eyes ? "NME (inter-ocular)" : "mean error (px)", "fraction of faces", 1, &s, 0);
-}
-
 /* The model on the validation cache: metrics, and the files asked for. */
 static int score(const sp_kp_eval_options *o, sp_kp_evaluator *e, const sp_kp_data *d, sp_kp_eval_result *r) {
   const sp_train_config *cfg = e->cfg;
@@ -122,7 +110,7 @@ static int score(const sp_kp_eval_options *o, sp_kp_evaluator *e, const sp_kp_da
   double *per_face = sp_xmalloc(sizeof(double) * (size_t)(n > 0 ? n : 1));
   if (rc == 0) rc = sp_kp_metrics_compute(pred, gt, n, d->k, d->eyes.n_left ? &d->eyes : NULL, &r->m, per_face);
   if (rc == 0 && o->per_face_csv && write_per_face(o->per_face_csv, d, pred, gt, per_face) != 0) rc = -1;
-  if (rc == 0 && o->ced_png && write_ced(o->ced_png, per_face, n, d->eyes.n_left > 0) != 0) rc = -1;
+  if (rc == 0 && o->ced_png && sp_ced_png(o->ced_png, 720, 480, per_face, n, d->eyes.n_left > 0) != 0) rc = -1;
   r->count = n;
   r->mean_shape_px = rc == 0 ? sp_kp_mean_shape_error(d, d->val_cache) : NAN;
   free(per_face);

@@ -8,6 +8,7 @@
 
 #include "spry/common.h"
 #include "spry/metrics.h"
+#include "spry/plot.h"
 
 int sp_eye_points_for_k(int k, sp_eye_points *out) {
   memset(out, 0, sizeof *out);
@@ -101,4 +102,31 @@ void sp_ced_curve(const double *per_face, int n, double max, int n_steps, double
     thresholds[s] = t;
     fraction[s] = n ? (double)below / n : 0;
   }
+}
+
+int sp_ced_faces_above(const double *per_face, int n, double max) {
+  int above = 0;
+  for (int f = 0; f < n; f++) above += !(per_face[f] <= max);
+  return above;
+}
+
+int sp_ced_png(const char *path, int w, int h, const double *per_face, int n, int have_eyes) {
+  enum { STEPS = 101 };
+  double t[STEPS], frac[STEPS], max = 0;
+  for (int i = 0; i < n; i++)
+    if (isfinite(per_face[i])) max = fmax(max, per_face[i]);
+  /* NME has a conventional range (failures start at 0.08-0.10); pixels do
+   * not, so that chart spans every face. */
+  if (have_eyes) max = 0.2;
+  else if (!(max > 0)) max = 1;
+  sp_ced_curve(per_face, n, max, STEPS, t, frac);
+  int above = sp_ced_faces_above(per_face, n, max);
+  char note[96] = "";
+  /* A curve flat at 0 reads as "no data" unless the chart says where the
+   * faces went. */
+  if (above > 0) snprintf(note, sizeof note, "%d face%s above the plotted range", above, above == 1 ? "" : "s");
+  sp_series s = {"validation", t, frac, STEPS};
+  return sp_plot_lines_opt(path, w, h, "Cumulative error distribution",
+                           have_eyes ? "NME (inter-ocular)" : "mean error (px)", "fraction of faces", 1, &s,
+                           &(sp_plot_lines_options){.y_min = 0, .y_max = 1, .note = note});
 }

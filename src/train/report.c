@@ -119,7 +119,9 @@ static int heatmap_figure(const char *path, sp_kp_evaluator *e, const sp_cache *
   const char *names68[4] = {"eye corner", "eye corner", "nose tip", "mouth"};
   char names[4][32];
   const char *captions[4];
-  float *maps[4], marks[8];
+  float *maps[4], marks[8], truth[8];
+  /* The face's labelled points, from the cache's pixels to the S x S input. */
+  const double zoom = (double)c->size / S, cc = (c->size - 1) * 0.5, cs = (S - 1) * 0.5;
   for (int i = 0; i < n; i++) {
     pick[i] = k == 68 ? pick68[i] : i * k / n;
     snprintf(names[i], sizeof names[i], "%s (%d)", k == 68 ? names68[i] : "point", pick[i]);
@@ -133,8 +135,12 @@ static int heatmap_figure(const char *path, sp_kp_evaluator *e, const sp_cache *
     for (int j = 0; j < S * S; j++) maps[i][j] = (float)(maps[i][j] / sum);
     marks[2 * i] = (pts[2 * pick[i]] - e->offset) / e->scale;
     marks[2 * i + 1] = (pts[2 * pick[i] + 1] - e->offset) / e->scale;
+    const float *g = c->points + (size_t)pick[i] * 2; /* face 0 */
+    int seen = !c->vis || c->vis[pick[i]];
+    truth[2 * i] = seen ? (float)((g[0] - cc) / zoom + cs) : NAN;
+    truth[2 * i + 1] = seen ? (float)((g[1] - cc) / zoom + cs) : NAN;
   }
-  int rc = sp_heatmaps_png(path, hwc, S, S, C, n, (const float *const *)maps, captions, marks, 192);
+  int rc = sp_heatmaps_png(path, hwc, S, S, C, n, (const float *const *)maps, captions, marks, truth, 192);
   for (int i = 0; i < n; i++) free(maps[i]);
   free(hwc);
   free(chw);
@@ -253,13 +259,7 @@ static void best_and_worst(report *r, const sp_kp_data *d, const sp_cache *c, co
 }
 
 static void ced(report *r, const double *per_face, int n, int have_eyes) {
-  enum { STEPS = 101 };
-  double t[STEPS], frac[STEPS], maxe = 0;
-  for (int i = 0; i < n; i++) maxe = fmax(maxe, per_face[i]);
-  sp_ced_curve(per_face, n, have_eyes ? 0.2 : (maxe > 0 ? maxe : 1), STEPS, t, frac);
-  sp_series s = {"validation", t, frac, STEPS};
-  r->rc |= sp_plot_lines(in_dir(r, "ced.png"), 800, 480, "Cumulative error distribution",
-                         have_eyes ? "NME (inter-ocular)" : "mean error (px)", "fraction of faces", 1, &s, 0);
+  r->rc |= sp_ced_png(in_dir(r, "ced.png"), 800, 480, per_face, n, have_eyes);
   add_item(r, "Cumulative error distribution", "ced.png", NULL);
 }
 
@@ -267,8 +267,8 @@ static void model_figures(report *r, sp_kp_evaluator *e, const sp_cache *c) {
   int hm = heatmap_figure(in_dir(r, "heatmaps.png"), e, c);
   if (hm == 0)
     add_item(r, "Heatmaps", "heatmaps.png",
-             "The model's probability map for a few keypoints of the first validation face; the coordinate is its "
-             "expected value (soft-argmax).");
+             "The model's probability map for a few keypoints of the first validation face. White crosshair: the "
+             "model's point, the map's expected value (soft-argmax); green ring: the labelled (true) point.");
   r->rc |= hm < 0;
   static char photo_caption[2600];
   int ph = photo_figure(r->dir, in_dir(r, "photo.png"), e->data, c, photo_caption, sizeof photo_caption);

@@ -147,6 +147,66 @@ static void assert_diagonal(cairo_surface_t *s, uint32_t rgb, int box[4]) {
 
 /* ---- line charts ---- */
 
+/* The rows of series colour `rgb` in the left half, away from the legend
+ * (top, bottom; -1, -1 when absent). */
+static void colour_rows(cairo_surface_t *s, uint32_t rgb, int *top, int *bottom) {
+  *top = *bottom = -1;
+  for (int y = 0; y < cairo_image_surface_get_height(s); y++)
+    for (int x = 0; x < cairo_image_surface_get_width(s) / 2; x++)
+      if (colour_diff(pixel(s, x, y), rgb) <= 60) {
+        if (*top < 0) *top = y;
+        *bottom = y;
+      }
+}
+
+/* A CED where no face is within range is a flat line at 0: on the default
+ * axis it sits mid-chart between -1 and 1; a fixed [0, 1] axis puts it on
+ * the bottom edge, and the note adds a legend row. */
+static void fixed_y_range_and_note(void **state) {
+  tmp_t *t = *state;
+  double x[21], y[21];
+  for (int i = 0; i <= 20; i++) x[i] = i * 0.01, y[i] = 0;
+  sp_series s = {"validation", x, y, 21};
+  uint32_t rgb = sp_plot_series_rgb(0);
+  int top, bottom;
+  const char *path = tmp_file(t, "auto.png");
+  assert_int_equal(sp_plot_lines(path, 640, 400, NULL, NULL, NULL, 1, &s, 0), 0);
+  cairo_surface_t *img = load_png(path);
+  colour_rows(img, rgb, &top, &bottom);
+  assert_true(top > 120 && bottom < 280); /* today's default: centred */
+  cairo_surface_destroy(img);
+
+  path = tmp_file(t, "fixed.png");
+  assert_int_equal(sp_plot_lines_opt(path, 640, 400, NULL, NULL, NULL, 1, &s,
+                                     &(sp_plot_lines_options){.y_min = 0, .y_max = 1}),
+                   0);
+  img = load_png(path);
+  colour_rows(img, rgb, &top, &bottom);
+  assert_true(top > 300); /* on the bottom edge of the plot area */
+  long dark_without = 0, dark_with = 0;
+  for (int yy = 0; yy < 400; yy++)
+    for (int xx = 0; xx < 640; xx++) dark_without += luma(pixel(img, xx, yy)) < 100;
+  cairo_surface_destroy(img);
+
+  path = tmp_file(t, "note.png");
+  assert_int_equal(sp_plot_lines_opt(path, 640, 400, NULL, NULL, NULL, 1, &s,
+                                     &(sp_plot_lines_options){.y_min = 0, .y_max = 1,
+                                                              .note = "21 faces above the plotted range"}),
+                   0);
+  img = load_png(path);
+  for (int yy = 0; yy < 400; yy++)
+    for (int xx = 0; xx < 640; xx++) dark_with += luma(pixel(img, xx, yy)) < 100;
+  cairo_surface_destroy(img);
+  assert_true(dark_with > dark_without + 200); /* a line of text more */
+
+  /* A fixed range that cannot be drawn is refused, naming the file. */
+  assert_int_equal(sp_plot_lines_opt(path, 640, 400, NULL, NULL, NULL, 1, &s,
+                                     &(sp_plot_lines_options){.log_y = 1, .y_min = 0, .y_max = 1}),
+                   -1);
+  assert_non_null(strstr(sp_last_error(), "note.png"));
+}
+
+
 static void line_chart_of_identity_is_the_diagonal(void **state) {
   tmp_t *t = *state;
   double x[101], y[101];
@@ -413,7 +473,7 @@ static void heatmap_is_bright_where_the_map_peaks(void **state) {
   const char *caps[2] = {"left eye", NULL};
   float points[4] = {10, 20, NAN, NAN};
   const char *path = tmp_file(t, "heat.png");
-  assert_int_equal(sp_heatmaps_png(path, img, W, H, 3, 2, maps, caps, points, 160), 0);
+  assert_int_equal(sp_heatmaps_png(path, img, W, H, 3, 2, maps, caps, points, NULL, 160), 0);
   cairo_surface_t *s = load_png(path);
   /* Panel 0 at (m, m) with m = max(4, 160 / 24) = 6, scale 160 / 40 = 4. */
   uint32_t peak = pixel(s, 6 + 30 * 4 + 2, 6 + 8 * 4 + 2);
@@ -428,8 +488,59 @@ static void heatmap_is_bright_where_the_map_peaks(void **state) {
   /* An all-zero map leaves its panel (panel 1 at x = 6 + 166) plain grey. */
   assert_true(colour_diff(pixel(s, 6 + 166 + 122, 6 + 34), 0x464646) <= 2);
   cairo_surface_destroy(s);
-  assert_int_equal(sp_heatmaps_png(path, img, W, H, 3, 0, maps, NULL, NULL, 160), -1);
+  assert_int_equal(sp_heatmaps_png(path, img, W, H, 3, 0, maps, NULL, NULL, NULL, 160), -1);
   assert_non_null(strstr(sp_last_error(), "heat.png"));
+}
+
+/* Green-dominant pixels (the ground-truth ring; neither the face, dimmed to
+ * grey, nor the colour map has any) within r of (cx, cy); r < 0: anywhere. */
+static long green_pixels(cairo_surface_t *s, int cx, int cy, int r) {
+  long n = 0;
+  for (int y = 0; y < cairo_image_surface_get_height(s); y++)
+    for (int x = 0; x < cairo_image_surface_get_width(s); x++) {
+      if (r >= 0 && (abs(x - cx) > r || abs(y - cy) > r)) continue;
+      uint32_t p = pixel(s, x, y);
+      n += channel(p, 1) > channel(p, 0) + 60 && channel(p, 1) > channel(p, 2) + 60;
+    }
+  return n;
+}
+
+static void heatmap_marks_the_true_point(void **state) {
+  tmp_t *t = *state;
+  enum { W = 40, H = 30 };
+  uint8_t img[W * H * 3];
+  memset(img, 128, sizeof img);
+  float map[W * H];
+  for (int y = 0; y < H; y++)
+    for (int x = 0; x < W; x++) map[y * W + x] = expf(-((x - 12) * (x - 12) + (y - 20) * (y - 20)) / 8.0f);
+  const float *maps[1] = {map};
+  float pred[2] = {12, 20}, truth[2] = {25, 10};
+  const char *path = tmp_file(t, "truth.png");
+  assert_int_equal(sp_heatmaps_png(path, img, W, H, 3, 1, maps, NULL, pred, truth, 160), 0);
+  cairo_surface_t *s = load_png(path);
+  /* Panel at (6, 6), scale 4: the truth's centre is (6 + 25.5 * 4, 6 + 10.5 * 4). */
+  int cx = 6 + 102, cy = 6 + 42;
+  assert_true(green_pixels(s, cx, cy, 10) > 20);
+  assert_true(colour_diff(pixel(s, cx, cy), 0x464646) <= 2); /* a ring: the face shows in it */
+  /* The ring is the true point's alone: none by the prediction... */
+  assert_int_equal(green_pixels(s, 6 + 50, 6 + 82, 12), 0);
+  /* ...and the key under the panel names both markers: a green sample there. */
+  int panel_bottom = 6 + 120;
+  long key = 0;
+  for (int y = panel_bottom; y < cairo_image_surface_get_height(s); y++)
+    for (int x = 0; x < cairo_image_surface_get_width(s); x++) {
+      uint32_t p = pixel(s, x, y);
+      key += channel(p, 1) > channel(p, 0) + 60 && channel(p, 1) > channel(p, 2) + 60;
+    }
+  assert_true(key > 5);
+  int with_h = cairo_image_surface_get_height(s);
+  cairo_surface_destroy(s);
+  /* Without truth (predict-time use): no ring, no key row. */
+  assert_int_equal(sp_heatmaps_png(path, img, W, H, 3, 1, maps, NULL, pred, NULL, 160), 0);
+  s = load_png(path);
+  assert_int_equal(green_pixels(s, 0, 0, -1), 0);
+  assert_true(cairo_image_surface_get_height(s) < with_h);
+  cairo_surface_destroy(s);
 }
 
 static void filter_tiles_follow_the_weights(void **state) {
@@ -545,7 +656,7 @@ static void unwritable_paths_give_errors_naming_them(void **state) {
   assert_non_null(strstr(sp_last_error(), missing));
   assert_int_equal(sp_keypoint_grid_png(missing, "t", 1, 1, &cell, 64, 0), -1);
   assert_non_null(strstr(sp_last_error(), missing));
-  assert_int_equal(sp_heatmaps_png(missing, img, 16, 16, 1, 1, maps, NULL, NULL, 64), -1);
+  assert_int_equal(sp_heatmaps_png(missing, img, 16, 16, 1, 1, maps, NULL, NULL, NULL, 64), -1);
   assert_non_null(strstr(sp_last_error(), missing));
   assert_int_equal(sp_filters_png(missing, wts, 1, 1, 3, 3, 12), -1);
   assert_non_null(strstr(sp_last_error(), missing));
@@ -583,7 +694,9 @@ int main(void) {
       cmocka_unit_test_setup_teardown(keypoint_overlay_puts_colours_at_the_points, setup, teardown),
       cmocka_unit_test_setup_teardown(keypoint_grid_shows_every_cell, setup, teardown),
       cmocka_unit_test(colormap_rises_in_lightness),
+      cmocka_unit_test_setup_teardown(fixed_y_range_and_note, setup, teardown),
       cmocka_unit_test_setup_teardown(heatmap_is_bright_where_the_map_peaks, setup, teardown),
+      cmocka_unit_test_setup_teardown(heatmap_marks_the_true_point, setup, teardown),
       cmocka_unit_test_setup_teardown(filter_tiles_follow_the_weights, setup, teardown),
       cmocka_unit_test_setup_teardown(report_page_lists_figures_and_metrics, setup, teardown),
       cmocka_unit_test_setup_teardown(unwritable_paths_give_errors_naming_them, setup, teardown),

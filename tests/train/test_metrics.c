@@ -1,9 +1,12 @@
 /* Keypoint metrics on hand-computed cases; the video report's top-5 rule. */
+#include <cairo.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "spry/metrics.h"
+#include "spry/plot.h"
 #include "spry/video_train.h"
 #include "testkit.h"
 
@@ -45,6 +48,42 @@ static void hand_computed_nme(void **state) {
   double t[11], frac[11];
   sp_ced_curve(per, 2, 0.1, 11, t, frac);
   assert_true(fabs(frac[4] - 0.0) < 1e-12 && fabs(frac[5] - 0.5) < 1e-12 && fabs(frac[10] - 1.0) < 1e-12);
+}
+
+/* A short run: every face's NME above the CED's 0.2. The chart keeps its
+ * y axis at [0, 1] (the flat curve on the bottom edge, not mid-chart on a
+ * -1..1 axis) and counts the faces it leaves off. */
+static void ced_of_faces_off_the_chart(void **state) {
+  (void)state;
+  double per[5] = {0.35, 0.5, 0.21, 0.1, NAN};
+  assert_int_equal(sp_ced_faces_above(per, 5, 0.2), 4); /* NaN is off the chart too */
+  assert_int_equal(sp_ced_faces_above(per, 4, 0.5), 0);
+  double off[3] = {0.4, 0.6, 0.9};
+  char dir[512], path[600];
+  assert_non_null(sp_test_tmpdir(dir, sizeof dir));
+  snprintf(path, sizeof path, "%s/ced.png", dir);
+  assert_int_equal(sp_ced_png(path, 720, 480, off, 3, 1), 0);
+  cairo_surface_t *s = cairo_image_surface_create_from_png(path);
+  assert_int_equal(cairo_surface_status(s), CAIRO_STATUS_SUCCESS);
+  cairo_surface_flush(s);
+  uint32_t want = sp_plot_series_rgb(0);
+  int w = cairo_image_surface_get_width(s), h = cairo_image_surface_get_height(s), top = -1;
+  const unsigned char *data = cairo_image_surface_get_data(s);
+  /* The curve's highest row left of the legend (which sits top right). */
+  for (int y = 0; y < h && top < 0; y++)
+    for (int x = 0; x < w / 2 && top < 0; x++) {
+      uint32_t v;
+      memcpy(&v, data + (size_t)y * cairo_image_surface_get_stride(s) + 4 * (size_t)x, 4);
+      int d = 0;
+      for (int c = 0; c < 3; c++) {
+        int e = abs((int)((v >> (16 - 8 * c)) & 255) - (int)((want >> (16 - 8 * c)) & 255));
+        d = e > d ? e : d;
+      }
+      if (d <= 60) top = y;
+    }
+  cairo_surface_destroy(s);
+  assert_true(top > h * 3 / 4);
+  sp_test_rmtree(dir);
 }
 
 static void mirrored_face_uses_outer_corners(void **state) {
@@ -107,6 +146,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(hand_computed_nme),
       cmocka_unit_test(video_report_hides_top5_for_few_classes),
+      cmocka_unit_test(ced_of_faces_off_the_chart),
       cmocka_unit_test(mirrored_face_uses_outer_corners),
       cmocka_unit_test(no_eyes_gives_nan_nme),
   };
