@@ -16,7 +16,16 @@
  * tensor against its largest entry (1e-3): gradient-like buffers (SGD
  * momentum) hold sums with heavy cancellation, so single entries near 0
  * carry rounding noise of the tensor's scale, not their own. */
-static inline void dr_assert_same_weights(const char *a, const char *b) {
+static inline void dr_assert_close_weights(const char *a, const char *b, double optim_tol);
+static inline void dr_assert_same_weights(const char *a, const char *b) { dr_assert_close_weights(a, b, 1e-3); }
+
+/* The same, with optimizer state (names `optim.*`: SGD momentum) compared at
+ * optim_tol of its largest entry: over a Multigrid run's changing shapes the
+ * last steps' batch-norm gradients are sums that cancel almost to zero, whose
+ * rounding differs between 2 x B and 1 x 2B by a few percent of the tensor's
+ * scale while the weights still agree at 1e-3. A missing or doubled gradient
+ * differs by its whole size. */
+static inline void dr_assert_close_weights(const char *a, const char *b, double optim_tol) {
   if (sp_dist_rank() != 0) return;
   char pa[400], pb[400];
   snprintf(pa, sizeof pa, "%s/last.safetensors", a);
@@ -37,7 +46,8 @@ static inline void dr_assert_same_weights(const char *a, const char *b) {
       diff = fmax(diff, fabs((double)xa[j] - ya[j]));
       scale = fmax(scale, fabs(ya[j]));
     }
-    if (diff > 1e-3 * scale + 1e-6) fail_msg("%s: differs by %g (largest entry %g)", name, diff, scale);
+    const double tol = strncmp(name, "optim.", 6) == 0 ? optim_tol : 1e-3;
+    if (diff > tol * scale + 1e-6) fail_msg("%s: differs by %g (largest entry %g)", name, diff, scale);
     compared++;
   }
   assert_true(compared > 0);
