@@ -5,6 +5,9 @@
 # repository; a crash leaves WORK/artifacts/NAME-crash-* and fails the run.
 # FUZZ_RUNS=N stops each harness after N executions instead (SECONDS stays
 # the upper bound): what a long campaign of "at least 1 M each" uses.
+# FUZZ_SEED=S fixes libFuzzer's mutation seed: CI's smoke then runs a prefix
+# of the same input sequence a longer local run with that seed has checked,
+# so a submission cannot fail CI on an input nobody has seen.
 # Usage: run.sh BIN_DIR SECONDS [WORK] [NAME...]
 set -uo pipefail
 bin=${1:?usage: run.sh BIN_DIR SECONDS [WORK] [NAME...]}
@@ -27,7 +30,7 @@ run_one() {
   # lines would flood the log (crash reports still come through);
   # -rss_limit_mb: the allocation policy keeps every input under 1 GB
   # (SPRY_MAX_MEMORY_MB), so 2 GB of RSS is a bug.
-  nice -n 10 "$bin/fuzz_$name" -max_total_time="$seconds" ${FUZZ_RUNS:+-runs=$FUZZ_RUNS} -close_fd_mask=3 -rss_limit_mb=2048 -timeout=20 \
+  nice -n 10 "$bin/fuzz_$name" -max_total_time="$seconds" ${FUZZ_RUNS:+-runs=$FUZZ_RUNS} ${FUZZ_SEED:+-seed=$FUZZ_SEED} -close_fd_mask=3 -rss_limit_mb=2048 -timeout=20 \
     -print_final_stats=1 -artifact_prefix="$work/artifacts/$name-" \
     "$work/corpus/$name" "$src/corpus/$name" >"$log" 2>&1
   echo $? >"$work/logs/$name.rc"
