@@ -154,6 +154,10 @@ int sp_image_probe_with(void *handle, const uint8_t *buf, size_t len, int *w, in
   int rc = tjDecompressHeader3(tj, buf, (unsigned long)len, w, h, &sub, &cs);
   if (rc != 0) sp_error_set("bad JPEG header (%s)", tjGetErrorStr2(tj));
   else if (*w <= 0 || *h <= 0) rc = sp_error_set("JPEG has no image (tables only, or cut before its frame header)");
+  /* The decoders refuse these: a probe that said yes would send a caller
+   * off to plan for pixels it will never get (found by fuzz_image). */
+  else if ((int64_t)*w * *h > SP_MAX_IMAGE_PIXELS)
+    rc = sp_error_set("a %dx%d JPEG is larger than %lld pixels", *w, *h, (long long)SP_MAX_IMAGE_PIXELS);
   if (!handle) tjDestroy(tj);
   return rc == 0 ? 0 : -1;
 }
