@@ -107,6 +107,10 @@ static int decode_png(const uint8_t *buf, size_t len, int c, const char *what, i
   png_set_read_fn(p, &m, png_read_mem);
   png_read_info(p, info);
   int w = (int)png_get_image_width(p, info), h = (int)png_get_image_height(p, info);
+  if ((int64_t)w * h > SP_MAX_IMAGE_PIXELS) { /* the JPEG paths' limit: libpng alone allows 10^12 */
+    png_destroy_read_struct(&p, &info, NULL);
+    return sp_error_set("%s: a %dx%d PNG is larger than %lld pixels", what, w, h, (long long)SP_MAX_IMAGE_PIXELS);
+  }
   if (probe_only) {
     out->w = w; out->h = h; out->c = 0; out->px = NULL;
     png_destroy_read_struct(&p, &info, NULL);
