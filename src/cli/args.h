@@ -21,6 +21,9 @@ int sp_parse_size(const char *s, int *h, int *w);
 /* "x,y,w,h": four finite numbers (|v| <= 1e6), w and h > 0. 0, or -1 with
  * the reason in the error. */
 int sp_parse_box(const char *s, float box[4]);
+/* What a subcommand's own parse_args returns: ARGS_PARSED, or the exit
+ * status (ARGS_HELP_SHOWN after --help, ARGS_BAD after a message). */
+enum { ARGS_PARSED = -1, ARGS_HELP_SHOWN = 0, ARGS_BAD = 2 };
 /* Median of n doubles (sorts in place). */
 double sp_median(double *v, int n);
 

@@ -22,14 +22,12 @@ static void usage(FILE *f) {
           "  --images N    images per augment/normalize run (default 4096; epochs repeat)\n");
 }
 
-enum { PARSED = -1, HELP_SHOWN = 0, BAD_OPTION = 2 };
-
-/* Options into *o: PARSED, or the exit status (HELP_SHOWN after --help,
- * BAD_OPTION after a message). */
+/* Options into *o: ARGS_PARSED, or the exit status (ARGS_HELP_SHOWN after --help,
+ * ARGS_BAD after a message). */
 static int parse_args(int argc, char **argv, sp_bench_data_options *o) {
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *seed_s = NULL;
-    if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); return HELP_SHOWN; }
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); return ARGS_HELP_SHOWN; }
     if (!strcmp(a, "--cache")) { o->use_cache = 1; continue; }
     if (!strcmp(a, "--gray")) { o->channels = 1; continue; }
     /* Each option names itself and its range when its value is wrong. */
@@ -42,24 +40,24 @@ static int parse_args(int argc, char **argv, sp_bench_data_options *o) {
         (r = sp_arg_int(argc, argv, &i, "--runs", 1, 100000, &o->runs)) ||
         (r = sp_arg_int(argc, argv, &i, "--images", 1, 100000000, &o->images)) ||
         (r = sp_arg_str(argc, argv, &i, "--seed", &seed_s))) {
-      if (r < 0) return BAD_OPTION;
+      if (r < 0) return ARGS_BAD;
       if (o->cache_file) o->use_cache = 1;
       if (seed_s && sp_parse_int64(seed_s, 0, INT64_MAX, &o->seed) != 0) {
         fprintf(stderr, "spry bench data: --seed wants a non-negative integer, got '%s'\n", seed_s);
-        return BAD_OPTION;
+        return ARGS_BAD;
       }
       continue;
     }
     fprintf(stderr, "spry bench data: unknown option %s\n", a);
     usage(stderr);
-    return BAD_OPTION;
+    return ARGS_BAD;
   }
   if (!o->dataset) {
     fprintf(stderr, "spry bench data: --dataset is required\n");
     usage(stderr);
-    return BAD_OPTION;
+    return ARGS_BAD;
   }
-  return PARSED;
+  return ARGS_PARSED;
 }
 
 static void print_stage(const sp_bench_data_stage *s, void *user) {
@@ -76,7 +74,7 @@ static void print_stage(const sp_bench_data_stage *s, void *user) {
 int sp_cli_bench_data(int argc, char **argv) {
   sp_bench_data_options o = sp_bench_data_options_default();
   int rc = parse_args(argc, argv, &o);
-  if (rc != PARSED) return rc;
+  if (rc != ARGS_PARSED) return rc;
   o.on_stage = print_stage;
   o.user = &o;
   sp_bench_data_result res;

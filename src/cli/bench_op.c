@@ -20,10 +20,8 @@ static void usage(FILE *f) {
              "  and a parallel memcpy of the same bytes; one JSON line. --ratio: 0.125 or 1/8\n");
 }
 
-enum { PARSED = -1, HELP_SHOWN = 0, BAD_OPTION = 2 };
-
 /* Options into *o (the shape as typed into *shape_s, for the JSON line).
- * PARSED, or the exit status: HELP_SHOWN after --help, BAD_OPTION after a
+ * ARGS_PARSED, or the exit status: ARGS_HELP_SHOWN after --help, ARGS_BAD after a
  * message. */
 static int parse_args(int argc, char **argv, sp_bench_tshift_options *o, const char **shape_s) {
   for (int i = 2; i < argc; i++) {
@@ -32,7 +30,7 @@ static int parse_args(int argc, char **argv, sp_bench_tshift_options *o, const c
     if ((r = sp_arg_str(argc, argv, &i, "--shape", shape_s)) || (r = sp_arg_int(argc, argv, &i, "--segments", 1, 4096, &o->segments)) ||
         (r = sp_arg_int(argc, argv, &i, "--runs", 1, 100000, &o->runs)) ||
         (r = sp_arg_int(argc, argv, &i, "--threads", 1, 1024, &o->threads)) || (r = sp_arg_str(argc, argv, &i, "--ratio", &rs))) {
-      if (r < 0) return BAD_OPTION;
+      if (r < 0) return ARGS_BAD;
       if (rs) {
         /* "1/8" or "0.125" */
         int a, b;
@@ -40,30 +38,30 @@ static int parse_args(int argc, char **argv, sp_bench_tshift_options *o, const c
       }
       continue;
     }
-    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return usage(stdout), HELP_SHOWN;
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return usage(stdout), ARGS_HELP_SHOWN;
     fprintf(stderr, "spry bench op: unknown option %s\n", argv[i]);
     usage(stderr);
-    return BAD_OPTION;
+    return ARGS_BAD;
   }
   long long d[4];
   if (sscanf(*shape_s, "%lld,%lld,%lld,%lld", &d[0], &d[1], &d[2], &d[3]) != 4 || d[0] % o->segments || d[0] < 1 ||
       d[1] < 1 || d[2] < 1 || d[3] < 1) {
     fprintf(stderr, "spry bench op: --shape must be NT,C,H,W with NT a multiple of --segments\n");
-    return BAD_OPTION;
+    return ARGS_BAD;
   }
   for (int k = 0; k < 4; k++) o->shape[k] = d[k];
   /* Two shifted groups of ratio * C channels each must fit in C. */
   if (!(o->ratio >= 0 && o->ratio <= 0.5f)) {
     fprintf(stderr, "spry bench op: --ratio must be in [0, 0.5] (each of the two shifted groups is ratio * C channels)\n");
-    return BAD_OPTION;
+    return ARGS_BAD;
   }
   double need, have;
   if (!sp_bench_tshift_fits(o, &need, &have)) {
     fprintf(stderr, "spry bench op: --shape %s needs about %.1f GB, this machine has %.1f GB\n", *shape_s, need / 1e9,
             have / 1e9);
-    return BAD_OPTION;
+    return ARGS_BAD;
   }
-  return PARSED;
+  return ARGS_PARSED;
 }
 
 static void print_result(const sp_bench_tshift_options *o, const char *shape_s, const sp_bench_tshift_result *r) {
@@ -102,7 +100,7 @@ int sp_cli_bench_op(int argc, char **argv) {
   sp_bench_tshift_options o = sp_bench_tshift_options_default();
   const char *shape_s = "32,16,32,32";
   int rc = parse_args(argc, argv, &o, &shape_s);
-  if (rc != PARSED) return rc;
+  if (rc != ARGS_PARSED) return rc;
   sp_bench_tshift_result r;
   if (sp_bench_tshift(&o, &r) != 0) {
     fprintf(stderr, "spry bench op: %s\n", sp_last_error());

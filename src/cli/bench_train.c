@@ -265,6 +265,16 @@ static sp_graph *build(const bench_opts *o, sp_value *out) {
   return g;
 }
 
+/* What the JSON line reports of the gradient exchange. */
+static void note_dist_stats(const sp_graph *g, const sp_grad_reducer *red, int world) {
+  dist_stats.ranks = world;
+  dist_stats.param_bytes = sizeof(float) * (size_t)sp_graph_param_numel(g, 1);
+  if (!red) return;
+  dist_stats.reduced_bytes = sp_grad_reducer_bytes(red);
+  dist_stats.buckets = sp_grad_reducer_buckets(red);
+  dist_stats.overlapped = sp_grad_reducer_launched_early(red);
+}
+
 static int run_train(const bench_opts *o) {
   sp_value out;
   if (sp_dist_init() != 0) {
@@ -325,13 +335,7 @@ static int run_train(const bench_opts *o) {
   if (sp_optimizer_steps(opt) != o->warmup + o->steps) /* one update per step, whatever the path */
     sp_dist_abort("bench: %lld optimizer steps for %d steps", (long long)sp_optimizer_steps(opt), o->warmup + o->steps);
   double flops = 3.0 * sp_plan_forward_flops(p);
-  dist_stats.ranks = world;
-  dist_stats.param_bytes = sizeof(float) * (size_t)sp_graph_param_numel(g, 1);
-  if (red) {
-    dist_stats.reduced_bytes = sp_grad_reducer_bytes(red);
-    dist_stats.buckets = sp_grad_reducer_buckets(red);
-    dist_stats.overlapped = sp_grad_reducer_launched_early(red);
-  }
+  note_dist_stats(g, red, world);
   /* Ranks step in lock-step (every step waits for all gradients), so rank
    * 0's time is the job's; it alone prints. */
   if (rank == 0) print_line(o, "train", o->batch, sp_median(times, o->steps), flops);

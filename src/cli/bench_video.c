@@ -26,16 +26,14 @@ static void usage(FILE *f) {
           "  frames_decoded_per_clip: pictures the decoder decoded per clip (mean of the timed passes)\n");
 }
 
-enum { PARSED = -1, HELP_SHOWN = 0, BAD_OPTION = 2 };
-
-/* Options into *o, FILES into files (o->files, o->n_files). PARSED, or the
- * exit status: HELP_SHOWN after --help, BAD_OPTION after a message. */
+/* Options into *o, FILES into files (o->files, o->n_files). ARGS_PARSED, or the
+ * exit status: ARGS_HELP_SHOWN after --help, ARGS_BAD after a message. */
 static int parse_args(int argc, char **argv, sp_bench_video_options *o, const char **files) {
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
       usage(stdout);
-      return HELP_SHOWN;
+      return ARGS_HELP_SHOWN;
     }
     if (a[0] != '-') {
       files[o->n_files++] = a;
@@ -46,12 +44,12 @@ static int parse_args(int argc, char **argv, sp_bench_video_options *o, const ch
     if (!strcmp(a, "--no-skip")) { o->no_skip = 1; continue; }
     if (!v) {
       fprintf(stderr, "spry bench video: %s needs a value\n", a);
-      return BAD_OPTION;
+      return ARGS_BAD;
     }
     if (!strcmp(a, "--sampler")) {
       if (strcmp(v, "tsn") && strcmp(v, "dense")) {
         fprintf(stderr, "spry bench video: --sampler is tsn or dense\n");
-        return BAD_OPTION;
+        return ARGS_BAD;
       }
       o->tsn = !strcmp(v, "tsn");
       i++;
@@ -66,20 +64,20 @@ static int parse_args(int argc, char **argv, sp_bench_video_options *o, const ch
         (r = sp_arg_int(argc, argv, &i, "--runs", 1, 100000, &o->runs)) ||
         (r = sp_arg_int(argc, argv, &i, "--workers", 1, 1024, &o->workers)) ||
         (r = sp_arg_int(argc, argv, &i, "--threads", 1, 1024, &o->threads))) {
-      if (r < 0) return BAD_OPTION;
+      if (r < 0) return ARGS_BAD;
       continue;
     }
     fprintf(stderr, "spry bench video: unknown option %s\n", a);
     usage(stderr);
-    return BAD_OPTION;
+    return ARGS_BAD;
   }
   o->files = files;
   if (o->n_files == 0 || sp_bench_video_clip_len(o) > SP_BENCH_VIDEO_MAX_CLIP) {
     fprintf(stderr, "spry bench video: %s\n", o->n_files ? "a clip has at most 1024 frames" : "give the video FILES");
     usage(stderr);
-    return BAD_OPTION;
+    return ARGS_BAD;
   }
-  return PARSED;
+  return ARGS_PARSED;
 }
 
 static void print_result(const sp_bench_video_options *o, const sp_bench_video_result *res) {
@@ -98,7 +96,7 @@ int sp_cli_bench_video(int argc, char **argv) {
   sp_bench_video_options o = sp_bench_video_options_default();
   const char **files = sp_xcalloc((size_t)argc, sizeof(char *));
   int rc = parse_args(argc, argv, &o, files);
-  if (rc == PARSED) {
+  if (rc == ARGS_PARSED) {
     sp_bench_video_result res;
     if (sp_bench_video(&o, &res) != 0) {
       fprintf(stderr, "spry bench video: %s\n", sp_last_error());

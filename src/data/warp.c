@@ -148,79 +148,100 @@ static inline void inner_span(const double *m, int sw, int sh, int dw, double gu
   *ihi = b;
 }
 
+/* One output row's work: the source, the row it writes, and where the row
+ * starts in the source. */
+typedef struct {
+  const uint8_t *src;
+  int sw, sh, c, stride, planar;
+  uint8_t fill, *row;
+  size_t plane;
+  const double *m;
+  double sx0, sy0;
+  int32_t dxs, dys; /* 16.16 fixed-point source steps along the row */
+} row_job;
+
+static inline void put(const row_job *j, int x, int ch, uint8_t v) {
+  if (j->planar) j->row[ch * j->plane + x] = v;
+  else j->row[(size_t)x * j->c + ch] = v;
+}
+
+/* Columns [x0, x1) near or past the image's edge: every sample checks its
+ * neighbours' bounds. */
+static void edge_span(const row_job *j, int x0, int x1) {
+  for (int x = x0; x < x1; x++) {
+    double sx = j->sx0 + j->m[0] * x, sy = j->sy0 + j->m[3] * x;
+    for (int ch = 0; ch < j->c; ch++) put(j, x, ch, sample_slow(j->src, j->sw, j->sh, j->c, ch, sx, sy, j->fill));
+  }
+}
+
+/* Columns [x, xend] whose 2x2 neighbourhoods lie inside, in fixed point from
+ * (fx, fy); RGB into planar output, vectorised where AVX2 is. */
+static void inner_rgb_planar(const row_job *j, int x, int xend, int32_t fx, int32_t fy) {
+  uint8_t *r0 = j->row, *r1 = j->row + j->plane, *r2 = j->row + 2 * j->plane;
+  const int stride = j->stride;
+#ifdef __AVX2__
+  x = warp_rgb_planar_avx2(j->src, stride, r0, r1, r2, x, xend, &fx, &fy, j->dxs, j->dys);
+#endif
+  for (; x <= xend; x++, fx += j->dxs, fy += j->dys) {
+    int x0 = fx >> 16, y0 = fy >> 16;
+    uint32_t wx = (uint32_t)(fx >> 8) & 255u, wy = (uint32_t)(fy >> 8) & 255u;
+    const uint8_t *p = j->src + (size_t)y0 * stride + (size_t)x0 * 3, *q = p + stride;
+    uint32_t w00 = (256 - wx) * (256 - wy), w01 = wx * (256 - wy), w10 = (256 - wx) * wy, w11 = wx * wy;
+    r0[x] = (uint8_t)((p[0] * w00 + p[3] * w01 + q[0] * w10 + q[3] * w11 + 32768u) >> 16);
+    r1[x] = (uint8_t)((p[1] * w00 + p[4] * w01 + q[1] * w10 + q[4] * w11 + 32768u) >> 16);
+    r2[x] = (uint8_t)((p[2] * w00 + p[5] * w01 + q[2] * w10 + q[5] * w11 + 32768u) >> 16);
+  }
+}
+
+/* The same for any channel count and interleaved output. */
+static void inner_any(const row_job *j, int x, int xend, int32_t fx, int32_t fy) {
+  const int c = j->c, stride = j->stride;
+#ifdef __AVX2__
+  if (c == 3 && xend < 4096) {
+    /* Interleaved RGB (the cache build): the vector span into three row
+     * buffers, then interleave. */
+    uint8_t tr[3][4096];
+    int xe = warp_rgb_planar_avx2(j->src, stride, tr[0], tr[1], tr[2], x, xend, &fx, &fy, j->dxs, j->dys);
+    for (int i = x; i < xe; i++) {
+      j->row[3 * i] = tr[0][i];
+      j->row[3 * i + 1] = tr[1][i];
+      j->row[3 * i + 2] = tr[2][i];
+    }
+    x = xe;
+  }
+#endif
+  for (; x <= xend; x++, fx += j->dxs, fy += j->dys) {
+    int x0 = fx >> 16, y0 = fy >> 16;
+    uint32_t wx = (uint32_t)(fx >> 8) & 255u, wy = (uint32_t)(fy >> 8) & 255u;
+    const uint8_t *p = j->src + (size_t)y0 * stride + (size_t)x0 * c, *q = p + stride;
+    uint32_t w00 = (256 - wx) * (256 - wy), w01 = wx * (256 - wy), w10 = (256 - wx) * wy, w11 = wx * wy;
+    for (int ch = 0; ch < c; ch++)
+      put(j, x, ch, (uint8_t)((p[ch] * w00 + p[c + ch] * w01 + q[ch] * w10 + q[c + ch] * w11 + 32768u) >> 16));
+  }
+}
+
 void sp_warp_affine_u8(const uint8_t *src, int sw, int sh, int c, uint8_t *dst, int dw, int dh, int planar,
                        const sp_affine *inv, uint8_t fill) {
   const double *m = inv->m;
-  const size_t plane = (size_t)dw * dh;
-  const int stride = sw * c;
   /* Fixed-point steps along a row; the per-row start is recomputed in double
    * so errors never accumulate across rows. */
-  const int32_t dxs = (int32_t)lrint(m[0] * 65536.0), dys = (int32_t)lrint(m[3] * 65536.0);
+  row_job j = {.src = src, .sw = sw, .sh = sh, .c = c, .stride = sw * c, .planar = planar, .fill = fill,
+               .plane = (size_t)dw * dh, .m = m, .dxs = (int32_t)lrint(m[0] * 65536.0),
+               .dys = (int32_t)lrint(m[3] * 65536.0)};
   /* Margin that covers the fixed-point drift (< 2^-17 per step). */
   const double guard = 0.005 + 2e-5 * dw;
   for (int y = 0; y < dh; y++) {
-    double sx0 = m[1] * y + m[2], sy0 = m[4] * y + m[5];
+    j.sx0 = m[1] * y + m[2];
+    j.sy0 = m[4] * y + m[5];
     int ilo, ihi;
-    inner_span(m, sw, sh, dw, guard, sx0, sy0, &ilo, &ihi);
-    uint8_t *row = planar ? dst + (size_t)y * dw : dst + (size_t)y * dw * c;
-    for (int x = 0; x < ilo; x++) {
-      double sx = sx0 + m[0] * x, sy = sy0 + m[3] * x;
-      for (int ch = 0; ch < c; ch++) {
-        uint8_t v = sample_slow(src, sw, sh, c, ch, sx, sy, fill);
-        if (planar) row[ch * plane + x] = v; else row[x * c + ch] = v;
-      }
-    }
+    inner_span(m, sw, sh, dw, guard, j.sx0, j.sy0, &ilo, &ihi);
+    j.row = planar ? dst + (size_t)y * dw : dst + (size_t)y * dw * c;
+    edge_span(&j, 0, ilo);
     if (ilo <= ihi) {
-      int32_t fx = (int32_t)lrint((sx0 + m[0] * ilo) * 65536.0), fy = (int32_t)lrint((sy0 + m[3] * ilo) * 65536.0);
-      if (c == 3 && planar) {
-        uint8_t *r0 = row, *r1 = row + plane, *r2 = row + 2 * plane;
-        int xs = ilo;
-#ifdef __AVX2__
-        xs = warp_rgb_planar_avx2(src, stride, r0, r1, r2, xs, ihi, &fx, &fy, dxs, dys);
-#endif
-        for (int x = xs; x <= ihi; x++, fx += dxs, fy += dys) {
-          int x0 = fx >> 16, y0 = fy >> 16;
-          uint32_t wx = (uint32_t)(fx >> 8) & 255u, wy = (uint32_t)(fy >> 8) & 255u;
-          const uint8_t *p = src + (size_t)y0 * stride + (size_t)x0 * 3, *q = p + stride;
-          uint32_t w00 = (256 - wx) * (256 - wy), w01 = wx * (256 - wy), w10 = (256 - wx) * wy, w11 = wx * wy;
-          r0[x] = (uint8_t)((p[0] * w00 + p[3] * w01 + q[0] * w10 + q[3] * w11 + 32768u) >> 16);
-          r1[x] = (uint8_t)((p[1] * w00 + p[4] * w01 + q[1] * w10 + q[4] * w11 + 32768u) >> 16);
-          r2[x] = (uint8_t)((p[2] * w00 + p[5] * w01 + q[2] * w10 + q[5] * w11 + 32768u) >> 16);
-        }
-      } else {
-        int x = ilo;
-#ifdef __AVX2__
-        if (c == 3 && dw <= 4096) {
-          /* Interleaved RGB output (the cache build): vector span into three
-           * row buffers, then interleave. */
-          uint8_t tr[3][4096];
-          int xe = warp_rgb_planar_avx2(src, stride, tr[0], tr[1], tr[2], x, ihi, &fx, &fy, dxs, dys);
-          for (int i = x; i < xe; i++) {
-            row[3 * i] = tr[0][i];
-            row[3 * i + 1] = tr[1][i];
-            row[3 * i + 2] = tr[2][i];
-          }
-          x = xe;
-        }
-#endif
-        for (; x <= ihi; x++, fx += dxs, fy += dys) {
-          int x0 = fx >> 16, y0 = fy >> 16;
-          uint32_t wx = (uint32_t)(fx >> 8) & 255u, wy = (uint32_t)(fy >> 8) & 255u;
-          const uint8_t *p = src + (size_t)y0 * stride + (size_t)x0 * c, *q = p + stride;
-          uint32_t w00 = (256 - wx) * (256 - wy), w01 = wx * (256 - wy), w10 = (256 - wx) * wy, w11 = wx * wy;
-          for (int ch = 0; ch < c; ch++) {
-            uint8_t v = (uint8_t)((p[ch] * w00 + p[c + ch] * w01 + q[ch] * w10 + q[c + ch] * w11 + 32768u) >> 16);
-            if (planar) row[ch * plane + x] = v; else row[x * c + ch] = v;
-          }
-        }
-      }
+      int32_t fx = (int32_t)lrint((j.sx0 + m[0] * ilo) * 65536.0), fy = (int32_t)lrint((j.sy0 + m[3] * ilo) * 65536.0);
+      if (c == 3 && planar) inner_rgb_planar(&j, ilo, ihi, fx, fy);
+      else inner_any(&j, ilo, ihi, fx, fy);
     }
-    for (int x = ihi + 1 > ilo ? ihi + 1 : ilo; x < dw; x++) {
-      double sx = sx0 + m[0] * x, sy = sy0 + m[3] * x;
-      for (int ch = 0; ch < c; ch++) {
-        uint8_t v = sample_slow(src, sw, sh, c, ch, sx, sy, fill);
-        if (planar) row[ch * plane + x] = v; else row[x * c + ch] = v;
-      }
-    }
+    edge_span(&j, ihi + 1 > ilo ? ihi + 1 : ilo, dw);
   }
 }

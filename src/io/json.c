@@ -261,82 +261,86 @@ static void grow(void **p, size_t *cap, size_t need, size_t elem) {
   *cap = c;
 }
 
+/* At a container's opening bracket: steps in. 1 when it closes at once
+ * (empty), 0 when items follow, -1 (error set) when nested too deep. */
+static int open_container(parser *ps, char close) {
+  if (++ps->depth > SP_JSON_MAX_DEPTH) return fail_at(ps->pos, "nesting deeper than 64 levels");
+  ps->pos++;
+  skip_ws(ps);
+  if (ps->pos >= ps->len || ps->p[ps->pos] != close) return 0;
+  ps->pos++;
+  ps->depth--;
+  return 1;
+}
+
+/* After an item of the container opened at `start`: 1 at its closing
+ * bracket (stepped out), 0 at a comma, -1 (error set) otherwise. */
+static int after_item(parser *ps, size_t start, char close, const char *kind) {
+  skip_ws(ps);
+  if (ps->pos >= ps->len) return sp_error_set("JSON: unterminated %s at byte %zu", kind, start);
+  char c = ps->p[ps->pos++];
+  if (c == ',') return 0;
+  if (c != close) return sp_error_set("JSON: expected ',' or '%c' in %s at byte %zu", close, kind, ps->pos - 1);
+  ps->depth--;
+  return 1;
+}
+
 static int parse_array(parser *ps, sp_json *out) {
   size_t start = ps->pos, cap = 0;
-  if (++ps->depth > SP_JSON_MAX_DEPTH) return fail_at(start, "nesting deeper than 64 levels");
-  ps->pos++;
   out->type = SP_JSON_ARRAY;
   out->u.arr.items = NULL;
   out->u.arr.n = 0;
-  skip_ws(ps);
-  if (ps->pos < ps->len && ps->p[ps->pos] == ']') {
-    ps->pos++;
-    ps->depth--;
-    return 0;
-  }
-  for (;;) {
+  int r = open_container(ps, ']');
+  while (r == 0) {
     grow((void **)&out->u.arr.items, &cap, out->u.arr.n + 1, sizeof(sp_json));
-    if (parse_value(ps, &out->u.arr.items[out->u.arr.n])) goto bad;
+    if (parse_value(ps, &out->u.arr.items[out->u.arr.n])) break;
     out->u.arr.n++;
-    skip_ws(ps);
-    if (ps->pos >= ps->len) { fail_at(start, "unterminated array"); goto bad; }
-    char c = ps->p[ps->pos++];
-    if (c == ']') break;
-    if (c != ',') { fail_at(ps->pos - 1, "expected ',' or ']' in array"); goto bad; }
+    r = after_item(ps, start, ']', "array");
   }
-  ps->depth--;
-  return 0;
-bad:
+  if (r > 0) return 0;
   free_contents(out);
   return -1;
 }
 
-static int parse_object(parser *ps, sp_json *out) {
-  size_t start = ps->pos, cap_k = 0, cap_l = 0, cap_v = 0;
-  if (++ps->depth > SP_JSON_MAX_DEPTH) return fail_at(start, "nesting deeper than 64 levels");
+/* One `"key": value` member of the object opened at `start` into its next
+ * slot (the arrays grown to fit). */
+static int parse_member(parser *ps, size_t start, sp_json *out, size_t caps[3]) {
+  size_t n = out->u.obj.n;
+  skip_ws(ps);
+  if (ps->pos >= ps->len) return fail_at(start, "unterminated object");
+  if (ps->p[ps->pos] != '"') return fail_at(ps->pos, "expected a string key in object");
+  char *key;
+  size_t klen;
+  if (parse_string_raw(ps, &key, &klen)) return -1;
+  skip_ws(ps);
+  if (ps->pos >= ps->len || ps->p[ps->pos] != ':') {
+    free(key);
+    return fail_at(ps->pos, "expected ':' after object key");
+  }
   ps->pos++;
+  grow((void **)&out->u.obj.keys, &caps[0], n + 1, sizeof(char *));
+  grow((void **)&out->u.obj.key_lens, &caps[1], n + 1, sizeof(size_t));
+  grow((void **)&out->u.obj.vals, &caps[2], n + 1, sizeof(sp_json));
+  if (parse_value(ps, &out->u.obj.vals[n])) {
+    free(key);
+    return -1;
+  }
+  out->u.obj.keys[n] = key;
+  out->u.obj.key_lens[n] = klen;
+  out->u.obj.n = n + 1;
+  return 0;
+}
+
+static int parse_object(parser *ps, sp_json *out) {
+  size_t start = ps->pos, caps[3] = {0, 0, 0};
   out->type = SP_JSON_OBJECT;
   memset(&out->u.obj, 0, sizeof out->u.obj);
-  skip_ws(ps);
-  if (ps->pos < ps->len && ps->p[ps->pos] == '}') {
-    ps->pos++;
-    ps->depth--;
-    return 0;
+  int r = open_container(ps, '}');
+  while (r == 0) {
+    if (parse_member(ps, start, out, caps)) break;
+    r = after_item(ps, start, '}', "object");
   }
-  for (;;) {
-    size_t n = out->u.obj.n;
-    skip_ws(ps);
-    if (ps->pos >= ps->len) { fail_at(start, "unterminated object"); goto bad; }
-    if (ps->p[ps->pos] != '"') { fail_at(ps->pos, "expected a string key in object"); goto bad; }
-    char *key;
-    size_t klen;
-    if (parse_string_raw(ps, &key, &klen)) goto bad;
-    skip_ws(ps);
-    if (ps->pos >= ps->len || ps->p[ps->pos] != ':') {
-      free(key);
-      fail_at(ps->pos, "expected ':' after object key");
-      goto bad;
-    }
-    ps->pos++;
-    grow((void **)&out->u.obj.keys, &cap_k, n + 1, sizeof(char *));
-    grow((void **)&out->u.obj.key_lens, &cap_l, n + 1, sizeof(size_t));
-    grow((void **)&out->u.obj.vals, &cap_v, n + 1, sizeof(sp_json));
-    if (parse_value(ps, &out->u.obj.vals[n])) {
-      free(key);
-      goto bad;
-    }
-    out->u.obj.keys[n] = key;
-    out->u.obj.key_lens[n] = klen;
-    out->u.obj.n = n + 1;
-    skip_ws(ps);
-    if (ps->pos >= ps->len) { fail_at(start, "unterminated object"); goto bad; }
-    char c = ps->p[ps->pos++];
-    if (c == '}') break;
-    if (c != ',') { fail_at(ps->pos - 1, "expected ',' or '}' in object"); goto bad; }
-  }
-  ps->depth--;
-  return 0;
-bad:
+  if (r > 0) return 0;
   free_contents(out);
   return -1;
 }

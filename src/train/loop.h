@@ -31,6 +31,14 @@ typedef struct {
   const sp_dist_config *dist;
 } sp_loop_config;
 
+/* The loop's view of a task config (sp_train_config, sp_video_config): both
+ * name these fields alike, so one initialiser serves every task. */
+#define SP_LOOP_CONFIG_OF(cfg)                                                                                 \
+  ((sp_loop_config){.out = (cfg)->out, .model = (cfg)->model, .epochs = (cfg)->epochs, .batch = (cfg)->batch, \
+                    .threads = (cfg)->threads, .eval_every = (cfg)->eval_every, .seed = (cfg)->seed,           \
+                    .clip_norm = (cfg)->clip_norm, .optimizer = &(cfg)->optimizer,                            \
+                    .schedule = &(cfg)->schedule, .dist = &(cfg)->dist})
+
 /* One batch of this rank, as the task hands it to the loop. */
 typedef struct {
   const void *data; /* the task's own batch */

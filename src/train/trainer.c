@@ -215,10 +215,7 @@ int sp_train_run(const sp_train_config *cfg, const char *config_text, int run_fl
   t.cfg = cfg;
   t.val_loss = t.baseline_px = NAN;
   t.m.mean_px = t.m.nme_io = NAN;
-  sp_loop_config lc = {.out = cfg->out, .model = cfg->model, .epochs = cfg->epochs, .batch = cfg->batch,
-                       .threads = cfg->threads, .eval_every = cfg->eval_every, .seed = cfg->seed,
-                       .clip_norm = cfg->clip_norm, .optimizer = &cfg->optimizer, .schedule = &cfg->schedule,
-                       .dist = &cfg->dist};
+  sp_loop_config lc = SP_LOOP_CONFIG_OF(cfg);
   sp_loop_result r;
   int rc = sp_loop_run(&lc, config_text, (unsigned)run_flags, &kp_ops, &t, &r);
   if (summary) {

@@ -254,10 +254,7 @@ int sp_video_train_run(const sp_video_config *cfg, const char *config_text, int 
   memset(&t, 0, sizeof t);
   t.cfg = cfg;
   t.v = (sp_video_eval_result){.loss = NAN, .top1 = NAN, .top5 = NAN};
-  sp_loop_config lc = {.out = cfg->out, .model = cfg->model, .epochs = cfg->epochs, .batch = cfg->batch,
-                       .threads = cfg->threads, .eval_every = cfg->eval_every, .seed = cfg->seed,
-                       .clip_norm = cfg->clip_norm, .optimizer = &cfg->optimizer, .schedule = &cfg->schedule,
-                       .dist = &cfg->dist};
+  sp_loop_config lc = SP_LOOP_CONFIG_OF(cfg);
   sp_loop_result r;
   int rc = sp_loop_run(&lc, config_text, (unsigned)run_flags, &video_ops, &t, &r);
   if (summary) {

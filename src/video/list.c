@@ -89,6 +89,34 @@ int sp_video_list_read(const char *list_path, sp_video_list *out) {
   return sp_video_list_read_classes(list_path, NULL, NULL, out);
 }
 
+/* One list entry: the path (relative ones under base), label, frame count
+ * (-1: not given) and line number. */
+static void append_entry(sp_video_list *out, int *ncap, const char *base, const char *path, size_t plen, int label,
+                         long long frames, size_t lineno) {
+  if (out->n == *ncap) {
+    *ncap = *ncap ? 2 * *ncap : 64;
+    out->path = sp_xrealloc(out->path, (size_t)*ncap * sizeof(char *));
+    out->label = sp_xrealloc(out->label, (size_t)*ncap * sizeof(int));
+    out->frames = sp_xrealloc(out->frames, (size_t)*ncap * sizeof(int64_t));
+    out->line = sp_xrealloc(out->line, (size_t)*ncap * sizeof(int));
+  }
+  char *p;
+  if (path[0] == '/') {
+    p = sp_xmalloc(plen + 1);
+    memcpy(p, path, plen);
+    p[plen] = 0;
+  } else {
+    size_t n = strlen(base) + plen + 2;
+    p = sp_xmalloc(n);
+    snprintf(p, n, "%s/%.*s", base, (int)plen, path);
+  }
+  out->path[out->n] = p;
+  out->label[out->n] = label;
+  out->frames[out->n] = frames;
+  out->line[out->n] = lineno > INT_MAX ? INT_MAX : (int)lineno;
+  out->n++;
+}
+
 int sp_video_list_read_classes(const char *list_path, const char *base_dir, const sp_video_classes *classes,
                                sp_video_list *out) {
   memset(out, 0, sizeof *out);
@@ -143,29 +171,7 @@ int sp_video_list_read_classes(const char *list_path, const char *base_dir, cons
       len = keep;
       frames = -1;
     }
-    if (out->n == ncap) {
-      ncap = ncap ? 2 * ncap : 64;
-      out->path = sp_xrealloc(out->path, (size_t)ncap * sizeof(char *));
-      out->label = sp_xrealloc(out->label, (size_t)ncap * sizeof(int));
-      out->frames = sp_xrealloc(out->frames, (size_t)ncap * sizeof(int64_t));
-      out->line = sp_xrealloc(out->line, (size_t)ncap * sizeof(int));
-    }
-    size_t plen = len - s;
-    char *p;
-    if (line[s] == '/') {
-      p = sp_xmalloc(plen + 1);
-      memcpy(p, line + s, plen);
-      p[plen] = 0;
-    } else {
-      size_t n = strlen(base) + plen + 2;
-      p = sp_xmalloc(n);
-      snprintf(p, n, "%s/%.*s", base, (int)plen, line + s);
-    }
-    out->path[out->n] = p;
-    out->label[out->n] = label;
-    out->frames[out->n] = frames;
-    out->line[out->n] = lineno > INT_MAX ? INT_MAX : (int)lineno;
-    out->n++;
+    append_entry(out, &ncap, base, line + s, len - s, label, frames, lineno);
   }
   free(line);
   free(base);

@@ -44,10 +44,6 @@ static void bp_release(cpu_node *n) {
 
 #define INLINE static inline __attribute__((always_inline))
 
-INLINE float ld(const void *p, int64_t i, int bf16) {
-  return bf16 ? sp_bf16_widen(((const uint16_t *)p)[i]) : ((const float *)p)[i];
-}
-
 /* Forward: each output position's L lanes are summed in f32 (in y itself
  * for f32; in this thread's row of scratch for bf16, then rounded once). */
 INLINE void forward_impl(const bp_node *s, const void *x, void *y, char *scratch, int bf16) {
@@ -70,7 +66,7 @@ INLINE void forward_impl(const bp_node *s, const void *x, void *y, char *scratch
             const float t = s->taps[i] * s->taps[j];
             const int64_t xp = xr + (int64_t)s->col[ow * f + j] * S;
 #pragma omp simd
-            for (int64_t l = 0; l < L; l++) yp[l] += t * ld(x, xp + l, bf16);
+            for (int64_t l = 0; l < L; l++) yp[l] += t * sp_ldf(x, xp + l, bf16);
           }
         }
         if (bf16) {
@@ -103,7 +99,7 @@ INLINE void backward_impl(const bp_node *s, const void *dy, void *dx, int fresh,
             const float t = s->taps[i] * s->taps[j];
             float *dp = dr + (int64_t)s->col[ow * f + j] * S;
 #pragma omp simd
-            for (int64_t l = 0; l < L; l++) dp[l] += t * ld(dy, gp + l, bf16);
+            for (int64_t l = 0; l < L; l++) dp[l] += t * sp_ldf(dy, gp + l, bf16);
           }
         }
       }

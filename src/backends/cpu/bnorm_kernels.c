@@ -38,15 +38,6 @@
 /* Elements per tile: the f32 partial sums run over this many values. */
 enum { TILE_ELEMS = 2048 };
 
-INLINE float ld(const void *p, int64_t i, int bf16) {
-  return bf16 ? sp_bf16_widen(((const uint16_t *)p)[i]) : ((const float *)p)[i];
-}
-
-INLINE void st(void *p, int64_t i, float v, int bf16) {
-  if (bf16) ((uint16_t *)p)[i] = sp_bf16_round(v);
-  else ((float *)p)[i] = v;
-}
-
 /* y before the ReLU; forward and the ReLU mask in backward use this one
  * expression, so the mask matches the sign forward saw bit for bit. */
 INLINE float affine(float x, float mean, float scale, float shift) { return fmaf(x - mean, scale, shift); }
@@ -230,11 +221,11 @@ INLINE void sum_tiles(const cpu_bn_geom *g, const tiling *t, const bn_scratch *s
       double t1 = 0.0, t2 = 0.0;
       for (int l = 0; l < 8; l++) t1 += s1[l], t2 += s2[l];
       for (; p < np; p++) { /* the tail, scalar */
-        const float xv = ld(x, at + p, bf16);
+        const float xv = sp_ldf(x, at + p, bf16);
         if (!backward) {
           t1 += xv - K[0], t2 += (double)(xv - K[0]) * (xv - K[0]);
         } else {
-          float gv = ld(dy, at + p, bf16);
+          float gv = sp_ldf(dy, at + p, bf16);
           if (relu) gv = affine(xv, K[0], sc[0], sh[0]) > 0.0f ? gv : 0.0f;
           t1 += gv, t2 += (double)gv * (xv - K[0]);
         }
@@ -245,12 +236,12 @@ INLINE void sum_tiles(const cpu_bn_geom *g, const tiling *t, const bn_scratch *s
     for (int64_t l = 0; l < L; l++) { /* lanes not a multiple of 8: scalar */
       float s1 = 0.0f, s2 = 0.0f;
       for (int64_t p = 0; p < np; p++) {
-        const float xv = ld(x, at + p * L + l, bf16);
+        const float xv = sp_ldf(x, at + p * L + l, bf16);
         if (!backward) {
           const float d = xv - K[l];
           s1 += d, s2 += d * d;
         } else {
-          float gv = ld(dy, at + p * L + l, bf16);
+          float gv = sp_ldf(dy, at + p * L + l, bf16);
           if (relu) gv = affine(xv, K[l], sc[l], sh[l]) > 0.0f ? gv : 0.0f;
           s1 += gv, s2 += gv * (xv - K[l]);
         }
@@ -291,8 +282,8 @@ INLINE void normalize_tiles(const cpu_bn_geom *g, const tiling *t, const bn_scra
     for (; p < np; p++)
       for (int64_t l = 0; l < L; l++) {
         const int64_t i = at + p * L + l;
-        float v = affine(ld(x, i, bf16), m[l], sc[l], sh[l]);
-        st(y, i, relu && !(v > 0.0f) ? 0.0f : v, bf16);
+        float v = affine(sp_ldf(x, i, bf16), m[l], sc[l], sh[l]);
+        sp_stf(y, i, relu && !(v > 0.0f) ? 0.0f : v, bf16);
       }
   }
 }
@@ -340,12 +331,12 @@ INLINE void dx_tiles(const cpu_bn_geom *g, const tiling *t, const bn_scratch *s,
     for (; p < np; p++)
       for (int64_t l = 0; l < L; l++) {
         const int64_t i = at + p * L + l;
-        const float xv = ld(x, i, bf16);
-        float gv = ld(dy, i, bf16);
+        const float xv = sp_ldf(x, i, bf16);
+        float gv = sp_ldf(dy, i, bf16);
         if (relu) gv = affine(xv, m[l], sc[l], sh[l]) > 0.0f ? gv : 0.0f;
         float v = cb[l] * (xv - m[l]) + (ca[l] * gv + cd[l]);
-        if (accumulate) v += ld(dx, i, bf16);
-        st(dx, i, v, bf16);
+        if (accumulate) v += sp_ldf(dx, i, bf16);
+        sp_stf(dx, i, v, bf16);
       }
   }
 }
@@ -397,7 +388,7 @@ INLINE void forward_body(const fwd_args *f, int64_t L, int bf16, int relu) {
     if (f->batch) {
 #pragma omp single
       for (int64_t c = 0; c < (int64_t)channels_padded(g); c++) /* shift: the channel's first value */
-        s.k[c] = c < g->c ? ld(f->x, c / L * g->blk_stride + c % L, bf16) : 0.0f;
+        s.k[c] = c < g->c ? sp_ldf(f->x, c / L * g->blk_stride + c % L, bf16) : 0.0f;
       sum_tiles(g, &t, &s, f->x, NULL, L, bf16, 0, 0);
 #pragma omp barrier
     }

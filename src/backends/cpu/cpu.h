@@ -81,6 +81,25 @@ void cpu_report(sp_op_prep *p, cpu_node *n);
  * end of a successful prepare). */
 int cpu_report_scratch(sp_op_prep *p, cpu_node *n, size_t fwd_scratch, size_t bwd_scratch);
 
+/* ---- one-input oneDNN nodes (unary.c): relu, pooling, upsampling ---------- */
+typedef struct {
+  cpu_node base;
+  int run_backward, has_ws;
+  int bwd_reads_dst; /* the backward primitive reads the output (relu) */
+  dnnl_memory_desc_t src_md, dst_md, ws_md;
+  dnnl_primitive_desc_t fwd_pd, bwd_pd, acc_pd;
+  dnnl_primitive_t fwd, bwd, acc;
+  size_t dsrc_off; /* scratch for a gradient that is added, not written */
+  cpu_exec f, b, b_out;
+} cpu_unary;
+/* The steps of a unary prepare: a new node; after making fwd_pd / fwd, take
+ * the output layout and workspace from it; then make the backward primitive
+ * (bwd_desc, or NULL for inference) and report to the plan (0, or -1 with
+ * the error set). */
+cpu_unary *cpu_unary_new(sp_op_prep *p);
+void cpu_unary_forward_made(cpu_unary *s);
+int cpu_unary_finish(sp_op_prep *p, cpu_unary *s, const void *bwd_desc);
+
 /* ---- memory descriptors ------------------------------------------------------ */
 dnnl_data_type_t cpu_dt(sp_dtype t);
 /* Plain row-major md for a shape (1-5 dims). */

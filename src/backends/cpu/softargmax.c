@@ -22,16 +22,6 @@
 
 #define INLINE static inline __attribute__((always_inline))
 
-/* One logit or gradient element, f32 or bf16 (a constant in each caller). */
-INLINE float ld(const void *p, int64_t i, int bf16) {
-  return bf16 ? sp_bf16_widen(((const uint16_t *)p)[i]) : ((const float *)p)[i];
-}
-
-INLINE void st(void *p, int64_t i, float v, int bf16) {
-  if (bf16) ((uint16_t *)p)[i] = sp_bf16_round(v);
-  else ((float *)p)[i] = v;
-}
-
 typedef struct {
   cpu_node base;
   int64_t n, k, h, w;
@@ -96,7 +86,7 @@ INLINE void forward_lanes(const sam_node *s, const void *x, float *y, float *sav
       const int64_t xp = xb + q * S;
 #pragma omp simd
       for (int64_t l = 0; l < L; l++) {
-        const float v = ld(x, xp + l, bf16);
+        const float v = sp_ldf(x, xp + l, bf16);
         m[l] = v > m[l] ? v : m[l];
       }
     }
@@ -108,7 +98,7 @@ INLINE void forward_lanes(const sam_node *s, const void *x, float *y, float *sav
         if (eb) {
 #pragma omp simd
           for (int64_t l = 0; l < L; l++) {
-            const float e = exp_nonpos(ld(x, xb + at + l, bf16) - m[l]);
+            const float e = exp_nonpos(sp_ldf(x, xb + at + l, bf16) - m[l]);
             eb[at + l] = real[l] ? e : 0.0f;
             rs[l] += e;
             rc[l] += e * fj;
@@ -116,7 +106,7 @@ INLINE void forward_lanes(const sam_node *s, const void *x, float *y, float *sav
         } else {
 #pragma omp simd
           for (int64_t l = 0; l < L; l++) {
-            const float e = exp_nonpos(ld(x, xb + at + l, bf16) - m[l]);
+            const float e = exp_nonpos(sp_ldf(x, xb + at + l, bf16) - m[l]);
             rs[l] += e;
             rc[l] += e * fj;
           }
@@ -164,10 +154,10 @@ INLINE void backward_lanes(const sam_node *s, const float *saved, const float *d
         if (accumulate) {
 #pragma omp simd
           for (int64_t l = 0; l < L; l++)
-            st(dx, db + at + l, ld(dx, db + at + l, bf16) + eb[at + l] * inv[l] * (ca[l] * fj + cb[l] * fi + cc[l]), bf16);
+            sp_stf(dx, db + at + l, sp_ldf(dx, db + at + l, bf16) + eb[at + l] * inv[l] * (ca[l] * fj + cb[l] * fi + cc[l]), bf16);
         } else {
 #pragma omp simd
-          for (int64_t l = 0; l < L; l++) st(dx, db + at + l, eb[at + l] * inv[l] * (ca[l] * fj + cb[l] * fi + cc[l]), bf16);
+          for (int64_t l = 0; l < L; l++) sp_stf(dx, db + at + l, eb[at + l] * inv[l] * (ca[l] * fj + cb[l] * fi + cc[l]), bf16);
         }
       }
   }
@@ -184,7 +174,7 @@ INLINE void forward_plain(const sam_node *s, const void *x, float *y, float *sav
     float m = -INFINITY;
 #pragma omp simd reduction(max : m)
     for (int64_t t = 0; t < hw; t++) {
-      const float v = ld(x, xq + t, bf16);
+      const float v = sp_ldf(x, xq + t, bf16);
       m = v > m ? v : m;
     }
     double sum = 0.0, sx = 0.0, sy = 0.0;
@@ -193,7 +183,7 @@ INLINE void forward_plain(const sam_node *s, const void *x, float *y, float *sav
       if (eq) {
 #pragma omp simd reduction(+ : rs, rc)
         for (int64_t j = 0; j < w; j++) {
-          const float e = exp_nonpos(ld(x, xq + i * w + j, bf16) - m);
+          const float e = exp_nonpos(sp_ldf(x, xq + i * w + j, bf16) - m);
           eq[i * w + j] = e;
           rs += e;
           rc += e * (float)j;
@@ -201,7 +191,7 @@ INLINE void forward_plain(const sam_node *s, const void *x, float *y, float *sav
       } else {
 #pragma omp simd reduction(+ : rs, rc)
         for (int64_t j = 0; j < w; j++) {
-          const float e = exp_nonpos(ld(x, xq + i * w + j, bf16) - m);
+          const float e = exp_nonpos(sp_ldf(x, xq + i * w + j, bf16) - m);
           rs += e;
           rc += e * (float)j;
         }
@@ -229,10 +219,10 @@ INLINE void backward_plain(const sam_node *s, const float *saved, const float *d
       if (accumulate) {
 #pragma omp simd
         for (int64_t j = 0; j < w; j++)
-          st(dx, d + i * w + j, ld(dx, d + i * w + j, bf16) + eq[i * w + j] * inv * (a * (float)j + row), bf16);
+          sp_stf(dx, d + i * w + j, sp_ldf(dx, d + i * w + j, bf16) + eq[i * w + j] * inv * (a * (float)j + row), bf16);
       } else {
 #pragma omp simd
-        for (int64_t j = 0; j < w; j++) st(dx, d + i * w + j, eq[i * w + j] * inv * (a * (float)j + row), bf16);
+        for (int64_t j = 0; j < w; j++) sp_stf(dx, d + i * w + j, eq[i * w + j] * inv * (a * (float)j + row), bf16);
       }
     }
   }
