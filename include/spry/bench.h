@@ -26,16 +26,16 @@ double sp_bench_median(double *v, int n);
 #define SP_BENCH_VIDEO_MAX_CLIP 1024 /* frames a clip may have */
 
 typedef struct {
-  int tsn;                 /* 1: TSN sampler (segments frames); 0: dense (frames, stride) [1] */
-  int segments;            /* [8] */
-  int frames, stride;      /* [32, 2] */
-  int size;                /* short side and square crop [224] */
-  int threads;             /* decoder threads per clip [1] */
-  int no_index_cache;      /* rescan each file every time [0] */
-  int no_skip;             /* decode every picture, also those nothing references [0] */
-  int runs;                /* timed passes [5] */
-  int workers;             /* clips read in parallel, one reader each [1] */
-  int check;               /* compare sampled frames with a sequential decode [1] */
+  int tsn;            /* 1: TSN sampler (segments frames); 0: dense (frames, stride) [1] */
+  int segments;       /* [8] */
+  int frames, stride; /* [32, 2] */
+  int size;           /* short side and square crop [224] */
+  int threads;        /* decoder threads per clip [1] */
+  int no_index_cache; /* rescan each file every time [0] */
+  int no_skip;        /* decode every picture, also those nothing references [0] */
+  int runs;           /* timed passes [5] */
+  int workers;        /* clips read in parallel, one reader each [1] */
+  int check;          /* compare sampled frames with a sequential decode [1] */
   int n_files;
   const char *const *files;
 } sp_bench_video_options;
@@ -121,9 +121,9 @@ typedef struct {
 } sp_bench_tshift_options;
 
 typedef struct {
-  const char *kernel;        /* "cpu_nChw16c", or "ref" where the build has no cpu kernel */
-  int threads;               /* the threads it ran with */
-  double fwd_ms, fwdbwd_ms;  /* the fused op: `kernel`'s */
+  const char *kernel;       /* "cpu_nChw16c", or "ref" where the build has no cpu kernel */
+  int threads;              /* the threads it ran with */
+  double fwd_ms, fwdbwd_ms; /* the fused op: `kernel`'s */
   double ref_fwd_ms, ref_fwdbwd_ms;
   double composed_fwd_ms, composed_fwdbwd_ms;
   double memcpy_ms;

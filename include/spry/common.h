@@ -64,20 +64,18 @@ void sp_aligned_free(void *p);
 
 /* SP_CHECK(expr, "what was being done"): on failure (expr == 0 / false) sets
  * an error naming file:line and the action, and returns -1 from the caller. */
-#define SP_CHECK(expr, ...)                                                   \
-  do {                                                                        \
-    if (!(expr)) return sp_error_set_at(__FILE__, __LINE__, __VA_ARGS__);     \
+#define SP_CHECK(expr, ...)                                               \
+  do {                                                                    \
+    if (!(expr)) return sp_error_set_at(__FILE__, __LINE__, __VA_ARGS__); \
   } while (0)
-int sp_error_set_at(const char *file, int line, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+int sp_error_set_at(const char *file, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* Fatal internal error (a bug, not bad input): prints and aborts. */
-void sp_panic_at(const char *file, int line, const char *fmt, ...)
-    __attribute__((noreturn, format(printf, 3, 4)));
+void sp_panic_at(const char *file, int line, const char *fmt, ...) __attribute__((noreturn, format(printf, 3, 4)));
 #define sp_panic(...) sp_panic_at(__FILE__, __LINE__, __VA_ARGS__)
-#define SP_ASSERT(expr)                                                       \
-  do {                                                                        \
-    if (!(expr)) sp_panic("assertion failed: %s", #expr);                     \
+#define SP_ASSERT(expr)                                   \
+  do {                                                    \
+    if (!(expr)) sp_panic("assertion failed: %s", #expr); \
   } while (0)
 
 /* Monotonic clock in seconds. */

@@ -164,25 +164,25 @@ int sp_image_reader_decode(sp_image_reader *r, int c, sp_image *out);
  * `relative` = 1 means points are fractions of the image size (IMM .asf) and
  * are turned into pixels once the image size is known. */
 typedef struct {
-  char *image;     /* path of the image file */
+  char *image; /* path of the image file */
   int has_box;
-  float box[4];    /* x, y, w, h in pixels */
+  float box[4]; /* x, y, w, h in pixels */
   int k;
-  float *pts;      /* [k][2] */
-  uint8_t *vis;    /* [k] 1 = labelled/visible, 0 = not; NULL = all 1 */
+  float *pts;   /* [k][2] */
+  uint8_t *vis; /* [k] 1 = labelled/visible, 0 = not; NULL = all 1 */
   int relative;
-  int identity;    /* index into sp_dataset.identities, -1 = unknown */
+  int identity; /* index into sp_dataset.identities, -1 = unknown */
 } sp_kp_sample;
 
 /* A list of samples, all with the same K. Skipped inputs are counted. */
 typedef struct {
   sp_kp_sample *s;
   int n, cap;
-  int k;           /* 0 until the first sample is added */
+  int k; /* 0 until the first sample is added */
   char **identities;
   int n_identities;
-  int skipped;     /* annotations rejected while reading */
-  int *id_slots_;  /* internal: hash index of identities (a CSV row each: no linear search) */
+  int skipped;    /* annotations rejected while reading */
+  int *id_slots_; /* internal: hash index of identities (a CSV row each: no linear search) */
   int id_cap_;
 } sp_dataset;
 
@@ -244,11 +244,11 @@ void sp_scheme_flip_points(const sp_scheme *sc, float *pts, uint8_t *flags, floa
 /* ------------------------------------------------------------------ cache */
 
 typedef struct {
-  int size;        /* square working crop, pixels */
-  int channels;    /* 1 or 3 */
-  float margin;    /* context added on each side, fraction of the box side */
-  int threads;     /* decode threads; 0 = cores */
-  sp_box_mode box; /* where each face's box comes from */
+  int size;                  /* square working crop, pixels */
+  int channels;              /* 1 or 3 */
+  float margin;              /* context added on each side, fraction of the box side */
+  int threads;               /* decode threads; 0 = cores */
+  sp_box_mode box;           /* where each face's box comes from */
   const sp_box_table *boxes; /* SP_BOX_FILE (and AUTO, when set) */
 } sp_crop_config;
 sp_crop_config sp_crop_config_default(void);
@@ -256,16 +256,16 @@ sp_crop_config sp_crop_config_default(void);
 /* Decoded crops (HWC uint8) and their points, in RAM or mmap-ed from a file. */
 typedef struct sp_cache {
   int n, size, channels, k;
-  uint8_t *pixels;    /* [n][size][size][channels] */
-  float *points;      /* [n][k][2], crop pixel coordinates */
-  uint8_t *vis;       /* [n][k] */
-  int32_t *source;    /* [n] index of the dataset sample */
-  float *crop;        /* [n][4] the crop rectangle in the source image: x0, y0, w, h (pixels) */
-  float *box;         /* [n][4] the face box the crop was cut around (source pixels) */
-  uint8_t *box_src;   /* [n] sp_box_source */
-  int skipped;        /* images that failed to decode */
-  int from_file;      /* 1 when mapped from a cache file */
-  void *map_;         /* internal */
+  uint8_t *pixels;  /* [n][size][size][channels] */
+  float *points;    /* [n][k][2], crop pixel coordinates */
+  uint8_t *vis;     /* [n][k] */
+  int32_t *source;  /* [n] index of the dataset sample */
+  float *crop;      /* [n][4] the crop rectangle in the source image: x0, y0, w, h (pixels) */
+  float *box;       /* [n][4] the face box the crop was cut around (source pixels) */
+  uint8_t *box_src; /* [n] sp_box_source */
+  int skipped;      /* images that failed to decode */
+  int from_file;    /* 1 when mapped from a cache file */
+  void *map_;       /* internal */
   size_t map_len_;
 } sp_cache;
 
@@ -291,12 +291,12 @@ void sp_cache_box_counts(const sp_cache *c, int *counts);
 /* ----------------------------------------------------------- augmentation */
 
 typedef struct {
-  int out_size;        /* square output side (<= cache size is typical) */
+  int out_size;               /* square output side (<= cache size is typical) */
   float scale_min, scale_max; /* zoom, default 3/4 .. 4/3 */
-  float translate;     /* max shift, fraction of out_size */
-  float rotate_deg;    /* max |rotation| */
-  float flip_prob;     /* horizontal flip (needs a scheme) */
-  int ra_n, ra_m;      /* RandAugment: n ops, magnitude m of 0..30; n=0 off */
+  float translate;            /* max shift, fraction of out_size */
+  float rotate_deg;           /* max |rotation| */
+  float flip_prob;            /* horizontal flip (needs a scheme) */
+  int ra_n, ra_m;             /* RandAugment: n ops, magnitude m of 0..30; n=0 off */
 } sp_augment_config;
 sp_augment_config sp_augment_config_default(int out_size);
 /* No randomness at all: centre crop resized to out_size. */
@@ -304,9 +304,21 @@ sp_augment_config sp_augment_config_none(int out_size);
 
 /* RandAugment's 14 ops, in torchvision's order. */
 typedef enum {
-  SP_RA_IDENTITY = 0, SP_RA_SHEAR_X, SP_RA_SHEAR_Y, SP_RA_TRANSLATE_X, SP_RA_TRANSLATE_Y,
-  SP_RA_ROTATE, SP_RA_BRIGHTNESS, SP_RA_COLOR, SP_RA_CONTRAST, SP_RA_SHARPNESS,
-  SP_RA_POSTERIZE, SP_RA_SOLARIZE, SP_RA_AUTOCONTRAST, SP_RA_EQUALIZE, SP_RA_NUM_OPS
+  SP_RA_IDENTITY = 0,
+  SP_RA_SHEAR_X,
+  SP_RA_SHEAR_Y,
+  SP_RA_TRANSLATE_X,
+  SP_RA_TRANSLATE_Y,
+  SP_RA_ROTATE,
+  SP_RA_BRIGHTNESS,
+  SP_RA_COLOR,
+  SP_RA_CONTRAST,
+  SP_RA_SHARPNESS,
+  SP_RA_POSTERIZE,
+  SP_RA_SOLARIZE,
+  SP_RA_AUTOCONTRAST,
+  SP_RA_EQUALIZE,
+  SP_RA_NUM_OPS
 } sp_ra_op;
 const char *sp_ra_op_name(sp_ra_op op);
 /* The op's value at magnitude bin m (0..30) for an image of side `size`:
@@ -315,13 +327,13 @@ const char *sp_ra_op_name(sp_ra_op op);
 float sp_ra_magnitude(sp_ra_op op, int m, int size);
 
 /* Point flags in a batch. */
-#define SP_PT_OUTSIDE 1u   /* left the output crop (coordinates kept) */
+#define SP_PT_OUTSIDE 1u /* left the output crop (coordinates kept) */
 #define SP_PT_UNLABELLED 2u
 
 /* Augments one cached sample into planar (CHW) output + points + flags.
  * Randomness comes only from `key` (use sp_rng_key(seed, epoch, index)). */
-void sp_augment_sample(const sp_cache *c, int i, const sp_augment_config *cfg, const sp_scheme *scheme,
-                       uint64_t key, uint8_t *out_chw, float *out_pts, uint8_t *out_flags);
+void sp_augment_sample(const sp_cache *c, int i, const sp_augment_config *cfg, const sp_scheme *scheme, uint64_t key,
+                       uint8_t *out_chw, float *out_pts, uint8_t *out_flags);
 /* Applies exactly the listed ops (forced signs +1/-1) to an HWC image of size
  * s x s: used by tests to check each op moves points like pixels. */
 void sp_augment_apply_ops(const uint8_t *src_hwc, int s, int c, const sp_ra_op *ops, const int *signs, int n_ops,
@@ -330,23 +342,23 @@ void sp_augment_apply_ops(const uint8_t *src_hwc, int s, int c, const sp_ra_op *
 /* ----------------------------------------------------------------- loader */
 
 typedef struct {
-  int n;              /* samples in this batch (== batch unless last, partial) */
+  int n; /* samples in this batch (== batch unless last, partial) */
   int c, h, w, k;
-  uint8_t *pixels;    /* [n][c][h][w] contiguous, planar */
-  float *points;      /* [n][k][2] output pixel coordinates */
-  uint8_t *flags;     /* [n][k] SP_PT_* */
-  int32_t *index;     /* [n] cache index of each sample */
+  uint8_t *pixels; /* [n][c][h][w] contiguous, planar */
+  float *points;   /* [n][k][2] output pixel coordinates */
+  uint8_t *flags;  /* [n][k] SP_PT_* */
+  int32_t *index;  /* [n] cache index of each sample */
   int64_t epoch, step;
 } sp_batch;
 
 typedef struct {
   int batch;
-  int workers;        /* 0 = number of cores */
-  int prefetch;       /* ring depth in batches; 0 = 2 * workers */
+  int workers;  /* 0 = number of cores */
+  int prefetch; /* ring depth in batches; 0 = 2 * workers */
   uint64_t seed;
-  int shuffle;        /* reshuffle every epoch */
-  int drop_last;      /* drop the final partial batch */
-  int rank, world;    /* sharding: rank takes a disjoint slice of each epoch */
+  int shuffle;     /* reshuffle every epoch */
+  int drop_last;   /* drop the final partial batch */
+  int rank, world; /* sharding: rank takes a disjoint slice of each epoch */
   /* Evaluation sharding instead (world > 1): rank r takes the contiguous
    * samples [r n / W, (r+1) n / W) of the epoch's order, so the ranks cover
    * all n between them, in parts that differ by at most one. Ranks then take

@@ -43,8 +43,8 @@ double sp_dist_timeout(void);
 void sp_dist_abort(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 
 /* Blocking helpers with the timeout (what names the step in messages). */
-int sp_dist_bcast(void *buf, size_t bytes, const char *what);           /* from rank 0 */
-int sp_dist_sum_f64(double *x, int n, const char *what);                /* in place */
+int sp_dist_bcast(void *buf, size_t bytes, const char *what); /* from rank 0 */
+int sp_dist_sum_f64(double *x, int n, const char *what);      /* in place */
 int sp_dist_barrier(double timeout_s, const char *what);
 /* Every rank's hash of config_text and its spry version against rank 0's; -1
  * on every rank with an error naming the ranks that differ. */
@@ -74,10 +74,10 @@ void sp_dist_enable_sync_bn(sp_graph *g);
 
 /* The `dist:` keys of a run config (keypoint and video alike). */
 typedef struct {
-  int sync_bn;       /* batch norm with statistics of the global batch (0: per rank) */
-  double timeout_s;  /* a rank waiting longer than this for the others ends the job (300) */
-  double bucket_mb;  /* gradient all-reduce bucket size (4) */
-  char compress[8];  /* none | bf16: gradients travel as bfloat16 (none) */
+  int sync_bn;      /* batch norm with statistics of the global batch (0: per rank) */
+  double timeout_s; /* a rank waiting longer than this for the others ends the job (300) */
+  double bucket_mb; /* gradient all-reduce bucket size (4) */
+  char compress[8]; /* none | bf16: gradients travel as bfloat16 (none) */
 } sp_dist_config;
 sp_dist_config sp_dist_config_default(void);
 

@@ -111,14 +111,14 @@ typedef struct {
 } sp_conv_args;
 typedef struct {
   int out_ch, kernel;
-  int stride;  /* 0: 1 */
+  int stride; /* 0: 1 */
   int pad;
   int out_pad; /* extra output rows/columns (PyTorch output_padding) */
   int bias;
 } sp_deconv_args;
 typedef struct {
   int kernel;
-  int stride;      /* 0: 1 */
+  int stride; /* 0: 1 */
   int pad;
   int exclude_pad; /* avg pool: 1 divides by the window's pixels inside the image (PyTorch count_include_pad=False) */
   int ceil_mode;   /* PyTorch ceil_mode */

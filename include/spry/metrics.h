@@ -23,10 +23,10 @@ typedef struct {
 int sp_eye_points_for_k(int k, sp_eye_points *out);
 
 typedef struct {
-  int count;      /* faces */
-  double mean_px; /* mean point-to-point distance, pixels of the original image */
-  double nme_io;  /* mean over faces of (mean distance / inter-ocular distance); NaN without eyes */
-  double nme_ip;  /* ... / inter-pupil distance */
+  int count;             /* faces */
+  double mean_px;        /* mean point-to-point distance, pixels of the original image */
+  double nme_io;         /* mean over faces of (mean distance / inter-ocular distance); NaN without eyes */
+  double nme_ip;         /* ... / inter-pupil distance */
   double fr_008, fr_010; /* fraction of faces with NME-IO above 0.08 / 0.10 */
   double auc_010;        /* area under the CED of NME-IO on [0, 0.10], normalised to 1 */
 } sp_kp_metrics;

@@ -96,12 +96,12 @@ sp_resunet_config sp_resunet50_default(int keypoints);
  * default, 1 = on, -1 = off (resunet50 defaults to C, D, stem_conv and
  * BlurPool on, every other model to all off). */
 typedef struct {
-  const char *name; /* sp_model_names() */
-  int channels;     /* image channels (1 gray, 3 RGB) */
+  const char *name;  /* sp_model_names() */
+  int channels;      /* image channels (1 gray, 3 RGB) */
   int height, width; /* input size, multiples of 32 */
-  int keypoints;    /* keypoint models; vgg-nose forces 1 */
-  int num_classes;  /* resnet18/34/50 classifiers; 0 = 1000 */
-  int base_width;   /* ResNet width (layer1's 3x3 channels); 0 = 64 */
+  int keypoints;     /* keypoint models; vgg-nose forces 1 */
+  int num_classes;   /* resnet18/34/50 classifiers; 0 = 1000 */
+  int base_width;    /* ResNet width (layer1's 3x3 channels); 0 = 64 */
   int variant_c, variant_d, stem_conv, blurpool, hardswish, zero_init_residual;
   /* Video models (tsn-*, tsm-*): frames per clip (0 = 8); TSM shift
    * fractions (0 = 1/8, negative = none). */
@@ -133,14 +133,14 @@ const char *sp_model_spec_keys(void);
  * TSM computes what TSN computes. Registry names: tsn-r18, tsn-r50, tsm-r18,
  * tsm-r50 (sp_model_spec.segments, shift_back, shift_fwd, num_classes). */
 typedef struct {
-  int depth;       /* 18 or 50 */
-  int width;       /* layer1's channels; 0 = 64 */
+  int depth; /* 18 or 50 */
+  int width; /* layer1's channels; 0 = 64 */
   int num_classes;
-  int segments;    /* T: frames per clip in the input batch */
-  int shift;       /* 1 = TSM (insert the shifts), 0 = TSN */
+  int segments;                /* T: frames per clip in the input batch */
+  int shift;                   /* 1 = TSM (insert the shifts), 0 = TSN */
   float shift_back, shift_fwd; /* fraction of channels taken from frame t+1 / t-1 */
-  float dropout;   /* before fc (mmaction uses 0.5 for TSM on Kinetics); 0 = none */
-  int consensus_features; /* 1 = average pooled features before fc instead of logits after */
+  float dropout;               /* before fc (mmaction uses 0.5 for TSM on Kinetics); 0 = none */
+  int consensus_features;      /* 1 = average pooled features before fc instead of logits after */
 } sp_tsn_config;
 
 /* depth, segments and classes; tsm = 1 sets shift with 1/8 + 1/8. */

@@ -56,8 +56,8 @@ void sp_morph_frame_points(int w, int h, float out[2 * SP_MORPH_FRAME_POINTS]);
  * both with c channels. A pixel that no triangle covers is set to 0; source
  * samples outside src repeat its edge. Triangles that are degenerate in
  * dst_pts cover nothing; overlapping (folded) triangles: the later one wins. */
-int sp_warp_triangles(const uint8_t *src, int sw, int sh, int c, const float *src_pts, uint8_t *dst, int dw,
-                      int dh, const float *dst_pts, const int *tris, int n_tris);
+int sp_warp_triangles(const uint8_t *src, int sw, int sh, int c, const float *src_pts, uint8_t *dst, int dw, int dh,
+                      const float *dst_pts, const int *tris, int n_tris);
 
 /* Bilinear resize (pixel centres kept aligned: x' = (x + 0.5) * dw / sw -
  * 0.5) that also maps k points in place (pts may be NULL). */
@@ -72,8 +72,8 @@ void sp_morph_resize(const uint8_t *src, int sw, int sh, int c, uint8_t *dst, in
  * triangulated once; every frame reuses those triangles. The images are
  * copied. */
 typedef struct sp_morph sp_morph;
-sp_morph *sp_morph_new(const uint8_t *a, const float *pts_a, const uint8_t *b, const float *pts_b, int w, int h,
-                       int c, int k);
+sp_morph *sp_morph_new(const uint8_t *a, const float *pts_a, const uint8_t *b, const float *pts_b, int w, int h, int c,
+                       int k);
 /* One frame (w x h x c into out): the intermediate shape (1 - t_shape) A +
  * t_shape B, both faces warped to it and cross-dissolved with weight t_color
  * on B. t = 0 gives A exactly, t = 1 gives B exactly. Uses scratch space
@@ -91,8 +91,8 @@ int sp_morph_frame(const uint8_t *a, const float *pts_a, const uint8_t *b, const
 
 /* The mean face of n same-sized faces: their mean shape (written to
  * mean_pts[2k] unless NULL), each face warped to it, pixels averaged. */
-int sp_mean_face(const uint8_t *const *imgs, const float *const *pts, int n, int w, int h, int c, int k,
-                 uint8_t *out, float *mean_pts);
+int sp_mean_face(const uint8_t *const *imgs, const float *const *pts, int n, int w, int h, int c, int k, uint8_t *out,
+                 float *mean_pts);
 
 /* ---- output (src/io) ---- */
 
@@ -111,8 +111,8 @@ int sp_gif_read(const char *path, int *w, int *h, uint8_t **rgb);
  * (thin lines) and points: keypoints red, frame points blue. pts_a, pts_b
  * hold n points each (the keypoints first, as sp_morph_points gives them);
  * the first k are keypoints. Written atomically. */
-int sp_morph_points_png(const char *path, const uint8_t *a, const uint8_t *b, int w, int h, int c,
-                        const float *pts_a, const float *pts_b, int n, int k, const int *tris, int n_tris);
+int sp_morph_points_png(const char *path, const uint8_t *a, const uint8_t *b, int w, int h, int c, const float *pts_a,
+                        const float *pts_b, int n, int k, const int *tris, int n_tris);
 
 #ifdef __cplusplus
 }

@@ -59,8 +59,8 @@ typedef struct {
  * x 10^k over up to three decades, otherwise whole decades). With no drawable
  * point at all the axes are still drawn, with "no data" in the middle. Used
  * for loss and validation curves and for the CED plot. */
-int sp_plot_lines(const char *png_path, int w, int h, const char *title, const char *xlabel,
-                  const char *ylabel, int n_series, const sp_series *series, int log_y);
+int sp_plot_lines(const char *png_path, int w, int h, const char *title, const char *xlabel, const char *ylabel,
+                  int n_series, const sp_series *series, int log_y);
 
 /* What sp_plot_lines_opt adds to a line chart; a zeroed struct is
  * sp_plot_lines' behaviour, so callers name only what they change, e.g.
@@ -74,9 +74,8 @@ typedef struct {
 } sp_plot_lines_options;
 
 /* sp_plot_lines with options; o NULL is all defaults. */
-int sp_plot_lines_opt(const char *png_path, int w, int h, const char *title, const char *xlabel,
-                      const char *ylabel, int n_series, const sp_series *series,
-                      const sp_plot_lines_options *o);
+int sp_plot_lines_opt(const char *png_path, int w, int h, const char *title, const char *xlabel, const char *ylabel,
+                      int n_series, const sp_series *series, const sp_plot_lines_options *o);
 
 /* ---- image files ---- */
 
@@ -105,8 +104,8 @@ int sp_image_write(const char *path, const uint8_t *img, int w, int h, int c);
  * `upscale` (nearest neighbour, so crop pixels stay visible); upscale <= 0
  * picks one that makes the longer side about 384 px (1..8). Marker sizes are
  * in output pixels and do not grow with the factor. */
-int sp_draw_keypoints_png(const char *png_path, const uint8_t *img, int w, int h, int c,
-                          const float *pred, const float *gt, int k, int upscale, unsigned flags);
+int sp_draw_keypoints_png(const char *png_path, const uint8_t *img, int w, int h, int c, const float *pred,
+                          const float *gt, int k, int upscale, unsigned flags);
 
 /* A photo with the faces a model found: each face's box as a yellow frame and
  * its points (prediction colour), dots sized by the face. boxes [n][4]
@@ -132,8 +131,8 @@ typedef struct {
  * a cell_px x cell_px square (aspect kept), a caption under each, and the
  * title with a colour key for ground truth / prediction on top. flags as for
  * sp_draw_keypoints_png. n = 0 draws the title and "(no images)". */
-int sp_keypoint_grid_png(const char *png_path, const char *title, int cols, int n,
-                         const sp_grid_cell *cells, int cell_px, unsigned flags);
+int sp_keypoint_grid_png(const char *png_path, const char *title, int cols, int n, const sp_grid_cell *cells,
+                         int cell_px, unsigned flags);
 
 /* ---- heatmaps ---- */
 
@@ -154,9 +153,8 @@ void sp_plot_colormap(double t, uint8_t rgb[3]);
  * maps[i] is h x w floats (the image's size); non-finite entries count as 0.
  * Panels are cell_px wide (height by the image's aspect), laid out left to
  * right with a margin of max(4, cell_px / 24) px around and between them. */
-int sp_heatmaps_png(const char *png_path, const uint8_t *img, int w, int h, int c, int n_maps,
-                    const float *const *maps, const char *const *captions, const float *points,
-                    const float *truth, int cell_px);
+int sp_heatmaps_png(const char *png_path, const uint8_t *img, int w, int h, int c, int n_maps, const float *const *maps,
+                    const char *const *captions, const float *points, const float *truth, int cell_px);
 
 /* ---- filters ---- */
 
@@ -167,8 +165,7 @@ int sp_heatmaps_png(const char *png_path, const uint8_t *img, int w, int h, int 
  * integer factor max(1, tile_px / max(kh, kw)) and centred), ceil(sqrt(cout))
  * per row, with a white gap of max(1, tile_px / 8) px around and between
  * them; tile i sits at column i % cols, row i / cols. */
-int sp_filters_png(const char *png_path, const float *w, int cout, int cin, int kh, int kw,
-                   int tile_px);
+int sp_filters_png(const char *png_path, const float *w, int cout, int cin, int kh, int kw, int tile_px);
 
 /* ---- report page ---- */
 
@@ -185,9 +182,8 @@ typedef struct {
  * the full-size PNG). All text is HTML-escaped; image paths are
  * percent-encoded, so any file name works. Whether the PNGs exist is not
  * checked (a report may be written before its last figure). */
-int sp_report_index_html(const char *html_path, const char *title, int n_rows,
-                         const char *const *keys, const char *const *values, int n_items,
-                         const sp_report_item *items);
+int sp_report_index_html(const char *html_path, const char *title, int n_rows, const char *const *keys,
+                         const char *const *values, int n_items, const sp_report_item *items);
 
 /* Frees the process-wide caches behind text drawing (cairo's font and
  * pattern caches, fontconfig's configuration), which otherwise show up as

@@ -27,17 +27,17 @@ extern "C" {
 /* What to vary and how much. sp_synth_face_defaults() gives the values in
  * brackets; tests switch parts off to check landmarks against clean pixels. */
 typedef struct {
-  int min_size, max_size;      /* image side range in pixels [96, 320] */
-  int per_identity;            /* images per synthetic person [12]: videos of 3 frames */
+  int min_size, max_size;             /* image side range in pixels [96, 320] */
+  int per_identity;                   /* images per synthetic person [12]: videos of 3 frames */
   float max_yaw, max_pitch, max_roll; /* degrees, symmetric ranges [40, 15, 25] */
-  float expression;            /* 0..1 scale of mouth open/smile/brow/blink [1] */
-  float hair_prob, ear_prob;   /* chance of hair, of visible ears [0.85, 0.8] */
-  int clutter;                 /* background shapes and textures [1]; 0 = plain gradient */
-  float blur_prob, blur_max;   /* chance of a blur; largest gaussian sigma, px [0.35, 1.6] */
-  float noise_max;             /* largest sensor-noise std-dev, grey levels [6] */
-  int jpeg_min, jpeg_max;      /* JPEG quality range when written [40, 95] */
-  int threads;                 /* sp_synth_faces workers; 0 = online cores [0] */
-  int progress;                /* sp_synth_faces: progress line on stderr [1] */
+  float expression;                   /* 0..1 scale of mouth open/smile/brow/blink [1] */
+  float hair_prob, ear_prob;          /* chance of hair, of visible ears [0.85, 0.8] */
+  int clutter;                        /* background shapes and textures [1]; 0 = plain gradient */
+  float blur_prob, blur_max;          /* chance of a blur; largest gaussian sigma, px [0.35, 1.6] */
+  float noise_max;                    /* largest sensor-noise std-dev, grey levels [6] */
+  int jpeg_min, jpeg_max;             /* JPEG quality range when written [40, 95] */
+  int threads;                        /* sp_synth_faces workers; 0 = online cores [0] */
+  int progress;                       /* sp_synth_faces: progress line on stderr [1] */
 } sp_synth_face_options;
 
 sp_synth_face_options sp_synth_face_defaults(void);
@@ -52,8 +52,8 @@ typedef struct {
   float nose_length, nose_width, mouth_width, lip_thickness;
   float mouth_open, smile, brow_raise, blink, gaze_x, gaze_y;
   float yaw, pitch, roll;
-  float scale;                 /* pixels per model unit (half the jaw width) */
-  float cx, cy;                /* image position of the model origin (between the eyes) */
+  float scale;  /* pixels per model unit (half the jaw width) */
+  float cx, cy; /* image position of the model origin (between the eyes) */
 } sp_synth_face_params;
 
 /* The 68 landmarks of a parameter set, pts[2*i], pts[2*i+1]. */
@@ -64,11 +64,11 @@ sp_synth_face_params sp_synth_face_mirror(const sp_synth_face_params *p, int wid
 /* What a render chose (tests compare pixels against it). */
 typedef struct {
   sp_synth_face_params params;
-  uint8_t skin[3], lip[3];     /* base colours before lighting */
-  int jpeg_quality;            /* quality sp_synth_faces writes this image with */
-  float blur_sigma;            /* 0 = not blurred */
+  uint8_t skin[3], lip[3]; /* base colours before lighting */
+  int jpeg_quality;        /* quality sp_synth_faces writes this image with */
+  float blur_sigma;        /* 0 = not blurred */
   float noise_sigma;
-  int hair, ears;              /* whether drawn */
+  int hair, ears; /* whether drawn */
 } sp_synth_face_info;
 
 /* Renders view `view` of person `identity` into out (RGB, caller frees with

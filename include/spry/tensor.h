@@ -29,8 +29,8 @@ typedef struct {
 } sp_tensor;
 
 size_t sp_dtype_size(sp_dtype t);
-const char *sp_dtype_name(sp_dtype t);          /* "f32", "bf16", "u8", "i32" */
-const char *sp_dtype_safetensors(sp_dtype t);   /* "F32", "BF16", "U8", "I32" */
+const char *sp_dtype_name(sp_dtype t);               /* "f32", "bf16", "u8", "i32" */
+const char *sp_dtype_safetensors(sp_dtype t);        /* "F32", "BF16", "U8", "I32" */
 int sp_dtype_parse(const char *name, sp_dtype *out); /* accepts either spelling */
 
 sp_shape sp_shape_make(int ndim, const int64_t *dims);

@@ -18,15 +18,15 @@ extern "C" {
 sp_opt_param *sp_train_opt_params(sp_graph *g, int *n);
 
 typedef struct {
-  int64_t epoch;           /* epochs completed */
-  int64_t iteration;       /* optimizer steps taken */
-  uint64_t seed;           /* run seed (all randomness derives from it) */
-  const char *config;      /* the run's configuration text (YAML or JSON), may be NULL */
-  const char *model;       /* model name, may be NULL */
-  int64_t step_in_epoch;   /* > 0 when saved mid-epoch (Ctrl-C): batches already trained */
-  double loss_sum;         /* training loss summed over those batches (exact resume of the epoch mean) */
-  double best;             /* best validation mean error so far (INFINITY if none) */
-  const char *box_source;  /* keypoint runs: where most training boxes came from (sp_box_source_name), may be NULL */
+  int64_t epoch;          /* epochs completed */
+  int64_t iteration;      /* optimizer steps taken */
+  uint64_t seed;          /* run seed (all randomness derives from it) */
+  const char *config;     /* the run's configuration text (YAML or JSON), may be NULL */
+  const char *model;      /* model name, may be NULL */
+  int64_t step_in_epoch;  /* > 0 when saved mid-epoch (Ctrl-C): batches already trained */
+  double loss_sum;        /* training loss summed over those batches (exact resume of the epoch mean) */
+  double best;            /* best validation mean error so far (INFINITY if none) */
+  const char *box_source; /* keypoint runs: where most training boxes came from (sp_box_source_name), may be NULL */
 } sp_checkpoint_meta;
 
 /* Writes parameters and buffers under their graph names, the optimizer state
@@ -47,7 +47,7 @@ int sp_checkpoint_load(const char *path, sp_graph *g, sp_optimizer *opt, sp_chec
 typedef struct {
   double train_loss, val_loss, best_mean_px;
   double mean_shape_px; /* validation error of predicting the training mean shape */
-  sp_kp_metrics val; /* metrics of the last validation pass */
+  sp_kp_metrics val;    /* metrics of the last validation pass */
 } sp_train_summary;
 
 /* A run's options beyond its config (sp_train_run, sp_video_train_run). */
@@ -66,12 +66,12 @@ int sp_train_run(const sp_train_config *cfg, const char *config_text, int run_fl
 /* ---- scoring a checkpoint (train/kp_eval.c): `spry eval` ---- */
 #include "spry/data.h"
 typedef struct {
-  const char *config;       /* the run's config file; NULL: the one stored in the checkpoint */
-  const char *data;         /* score every image of this folder instead of the run's validation split */
-  const char *format;       /* its annotation format (auto, csv, coco, dlib, imm, asf, pts) */
-  const char *boxes;        /* a boxes file: data.box = file */
+  const char *config; /* the run's config file; NULL: the one stored in the checkpoint */
+  const char *data;   /* score every image of this folder instead of the run's validation split */
+  const char *format; /* its annotation format (auto, csv, coco, dlib, imm, asf, pts) */
+  const char *boxes;  /* a boxes file: data.box = file */
   const char *backend;
-  char *const *sets;        /* key=value overrides, after the above */
+  char *const *sets; /* key=value overrides, after the above */
   int n_sets;
   const char *per_face_csv; /* write each face's box source, box and errors here (NULL: no) */
   const char *ced_png;      /* write the CED plot here (NULL: no) */
@@ -81,8 +81,8 @@ typedef struct {
   sp_kp_metrics m;
   double val_loss, mean_shape_px;
   int count;
-  char box[16];                     /* where most boxes came from */
-  int box_counts[SP_BOXSRC_COUNT];  /* per sp_box_source */
+  char box[16];                    /* where most boxes came from */
+  int box_counts[SP_BOXSRC_COUNT]; /* per sp_box_source */
 } sp_kp_eval_result;
 
 /* Scores the checkpoint: 0; -1 with an error; -2 when the config (or an
@@ -108,9 +108,9 @@ const char *sp_kp_predictor_trained_on(const sp_kp_predictor *p);
 
 /* One face of a photo: its box and points, in the photo's pixels. */
 typedef struct {
-  float box[4];  /* x, y, w, h */
-  float score;   /* the detector's confidence; 0 for a given box or the whole image */
-  float *pts;    /* [K][2] */
+  float box[4]; /* x, y, w, h */
+  float score;  /* the detector's confidence; 0 for a given box or the whole image */
+  float *pts;   /* [K][2] */
 } sp_kp_face;
 /* Every face of an image file, found as the model's run found them
  * (sp_kp_predictor_box_mode): the whole image, or each face the detector
@@ -133,7 +133,6 @@ void sp_kp_predictor_close(sp_kp_predictor *p);
  * point must be finite (|v| <= 1e6 px). *pts is malloc'ed [K][2]. 0 or -1
  * with an error naming the file. */
 int sp_morph_points_read(const char *path, int im_w, int im_h, float **pts, int *k);
-
 
 #ifdef __cplusplus
 }

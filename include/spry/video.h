@@ -25,26 +25,26 @@ extern "C" {
 typedef struct sp_video sp_video;
 
 typedef struct {
-  int threads;          /* decoder threads; 0 = 1 (loader workers parallelise across clips).
+  int threads;        /* decoder threads; 0 = 1 (loader workers parallelise across clips).
                          * More: frame threads, used for runs of at least 16 pictures per
                          * thread only; shorter runs decode on one thread */
-  int no_index_cache;   /* 1 = always rescan the file instead of the process-wide index cache */
-  int no_skip;          /* 1 = decode every picture of a run, even those nothing references
+  int no_index_cache; /* 1 = always rescan the file instead of the process-wide index cache */
+  int no_skip;        /* 1 = decode every picture of a run, even those nothing references
                          * (what a reader without skipping does; for comparisons) */
 } sp_video_options;
 
 typedef struct {
-  char codec[32];       /* "h264", "mpeg4", "gif", ..., or "jpeg" for a frame folder */
-  char container[32];   /* demuxer name, or "frames" */
-  int width, height;    /* native frame size */
-  int64_t frames;       /* frames in display order, counted (not the header's claim) */
-  int64_t header_frames;/* what the container says (0 = unknown); may be wrong */
-  double fps;           /* average frame rate (0 = unknown) */
-  double duration;      /* seconds (0 = unknown) */
+  char codec[32];        /* "h264", "mpeg4", "gif", ..., or "jpeg" for a frame folder */
+  char container[32];    /* demuxer name, or "frames" */
+  int width, height;     /* native frame size */
+  int64_t frames;        /* frames in display order, counted (not the header's claim) */
+  int64_t header_frames; /* what the container says (0 = unknown); may be wrong */
+  double fps;            /* average frame rate (0 = unknown) */
+  double duration;       /* seconds (0 = unknown) */
   int64_t n_keyframes;
   const int64_t *keyframes; /* display indices of keyframes; valid until close */
-  int seekable;         /* 0: timestamps are missing, every fetch decodes from frame 0 */
-  int skips_unreferenced; /* 1: a fetch leaves pictures no other picture references undecoded
+  int seekable;             /* 0: timestamps are missing, every fetch decodes from frame 0 */
+  int skips_unreferenced;   /* 1: a fetch leaves pictures no other picture references undecoded
                          * unless requested (H.264, HEVC, MPEG-4 Part 2, MPEG-1/2 with pts);
                          * 0: it decodes every picture from the keyframe on */
 } sp_video_info;
@@ -113,8 +113,7 @@ sp_video_stats sp_video_get_stats(const sp_video *v);
  * picks one uniformly random frame per span from sp_rng_key(seed, epoch,
  * index), testing takes each span's centre. Spans shorter than one frame
  * repeat frames in order. Writes `segments` indices; 0 or -1. */
-int sp_sample_tsn(int64_t n_frames, int segments, int train, uint64_t seed, int64_t epoch, int64_t index,
-                  int64_t *out);
+int sp_sample_tsn(int64_t n_frames, int segments, int train, uint64_t seed, int64_t epoch, int64_t index, int64_t *out);
 /* Dense sampling: `clip_len` frames at `stride` from a start that is random in
  * training and, in testing, clip `clip` of `n_clips` evenly spaced starts
  * (n_clips = 1: the centred clip). Indices past the end are clamped to the
@@ -135,7 +134,7 @@ int sp_sample_dense(int64_t n_frames, int clip_len, int stride, int train, int c
  * the list's file and line. */
 typedef struct {
   int n;
-  char **path;     /* resolved paths */
+  char **path; /* resolved paths */
   int *label;
   int64_t *frames; /* n_frames column, or -1 when absent */
   int *line;       /* the entry's line in the list file (1-based), for messages */
@@ -208,9 +207,9 @@ int sp_video_list_build_split(const char *dir, const char *labels, const char *s
 /* ----------------------------------------------------- pre-decoded frames */
 
 typedef struct {
-  int short_side;  /* resize before saving; 0 = native */
-  int quality;     /* JPEG quality, default 90 */
-  int workers;     /* parallel videos; 0 = cores */
+  int short_side; /* resize before saving; 0 = native */
+  int quality;    /* JPEG quality, default 90 */
+  int workers;    /* parallel videos; 0 = cores */
 } sp_prepare_config;
 /* Decodes every video of list_path to out_dir/<name>/img_00001.jpg ... and
  * writes out_dir/frames.list (`name n_frames label`) and a per-folder
@@ -234,18 +233,18 @@ int sp_write_jpeg(const char *path, const uint8_t *px, int h, int w, int c, int 
 typedef struct sp_video_writer sp_video_writer;
 typedef struct {
   int width, height;
-  int fps;            /* nominal rate, time base 1/fps unless vfr */
-  int gop;            /* keyframe interval (default 12) */
-  int b_frames;       /* max consecutive B-frames (default 2; 0 = none) */
-  int open_gop;       /* H.264 only: non-IDR keyframes with leading B-frames */
-  int vfr;            /* frame durations vary (time base 1/(fps*4)) */
-  int force_mpeg4;    /* MPEG-4 Part 2 even when H.264 is available */
-  int quality;        /* crf-like quantiser, default 20 */
-  const char *encoder;/* a libavcodec encoder by name ("libx265", "mpeg2video", "libvpx-vp9", ...);
+  int fps;              /* nominal rate, time base 1/fps unless vfr */
+  int gop;              /* keyframe interval (default 12) */
+  int b_frames;         /* max consecutive B-frames (default 2; 0 = none) */
+  int open_gop;         /* H.264 only: non-IDR keyframes with leading B-frames */
+  int vfr;              /* frame durations vary (time base 1/(fps*4)) */
+  int force_mpeg4;      /* MPEG-4 Part 2 even when H.264 is available */
+  int quality;          /* crf-like quantiser, default 20 */
+  const char *encoder;  /* a libavcodec encoder by name ("libx265", "mpeg2video", "libvpx-vp9", ...);
                        * NULL = H.264, or MPEG-4 Part 2 (reader tests of other codecs) */
   int encoder_defaults; /* 1 = the encoder's own settings (libx264: preset medium, keyint 250,
                        * scene cuts, b-pyramid): only size and rate are set */
-  const char *params; /* libx264 / libx265 private options ("key=value:..."), appended */
+  const char *params;   /* libx264 / libx265 private options ("key=value:..."), appended */
 } sp_video_writer_config;
 sp_video_writer_config sp_video_writer_config_default(int width, int height);
 /* Container from the extension (.mp4, .avi, .mkv). */

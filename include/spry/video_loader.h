@@ -28,19 +28,19 @@ typedef enum { SP_SAMPLER_TSN = 0, SP_SAMPLER_DENSE = 1 } sp_sampler_kind;
 
 typedef struct {
   sp_sampler_kind sampler;
-  int frames;       /* TSN: segments; dense: clip length */
-  int stride;       /* dense: frame stride (tau) */
-  int size;         /* square crop side */
-  int short_side;   /* resize the short side to this before cropping; 0 = size * 8 / 7 */
-  int train;        /* 1: random frames, random crop, flips; 0: centre frames and crop */
-  float flip_prob;  /* training only */
-  int test_clips;   /* dense testing: evenly spaced clips per video (entries of one video are adjacent) */
-  int batch;        /* clips per batch (the default shape) */
-  int workers;      /* 0 = cores */
-  int prefetch;     /* slots; 0 = 2 * workers */
+  int frames;      /* TSN: segments; dense: clip length */
+  int stride;      /* dense: frame stride (tau) */
+  int size;        /* square crop side */
+  int short_side;  /* resize the short side to this before cropping; 0 = size * 8 / 7 */
+  int train;       /* 1: random frames, random crop, flips; 0: centre frames and crop */
+  float flip_prob; /* training only */
+  int test_clips;  /* dense testing: evenly spaced clips per video (entries of one video are adjacent) */
+  int batch;       /* clips per batch (the default shape) */
+  int workers;     /* 0 = cores */
+  int prefetch;    /* slots; 0 = 2 * workers */
   uint64_t seed;
   int shuffle, drop_last;
-  int rank, world;  /* sharding: rank r takes slice r of every global batch */
+  int rank, world; /* sharding: rank r takes slice r of every global batch */
   /* Evaluation sharding instead (world > 1): rank r takes the contiguous
    * entries [r E / W, (r+1) E / W) of the epoch's order, so the ranks cover
    * all E entries once between them, in parts that differ by at most one.
@@ -56,13 +56,13 @@ typedef struct {
 } sp_video_shape;
 
 typedef struct {
-  int n, t, h, w;     /* clips, frames per clip, frame size */
-  uint8_t *pixels;    /* [n*t][3][h][w] */
-  int32_t *label;     /* [n] */
-  int32_t *video;     /* [n] index into the list */
-  int32_t *clip;      /* [n] test clip number (0 in training) */
-  uint8_t *bad;       /* [n] 1: this clip could not be read (its frames are zero) */
-  int failed;         /* clips that could not be read: the count of bad */
+  int n, t, h, w;  /* clips, frames per clip, frame size */
+  uint8_t *pixels; /* [n*t][3][h][w] */
+  int32_t *label;  /* [n] */
+  int32_t *video;  /* [n] index into the list */
+  int32_t *clip;   /* [n] test clip number (0 in training) */
+  uint8_t *bad;    /* [n] 1: this clip could not be read (its frames are zero) */
+  int failed;      /* clips that could not be read: the count of bad */
   int64_t epoch, step;
 } sp_video_batch;
 

@@ -40,8 +40,8 @@ typedef struct {
   int long_cycle, short_cycle;
   int batch, frames, size; /* the base shape N, T, H (= W) */
   int epochs;
-  int entries;             /* clips per epoch (caps the batch) */
-  int cycles;              /* long cycles before the final phase (0 = 1) */
+  int entries; /* clips per epoch (caps the batch) */
+  int cycles;  /* long cycles before the final phase (0 = 1) */
 } sp_multigrid;
 
 /* Long-cycle stage (0..3; 3 when the long cycle is off) of an epoch. */
@@ -56,23 +56,23 @@ double sp_multigrid_lr_scale(const sp_multigrid *m, int64_t epoch);
 
 /* ---- configuration --------------------------------------------------------- */
 typedef struct {
-  char model[32];           /* tsn-r18 | tsn-r50 | tsm-r18 | tsm-r50 */
-  int base_width;           /* 0 = 64 */
+  char model[32];              /* tsn-r18 | tsn-r50 | tsm-r18 | tsm-r50 */
+  int base_width;              /* 0 = 64 */
   float shift_back, shift_fwd; /* TSM; default 1/8 each */
   float dropout;
-  char pretrained[1024];    /* optional safetensors with torchvision-named ResNet weights (fc skipped) */
+  char pretrained[1024]; /* optional safetensors with torchvision-named ResNet weights (fc skipped) */
   struct {
     char train_list[1024], val_list[1024];
-    char root[1024];        /* when set, relative list paths are taken from here, not the list's folder */
-    char classes[1024];     /* classes file (labels.txt or classInd.txt) numbering the lists' labels;
+    char root[1024];    /* when set, relative list paths are taken from here, not the list's folder */
+    char classes[1024]; /* classes file (labels.txt or classInd.txt) numbering the lists' labels;
                              * "" = labels.txt beside the training list when there is one */
     sp_sampler_kind sampler;
-    int segments;           /* TSN sampler: frames per clip */
-    int frames, stride;     /* dense sampler */
+    int segments;       /* TSN sampler: frames per clip */
+    int frames, stride; /* dense sampler */
     int size, short_side;
     int test_clips;
     float flip;
-    int num_classes;        /* 0 = 1 + the largest label in the training list */
+    int num_classes; /* 0 = 1 + the largest label in the training list */
     float mean[3], std[3];
   } data;
   sp_opt_config optimizer;
@@ -89,7 +89,7 @@ typedef struct {
   char precision[8];
   char out[1024];
   int eval_every;
-  sp_dist_config dist;      /* data parallel under mpirun / srun, as the keypoint trainer */
+  sp_dist_config dist; /* data parallel under mpirun / srun, as the keypoint trainer */
 } sp_video_config;
 
 sp_video_config sp_video_config_default(void);
@@ -106,10 +106,10 @@ int sp_config_text_is_video(const char *yaml);
 /* ---- training and evaluation ---------------------------------------------- */
 typedef struct {
   double train_loss, val_loss, top1, top5, best_top1;
-  double train_s;        /* wall-clock of the training epochs (validation excluded) */
+  double train_s; /* wall-clock of the training epochs (validation excluded) */
   int64_t iterations;
-  int val_clips;         /* videos evaluated */
-  int val_failed;        /* test clips that could not be read (left out of the scores) */
+  int val_clips;  /* videos evaluated */
+  int val_failed; /* test clips that could not be read (left out of the scores) */
 } sp_video_summary;
 
 /* Trains cfg into cfg->out; run_flags as for sp_train_run (SP_RUN_*, spry/train.h).

@@ -25,8 +25,8 @@ int sp_arg_int(int argc, char **argv, int *i, const char *name, int64_t lo, int6
   char *end;
   long long v = strtoll(s, &end, 10);
   if (*s == 0 || *end || v < lo || v > hi) {
-    fprintf(stderr, "spry: option %s wants an integer in [%lld, %lld], got '%s'\n", name, (long long)lo,
-            (long long)hi, s);
+    fprintf(stderr, "spry: option %s wants an integer in [%lld, %lld], got '%s'\n", name, (long long)lo, (long long)hi,
+            s);
     return -1;
   }
   *out = (int)v;

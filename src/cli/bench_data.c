@@ -27,9 +27,18 @@ static void usage(FILE *f) {
 static int parse_args(int argc, char **argv, sp_bench_data_options *o) {
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *seed_s = NULL;
-    if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); return ARGS_HELP_SHOWN; }
-    if (!strcmp(a, "--cache")) { o->use_cache = 1; continue; }
-    if (!strcmp(a, "--gray")) { o->channels = 1; continue; }
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      usage(stdout);
+      return ARGS_HELP_SHOWN;
+    }
+    if (!strcmp(a, "--cache")) {
+      o->use_cache = 1;
+      continue;
+    }
+    if (!strcmp(a, "--gray")) {
+      o->channels = 1;
+      continue;
+    }
     /* Each option names itself and its range when its value is wrong. */
     int r;
     if ((r = sp_arg_str(argc, argv, &i, "--dataset", &o->dataset)) ||
@@ -63,11 +72,15 @@ static int parse_args(int argc, char **argv, sp_bench_data_options *o) {
 static void print_stage(const sp_bench_data_stage *s, void *user) {
   const sp_bench_data_options *o = user;
   if (!strcmp(s->stage, "decode"))
-    printf("{\"bench\":\"data\",\"stage\":\"decode\",\"workers\":%d,\"batch\":%d,\"size\":%d,\"images\":%d,"
-           "\"images_per_s\":%.1f}\n", o->workers, o->batch, o->size, s->images, s->images_per_s);
+    printf(
+        "{\"bench\":\"data\",\"stage\":\"decode\",\"workers\":%d,\"batch\":%d,\"size\":%d,\"images\":%d,"
+        "\"images_per_s\":%.1f}\n",
+        o->workers, o->batch, o->size, s->images, s->images_per_s);
   else
-    printf("{\"bench\":\"data\",\"stage\":\"%s\",\"workers\":%d,\"batch\":%d,\"size\":%d,\"images_per_s\":%.1f,"
-           "\"cache\":\"%s\"}\n", s->stage, o->workers, o->batch, o->size, s->images_per_s, s->from_file ? "mmap" : "ram");
+    printf(
+        "{\"bench\":\"data\",\"stage\":\"%s\",\"workers\":%d,\"batch\":%d,\"size\":%d,\"images_per_s\":%.1f,"
+        "\"cache\":\"%s\"}\n",
+        s->stage, o->workers, o->batch, o->size, s->images_per_s, s->from_file ? "mmap" : "ram");
   fflush(stdout);
 }
 

@@ -14,10 +14,11 @@
 #include "spry/bench.h"
 
 static void usage(FILE *f) {
-  fprintf(f, "usage: spry bench op tshift --shape NT,C,H,W --segments S --ratio R [--runs N] [--threads T]\n"
-             "  the fused temporal shift (the cpu backend's kernel in nChw16c, and the reference op)\n"
-             "  against the seed's composed version (pad, three slices, concat; and their backward)\n"
-             "  and a parallel memcpy of the same bytes; one JSON line. --ratio: 0.125 or 1/8\n");
+  fprintf(f,
+          "usage: spry bench op tshift --shape NT,C,H,W --segments S --ratio R [--runs N] [--threads T]\n"
+          "  the fused temporal shift (the cpu backend's kernel in nChw16c, and the reference op)\n"
+          "  against the seed's composed version (pad, three slices, concat; and their backward)\n"
+          "  and a parallel memcpy of the same bytes; one JSON line. --ratio: 0.125 or 1/8\n");
 }
 
 /* Options into *o (the shape as typed into *shape_s, for the JSON line).
@@ -27,9 +28,11 @@ static int parse_args(int argc, char **argv, sp_bench_tshift_options *o, const c
   for (int i = 2; i < argc; i++) {
     int r;
     const char *rs = NULL;
-    if ((r = sp_arg_str(argc, argv, &i, "--shape", shape_s)) || (r = sp_arg_int(argc, argv, &i, "--segments", 1, 4096, &o->segments)) ||
+    if ((r = sp_arg_str(argc, argv, &i, "--shape", shape_s)) ||
+        (r = sp_arg_int(argc, argv, &i, "--segments", 1, 4096, &o->segments)) ||
         (r = sp_arg_int(argc, argv, &i, "--runs", 1, 100000, &o->runs)) ||
-        (r = sp_arg_int(argc, argv, &i, "--threads", 1, 1024, &o->threads)) || (r = sp_arg_str(argc, argv, &i, "--ratio", &rs))) {
+        (r = sp_arg_int(argc, argv, &i, "--threads", 1, 1024, &o->threads)) ||
+        (r = sp_arg_str(argc, argv, &i, "--ratio", &rs))) {
       if (r < 0) return ARGS_BAD;
       if (rs) {
         /* "1/8" or "0.125" */
@@ -52,7 +55,8 @@ static int parse_args(int argc, char **argv, sp_bench_tshift_options *o, const c
   for (int k = 0; k < 4; k++) o->shape[k] = d[k];
   /* Two shifted groups of ratio * C channels each must fit in C. */
   if (!(o->ratio >= 0 && o->ratio <= 0.5f)) {
-    fprintf(stderr, "spry bench op: --ratio must be in [0, 0.5] (each of the two shifted groups is ratio * C channels)\n");
+    fprintf(stderr,
+            "spry bench op: --ratio must be in [0, 0.5] (each of the two shifted groups is ratio * C channels)\n");
     return ARGS_BAD;
   }
   double need, have;

@@ -35,34 +35,35 @@
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define SPRY_PEAK_X86 1
-#define CLOBBER16 "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", \
-                  "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15"
+#define CLOBBER16                                                                                                     \
+  "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", \
+      "xmm14", "xmm15"
 /* One instruction into each of 16 accumulators, sources zmm30/zmm31 (ymm14/15
  * for AVX2, which has only 16 registers: 14 chains there). */
-#define Z16(ins)                                                                                     \
-  ins " %%zmm30,%%zmm31,%%zmm0\n\t" ins " %%zmm30,%%zmm31,%%zmm1\n\t" ins " %%zmm30,%%zmm31,%%zmm2\n\t"  \
-  ins " %%zmm30,%%zmm31,%%zmm3\n\t" ins " %%zmm30,%%zmm31,%%zmm4\n\t" ins " %%zmm30,%%zmm31,%%zmm5\n\t"  \
-  ins " %%zmm30,%%zmm31,%%zmm6\n\t" ins " %%zmm30,%%zmm31,%%zmm7\n\t" ins " %%zmm30,%%zmm31,%%zmm8\n\t"  \
-  ins " %%zmm30,%%zmm31,%%zmm9\n\t" ins " %%zmm30,%%zmm31,%%zmm10\n\t" ins " %%zmm30,%%zmm31,%%zmm11\n\t" \
-  ins " %%zmm30,%%zmm31,%%zmm12\n\t" ins " %%zmm30,%%zmm31,%%zmm13\n\t" ins " %%zmm30,%%zmm31,%%zmm14\n\t" \
-  ins " %%zmm30,%%zmm31,%%zmm15\n\t"
-#define Y14(ins)                                                                                    \
-  ins " %%ymm14,%%ymm15,%%ymm0\n\t" ins " %%ymm14,%%ymm15,%%ymm1\n\t" ins " %%ymm14,%%ymm15,%%ymm2\n\t"  \
-  ins " %%ymm14,%%ymm15,%%ymm3\n\t" ins " %%ymm14,%%ymm15,%%ymm4\n\t" ins " %%ymm14,%%ymm15,%%ymm5\n\t"  \
-  ins " %%ymm14,%%ymm15,%%ymm6\n\t" ins " %%ymm14,%%ymm15,%%ymm7\n\t" ins " %%ymm14,%%ymm15,%%ymm8\n\t"  \
-  ins " %%ymm14,%%ymm15,%%ymm9\n\t" ins " %%ymm14,%%ymm15,%%ymm10\n\t" ins " %%ymm14,%%ymm15,%%ymm11\n\t" \
-  ins " %%ymm14,%%ymm15,%%ymm12\n\t" ins " %%ymm14,%%ymm15,%%ymm13\n\t"
+#define Z16(ins)                                                                                               \
+  ins " %%zmm30,%%zmm31,%%zmm0\n\t" ins " %%zmm30,%%zmm31,%%zmm1\n\t" ins " %%zmm30,%%zmm31,%%zmm2\n\t" ins    \
+      " %%zmm30,%%zmm31,%%zmm3\n\t" ins " %%zmm30,%%zmm31,%%zmm4\n\t" ins " %%zmm30,%%zmm31,%%zmm5\n\t" ins    \
+      " %%zmm30,%%zmm31,%%zmm6\n\t" ins " %%zmm30,%%zmm31,%%zmm7\n\t" ins " %%zmm30,%%zmm31,%%zmm8\n\t" ins    \
+      " %%zmm30,%%zmm31,%%zmm9\n\t" ins " %%zmm30,%%zmm31,%%zmm10\n\t" ins " %%zmm30,%%zmm31,%%zmm11\n\t" ins  \
+      " %%zmm30,%%zmm31,%%zmm12\n\t" ins " %%zmm30,%%zmm31,%%zmm13\n\t" ins " %%zmm30,%%zmm31,%%zmm14\n\t" ins \
+      " %%zmm30,%%zmm31,%%zmm15\n\t"
+#define Y14(ins)                                                                                              \
+  ins " %%ymm14,%%ymm15,%%ymm0\n\t" ins " %%ymm14,%%ymm15,%%ymm1\n\t" ins " %%ymm14,%%ymm15,%%ymm2\n\t" ins   \
+      " %%ymm14,%%ymm15,%%ymm3\n\t" ins " %%ymm14,%%ymm15,%%ymm4\n\t" ins " %%ymm14,%%ymm15,%%ymm5\n\t" ins   \
+      " %%ymm14,%%ymm15,%%ymm6\n\t" ins " %%ymm14,%%ymm15,%%ymm7\n\t" ins " %%ymm14,%%ymm15,%%ymm8\n\t" ins   \
+      " %%ymm14,%%ymm15,%%ymm9\n\t" ins " %%ymm14,%%ymm15,%%ymm10\n\t" ins " %%ymm14,%%ymm15,%%ymm11\n\t" ins \
+      " %%ymm14,%%ymm15,%%ymm12\n\t" ins " %%ymm14,%%ymm15,%%ymm13\n\t"
 
 /* Each kernel is one asm block: sources and accumulators zeroed inside it
  * (every lane stays 0: no denormal or inf assists), the counted loop, and
  * vzeroupper on the way out, so no compiler-generated code runs between. */
-#define ZERO16(z)                                                                                    \
-  z " %%zmm0,%%zmm0,%%zmm0\n\t" z " %%zmm1,%%zmm1,%%zmm1\n\t" z " %%zmm2,%%zmm2,%%zmm2\n\t"            \
-  z " %%zmm3,%%zmm3,%%zmm3\n\t" z " %%zmm4,%%zmm4,%%zmm4\n\t" z " %%zmm5,%%zmm5,%%zmm5\n\t"            \
-  z " %%zmm6,%%zmm6,%%zmm6\n\t" z " %%zmm7,%%zmm7,%%zmm7\n\t" z " %%zmm8,%%zmm8,%%zmm8\n\t"            \
-  z " %%zmm9,%%zmm9,%%zmm9\n\t" z " %%zmm10,%%zmm10,%%zmm10\n\t" z " %%zmm11,%%zmm11,%%zmm11\n\t"      \
-  z " %%zmm12,%%zmm12,%%zmm12\n\t" z " %%zmm13,%%zmm13,%%zmm13\n\t" z " %%zmm14,%%zmm14,%%zmm14\n\t"   \
-  z " %%zmm15,%%zmm15,%%zmm15\n\t" z " %%zmm30,%%zmm30,%%zmm30\n\t" z " %%zmm31,%%zmm31,%%zmm31\n\t"
+#define ZERO16(z)                                                                                      \
+  z " %%zmm0,%%zmm0,%%zmm0\n\t" z " %%zmm1,%%zmm1,%%zmm1\n\t" z " %%zmm2,%%zmm2,%%zmm2\n\t" z          \
+    " %%zmm3,%%zmm3,%%zmm3\n\t" z " %%zmm4,%%zmm4,%%zmm4\n\t" z " %%zmm5,%%zmm5,%%zmm5\n\t" z          \
+    " %%zmm6,%%zmm6,%%zmm6\n\t" z " %%zmm7,%%zmm7,%%zmm7\n\t" z " %%zmm8,%%zmm8,%%zmm8\n\t" z          \
+    " %%zmm9,%%zmm9,%%zmm9\n\t" z " %%zmm10,%%zmm10,%%zmm10\n\t" z " %%zmm11,%%zmm11,%%zmm11\n\t" z    \
+    " %%zmm12,%%zmm12,%%zmm12\n\t" z " %%zmm13,%%zmm13,%%zmm13\n\t" z " %%zmm14,%%zmm14,%%zmm14\n\t" z \
+    " %%zmm15,%%zmm15,%%zmm15\n\t" z " %%zmm30,%%zmm30,%%zmm30\n\t" z " %%zmm31,%%zmm31,%%zmm31\n\t"
 __attribute__((target("avx512f"))) static void fma512(long iters) {
   __asm__ volatile(ZERO16("vpxord") "1:\n\t" Z16("vfmadd231ps") "dec %0\n\tjnz 1b\n\tvzeroupper"
                    : "+r"(iters)::CLOBBER16, "xmm30", "xmm31", "cc");
@@ -72,15 +73,16 @@ __attribute__((target("avx512f"))) static void dpbf16_512(long iters) {
                    : "+r"(iters)::CLOBBER16, "xmm30", "xmm31", "cc");
 }
 __attribute__((target("avx2,fma"))) static void fma256(long iters) {
-  __asm__ volatile("vxorps %%ymm14,%%ymm14,%%ymm14\n\tvxorps %%ymm15,%%ymm15,%%ymm15\n\t"
-                   "vxorps %%ymm0,%%ymm0,%%ymm0\n\tvxorps %%ymm1,%%ymm1,%%ymm1\n\tvxorps %%ymm2,%%ymm2,%%ymm2\n\t"
-                   "vxorps %%ymm3,%%ymm3,%%ymm3\n\tvxorps %%ymm4,%%ymm4,%%ymm4\n\tvxorps %%ymm5,%%ymm5,%%ymm5\n\t"
-                   "vxorps %%ymm6,%%ymm6,%%ymm6\n\tvxorps %%ymm7,%%ymm7,%%ymm7\n\tvxorps %%ymm8,%%ymm8,%%ymm8\n\t"
-                   "vxorps %%ymm9,%%ymm9,%%ymm9\n\tvxorps %%ymm10,%%ymm10,%%ymm10\n\tvxorps %%ymm11,%%ymm11,%%ymm11\n\t"
-                   "vxorps %%ymm12,%%ymm12,%%ymm12\n\tvxorps %%ymm13,%%ymm13,%%ymm13\n\t"
-                   "1:\n\t" Y14("vfmadd231ps") "dec %0\n\tjnz 1b\n\tvzeroupper"
-                   : "+r"(iters)::"xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9",
-                     "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "cc");
+  __asm__ volatile(
+      "vxorps %%ymm14,%%ymm14,%%ymm14\n\tvxorps %%ymm15,%%ymm15,%%ymm15\n\t"
+      "vxorps %%ymm0,%%ymm0,%%ymm0\n\tvxorps %%ymm1,%%ymm1,%%ymm1\n\tvxorps %%ymm2,%%ymm2,%%ymm2\n\t"
+      "vxorps %%ymm3,%%ymm3,%%ymm3\n\tvxorps %%ymm4,%%ymm4,%%ymm4\n\tvxorps %%ymm5,%%ymm5,%%ymm5\n\t"
+      "vxorps %%ymm6,%%ymm6,%%ymm6\n\tvxorps %%ymm7,%%ymm7,%%ymm7\n\tvxorps %%ymm8,%%ymm8,%%ymm8\n\t"
+      "vxorps %%ymm9,%%ymm9,%%ymm9\n\tvxorps %%ymm10,%%ymm10,%%ymm10\n\tvxorps %%ymm11,%%ymm11,%%ymm11\n\t"
+      "vxorps %%ymm12,%%ymm12,%%ymm12\n\tvxorps %%ymm13,%%ymm13,%%ymm13\n\t"
+      "1:\n\t" Y14("vfmadd231ps") "dec %0\n\tjnz 1b\n\tvzeroupper"
+      : "+r"(iters)::"xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11",
+        "xmm12", "xmm13", "xmm14", "xmm15", "cc");
 }
 
 /* AMX: CPUID.(7,0).EDX bit 24 (AMX-TILE) and bit 22 (AMX-BF16), then the
@@ -173,9 +175,10 @@ static double copy_gbs(int threads, int runs, int mb) {
 }
 
 static void usage(FILE *f) {
-  fprintf(f, "usage: spry bench peak [--threads T] [--runs N] [--copy-mb MB]\n"
-             "  this machine's limits now, one JSON line: fp32 FMA and bf16 dot GFLOP/s over T threads,\n"
-             "  the AMX bf16 tile peak where the CPU has AMX (null otherwise), and copy GB/s over MB\n");
+  fprintf(f,
+          "usage: spry bench peak [--threads T] [--runs N] [--copy-mb MB]\n"
+          "  this machine's limits now, one JSON line: fp32 FMA and bf16 dot GFLOP/s over T threads,\n"
+          "  the AMX bf16 tile peak where the CPU has AMX (null otherwise), and copy GB/s over MB\n");
 }
 
 int sp_cli_bench_peak(int argc, char **argv) {

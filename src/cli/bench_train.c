@@ -19,9 +19,9 @@ typedef struct {
   const char *model, *backend_name, *dtype;
   sp_backend backend;
   int batch, threads, steps, warmup, height, width, keypoints, channels, infer, profile;
-  int segments; /* video models: frames per clip (the batch counts clips) */
-  int sync_bn;      /* under mpirun: synchronised batch norm */
-  double bucket_mb; /* under mpirun: gradient bucket size */
+  int segments;         /* video models: frames per clip (the batch counts clips) */
+  int sync_bn;          /* under mpirun: synchronised batch norm */
+  double bucket_mb;     /* under mpirun: gradient bucket size */
   const char *compress; /* under mpirun: none | bf16 gradients on the wire */
   int sync_only;        /* under mpirun: meet once per step, exchange no gradients */
 } bench_opts;
@@ -47,8 +47,16 @@ static void usage(FILE *f) {
 }
 
 static int parse(int argc, char **argv, bench_opts *o) {
-  *o = (bench_opts){"vgg-face", sp_backend_default_name(), "f32", SP_BACKEND_REF, 64, omp_get_max_threads(), 10, 1, 224,
-                    224, 68, -1, 0, 0, 8, 0, 4.0, "none", 0};
+  *o = (bench_opts){"vgg-face", sp_backend_default_name(),
+                    "f32",      SP_BACKEND_REF,
+                    64,         omp_get_max_threads(),
+                    10,         1,
+                    224,        224,
+                    68,         -1,
+                    0,          0,
+                    8,          0,
+                    4.0,        "none",
+                    0};
   for (int i = 1; i < argc; i++) {
     const char *size = NULL;
     int r = 0;
@@ -68,7 +76,8 @@ static int parse(int argc, char **argv, bench_opts *o) {
         (r = sp_arg_int(argc, argv, &i, "--channels", 1, 4, &o->channels)) ||
         (r = sp_arg_int(argc, argv, &i, "--segments", 1, 1024, &o->segments)) ||
         (r = sp_arg_flag(argv, i, "--infer", &o->infer)) || (r = sp_arg_flag(argv, i, "--profile", &o->profile)) ||
-        (r = sp_arg_flag(argv, i, "--sync-bn", &o->sync_bn)) || (r = sp_arg_flag(argv, i, "--sync-only", &o->sync_only))) {
+        (r = sp_arg_flag(argv, i, "--sync-bn", &o->sync_bn)) ||
+        (r = sp_arg_flag(argv, i, "--sync-only", &o->sync_only))) {
       if (r < 0) return -1;
       continue;
     }
@@ -251,9 +260,14 @@ static void fill_target(const bench_opts *o, sp_tensor *t) {
 static sp_graph *build(const bench_opts *o, sp_value *out) {
   sp_graph *g = sp_graph_new(1);
   sp_value x = sp_graph_input(g, "image", SP_F32, o->channels);
-  sp_value t = is_classifier(o) ? sp_graph_input(g, "target", SP_I32, -1) : sp_graph_input(g, "target", SP_F32, o->keypoints);
-  sp_model_spec spec = {.name = o->model, .channels = o->channels, .height = o->height, .width = o->width,
-                        .keypoints = o->keypoints, .segments = o->segments};
+  sp_value t =
+      is_classifier(o) ? sp_graph_input(g, "target", SP_I32, -1) : sp_graph_input(g, "target", SP_F32, o->keypoints);
+  sp_model_spec spec = {.name = o->model,
+                        .channels = o->channels,
+                        .height = o->height,
+                        .width = o->width,
+                        .keypoints = o->keypoints,
+                        .segments = o->segments};
   *out = sp_model_build(g, &spec, x);
   sp_graph_output(g, *out, "out");
   sp_graph_loss(g, is_classifier(o) ? sp_cross_entropy(g, *out, t) : sp_l1_loss(g, *out, t), 1.0f);
@@ -296,7 +310,8 @@ static int run_train(const bench_opts *o) {
   fill_random(sp_plan_input(p, "image"), 1 + (uint64_t)rank); /* each rank its own images */
   fill_target(o, sp_plan_input(p, "target"));
   sp_dist_bcast_params(g);
-  sp_grad_reducer *red = world > 1 && !o->sync_only ? sp_grad_reducer_new(g, p, (size_t)(o->bucket_mb * (1 << 20))) : NULL;
+  sp_grad_reducer *red =
+      world > 1 && !o->sync_only ? sp_grad_reducer_new(g, p, (size_t)(o->bucket_mb * (1 << 20))) : NULL;
   if (red) sp_grad_reducer_set_bf16(red, !strcmp(o->compress, "bf16"));
   int n;
   sp_opt_param *params = sp_train_opt_params(g, &n);
@@ -320,7 +335,8 @@ static int run_train(const bench_opts *o) {
     sp_plan_backward(p);
     double r2 = reorder_seconds(), t2 = sp_now();
     if (red) { /* the step time includes the exchange */
-      if (sp_dist_step(red, opt, slot_of, params, 1e-4f, NULL) != 0) sp_dist_abort("optimizer step: %s", sp_last_error());
+      if (sp_dist_step(red, opt, slot_of, params, 1e-4f, NULL) != 0)
+        sp_dist_abort("optimizer step: %s", sp_last_error());
     } else {
       double meet = 1; /* --sync-only: the step's one meeting, no gradients (parameters drift apart) */
       if (world > 1 && sp_dist_sum_f64(&meet, 1, "bench step") != 0) sp_dist_abort("%s", sp_last_error());
@@ -395,7 +411,8 @@ int sp_cli_bench_train(int argc, char **argv) {
     return 2;
   }
   if (world == 1 && (o.sync_only || o.sync_bn || strcmp(o.compress, "none") || o.bucket_mb != 4.0))
-    fprintf(stderr, "spry bench train: note: --sync-only, --sync-bn, --compress and --bucket-mb apply under mpirun; "
-                    "this is one process\n");
+    fprintf(stderr,
+            "spry bench train: note: --sync-only, --sync-bn, --compress and --bucket-mb apply under mpirun; "
+            "this is one process\n");
   return o.infer ? run_infer(&o) : run_train(&o);
 }

@@ -39,9 +39,18 @@ static int parse_args(int argc, char **argv, sp_bench_video_options *o, const ch
       files[o->n_files++] = a;
       continue;
     }
-    if (!strcmp(a, "--no-index-cache")) { o->no_index_cache = 1; continue; }
-    if (!strcmp(a, "--no-check")) { o->check = 0; continue; }
-    if (!strcmp(a, "--no-skip")) { o->no_skip = 1; continue; }
+    if (!strcmp(a, "--no-index-cache")) {
+      o->no_index_cache = 1;
+      continue;
+    }
+    if (!strcmp(a, "--no-check")) {
+      o->check = 0;
+      continue;
+    }
+    if (!strcmp(a, "--no-skip")) {
+      o->no_skip = 1;
+      continue;
+    }
     if (!v) {
       fprintf(stderr, "spry bench video: %s needs a value\n", a);
       return ARGS_BAD;
@@ -81,15 +90,16 @@ static int parse_args(int argc, char **argv, sp_bench_video_options *o, const ch
 }
 
 static void print_result(const sp_bench_video_options *o, const sp_bench_video_result *res) {
-  printf("{\"bench\": \"video\", \"impl\": \"spry\", \"sampler\": \"%s\", \"segments\": %d, \"frames\": %d, "
-         "\"stride\": %d, \"size\": %d, \"files\": %d, \"runs\": %d, \"workers\": %d, \"threads\": %d, "
-         "\"index_cache\": %s, \"skip_unreferenced\": %s, \"clips_per_s\": %.3f, "
-         "\"frames_decoded_per_clip\": %.1f, \"packets_per_clip\": %.1f, \"frames_per_s\": %.2f, "
-         "\"cpu_ms_per_clip\": %.2f, \"accuracy_checked\": %d, \"accuracy_mismatches\": %d}\n",
-         o->tsn ? "tsn" : "dense", o->tsn ? o->segments : 0, o->tsn ? 0 : o->frames, o->tsn ? 0 : o->stride, o->size,
-         o->n_files, o->runs, o->workers, o->threads, o->no_index_cache ? "false" : "true",
-         o->no_skip ? "false" : "true", res->clips_per_s, res->frames_decoded_per_clip, res->packets_per_clip,
-         res->frames_per_s, res->cpu_ms_per_clip, res->accuracy_checked, res->accuracy_mismatches);
+  printf(
+      "{\"bench\": \"video\", \"impl\": \"spry\", \"sampler\": \"%s\", \"segments\": %d, \"frames\": %d, "
+      "\"stride\": %d, \"size\": %d, \"files\": %d, \"runs\": %d, \"workers\": %d, \"threads\": %d, "
+      "\"index_cache\": %s, \"skip_unreferenced\": %s, \"clips_per_s\": %.3f, "
+      "\"frames_decoded_per_clip\": %.1f, \"packets_per_clip\": %.1f, \"frames_per_s\": %.2f, "
+      "\"cpu_ms_per_clip\": %.2f, \"accuracy_checked\": %d, \"accuracy_mismatches\": %d}\n",
+      o->tsn ? "tsn" : "dense", o->tsn ? o->segments : 0, o->tsn ? 0 : o->frames, o->tsn ? 0 : o->stride, o->size,
+      o->n_files, o->runs, o->workers, o->threads, o->no_index_cache ? "false" : "true", o->no_skip ? "false" : "true",
+      res->clips_per_s, res->frames_decoded_per_clip, res->packets_per_clip, res->frames_per_s, res->cpu_ms_per_clip,
+      res->accuracy_checked, res->accuracy_mismatches);
 }
 
 int sp_cli_bench_video(int argc, char **argv) {

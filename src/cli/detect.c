@@ -41,7 +41,8 @@ int sp_cli_detect(int argc, char **argv) {
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return free(images), usage(stdout), 0;
     if ((r = sp_arg_int(argc, argv, &i, "--max-upsample", 0, 4, &max_up))) {
       if (r < 0) return free(images), 2;
-    } else if (argv[i][0] != '-') images[n_images++] = argv[i];
+    } else if (argv[i][0] != '-')
+      images[n_images++] = argv[i];
     else {
       fprintf(stderr, "spry detect: unexpected argument '%s'\n", argv[i]);
       return free(images), usage(stderr), 2;

@@ -17,27 +17,30 @@
 #include "spry/train.h"
 
 static void usage(FILE *f) {
-  fprintf(f,
-          "usage: spry eval --weights W.safetensors [--data DIR] [--format F] [--boxes FILE.csv] [--set key=value ...]\n"
-          "                 [--per-face FILE.csv] [--out DIR] [--backend B] [CONFIG]\n"
-          "  Scores a keypoint checkpoint on its run's validation split (config stored in the checkpoint,\n"
-          "  or CONFIG), or on every image of DIR (--data; format auto|csv|coco|dlib|imm|asf|pts).\n"
-          "  Faces are cut around the run's box source (data.box), never the true points unless asked:\n"
-          "  --boxes FILE.csv  boxes from a file (image,x,y,w,h): data.box=file\n"
-          "  --set data.box=detect|image|file|auto|points  (points: the figure is optimistic)\n"
-          "  --per-face FILE.csv  one row per face: image, box source and box, mean error (px), NME\n"
-          "  --out DIR  where ced.png goes (default: ced_eval.png, or ced_<DIR name>.png with --data, in the\n"
-          "             checkpoint's folder; the run report's ced.png is left alone)\n"
-          "  The last output line is JSON: mean_px, nme_io, nme_ip, fr_008, fr_010, auc_010 (fractions),\n"
-          "  val_loss, count, box (where the boxes came from: image, detector, file, annotation, points;\n"
-          "  boxes: the counts when mixed).\n"
-          "  Video checkpoints (task: video): spry eval --task video --help.\n");
+  fprintf(
+      f,
+      "usage: spry eval --weights W.safetensors [--data DIR] [--format F] [--boxes FILE.csv] [--set key=value ...]\n"
+      "                 [--per-face FILE.csv] [--out DIR] [--backend B] [CONFIG]\n"
+      "  Scores a keypoint checkpoint on its run's validation split (config stored in the checkpoint,\n"
+      "  or CONFIG), or on every image of DIR (--data; format auto|csv|coco|dlib|imm|asf|pts).\n"
+      "  Faces are cut around the run's box source (data.box), never the true points unless asked:\n"
+      "  --boxes FILE.csv  boxes from a file (image,x,y,w,h): data.box=file\n"
+      "  --set data.box=detect|image|file|auto|points  (points: the figure is optimistic)\n"
+      "  --per-face FILE.csv  one row per face: image, box source and box, mean error (px), NME\n"
+      "  --out DIR  where ced.png goes (default: ced_eval.png, or ced_<DIR name>.png with --data, in the\n"
+      "             checkpoint's folder; the run report's ced.png is left alone)\n"
+      "  The last output line is JSON: mean_px, nme_io, nme_ip, fr_008, fr_010, auc_010 (fractions),\n"
+      "  val_loss, count, box (where the boxes came from: image, detector, file, annotation, points;\n"
+      "  boxes: the counts when mixed).\n"
+      "  Video checkpoints (task: video): spry eval --task video --help.\n");
 }
 
 static void put(sp_json_buf *b, const char *key, double v) {
   sp_json_key(b, key);
-  if (isfinite(v)) sp_json_f64(b, v);
-  else sp_json_null(b);
+  if (isfinite(v))
+    sp_json_f64(b, v);
+  else
+    sp_json_null(b);
 }
 
 static void print_result(const sp_kp_eval_result *r) {
@@ -121,10 +124,13 @@ int sp_cli_eval(int argc, char **argv) {
   int rc = 2;
   for (int i = 1; i < argc; i++) {
     int r;
-    if ((r = sp_arg_str(argc, argv, &i, "--weights", &weights)) || (r = sp_arg_str(argc, argv, &i, "--data", &o.data)) ||
+    if ((r = sp_arg_str(argc, argv, &i, "--weights", &weights)) ||
+        (r = sp_arg_str(argc, argv, &i, "--data", &o.data)) ||
         (r = sp_arg_str(argc, argv, &i, "--format", &o.format)) || (r = sp_arg_str(argc, argv, &i, "--out", &out)) ||
-        (r = sp_arg_str(argc, argv, &i, "--backend", &o.backend)) || (r = sp_arg_str(argc, argv, &i, "--boxes", &o.boxes)) ||
-        (r = sp_arg_str(argc, argv, &i, "--per-face", &o.per_face_csv)) || (r = sp_arg_str(argc, argv, &i, "--set", &set))) {
+        (r = sp_arg_str(argc, argv, &i, "--backend", &o.backend)) ||
+        (r = sp_arg_str(argc, argv, &i, "--boxes", &o.boxes)) ||
+        (r = sp_arg_str(argc, argv, &i, "--per-face", &o.per_face_csv)) ||
+        (r = sp_arg_str(argc, argv, &i, "--set", &set))) {
       if (r < 0) goto done;
       if (set && !strchr(set, '=')) {
         fprintf(stderr, "spry eval: --set wants key=value, got '%s'\n", set);

@@ -14,8 +14,10 @@
 
 static void put(sp_json_buf *b, const char *k, double v) {
   sp_json_key(b, k);
-  if (isfinite(v)) sp_json_f64(b, v);
-  else sp_json_null(b);
+  if (isfinite(v))
+    sp_json_f64(b, v);
+  else
+    sp_json_null(b);
 }
 
 static char *stored_config(const char *weights) {
@@ -31,9 +33,12 @@ int sp_cli_eval_is_video(int argc, char **argv) {
   const char *weights = NULL, *config = NULL;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--task") && i + 1 < argc) return !strcmp(argv[i + 1], "video");
-    if (!strcmp(argv[i], "--weights") && i + 1 < argc) weights = argv[++i];
-    else if (argv[i][0] == '-' && i + 1 < argc) i++;
-    else if (argv[i][0] != '-' && !config) config = argv[i];
+    if (!strcmp(argv[i], "--weights") && i + 1 < argc)
+      weights = argv[++i];
+    else if (argv[i][0] == '-' && i + 1 < argc)
+      i++;
+    else if (argv[i][0] != '-' && !config)
+      config = argv[i];
   }
   if (config) return sp_config_file_is_video(config);
   if (!weights) return 0;
@@ -44,12 +49,13 @@ int sp_cli_eval_is_video(int argc, char **argv) {
 }
 
 static void usage(FILE *f) {
-  fprintf(f, "usage: spry eval --task video --weights W.safetensors [--data LIST] [--backend B] [--set key=value ...]\n"
-             "       [CONFIG]\n"
-             "  top-1/top-5 over the videos of LIST (default: the run's data.val_list), the softmax of\n"
-             "  each video's test clips averaged; the last output line is JSON: top1, top5, val_loss,\n"
-             "  videos, unreadable_clips. --task video is implied by a video checkpoint or CONFIG.\n"
-             "  --set changes CONFIG (or the stored config) as `spry train --set` does.\n");
+  fprintf(f,
+          "usage: spry eval --task video --weights W.safetensors [--data LIST] [--backend B] [--set key=value ...]\n"
+          "       [CONFIG]\n"
+          "  top-1/top-5 over the videos of LIST (default: the run's data.val_list), the softmax of\n"
+          "  each video's test clips averaged; the last output line is JSON: top1, top5, val_loss,\n"
+          "  videos, unreadable_clips. --task video is implied by a video checkpoint or CONFIG.\n"
+          "  --set changes CONFIG (or the stored config) as `spry train --set` does.\n");
 }
 
 int sp_cli_eval_video(int argc, char **argv) {

@@ -13,7 +13,8 @@ typedef struct {
 
 static const command commands[] = {
     {"train", sp_cli_train, "train a keypoint or (task: video) video model from a YAML config"},
-    {"eval", sp_cli_eval, "accuracy of a checkpoint: mean px, NME, FR, AUC, CED plot; video: top-1/top-5 (JSON last line)"},
+    {"eval", sp_cli_eval,
+     "accuracy of a checkpoint: mean px, NME, FR, AUC, CED plot; video: top-1/top-5 (JSON last line)"},
     {"predict", sp_cli_predict, "faces and keypoints of new photos as JSON (original pixels), optional overlay PNG"},
     {"detect", sp_cli_detect, "face boxes of photos as JSON (the face detector predict uses)"},
     {"morph", sp_cli_morph, "face morph A -> B from predicted (or given) keypoints: frames, points.png, morph.gif"},
@@ -24,7 +25,8 @@ static const command commands[] = {
 };
 
 static void usage(FILE *f) {
-  fprintf(f, "spry %s: fast facial-keypoint and video CNN training in C\n\nusage: spry COMMAND [args]\n\n", SPRY_VERSION);
+  fprintf(f, "spry %s: fast facial-keypoint and video CNN training in C\n\nusage: spry COMMAND [args]\n\n",
+          SPRY_VERSION);
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
     fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].help);
   fprintf(f, "\nRun `spry COMMAND --help` (or `spry help COMMAND`) for a command's options.\n");

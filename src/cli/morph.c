@@ -89,7 +89,8 @@ static int parse(int argc, char **argv, options *o) {
       }
       i++;
       o->has_box[which] = 1;
-    } else if (argv[i][0] != '-' && n_img < 2) o->img[n_img++] = argv[i];
+    } else if (argv[i][0] != '-' && n_img < 2)
+      o->img[n_img++] = argv[i];
     else {
       fprintf(stderr, "spry morph: unexpected argument '%s'\n", argv[i]);
       return usage(stderr), 2;
@@ -118,8 +119,8 @@ static int write_outputs(const options *o, const sp_morph *m, const sp_image *a,
   snprintf(path, sizeof path, "%s/points.png", o->out);
   if (sp_morph_points_png(path, a->px, b->px, w, h, c, pa, pb, n, k, tris, n_tris)) return -1;
   /* GIF frames are kept (at GIF size) while the PNGs are written. */
-  const double gs = o->gif_size > 0 && (w > o->gif_size || h > o->gif_size)
-                        ? (double)o->gif_size / (w > h ? w : h) : 1.0;
+  const double gs =
+      o->gif_size > 0 && (w > o->gif_size || h > o->gif_size) ? (double)o->gif_size / (w > h ? w : h) : 1.0;
   const int gw = gs < 1 ? (int)(w * gs + 0.5) : w, gh = gs < 1 ? (int)(h * gs + 0.5) : h;
   char what[96];
   snprintf(what, sizeof what, "--frames %d of %dx%d", o->frames, gw, gh);
@@ -202,7 +203,9 @@ int sp_cli_morph(int argc, char **argv) {
   sp_json_key(&b, "triangles"), sp_json_int(&b, n_tris);
   sp_json_key(&b, "width"), sp_json_int(&b, im[0].w);
   sp_json_key(&b, "height"), sp_json_int(&b, im[0].h);
-  sp_json_key(&b, "points_from"), sp_json_str(&b, o.points[0] && o.points[1] ? "files" : o.points[0] || o.points[1] ? "mixed" : "model");
+  sp_json_key(&b, "points_from"), sp_json_str(&b, o.points[0] && o.points[1]   ? "files"
+                                                  : o.points[0] || o.points[1] ? "mixed"
+                                                                               : "model");
   sp_json_obj_end(&b);
   printf("%s\n", b.s);
   sp_json_buf_free(&b);

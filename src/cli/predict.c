@@ -14,18 +14,19 @@
 #include "spry/train.h"
 
 static void usage(FILE *f) {
-  fprintf(f,
-          "usage: spry predict --weights W.safetensors [--box x,y,w,h] [--overlay OUT.png|OUT.jpg] [--backend B] IMAGE...\n"
-          "  Prints one JSON object per image, in the image's pixels:\n"
-          "    {\"image\":..., \"faces\":[{\"box\":[x,y,w,h],\"points\":[[x,y],...]}, ...]}\n"
-          "  Faces are found as the model's training run found them: the whole photo for models trained\n"
-          "  with data.box: image (IMM-style), else every face the face detector finds (most confident\n"
-          "  first). A photo with no face gives \"faces\":[] and a note on stderr.\n"
-          "  --box: one face in this box (x, y, w, h; as a face detector gives it); the crop adds the\n"
-          "         run's margin.\n"
-          "  --overlay: the photo in colour with each face's box and points, in the format the name\n"
-          "         says: .png (PNG) or .jpg/.jpeg (JPEG), any case; other names are refused before\n"
-          "         anything is loaded. Several images: OUT_1.png, OUT_2.png, ...\n");
+  fprintf(
+      f,
+      "usage: spry predict --weights W.safetensors [--box x,y,w,h] [--overlay OUT.png|OUT.jpg] [--backend B] IMAGE...\n"
+      "  Prints one JSON object per image, in the image's pixels:\n"
+      "    {\"image\":..., \"faces\":[{\"box\":[x,y,w,h],\"points\":[[x,y],...]}, ...]}\n"
+      "  Faces are found as the model's training run found them: the whole photo for models trained\n"
+      "  with data.box: image (IMM-style), else every face the face detector finds (most confident\n"
+      "  first). A photo with no face gives \"faces\":[] and a note on stderr.\n"
+      "  --box: one face in this box (x, y, w, h; as a face detector gives it); the crop adds the\n"
+      "         run's margin.\n"
+      "  --overlay: the photo in colour with each face's box and points, in the format the name\n"
+      "         says: .png (PNG) or .jpg/.jpeg (JPEG), any case; other names are refused before\n"
+      "         anything is loaded. Several images: OUT_1.png, OUT_2.png, ...\n");
 }
 
 static void overlay_path(const char *base, int i, int n, char *out, size_t size) {
@@ -76,10 +77,13 @@ int sp_cli_predict(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     int r;
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return free(images), usage(stdout), 0;
-    if ((r = sp_arg_str(argc, argv, &i, "--weights", &weights)) || (r = sp_arg_str(argc, argv, &i, "--overlay", &overlay)) ||
-        (r = sp_arg_str(argc, argv, &i, "--backend", &backend)) || (r = sp_arg_str(argc, argv, &i, "--box", &box_arg))) {
+    if ((r = sp_arg_str(argc, argv, &i, "--weights", &weights)) ||
+        (r = sp_arg_str(argc, argv, &i, "--overlay", &overlay)) ||
+        (r = sp_arg_str(argc, argv, &i, "--backend", &backend)) ||
+        (r = sp_arg_str(argc, argv, &i, "--box", &box_arg))) {
       if (r < 0) return free(images), 2;
-    } else if (argv[i][0] != '-') images[n_images++] = argv[i];
+    } else if (argv[i][0] != '-')
+      images[n_images++] = argv[i];
     else {
       fprintf(stderr, "spry predict: unexpected argument '%s'\n", argv[i]);
       return free(images), usage(stderr), 2;
@@ -101,8 +105,10 @@ int sp_cli_predict(int argc, char **argv) {
     return free(images), 1;
   }
   if (!box_arg && !strcmp(sp_kp_predictor_trained_on(p), "points"))
-    fprintf(stderr, "spry predict: note: %s was trained on crops cut around the true points; on detector boxes it "
-                    "is less accurate than its training run said (train with data.box: detect or file)\n", weights);
+    fprintf(stderr,
+            "spry predict: note: %s was trained on crops cut around the true points; on detector boxes it "
+            "is less accurate than its training run said (train with data.box: detect or file)\n",
+            weights);
   int k = sp_kp_predictor_keypoints(p), failures = 0;
   for (int i = 0; i < n_images; i++) {
     sp_kp_face *faces;

@@ -63,8 +63,10 @@ static int prepare_frames(int argc, char **argv) {
       return 2;
     }
     /* Numbers are checked here, before anything is made on disk. */
-    if (!strcmp(a, "--list")) list = v;
-    else if (!strcmp(a, "--out")) out = v;
+    if (!strcmp(a, "--list"))
+      list = v;
+    else if (!strcmp(a, "--out"))
+      out = v;
     else if (!strcmp(a, "--size")) {
       if (int_option(a, v, 0, SP_VIDEO_MAX_SHORT_SIDE, " (short side in px, 0 = native)", &cfg.short_side)) return 2;
     } else if (!strcmp(a, "--quality")) {
@@ -108,9 +110,12 @@ static int prepare_list(int argc, char **argv) {
       fprintf(stderr, "spry prepare list: %s needs a value\n", a);
       return 2;
     }
-    if (!strcmp(a, "--out")) out = v;
-    else if (!strcmp(a, "--labels")) labels = v;
-    else if (!strcmp(a, "--split")) split = v;
+    if (!strcmp(a, "--out"))
+      out = v;
+    else if (!strcmp(a, "--labels"))
+      labels = v;
+    else if (!strcmp(a, "--split"))
+      split = v;
     else {
       fprintf(stderr, "spry prepare list: unknown option %s\n", a);
       usage_list(stderr);

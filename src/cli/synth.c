@@ -42,8 +42,8 @@ static int synth_faces(int argc, char **argv) {
         (r = sp_arg_str(argc, argv, &i, "--out", &out)) || (r = sp_arg_str(argc, argv, &i, "--seed", &seed_s)) ||
         (r = sp_arg_str(argc, argv, &i, "--size", &size_s)) ||
         (r = sp_arg_int(argc, argv, &i, "--per-identity", 1, 30, &opt.per_identity)) ||
-        (r = sp_arg_int(argc, argv, &i, "--threads", 0, 1024, &opt.threads)) || (r = sp_arg_flag(argv, i, "--plain", &plain)) ||
-        (r = sp_arg_flag(argv, i, "--quiet", &quiet))) {
+        (r = sp_arg_int(argc, argv, &i, "--threads", 0, 1024, &opt.threads)) ||
+        (r = sp_arg_flag(argv, i, "--plain", &plain)) || (r = sp_arg_flag(argv, i, "--quiet", &quiet))) {
       if (r < 0) return 2;
       continue;
     }
@@ -94,8 +94,10 @@ int sp_cli_synth(int argc, char **argv) {
     FILE *f = argc < 2 ? stderr : stdout;
     usage_faces(f);
     char *help[2] = {"actions", "--help"};
-    if (argc < 2) fprintf(f, "       spry synth actions --count N --out DIR ... (spry synth actions --help)\n");
-    else sp_cli_synth_actions(2, help); /* its full usage, on stdout */
+    if (argc < 2)
+      fprintf(f, "       spry synth actions --count N --out DIR ... (spry synth actions --help)\n");
+    else
+      sp_cli_synth_actions(2, help); /* its full usage, on stdout */
     return argc < 2 ? 2 : 0;
   }
   if (!strcmp(argv[1], "faces")) return synth_faces(argc - 1, argv + 1);

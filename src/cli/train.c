@@ -42,8 +42,10 @@ static int finish(int rc, const char *out, int n, const char *const *keys, const
   sp_json_key(&b, "out"), sp_json_str(&b, out);
   for (int i = 0; i < n; i++) {
     sp_json_key(&b, keys[i]);
-    if (isfinite(vals[i])) sp_json_f64(&b, vals[i]);
-    else sp_json_null(&b);
+    if (isfinite(vals[i]))
+      sp_json_f64(&b, vals[i]);
+    else
+      sp_json_null(&b);
   }
   sp_json_obj_end(&b);
   printf("%s\n", b.s);
@@ -54,12 +56,13 @@ static int finish(int rc, const char *out, int n, const char *const *keys, const
 static int train_keypoints(const char *config, int n_sets, char **sets, int flags) {
   sp_train_config cfg;
   char *text = NULL;
-  if (sp_train_config_load(config, n_sets, sets, &cfg, &text) != 0) return fprintf(stderr, "spry train: %s\n", sp_last_error()), 2;
+  if (sp_train_config_load(config, n_sets, sets, &cfg, &text) != 0)
+    return fprintf(stderr, "spry train: %s\n", sp_last_error()), 2;
   sp_train_summary s;
   int rc = sp_train_run(&cfg, text, flags, &s);
   free(text);
-  static const char *const keys[] = {"train_loss", "val_loss", "val_mean_px", "val_nme_io", "best_mean_px",
-                                     "mean_shape_px"};
+  static const char *const keys[] = {"train_loss", "val_loss",     "val_mean_px",
+                                     "val_nme_io", "best_mean_px", "mean_shape_px"};
   const double vals[] = {s.train_loss, s.val_loss, s.val.mean_px, s.val.nme_io, s.best_mean_px, s.mean_shape_px};
   return finish(rc, cfg.out, 6, keys, vals);
 }
@@ -67,7 +70,8 @@ static int train_keypoints(const char *config, int n_sets, char **sets, int flag
 static int train_video(const char *config, int n_sets, char **sets, int flags) {
   sp_video_config cfg;
   char *text = NULL;
-  if (sp_video_config_load(config, n_sets, sets, &cfg, &text) != 0) return fprintf(stderr, "spry train: %s\n", sp_last_error()), 2;
+  if (sp_video_config_load(config, n_sets, sets, &cfg, &text) != 0)
+    return fprintf(stderr, "spry train: %s\n", sp_last_error()), 2;
   sp_video_summary s;
   int rc = sp_video_train_run(&cfg, text, flags, &s);
   free(text);
@@ -84,7 +88,8 @@ int sp_cli_train(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     int r;
     if ((r = sp_arg_str(argc, argv, &i, "--set", &set)) || (r = sp_arg_str(argc, argv, &i, "--resume", &resume)) ||
-        (r = sp_arg_flag(argv, i, "--resume-changed", &changed)) || (r = sp_arg_flag(argv, i, "--overwrite", &overwrite))) {
+        (r = sp_arg_flag(argv, i, "--resume-changed", &changed)) ||
+        (r = sp_arg_flag(argv, i, "--overwrite", &overwrite))) {
       if (r < 0) goto done;
       if (set) sets[n_sets++] = (char *)set, set = NULL;
     } else if (argv[i][0] != '-' && !config) {

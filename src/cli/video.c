@@ -17,9 +17,12 @@ static void json_str(FILE *f, const char *s) {
   fputc('"', f);
   for (; *s; s++) {
     unsigned char c = (unsigned char)*s;
-    if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
-    else if (c < 0x20) fprintf(f, "\\u%04x", c);
-    else fputc(c, f);
+    if (c == '"' || c == '\\')
+      fprintf(f, "\\%c", c);
+    else if (c < 0x20)
+      fprintf(f, "\\u%04x", c);
+    else
+      fputc(c, f);
   }
   fputc('"', f);
 }
@@ -43,10 +46,11 @@ static int video_info(int argc, char **argv) {
   json_str(stdout, in.codec);
   printf(", \"container\": ");
   json_str(stdout, in.container);
-  printf(", \"width\": %d, \"height\": %d, \"frames\": %lld, \"header_frames\": %lld, \"fps\": %.6g, "
-         "\"duration\": %.6g, \"seekable\": %s, \"keyframes\": [",
-         in.width, in.height, (long long)in.frames, (long long)in.header_frames, in.fps, in.duration,
-         in.seekable ? "true" : "false");
+  printf(
+      ", \"width\": %d, \"height\": %d, \"frames\": %lld, \"header_frames\": %lld, \"fps\": %.6g, "
+      "\"duration\": %.6g, \"seekable\": %s, \"keyframes\": [",
+      in.width, in.height, (long long)in.frames, (long long)in.header_frames, in.fps, in.duration,
+      in.seekable ? "true" : "false");
   for (int64_t i = 0; i < in.n_keyframes; i++) printf("%s%lld", i ? ", " : "", (long long)in.keyframes[i]);
   printf("]}\n");
   sp_video_close(v);
@@ -97,8 +101,10 @@ static int parse_indices(const char *s, int64_t **out, int *n) {
       }
       (*out)[(*n)++] = a + k;
     }
-    if (*end == ',') end++;
-    else if (*end) goto bad;
+    if (*end == ',')
+      end++;
+    else if (*end)
+      goto bad;
     s = end;
   }
   if (*n > 0) return 0;
@@ -178,8 +184,10 @@ static int video_frames(int argc, char **argv) {
       fprintf(stderr, "spry video frames: %s needs a value\n", a);
       return 2;
     }
-    if (!strcmp(a, "--index")) index = v;
-    else if (!strcmp(a, "--out")) out = v;
+    if (!strcmp(a, "--index"))
+      index = v;
+    else if (!strcmp(a, "--out"))
+      out = v;
     else if (!strcmp(a, "--size")) {
       int64_t s;
       if (sp_parse_int64(v, 0, SP_VIDEO_MAX_SHORT_SIDE, &s) != 0) {

@@ -31,8 +31,10 @@ static inline __attribute__((always_inline)) float sp_ldf(const void *p, int64_t
 }
 
 static inline __attribute__((always_inline)) void sp_stf(void *p, int64_t i, float v, int bf16) {
-  if (bf16) ((uint16_t *)p)[i] = sp_bf16_round(v);
-  else ((float *)p)[i] = v;
+  if (bf16)
+    ((uint16_t *)p)[i] = sp_bf16_round(v);
+  else
+    ((float *)p)[i] = v;
 }
 
 /* In place: d[i] = bf16(d[i] + g[i]) (one rounding per addition). */

@@ -22,7 +22,8 @@ int sp_make_dirs(const char *path) {
     *s = 0;
     struct stat st;
     if (mkdir(p, 0777) != 0 && (errno != EEXIST || stat(p, &st) != 0 || !S_ISDIR(st.st_mode))) {
-      rc = sp_error_set("%s: cannot create folder (%s)", p, errno == EEXIST ? "a file of that name exists" : strerror(errno));
+      rc = sp_error_set("%s: cannot create folder (%s)", p,
+                        errno == EEXIST ? "a file of that name exists" : strerror(errno));
       break;
     }
     if (!(*s = c)) break;
@@ -91,8 +92,10 @@ int sp_write_file_atomic(const char *path, const void *data, size_t n) {
   while (rc == 0 && n > 0) {
     ssize_t w = write(fd, b, n);
     if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) rc = sp_error_set("%s: cannot write (%s)", path, w < 0 ? strerror(errno) : "no space written");
-    else b += w, n -= (size_t)w;
+    if (w <= 0)
+      rc = sp_error_set("%s: cannot write (%s)", path, w < 0 ? strerror(errno) : "no space written");
+    else
+      b += w, n -= (size_t)w;
   }
   if (close(fd) != 0 && rc == 0) rc = sp_error_set("%s: cannot write (%s)", path, strerror(errno));
   if (rc == 0 && rename(tmp, path) != 0) rc = sp_error_set("%s: cannot rename into place (%s)", path, strerror(errno));

@@ -27,6 +27,6 @@ double sp_mem_limit(void) {
 int sp_mem_check(double bytes, const char *what) {
   double limit = sp_mem_limit();
   if (bytes >= 0 && bytes <= limit) return 0;
-  return sp_error_set("%s needs %.2f GB of memory, more than the %.2f GB this machine allows (80%% of its RAM%s)",
-                      what, bytes / 1e9, limit / 1e9, getenv("SPRY_MAX_MEMORY_MB") ? ", or SPRY_MAX_MEMORY_MB" : "");
+  return sp_error_set("%s needs %.2f GB of memory, more than the %.2f GB this machine allows (80%% of its RAM%s)", what,
+                      bytes / 1e9, limit / 1e9, getenv("SPRY_MAX_MEMORY_MB") ? ", or SPRY_MAX_MEMORY_MB" : "");
 }

@@ -46,9 +46,7 @@ sp_shape sp_shape_make(int ndim, const int64_t *dims) {
 sp_shape sp_shape1(int64_t a) { return sp_shape_make(1, (int64_t[]){a}); }
 sp_shape sp_shape2(int64_t a, int64_t b) { return sp_shape_make(2, (int64_t[]){a, b}); }
 sp_shape sp_shape3(int64_t a, int64_t b, int64_t c) { return sp_shape_make(3, (int64_t[]){a, b, c}); }
-sp_shape sp_shape4(int64_t a, int64_t b, int64_t c, int64_t d) {
-  return sp_shape_make(4, (int64_t[]){a, b, c, d});
-}
+sp_shape sp_shape4(int64_t a, int64_t b, int64_t c, int64_t d) { return sp_shape_make(4, (int64_t[]){a, b, c, d}); }
 
 int64_t sp_shape_numel(const sp_shape *s) {
   int64_t n = 1;

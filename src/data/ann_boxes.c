@@ -112,8 +112,8 @@ static int read_row(box_reader *br, char *line, char **cols, int n) {
   }
   if (!(isfinite(b[0]) && isfinite(b[1]) && isfinite(b[2]) && isfinite(b[3])) || !(b[2] > 0 && b[3] > 0) ||
       fabsf(b[0]) > 1e6f || fabsf(b[1]) > 1e6f || b[2] > 1e6f || b[3] > 1e6f) {
-    fprintf(stderr, "spry data: skip %s line %d: box %g,%g,%gx%g has no area or is not finite\n", br->path,
-            br->lineno, b[0], b[1], b[2], b[3]);
+    fprintf(stderr, "spry data: skip %s line %d: box %g,%g,%gx%g has no area or is not finite\n", br->path, br->lineno,
+            b[0], b[1], b[2], b[3]);
     br->skipped++;
     return 0;
   }
@@ -204,8 +204,10 @@ int sp_box_table_find(const sp_box_table *t, const char *image_path, int *rows, 
   int lo = 0, hi = t->n;
   while (lo < hi) {
     int mid = (lo + hi) / 2;
-    if (strcmp(base_of(t->rows[t->order[mid]].image), base) < 0) lo = mid + 1;
-    else hi = mid;
+    if (strcmp(base_of(t->rows[t->order[mid]].image), base) < 0)
+      lo = mid + 1;
+    else
+      hi = mid;
   }
   int found = 0;
   for (int i = lo; i < t->n && !strcmp(base_of(t->rows[t->order[i]].image), base); i++)

@@ -43,8 +43,10 @@ static const sp_json *image_file(const sp_json *images, const coco_image *ids, i
   int lo = 0, hi = n;
   while (lo < hi) {
     int mid = lo + (hi - lo) / 2;
-    if (ids[mid].id < id) lo = mid + 1;
-    else hi = mid;
+    if (ids[mid].id < id)
+      lo = mid + 1;
+    else
+      hi = mid;
   }
   return lo < n && ids[lo].id == id ? sp_djson_get(&images->items[ids[lo].index], "file_name") : NULL;
 }

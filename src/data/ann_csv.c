@@ -10,8 +10,10 @@
 
 static void identity_of(const char *name, char *out, size_t n) {
   const char *s = name;
-  if (!strncmp(s, "train_", 6)) s += 6;
-  else if (!strncmp(s, "test_", 5)) s += 5;
+  if (!strncmp(s, "train_", 6))
+    s += 6;
+  else if (!strncmp(s, "test_", 5))
+    s += 5;
   const char *u = strrchr(s, '_');
   size_t len = u ? (size_t)(u - s) : strlen(s);
   if (len >= n) len = n - 1;

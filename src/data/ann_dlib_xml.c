@@ -49,11 +49,23 @@ static void finish_box(box_acc *b, const char *image, const char *xml, int box_n
   char what[1024];
   snprintf(what, sizeof what, "%s (box %d of %s)", image, box_no, sp_path_base(xml));
   if (b->ignore) return;
-  if (b->bad) { sp_data_skip(what, "bad <part> element"); ds->skipped++; return; }
+  if (b->bad) {
+    sp_data_skip(what, "bad <part> element");
+    ds->skipped++;
+    return;
+  }
   int k = b->max_idx + 1;
-  if (k <= 0) { sp_data_skip(what, "box has no <part> points"); ds->skipped++; return; }
+  if (k <= 0) {
+    sp_data_skip(what, "box has no <part> points");
+    ds->skipped++;
+    return;
+  }
   for (int i = 0; i < k; i++)
-    if (!b->seen[i]) { sp_data_skip(what, "part %d missing", i); ds->skipped++; return; }
+    if (!b->seen[i]) {
+      sp_data_skip(what, "part %d missing", i);
+      ds->skipped++;
+      return;
+    }
   sp_kp_sample s = {0};
   s.identity = -1;
   s.image = sp_xstrdup(image);
@@ -91,7 +103,10 @@ static void on_box(xml_scan *x, const char *p, const char *te) {
   if (!attr_float(p, te, "top", &top) || !attr_float(p, te, "left", &left) || !attr_float(p, te, "width", &w) ||
       !attr_float(p, te, "height", &h))
     box->bad = 1;
-  box->box[0] = left; box->box[1] = top; box->box[2] = w; box->box[3] = h;
+  box->box[0] = left;
+  box->box[1] = top;
+  box->box[2] = w;
+  box->box[3] = h;
   if (attr_float(p, te, "ignore", &ig) && ig != 0) box->ignore = 1;
   x->box_no++;
   x->in_box = 1;
@@ -149,9 +164,12 @@ int sp_read_dlib_xml(const char *path, sp_dataset *ds) {
   for (; p && p < end; p = strchr(p + 1, '<')) {
     const char *te = strchr(p, '>');
     if (!te) break;
-    if (!strncmp(p, "<image", 6) && (p[6] == ' ' || p[6] == '>')) on_image(&x, p, te);
-    else if (!strncmp(p, "<box", 4) && (p[4] == ' ' || p[4] == '>')) on_box(&x, p, te);
-    else if (!strncmp(p, "<part", 5) && x.in_box) on_part(&x, p, te);
+    if (!strncmp(p, "<image", 6) && (p[6] == ' ' || p[6] == '>'))
+      on_image(&x, p, te);
+    else if (!strncmp(p, "<box", 4) && (p[4] == ' ' || p[4] == '>'))
+      on_box(&x, p, te);
+    else if (!strncmp(p, "<part", 5) && x.in_box)
+      on_part(&x, p, te);
     else if (!strncmp(p, "</box>", 6) && x.in_box) {
       if (x.image) finish_box(x.box, x.image, path, x.box_no, ds);
       x.in_box = 0;

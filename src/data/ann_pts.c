@@ -42,7 +42,10 @@ int sp_read_pts(const char *path, sp_kp_sample *out) {
       }
       continue;
     }
-    if (*t == '}') { closed = 1; break; }
+    if (*t == '}') {
+      closed = 1;
+      break;
+    }
     if (*t == '\n' || *t == '\r' || !*t) continue;
     float x, y;
     if (sscanf(t, "%f %f", &x, &y) != 2 || got >= n_points) {
@@ -63,7 +66,10 @@ int sp_read_pts(const char *path, sp_kp_sample *out) {
   static const char *exts[] = {".jpg", ".png", ".jpeg"};
   for (size_t i = 0; i < 3 && !out->image; i++) {
     char *p = sp_path_with_ext(path, exts[i]);
-    if (sp_file_exists(p)) out->image = p; else free(p);
+    if (sp_file_exists(p))
+      out->image = p;
+    else
+      free(p);
   }
   if (!out->image) out->image = sp_path_with_ext(path, ".jpg");
   return 0;

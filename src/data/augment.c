@@ -69,8 +69,8 @@ static void reindex(const sp_scheme *sc, float *pts, uint8_t *flags) {
   }
 }
 
-void sp_augment_sample(const sp_cache *c, int i, const sp_augment_config *cfg, const sp_scheme *scheme,
-                       uint64_t key, uint8_t *out_chw, float *out_pts, uint8_t *out_flags) {
+void sp_augment_sample(const sp_cache *c, int i, const sp_augment_config *cfg, const sp_scheme *scheme, uint64_t key,
+                       uint8_t *out_chw, float *out_pts, uint8_t *out_flags) {
   sp_rng r = sp_rng_make(key);
   const int S = cfg->out_size, C = c->size, k = c->k;
   /* Draw every random number in a fixed order, whether used or not, so that

@@ -11,9 +11,9 @@ typedef enum { SLOT_FREE, SLOT_FILLING, SLOT_READY, SLOT_HELD } slot_state;
 
 typedef struct {
   slot_state state;
-  int64_t batch;    /* which batch of the epoch the slot holds */
-  uint64_t gen;     /* the epoch generation it was claimed in */
-  int pending;      /* units not filled yet */
+  int64_t batch; /* which batch of the epoch the slot holds */
+  uint64_t gen;  /* the epoch generation it was claimed in */
+  int pending;   /* units not filled yet */
 } slot;
 
 struct sp_batch_ring {
@@ -29,11 +29,11 @@ struct sp_batch_ring {
   int64_t epoch;
   uint64_t gen;
   int n_batches;
-  int64_t claim_batch;     /* the next unit to claim: (claim_batch, claim_unit) */
+  int64_t claim_batch; /* the next unit to claim: (claim_batch, claim_unit) */
   int claim_unit;
   int64_t next_take;
-  int filling;             /* units being filled right now */
-  int held;                /* the slot the consumer holds, -1 none */
+  int filling; /* units being filled right now */
+  int held;    /* the slot the consumer holds, -1 none */
   int stop;
 };
 
@@ -57,8 +57,10 @@ static void *worker_main(void *arg) {
       *s = (slot){SLOT_FILLING, j, r->gen, units};
       r->ops->begin(r->ctx, at, j, epoch);
     }
-    if (u + 1 >= units) r->claim_batch++, r->claim_unit = 0;
-    else r->claim_unit++;
+    if (u + 1 >= units)
+      r->claim_batch++, r->claim_unit = 0;
+    else
+      r->claim_unit++;
     const uint64_t gen = r->gen;
     r->filling++;
     pthread_mutex_unlock(&r->mu);

@@ -48,8 +48,10 @@ static int detect_box(build_ctx *bc, const sp_kp_sample *s, const float pbox[4],
   sp_image_free(&im);
   if (n < 0) return sp_error_push("%s", s->image);
   int m = sp_face_match(faces, n, pbox);
-  if (m >= 0) memcpy(box, faces[m].box, sizeof(float) * 4), *src = SP_BOXSRC_DETECTOR;
-  else sp_box_like_detector(pbox, box), *src = SP_BOXSRC_POINTS;
+  if (m >= 0)
+    memcpy(box, faces[m].box, sizeof(float) * 4), *src = SP_BOXSRC_DETECTOR;
+  else
+    sp_box_like_detector(pbox, box), *src = SP_BOXSRC_POINTS;
   free(faces);
   return 0;
 }
@@ -170,7 +172,6 @@ static void *build_worker(void *arg) {
   return NULL;
 }
 
-
 int sp_default_threads(void) {
   long n = sysconf(_SC_NPROCESSORS_ONLN);
   return n > 0 ? (int)n : 1;
@@ -204,7 +205,10 @@ sp_cache *sp_cache_build(const sp_dataset *ds, const sp_crop_config *cfg) {
   pthread_t *th = sp_xmalloc(sizeof(pthread_t) * (size_t)nt);
   int started = 0;
   for (int t = 1; t < nt; t++)
-    if (pthread_create(&th[t], NULL, build_worker, &job) == 0) started = t; else break;
+    if (pthread_create(&th[t], NULL, build_worker, &job) == 0)
+      started = t;
+    else
+      break;
   build_worker(&job); /* the calling thread works too */
   for (int t = 1; t <= started; t++) pthread_join(th[t], NULL);
   free(th);
@@ -233,9 +237,12 @@ sp_cache *sp_cache_build(const sp_dataset *ds, const sp_crop_config *cfg) {
   char boxes[256] = "";
   for (int b = 1, o = 0; b < SP_BOXSRC_COUNT; b++)
     if (counts[b] && o < (int)sizeof boxes)
-      o += snprintf(boxes + o, sizeof boxes - (size_t)o, "%s%s %d", o ? ", " : "", sp_box_source_name((sp_box_source)b), counts[b]);
-  fprintf(stderr, "spry data: cached %d of %d samples at %dx%d (boxes: %s; %d images skipped, %d annotations skipped) in %.2f s\n",
-          n, ds->n, cfg->size, cfg->size, n ? boxes : "none", c->skipped, ds->skipped, sp_now() - t0);
+      o += snprintf(boxes + o, sizeof boxes - (size_t)o, "%s%s %d", o ? ", " : "", sp_box_source_name((sp_box_source)b),
+                    counts[b]);
+  fprintf(
+      stderr,
+      "spry data: cached %d of %d samples at %dx%d (boxes: %s; %d images skipped, %d annotations skipped) in %.2f s\n",
+      n, ds->n, cfg->size, cfg->size, n ? boxes : "none", c->skipped, ds->skipped, sp_now() - t0);
   if (n == 0) {
     sp_error_set("no image could be decoded (%d skipped)", ds->n);
     sp_cache_free(c);

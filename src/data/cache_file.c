@@ -59,7 +59,8 @@ uint64_t sp_cache_fingerprint(const sp_dataset *ds, const sp_crop_config *cfg) {
   uint32_t box = (uint32_t)cfg->box | (cfg->box == SP_BOX_DETECT ? DETECTOR_VERSION << 8 : 0);
   h = fnv(h, &box, sizeof box);
   /* The boxes file by its rows, so an edit rebuilds and a moved copy does not. */
-  for (int r = 0; r < sp_box_table_rows(cfg->boxes); r++) h = fnv(h, sp_box_table_box(cfg->boxes, r), sizeof(float) * 4);
+  for (int r = 0; r < sp_box_table_rows(cfg->boxes); r++)
+    h = fnv(h, sp_box_table_box(cfg->boxes, r), sizeof(float) * 4);
   h = fnv(h, &ds->n, sizeof ds->n);
   h = fnv(h, &ds->k, sizeof ds->k);
   for (int i = 0; i < ds->n; i++) {
@@ -113,7 +114,11 @@ int sp_cache_write(const sp_cache *c, const char *path, const sp_dataset *ds, co
   hd.version = CACHE_VERSION;
   hd.header_size = sizeof hd;
   hd.fingerprint = sp_cache_fingerprint(ds, cfg);
-  hd.n = c->n; hd.size = c->size; hd.channels = c->channels; hd.k = c->k; hd.skipped = c->skipped;
+  hd.n = c->n;
+  hd.size = c->size;
+  hd.channels = c->channels;
+  hd.k = c->k;
+  hd.skipped = c->skipped;
   layout(&hd);
   /* Write a temporary file and rename it: a reader never sees half a cache,
    * and two runs racing to build it both end with a complete file. */
@@ -185,9 +190,8 @@ static const char *bad_sample(const sp_cache *c, int i, int n_samples, char *why
   }
   const float *r = &c->crop[4 * (size_t)i], *b = &c->box[4 * (size_t)i];
   if (!finite4(r) || !(r[2] > 0 && r[3] > 0) || !finite4(b) || c->box_src[i] >= SP_BOXSRC_COUNT) {
-    snprintf(why, n, "sample %d has crop %g,%g %gx%g, box %g,%g %gx%g from source %d", i, (double)r[0],
-             (double)r[1], (double)r[2], (double)r[3], (double)b[0], (double)b[1], (double)b[2], (double)b[3],
-             c->box_src[i]);
+    snprintf(why, n, "sample %d has crop %g,%g %gx%g, box %g,%g %gx%g from source %d", i, (double)r[0], (double)r[1],
+             (double)r[2], (double)r[3], (double)b[0], (double)b[1], (double)b[2], (double)b[3], c->box_src[i]);
     return why;
   }
   return NULL;
@@ -195,7 +199,11 @@ static const char *bad_sample(const sp_cache *c, int i, int n_samples, char *why
 
 static sp_cache *cache_of_map(uint8_t *b, const cache_header *hd) {
   sp_cache *c = sp_xcalloc(1, sizeof *c);
-  c->n = hd->n; c->size = hd->size; c->channels = hd->channels; c->k = hd->k; c->skipped = hd->skipped;
+  c->n = hd->n;
+  c->size = hd->size;
+  c->channels = hd->channels;
+  c->k = hd->k;
+  c->skipped = hd->skipped;
   c->source = (int32_t *)(b + hd->off_source);
   c->points = (float *)(b + hd->off_points);
   c->vis = b + hd->off_vis;

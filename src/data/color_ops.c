@@ -13,8 +13,8 @@
 #include "data/data_internal.h"
 
 static const char *const op_names[SP_RA_NUM_OPS] = {
-    "Identity", "ShearX",    "ShearY",    "TranslateX", "TranslateY",   "Rotate",  "Brightness",
-    "Color",    "Contrast",  "Sharpness", "Posterize",  "Solarize",     "AutoContrast", "Equalize"};
+    "Identity", "ShearX",   "ShearY",    "TranslateX", "TranslateY", "Rotate",       "Brightness",
+    "Color",    "Contrast", "Sharpness", "Posterize",  "Solarize",   "AutoContrast", "Equalize"};
 
 const char *sp_ra_op_name(sp_ra_op op) { return op >= 0 && op < SP_RA_NUM_OPS ? op_names[op] : "?"; }
 
@@ -27,10 +27,15 @@ float sp_ra_magnitude(sp_ra_op op, int m, int size) {
   if (m > 30) m = 30;
   float t = (float)m / 30.f; /* linspace(lo, hi, 31)[m] */
   switch (op) {
-    case SP_RA_SHEAR_X: case SP_RA_SHEAR_Y: return 0.3f * t;
-    case SP_RA_TRANSLATE_X: case SP_RA_TRANSLATE_Y: return 150.f / 331.f * (float)size * t;
+    case SP_RA_SHEAR_X:
+    case SP_RA_SHEAR_Y: return 0.3f * t;
+    case SP_RA_TRANSLATE_X:
+    case SP_RA_TRANSLATE_Y: return 150.f / 331.f * (float)size * t;
     case SP_RA_ROTATE: return 30.f * t;
-    case SP_RA_BRIGHTNESS: case SP_RA_COLOR: case SP_RA_CONTRAST: case SP_RA_SHARPNESS: return 0.9f * t;
+    case SP_RA_BRIGHTNESS:
+    case SP_RA_COLOR:
+    case SP_RA_CONTRAST:
+    case SP_RA_SHARPNESS: return 0.9f * t;
     case SP_RA_POSTERIZE: return (float)(8 - (int)lrintf((float)m / 7.5f)); /* bits kept */
     case SP_RA_SOLARIZE: return 255.f * (1.f - t);                          /* threshold */
     default: return 0.f;
@@ -40,8 +45,14 @@ float sp_ra_magnitude(sp_ra_op op, int m, int size) {
 sp_affine sp_ra_geometry(sp_ra_op op, float v, int s) {
   switch (op) {
     /* torchvision shears about the top-left corner: x' = x - v*y. */
-    case SP_RA_SHEAR_X: { sp_affine a = {{1, -v, 0, 0, 1, 0}}; return a; }
-    case SP_RA_SHEAR_Y: { sp_affine a = {{1, 0, 0, -v, 1, 0}}; return a; }
+    case SP_RA_SHEAR_X: {
+      sp_affine a = {{1, -v, 0, 0, 1, 0}};
+      return a;
+    }
+    case SP_RA_SHEAR_Y: {
+      sp_affine a = {{1, 0, 0, -v, 1, 0}};
+      return a;
+    }
     case SP_RA_TRANSLATE_X: return sp_affine_translate(v, 0);
     case SP_RA_TRANSLATE_Y: return sp_affine_translate(0, v);
     case SP_RA_ROTATE: {
@@ -118,7 +129,10 @@ void sp_color_op(sp_ra_op op, uint8_t *chw, int c, int hw, int w, float v) {
       /* Mean of the grayscale image, in chunks (no allocation per call). */
       for (int off = 0; off < hw; off += 4096) {
         int m = hw - off < 4096 ? hw - off : 4096;
-        if (c == 1) { for (int i = 0; i < m; i++) sum += chw[off + i]; continue; }
+        if (c == 1) {
+          for (int i = 0; i < m; i++) sum += chw[off + i];
+          continue;
+        }
         const uint8_t *r = chw + off, *gg = chw + hw + off, *b = chw + 2 * (size_t)hw + off;
         for (int i = 0; i < m; i++) g[i] = (uint8_t)((19595u * r[i] + 38470u * gg[i] + 7471u * b[i] + 32768u) >> 16);
         for (int i = 0; i < m; i++) sum += g[i];
@@ -174,4 +188,3 @@ void sp_color_op(sp_ra_op op, uint8_t *chw, int c, int hw, int w, float v) {
     default: return; /* Identity and the geometric ops do nothing to pixels here */
   }
 }
-

@@ -12,8 +12,7 @@
 void *sp_jpeg_decoder_new(void);
 void sp_jpeg_decoder_free(void *h);
 int sp_image_probe_with(void *tj, const uint8_t *buf, size_t len, int *w, int *h);
-int sp_image_decode_with(void *tj, const uint8_t *buf, size_t len, int c, int denom, const char *what,
-                         sp_image *out);
+int sp_image_decode_with(void *tj, const uint8_t *buf, size_t len, int c, int denom, const char *what, sp_image *out);
 /* Whole image with the accurate IDCT (PIL's and dlib's): what the face
  * detector sees, so its boxes match theirs (sp_image_load decodes so too). */
 int sp_image_decode_exact(const uint8_t *buf, size_t len, int c, const char *what, sp_image *out);
@@ -28,8 +27,8 @@ typedef struct sp_jpeg_dec sp_jpeg_dec;
 typedef struct {
   const uint8_t *px; /* interleaved, w * c bytes per row; owned by the decoder, valid until its next call */
   int w, h, c;
-  int x0, y0;        /* position of px's first pixel in the scaled image */
-  int sw, sh;        /* size of the whole scaled image: ceil(size * num / 8) */
+  int x0, y0; /* position of px's first pixel in the scaled image */
+  int sw, sh; /* size of the whole scaled image: ceil(size * num / 8) */
 } sp_jpeg_region;
 sp_jpeg_dec *sp_jpeg_dec_new(void);
 void sp_jpeg_dec_free(sp_jpeg_dec *d);
@@ -93,9 +92,9 @@ typedef enum { SPJ_NULL, SPJ_BOOL, SPJ_NUM, SPJ_STR, SPJ_ARR, SPJ_OBJ } sp_djson
 typedef struct sp_json {
   sp_djson_type type;
   double num;
-  char *str;               /* SPJ_STR value */
-  struct sp_json *items;   /* SPJ_ARR / SPJ_OBJ children */
-  char **keys;             /* SPJ_OBJ keys */
+  char *str;             /* SPJ_STR value */
+  struct sp_json *items; /* SPJ_ARR / SPJ_OBJ children */
+  char **keys;           /* SPJ_OBJ keys */
   int n;
 } sp_json;
 int sp_djson_parse(const char *text, size_t len, sp_json *out, char *err, size_t errlen);

@@ -78,7 +78,9 @@ void sp_kp_sample_free(sp_kp_sample *s) {
   free(s->image);
   free(s->pts);
   free(s->vis);
-  s->image = NULL; s->pts = NULL; s->vis = NULL;
+  s->image = NULL;
+  s->pts = NULL;
+  s->vis = NULL;
 }
 
 void sp_dataset_free(sp_dataset *ds) {

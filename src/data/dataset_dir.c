@@ -44,7 +44,10 @@ static void imm_identity(sp_dataset *ds, sp_kp_sample *s, const char *file) {
   const char *base = sp_path_base(file);
   char id[64];
   size_t i = 0;
-  while (base[i] >= '0' && base[i] <= '9' && i < sizeof id - 1) { id[i] = base[i]; i++; }
+  while (base[i] >= '0' && base[i] <= '9' && i < sizeof id - 1) {
+    id[i] = base[i];
+    i++;
+  }
   id[i] = 0;
   s->identity = i && base[i] == '-' ? sp_dataset_identity(ds, id) : -1;
 }
@@ -120,7 +123,9 @@ int sp_dataset_open_dir_format(const char *dir, const char *format, sp_dataset *
   if (!names) {
     struct stat st;
     if (stat(dir, &st) != 0) return sp_error_set("%s: no such folder (%s)", dir, strerror(errno));
-    return sp_error_set("%s: %s", dir, S_ISDIR(st.st_mode) ? "cannot list the folder" : "not a folder (data.path names the dataset folder)");
+    return sp_error_set(
+        "%s: %s", dir,
+        S_ISDIR(st.st_mode) ? "cannot list the folder" : "not a folder (data.path names the dataset folder)");
   }
   int rc = 0, handled = 0;
   char *csv = sp_path_join(dir, "keypoints.csv");

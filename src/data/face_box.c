@@ -49,8 +49,8 @@ void sp_box_like_detector(const float pb[4], float box[4]) {
 
 int sp_box_check(const float b[4], int w, int h) {
   for (int i = 0; i < 4; i++)
-    if (!isfinite(b[i]) || fabsf(b[i]) > 1e6f) return sp_error_set("box %g,%g,%gx%g is not finite or absurdly large",
-                                                                   b[0], b[1], b[2], b[3]);
+    if (!isfinite(b[i]) || fabsf(b[i]) > 1e6f)
+      return sp_error_set("box %g,%g,%gx%g is not finite or absurdly large", b[0], b[1], b[2], b[3]);
   if (!(b[2] > 0 && b[3] > 0)) return sp_error_set("box %g,%g,%gx%g has no area", b[0], b[1], b[2], b[3]);
   /* A box that misses the image would "find" a face in the black padding. */
   if (!(b[0] < w && b[1] < h && b[0] + b[2] > 0 && b[1] + b[3] > 0))

@@ -124,7 +124,5 @@ extern "C" int sp_face_detect(sp_face_detector *d, const sp_image *im, int max_u
     return run(d, img, max_upsample, faces);
   } catch (const std::bad_alloc &) {
     return sp_error_set("face detector: out of memory on a %dx%d image", im->w, im->h);
-  } catch (const std::exception &e) {
-    return sp_error_set("face detector: %s", e.what());
-  }
+  } catch (const std::exception &e) { return sp_error_set("face detector: %s", e.what()); }
 }

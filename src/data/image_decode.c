@@ -86,14 +86,20 @@ static void png_on_error(png_structp p, png_const_charp msg) {
   snprintf(dst, 200, "%s", msg);
   png_longjmp(p, 1);
 }
-static void png_on_warning(png_structp p, png_const_charp msg) { (void)p; (void)msg; }
+static void png_on_warning(png_structp p, png_const_charp msg) {
+  (void)p;
+  (void)msg;
+}
 
 static int decode_png(const uint8_t *buf, size_t len, int c, const char *what, int probe_only, sp_image *out) {
   char errmsg[200] = "unknown libpng error";
   png_structp p = png_create_read_struct(PNG_LIBPNG_VER_STRING, errmsg, png_on_error, png_on_warning);
   if (!p) return sp_error_set("%s: cannot create PNG reader", what);
   png_infop info = png_create_info_struct(p);
-  if (!info) { png_destroy_read_struct(&p, NULL, NULL); return sp_error_set("%s: cannot create PNG info", what); }
+  if (!info) {
+    png_destroy_read_struct(&p, NULL, NULL);
+    return sp_error_set("%s: cannot create PNG info", what);
+  }
   png_mem m = {buf, len, 0};
   /* volatile: modified between setjmp and a possible longjmp. */
   uint8_t *volatile px = NULL;
@@ -112,7 +118,10 @@ static int decode_png(const uint8_t *buf, size_t len, int c, const char *what, i
     return sp_error_set("%s: a %dx%d PNG is larger than %lld pixels", what, w, h, (long long)SP_MAX_IMAGE_PIXELS);
   }
   if (probe_only) {
-    out->w = w; out->h = h; out->c = 0; out->px = NULL;
+    out->w = w;
+    out->h = h;
+    out->c = 0;
+    out->px = NULL;
     png_destroy_read_struct(&p, &info, NULL);
     return 0;
   }
@@ -134,7 +143,10 @@ static int decode_png(const uint8_t *buf, size_t len, int c, const char *what, i
   png_read_end(p, NULL);
   free(rows);
   png_destroy_read_struct(&p, &info, NULL);
-  out->w = w; out->h = h; out->c = c; out->px = px;
+  out->w = w;
+  out->h = h;
+  out->c = c;
+  out->px = px;
   return 0;
 }
 
@@ -147,7 +159,8 @@ int sp_image_probe_with(void *handle, const uint8_t *buf, size_t len, int *w, in
   if (f == SP_IMG_PNG) {
     sp_image im;
     if (decode_png(buf, len, 3, "image", 1, &im) != 0) return -1;
-    *w = im.w; *h = im.h;
+    *w = im.w;
+    *h = im.h;
     return 0;
   }
   if (f != SP_IMG_JPEG) return sp_error_set("not a JPEG or PNG file (unknown magic bytes)");
@@ -156,8 +169,10 @@ int sp_image_probe_with(void *handle, const uint8_t *buf, size_t len, int *w, in
   int sub, cs;
   *w = *h = 0;
   int rc = tjDecompressHeader3(tj, buf, (unsigned long)len, w, h, &sub, &cs);
-  if (rc != 0) sp_error_set("bad JPEG header (%s)", tjGetErrorStr2(tj));
-  else if (*w <= 0 || *h <= 0) rc = sp_error_set("JPEG has no image (tables only, or cut before its frame header)");
+  if (rc != 0)
+    sp_error_set("bad JPEG header (%s)", tjGetErrorStr2(tj));
+  else if (*w <= 0 || *h <= 0)
+    rc = sp_error_set("JPEG has no image (tables only, or cut before its frame header)");
   /* The decoders refuse these: a probe that said yes would send a caller
    * off to plan for pixels it will never get (found by fuzz_image). */
   else if ((int64_t)*w * *h > SP_MAX_IMAGE_PIXELS)
@@ -177,7 +192,8 @@ static int decode_jpeg(void *handle, const uint8_t *buf, size_t len, int c, int 
     return sp_error_set("%s: corrupt JPEG header (%s)", what, tjGetErrorStr2(tj));
   /* libjpeg-turbo 2.1 returns success on a tables-only stream (FF D8 ... FF
    * D9 with no frame) without writing the size. */
-  if (w <= 0 || h <= 0) return sp_error_set("%s: JPEG has no image (tables only, or cut before its frame header)", what);
+  if (w <= 0 || h <= 0)
+    return sp_error_set("%s: JPEG has no image (tables only, or cut before its frame header)", what);
   if ((int64_t)w * h > SP_MAX_IMAGE_PIXELS)
     return sp_error_set("%s: a %dx%d JPEG is larger than %lld pixels", what, w, h, (long long)SP_MAX_IMAGE_PIXELS);
   if (denom != 1 && denom != 2 && denom != 4 && denom != 8) denom = 1;
@@ -193,14 +209,19 @@ static int decode_jpeg(void *handle, const uint8_t *buf, size_t len, int c, int 
     free(px);
     return -1;
   }
-  out->w = sw; out->h = sh; out->c = c; out->px = px;
+  out->w = sw;
+  out->h = sh;
+  out->c = c;
+  out->px = px;
   return 0;
 }
 
 /* A TurboJPEG handle per decoding thread: creating one per image costs as
  * much as decoding a small crop. */
 void *sp_jpeg_decoder_new(void) { return tjInitDecompress(); }
-void sp_jpeg_decoder_free(void *h) { if (h) tjDestroy(h); }
+void sp_jpeg_decoder_free(void *h) {
+  if (h) tjDestroy(h);
+}
 
 static int decode_any(void *tj, const uint8_t *buf, size_t len, int c, int denom, int exact, const char *what,
                       sp_image *out) {
@@ -220,8 +241,7 @@ static int decode_any(void *tj, const uint8_t *buf, size_t len, int c, int denom
   }
 }
 
-int sp_image_decode_with(void *tj, const uint8_t *buf, size_t len, int c, int denom, const char *what,
-                         sp_image *out) {
+int sp_image_decode_with(void *tj, const uint8_t *buf, size_t len, int c, int denom, const char *what, sp_image *out) {
   return decode_any(tj, buf, len, c, denom, 0, what, out);
 }
 

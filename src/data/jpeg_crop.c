@@ -31,14 +31,14 @@ typedef struct {
 struct sp_jpeg_dec {
   struct jpeg_decompress_struct cinfo;
   err_mgr err;
-  int have_header;     /* a header was read and the stream is not finished */
-  int check_end;       /* no end marker seen: decode to the end to tell a cut from padding */
-  const char *what;    /* file name for messages */
-  const uint8_t *buf;  /* the compressed bytes of the current image */
+  int have_header;    /* a header was read and the stream is not finished */
+  int check_end;      /* no end marker seen: decode to the end to tell a cut from padding */
+  const char *what;   /* file name for messages */
+  const uint8_t *buf; /* the compressed bytes of the current image */
   size_t len;
-  uint8_t *px;         /* reused output buffer */
+  uint8_t *px; /* reused output buffer */
   size_t px_cap;
-  JSAMPROW *rows;      /* reused row pointers */
+  JSAMPROW *rows; /* reused row pointers */
   size_t rows_cap;
   /* The current request, kept here so the setjmp frames hold no locals
    * that a longjmp could clobber. */
@@ -64,7 +64,10 @@ static void on_message(j_common_ptr c, int level) {
 
 sp_jpeg_dec *sp_jpeg_dec_new(void) {
   sp_jpeg_dec *volatile d = calloc(1, sizeof *d);
-  if (!d) { sp_error_set("out of memory for a JPEG decoder"); return NULL; }
+  if (!d) {
+    sp_error_set("out of memory for a JPEG decoder");
+    return NULL;
+  }
   d->cinfo.err = jpeg_std_error(&d->err.pub);
   d->err.pub.error_exit = on_error;
   d->err.pub.emit_message = on_message;
@@ -163,8 +166,8 @@ static int region_body(sp_jpeg_dec *d) {
   ci->dct_method = JDCT_IFAST;
   jpeg_start_decompress(ci);
   if ((int)ci->output_width != sw || (int)ci->output_height != sh || ci->output_components != c)
-    return sp_error_set("%s: JPEG scaled to %ux%ux%d, expected %dx%dx%d", d->what, ci->output_width,
-                        ci->output_height, ci->output_components, sw, sh, c);
+    return sp_error_set("%s: JPEG scaled to %ux%ux%d, expected %dx%dx%d", d->what, ci->output_width, ci->output_height,
+                        ci->output_components, sw, sh, c);
   if (cx > 0 || cw < (JDIMENSION)sw) jpeg_crop_scanline(ci, &cx, &cw); /* may move cx left (iMCU) */
   const int ow = (int)ci->output_width, oh = y1 - y0;
   /* One spare row: the end check below reads the image's last row. */
@@ -198,8 +201,7 @@ static int region_body(sp_jpeg_dec *d) {
       return sp_error_set("%s: truncated JPEG (image data ends early)", d->what);
     if (left > 0) {
       JSAMPROW spare = d->px + (size_t)ow * oh * c;
-      if (jpeg_read_scanlines(ci, &spare, 1) != 1)
-        return sp_error_set("%s: truncated JPEG (no last row)", d->what);
+      if (jpeg_read_scanlines(ci, &spare, 1) != 1) return sp_error_set("%s: truncated JPEG (no last row)", d->what);
     }
     jpeg_finish_decompress(ci);
   }

@@ -46,9 +46,15 @@ static int parse_string(parser *p, char **out) {
           /* Non-ASCII escapes are rare in file names; keep ASCII, else '?'. */
           unsigned v = 0;
           for (int i = 0; i < 4; i++) {
-            if (p->s >= p->end) { free(b); return fail(p, "short \\u escape"); }
+            if (p->s >= p->end) {
+              free(b);
+              return fail(p, "short \\u escape");
+            }
             char h = *p->s++, l = (char)(h | 32);
-            if (!((h >= '0' && h <= '9') || (l >= 'a' && l <= 'f'))) { free(b); return fail(p, "bad \\u escape"); }
+            if (!((h >= '0' && h <= '9') || (l >= 'a' && l <= 'f'))) {
+              free(b);
+              return fail(p, "bad \\u escape");
+            }
             v = v * 16 + (unsigned)(h <= '9' ? h - '0' : l - 'a' + 10);
           }
           c = v < 128 ? (char)v : '?';
@@ -60,7 +66,10 @@ static int parse_string(parser *p, char **out) {
     if (n + 2 > cap) b = sp_xrealloc(b, cap *= 2);
     b[n++] = c;
   }
-  if (p->s >= p->end) { free(b); return fail(p, "unterminated string"); }
+  if (p->s >= p->end) {
+    free(b);
+    return fail(p, "unterminated string");
+  }
   p->s++;
   b[n] = 0;
   *out = b;
@@ -82,14 +91,21 @@ static int parse_container(parser *p, sp_json *out, int is_obj) {
   p->s++;
   if (++p->depth > 64) return fail(p, "nesting too deep");
   skip_ws(p);
-  if (p->s < p->end && *p->s == close) { p->s++; p->depth--; return 0; }
+  if (p->s < p->end && *p->s == close) {
+    p->s++;
+    p->depth--;
+    return 0;
+  }
   for (;;) {
     skip_ws(p);
     char *key = NULL;
     if (is_obj) {
       if (parse_string(p, &key) != 0) return -1;
       skip_ws(p);
-      if (p->s >= p->end || *p->s != ':') { free(key); return fail(p, "expected ':'"); }
+      if (p->s >= p->end || *p->s != ':') {
+        free(key);
+        return fail(p, "expected ':'");
+      }
       p->s++;
     }
     push(out, &cap);
@@ -98,8 +114,15 @@ static int parse_container(parser *p, sp_json *out, int is_obj) {
     out->n++; /* counted before parsing so a failure frees what was made */
     if (parse_value(p, &out->items[out->n - 1]) != 0) return -1;
     skip_ws(p);
-    if (p->s < p->end && *p->s == ',') { p->s++; continue; }
-    if (p->s < p->end && *p->s == close) { p->s++; p->depth--; return 0; }
+    if (p->s < p->end && *p->s == ',') {
+      p->s++;
+      continue;
+    }
+    if (p->s < p->end && *p->s == close) {
+      p->s++;
+      p->depth--;
+      return 0;
+    }
     return fail(p, is_obj ? "expected ',' or '}'" : "expected ',' or ']'");
   }
 }
@@ -110,14 +133,21 @@ static int parse_value(parser *p, sp_json *out) {
   char c = *p->s;
   if (c == '{') return parse_container(p, out, 1);
   if (c == '[') return parse_container(p, out, 0);
-  if (c == '"') { out->type = SPJ_STR; return parse_string(p, &out->str); }
+  if (c == '"') {
+    out->type = SPJ_STR;
+    return parse_string(p, &out->str);
+  }
   if (!strncmp(p->s, "true", 4) || !strncmp(p->s, "null", 4)) {
     out->type = c == 't' ? SPJ_BOOL : SPJ_NULL;
     out->num = c == 't';
     p->s += 4;
     return 0;
   }
-  if (!strncmp(p->s, "false", 5)) { out->type = SPJ_BOOL; p->s += 5; return 0; }
+  if (!strncmp(p->s, "false", 5)) {
+    out->type = SPJ_BOOL;
+    p->s += 5;
+    return 0;
+  }
   /* JSON numbers only: strtod alone would also take "nan", "inf", hex and
    * a leading '+' or '.', none of which is JSON. */
   const char *q = p->s;
@@ -138,9 +168,16 @@ int sp_djson_parse(const char *text, size_t len, sp_json *out, char *err, size_t
   if (err && errlen) err[0] = 0;
   /* strtod needs a terminator: callers pass NUL-terminated buffers (sp_read_file). */
   parser p = {text, text + len, text, err, errlen, 0};
-  if (parse_value(&p, out) != 0) { sp_djson_free(out); return -1; }
+  if (parse_value(&p, out) != 0) {
+    sp_djson_free(out);
+    return -1;
+  }
   skip_ws(&p);
-  if (p.s != p.end) { fail(&p, "trailing characters"); sp_djson_free(out); return -1; }
+  if (p.s != p.end) {
+    fail(&p, "trailing characters");
+    sp_djson_free(out);
+    return -1;
+  }
   return 0;
 }
 

@@ -22,13 +22,13 @@ struct sp_loader {
   const sp_scheme *scheme;
   sp_loader_config cfg;
   sp_batch_ring *ring;
-  sp_batch *slots;         /* one batch per ring slot */
+  sp_batch *slots; /* one batch per ring slot */
   int depth;
   /* The epoch (written only while the ring is paused). */
-  int32_t *order;          /* this rank's samples of the epoch, in order */
+  int32_t *order; /* this rank's samples of the epoch, in order */
   int per_rank;
-  int shard_begin;         /* eval_shard: this rank's first sample of the order */
-  int piece;               /* samples per work unit */
+  int shard_begin; /* eval_shard: this rank's first sample of the order */
+  int piece;       /* samples per work unit */
 };
 
 sp_loader_config sp_loader_config_default(int batch, int out_size) {
@@ -84,8 +84,14 @@ static void ring_fill(void *ctx, int slot, int64_t batch, int unit, int64_t epoc
 static const sp_batch_ring_ops ring_ops = {ring_units, ring_begin, ring_fill};
 
 sp_loader *sp_loader_create(const sp_cache *cache, const sp_scheme *scheme, const sp_loader_config *cfg) {
-  if (!cache || cache->n <= 0) { sp_error_set("loader: empty cache"); return NULL; }
-  if (cfg->batch <= 0) { sp_error_set("loader: batch %d must be positive", cfg->batch); return NULL; }
+  if (!cache || cache->n <= 0) {
+    sp_error_set("loader: empty cache");
+    return NULL;
+  }
+  if (cfg->batch <= 0) {
+    sp_error_set("loader: batch %d must be positive", cfg->batch);
+    return NULL;
+  }
   if (cfg->aug.out_size < 8 || cfg->aug.out_size > 4096) {
     sp_error_set("loader: output size %d outside 8..4096", cfg->aug.out_size);
     return NULL;
@@ -120,7 +126,10 @@ sp_loader *sp_loader_create(const sp_cache *cache, const sp_scheme *scheme, cons
   l->slots = sp_xcalloc((size_t)l->depth, sizeof(sp_batch));
   for (int i = 0; i < l->depth; i++) {
     sp_batch *b = &l->slots[i];
-    b->c = cache->channels; b->h = S; b->w = S; b->k = k;
+    b->c = cache->channels;
+    b->h = S;
+    b->w = S;
+    b->k = k;
     b->pixels = sp_aligned_alloc((size_t)B * cache->channels * S * S);
     b->points = sp_xmalloc(sizeof(float) * 2 * (size_t)k * B);
     b->flags = sp_xmalloc((size_t)k * B);

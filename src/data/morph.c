@@ -16,7 +16,8 @@
 #include "spry/morph.h"
 
 #define GRID_BITS 18
-#define SUPER (1LL << 28) /* 1024 grid extents: far enough that only hull triangles flatter than ~1/4096 of the extent are lost */
+#define SUPER \
+  (1LL << 28) /* 1024 grid extents: far enough that only hull triangles flatter than ~1/4096 of the extent are lost */
 
 typedef struct {
   int64_t x, y;
@@ -252,8 +253,8 @@ static inline void sample(const uint8_t *src, int w, int h, int c, double x, dou
 
 static inline uint8_t to_u8(double v) { return v <= 0 ? 0 : v >= 255 ? 255 : (uint8_t)(v + 0.5); }
 
-int sp_warp_triangles(const uint8_t *src, int sw, int sh, int c, const float *src_pts, uint8_t *dst, int dw,
-                      int dh, const float *dst_pts, const int *tris, int n_tris) {
+int sp_warp_triangles(const uint8_t *src, int sw, int sh, int c, const float *src_pts, uint8_t *dst, int dw, int dh,
+                      const float *dst_pts, const int *tris, int n_tris) {
   if (sw < 1 || sh < 1 || dw < 1 || dh < 1 || (c != 1 && c != 3))
     return sp_error_set("warp: bad image size %dx%dx%d -> %dx%d", sw, sh, c, dw, dh);
   memset(dst, 0, (size_t)dw * dh * c);
@@ -336,8 +337,8 @@ static void frame_shape(const float *pts, int k, int w, int h, float *out) {
   sp_morph_frame_points(w, h, out + 2 * k);
 }
 
-sp_morph *sp_morph_new(const uint8_t *a, const float *pts_a, const uint8_t *b, const float *pts_b, int w, int h,
-                       int c, int k) {
+sp_morph *sp_morph_new(const uint8_t *a, const float *pts_a, const uint8_t *b, const float *pts_b, int w, int h, int c,
+                       int k) {
   if (w < 2 || h < 2 || (c != 1 && c != 3) || k < 0) {
     sp_error_set("morph: bad image %dx%dx%d or keypoint count %d", w, h, c, k);
     return NULL;
@@ -375,8 +376,10 @@ int sp_morph_render(const sp_morph *m, double t_shape, double t_color, uint8_t *
     return -1;
   if (tc > 0 && sp_warp_triangles(m->b, m->w, m->h, m->c, m->pb, mm->wb, m->w, m->h, m->mid, m->tris, m->n_tris))
     return -1;
-  if (tc <= 0) memcpy(out, m->wa, bytes);
-  else if (tc >= 1) memcpy(out, m->wb, bytes);
+  if (tc <= 0)
+    memcpy(out, m->wa, bytes);
+  else if (tc >= 1)
+    memcpy(out, m->wb, bytes);
   else
     for (size_t i = 0; i < bytes; i++) out[i] = to_u8((1 - tc) * m->wa[i] + tc * m->wb[i]);
   return 0;
@@ -408,8 +411,8 @@ int sp_morph_frame(const uint8_t *a, const float *pts_a, const uint8_t *b, const
   return rc;
 }
 
-int sp_mean_face(const uint8_t *const *imgs, const float *const *pts, int n, int w, int h, int c, int k,
-                 uint8_t *out, float *mean_pts) {
+int sp_mean_face(const uint8_t *const *imgs, const float *const *pts, int n, int w, int h, int c, int k, uint8_t *out,
+                 float *mean_pts) {
   if (n < 1 || w < 2 || h < 2 || (c != 1 && c != 3) || k < 0)
     return sp_error_set("mean face: bad input (%d faces of %dx%dx%d, %d points)", n, w, h, c, k);
   const int np = k + SP_MORPH_FRAME_POINTS;

@@ -17,10 +17,9 @@ static const int FLIP_68[68] = {16, 15, 14, 13, 12, 11, 10, 9,  8,  7,  6,  5,  
  * and pairing each point with its nearest mirrored neighbour; the test
  * data.schemes re-checks this on the real files. Both eye and brow contours
  * run in the same rotational sense, so 13<->21, 14<->22, ..., 29<->34, ... */
-static const int FLIP_58[58] = {12, 11, 10, 9,  8,  7,  6,  5,  4,  3,  2,  1,  0,  21, 22,
-                                23, 24, 25, 26, 27, 28, 13, 14, 15, 16, 17, 18, 19, 20, 34,
-                                35, 36, 37, 38, 29, 30, 31, 32, 33, 43, 42, 41, 40, 39, 46,
-                                45, 44, 57, 56, 55, 54, 53, 52, 51, 50, 49, 48, 47};
+static const int FLIP_58[58] = {12, 11, 10, 9,  8,  7,  6,  5,  4,  3,  2,  1,  0,  21, 22, 23, 24, 25, 26, 27,
+                                28, 13, 14, 15, 16, 17, 18, 19, 20, 34, 35, 36, 37, 38, 29, 30, 31, 32, 33, 43,
+                                42, 41, 40, 39, 46, 45, 44, 57, 56, 55, 54, 53, 52, 51, 50, 49, 48, 47};
 
 static sp_scheme make(const char *name, int k, const int *flip) {
   sp_scheme s;

@@ -21,11 +21,11 @@ typedef struct {
   int count;
   uint64_t seed;
   sp_synth_face_options opt;
-  float *pts;               /* [count][136] */
+  float *pts; /* [count][136] */
   atomic_int next;
   atomic_int done;
   atomic_int failed;
-  pthread_mutex_t lock;     /* first error message, progress output */
+  pthread_mutex_t lock; /* first error message, progress output */
   char error[512];
   double t0;
 } job;
@@ -53,7 +53,8 @@ static int render_one(job *J, tjhandle tj, int index) {
   if (sp_synth_face_render(J->seed, index / per, index % per, &J->opt, &im, pts, &info) != 0) return -1;
   unsigned char *jpg = NULL;
   unsigned long len = 0;
-  int rc = tjCompress2(tj, im.px, im.w, 0, im.h, TJPF_RGB, &jpg, &len, TJSAMP_420, info.jpeg_quality, TJFLAG_ACCURATEDCT);
+  int rc =
+      tjCompress2(tj, im.px, im.w, 0, im.h, TJPF_RGB, &jpg, &len, TJSAMP_420, info.jpeg_quality, TJFLAG_ACCURATEDCT);
   sp_image_free(&im);
   if (rc != 0) {
     tjFree(jpg);
@@ -169,7 +170,8 @@ int sp_synth_faces(const char *out_dir, int count, uint64_t seed, const sp_synth
   for (int t = 0; t < started; t++) pthread_join(th[t], NULL);
   free(th);
   int rc = 0;
-  if (J.failed) rc = sp_error_set("%s", J.error);
+  if (J.failed)
+    rc = sp_error_set("%s", J.error);
   else {
     progress(&J, count, 1);
     rc = write_csv(&J, out_dir);

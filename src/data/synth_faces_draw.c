@@ -61,8 +61,11 @@ static void gather(const syn_geom *g, const int *idx, int n, pt2 *out) {
 void syn_sample_look(sp_rng *r, const sp_synth_face_options *opt, syn_look *L) {
   memset(L, 0, sizeof *L);
   /* Skin from very light to very dark, with a little hue jitter. */
-  static const float tones[5][3] = {{0.96f, 0.84f, 0.75f}, {0.89f, 0.71f, 0.58f}, {0.76f, 0.56f, 0.42f},
-                                    {0.55f, 0.37f, 0.26f}, {0.36f, 0.24f, 0.17f}};
+  static const float tones[5][3] = {{0.96f, 0.84f, 0.75f},
+                                    {0.89f, 0.71f, 0.58f},
+                                    {0.76f, 0.56f, 0.42f},
+                                    {0.55f, 0.37f, 0.26f},
+                                    {0.36f, 0.24f, 0.17f}};
   float t = sp_rng_uniform(r) * 4;
   int k = (int)t;
   if (k > 3) k = 3;
@@ -72,7 +75,7 @@ void syn_sample_look(sp_rng *r, const sp_synth_face_options *opt, syn_look *L) {
   static const float red[3] = {0.72f, 0.3f, 0.33f};
   float lip[3] = {L->skin[0] * 0.85f, L->skin[1] * 0.55f, L->skin[2] * 0.6f};
   lerp3(L->lip, lip, red, sp_rng_range(r, 0.05f, 0.35f) * (t < 2.5f ? 1.0f : 0.4f));
-  static const float hair[6][3] = {{0.08f, 0.07f, 0.06f}, {0.25f, 0.17f, 0.1f}, {0.45f, 0.31f, 0.18f},
+  static const float hair[6][3] = {{0.08f, 0.07f, 0.06f}, {0.25f, 0.17f, 0.1f},  {0.45f, 0.31f, 0.18f},
                                    {0.75f, 0.62f, 0.4f},  {0.55f, 0.27f, 0.12f}, {0.62f, 0.62f, 0.6f}};
   int h = (int)sp_rng_below(r, t > 2.5f ? 2 : 6);
   memcpy(L->hair, hair[h], sizeof L->hair);
@@ -166,7 +169,8 @@ static void draw_body(cairo_t *cr, const syn_geom *g, const syn_look *L) {
   face_axes(g, down, right);
   /* Shoulders: a wide rounded shape starting a neck's length under the chin. */
   float base[2] = {g->lm[8][0] + down[0] * 0.65f * s, g->lm[8][1] + down[1] * 0.65f * s};
-  static const float sh[7][2] = {{-0.5f, 0}, {-1.9f, 0.45f}, {-2.6f, 1.6f}, {0, 4.0f}, {2.6f, 1.6f}, {1.9f, 0.45f}, {0.5f, 0}};
+  static const float sh[7][2] = {{-0.5f, 0},   {-1.9f, 0.45f}, {-2.6f, 1.6f}, {0, 4.0f},
+                                 {2.6f, 1.6f}, {1.9f, 0.45f},  {0.5f, 0}};
   pt2 o[7];
   for (int k = 0; k < 7; k++) {
     o[k][0] = base[0] + (right[0] * sh[k][0] + down[0] * sh[k][1]) * s;
@@ -220,8 +224,8 @@ static void draw_skin(cairo_t *cr, const syn_geom *g, const syn_look *L) {
   cairo_save(cr);
   cairo_clip(cr);
   float lx = L->light[0], ly = L->light[1], st = L->light_strength;
-  cairo_pattern_t *lin =
-      cairo_pattern_create_linear(c[0] + lx * 1.2f * s, c[1] + ly * 1.2f * s, c[0] - lx * 1.2f * s, c[1] - ly * 1.2f * s);
+  cairo_pattern_t *lin = cairo_pattern_create_linear(c[0] + lx * 1.2f * s, c[1] + ly * 1.2f * s, c[0] - lx * 1.2f * s,
+                                                     c[1] - ly * 1.2f * s);
   cairo_pattern_add_color_stop_rgba(lin, 0, 1, 1, 1, 0.18 * st);
   cairo_pattern_add_color_stop_rgba(lin, 0.45, 1, 1, 1, 0);
   cairo_pattern_add_color_stop_rgba(lin, 1, 0, 0, 0, 0.55 * st);
@@ -363,7 +367,8 @@ static void draw_nose(cairo_t *cr, const syn_geom *g, const syn_look *L) {
   cairo_fill(cr);
   for (int side = 0; side < 2; side++) {
     const float *p = g->lm[side ? 34 : 32], *q = g->lm[side ? 35 : 31];
-    float nx = 0.55f * p[0] + 0.45f * q[0] - down[0] * 0.025f * s, ny = 0.55f * p[1] + 0.45f * q[1] - down[1] * 0.025f * s;
+    float nx = 0.55f * p[0] + 0.45f * q[0] - down[0] * 0.025f * s,
+          ny = 0.55f * p[1] + 0.45f * q[1] - down[1] * 0.025f * s;
     cairo_save(cr);
     cairo_translate(cr, nx, ny);
     cairo_rotate(cr, atan2(right[1], right[0]));
@@ -385,8 +390,9 @@ static void draw_nose(cairo_t *cr, const syn_geom *g, const syn_look *L) {
     float sg = side ? 1.0f : -1.0f;
     cairo_move_to(cr, w[0], w[1]);
     cairo_curve_to(cr, w[0] + right[0] * sg * 0.05f * s, w[1] + right[1] * sg * 0.05f * s,
-                   w[0] + (right[0] * sg * 0.03f - down[0] * 0.1f) * s, w[1] + (right[1] * sg * 0.03f - down[1] * 0.1f) * s,
-                   w[0] - down[0] * 0.13f * s, w[1] - down[1] * 0.13f * s);
+                   w[0] + (right[0] * sg * 0.03f - down[0] * 0.1f) * s,
+                   w[1] + (right[1] * sg * 0.03f - down[1] * 0.1f) * s, w[0] - down[0] * 0.13f * s,
+                   w[1] - down[1] * 0.13f * s);
     rgba(cr, L->skin, 0.55f, 0.45f);
     cairo_set_line_width(cr, 0.016 * s);
     cairo_stroke(cr);

@@ -18,14 +18,14 @@ typedef struct {
   float lm[SP_SYNTH_FACE_K][2];
   float lmz[SP_SYNTH_FACE_K];
   float forehead[SYN_FOREHEAD][2];
-  float ear[2][4][2];       /* [image-left, image-right][top, outer, bottom, inner] */
+  float ear[2][4][2]; /* [image-left, image-right][top, outer, bottom, inner] */
   float ear_z[2];
-  float neck[4][2];         /* left top, left bottom, right bottom, right top */
-  float iris[2][2];         /* iris centres */
-  float iris_r;             /* pixels */
-  float eye_half_w;         /* pixels, before foreshortening */
+  float neck[4][2];                /* left top, left bottom, right bottom, right top */
+  float iris[2][2];                /* iris centres */
+  float iris_r;                    /* pixels */
+  float eye_half_w;                /* pixels, before foreshortening */
   float hair_top[SYN_FOREHEAD][2]; /* forehead outline pushed out (hair volume) */
-  float nose_dir[2];        /* image direction the nose points (unit-free) */
+  float nose_dir[2];               /* image direction the nose points (unit-free) */
   float scale;
 } syn_geom;
 
@@ -38,10 +38,10 @@ void syn_sample_expression(sp_rng *r, float strength, sp_synth_face_params *p);
 /* synth_faces_draw.c: colours and the face itself. */
 typedef struct {
   float skin[3], lip[3], hair[3], iris[3], brow[3];
-  float light[2];           /* image direction light comes from (unit) */
-  float light_strength;     /* 0..1 how strong the side shading is */
-  int hair_style;           /* 0 none, 1 short, 2 long, 3 bald-ish (fringe only at the sides) */
-  float hairline;           /* 0..1 how low the fringe reaches */
+  float light[2];       /* image direction light comes from (unit) */
+  float light_strength; /* 0..1 how strong the side shading is */
+  int hair_style;       /* 0 none, 1 short, 2 long, 3 bald-ish (fringe only at the sides) */
+  float hairline;       /* 0..1 how low the fringe reaches */
   int ears;
   float clothes[3];
 } syn_look;

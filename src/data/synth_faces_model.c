@@ -212,8 +212,8 @@ void syn_face_geometry(const sp_synth_face_params *p, syn_geom *g) {
     project(&P, h, g->hair_top[k - 1], NULL);
   }
   /* Ears hang beside jaw points 0..3, behind the cheek. */
-  static const float ear[4][3] = {{-0.97f, -0.06f, -0.3f}, {-1.14f, 0.16f, -0.42f}, {-0.98f, 0.5f, -0.28f},
-                                  {-0.9f, 0.22f, -0.22f}};
+  static const float ear[4][3] = {
+      {-0.97f, -0.06f, -0.3f}, {-1.14f, 0.16f, -0.42f}, {-0.98f, 0.5f, -0.28f}, {-0.9f, 0.22f, -0.22f}};
   for (int side = 0; side < 2; side++) {
     float sgn = side ? -1.0f : 1.0f, zsum = 0;
     for (int k = 0; k < 4; k++) {
@@ -254,10 +254,10 @@ void syn_sample_shape(sp_rng *r, sp_synth_face_params *p) {
     float *factor;
     float lo, hi;
   } ranges[] = {
-      {&p->face_width, 0.9f, 1.1f},     {&p->face_length, 0.88f, 1.12f}, {&p->forehead, 0.85f, 1.15f},
-      {&p->jaw_square, 0.8f, 1.25f},    {&p->eye_size, 0.85f, 1.15f},    {&p->eye_spacing, 0.9f, 1.1f},
-      {&p->eye_open, 0.8f, 1.25f},      {&p->brow_height, 0.85f, 1.15f}, {&p->nose_length, 0.88f, 1.12f},
-      {&p->nose_width, 0.85f, 1.2f},    {&p->mouth_width, 0.85f, 1.15f}, {&p->lip_thickness, 0.7f, 1.3f},
+      {&p->face_width, 0.9f, 1.1f},  {&p->face_length, 0.88f, 1.12f}, {&p->forehead, 0.85f, 1.15f},
+      {&p->jaw_square, 0.8f, 1.25f}, {&p->eye_size, 0.85f, 1.15f},    {&p->eye_spacing, 0.9f, 1.1f},
+      {&p->eye_open, 0.8f, 1.25f},   {&p->brow_height, 0.85f, 1.15f}, {&p->nose_length, 0.88f, 1.12f},
+      {&p->nose_width, 0.85f, 1.2f}, {&p->mouth_width, 0.85f, 1.15f}, {&p->lip_thickness, 0.7f, 1.3f},
   };
   for (size_t i = 0; i < sizeof ranges / sizeof ranges[0]; i++)
     *ranges[i].factor = sp_rng_range(r, ranges[i].lo, ranges[i].hi);

@@ -11,10 +11,23 @@
 #include "data/synth_faces_internal.h"
 
 sp_synth_face_options sp_synth_face_defaults(void) {
-  return (sp_synth_face_options){.min_size = 96, .max_size = 320, .per_identity = 12, .max_yaw = 40,
-                                 .max_pitch = 15, .max_roll = 25, .expression = 1, .hair_prob = 0.85f,
-                                 .ear_prob = 0.8f, .clutter = 1, .blur_prob = 0.35f, .blur_max = 1.6f,
-                                 .noise_max = 6, .jpeg_min = 40, .jpeg_max = 95, .threads = 0, .progress = 1};
+  return (sp_synth_face_options){.min_size = 96,
+                                 .max_size = 320,
+                                 .per_identity = 12,
+                                 .max_yaw = 40,
+                                 .max_pitch = 15,
+                                 .max_roll = 25,
+                                 .expression = 1,
+                                 .hair_prob = 0.85f,
+                                 .ear_prob = 0.8f,
+                                 .clutter = 1,
+                                 .blur_prob = 0.35f,
+                                 .blur_max = 1.6f,
+                                 .noise_max = 6,
+                                 .jpeg_min = 40,
+                                 .jpeg_max = 95,
+                                 .threads = 0,
+                                 .progress = 1};
 }
 
 /* Symmetric and peaked at 0: most video faces look roughly at the camera. */
@@ -142,8 +155,10 @@ static camera_faults degrade(sp_rng *how, const sp_synth_face_options *opt, sp_i
   int q = opt->jpeg_min + (int)sp_rng_below(how, (uint32_t)(opt->jpeg_max - opt->jpeg_min + 1));
   int lowres = u_low < 0.5f * opt->blur_prob;
   if (lowres) syn_lowres_rgb(out->px, w, h, 2);
-  if (u_blur < opt->blur_prob) syn_blur_rgb(out->px, w, h, sigma, box);
-  else sigma = 0;
+  if (u_blur < opt->blur_prob)
+    syn_blur_rgb(out->px, w, h, sigma, box);
+  else
+    sigma = 0;
   if (lowres) sigma = fmaxf(sigma, 1.0f); /* the 2x mosaic + blur acts like sigma ~1 */
   syn_noise_rgb(out->px, w, h, noise, how);
   return (camera_faults){q, sigma, noise};

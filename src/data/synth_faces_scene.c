@@ -85,8 +85,10 @@ void syn_draw_background(cairo_t *cr, int w, int h, int clutter, sp_rng *r) {
         int k = 3 + (int)sp_rng_below(r, 4);
         for (int j = 0; j < k; j++) {
           float t = 2 * PI_F * (float)j / (float)k, rr = sz * sp_rng_range(r, 0.2f, 0.6f);
-          if (j == 0) cairo_move_to(cr, rr * cosf(t), rr * sinf(t));
-          else cairo_line_to(cr, rr * cosf(t), rr * sinf(t));
+          if (j == 0)
+            cairo_move_to(cr, rr * cosf(t), rr * sinf(t));
+          else
+            cairo_line_to(cr, rr * cosf(t), rr * sinf(t));
         }
         cairo_close_path(cr);
         cairo_fill(cr);

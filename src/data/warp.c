@@ -65,7 +65,11 @@ static void clip_line(double v0, double dv, double vmax, double *lo, double *hi)
     return;
   }
   double t0 = (0 - v0) / dv, t1 = (vmax - v0) / dv;
-  if (t0 > t1) { double t = t0; t0 = t1; t1 = t; }
+  if (t0 > t1) {
+    double t = t0;
+    t0 = t1;
+    t1 = t;
+  }
   if (t0 > *lo) *lo = t0;
   if (t1 < *hi) *hi = t1;
 }
@@ -90,8 +94,8 @@ static inline uint8_t sample_slow(const uint8_t *src, int sw, int sh, int c, int
  * 2x2 neighbourhood. The right-hand pixels are gathered from 2 bytes earlier
  * (bytes B,R,G,B) so no gather reads past the pixel it needs: the source
  * needs no padding. Returns the first x not done. */
-static int warp_rgb_planar_avx2(const uint8_t *src, int stride, uint8_t *r0, uint8_t *r1, uint8_t *r2, int x,
-                                int xend, int32_t *fx, int32_t *fy, int32_t dxs, int32_t dys) {
+static int warp_rgb_planar_avx2(const uint8_t *src, int stride, uint8_t *r0, uint8_t *r1, uint8_t *r2, int x, int xend,
+                                int32_t *fx, int32_t *fy, int32_t dxs, int32_t dys) {
   const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
   const __m256i m255 = _mm256_set1_epi32(255), c256 = _mm256_set1_epi32(256), half = _mm256_set1_epi32(32768);
   const __m256i vstride = _mm256_set1_epi32(stride);
@@ -120,8 +124,10 @@ static int warp_rgb_planar_avx2(const uint8_t *src, int stride, uint8_t *r0, uin
       v = _mm256_srli_epi32(v, 16);
       __m128i p16 = _mm_packus_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
       _mm_storel_epi64((__m128i *)(void *)(outs[ch] + x), _mm_packus_epi16(p16, p16));
-      g00 = _mm256_srli_epi32(g00, 8); g01 = _mm256_srli_epi32(g01, 8);
-      g10 = _mm256_srli_epi32(g10, 8); g11 = _mm256_srli_epi32(g11, 8);
+      g00 = _mm256_srli_epi32(g00, 8);
+      g01 = _mm256_srli_epi32(g01, 8);
+      g10 = _mm256_srli_epi32(g10, 8);
+      g11 = _mm256_srli_epi32(g11, 8);
     }
     vfx = _mm256_add_epi32(vfx, step_x);
     vfy = _mm256_add_epi32(vfy, step_y);
@@ -135,15 +141,18 @@ static int warp_rgb_planar_avx2(const uint8_t *src, int stride, uint8_t *r0, uin
 /* Inner span [*ilo, *ihi] of the output row that starts at source (sx0, sy0):
  * x0+1 <= sw-1 and y0+1 <= sh-1, with a small guard for the fixed-point
  * drift. Empty: [dw, dw-1]. */
-static inline void inner_span(const double *m, int sw, int sh, int dw, double guard, double sx0, double sy0,
-                              int *ilo, int *ihi) {
+static inline void inner_span(const double *m, int sw, int sh, int dw, double guard, double sx0, double sy0, int *ilo,
+                              int *ihi) {
   double lo = 0, hi = dw - 1;
   clip_line(sx0 - guard, m[0], sw - 1 - 2 * guard, &lo, &hi);
   clip_line(sy0 - guard, m[3], sh - 1 - 2 * guard, &lo, &hi);
   int a = (int)ceil(lo + 1e-3), b = (int)floor(hi - 1e-3);
   if (a < 0) a = 0;
   if (b > dw - 1) b = dw - 1;
-  if (b < a) { a = dw; b = dw - 1; }
+  if (b < a) {
+    a = dw;
+    b = dw - 1;
+  }
   *ilo = a;
   *ihi = b;
 }
@@ -161,8 +170,10 @@ typedef struct {
 } row_job;
 
 static inline void put(const row_job *j, int x, int ch, uint8_t v) {
-  if (j->planar) j->row[ch * j->plane + x] = v;
-  else j->row[(size_t)x * j->c + ch] = v;
+  if (j->planar)
+    j->row[ch * j->plane + x] = v;
+  else
+    j->row[(size_t)x * j->c + ch] = v;
 }
 
 /* Columns [x0, x1) near or past the image's edge: every sample checks its
@@ -225,8 +236,16 @@ void sp_warp_affine_u8(const uint8_t *src, int sw, int sh, int c, uint8_t *dst, 
   const double *m = inv->m;
   /* Fixed-point steps along a row; the per-row start is recomputed in double
    * so errors never accumulate across rows. */
-  row_job j = {.src = src, .sw = sw, .sh = sh, .c = c, .stride = sw * c, .planar = planar, .fill = fill,
-               .plane = (size_t)dw * dh, .m = m, .dxs = (int32_t)lrint(m[0] * 65536.0),
+  row_job j = {.src = src,
+               .sw = sw,
+               .sh = sh,
+               .c = c,
+               .stride = sw * c,
+               .planar = planar,
+               .fill = fill,
+               .plane = (size_t)dw * dh,
+               .m = m,
+               .dxs = (int32_t)lrint(m[0] * 65536.0),
                .dys = (int32_t)lrint(m[3] * 65536.0)};
   /* Margin that covers the fixed-point drift (< 2^-17 per step). */
   const double guard = 0.005 + 2e-5 * dw;
@@ -239,8 +258,10 @@ void sp_warp_affine_u8(const uint8_t *src, int sw, int sh, int c, uint8_t *dst, 
     edge_span(&j, 0, ilo);
     if (ilo <= ihi) {
       int32_t fx = (int32_t)lrint((j.sx0 + m[0] * ilo) * 65536.0), fy = (int32_t)lrint((j.sy0 + m[3] * ilo) * 65536.0);
-      if (c == 3 && planar) inner_rgb_planar(&j, ilo, ihi, fx, fy);
-      else inner_any(&j, ilo, ihi, fx, fy);
+      if (c == 3 && planar)
+        inner_rgb_planar(&j, ilo, ihi, fx, fy);
+      else
+        inner_any(&j, ilo, ihi, fx, fy);
     }
     edge_span(&j, ihi + 1 > ilo ? ihi + 1 : ilo, dw);
   }

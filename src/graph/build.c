@@ -7,7 +7,6 @@
 #include "graph/graph_internal.h"
 #include "ops/ops.h"
 
-
 static int valid(sp_graph *g, sp_value x) { return x >= 0 && x < g->n_nodes; }
 
 /* Channels of x, or a recorded error when a builder needs it and it is unknown. */
@@ -37,8 +36,9 @@ sp_value sp_conv2d(sp_graph *g, sp_value x, const char *name, sp_conv_args args)
   int in_ch = need_channels(g, x, "conv2d", name);
   if (in_ch <= 0) return -1;
   if (groups < 1 || in_ch % groups || out_ch % groups || kernel < 1 || stride < 1 || dilation < 1 || pad < 0)
-    return sp_graph_fail(g, "conv2d '%s': bad arguments (in %d, out %d, kernel %d, stride %d, pad %d, dilation %d, groups %d)",
-                         name, in_ch, out_ch, kernel, stride, pad, dilation, groups);
+    return sp_graph_fail(
+        g, "conv2d '%s': bad arguments (in %d, out %d, kernel %d, stride %d, pad %d, dilation %d, groups %d)", name,
+        in_ch, out_ch, kernel, stride, pad, dilation, groups);
   int64_t fan_in = (int64_t)(in_ch / groups) * kernel * kernel;
   int p[2];
   p[0] = param(g, name, "weight", sp_shape4(out_ch, in_ch / groups, kernel, kernel), SP_INIT_UNIFORM_FAN_IN, fan_in, 0);

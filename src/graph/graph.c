@@ -12,9 +12,12 @@
 const char *sp_backend_name(sp_backend b) { return b == SP_BACKEND_CPU ? "cpu" : "ref"; }
 
 int sp_backend_parse(const char *name, sp_backend *out) {
-  if (!strcmp(name, "ref")) *out = SP_BACKEND_REF;
-  else if (!strcmp(name, "cpu")) *out = SP_BACKEND_CPU;
-  else return sp_error_set("unknown backend '%s' (expected ref or cpu)", name);
+  if (!strcmp(name, "ref"))
+    *out = SP_BACKEND_REF;
+  else if (!strcmp(name, "cpu"))
+    *out = SP_BACKEND_CPU;
+  else
+    return sp_error_set("unknown backend '%s' (expected ref or cpu)", name);
   return 0;
 }
 
@@ -90,8 +93,10 @@ void sp_graph_pop_scope(sp_graph *g) {
 }
 
 const char *sp_graph_scoped(const sp_graph *g, const char *name, char *buf, size_t n) {
-  if (g->scope[0] && name && name[0]) snprintf(buf, n, "%s.%s", g->scope, name);
-  else snprintf(buf, n, "%s", g->scope[0] ? g->scope : (name ? name : ""));
+  if (g->scope[0] && name && name[0])
+    snprintf(buf, n, "%s.%s", g->scope, name);
+  else
+    snprintf(buf, n, "%s", g->scope[0] ? g->scope : (name ? name : ""));
   return buf;
 }
 
@@ -135,9 +140,7 @@ void sp_graph_loss(sp_graph *g, sp_value v, float weight) {
   g->nodes[v].loss_weight = weight;
 }
 
-int sp_graph_channels(const sp_graph *g, sp_value v) {
-  return v >= 0 && v < g->n_nodes ? g->nodes[v].channels : -1;
-}
+int sp_graph_channels(const sp_graph *g, sp_value v) { return v >= 0 && v < g->n_nodes ? g->nodes[v].channels : -1; }
 
 /* Per-parameter seed from its name, so initial values do not depend on the
  * order models register parameters in. */
@@ -220,8 +223,8 @@ int64_t sp_graph_param_numel(const sp_graph *g, int trainable_only) {
   return n;
 }
 
-sp_value sp_graph_node(sp_graph *g, const sp_op_def *op, const void *attr, size_t attr_size, const char *name,
-                       int n_in, const sp_value *in, int n_param, const int *params, int n_state, const int *states,
+sp_value sp_graph_node(sp_graph *g, const sp_op_def *op, const void *attr, size_t attr_size, const char *name, int n_in,
+                       const sp_value *in, int n_param, const int *params, int n_state, const int *states,
                        int channels) {
   char full[512];
   sp_graph_scoped(g, name && name[0] ? name : op->name, full, sizeof full);

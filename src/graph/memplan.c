@@ -52,8 +52,7 @@ size_t sp_memplan_place(sp_buffer_req *reqs, int n, int no_reuse) {
     int n_busy = 0;
     for (int j = 0; j < n_placed; j++) {
       const sp_buffer_req *o = &reqs[placed[j]];
-      if (o->start <= r->end && r->start <= o->end)
-        busy[n_busy++] = (range){o->offset, o->offset + round_up(o->bytes)};
+      if (o->start <= r->end && r->start <= o->end) busy[n_busy++] = (range){o->offset, o->offset + round_up(o->bytes)};
     }
     qsort(busy, (size_t)n_busy, sizeof(range), by_begin);
     size_t at = 0;

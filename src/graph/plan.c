@@ -97,9 +97,7 @@ static void mark_gradients(sp_plan *p) {
 
 /* An output this plan keeps readable (plain layout, alive to the end): every
  * graph output, unless the caller said it reads only the losses. */
-static int kept_output(const sp_plan *p, const sp_node *nd) {
-  return nd->is_output && !(p->flags & SP_PLAN_LOSS_ONLY);
-}
+static int kept_output(const sp_plan *p, const sp_node *nd) { return nd->is_output && !(p->flags & SP_PLAN_LOSS_ONLY); }
 
 /* Lets the backend choose each node's implementation state, output layout
  * and buffer sizes; nodes without a prepare hook get plain sizes. */
@@ -231,8 +229,7 @@ static int plan_memory(sp_plan *p) {
       for (int k = 0; k < cn->n_in; k++) {
         if (cn->in[k] != i) continue;
         if (c > end) end = c;
-        if (p->nodes[c].run_backward && (cn->op->flags & SP_OP_BWD_NEEDS_INPUT) && BSTEP(p, c) > end)
-          end = BSTEP(p, c);
+        if (p->nodes[c].run_backward && (cn->op->flags & SP_OP_BWD_NEEDS_INPUT) && BSTEP(p, c) > end) end = BSTEP(p, c);
       }
     }
     if (pn->run_backward && nd->op && (nd->op->flags & SP_OP_BWD_NEEDS_OUTPUT) && BSTEP(p, i) > end) end = BSTEP(p, i);

@@ -21,8 +21,7 @@ int sp_image_file_format(const char *path) {
   if (!path || !*path) return sp_error_set("image: no output path given");
   int format = sp_plot_format_of(path);
   if (format) return format;
-  return sp_error_set("%s: the name does not say a format spry writes (accepted: .png, .jpg, .jpeg, any case)",
-                      path);
+  return sp_error_set("%s: the name does not say a format spry writes (accepted: .png, .jpg, .jpeg, any case)", path);
 }
 
 typedef struct {
@@ -45,8 +44,8 @@ int sp_plot_write_jpeg(const char *path, const uint8_t *px, int w, int h, int c)
   unsigned long n = 0;
   /* Quality 92, no chroma subsampling: overlays are thin coloured lines on
    * a photo, which 4:2:0 would smear. */
-  int rc = tjCompress2(tj, px, w, 0, h, c == 1 ? TJPF_GRAY : TJPF_RGB, &jpeg, &n, c == 1 ? TJSAMP_GRAY : TJSAMP_444,
-                       92, TJFLAG_ACCURATEDCT);
+  int rc = tjCompress2(tj, px, w, 0, h, c == 1 ? TJPF_GRAY : TJPF_RGB, &jpeg, &n, c == 1 ? TJSAMP_GRAY : TJSAMP_444, 92,
+                       TJFLAG_ACCURATEDCT);
   if (rc != 0) {
     rc = sp_error_set("%s: encoding JPEG: %s", path, tjGetErrorStr2(tj));
   } else {

@@ -16,9 +16,7 @@ typedef struct {
   int depth;
 } parser;
 
-static int fail_at(size_t at, const char *what) {
-  return sp_error_set("JSON: %s at byte %zu", what, at);
-}
+static int fail_at(size_t at, const char *what) { return sp_error_set("JSON: %s at byte %zu", what, at); }
 
 static void free_contents(sp_json *v) {
   switch (v->type) {
@@ -61,10 +59,14 @@ static int hex4(parser *ps, size_t at, unsigned *out) {
   for (int i = 0; i < 4; i++) {
     char c = ps->p[ps->pos + (size_t)i];
     v <<= 4;
-    if (c >= '0' && c <= '9') v |= (unsigned)(c - '0');
-    else if (c >= 'a' && c <= 'f') v |= (unsigned)(c - 'a' + 10);
-    else if (c >= 'A' && c <= 'F') v |= (unsigned)(c - 'A' + 10);
-    else return fail_at(at, "bad hex digit in \\u escape");
+    if (c >= '0' && c <= '9')
+      v |= (unsigned)(c - '0');
+    else if (c >= 'a' && c <= 'f')
+      v |= (unsigned)(c - 'a' + 10);
+    else if (c >= 'A' && c <= 'F')
+      v |= (unsigned)(c - 'A' + 10);
+    else
+      return fail_at(at, "bad hex digit in \\u escape");
   }
   ps->pos += 4;
   *out = v;
@@ -72,7 +74,10 @@ static int hex4(parser *ps, size_t at, unsigned *out) {
 }
 
 static size_t put_utf8(char *o, unsigned cp) {
-  if (cp < 0x80) { o[0] = (char)cp; return 1; }
+  if (cp < 0x80) {
+    o[0] = (char)cp;
+    return 1;
+  }
   if (cp < 0x800) {
     o[0] = (char)(0xC0 | (cp >> 6));
     o[1] = (char)(0x80 | (cp & 0x3F));
@@ -98,7 +103,8 @@ static size_t utf8_seq(const unsigned char *s, size_t n) {
   unsigned c = s[0];
   size_t k;
   unsigned lo = 0x80, hi = 0xBF; /* allowed range of the second byte */
-  if (c >= 0xC2 && c <= 0xDF) k = 2;
+  if (c >= 0xC2 && c <= 0xDF)
+    k = 2;
   else if (c >= 0xE0 && c <= 0xEF) {
     k = 3;
     if (c == 0xE0) lo = 0xA0;
@@ -107,7 +113,8 @@ static size_t utf8_seq(const unsigned char *s, size_t n) {
     k = 4;
     if (c == 0xF0) lo = 0x90;
     if (c == 0xF4) hi = 0x8F;
-  } else return 0;
+  } else
+    return 0;
   if (n < k) return 0;
   if (s[1] < lo || s[1] > hi) return 0;
   for (size_t i = 2; i < k; i++)
@@ -237,7 +244,10 @@ static int parse_number(parser *ps, sp_json *out) {
     int ok = 1;
     for (size_t k = (size_t)neg; k < n; k++) {
       int dgt = tmp[k] - '0';
-      if (acc < (INT64_MIN + dgt) / 10) { ok = 0; break; }
+      if (acc < (INT64_MIN + dgt) / 10) {
+        ok = 0;
+        break;
+      }
       acc = acc * 10 - dgt;
     }
     if (ok && !neg && acc == INT64_MIN) ok = 0;
@@ -347,8 +357,7 @@ static int parse_object(parser *ps, sp_json *out) {
 
 static int literal(parser *ps, const char *word) {
   size_t n = strlen(word);
-  if (ps->len - ps->pos < n || memcmp(ps->p + ps->pos, word, n) != 0)
-    return fail_at(ps->pos, "invalid literal");
+  if (ps->len - ps->pos < n || memcmp(ps->p + ps->pos, word, n) != 0) return fail_at(ps->pos, "invalid literal");
   ps->pos += n;
   return 0;
 }
@@ -447,17 +456,15 @@ const sp_json *sp_json_value_at(const sp_json *obj, size_t i) {
   return &obj->u.obj.vals[i];
 }
 
-const char *sp_json_as_string(const sp_json *v) {
-  return v && v->type == SP_JSON_STRING ? v->u.str.s : NULL;
-}
+const char *sp_json_as_string(const sp_json *v) { return v && v->type == SP_JSON_STRING ? v->u.str.s : NULL; }
 
 int sp_json_as_int64(const sp_json *v, int64_t lo, int64_t hi, int64_t *out) {
   if (!v) return sp_error_set("expected an integer, got nothing");
   if (v->type != SP_JSON_NUMBER)
     return sp_error_set("expected an integer, got %s at byte %zu", sp_json_type_name(v->type), v->offset);
   if (!v->u.num.is_int || v->u.num.i < lo || v->u.num.i > hi)
-    return sp_error_set("expected an integer in [%lld, %lld], got %.17g at byte %zu", (long long)lo,
-                        (long long)hi, v->u.num.d, v->offset);
+    return sp_error_set("expected an integer in [%lld, %lld], got %.17g at byte %zu", (long long)lo, (long long)hi,
+                        v->u.num.d, v->offset);
   *out = v->u.num.i;
   return 0;
 }
@@ -506,9 +513,15 @@ static void sep(sp_json_buf *b) {
   if (last != '{' && last != '[' && last != ':' && last != ',' && last != '\n') put(b, ",");
 }
 
-void sp_json_obj_begin(sp_json_buf *b) { sep(b); put(b, "{"); }
+void sp_json_obj_begin(sp_json_buf *b) {
+  sep(b);
+  put(b, "{");
+}
 void sp_json_obj_end(sp_json_buf *b) { put(b, "}"); }
-void sp_json_arr_begin(sp_json_buf *b) { sep(b); put(b, "["); }
+void sp_json_arr_begin(sp_json_buf *b) {
+  sep(b);
+  put(b, "[");
+}
 void sp_json_arr_end(sp_json_buf *b) { put(b, "]"); }
 
 static void escaped(sp_json_buf *b, const char *s, size_t n) {
@@ -548,7 +561,10 @@ void sp_json_key(sp_json_buf *b, const char *key) {
 }
 
 void sp_json_str(sp_json_buf *b, const char *s) { sp_json_strn(b, s, strlen(s)); }
-void sp_json_strn(sp_json_buf *b, const char *s, size_t n) { sep(b); escaped(b, s, n); }
+void sp_json_strn(sp_json_buf *b, const char *s, size_t n) {
+  sep(b);
+  escaped(b, s, n);
+}
 
 void sp_json_int(sp_json_buf *b, int64_t v) {
   char t[32];
@@ -580,7 +596,10 @@ static void plain_if_short(char *t, size_t n, double v, int digits) {
 }
 
 void sp_json_f32(sp_json_buf *b, float v) {
-  if (!isfinite(v)) { sp_json_null(b); return; }
+  if (!isfinite(v)) {
+    sp_json_null(b);
+    return;
+  }
   char t[48];
   int p = 1;
   for (; p <= 9; p++) { /* 9 digits always round-trip a float */
@@ -594,7 +613,10 @@ void sp_json_f32(sp_json_buf *b, float v) {
 }
 
 void sp_json_f64(sp_json_buf *b, double v) {
-  if (!isfinite(v)) { sp_json_null(b); return; }
+  if (!isfinite(v)) {
+    sp_json_null(b);
+    return;
+  }
   char t[48];
   int p = 1;
   for (; p <= 17; p++) { /* 17 digits always round-trip a double */
@@ -607,5 +629,11 @@ void sp_json_f64(sp_json_buf *b, double v) {
   put(b, t);
 }
 
-void sp_json_bool(sp_json_buf *b, int v) { sep(b); put(b, v ? "true" : "false"); }
-void sp_json_null(sp_json_buf *b) { sep(b); put(b, "null"); }
+void sp_json_bool(sp_json_buf *b, int v) {
+  sep(b);
+  put(b, v ? "true" : "false");
+}
+void sp_json_null(sp_json_buf *b) {
+  sep(b);
+  put(b, "null");
+}

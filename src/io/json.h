@@ -14,14 +14,7 @@
 
 #define SP_JSON_MAX_DEPTH 64
 
-typedef enum {
-  SP_JSON_NULL,
-  SP_JSON_BOOL,
-  SP_JSON_NUMBER,
-  SP_JSON_STRING,
-  SP_JSON_ARRAY,
-  SP_JSON_OBJECT
-} sp_json_type;
+typedef enum { SP_JSON_NULL, SP_JSON_BOOL, SP_JSON_NUMBER, SP_JSON_STRING, SP_JSON_ARRAY, SP_JSON_OBJECT } sp_json_type;
 
 typedef struct sp_json sp_json;
 struct sp_json {
@@ -88,14 +81,14 @@ typedef struct {
 
 void sp_json_buf_init(sp_json_buf *b);
 void sp_json_buf_free(sp_json_buf *b);
-void sp_json_buf_clear(sp_json_buf *b);               /* keep the memory */
+void sp_json_buf_clear(sp_json_buf *b);                    /* keep the memory */
 void sp_json_raw(sp_json_buf *b, const char *s, size_t n); /* verbatim bytes */
 void sp_json_obj_begin(sp_json_buf *b);
 void sp_json_obj_end(sp_json_buf *b);
 void sp_json_arr_begin(sp_json_buf *b);
 void sp_json_arr_end(sp_json_buf *b);
-void sp_json_key(sp_json_buf *b, const char *key);    /* ,"key": */
-void sp_json_str(sp_json_buf *b, const char *s);      /* escaped string value */
+void sp_json_key(sp_json_buf *b, const char *key); /* ,"key": */
+void sp_json_str(sp_json_buf *b, const char *s);   /* escaped string value */
 void sp_json_strn(sp_json_buf *b, const char *s, size_t n);
 void sp_json_int(sp_json_buf *b, int64_t v);
 void sp_json_u64(sp_json_buf *b, uint64_t v);

@@ -257,7 +257,8 @@ int sp_gif_write(const char *path, const uint8_t *const *frames, int n, int w, i
     /* Graphic control: disposal 1 (leave in place), no transparency. */
     put1(&b, 0x21), put1(&b, 0xF9), put1(&b, 4), put1(&b, 1 << 2), put2(&b, delay_cs), put1(&b, 0), put1(&b, 0);
     put1(&b, 0x2C), put2(&b, 0), put2(&b, 0), put2(&b, w), put2(&b, h), put1(&b, 0);
-    if (c == 1) memcpy(idx, frames[f], pixels);
+    if (c == 1)
+      memcpy(idx, frames[f], pixels);
     else
       for (size_t i = 0; i < pixels; i++) idx[i] = (uint8_t)nearest_index(&q, frames[f] + 3 * i);
     lzw_encode(&b, idx, pixels);
@@ -431,9 +432,12 @@ int sp_gif_read(const char *path, int *w_out, int *h_out, uint8_t **rgb) {
   while (rc == 0) {
     int tag = get1(&g.r);
     if (tag == 0x3B) break;
-    if (tag == 0x21) rc = get1(&g.r) < 0 || get_blocks(&g.r, NULL) ? 1 : 0;
-    else if (tag == 0x2C) rc = read_frame(&g);
-    else rc = 1;
+    if (tag == 0x21)
+      rc = get1(&g.r) < 0 || get_blocks(&g.r, NULL) ? 1 : 0;
+    else if (tag == 0x2C)
+      rc = read_frame(&g);
+    else
+      rc = 1;
   }
   if (rc > 0) rc = sp_error_set("%s: truncated or malformed GIF at byte %zu", path, g.r.at);
   if (rc == 0) {

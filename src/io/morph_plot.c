@@ -37,15 +37,16 @@ static void draw_panel(cairo_t *cr, cairo_surface_t *img, double x0, double s, c
 #undef PY
 }
 
-int sp_morph_points_png(const char *path, const uint8_t *a, const uint8_t *b, int w, int h, int c,
-                        const float *pts_a, const float *pts_b, int n, int k, const int *tris, int n_tris) {
+int sp_morph_points_png(const char *path, const uint8_t *a, const uint8_t *b, int w, int h, int c, const float *pts_a,
+                        const float *pts_b, int n, int k, const int *tris, int n_tris) {
   if (sp_plot_check_image(path, a, w, h, c) || sp_plot_check_image(path, b, w, h, c)) return -1;
   if (n < 0 || k < 0 || k > n || n_tris < 0) return sp_error_set("%s: bad point counts (%d, %d)", path, n, k);
   for (int i = 0; i < 3 * n_tris; i++)
     if (tris[i] < 0 || tris[i] >= n) return sp_error_set("%s: triangle index %d out of range", path, tris[i]);
   const double s = PANEL_PX / (w > h ? w : h);
   const int fig_w = (int)ceil(2 * w * s + 3 * GAP_PX), fig_h = (int)ceil(h * s + 2 * GAP_PX);
-  cairo_surface_t *sa = sp_plot_image_surface(path, a, w, h, c), *sb = sa ? sp_plot_image_surface(path, b, w, h, c) : NULL;
+  cairo_surface_t *sa = sp_plot_image_surface(path, a, w, h, c),
+                  *sb = sa ? sp_plot_image_surface(path, b, w, h, c) : NULL;
   cairo_surface_t *surface;
   cairo_t *cr;
   int rc = -1;

@@ -40,8 +40,7 @@ int sp_plot_write_atomic(const char *path, int (*fill)(FILE *f, void *ctx), void
   if (rc == 0 && fflush(f) != 0) rc = sp_error_set("%s: writing %s: %s", path, tmp, strerror(errno));
   /* Synced before the rename so that after a power cut the name points at
    * either the old figure or the complete new one. */
-  if (rc == 0 && fsync(fileno(f)) != 0)
-    rc = sp_error_set("%s: syncing %s: %s", path, tmp, strerror(errno));
+  if (rc == 0 && fsync(fileno(f)) != 0) rc = sp_error_set("%s: syncing %s: %s", path, tmp, strerror(errno));
   if (fclose(f) != 0 && rc == 0) rc = sp_error_set("%s: closing %s: %s", path, tmp, strerror(errno));
   if (rc == 0 && rename(tmp, path) != 0)
     rc = sp_error_set("%s: renaming %s into place: %s", path, tmp, strerror(errno));
@@ -54,8 +53,7 @@ int sp_plot_begin(const char *path, int w, int h, cairo_surface_t **surface, cai
   *surface = NULL;
   *cr = NULL;
   if (w < 1 || h < 1 || w > SP_PLOT_MAX_SIDE || h > SP_PLOT_MAX_SIDE)
-    return sp_error_set("%s: figure size %dx%d outside 1..%d", path ? path : "(null)", w, h,
-                        SP_PLOT_MAX_SIDE);
+    return sp_error_set("%s: figure size %dx%d outside 1..%d", path ? path : "(null)", w, h, SP_PLOT_MAX_SIDE);
   cairo_surface_t *s = cairo_image_surface_create(CAIRO_FORMAT_RGB24, w, h);
   cairo_status_t st = cairo_surface_status(s);
   if (st != CAIRO_STATUS_SUCCESS) {
@@ -94,8 +92,7 @@ static int png_fill(FILE *f, void *ctx) {
     /* A short write is usually a full disk: say so rather than only
      * "error while writing to output stream". */
     if (st == CAIRO_STATUS_WRITE_ERROR && errno != 0)
-      return sp_error_set("%s: writing PNG: %s (%s)", job->path, cairo_status_to_string(st),
-                          strerror(errno));
+      return sp_error_set("%s: writing PNG: %s (%s)", job->path, cairo_status_to_string(st), strerror(errno));
     return sp_error_set("%s: writing PNG: %s", job->path, cairo_status_to_string(st));
   }
   return 0;
@@ -182,8 +179,7 @@ void sp_plot_paint_image(cairo_t *cr, cairo_surface_t *img, double x, double y, 
    * (what one wants when judging a point to the pixel); other factors
    * (fitting a grid cell, shrinking) and smooth maps filter properly. */
   int integer = s >= 1 && fabs(s - round(s)) < 1e-9;
-  cairo_pattern_set_filter(cairo_get_source(cr),
-                           integer && !smooth ? CAIRO_FILTER_NEAREST : CAIRO_FILTER_GOOD);
+  cairo_pattern_set_filter(cairo_get_source(cr), integer && !smooth ? CAIRO_FILTER_NEAREST : CAIRO_FILTER_GOOD);
   /* PAD so that filtering at the border does not fade to black. */
   cairo_pattern_set_extend(cairo_get_source(cr), CAIRO_EXTEND_PAD);
   cairo_rectangle(cr, 0, 0, cairo_image_surface_get_width(img), cairo_image_surface_get_height(img));
@@ -202,8 +198,7 @@ uint32_t sp_plot_series_rgb(int i) {
 }
 
 void sp_plot_set_rgba(cairo_t *cr, uint32_t rgb, double alpha) {
-  cairo_set_source_rgba(cr, ((rgb >> 16) & 255) / 255.0, ((rgb >> 8) & 255) / 255.0,
-                        (rgb & 255) / 255.0, alpha);
+  cairo_set_source_rgba(cr, ((rgb >> 16) & 255) / 255.0, ((rgb >> 8) & 255) / 255.0, (rgb & 255) / 255.0, alpha);
 }
 
 void sp_plot_set_rgb(cairo_t *cr, uint32_t rgb) { sp_plot_set_rgba(cr, rgb, 1.0); }

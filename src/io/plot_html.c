@@ -47,8 +47,7 @@ static void put_url(FILE *f, const char *s) {
   static const char hex[] = "0123456789ABCDEF";
   for (; *s; s++) {
     unsigned char ch = (unsigned char)*s;
-    if ((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-        strchr("-._~/", ch))
+    if ((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || strchr("-._~/", ch))
       fputc(ch, f);
     else
       fprintf(f, "%%%c%c", hex[ch >> 4], hex[ch & 15]);
@@ -128,14 +127,12 @@ static int html_fill(FILE *f, void *ctx) {
   return 0;
 }
 
-int sp_report_index_html(const char *html_path, const char *title, int n_rows,
-                         const char *const *keys, const char *const *values, int n_items,
-                         const sp_report_item *items) {
+int sp_report_index_html(const char *html_path, const char *title, int n_rows, const char *const *keys,
+                         const char *const *values, int n_items, const sp_report_item *items) {
   if (!html_path || !*html_path) return sp_error_set("report: no output path given");
   if (n_rows < 0 || (n_rows > 0 && (!keys || !values)))
     return sp_error_set("%s: bad metrics table (%d rows)", html_path, n_rows);
-  if (n_items < 0 || (n_items > 0 && !items))
-    return sp_error_set("%s: bad item list (%d items)", html_path, n_items);
+  if (n_items < 0 || (n_items > 0 && !items)) return sp_error_set("%s: bad item list (%d items)", html_path, n_items);
   for (int i = 0; i < n_rows; i++)
     if (!keys[i] || !values[i]) return sp_error_set("%s: metrics row %d has a NULL key or value", html_path, i);
   page p = {html_path, title && *title ? title : "spry report", n_rows, keys, values, n_items, items};

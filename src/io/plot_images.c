@@ -5,9 +5,7 @@
 
 #include "io/plot_internal.h"
 
-static int point_ok(const float *p, int i) {
-  return p && isfinite(p[2 * i]) && isfinite(p[2 * i + 1]);
-}
+static int point_ok(const float *p, int i) { return p && isfinite(p[2 * i]) && isfinite(p[2 * i + 1]); }
 
 /* Text readable on any image: a dark outline under a white fill. */
 static void outlined_text(cairo_t *cr, double x, double y, const char *s, double size) {
@@ -25,8 +23,8 @@ static void outlined_text(cairo_t *cr, double x, double y, const char *s, double
 /* Draws on a context whose user space is output pixels: image point (x, y)
  * lands at (ox + (x + 0.5) * scale, oy + (y + 0.5) * scale) because data
  * coordinates put pixel centres at integers. r: ground-truth dot radius. */
-static void draw_points(cairo_t *cr, double ox, double oy, double scale, const float *pred,
-                        const float *gt, int k, double r, unsigned flags) {
+static void draw_points(cairo_t *cr, double ox, double oy, double scale, const float *pred, const float *gt, int k,
+                        double r, unsigned flags) {
 #define PX(p, i) (ox + ((p)[2 * (i)] + 0.5) * scale)
 #define PY(p, i) (oy + ((p)[2 * (i) + 1] + 0.5) * scale)
   if ((flags & SP_KP_LINKS) && pred && gt) {
@@ -99,8 +97,8 @@ static int begin_over_image(const char *png_path, const uint8_t *img, int w, int
   return 0;
 }
 
-int sp_draw_keypoints_png(const char *png_path, const uint8_t *img, int w, int h, int c,
-                          const float *pred, const float *gt, int k, int upscale, unsigned flags) {
+int sp_draw_keypoints_png(const char *png_path, const uint8_t *img, int w, int h, int c, const float *pred,
+                          const float *gt, int k, int upscale, unsigned flags) {
   if (!png_path || !*png_path) return sp_error_set("plot: no output path given");
   if (sp_plot_check_image(png_path, img, w, h, c) != 0) return -1;
   if (check_points(png_path, k, "keypoints") != 0) return -1;
@@ -110,8 +108,7 @@ int sp_draw_keypoints_png(const char *png_path, const uint8_t *img, int w, int h
     upscale = upscale < 1 ? 1 : upscale > 8 ? 8 : upscale;
   }
   if ((long)w * upscale > SP_PLOT_MAX_SIDE || (long)h * upscale > SP_PLOT_MAX_SIDE)
-    return sp_error_set("%s: %dx%d image scaled by %d exceeds %d px", png_path, w, h, upscale,
-                        SP_PLOT_MAX_SIDE);
+    return sp_error_set("%s: %dx%d image scaled by %d exceeds %d px", png_path, w, h, upscale, SP_PLOT_MAX_SIDE);
   int ow = w * upscale, oh = h * upscale;
   cairo_surface_t *surface;
   cairo_t *cr;
@@ -172,8 +169,7 @@ static double draw_key(cairo_t *cr, double x, double y, double fs) {
 static int check_grid_args(const char *png_path, int n, const sp_grid_cell *cells, int cell_px) {
   if (!png_path || !*png_path) return sp_error_set("plot: no output path given");
   if (n < 0 || (n > 0 && !cells)) return sp_error_set("%s: bad cell list (%d cells)", png_path, n);
-  if (cell_px < 32 || cell_px > 2048)
-    return sp_error_set("%s: cell size %d px outside 32..2048", png_path, cell_px);
+  if (cell_px < 32 || cell_px > 2048) return sp_error_set("%s: cell size %d px outside 32..2048", png_path, cell_px);
   for (int i = 0; i < n; i++) {
     if (sp_plot_check_image(png_path, cells[i].img, cells[i].w, cells[i].h, cells[i].c) != 0)
       return sp_error_push("cell %d", i);
@@ -268,13 +264,13 @@ static int draw_grid_cell(cairo_t *cr, const char *png_path, const grid_layout *
   return 0;
 }
 
-int sp_keypoint_grid_png(const char *png_path, const char *title, int cols, int n,
-                         const sp_grid_cell *cells, int cell_px, unsigned flags) {
+int sp_keypoint_grid_png(const char *png_path, const char *title, int cols, int n, const sp_grid_cell *cells,
+                         int cell_px, unsigned flags) {
   if (check_grid_args(png_path, n, cells, cell_px) != 0) return -1;
   const grid_layout L = grid_layout_for(cols, n, cell_px);
   if (L.ow > SP_PLOT_MAX_SIDE || L.oh > SP_PLOT_MAX_SIDE)
-    return sp_error_set("%s: a grid of %d cells in %d columns of %d px is %ldx%ld, over %d px",
-                        png_path, n, L.cols, cell_px, L.ow, L.oh, SP_PLOT_MAX_SIDE);
+    return sp_error_set("%s: a grid of %d cells in %d columns of %d px is %ldx%ld, over %d px", png_path, n, L.cols,
+                        cell_px, L.ow, L.oh, SP_PLOT_MAX_SIDE);
 
   cairo_surface_t *surface;
   cairo_t *cr;

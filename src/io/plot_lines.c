@@ -17,9 +17,7 @@ typedef struct {
   double minor[MAX_TICKS];
 } axis;
 
-static int usable(double x, double y, int log_y) {
-  return isfinite(x) && isfinite(y) && (!log_y || y > 0);
-}
+static int usable(double x, double y, int log_y) { return isfinite(x) && isfinite(y) && (!log_y || y > 0); }
 
 /* The smallest of 1, 2, 5 x 10^k that is >= raw. */
 static double nice_step(double raw) {
@@ -34,8 +32,10 @@ static void compact_exponent(char *buf) {
   char *e = strchr(buf, 'e');
   if (!e) return;
   char *src = e + 1, *dst = e + 1;
-  if (*src == '+') src++;
-  else if (*src == '-') *dst++ = *src++;
+  if (*src == '+')
+    src++;
+  else if (*src == '-')
+    *dst++ = *src++;
   while (*src == '0' && src[1]) src++;
   memmove(dst, src, strlen(src) + 1);
 }
@@ -244,8 +244,10 @@ static void draw_series(cairo_t *cr, const frame *f, int idx, const sp_series *s
       continue;
     }
     double x = px_x(f, s->x[j]), y = px_y(f, s->y[j]);
-    if (pen_down) cairo_line_to(cr, x, y);
-    else cairo_move_to(cr, x, y);
+    if (pen_down)
+      cairo_line_to(cr, x, y);
+    else
+      cairo_move_to(cr, x, y);
     pen_down = 1;
   }
   cairo_stroke(cr);
@@ -266,8 +268,8 @@ static void draw_series(cairo_t *cr, const frame *f, int idx, const sp_series *s
 /* How many curve samples fall inside a box: used to put the legend where it
  * hides the least. Segments are sampled too, since a sparse curve crosses
  * boxes that hold none of its points. */
-static long points_in_box(const frame *f, int n_series, const sp_series *series, int log_y, double bx,
-                          double by, double bw, double bh) {
+static long points_in_box(const frame *f, int n_series, const sp_series *series, int log_y, double bx, double by,
+                          double bw, double bh) {
   long count = 0;
   for (int i = 0; i < n_series; i++) {
     const sp_series *s = &series[i];
@@ -293,8 +295,8 @@ static long points_in_box(const frame *f, int n_series, const sp_series *series,
   return count;
 }
 
-static void draw_legend(cairo_t *cr, const frame *f, int n_series, const sp_series *series, int log_y,
-                        const char *note, double fs, double lw) {
+static void draw_legend(cairo_t *cr, const frame *f, int n_series, const sp_series *series, int log_y, const char *note,
+                        double fs, double lw) {
   double lfs = fs * 0.92, row = lfs * 1.45, pad = lfs * 0.6, swatch = lfs * 2.2;
   sp_plot_font(cr, lfs, 0);
   int rows = 0;
@@ -369,8 +371,7 @@ static int check_chart_args(const char *png_path, const char *path, int w, int h
   if (w < 160 || h < 120 || w > SP_PLOT_MAX_SIDE || h > SP_PLOT_MAX_SIDE)
     return sp_error_set("%s: chart size %dx%d outside 160..%d x 120..%d", path, w, h, SP_PLOT_MAX_SIDE,
                         SP_PLOT_MAX_SIDE);
-  if (n_series < 0 || (n_series > 0 && !series))
-    return sp_error_set("%s: bad series list (%d series)", path, n_series);
+  if (n_series < 0 || (n_series > 0 && !series)) return sp_error_set("%s: bad series list (%d series)", path, n_series);
   for (int i = 0; i < n_series; i++) {
     if (series[i].n < 0 || (series[i].n > 0 && (!series[i].x || !series[i].y)))
       return sp_error_set("%s: series %d (%s) has n = %d but no data", path, i,
@@ -439,8 +440,10 @@ static frame layout_frame(cairo_t *cr, const chart_style *st, const data_range *
   int ty = (int)(ph / (fs * 2.8));
   ty = ty < 2 ? 2 : ty > 10 ? 10 : ty;
   sp_plot_font(cr, fs, 0);
-  if (log_y) axis_log(ay, d->ylo, d->yhi, ty);
-  else axis_linear(ay, d->ylo, d->yhi, ty);
+  if (log_y)
+    axis_log(ay, d->ylo, d->yhi, ty);
+  else
+    axis_linear(ay, d->ylo, d->yhi, ty);
   double left = pad + (st->has_yl ? fs * 1.6 : 0) + axis_widest(cr, ay) + gap + tick;
   double right = pad + fs * 1.5;
   double pw = st->w - left - right;
@@ -506,15 +509,14 @@ static void draw_titles(cairo_t *cr, const frame *f, const chart_style *st, cons
   }
 }
 
-int sp_plot_lines(const char *png_path, int w, int h, const char *title, const char *xlabel,
-                  const char *ylabel, int n_series, const sp_series *series, int log_y) {
+int sp_plot_lines(const char *png_path, int w, int h, const char *title, const char *xlabel, const char *ylabel,
+                  int n_series, const sp_series *series, int log_y) {
   return sp_plot_lines_opt(png_path, w, h, title, xlabel, ylabel, n_series, series,
                            &(sp_plot_lines_options){.log_y = log_y});
 }
 
-int sp_plot_lines_opt(const char *png_path, int w, int h, const char *title, const char *xlabel,
-                      const char *ylabel, int n_series, const sp_series *series,
-                      const sp_plot_lines_options *o) {
+int sp_plot_lines_opt(const char *png_path, int w, int h, const char *title, const char *xlabel, const char *ylabel,
+                      int n_series, const sp_series *series, const sp_plot_lines_options *o) {
   const char *path = png_path ? png_path : "(null)";
   const sp_plot_lines_options none = {0};
   if (!o) o = &none;

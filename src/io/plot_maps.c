@@ -42,8 +42,10 @@ void sp_plot_colormap(double t, uint8_t out[3]) {
     for (int it = 0; it < 24; it++) { /* bisect the largest in-gamut chroma */
       double mid = (lo + hi) / 2;
       lab_to_linear_rgb(L, mid * cos(hue), mid * sin(hue), rgb);
-      if (rgb[0] >= 0 && rgb[0] <= 1 && rgb[1] >= 0 && rgb[1] <= 1 && rgb[2] >= 0 && rgb[2] <= 1) lo = mid;
-      else hi = mid;
+      if (rgb[0] >= 0 && rgb[0] <= 1 && rgb[1] >= 0 && rgb[1] <= 1 && rgb[2] >= 0 && rgb[2] <= 1)
+        lo = mid;
+      else
+        hi = mid;
     }
     lab_to_linear_rgb(L, lo * cos(hue), lo * sin(hue), rgb);
   }
@@ -51,17 +53,15 @@ void sp_plot_colormap(double t, uint8_t out[3]) {
 }
 
 static uint32_t *surface_row(cairo_surface_t *s, int y) {
-  return (uint32_t *)(void *)(cairo_image_surface_get_data(s) +
-                              (size_t)y * (size_t)cairo_image_surface_get_stride(s));
+  return (uint32_t *)(void *)(cairo_image_surface_get_data(s) + (size_t)y * (size_t)cairo_image_surface_get_stride(s));
 }
 
 /* One panel at image resolution: dimmed grey face with the map on top. */
-static cairo_surface_t *heat_surface(const char *path, const uint8_t *img, int w, int h, int c,
-                                     const float *map, const uint8_t lut[256][3]) {
+static cairo_surface_t *heat_surface(const char *path, const uint8_t *img, int w, int h, int c, const float *map,
+                                     const uint8_t lut[256][3]) {
   cairo_surface_t *s = cairo_image_surface_create(CAIRO_FORMAT_RGB24, w, h);
   if (cairo_surface_status(s) != CAIRO_STATUS_SUCCESS) {
-    sp_error_set("%s: cannot make a %dx%d image: %s", path, w, h,
-                 cairo_status_to_string(cairo_surface_status(s)));
+    sp_error_set("%s: cannot make a %dx%d image: %s", path, w, h, cairo_status_to_string(cairo_surface_status(s)));
     cairo_surface_destroy(s);
     return NULL;
   }
@@ -102,17 +102,16 @@ static int check_heatmap_args(const char *png_path, const uint8_t *img, int w, i
   if (n_maps < 1 || !maps) return sp_error_set("%s: no maps given", png_path);
   for (int i = 0; i < n_maps; i++)
     if (!maps[i]) return sp_error_set("%s: map %d is NULL", png_path, i);
-  if (cell_px < 32 || cell_px > 2048)
-    return sp_error_set("%s: cell size %d px outside 32..2048", png_path, cell_px);
+  if (cell_px < 32 || cell_px > 2048) return sp_error_set("%s: cell size %d px outside 32..2048", png_path, cell_px);
   return 0;
 }
 
 /* Panels in a row, captions under them, the colour key on the right. */
 typedef struct {
-  int m, ph;                 /* margin, panel height */
-  double fs, cap_h, bar_w;   /* font size, caption row height, key bar width */
-  double key_h;              /* the marker key's row under the captions (0: none) */
-  long ow, oh;               /* figure size */
+  int m, ph;               /* margin, panel height */
+  double fs, cap_h, bar_w; /* font size, caption row height, key bar width */
+  double key_h;            /* the marker key's row under the captions (0: none) */
+  long ow, oh;             /* figure size */
 } heat_layout;
 
 static heat_layout heat_layout_for(int w, int h, int n_maps, int cell_px, int has_key) {
@@ -172,8 +171,10 @@ static void draw_marker_key(cairo_t *cr, const heat_layout *L, double r) {
     cairo_set_source_rgb(cr, 0.27, 0.27, 0.27);
     cairo_fill(cr);
     double kr = fmin(r, side / 4);
-    if (i == 0) draw_crosshair(cr, x + side / 2, y, kr);
-    else draw_truth_ring(cr, x + side / 2, y, kr);
+    if (i == 0)
+      draw_crosshair(cr, x + side / 2, y, kr);
+    else
+      draw_truth_ring(cr, x + side / 2, y, kr);
     cairo_set_source_rgb(cr, 0.15, 0.15, 0.15);
     sp_plot_text(cr, x + side + L->fs * 0.4, y, 0, 0.5, label[i]);
     x += side + L->fs * 0.4 + sp_plot_text_width(cr, label[i]) + L->fs * 1.5;
@@ -200,15 +201,14 @@ static void draw_colour_key(cairo_t *cr, const heat_layout *L, double bx) {
   sp_plot_text(cr, bx + bar_w + fs * 0.3, m + ph, 0, 1, "0");
 }
 
-int sp_heatmaps_png(const char *png_path, const uint8_t *img, int w, int h, int c, int n_maps,
-                    const float *const *maps, const char *const *captions, const float *points,
-                    const float *truth, int cell_px) {
+int sp_heatmaps_png(const char *png_path, const uint8_t *img, int w, int h, int c, int n_maps, const float *const *maps,
+                    const char *const *captions, const float *points, const float *truth, int cell_px) {
   if (check_heatmap_args(png_path, img, w, h, c, n_maps, maps, cell_px) != 0) return -1;
   const heat_layout L = heat_layout_for(w, h, n_maps, cell_px, truth != NULL);
   const int m = L.m, ph = L.ph;
   if (L.ow > SP_PLOT_MAX_SIDE || L.oh > SP_PLOT_MAX_SIDE)
-    return sp_error_set("%s: %d panels of %d px make a %ldx%ld figure, over %d px", png_path, n_maps,
-                        cell_px, L.ow, L.oh, SP_PLOT_MAX_SIDE);
+    return sp_error_set("%s: %d panels of %d px make a %ldx%ld figure, over %d px", png_path, n_maps, cell_px, L.ow,
+                        L.oh, SP_PLOT_MAX_SIDE);
 
   uint8_t lut[256][3];
   for (int i = 0; i < 256; i++) sp_plot_colormap(i / 255.0, lut[i]);
@@ -251,21 +251,19 @@ int sp_heatmaps_png(const char *png_path, const uint8_t *img, int w, int h, int 
   return sp_plot_finish(png_path, surface, cr);
 }
 
-int sp_filters_png(const char *png_path, const float *w, int cout, int cin, int kh, int kw,
-                   int tile_px) {
+int sp_filters_png(const char *png_path, const float *w, int cout, int cin, int kh, int kw, int tile_px) {
   if (!png_path || !*png_path) return sp_error_set("plot: no output path given");
   if (!w || cout < 1 || cin < 1 || kh < 1 || kw < 1)
     return sp_error_set("%s: bad filter shape [%d][%d][%d][%d]", png_path, cout, cin, kh, kw);
   int kmax = kh > kw ? kh : kw;
   if (tile_px < kmax || tile_px > 512)
-    return sp_error_set("%s: tile size %d px outside %d..512 (the kernel is %dx%d)", png_path, tile_px,
-                        kmax, kh, kw);
+    return sp_error_set("%s: tile size %d px outside %d..512 (the kernel is %dx%d)", png_path, tile_px, kmax, kh, kw);
   int cols = (int)ceil(sqrt((double)cout)), rows = (cout + cols - 1) / cols;
   int gap = tile_px / 8 > 1 ? tile_px / 8 : 1;
   long ow = gap + (long)cols * (tile_px + gap), oh = gap + (long)rows * (tile_px + gap);
   if (ow > SP_PLOT_MAX_SIDE || oh > SP_PLOT_MAX_SIDE)
-    return sp_error_set("%s: %d tiles of %d px make a %ldx%ld figure, over %d px", png_path, cout, tile_px,
-                        ow, oh, SP_PLOT_MAX_SIDE);
+    return sp_error_set("%s: %d tiles of %d px make a %ldx%ld figure, over %d px", png_path, cout, tile_px, ow, oh,
+                        SP_PLOT_MAX_SIDE);
   cairo_surface_t *surface;
   cairo_t *cr;
   if (sp_plot_begin(png_path, (int)ow, (int)oh, &surface, &cr) != 0) return -1;

@@ -64,8 +64,10 @@ void sp_st_close(sp_st_file *f) {
   free(f->by_name);
   free(f->meta_key);
   free(f->meta_val);
-  if (f->mapped) munmap(f->base, f->size);
-  else free(f->base);
+  if (f->mapped)
+    munmap(f->base, f->size);
+  else
+    free(f->base);
   free(f->label);
   free(f);
 }
@@ -315,9 +317,7 @@ sp_st_file *sp_st_open_buffer(const void *data, size_t size, const char *label) 
 
 int sp_st_count(const sp_st_file *f) { return f ? f->n : 0; }
 
-const char *sp_st_name(const sp_st_file *f, int i) {
-  return f && i >= 0 && i < f->n ? f->e[i].name : NULL;
-}
+const char *sp_st_name(const sp_st_file *f, int i) { return f && i >= 0 && i < f->n ? f->e[i].name : NULL; }
 
 static st_entry *find(const sp_st_file *f, const char *name) {
   if (!f || !name || !f->n) return NULL;
@@ -355,9 +355,7 @@ const char *sp_st_meta(const sp_st_file *f, const char *key) {
 
 int sp_st_meta_count(const sp_st_file *f) { return f ? f->n_meta : 0; }
 
-const char *sp_st_meta_key(const sp_st_file *f, int i) {
-  return f && i >= 0 && i < f->n_meta ? f->meta_key[i] : NULL;
-}
+const char *sp_st_meta_key(const sp_st_file *f, int i) { return f && i >= 0 && i < f->n_meta ? f->meta_key[i] : NULL; }
 
 /* ------------------------------------------------------------------ writer */
 
@@ -488,7 +486,8 @@ static void sync_parent_dir(const char *path) {
   char *dir = sp_xstrdup(path);
   char *slash = strrchr(dir, '/');
   const char *d = ".";
-  if (slash == dir) d = "/";
+  if (slash == dir)
+    d = "/";
   else if (slash) {
     *slash = 0;
     d = dir;
@@ -521,7 +520,8 @@ int sp_st_writer_save(sp_st_writer *w, const char *path) {
     size_t bytes = sp_tensor_bytes(&w->e[i].t);
     if (bytes) ok = write_all(fd, w->e[i].t.data, bytes) == 0;
   }
-  if (!ok) sp_error_set("%s: writing %s: %s", path, tmp, strerror(errno));
+  if (!ok)
+    sp_error_set("%s: writing %s: %s", path, tmp, strerror(errno));
   else if (fsync(fd) != 0) {
     sp_error_set("%s: syncing %s: %s", path, tmp, strerror(errno));
     ok = 0;
@@ -561,8 +561,10 @@ int sp_st_save_tensors(const char *path, int n, const char *const names[], const
     int bad = m->type != SP_JSON_OBJECT;
     for (size_t i = 0; !bad && i < sp_json_len(m); i++) {
       const char *v = sp_json_as_string(sp_json_value_at(m, i));
-      if (!v) bad = 1;
-      else sp_st_writer_meta(w, sp_json_key_at(m, i), v);
+      if (!v)
+        bad = 1;
+      else
+        sp_st_writer_meta(w, sp_json_key_at(m, i), v);
     }
     if (bad) {
       sp_error_set("%s: metadata must be a JSON object of strings", path);

@@ -122,7 +122,8 @@ static sp_yaml *load(yaml_parser_t *parser, const char *label) {
   }
   sp_yaml *root;
   yaml_node_t *top = yaml_document_get_root_node(&doc);
-  if (!top) root = node_new(SP_YAML_MAP, 1);
+  if (!top)
+    root = node_new(SP_YAML_MAP, 1);
   else if (top->type != YAML_MAPPING_NODE) {
     sp_error_set("%s:%d: the top level must be a map of keys", label, (int)top->start_mark.line + 1);
     root = NULL;
@@ -193,15 +194,18 @@ sp_yaml *sp_yaml_load_file(const char *path) {
   if ((size_t)st.st_size > MAX_YAML_BYTES) {
     fclose(f);
     return sp_error_set("%s: %lld bytes; a config is at most %zu MB", path, (long long)st.st_size,
-                        MAX_YAML_BYTES >> 20), NULL;
+                        MAX_YAML_BYTES >> 20),
+           NULL;
   }
   size_t n = (size_t)st.st_size;
   char *text = sp_xmalloc(n + 1);
   size_t got = fread(text, 1, n, f);
   fclose(f);
   sp_yaml *y = NULL;
-  if (got != n) sp_error_set("%s: short read (%zu of %zu bytes)", path, got, n);
-  else y = load_text(text, n, path);
+  if (got != n)
+    sp_error_set("%s: short read (%zu of %zu bytes)", path, got, n);
+  else
+    y = load_text(text, n, path);
   free(text);
   return y;
 }
@@ -257,8 +261,10 @@ int sp_yaml_set(sp_yaml *root, const char *assignment) {
    * and "a..b=1" would set a.b, both silently. */
   if (path[0] == '.' || path[strlen(path) - 1] == '.' || strstr(path, "..")) {
     free(path);
-    return sp_error_set("--set %s: the key has an empty part (keys are names joined by single dots, "
-                        "e.g. data.size=128)", assignment);
+    return sp_error_set(
+        "--set %s: the key has an empty part (keys are names joined by single dots, "
+        "e.g. data.size=128)",
+        assignment);
   }
   /* The tree is emitted into checkpoints and read back, where nesting is
    * limited to 32 levels: a deeper key would make a checkpoint unreadable. */
@@ -288,7 +294,8 @@ int sp_yaml_set(sp_yaml *root, const char *assignment) {
             sp_yaml_free(child);
             node->items[i] = value;
           }
-      } else push(node, sp_xstrdup(part), value);
+      } else
+        push(node, sp_xstrdup(part), value);
     } else {
       if (!child) {
         child = node_new(SP_YAML_MAP, 0);
@@ -355,10 +362,14 @@ static void put_scalar(text *t, const char *v) {
   put(t, "\"");
   for (const char *c = v; *c; c++) {
     char esc[8];
-    if (*c == '"' || *c == '\\') snprintf(esc, sizeof esc, "\\%c", *c);
-    else if (*c == '\n') snprintf(esc, sizeof esc, "\\n");
-    else if ((unsigned char)*c < 32) snprintf(esc, sizeof esc, "\\x%02x", (unsigned char)*c);
-    else snprintf(esc, sizeof esc, "%c", *c);
+    if (*c == '"' || *c == '\\')
+      snprintf(esc, sizeof esc, "\\%c", *c);
+    else if (*c == '\n')
+      snprintf(esc, sizeof esc, "\\n");
+    else if ((unsigned char)*c < 32)
+      snprintf(esc, sizeof esc, "\\x%02x", (unsigned char)*c);
+    else
+      snprintf(esc, sizeof esc, "%c", *c);
     put(t, esc);
   }
   put(t, "\"");

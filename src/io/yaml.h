@@ -12,7 +12,7 @@ typedef struct sp_yaml {
   int n;       /* entries of a map or sequence */
   char **keys; /* map keys */
   struct sp_yaml **items;
-  int used;    /* set by readers; unknown keys are the ones left unused */
+  int used; /* set by readers; unknown keys are the ones left unused */
 } sp_yaml;
 
 /* NULL with an error "FILE:LINE: reason" on a syntax error. An empty file is

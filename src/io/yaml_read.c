@@ -13,8 +13,10 @@
 
 int sp_yr_bad(const sp_yaml_reader *r, const char *key, const sp_yaml *v, const char *want) {
   char got[200];
-  if (v && v->kind == SP_YAML_SCALAR && v->value) snprintf(got, sizeof got, "'%s'", v->value);
-  else snprintf(got, sizeof got, "%s", v && v->kind == SP_YAML_SEQ ? "that list" : "a map");
+  if (v && v->kind == SP_YAML_SCALAR && v->value)
+    snprintf(got, sizeof got, "'%s'", v->value);
+  else
+    snprintf(got, sizeof got, "%s", v && v->kind == SP_YAML_SEQ ? "that list" : "a map");
   if (v && v->line) return sp_error_set("%s: %s (line %d): expected %s, got %s", r->file, key, v->line, want, got);
   /* Line 0: the value came from the command line (--set, or an option such
    * as eval's --format), not from the file. */
@@ -115,8 +117,7 @@ int sp_yr_list(sp_yaml_reader *r, const char *key, int max, double lo, double hi
   if (v->kind != SP_YAML_SEQ || v->n > max) return sp_yr_bad(r, key, v, want);
   for (int i = 0; i < v->n; i++) {
     sp_yaml *it = v->items[i];
-    if (it->kind != SP_YAML_SCALAR || parse_number(it->value, lo, hi, &out[i]) != 0)
-      return sp_yr_bad(r, key, it, want);
+    if (it->kind != SP_YAML_SCALAR || parse_number(it->value, lo, hi, &out[i]) != 0) return sp_yr_bad(r, key, it, want);
   }
   *count = v->n;
   return 0;
@@ -138,8 +139,8 @@ int sp_yr_triple(sp_yaml_reader *r, const char *key, double lo, double hi, float
   return 0;
 }
 
-int sp_yr_finish(sp_yaml_reader *r, int n_sets, char *const *sets, int (*read)(sp_yaml_reader *r, void *cfg),
-                 void *cfg, char **resolved) {
+int sp_yr_finish(sp_yaml_reader *r, int n_sets, char *const *sets, int (*read)(sp_yaml_reader *r, void *cfg), void *cfg,
+                 char **resolved) {
   if (!r->root) return -1;
   int rc = 0;
   for (int i = 0; i < n_sets && rc == 0; i++) rc = sp_yaml_set(r->root, sets[i]);

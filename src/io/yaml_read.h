@@ -35,7 +35,7 @@ int sp_yr_triple(sp_yaml_reader *r, const char *key, double lo, double hi, float
 /* Applies "key=value" overrides, runs read(r, cfg), reports the first key no
  * getter read as unknown, and emits the resolved YAML when asked. Frees the
  * tree. */
-int sp_yr_finish(sp_yaml_reader *r, int n_sets, char *const *sets, int (*read)(sp_yaml_reader *r, void *cfg),
-                 void *cfg, char **resolved);
+int sp_yr_finish(sp_yaml_reader *r, int n_sets, char *const *sets, int (*read)(sp_yaml_reader *r, void *cfg), void *cfg,
+                 char **resolved);
 
 #endif

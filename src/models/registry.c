@@ -7,7 +7,9 @@
 #include "spry/common.h"
 #include "spry/models.h"
 
-const char *sp_model_names(void) { return "vgg-face vgg-nose resnet18 resnet34 resnet50 resunet18 resunet50 tsn-r18 tsn-r50 tsm-r18 tsm-r50"; }
+const char *sp_model_names(void) {
+  return "vgg-face vgg-nose resnet18 resnet34 resnet50 resunet18 resunet50 tsn-r18 tsn-r50 tsm-r18 tsm-r50";
+}
 
 /* Tri-state switch: 0 keeps the model's default. */
 static int pick(int v, int model_default) { return v > 0 ? 1 : v < 0 ? 0 : model_default; }
@@ -44,8 +46,10 @@ sp_value sp_model_build(sp_graph *g, const sp_model_spec *spec, sp_value image) 
   if ((!strncmp(n, "tsn-r", 5) || !strncmp(n, "tsm-r", 5)) && (!strcmp(n + 5, "18") || !strcmp(n + 5, "50")))
     return video_model(g, spec, image);
   int depth = 0, unet = 0;
-  if (!strncmp(n, "resnet", 6)) depth = atoi(n + 6);
-  else if (!strncmp(n, "resunet", 7)) depth = atoi(n + 7), unet = 1;
+  if (!strncmp(n, "resnet", 6))
+    depth = atoi(n + 6);
+  else if (!strncmp(n, "resunet", 7))
+    depth = atoi(n + 7), unet = 1;
   char canon[32];
   snprintf(canon, sizeof canon, "%s%d", unet ? "resunet" : "resnet", depth);
   int known = (depth == 18 || depth == 50 || (depth == 34 && !unet)) && !strcmp(canon, n);
@@ -95,17 +99,22 @@ int sp_model_spec_set(sp_model_spec *s, const char *key, const char *value) {
     int *field;
     int is_bool;
   } keys[] = {
-      {"keypoints", &s->keypoints, 0},   {"num_classes", &s->num_classes, 0},
-      {"base_width", &s->base_width, 0}, {"variant_c", &s->variant_c, 1},
-      {"variant_d", &s->variant_d, 1},   {"stem_conv", &s->stem_conv, 1},
-      {"blurpool", &s->blurpool, 1},     {"hardswish", &s->hardswish, 1},
+      {"keypoints", &s->keypoints, 0},
+      {"num_classes", &s->num_classes, 0},
+      {"base_width", &s->base_width, 0},
+      {"variant_c", &s->variant_c, 1},
+      {"variant_d", &s->variant_d, 1},
+      {"stem_conv", &s->stem_conv, 1},
+      {"blurpool", &s->blurpool, 1},
+      {"hardswish", &s->hardswish, 1},
       {"zero_init_residual", &s->zero_init_residual, 1},
   };
   /* Shift fractions: an explicit 0 is stored as -1 (0 means the default). */
   if (!strcmp(key, "shift_back") || !strcmp(key, "shift_fwd")) {
     char *end;
     double f = strtod(value, &end);
-    if (!*value || *end || !(f >= 0 && f <= 1)) return sp_error_set("model key '%s': '%s' is not a number in [0, 1]", key, value);
+    if (!*value || *end || !(f >= 0 && f <= 1))
+      return sp_error_set("model key '%s': '%s' is not a number in [0, 1]", key, value);
     *(key[6] == 'b' ? &s->shift_back : &s->shift_fwd) = f > 0 ? (float)f : -1.0f;
     return 0;
   }

@@ -7,7 +7,7 @@
 
 /* Everything the builders below need, resolved once from the config. */
 typedef struct {
-  int basic;    /* basic blocks (18/34) or bottlenecks (50) */
+  int basic; /* basic blocks (18/34) or bottlenecks (50) */
   int blocks[4];
   int width;
   int stem_c, shortcut_pool, stem_conv, blurpool, hardswish, zero_init_residual;
@@ -16,15 +16,17 @@ typedef struct {
 static int resolve(sp_graph *g, sp_value image, const sp_resnet_config *cfg, resnet_plan *r) {
   memset(r, 0, sizeof *r);
   static const int b18[4] = {2, 2, 2, 2}, b34[4] = {3, 4, 6, 3};
-  if (cfg->depth == 18) memcpy(r->blocks, b18, sizeof b18);
-  else if (cfg->depth == 34 || cfg->depth == 50) memcpy(r->blocks, b34, sizeof b34);
-  else return sp_graph_fail(g, "resnet: depth %d is not 18, 34 or 50", cfg->depth);
+  if (cfg->depth == 18)
+    memcpy(r->blocks, b18, sizeof b18);
+  else if (cfg->depth == 34 || cfg->depth == 50)
+    memcpy(r->blocks, b34, sizeof b34);
+  else
+    return sp_graph_fail(g, "resnet: depth %d is not 18, 34 or 50", cfg->depth);
   r->basic = cfg->depth != 50;
   r->width = cfg->width ? cfg->width : 64;
   /* width/2 stem channels (variant C) and width/4 bottleneck widths in the
    * decoder must stay whole. */
-  if (r->width < 2 || r->width % 2)
-    return sp_graph_fail(g, "resnet: width %d must be an even number >= 2", r->width);
+  if (r->width < 2 || r->width % 2) return sp_graph_fail(g, "resnet: width %d must be an even number >= 2", r->width);
   int in = sp_graph_channels(g, image);
   if (cfg->in_channels > 0 && in > 0 && cfg->in_channels != in)
     return sp_graph_fail(g, "resnet: in_channels %d but the image input has %d channels", cfg->in_channels, in);
@@ -81,7 +83,12 @@ static void zero_gamma(sp_graph *g, sp_value bn) {
 static sp_value shortcut(sp_graph *g, const resnet_plan *r, sp_value x, int out, int stride) {
   if (!r->shortcut_pool) return conv_bn(g, x, "downsample.0", "downsample.1", out, 1, stride);
   if (stride == 2)
-    x = r->blurpool ? sp_blurpool(g, x, 3, 2) : sp_avgpool2d(g, x, (sp_pool_args){.kernel = 2, .stride = 2, .exclude_pad = 1, .ceil_mode = 1}); /* timm: ceil, no pad count */
+    x = r->blurpool
+            ? sp_blurpool(g, x, 3, 2)
+            : sp_avgpool2d(
+                  g, x,
+                  (sp_pool_args){
+                      .kernel = 2, .stride = 2, .exclude_pad = 1, .ceil_mode = 1}); /* timm: ceil, no pad count */
   return conv_bn(g, x, "downsample.1", "downsample.2", out, 1, 1);
 }
 

@@ -16,7 +16,8 @@
 #include "ops/ops.h"
 
 static sp_value conv_bn(sp_graph *g, sp_value x, const char *conv, const char *bn, int out, int k, int stride) {
-  return sp_batchnorm(g, sp_conv2d(g, x, conv, (sp_conv_args){.out_ch = out, .kernel = k, .stride = stride, .pad = k / 2}), bn);
+  return sp_batchnorm(
+      g, sp_conv2d(g, x, conv, (sp_conv_args){.out_ch = out, .kernel = k, .stride = stride, .pad = k / 2}), bn);
 }
 
 /* The branch input: the shifted frames for TSM, the block input for TSN. */

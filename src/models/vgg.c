@@ -14,8 +14,8 @@ sp_value sp_model_vgg(sp_graph *g, sp_value image, int height, int width, int ke
   static const int channels[5] = {8, 16, 32, 64, 128};
   static const int blocks[5] = {1, 1, 2, 2, 2};
   if (height % 32 || width % 32 || height <= 0 || width <= 0 || keypoints < 1)
-    return sp_graph_fail(g, "vgg: input %dx%d must be a positive multiple of 32 and keypoints (%d) >= 1", height,
-                         width, keypoints);
+    return sp_graph_fail(g, "vgg: input %dx%d must be a positive multiple of 32 and keypoints (%d) >= 1", height, width,
+                         keypoints);
   sp_value x = image;
   for (int s = 0; s < 5; s++)
     for (int b = 0; b < blocks[s]; b++) x = conv_bn_relu(g, x, s, b, channels[s], b == 0 ? 2 : 1);

@@ -4,8 +4,8 @@
 
 #include "ops/ops.h"
 
-static int add_infer(const void *attr, int n_in, const sp_shape *in, int n_param, const sp_shape *param,
-                     sp_shape *out, char *err, size_t errlen) {
+static int add_infer(const void *attr, int n_in, const sp_shape *in, int n_param, const sp_shape *param, sp_shape *out,
+                     char *err, size_t errlen) {
   (void)attr;
   (void)param;
   char sa[64], sb[64];

@@ -24,12 +24,11 @@
  * (thread wake-up is tens of microseconds; worse on a loaded machine). */
 #define PAR_MIN_WORK 32768
 
-static int bn_infer(const void *attr, int n_in, const sp_shape *in, int n_param,
-                    const sp_shape *param, sp_shape *out, char *err, size_t errlen) {
+static int bn_infer(const void *attr, int n_in, const sp_shape *in, int n_param, const sp_shape *param, sp_shape *out,
+                    char *err, size_t errlen) {
   char xs[64], ps[64];
   if (n_in != 1 || (n_param != 0 && n_param != 2)) {
-    snprintf(err, errlen, "batchnorm: expects 1 input and 0 or 2 params (gamma, beta), got %d and %d",
-             n_in, n_param);
+    snprintf(err, errlen, "batchnorm: expects 1 input and 0 or 2 params (gamma, beta), got %d and %d", n_in, n_param);
     return -1;
   }
   sp_shape_str(&in[0], xs, sizeof xs);
@@ -49,8 +48,7 @@ static int bn_infer(const void *attr, int n_in, const sp_shape *in, int n_param,
   for (int p = 0; p < n_param; p++) {
     if (param[p].ndim != 1 || param[p].d[0] != in[0].d[1]) {
       snprintf(err, errlen, "batchnorm: %s %s must be [%lld] to match the channels of input %s",
-               p == 0 ? "gamma" : "beta", sp_shape_str(&param[p], ps, sizeof ps),
-               (long long)in[0].d[1], xs);
+               p == 0 ? "gamma" : "beta", sp_shape_str(&param[p], ps, sizeof ps), (long long)in[0].d[1], xs);
       return -1;
     }
   }

@@ -32,7 +32,7 @@ static int batch_stats(const sp_op_args *a) { return a->training || a->n_state <
 static void sync_forward(const sp_op_args *a) {
   const sp_batchnorm_sync_attr *at = a->attr;
   if (!batch_stats(a) || !at->sum) { /* running statistics: nothing to share */
-    sp_op_args plain = *a; /* batch norm's kernels read its own attr */
+    sp_op_args plain = *a;           /* batch norm's kernels read its own attr */
     plain.attr = &at->bn;
     sp_op_batchnorm.forward(&plain);
     return;

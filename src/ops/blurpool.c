@@ -75,7 +75,8 @@ static void blurpool_forward(const sp_op_args *a) {
         double acc = 0.0;
         for (int i = 0; i < f; i++) {
           int64_t h = blurpool_reflect(oh * s - pad + i, pg.h);
-          for (int j = 0; j < f; j++) acc += taps[i] * taps[j] * xp[h * pg.w + blurpool_reflect(ow * s - pad + j, pg.w)];
+          for (int j = 0; j < f; j++)
+            acc += taps[i] * taps[j] * xp[h * pg.w + blurpool_reflect(ow * s - pad + j, pg.w)];
         }
         y[pl * pg.ho * pg.wo + oh * pg.wo + ow] = (float)acc;
       }

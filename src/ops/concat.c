@@ -13,8 +13,8 @@ static int concat_infer(const void *attr, int n_in, const sp_shape *in, int n_pa
   (void)param;
   char sa[64], sb[64];
   if (n_in < 2 || n_in > SP_OP_MAX_IN || n_param != 0) {
-    snprintf(err, errlen, "concat: expects 2..%d inputs and no params, got %d inputs, %d params", SP_OP_MAX_IN,
-             n_in, n_param);
+    snprintf(err, errlen, "concat: expects 2..%d inputs and no params, got %d inputs, %d params", SP_OP_MAX_IN, n_in,
+             n_param);
     return -1;
   }
   if (in[0].ndim < 2) {
@@ -52,8 +52,7 @@ static void concat_forward(const sp_op_args *a) {
     int64_t block = a->in[k]->shape.d[1] * inner;
     const float *x = a->in[k]->data;
 #pragma omp parallel for schedule(static)
-    for (int64_t n = 0; n < N; n++)
-      memcpy(y + n * out_block + offset, x + n * block, (size_t)block * sizeof(float));
+    for (int64_t n = 0; n < N; n++) memcpy(y + n * out_block + offset, x + n * block, (size_t)block * sizeof(float));
     offset += block;
   }
 }

@@ -14,8 +14,8 @@
  * differs from the default. */
 static int64_t or_one(int v) { return v == 0 ? 1 : v; }
 
-static int geom_from(const sp_conv2d_attr *a, const sp_shape *x, const sp_shape *w, sp_conv_geom *g,
-                     char *err, size_t errlen) {
+static int geom_from(const sp_conv2d_attr *a, const sp_shape *x, const sp_shape *w, sp_conv_geom *g, char *err,
+                     size_t errlen) {
   char xs[64], ws[64];
   sp_conv2d_attr def = {1, 1, 0, 0, 1, 1, 1};
   if (!a) a = &def;
@@ -28,17 +28,15 @@ static int geom_from(const sp_conv2d_attr *a, const sp_shape *x, const sp_shape 
     return -1;
   }
   if (w->ndim != 4) {
-    snprintf(err, errlen, "conv2d: weight must be [Cout,Cin/groups,kh,kw], got %s",
-             sp_shape_str(w, ws, sizeof ws));
+    snprintf(err, errlen, "conv2d: weight must be [Cout,Cin/groups,kh,kw], got %s", sp_shape_str(w, ws, sizeof ws));
     return -1;
   }
   sp_shape_str(x, xs, sizeof xs);
   sp_shape_str(w, ws, sizeof ws);
   if (g->sh < 0 || g->sw < 0 || g->dh < 0 || g->dw < 0 || g->groups < 0 || g->ph < 0 || g->pw < 0) {
-    snprintf(err, errlen,
-             "conv2d: negative attribute (stride %lld,%lld pad %lld,%lld dilation %lld,%lld groups %lld)",
-             (long long)g->sh, (long long)g->sw, (long long)g->ph, (long long)g->pw, (long long)g->dh,
-             (long long)g->dw, (long long)g->groups);
+    snprintf(err, errlen, "conv2d: negative attribute (stride %lld,%lld pad %lld,%lld dilation %lld,%lld groups %lld)",
+             (long long)g->sh, (long long)g->sw, (long long)g->ph, (long long)g->pw, (long long)g->dh, (long long)g->dw,
+             (long long)g->groups);
     return -1;
   }
   g->n = x->d[0], g->cin = x->d[1], g->h = x->d[2], g->w = x->d[3];
@@ -60,10 +58,10 @@ static int geom_from(const sp_conv2d_attr *a, const sp_shape *x, const sp_shape 
   if (g->kh < 1 || g->kw < 1 || g->h + 2 * g->ph < g->dh * (g->kh - 1) + 1 ||
       g->w + 2 * g->pw < g->dw * (g->kw - 1) + 1) {
     snprintf(err, errlen,
-             "conv2d: kernel %lldx%lld (dilation %lld,%lld) is larger than the padded input %lldx%lld (input %s, weight %s, padding %lld,%lld)",
-             (long long)g->kh, (long long)g->kw, (long long)g->dh, (long long)g->dw,
-             (long long)(g->h + 2 * g->ph), (long long)(g->w + 2 * g->pw), xs, ws, (long long)g->ph,
-             (long long)g->pw);
+             "conv2d: kernel %lldx%lld (dilation %lld,%lld) is larger than the padded input %lldx%lld (input %s, "
+             "weight %s, padding %lld,%lld)",
+             (long long)g->kh, (long long)g->kw, (long long)g->dh, (long long)g->dw, (long long)(g->h + 2 * g->ph),
+             (long long)(g->w + 2 * g->pw), xs, ws, (long long)g->ph, (long long)g->pw);
     return -1;
   }
   if (g->n < 1 || g->cout < 1 || g->cin < 1) {
@@ -73,20 +71,18 @@ static int geom_from(const sp_conv2d_attr *a, const sp_shape *x, const sp_shape 
   return 0;
 }
 
-static int conv2d_infer(const void *attr, int n_in, const sp_shape *in, int n_param,
-                        const sp_shape *param, sp_shape *out, char *err, size_t errlen) {
+static int conv2d_infer(const void *attr, int n_in, const sp_shape *in, int n_param, const sp_shape *param,
+                        sp_shape *out, char *err, size_t errlen) {
   if (n_in != 1 || n_param < 1 || n_param > 2) {
-    snprintf(err, errlen, "conv2d: expects 1 input and 1-2 params (weight, bias), got %d and %d", n_in,
-             n_param);
+    snprintf(err, errlen, "conv2d: expects 1 input and 1-2 params (weight, bias), got %d and %d", n_in, n_param);
     return -1;
   }
   sp_conv_geom g;
   if (geom_from(attr, &in[0], &param[0], &g, err, errlen)) return -1;
   if (n_param == 2 && (param[1].ndim != 1 || param[1].d[0] != g.cout)) {
     char bs[64], ws[64];
-    snprintf(err, errlen, "conv2d: bias %s must be [%lld] to match weight %s",
-             sp_shape_str(&param[1], bs, sizeof bs), (long long)g.cout,
-             sp_shape_str(&param[0], ws, sizeof ws));
+    snprintf(err, errlen, "conv2d: bias %s must be [%lld] to match weight %s", sp_shape_str(&param[1], bs, sizeof bs),
+             (long long)g.cout, sp_shape_str(&param[0], ws, sizeof ws));
     return -1;
   }
   *out = sp_shape4(g.n, g.cout, g.ho, g.wo);
@@ -96,8 +92,7 @@ static int conv2d_infer(const void *attr, int n_in, const sp_shape *in, int n_pa
 static void geom_of_args(const sp_op_args *a, sp_conv_geom *g) {
   char err[256];
   /* infer already validated these shapes; a failure here is a graph bug. */
-  if (geom_from(a->attr, &a->in[0]->shape, &a->param[0]->shape, g, err, sizeof err))
-    sp_panic("%s", err);
+  if (geom_from(a->attr, &a->in[0]->shape, &a->param[0]->shape, g, err, sizeof err)) sp_panic("%s", err);
 }
 
 static void conv2d_forward(const sp_op_args *a) {

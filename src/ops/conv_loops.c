@@ -19,9 +19,7 @@
  * (thread wake-up is tens of microseconds; worse on a loaded machine). */
 #define PAR_MIN_WORK 32768
 
-static int64_t conv_work(const sp_conv_geom *g) {
-  return g->n * g->cout * g->ho * g->wo * g->cin_g * g->kh * g->kw;
-}
+static int64_t conv_work(const sp_conv_geom *g) { return g->n * g->cout * g->ho * g->wo * g->cin_g * g->kh * g->kw; }
 
 /* The outputs o in [*lo, *hi) whose tap lands inside the input:
  * 0 <= o*s + off < n_in, 0 <= o < n_out. Hoisting this bound out of the inner

@@ -11,9 +11,9 @@
 #include "ops/ops.h"
 
 typedef struct {
-  int64_t n, cin, h, w;         /* input */
-  int64_t cout_g, kh, kw;       /* weight [cin, cout_g, kh, kw] */
-  int64_t cout, cin_g, ho, wo;  /* output */
+  int64_t n, cin, h, w;        /* input */
+  int64_t cout_g, kh, kw;      /* weight [cin, cout_g, kh, kw] */
+  int64_t cout, cin_g, ho, wo; /* output */
   int64_t sh, sw, ph, pw, oph, opw, dh, dw, groups;
 } tconv_geom;
 
@@ -21,8 +21,8 @@ typedef struct {
  * zero-initialised attr struct means a plain stride-1 transposed conv. */
 static int64_t or_one(int v) { return v == 0 ? 1 : v; }
 
-static int geom_from(const sp_conv_transpose2d_attr *a, const sp_shape *x, const sp_shape *w,
-                     tconv_geom *g, char *err, size_t errlen) {
+static int geom_from(const sp_conv_transpose2d_attr *a, const sp_shape *x, const sp_shape *w, tconv_geom *g, char *err,
+                     size_t errlen) {
   char xs[64], ws[64];
   sp_conv_transpose2d_attr def = {1, 1, 0, 0, 0, 0, 1, 1, 1};
   if (!a) a = &def;
@@ -32,8 +32,7 @@ static int geom_from(const sp_conv_transpose2d_attr *a, const sp_shape *x, const
   g->dh = or_one(a->dil_h), g->dw = or_one(a->dil_w);
   g->groups = or_one(a->groups);
   if (x->ndim != 4) {
-    snprintf(err, errlen, "conv_transpose2d: input must be [N,C,H,W], got %s",
-             sp_shape_str(x, xs, sizeof xs));
+    snprintf(err, errlen, "conv_transpose2d: input must be [N,C,H,W], got %s", sp_shape_str(x, xs, sizeof xs));
     return -1;
   }
   if (w->ndim != 4) {
@@ -43,22 +42,23 @@ static int geom_from(const sp_conv_transpose2d_attr *a, const sp_shape *x, const
   }
   sp_shape_str(x, xs, sizeof xs);
   sp_shape_str(w, ws, sizeof ws);
-  if (g->sh < 0 || g->sw < 0 || g->dh < 0 || g->dw < 0 || g->groups < 0 || g->ph < 0 ||
-      g->pw < 0 || g->oph < 0 || g->opw < 0) {
-    snprintf(err, errlen, "conv_transpose2d: negative attribute (stride %lld,%lld pad %lld,%lld "
+  if (g->sh < 0 || g->sw < 0 || g->dh < 0 || g->dw < 0 || g->groups < 0 || g->ph < 0 || g->pw < 0 || g->oph < 0 ||
+      g->opw < 0) {
+    snprintf(err, errlen,
+             "conv_transpose2d: negative attribute (stride %lld,%lld pad %lld,%lld "
              "output_padding %lld,%lld dilation %lld,%lld groups %lld)",
-             (long long)g->sh, (long long)g->sw, (long long)g->ph, (long long)g->pw,
-             (long long)g->oph, (long long)g->opw, (long long)g->dh, (long long)g->dw,
-             (long long)g->groups);
+             (long long)g->sh, (long long)g->sw, (long long)g->ph, (long long)g->pw, (long long)g->oph,
+             (long long)g->opw, (long long)g->dh, (long long)g->dw, (long long)g->groups);
     return -1;
   }
   /* PyTorch's rule: output padding only resolves the ambiguity of a strided
    * or dilated shape, so it must stay below one of them. */
   if ((g->oph >= g->sh && g->oph >= g->dh) || (g->opw >= g->sw && g->opw >= g->dw)) {
-    snprintf(err, errlen, "conv_transpose2d: output_padding %lld,%lld must be smaller than either "
+    snprintf(err, errlen,
+             "conv_transpose2d: output_padding %lld,%lld must be smaller than either "
              "stride %lld,%lld or dilation %lld,%lld",
-             (long long)g->oph, (long long)g->opw, (long long)g->sh, (long long)g->sw,
-             (long long)g->dh, (long long)g->dw);
+             (long long)g->oph, (long long)g->opw, (long long)g->sh, (long long)g->sw, (long long)g->dh,
+             (long long)g->dw);
     return -1;
   }
   g->n = x->d[0], g->cin = x->d[1], g->h = x->d[2], g->w = x->d[3];
@@ -82,7 +82,8 @@ static int geom_from(const sp_conv_transpose2d_attr *a, const sp_shape *x, const
     return -1;
   }
   if (g->ho < 1 || g->wo < 1) {
-    snprintf(err, errlen, "conv_transpose2d: output would be %lldx%lld: padding %lld,%lld is too large "
+    snprintf(err, errlen,
+             "conv_transpose2d: output would be %lldx%lld: padding %lld,%lld is too large "
              "(input %s, weight %s)",
              (long long)g->ho, (long long)g->wo, (long long)g->ph, (long long)g->pw, xs, ws);
     return -1;
@@ -90,11 +91,11 @@ static int geom_from(const sp_conv_transpose2d_attr *a, const sp_shape *x, const
   return 0;
 }
 
-static int tconv_infer(const void *attr, int n_in, const sp_shape *in, int n_param,
-                       const sp_shape *param, sp_shape *out, char *err, size_t errlen) {
+static int tconv_infer(const void *attr, int n_in, const sp_shape *in, int n_param, const sp_shape *param,
+                       sp_shape *out, char *err, size_t errlen) {
   if (n_in != 1 || n_param < 1 || n_param > 2) {
-    snprintf(err, errlen, "conv_transpose2d: expects 1 input and 1-2 params (weight, bias), got %d and %d",
-             n_in, n_param);
+    snprintf(err, errlen, "conv_transpose2d: expects 1 input and 1-2 params (weight, bias), got %d and %d", n_in,
+             n_param);
     return -1;
   }
   tconv_geom g;
@@ -102,8 +103,8 @@ static int tconv_infer(const void *attr, int n_in, const sp_shape *in, int n_par
   if (n_param == 2 && (param[1].ndim != 1 || param[1].d[0] != g.cout)) {
     char bs[64], ws[64];
     snprintf(err, errlen, "conv_transpose2d: bias %s must be [%lld] to match weight %s and groups %lld",
-             sp_shape_str(&param[1], bs, sizeof bs), (long long)g.cout,
-             sp_shape_str(&param[0], ws, sizeof ws), (long long)g.groups);
+             sp_shape_str(&param[1], bs, sizeof bs), (long long)g.cout, sp_shape_str(&param[0], ws, sizeof ws),
+             (long long)g.groups);
     return -1;
   }
   *out = sp_shape4(g.n, g.cout, g.ho, g.wo);
@@ -120,10 +121,22 @@ static void geom_of_args(const sp_op_args *a, tconv_geom *g) {
  * one's output, its output this one's input, and this one's weight
  * [cin, cout/groups, kh, kw] is its [cout, cin/groups, kh, kw]. */
 static sp_conv_geom as_direct(const tconv_geom *t) {
-  return (sp_conv_geom){.n = t->n, .cin = t->cout, .h = t->ho, .w = t->wo,
-                        .cout = t->cin, .cin_g = t->cout_g, .kh = t->kh, .kw = t->kw,
-                        .ho = t->h, .wo = t->w,
-                        .sh = t->sh, .sw = t->sw, .ph = t->ph, .pw = t->pw, .dh = t->dh, .dw = t->dw,
+  return (sp_conv_geom){.n = t->n,
+                        .cin = t->cout,
+                        .h = t->ho,
+                        .w = t->wo,
+                        .cout = t->cin,
+                        .cin_g = t->cout_g,
+                        .kh = t->kh,
+                        .kw = t->kw,
+                        .ho = t->h,
+                        .wo = t->w,
+                        .sh = t->sh,
+                        .sw = t->sw,
+                        .ph = t->ph,
+                        .pw = t->pw,
+                        .dh = t->dh,
+                        .dw = t->dw,
                         .groups = t->groups};
 }
 

@@ -12,15 +12,14 @@
 
 #include "ops/ops.h"
 
-static int cross_entropy_infer(const void *attr, int n_in, const sp_shape *in, int n_param,
-                               const sp_shape *param, sp_shape *out, char *err, size_t errlen) {
+static int cross_entropy_infer(const void *attr, int n_in, const sp_shape *in, int n_param, const sp_shape *param,
+                               sp_shape *out, char *err, size_t errlen) {
   (void)attr;
   (void)param;
   char a[64], b[64];
   if (n_in != 2 || n_param != 0) {
-    snprintf(err, errlen,
-             "cross_entropy: expects 2 inputs (logits, labels) and no params, got %d inputs, %d params", n_in,
-             n_param);
+    snprintf(err, errlen, "cross_entropy: expects 2 inputs (logits, labels) and no params, got %d inputs, %d params",
+             n_in, n_param);
     return -1;
   }
   if (in[0].ndim != 2 || in[0].d[0] < 1 || in[0].d[1] < 1 || in[1].ndim != 1 || in[1].d[0] != in[0].d[0]) {

@@ -17,8 +17,8 @@ static int dropout_keep(uint64_t seed, int64_t i, float p) {
 /* p == 1 drops everything; the scale would be infinite, and 0 * inf is NaN. */
 static float dropout_scale(float p) { return p < 1.0f ? 1.0f / (1.0f - p) : 0.0f; }
 
-static int dropout_infer(const void *attr, int n_in, const sp_shape *in, int n_param,
-                         const sp_shape *param, sp_shape *out, char *err, size_t errlen) {
+static int dropout_infer(const void *attr, int n_in, const sp_shape *in, int n_param, const sp_shape *param,
+                         sp_shape *out, char *err, size_t errlen) {
   (void)param;
   const sp_dropout_attr *at = attr;
   if (n_in != 1 || n_param != 0) {

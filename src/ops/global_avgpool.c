@@ -4,14 +4,13 @@
 
 #include "ops/ops.h"
 
-static int global_avgpool_infer(const void *attr, int n_in, const sp_shape *in, int n_param,
-                                const sp_shape *param, sp_shape *out, char *err, size_t errlen) {
+static int global_avgpool_infer(const void *attr, int n_in, const sp_shape *in, int n_param, const sp_shape *param,
+                                sp_shape *out, char *err, size_t errlen) {
   (void)attr;
   (void)param;
   char sb[64];
   if (n_in != 1 || n_param != 0) {
-    snprintf(err, errlen, "global_avgpool: expects 1 input and no params, got %d inputs, %d params", n_in,
-             n_param);
+    snprintf(err, errlen, "global_avgpool: expects 1 input and no params, got %d inputs, %d params", n_in, n_param);
     return -1;
   }
   if (in[0].ndim != 4 || in[0].d[2] < 1 || in[0].d[3] < 1) {

@@ -8,13 +8,12 @@
 
 #include "ops/ops.h"
 
-static int hardswish_infer(const void *attr, int n_in, const sp_shape *in, int n_param,
-                           const sp_shape *param, sp_shape *out, char *err, size_t errlen) {
+static int hardswish_infer(const void *attr, int n_in, const sp_shape *in, int n_param, const sp_shape *param,
+                           sp_shape *out, char *err, size_t errlen) {
   (void)attr;
   (void)param;
   if (n_in != 1 || n_param != 0) {
-    snprintf(err, errlen, "hardswish: expects 1 input and no params, got %d inputs, %d params", n_in,
-             n_param);
+    snprintf(err, errlen, "hardswish: expects 1 input and no params, got %d inputs, %d params", n_in, n_param);
     return -1;
   }
   *out = in[0];

@@ -11,12 +11,11 @@
  * (thread wake-up is tens of microseconds; worse on a loaded machine). */
 #define PAR_MIN_WORK 32768
 
-static int linear_infer(const void *attr, int n_in, const sp_shape *in, int n_param,
-                        const sp_shape *param, sp_shape *out, char *err, size_t errlen) {
+static int linear_infer(const void *attr, int n_in, const sp_shape *in, int n_param, const sp_shape *param,
+                        sp_shape *out, char *err, size_t errlen) {
   char xs[64], ws[64], bs[64];
   if (n_in != 1 || n_param < 1 || n_param > 2) {
-    snprintf(err, errlen, "linear: expects 1 input and 1-2 params (weight, bias), got %d and %d", n_in,
-             n_param);
+    snprintf(err, errlen, "linear: expects 1 input and 1-2 params (weight, bias), got %d and %d", n_in, n_param);
     return -1;
   }
   sp_shape_str(&in[0], xs, sizeof xs);
@@ -35,8 +34,8 @@ static int linear_infer(const void *attr, int n_in, const sp_shape *in, int n_pa
     return -1;
   }
   if (n_param == 2 && (param[1].ndim != 1 || param[1].d[0] != param[0].d[0])) {
-    snprintf(err, errlen, "linear: bias %s must be [%lld] to match weight %s",
-             sp_shape_str(&param[1], bs, sizeof bs), (long long)param[0].d[0], ws);
+    snprintf(err, errlen, "linear: bias %s must be [%lld] to match weight %s", sp_shape_str(&param[1], bs, sizeof bs),
+             (long long)param[0].d[0], ws);
     return -1;
   }
   if (in[0].d[0] < 1 || in[0].d[1] < 1 || param[0].d[0] < 1) {

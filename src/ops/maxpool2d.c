@@ -24,8 +24,7 @@ static int maxpool_infer(const void *attr, int n_in, const sp_shape *in, int n_p
   const sp_pool2d_attr *at = attr;
   char sb[64];
   if (n_in != 1 || n_param != 0) {
-    snprintf(err, errlen, "maxpool2d: expects 1 input and no params, got %d inputs, %d params", n_in,
-             n_param);
+    snprintf(err, errlen, "maxpool2d: expects 1 input and no params, got %d inputs, %d params", n_in, n_param);
     return -1;
   }
   if (in[0].ndim != 4) {
@@ -39,8 +38,8 @@ static int maxpool_infer(const void *attr, int n_in, const sp_shape *in, int n_p
   }
   /* PyTorch's rule; it also guarantees every window holds a real element. */
   if (at->pad_h > at->kernel_h / 2 || at->pad_w > at->kernel_w / 2) {
-    snprintf(err, errlen, "maxpool2d: padding %dx%d exceeds half the kernel %dx%d", at->pad_h, at->pad_w,
-             at->kernel_h, at->kernel_w);
+    snprintf(err, errlen, "maxpool2d: padding %dx%d exceeds half the kernel %dx%d", at->pad_h, at->pad_w, at->kernel_h,
+             at->kernel_w);
     return -1;
   }
   int64_t ho = maxpool_out_size(in[0].d[2], at->kernel_h, at->stride_h, at->pad_h, at->ceil_mode);

@@ -4,14 +4,14 @@
 
 #include "ops/ops.h"
 
-static int mse_infer(const void *attr, int n_in, const sp_shape *in, int n_param, const sp_shape *param,
-                     sp_shape *out, char *err, size_t errlen) {
+static int mse_infer(const void *attr, int n_in, const sp_shape *in, int n_param, const sp_shape *param, sp_shape *out,
+                     char *err, size_t errlen) {
   (void)attr;
   (void)param;
   char a[64], b[64];
   if (n_in != 2 || n_param != 0) {
-    snprintf(err, errlen, "mse_loss: expects 2 inputs (pred, target) and no params, got %d inputs, %d params",
-             n_in, n_param);
+    snprintf(err, errlen, "mse_loss: expects 2 inputs (pred, target) and no params, got %d inputs, %d params", n_in,
+             n_param);
     return -1;
   }
   if (!sp_shape_equal(&in[0], &in[1]) || sp_shape_numel(&in[0]) < 1) {

@@ -117,14 +117,14 @@ typedef struct sp_op_def {
   unsigned flags;
   /* Output shape from input shapes (and param shapes, for checks). Returns 0,
    * or -1 with a message in err naming the offending shapes. */
-  int (*infer)(const void *attr, int n_in, const sp_shape *in, int n_param, const sp_shape *param,
-               sp_shape *out, char *err, size_t errlen);
+  int (*infer)(const void *attr, int n_in, const sp_shape *in, int n_param, const sp_shape *param, sp_shape *out,
+               char *err, size_t errlen);
   /* Bytes saved from forward for backward; NULL means none. */
   size_t (*saved_bytes)(const void *attr, int n_in, const sp_shape *in, const sp_shape *out);
   void (*forward)(const sp_op_args *a);
   void (*backward)(const sp_op_args *a);
   /* ---- fast backends only (NULL for reference ops) ---- */
-  int (*prepare)(sp_op_prep *p);              /* 0, or -1 with sp_error_set */
+  int (*prepare)(sp_op_prep *p); /* 0, or -1 with sp_error_set */
   /* Buffers placed: create what needs their addresses. a is the node's wired
    * args; the scratch pointers are this node's per-step scratch (or NULL). */
   int (*bind)(void *state, const sp_op_args *a, void *fwd_scratch, void *bwd_scratch);
@@ -179,8 +179,7 @@ typedef struct {
 } sp_conv_geom;
 /* y[n, cout] = bias + the taps of x (the forward); bias may be NULL; y is
  * overwritten, or added to when accumulate. */
-void sp_conv_gather(const sp_conv_geom *g, const float *x, const float *w, const float *bias, float *y,
-                    int accumulate);
+void sp_conv_gather(const sp_conv_geom *g, const float *x, const float *w, const float *bias, float *y, int accumulate);
 /* dx[n, cin] = bias + the taps of dy spread back (the input gradient); bias
  * is indexed by input channel and may be NULL; overwritten or accumulated. */
 void sp_conv_scatter(const sp_conv_geom *g, const float *dy, const float *w, const float *bias, float *dx,

@@ -119,9 +119,9 @@ extern const sp_op_def sp_op_spatial_softmax;
  * rest stay; out-of-range frames give zeros. fold_x = floor(C * ratio_x) as in
  * PaddlePaddle's temporal_shift. One pass, no intermediate tensors. */
 typedef struct {
-  int segments;      /* T */
-  float ratio_back;  /* fraction of channels shifted from t+1 */
-  float ratio_fwd;   /* fraction of channels shifted from t-1 */
+  int segments;     /* T */
+  float ratio_back; /* fraction of channels shifted from t+1 */
+  float ratio_fwd;  /* fraction of channels shifted from t-1 */
 } sp_tshift_attr;
 extern const sp_op_def sp_op_tshift;
 /* Channels in a fold of ratio r over c channels: floor(c r). */

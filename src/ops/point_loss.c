@@ -15,8 +15,8 @@ static int point_loss_infer(const void *attr, int n_in, const sp_shape *in, int 
   const sp_point_loss_attr *at = attr;
   char a[64], b[64];
   if (n_in != 2 || n_param != 0) {
-    snprintf(err, errlen, "point_loss: expects 2 inputs (pred, target) and no params, got %d inputs, %d params",
-             n_in, n_param);
+    snprintf(err, errlen, "point_loss: expects 2 inputs (pred, target) and no params, got %d inputs, %d params", n_in,
+             n_param);
     return -1;
   }
   if (!at || !(at->eps >= 0.0f)) {

@@ -5,8 +5,8 @@
 
 #include "ops/ops.h"
 
-static int relu_infer(const void *attr, int n_in, const sp_shape *in, int n_param, const sp_shape *param,
-                      sp_shape *out, char *err, size_t errlen) {
+static int relu_infer(const void *attr, int n_in, const sp_shape *in, int n_param, const sp_shape *param, sp_shape *out,
+                      char *err, size_t errlen) {
   (void)attr;
   (void)param;
   if (n_in != 1 || n_param != 0) {

@@ -40,8 +40,7 @@ static int reshape_infer(const void *attr, int n_in, const sp_shape *in, int n_p
       out->d[d] = 1;
       continue;
     } else if (v < 0) {
-      snprintf(err, errlen, "reshape: dim %d is %lld; only 0, -1 and positive sizes are allowed", d,
-               (long long)v);
+      snprintf(err, errlen, "reshape: dim %d is %lld; only 0, -1 and positive sizes are allowed", d, (long long)v);
       return -1;
     }
     out->d[d] = v;
@@ -57,8 +56,8 @@ static int reshape_infer(const void *attr, int n_in, const sp_shape *in, int n_p
   }
   if (sp_shape_numel(out) != numel) {
     char sb[64];
-    snprintf(err, errlen, "reshape: input %s (%lld elements) cannot become %s (%lld elements)", sa,
-             (long long)numel, sp_shape_str(out, sb, sizeof sb), (long long)sp_shape_numel(out));
+    snprintf(err, errlen, "reshape: input %s (%lld elements) cannot become %s (%lld elements)", sa, (long long)numel,
+             sp_shape_str(out, sb, sizeof sb), (long long)sp_shape_numel(out));
     return -1;
   }
   return 0;

@@ -35,8 +35,8 @@ static void softmax_plane(const float *x, float *p, int64_t hw) {
   for (int64_t i = 0; i < hw; i++) p[i] *= inv;
 }
 
-static int heatmap_infer(const char *name, int n_in, const sp_shape *in, int n_param, sp_shape *out_plane,
-                         char *err, size_t errlen) {
+static int heatmap_infer(const char *name, int n_in, const sp_shape *in, int n_param, sp_shape *out_plane, char *err,
+                         size_t errlen) {
   char b[64];
   if (n_in != 1 || n_param != 0) {
     snprintf(err, errlen, "%s: expects 1 input and no params, got %d inputs, %d params", name, n_in, n_param);
@@ -143,8 +143,7 @@ static void softargmax_backward(const sp_op_args *a) {
     float *d = dx + q * hw;
     for (int64_t i = 0; i < h; i++) {
       const double ry = gy * ((double)i - ey);
-      for (int64_t j = 0; j < w; j++)
-        d[i * w + j] += (float)((double)p[i * w + j] * (gx * ((double)j - ex) + ry));
+      for (int64_t j = 0; j < w; j++) d[i * w + j] += (float)((double)p[i * w + j] * (gx * ((double)j - ex) + ry));
     }
   }
 }
@@ -160,8 +159,8 @@ const sp_op_def sp_op_softargmax = {
 
 /* ---- spatial softmax ------------------------------------------------------ */
 
-static int spatial_softmax_infer(const void *attr, int n_in, const sp_shape *in, int n_param,
-                                 const sp_shape *param, sp_shape *out, char *err, size_t errlen) {
+static int spatial_softmax_infer(const void *attr, int n_in, const sp_shape *in, int n_param, const sp_shape *param,
+                                 sp_shape *out, char *err, size_t errlen) {
   (void)attr;
   (void)param;
   return heatmap_infer("spatial_softmax", n_in, in, n_param, out, err, errlen);

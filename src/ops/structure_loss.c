@@ -10,15 +10,14 @@
 
 #include "ops/ops.h"
 
-static int structure_loss_infer(const void *attr, int n_in, const sp_shape *in, int n_param,
-                                const sp_shape *param, sp_shape *out, char *err, size_t errlen) {
+static int structure_loss_infer(const void *attr, int n_in, const sp_shape *in, int n_param, const sp_shape *param,
+                                sp_shape *out, char *err, size_t errlen) {
   (void)param;
   const sp_structure_loss_attr *at = attr;
   char a[64], b[64];
   if (n_in != 2 || n_param != 0) {
-    snprintf(err, errlen,
-             "structure_loss: expects 2 inputs (pred, target) and no params, got %d inputs, %d params", n_in,
-             n_param);
+    snprintf(err, errlen, "structure_loss: expects 2 inputs (pred, target) and no params, got %d inputs, %d params",
+             n_in, n_param);
     return -1;
   }
   if (in[0].ndim != 3 || in[0].d[2] != 2 || in[0].d[0] < 1 || !sp_shape_equal(&in[0], &in[1])) {
@@ -30,8 +29,8 @@ static int structure_loss_infer(const void *attr, int n_in, const sp_shape *in, 
     snprintf(err, errlen,
              "structure_loss: attr needs n_points == K (%lld in %s), n_neighbours >= 1 and a neighbour table "
              "(got n_points=%d, n_neighbours=%d, table %s)",
-             (long long)in[0].d[1], sp_shape_str(&in[0], a, sizeof a), at ? at->n_points : 0,
-             at ? at->n_neighbours : 0, at && at->neighbours ? "set" : "NULL");
+             (long long)in[0].d[1], sp_shape_str(&in[0], a, sizeof a), at ? at->n_points : 0, at ? at->n_neighbours : 0,
+             at && at->neighbours ? "set" : "NULL");
     return -1;
   }
   /* A bad index would read out of bounds in every step: reject it once here. */

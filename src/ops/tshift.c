@@ -39,8 +39,8 @@ static int tshift_infer(const void *attr, int n_in, const sp_shape *in, int n_pa
     return -1;
   }
   if (in[0].ndim != 4 || in[0].d[0] % at->segments != 0) {
-    snprintf(err, errlen, "tshift: input must be [N*T,C,H,W] with N*T divisible by segments=%d, got %s",
-             at->segments, sp_shape_str(&in[0], b, sizeof b));
+    snprintf(err, errlen, "tshift: input must be [N*T,C,H,W] with N*T divisible by segments=%d, got %s", at->segments,
+             sp_shape_str(&in[0], b, sizeof b));
     return -1;
   }
   const int64_t c = in[0].d[1];
@@ -89,7 +89,7 @@ static void add_run(float *restrict d, const float *restrict g, int64_t n) {
 static void tshift_backward(const sp_op_args *a) {
   if (!a->d_in[0]) return;
   const sp_tshift_attr *at = a->attr;
-  const sp_shape *s = &a->d_in[0]->shape;  /* not in[0]: its memory may be reused */
+  const sp_shape *s = &a->d_in[0]->shape; /* not in[0]: its memory may be reused */
   const int64_t nt = s->d[0], T = at->segments, c = s->d[1], hw = s->d[2] * s->d[3];
   const int64_t fb = sp_tshift_fold(c, at->ratio_back), ff = sp_tshift_fold(c, at->ratio_fwd);
   const int64_t frame = c * hw;

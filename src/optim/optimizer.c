@@ -32,9 +32,7 @@ sp_opt_config sp_opt_config_default(sp_opt_kind kind) {
 
 static const char *const kind_names[] = {"sgd", "adam", "adamw"};
 
-const char *sp_opt_kind_name(sp_opt_kind kind) {
-  return (unsigned)kind < 3 ? kind_names[kind] : "unknown";
-}
+const char *sp_opt_kind_name(sp_opt_kind kind) { return (unsigned)kind < 3 ? kind_names[kind] : "unknown"; }
 
 int sp_opt_kind_parse(const char *name, sp_opt_kind *out) {
   for (int k = 0; k < 3; k++)
@@ -47,7 +45,8 @@ int sp_opt_kind_parse(const char *name, sp_opt_kind *out) {
 
 int sp_opt_config_check(const sp_opt_config *c) {
   if (!c) return sp_error_set("optimizer config is NULL");
-  if ((unsigned)c->kind > SP_OPT_ADAMW) return sp_error_set("optimizer kind %d is not sgd, adam or adamw", (int)c->kind);
+  if ((unsigned)c->kind > SP_OPT_ADAMW)
+    return sp_error_set("optimizer kind %d is not sgd, adam or adamw", (int)c->kind);
   /* `!(x >= 0)` rather than `x < 0` so NaN is refused too. */
   if (!(c->weight_decay >= 0) || !isfinite(c->weight_decay))
     return sp_error_set("%s: weight_decay %g must be a finite number >= 0", sp_opt_kind_name(c->kind), c->weight_decay);
@@ -57,8 +56,8 @@ int sp_opt_config_check(const sp_opt_config *c) {
     if (!(c->dampening >= 0 && c->dampening <= 1))
       return sp_error_set("sgd: dampening %g must be in [0, 1]", c->dampening);
     if (c->nesterov && (c->momentum <= 0 || c->dampening != 0))
-      return sp_error_set("sgd: nesterov needs momentum > 0 and dampening 0 (momentum %g, dampening %g)",
-                          c->momentum, c->dampening);
+      return sp_error_set("sgd: nesterov needs momentum > 0 and dampening 0 (momentum %g, dampening %g)", c->momentum,
+                          c->dampening);
     return 0;
   }
   const char *k = sp_opt_kind_name(c->kind);

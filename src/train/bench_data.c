@@ -99,7 +99,8 @@ static int bench_loader(const sp_bench_data_options *o, const sp_cache *cache, d
 int sp_bench_data(const sp_bench_data_options *o, sp_bench_data_result *res) {
   memset(res, 0, sizeof *res);
   if (!o->dataset) return sp_error_set("bench data: no dataset given");
-  if (o->runs < 1 || o->batch < 1 || o->images < 1) return sp_error_set("bench data: runs, batch and images must be positive");
+  if (o->runs < 1 || o->batch < 1 || o->images < 1)
+    return sp_error_set("bench data: runs, batch and images must be positive");
   sp_dataset ds;
   if (sp_dataset_open_dir(o->dataset, &ds) != 0) {
     sp_dataset_free(&ds);

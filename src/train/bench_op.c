@@ -179,8 +179,10 @@ int sp_bench_tshift(const sp_bench_tshift_options *o, sp_bench_tshift_result *re
   const int64_t numel = d[0] * d[1] * d[2] * d[3], padded = m.n * (m.t + 2) * m.c * m.hw;
   m.x = buf(numel), m.out = buf(numel), m.dout = buf(numel), m.dx = buf(numel);
   m.pad = buf(padded), m.dpad = buf(padded);
-  m.s1 = buf(numel * m.c1 / m.c + 1), m.s2 = buf(numel * (m.c2 - m.c1) / m.c + 1), m.s3 = buf(numel * (m.c - m.c2) / m.c + 1);
-  m.ds1 = buf(numel * m.c1 / m.c + 1), m.ds2 = buf(numel * (m.c2 - m.c1) / m.c + 1), m.ds3 = buf(numel * (m.c - m.c2) / m.c + 1);
+  m.s1 = buf(numel * m.c1 / m.c + 1), m.s2 = buf(numel * (m.c2 - m.c1) / m.c + 1),
+  m.s3 = buf(numel * (m.c - m.c2) / m.c + 1);
+  m.ds1 = buf(numel * m.c1 / m.c + 1), m.ds2 = buf(numel * (m.c2 - m.c1) / m.c + 1),
+  m.ds3 = buf(numel * (m.c - m.c2) / m.c + 1);
   float *fy = buf(numel), *fdx = buf(numel);
 
   sp_shape s4 = sp_shape4(d[0], d[1], d[2], d[3]);
@@ -192,8 +194,8 @@ int sp_bench_tshift(const sp_bench_tshift_options *o, sp_bench_tshift_result *re
   a.attr = &at, a.n_in = 1, a.in[0] = &tx, a.out = &ty, a.d_in[0] = &tdx, a.d_out = &tdy, a.training = 1;
 
   double *all_t = malloc(sizeof(double) * (size_t)runs * 7);
-  round_times t = {all_t, all_t + runs, all_t + 2 * runs, all_t + 3 * runs, all_t + 4 * runs, all_t + 5 * runs,
-                   all_t + 6 * runs};
+  round_times t = {
+      all_t, all_t + runs, all_t + 2 * runs, all_t + 3 * runs, all_t + 4 * runs, all_t + 5 * runs, all_t + 6 * runs};
   time_rounds(&m, &a, fy, fdx, numel, runs, &t);
   /* Headline: the fast backend's kernel when this build has it. */
   const int cpu = sp_backend_cpu_time_tshift(&at, s4, runs, t.cpu_f, t.cpu_fb) == 0;

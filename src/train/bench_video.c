@@ -12,8 +12,15 @@
 #include "spry/video.h"
 
 sp_bench_video_options sp_bench_video_options_default(void) {
-  return (sp_bench_video_options){.tsn = 1, .segments = 8, .frames = 32, .stride = 2, .size = 224, .threads = 1,
-                                  .runs = 5, .workers = 1, .check = 1};
+  return (sp_bench_video_options){.tsn = 1,
+                                  .segments = 8,
+                                  .frames = 32,
+                                  .stride = 2,
+                                  .size = 224,
+                                  .threads = 1,
+                                  .runs = 5,
+                                  .workers = 1,
+                                  .check = 1};
 }
 
 int sp_bench_video_clip_len(const sp_bench_video_options *c) { return c->tsn ? c->segments : c->frames; }

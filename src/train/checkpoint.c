@@ -83,9 +83,10 @@ static int check_finite(const char *path, const char *name, const sp_tensor *t) 
   for (int64_t i = 0; i < n; i++)
     if (!isfinite(v[i])) bad++, first = first < 0 ? i : first;
   if (!bad) return 0;
-  return sp_error_set("%s: '%s' holds %lld NaN or infinite value(s) (the first at %lld): a diverged run or a "
-                      "damaged file",
-                      path, name, (long long)bad, (long long)first);
+  return sp_error_set(
+      "%s: '%s' holds %lld NaN or infinite value(s) (the first at %lld): a diverged run or a "
+      "damaged file",
+      path, name, (long long)bad, (long long)first);
 }
 
 static const char *copy_into(const char *s, char **buf, size_t *left) {
@@ -112,18 +113,24 @@ int sp_checkpoint_load(const char *path, sp_graph *g, sp_optimizer *opt, sp_chec
   }
   for (int i = 0; i < sp_graph_param_count(g) && rc == 0; i++) {
     const char *name = sp_graph_param_name(g, i);
-    if (!sp_st_get(f, name)) rc = sp_error_set("%s: parameter '%s' is missing", path, name);
-    else if (sp_st_read_into(f, name, sp_graph_param_value(g, i)) != 0) rc = -1;
-    else rc = check_finite(path, name, sp_graph_param_value(g, i));
+    if (!sp_st_get(f, name))
+      rc = sp_error_set("%s: parameter '%s' is missing", path, name);
+    else if (sp_st_read_into(f, name, sp_graph_param_value(g, i)) != 0)
+      rc = -1;
+    else
+      rc = check_finite(path, name, sp_graph_param_value(g, i));
   }
   if (rc == 0 && opt) {
     char name[600];
     for (int i = 0; i < sp_optimizer_state_count(opt) && rc == 0; i++) {
       snprintf(name, sizeof name, "optim.%s", sp_optimizer_state_name(opt, i));
       sp_tensor t = sp_optimizer_state_tensor(opt, i);
-      if (!sp_st_get(f, name)) rc = sp_error_set("%s: optimizer state '%s' is missing (saved with another optimizer?)", path, name);
-      else if (sp_st_read_into(f, name, &t) != 0) rc = -1;
-      else rc = check_finite(path, name, &t);
+      if (!sp_st_get(f, name))
+        rc = sp_error_set("%s: optimizer state '%s' is missing (saved with another optimizer?)", path, name);
+      else if (sp_st_read_into(f, name, &t) != 0)
+        rc = -1;
+      else
+        rc = check_finite(path, name, &t);
     }
     int64_t steps = 0;
     if (rc == 0 && (rc = parse_i64(f, path, "optimizer_steps", &steps)) == 0) sp_optimizer_set_steps(opt, steps);

@@ -101,8 +101,9 @@ static int read_data_source(sp_yaml_reader *r, sp_train_config *c) {
       sp_yr_string(r, "data.split", c->data.split, sizeof c->data.split, splits) ||
       sp_yr_double(r, "data.val_fraction", 0, 0.9, &c->data.val_fraction) ||
       sp_yr_string(r, "data.val_list", c->data.val_list, sizeof c->data.val_list, NULL) ||
-      sp_yr_int(r, "data.crop_size", 16, 4096, &c->data.crop_size) || sp_yr_int(r, "data.size", 16, 4096, &c->data.size) ||
-      sp_yr_int(r, "data.channels", 1, 3, &c->data.channels) || sp_yr_float(r, "data.margin", 0, 2, &c->data.margin) ||
+      sp_yr_int(r, "data.crop_size", 16, 4096, &c->data.crop_size) ||
+      sp_yr_int(r, "data.size", 16, 4096, &c->data.size) || sp_yr_int(r, "data.channels", 1, 3, &c->data.channels) ||
+      sp_yr_float(r, "data.margin", 0, 2, &c->data.margin) ||
       sp_yr_string(r, "data.box", c->data.box, sizeof c->data.box, boxes) ||
       sp_yr_string(r, "data.boxes", c->data.boxes, sizeof c->data.boxes, NULL) ||
       sp_yr_string(r, "data.val_box", c->data.val_box, sizeof c->data.val_box, boxes) ||
@@ -152,7 +153,8 @@ static int read_augment(sp_yaml_reader *r, sp_train_config *c) {
     return sp_yr_bad(r, "augment.scale", sp_yr_find(r, "augment.scale"), "[min, max] with min <= max");
   if (n == 2) c->augment.scale_min = (float)list[0], c->augment.scale_max = (float)list[1];
   if (sp_yr_float(r, "augment.translate", 0, 0.5, &c->augment.translate) ||
-      sp_yr_float(r, "augment.rotate", 0, 180, &c->augment.rotate) || sp_yr_float(r, "augment.flip", 0, 1, &c->augment.flip))
+      sp_yr_float(r, "augment.rotate", 0, 180, &c->augment.rotate) ||
+      sp_yr_float(r, "augment.flip", 0, 1, &c->augment.flip))
     return -1;
   if (sp_yr_list(r, "augment.randaugment", 2, 0, 30, list, &n)) return -1;
   if (n == 2) c->augment.ra_n = (int)list[0], c->augment.ra_m = (int)list[1];

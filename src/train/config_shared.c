@@ -13,8 +13,7 @@ int sp_config_read_optimizer_keys(sp_yaml_reader *r, sp_opt_config *opt, float *
   return 0;
 }
 
-int sp_config_check_run(const sp_yaml_reader *r, const sp_opt_config *opt, const char *precision,
-                        const char *backend) {
+int sp_config_check_run(const sp_yaml_reader *r, const sp_opt_config *opt, const char *precision, const char *backend) {
   if (sp_opt_config_check(opt) != 0) return sp_error_push("%s: optimizer", r->file);
   if (!strcmp(precision, "bf16") && strcmp(backend, "cpu"))
     return sp_error_set("%s: precision: bf16 needs backend: cpu (the %s backend computes in f32)", r->file, backend);

@@ -12,8 +12,7 @@ int sp_config_read_optimizer_keys(sp_yaml_reader *r, sp_opt_config *opt, float *
 
 /* A run's last checks: the optimizer's settings, and bf16 only on the cpu
  * backend. 0, or -1 with an error naming the file. */
-int sp_config_check_run(const sp_yaml_reader *r, const sp_opt_config *opt, const char *precision,
-                        const char *backend);
+int sp_config_check_run(const sp_yaml_reader *r, const sp_opt_config *opt, const char *precision, const char *backend);
 
 /* The schedule's figures that come from the run's other keys: base_lr from
  * optimizer.lr, total_epochs from epochs, and the warm-up in epochs. */

@@ -122,8 +122,7 @@ void sp_dist_beat(void) {
   for (int p = 0; p < D.world; p++) {
     if (p == D.rank) continue;
     /* Tiny messages go eagerly; the previous send is long done. */
-    if (D.send_req[p] != MPI_REQUEST_NULL)
-      sp_dist_wait(&D.send_req[p], "heartbeat send", D.timeout);
+    if (D.send_req[p] != MPI_REQUEST_NULL) sp_dist_wait(&D.send_req[p], "heartbeat send", D.timeout);
     D.send_buf[p] = D.phase;
     sp_dist_check(MPI_Isend(&D.send_buf[p], 1, MPI_LONG, p, 7, D.beat, &D.send_req[p]), "MPI_Isend", "heartbeat");
   }
@@ -138,13 +137,16 @@ static void timeout_abort(const char *what, double timeout_s) {
     if (p != D.rank && D.seen[p] < D.phase)
       len += (size_t)snprintf(late + len, sizeof late - len, "%s%d (at phase %ld)", len ? ", " : "", p, D.seen[p]);
   if (len)
-    sp_dist_abort("%s did not complete within %.0f s: rank(s) %s never reached phase %ld; they died or hang "
-                  "(set dist.timeout_s to wait longer)", what, timeout_s, late, D.phase);
+    sp_dist_abort(
+        "%s did not complete within %.0f s: rank(s) %s never reached phase %ld; they died or hang "
+        "(set dist.timeout_s to wait longer)",
+        what, timeout_s, late, D.phase);
   /* Heartbeats count steps: a rank stuck inside the current step (stopped,
    * swapping, deadlocked in a kernel) is not behind by one. */
-  sp_dist_abort("%s did not complete within %.0f s; every rank started phase %ld, so one of them is stuck inside it "
-                "(stopped, swapping, hung) or MPI / the network is (set dist.timeout_s to wait longer)",
-                what, timeout_s, D.phase);
+  sp_dist_abort(
+      "%s did not complete within %.0f s; every rank started phase %ld, so one of them is stuck inside it "
+      "(stopped, swapping, hung) or MPI / the network is (set dist.timeout_s to wait longer)",
+      what, timeout_s, D.phase);
 }
 
 void sp_dist_wait(MPI_Request *req, const char *what, double timeout_s) {
@@ -273,14 +275,17 @@ int sp_dist_check_run(const char *config_text, const char *version) {
     memcpy(&h0, all, sizeof h0);
     memcpy(&hp, e, sizeof hp);
     if (strncmp(e + sizeof(uint64_t), v0, 32) && nv + 24 < sizeof ver_bad)
-      nv += (size_t)snprintf(ver_bad + nv, sizeof ver_bad - nv, "%s%d (%.31s)", nv ? ", " : "", p, e + sizeof(uint64_t));
+      nv +=
+          (size_t)snprintf(ver_bad + nv, sizeof ver_bad - nv, "%s%d (%.31s)", nv ? ", " : "", p, e + sizeof(uint64_t));
     else if (hp != h0 && nc + 16 < sizeof cfg_bad)
       nc += (size_t)snprintf(cfg_bad + nc, sizeof cfg_bad - nc, "%s%d", nc ? ", " : "", p);
   }
   int rc = 0;
   if (nv)
-    rc = sp_error_set("distributed run refused: rank(s) %s run another spry version than rank 0 (%.31s); "
-                      "install the same build on every machine", ver_bad, v0);
+    rc = sp_error_set(
+        "distributed run refused: rank(s) %s run another spry version than rank 0 (%.31s); "
+        "install the same build on every machine",
+        ver_bad, v0);
   else if (nc) {
     /* Every rank takes rank 0's text (the same calls on all: each saw the
      * hashes); a rank that differs names the first key that does. */
@@ -296,15 +301,17 @@ int sp_dist_check_run(const char *config_text, const char *version) {
     int differs = mine.hash != h0 && sp_config_diff(text, zero, key, sizeof key, here, there, sizeof here);
     free(zero);
     if (differs)
-      rc = sp_error_set("distributed run refused: this rank's configuration differs from rank 0's at %s (here "
-                        "'%s', on rank 0 '%s'); %s",
-                        key[0] ? key : "a line", here, there,
-                        !strcmp(key, "resume") ? "start every rank with --resume, or none"
-                                               : "give every rank the same config file and --set options");
+      rc = sp_error_set(
+          "distributed run refused: this rank's configuration differs from rank 0's at %s (here "
+          "'%s', on rank 0 '%s'); %s",
+          key[0] ? key : "a line", here, there,
+          !strcmp(key, "resume") ? "start every rank with --resume, or none"
+                                 : "give every rank the same config file and --set options");
     else
-      rc = sp_error_set("distributed run refused: rank(s) %s run a different configuration than rank 0 (each "
-                        "names the first key that differs); give every rank the same config file and --set options",
-                        cfg_bad);
+      rc = sp_error_set(
+          "distributed run refused: rank(s) %s run a different configuration than rank 0 (each "
+          "names the first key that differs); give every rank the same config file and --set options",
+          cfg_bad);
   }
   free(all);
   return rc;

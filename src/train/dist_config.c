@@ -133,7 +133,6 @@ static int first_difference(const char *mine, const char *theirs, char *here, ch
   }
 }
 
-
 int sp_config_diff(const char *a, const char *b, char *key, size_t key_cap, char *in_a, char *in_b, size_t cap) {
   int line = first_difference(a, b, in_a, in_b, cap);
   if (line < 0) return 0;

@@ -35,10 +35,10 @@
 typedef struct {
   int first, count; /* into r->order */
   int64_t numel;
-  int pending;      /* gradients not final yet this step */
+  int pending; /* gradients not final yet this step */
   int launched, launches;
   float *buf;
-  uint16_t *half;   /* bf16 wire buffer (bf16 mode only) */
+  uint16_t *half; /* bf16 wire buffer (bf16 mode only) */
 #ifdef SPRY_HAVE_MPI
   MPI_Request req;
 #endif
@@ -47,16 +47,16 @@ typedef struct {
 struct sp_grad_reducer {
   sp_graph *g;
   sp_plan *p;
-  int n_params;    /* all graph parameters (ids) */
-  int *bucket_of;  /* [n_params] -1: not reduced (buffers) */
+  int n_params;            /* all graph parameters (ids) */
+  int *bucket_of;          /* [n_params] -1: not reduced (buffers) */
   unsigned char *is_ready; /* [n_params] this step */
-  int *order;      /* parameter ids, bucket by bucket */
+  int *order;              /* parameter ids, bucket by bucket */
   bucket *b;
   int n_buckets, next_launch, early, in_step;
   int64_t step;
   double extra[8];
   int n_extra;
-  int bf16;        /* gradients travel as bfloat16 */
+  int bf16; /* gradients travel as bfloat16 */
 #ifdef SPRY_HAVE_MPI
   MPI_Request extra_req;
   MPI_Op bf16_sum;
@@ -157,7 +157,9 @@ int sp_grad_reducer_buckets(const sp_grad_reducer *r) { return r->n_buckets; }
 int sp_grad_reducer_bucket_of(const sp_grad_reducer *r, int param) {
   return param >= 0 && param < r->n_params ? r->bucket_of[param] : -1;
 }
-int sp_grad_reducer_launches(const sp_grad_reducer *r, int k) { return k >= 0 && k < r->n_buckets ? r->b[k].launches : 0; }
+int sp_grad_reducer_launches(const sp_grad_reducer *r, int k) {
+  return k >= 0 && k < r->n_buckets ? r->b[k].launches : 0;
+}
 int sp_grad_reducer_launched_early(const sp_grad_reducer *r) { return r->early; }
 
 size_t sp_grad_reducer_bytes(const sp_grad_reducer *r) {
@@ -221,8 +223,8 @@ static void launch(sp_grad_reducer *r, int k) {
       sp_grad_reducer_pack_bf16(gr->data, at, sp_tensor_numel(gr));
       at += sp_tensor_numel(gr);
     }
-    sp_dist_check(MPI_Iallreduce(MPI_IN_PLACE, bk->half, (int)bk->numel, MPI_UINT16_T, r->bf16_sum,
-                                 sp_dist_comm_grad(), &bk->req),
+    sp_dist_check(MPI_Iallreduce(MPI_IN_PLACE, bk->half, (int)bk->numel, MPI_UINT16_T, r->bf16_sum, sp_dist_comm_grad(),
+                                 &bk->req),
                   "MPI_Iallreduce", "gradient bucket (bf16)");
     return;
   }
@@ -287,9 +289,9 @@ int sp_grad_reducer_begin(sp_grad_reducer *r, const double *extra, int n_extra) 
 #ifdef SPRY_HAVE_MPI
   /* Launched first, so it is done long before the last bucket. */
   if (sp_dist_world() > 1 && n_extra)
-    sp_dist_check(MPI_Iallreduce(MPI_IN_PLACE, r->extra, n_extra, MPI_DOUBLE, MPI_SUM, sp_dist_comm_grad(),
-                                 &r->extra_req),
-                  "MPI_Iallreduce", "step totals");
+    sp_dist_check(
+        MPI_Iallreduce(MPI_IN_PLACE, r->extra, n_extra, MPI_DOUBLE, MPI_SUM, sp_dist_comm_grad(), &r->extra_req),
+        "MPI_Iallreduce", "step totals");
 #endif
   return 0;
 }

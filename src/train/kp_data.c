@@ -17,7 +17,8 @@ static int split(const sp_train_config *cfg, sp_kp_data *d) {
      * --data`), whether or not the file names carry a person. */
     sp_dataset_init(&d->train);
     sp_dataset_init(&d->val);
-    for (int i = 0; i < d->all.n; i++) sp_dataset_add_copy(&d->train, &d->all, i), sp_dataset_add_copy(&d->val, &d->all, i);
+    for (int i = 0; i < d->all.n; i++)
+      sp_dataset_add_copy(&d->train, &d->all, i), sp_dataset_add_copy(&d->val, &d->all, i);
     return 0;
   }
   if (!strcmp(cfg->data.split, "list")) {
@@ -66,7 +67,12 @@ static sp_cache *cache(const sp_train_config *cfg, const sp_kp_data *d, const ch
   snprintf(path, sizeof path, "%s/%s", cache_dir, name);
   int rebuilt = 0;
   sp_cache *c = write ? sp_cache_open(path, ds, &cc, &rebuilt) : sp_cache_open_readonly(path, ds, &cc, &rebuilt);
-  if (c) fprintf(stderr, "spry: %s cache %s (%d crops)\n", name, !rebuilt ? "reused" : write ? "built" : "built in RAM", c->n);
+  if (c)
+    fprintf(stderr, "spry: %s cache %s (%d crops)\n", name,
+            !rebuilt ? "reused"
+            : write  ? "built"
+                     : "built in RAM",
+            c->n);
   return c;
 }
 
@@ -105,15 +111,17 @@ int sp_kp_data_open(const sp_train_config *cfg, const char *cache_dir, int write
     int anonymous = 0;
     for (int i = 0; i < d->all.n; i++) anonymous += d->all.s[i].identity < 0;
     if (!strcmp(cfg->data.split, "identity") && anonymous)
-      return sp_error_set("%s: the split left %d training and %d validation images: %d of the %d images name no "
-                          "person, so an identity split cannot place them (use data.split: list or none)",
-                          cfg->data.path, d->train.n, d->val.n, anonymous, d->all.n);
+      return sp_error_set(
+          "%s: the split left %d training and %d validation images: %d of the %d images name no "
+          "person, so an identity split cannot place them (use data.split: list or none)",
+          cfg->data.path, d->train.n, d->val.n, anonymous, d->all.n);
     if (!strcmp(cfg->data.split, "identity"))
-      return sp_error_set("%s: the split left %d training and %d validation images: data.val_fraction %g of the %d "
-                          "persons sent %s to validation; %s, or use data.split: list (data.val_list names the "
-                          "validation images) or none (validate on the training images)",
-                          cfg->data.path, d->train.n, d->val.n, cfg->data.val_fraction, d->all.n_identities,
-                          d->val.n ? "all of them" : "none", d->val.n ? "lower it" : "raise it (e.g. 0.2 or 0.3)");
+      return sp_error_set(
+          "%s: the split left %d training and %d validation images: data.val_fraction %g of the %d "
+          "persons sent %s to validation; %s, or use data.split: list (data.val_list names the "
+          "validation images) or none (validate on the training images)",
+          cfg->data.path, d->train.n, d->val.n, cfg->data.val_fraction, d->all.n_identities,
+          d->val.n ? "all of them" : "none", d->val.n ? "lower it" : "raise it (e.g. 0.2 or 0.3)");
     return sp_error_set("%s: the split left %d training and %d validation images (data.split: %s)", cfg->data.path,
                         d->train.n, d->val.n, cfg->data.split);
   }
@@ -140,14 +148,16 @@ int sp_kp_data_open(const sp_train_config *cfg, const char *cache_dir, int write
   /* split: none validates on the training images: one cache serves both
    * (`spry eval --data` decoded every image twice), cut as validation is. */
   const int one = !strcmp(cfg->data.split, "none");
-  d->train_cache = cache(cfg, d, one ? sp_kp_val_box(cfg) : cfg->data.box, cache_dir, write_cache, "cache_train.bin",
-                         &d->train);
-  if (one) d->val_cache = d->train_cache;
+  d->train_cache =
+      cache(cfg, d, one ? sp_kp_val_box(cfg) : cfg->data.box, cache_dir, write_cache, "cache_train.bin", &d->train);
+  if (one)
+    d->val_cache = d->train_cache;
   else
     d->val_cache =
         d->train_cache ? cache(cfg, d, sp_kp_val_box(cfg), cache_dir, write_cache, "cache_val.bin", &d->val) : NULL;
   if (!d->train_cache || !d->val_cache) return -1;
-  if (d->train_cache->n == 0 || d->val_cache->n == 0) return sp_error_set("%s: no image could be decoded", cfg->data.path);
+  if (d->train_cache->n == 0 || d->val_cache->n == 0)
+    return sp_error_set("%s: no image could be decoded", cfg->data.path);
   d->mean_shape = sp_xcalloc((size_t)d->k * 2, sizeof(float));
   for (int i = 0; i < d->train_cache->n; i++)
     for (int j = 0; j < d->k; j++)
@@ -169,8 +179,7 @@ void sp_kp_data_free(sp_kp_data *d) {
   memset(d, 0, sizeof *d);
 }
 
-void sp_kp_points_to_model(const sp_kp_data *d, const float *batch_pts, int n, float scale, float offset,
-                           float *dst) {
+void sp_kp_points_to_model(const sp_kp_data *d, const float *batch_pts, int n, float scale, float offset, float *dst) {
   for (int i = 0; i < n; i++)
     for (int j = 0; j < d->k; j++)
       for (int c = 0; c < 2; c++)

@@ -61,8 +61,9 @@ static int load_config(const char *weights, const sp_kp_eval_options *o, sp_trai
   if (!strcmp(sp_kp_val_box(cfg), "points"))
     fprintf(stderr, "spry eval: boxes from the true points: the figure is optimistic (no user has those boxes)\n");
   else if (!strcmp(cfg->data.box, "points"))
-    fprintf(stderr, "spry eval: the run cut its crops around the true points; scoring on %s boxes, what a user has "
-                    "(--set data.box=points gives the optimistic figure)\n",
+    fprintf(stderr,
+            "spry eval: the run cut its crops around the true points; scoring on %s boxes, what a user has "
+            "(--set data.box=points gives the optimistic figure)\n",
             sp_kp_val_box(cfg));
   cfg->augment.flip = 0; /* no augmentation in evaluation: no flip table needed */
   cfg->data.cache_file = 0;
@@ -88,8 +89,10 @@ static int write_per_face(const char *path, const sp_kp_data *d, const float *pr
     const float *b = c->box + (size_t)4 * i;
     fprintf(f, "%s,%s,%.9g,%.9g,%.9g,%.9g,%.6f,", ds->s[c->source[i]].image,
             sp_box_source_name((sp_box_source)c->box_src[i]), b[0], b[1], b[2], b[3], px / d->k);
-    if (d->eyes.n_left) fprintf(f, "%.6f\n", nme[i]);
-    else fprintf(f, "\n");
+    if (d->eyes.n_left)
+      fprintf(f, "%.6f\n", nme[i]);
+    else
+      fprintf(f, "\n");
   }
   if (fclose(f) != 0) return sp_error_set("%s: write failed", path);
   return 0;

@@ -15,15 +15,20 @@ sp_graph *sp_kp_build_graph(const sp_train_config *cfg, const sp_kp_data *d, int
   *offset = regression ? -1.0f : 0.0f;
 
   if (!strcmp(cfg->model, "vgg-nose") && d->k != 1) {
-    sp_error_set("model vgg-nose predicts one point (the nose tip), the data gives %d: choose it with "
-                 "data.keypoints: [N]%s", d->k, d->k == 68 ? " (30 in the 68-point layout)" : d->k == 58 ? " (IMM: 52)" : "");
+    sp_error_set(
+        "model vgg-nose predicts one point (the nose tip), the data gives %d: choose it with "
+        "data.keypoints: [N]%s",
+        d->k,
+        d->k == 68   ? " (30 in the 68-point layout)"
+        : d->k == 58 ? " (IMM: 52)"
+                     : "");
     return NULL;
   }
   sp_graph *g = sp_graph_new(cfg->seed);
   sp_value x = sp_graph_input(g, "image", SP_F32, cfg->data.channels);
   sp_value t = sp_graph_input(g, "points", SP_F32, d->k);
-  sp_model_spec spec = {.name = cfg->model, .channels = cfg->data.channels, .height = size, .width = size,
-                        .keypoints = d->k};
+  sp_model_spec spec = {
+      .name = cfg->model, .channels = cfg->data.channels, .height = size, .width = size, .keypoints = d->k};
   for (int i = 0; i < cfg->n_model_options; i++)
     if (sp_model_spec_set(&spec, cfg->model_options[i].key, cfg->model_options[i].value) != 0) {
       sp_graph_free(g);

@@ -54,9 +54,10 @@ static int check_fresh_folder(const sp_loop *l) {
     char path[1100];
     snprintf(path, sizeof path, "%s/%s", l->dir, files[i]);
     if (access(path, F_OK) == 0)
-      return sp_error_set("%s holds another run's %s: continue it with --resume %s, start over with --overwrite, "
-                          "or train into another folder (--set out=DIR)",
-                          l->dir, files[i], l->dir);
+      return sp_error_set(
+          "%s holds another run's %s: continue it with --resume %s, start over with --overwrite, "
+          "or train into another folder (--set out=DIR)",
+          l->dir, files[i], l->dir);
   }
   return 0;
 }
@@ -107,9 +108,15 @@ static int setup(sp_loop *l, const sp_task_ops *ops, void *task) {
 static int save(sp_loop *l, const char *name, int64_t epoch, int64_t step_in_epoch, double loss_sum, double best) {
   char path[1100];
   snprintf(path, sizeof path, "%s/%s", l->dir, name);
-  sp_checkpoint_meta meta = {.epoch = epoch, .iteration = sp_optimizer_steps(l->opt), .seed = l->cfg->seed,
-                             .config = l->config_text, .model = l->cfg->model, .step_in_epoch = step_in_epoch,
-                             .loss_sum = loss_sum, .best = best, .box_source = l->box_source};
+  sp_checkpoint_meta meta = {.epoch = epoch,
+                             .iteration = sp_optimizer_steps(l->opt),
+                             .seed = l->cfg->seed,
+                             .config = l->config_text,
+                             .model = l->cfg->model,
+                             .step_in_epoch = step_in_epoch,
+                             .loss_sum = loss_sum,
+                             .best = best,
+                             .box_source = l->box_source};
   return sp_checkpoint_save(path, l->g, l->opt, &meta);
 }
 
@@ -124,15 +131,17 @@ static int same_run(const sp_loop *l, const char *stored, const char *path) {
   free(b);
   if (!differs) return 0;
   if (l->run_flags & SP_RUN_RESUME_CHANGED) {
-    fprintf(stderr, "spry: resuming with a changed config (first change at %s: was '%s', now '%s'); the interrupted "
-                    "epoch starts again\n",
+    fprintf(stderr,
+            "spry: resuming with a changed config (first change at %s: was '%s', now '%s'); the interrupted "
+            "epoch starts again\n",
             key[0] ? key : "a line", was, now);
     return 1;
   }
-  rc = sp_error_set("--resume %s: the config differs from the one %s was trained with, at %s (was '%s', now "
-                    "'%s'); resume with the same config, or pass --resume-changed to continue with this one from "
-                    "the start of the interrupted epoch",
-                    l->dir, path, key[0] ? key : "a line", was, now);
+  rc = sp_error_set(
+      "--resume %s: the config differs from the one %s was trained with, at %s (was '%s', now "
+      "'%s'); resume with the same config, or pass --resume-changed to continue with this one from "
+      "the start of the interrupted epoch",
+      l->dir, path, key[0] ? key : "a line", was, now);
   return rc;
 }
 
@@ -308,8 +317,8 @@ static int unreadable_all(const sp_loop *l, const epoch_state *e, int64_t epoch,
   if (e->failed > 0) {
     char who[32] = "";
     if (l->world > 1) snprintf(who, sizeof who, "rank %d: ", l->rank);
-    fprintf(stderr, "spry: %swarning: epoch %lld: %d of %lld training %s could not be read and went in as zeros\n",
-            who, (long long)epoch + 1, e->failed, (long long)e->items / l->world, unit);
+    fprintf(stderr, "spry: %swarning: epoch %lld: %d of %lld training %s could not be read and went in as zeros\n", who,
+            (long long)epoch + 1, e->failed, (long long)e->items / l->world, unit);
   }
   double all = e->failed;
   if (l->world > 1) sp_dist_sum_f64(&all, 1, "unreadable items");
@@ -348,8 +357,8 @@ static void teardown(sp_loop *l, const sp_task_ops *ops, void *task) {
 
 /* After an epoch: validate, then rank 0 logs and saves while the others wait
  * for its outcome. Returns 0 or the run's error. */
-static int end_epoch(sp_loop *l, const sp_task_ops *ops, void *task, int64_t epoch, const epoch_state *e,
-                     double *best, sp_loop_result *res) {
+static int end_epoch(sp_loop *l, const sp_task_ops *ops, void *task, int64_t epoch, const epoch_state *e, double *best,
+                     sp_loop_result *res) {
   const sp_loop_config *cfg = l->cfg;
   int unreadable = unreadable_all(l, e, epoch, ops->unit);
   double train_loss = e->loss_sum / (e->steps ? e->steps : 1);
@@ -428,7 +437,8 @@ int sp_loop_run(const sp_loop_config *cfg, const char *config_text, unsigned run
     }
     rc = end_epoch(&l, ops, task, epoch, &e, &best, &res);
     if (rc == 0 && e.stopping) {
-      if (l.rank == 0) fprintf(stderr, "spry: interrupted after epoch %lld; resume with --resume\n", (long long)epoch + 1);
+      if (l.rank == 0)
+        fprintf(stderr, "spry: interrupted after epoch %lld; resume with --resume\n", (long long)epoch + 1);
       rc = epoch + 1 < cfg->epochs ? 130 : 0;
       break;
     }
@@ -445,8 +455,10 @@ int sp_loop_run(const sp_loop_config *cfg, const char *config_text, unsigned run
   sigaction(SIGTERM, &old_term, NULL);
   if (rc == 0) { /* the ranks may share its evaluation; rank 0 writes it */
     int report_rc = ops->report(task, l.dir, l.world > 1);
-    if (l.rank == 0 && report_rc == 0) fprintf(stderr, "spry: report in %s/index.html\n", l.dir);
-    else if (l.rank == 0 && report_rc < 0) fprintf(stderr, "spry: warning: report incomplete: %s\n", sp_last_error());
+    if (l.rank == 0 && report_rc == 0)
+      fprintf(stderr, "spry: report in %s/index.html\n", l.dir);
+    else if (l.rank == 0 && report_rc < 0)
+      fprintf(stderr, "spry: warning: report incomplete: %s\n", sp_last_error());
   }
   res.best = best;
   if (l.opt) res.iterations = sp_optimizer_steps(l.opt);

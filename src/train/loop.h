@@ -33,11 +33,18 @@ typedef struct {
 
 /* The loop's view of a task config (sp_train_config, sp_video_config): both
  * name these fields alike, so one initialiser serves every task. */
-#define SP_LOOP_CONFIG_OF(cfg)                                                                                 \
-  ((sp_loop_config){.out = (cfg)->out, .model = (cfg)->model, .epochs = (cfg)->epochs, .batch = (cfg)->batch, \
-                    .threads = (cfg)->threads, .eval_every = (cfg)->eval_every, .seed = (cfg)->seed,           \
-                    .clip_norm = (cfg)->clip_norm, .optimizer = &(cfg)->optimizer,                            \
-                    .schedule = &(cfg)->schedule, .dist = &(cfg)->dist})
+#define SP_LOOP_CONFIG_OF(cfg)                       \
+  ((sp_loop_config){.out = (cfg)->out,               \
+                    .model = (cfg)->model,           \
+                    .epochs = (cfg)->epochs,         \
+                    .batch = (cfg)->batch,           \
+                    .threads = (cfg)->threads,       \
+                    .eval_every = (cfg)->eval_every, \
+                    .seed = (cfg)->seed,             \
+                    .clip_norm = (cfg)->clip_norm,   \
+                    .optimizer = &(cfg)->optimizer,  \
+                    .schedule = &(cfg)->schedule,    \
+                    .dist = &(cfg)->dist})
 
 /* One batch of this rank, as the task hands it to the loop. */
 typedef struct {
@@ -54,8 +61,8 @@ typedef struct {
 typedef struct sp_loop sp_loop;
 
 typedef struct {
-  const char *unit;           /* progress and log unit: "img", "clips" */
-  const char *rate_key;       /* metrics.jsonl key of the throughput: "images_per_s" */
+  const char *unit;     /* progress and log unit: "img", "clips" */
+  const char *rate_key; /* metrics.jsonl key of the throughput: "images_per_s" */
   sp_best_direction best;
   /* Reads the data, builds the network (sp_loop_set_graph) and sets
    * l->bucket_plan. Ranks fail together through sp_loop_refuse. */
@@ -83,26 +90,26 @@ struct sp_loop {
   char dir[1024];
   int rank, world, local_batch;
   unsigned run_flags;
-  int refused;               /* every rank refused the run together: no rank waits */
+  int refused; /* every rank refused the run together: no rank waits */
   /* Set by the task's setup. */
-  sp_graph *g;               /* the parameters (checkpoints, optimizer, exchange) */
-  sp_plan *bucket_plan;      /* backward order for the gradient buckets; NULL: by parameter id */
+  sp_graph *g;          /* the parameters (checkpoints, optimizer, exchange) */
+  sp_plan *bucket_plan; /* backward order for the gradient buckets; NULL: by parameter id */
   /* The loop's own. */
   sp_opt_param *params;
   int n_params;
   sp_optimizer *opt;
-  sp_grad_reducer *reducer;  /* NULL in a world of one */
+  sp_grad_reducer *reducer; /* NULL in a world of one */
   int *slot_of;
-  sp_plan *watched;          /* the plan last hooked to the reducer */
-  const char *box_source;    /* keypoint runs: recorded in checkpoints (predict finds faces alike) */
+  sp_plan *watched;       /* the plan last hooked to the reducer */
+  const char *box_source; /* keypoint runs: recorded in checkpoints (predict finds faces alike) */
 };
 
 /* What a finished (or stopped) run leaves. */
 typedef struct {
   double train_loss, best;
-  double train_s;       /* the whole run's training time (metrics.jsonl, resumed parts too) */
-  int64_t iterations;   /* optimizer steps of the whole run */
-  int validated;        /* a validation pass ran in this process */
+  double train_s;     /* the whole run's training time (metrics.jsonl, resumed parts too) */
+  int64_t iterations; /* optimizer steps of the whole run */
+  int validated;      /* a validation pass ran in this process */
 } sp_loop_result;
 
 /* Runs the task: 0, 130 when stopped by SIGINT/SIGTERM (after saving), or -1

@@ -13,9 +13,12 @@
 int sp_eye_points_for_k(int k, sp_eye_points *out) {
   memset(out, 0, sizeof *out);
   int l0, r0, n;
-  if (k == 68) l0 = 36, r0 = 42, n = 6;       /* iBUG 300-W, 0-based */
-  else if (k == 58) l0 = 13, r0 = 21, n = 8;  /* IMM: .asf points 14-21 and 22-29 */
-  else return 0;
+  if (k == 68)
+    l0 = 36, r0 = 42, n = 6; /* iBUG 300-W, 0-based */
+  else if (k == 58)
+    l0 = 13, r0 = 21, n = 8; /* IMM: .asf points 14-21 and 22-29 */
+  else
+    return 0;
   out->n_left = out->n_right = n;
   for (int i = 0; i < n; i++) out->left[i] = l0 + i, out->right[i] = r0 + i;
   return 1;
@@ -89,8 +92,10 @@ int sp_kp_metrics_compute(const float *pred, const float *gt, int n, int k, cons
 }
 
 const char *sp_metric_text(double v, int decimals, char *buf, size_t n) {
-  if (isnan(v)) snprintf(buf, n, "n/a");
-  else snprintf(buf, n, "%.*f", decimals, v);
+  if (isnan(v))
+    snprintf(buf, n, "n/a");
+  else
+    snprintf(buf, n, "%.*f", decimals, v);
   return buf;
 }
 
@@ -117,8 +122,10 @@ int sp_ced_png(const char *path, int w, int h, const double *per_face, int n, in
     if (isfinite(per_face[i])) max = fmax(max, per_face[i]);
   /* NME has a conventional range (failures start at 0.08-0.10); pixels do
    * not, so that chart spans every face. */
-  if (have_eyes) max = 0.2;
-  else if (!(max > 0)) max = 1;
+  if (have_eyes)
+    max = 0.2;
+  else if (!(max > 0))
+    max = 1;
   sp_ced_curve(per_face, n, max, STEPS, t, frac);
   int above = sp_ced_faces_above(per_face, n, max);
   char note[96] = "";

@@ -27,8 +27,10 @@ int sp_metrics_log_start(const char *dir, int64_t done) {
   int64_t dropped = 0;
   while (getline(&line, &cap, in) > 0) {
     int64_t e = line_epoch(line);
-    if (e >= 1 && e <= done) fputs(line, out);
-    else dropped++;
+    if (e >= 1 && e <= done)
+      fputs(line, out);
+    else
+      dropped++;
   }
   free(line);
   fclose(in);

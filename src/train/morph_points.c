@@ -22,15 +22,15 @@ static int ends_with(const char *s, const char *suffix) {
 static int check_points(const char *path, const float *pts, int k) {
   for (int i = 0; i < k; i++)
     if (!(fabsf(pts[2 * i]) <= MAX_COORD && fabsf(pts[2 * i + 1]) <= MAX_COORD))
-      return sp_error_set("%s: point %d is (%g, %g), not a finite position in the photo", path, i,
-                          (double)pts[2 * i], (double)pts[2 * i + 1]);
+      return sp_error_set("%s: point %d is (%g, %g), not a finite position in the photo", path, i, (double)pts[2 * i],
+                          (double)pts[2 * i + 1]);
   return 0;
 }
 
 static int read_annotation(const char *path, int im_w, int im_h, float **pts, int *k) {
   sp_kp_sample s;
   memset(&s, 0, sizeof s);
-  int rc = ends_with(path, ".dat") ? sp_read_imm_dat(path, &s)
+  int rc = ends_with(path, ".dat")   ? sp_read_imm_dat(path, &s)
            : ends_with(path, ".asf") ? sp_read_imm_asf(path, &s)
                                      : sp_read_pts(path, &s);
   if (rc != 0) return -1;
@@ -54,7 +54,8 @@ static const sp_json *largest_face(const sp_json *doc, const char *path) {
   for (size_t f = 0; faces->type == SP_JSON_ARRAY && f < sp_json_len(faces); f++) {
     const sp_json *box = sp_json_get(sp_json_at(faces, f), "box");
     double bw = 0, bh = 0;
-    if (box && sp_json_len(box) == 4) sp_json_as_double(sp_json_at(box, 2), &bw), sp_json_as_double(sp_json_at(box, 3), &bh);
+    if (box && sp_json_len(box) == 4)
+      sp_json_as_double(sp_json_at(box, 2), &bw), sp_json_as_double(sp_json_at(box, 3), &bh);
     if (bw * bh > best_area) best_area = bw * bh, face = sp_json_at(faces, f);
   }
   if (face == doc) sp_error_set("%s: no face in the first line (\"faces\" is empty)", path);

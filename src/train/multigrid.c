@@ -22,7 +22,9 @@ static int64_t batch_for(const sp_multigrid *m, int frames, int size) {
 
 /* The final 1/8 of training runs the base shape (the paper's fine-tuning
  * phase at the test shape, so BN statistics settle there). */
-static int final_phase(const sp_multigrid *m, int64_t epoch) { return m->epochs > 0 && epoch * 8 >= (int64_t)m->epochs * 7; }
+static int final_phase(const sp_multigrid *m, int64_t epoch) {
+  return m->epochs > 0 && epoch * 8 >= (int64_t)m->epochs * 7;
+}
 
 int sp_multigrid_stage(const sp_multigrid *m, int64_t epoch) {
   if (!m->long_cycle || m->epochs <= 0 || epoch < 0) return 3;

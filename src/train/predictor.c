@@ -21,10 +21,10 @@ struct sp_kp_predictor {
   sp_plan *plan;
   float scale, offset;
   int k;
-  sp_box_mode mode;         /* how faces are found without a given box */
-  char trained_on[16];      /* the run's box source ("unknown" for old checkpoints) */
-  sp_cache one;             /* a one-sample cache: the crop, as the loader reads it */
-  uint8_t *net_in;          /* [C][S][S] the network input */
+  sp_box_mode mode;    /* how faces are found without a given box */
+  char trained_on[16]; /* the run's box source ("unknown" for old checkpoints) */
+  sp_cache one;        /* a one-sample cache: the crop, as the loader reads it */
+  uint8_t *net_in;     /* [C][S][S] the network input */
   float *pts_buf;
   uint8_t flags[SP_MAX_KEYPOINTS];
   sp_image_reader *reader;
@@ -41,8 +41,10 @@ static int keypoints_of(const sp_train_config *cfg, const char *weights) {
   if (!f) return -1;
   int64_t k = -1;
   const sp_tensor *t;
-  if ((t = sp_st_get(f, "fc2.bias")) && t->shape.ndim == 1) k = t->shape.d[0] / 2; /* VGG: 2K outputs */
-  else if ((t = sp_st_get(f, "head.bias")) && t->shape.ndim == 1) k = t->shape.d[0]; /* ResUNet: K heatmaps */
+  if ((t = sp_st_get(f, "fc2.bias")) && t->shape.ndim == 1)
+    k = t->shape.d[0] / 2; /* VGG: 2K outputs */
+  else if ((t = sp_st_get(f, "head.bias")) && t->shape.ndim == 1)
+    k = t->shape.d[0]; /* ResUNet: K heatmaps */
   sp_st_close(f);
   if (k <= 0) return sp_error_set("%s: cannot tell the number of keypoints from the checkpoint", weights);
   if (k > SP_MAX_KEYPOINTS)
@@ -93,8 +95,10 @@ sp_kp_predictor *sp_kp_predictor_open(const char *weights, const char *backend) 
   const char *text = f ? sp_st_meta(f, "config") : NULL;
   int video = text && sp_config_text_is_video(text);
   if (video)
-    sp_error_set("%s: a video model's checkpoint (task: video); predict and morph take keypoint checkpoints, "
-                 "`spry eval` scores video ones", weights);
+    sp_error_set(
+        "%s: a video model's checkpoint (task: video); predict and morph take keypoint checkpoints, "
+        "`spry eval` scores video ones",
+        weights);
   int rc = text && !video ? sp_train_config_parse(text, weights, 0, NULL, &p->cfg, NULL) : -1;
   if (f && !text) sp_error_set("%s: no run config stored in the checkpoint", weights);
   if (rc == 0) choose_box_mode(p, sp_st_meta(f, "box_source"));

@@ -35,7 +35,8 @@ static void remove_stale_parts(const char *dir) {
     if (*end || pid <= 0 || kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; /* its writer may still run */
     char path[2048];
     snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-    if (unlink(path) == 0) fprintf(stderr, "spry: removed %s, a checkpoint an interrupted run left half written\n", path);
+    if (unlink(path) == 0)
+      fprintf(stderr, "spry: removed %s, a checkpoint an interrupted run left half written\n", path);
   }
   closedir(d);
 }

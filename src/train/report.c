@@ -61,7 +61,8 @@ static void box_sources_text(const sp_cache *c, const sp_train_config *cfg, char
   sp_cache_box_counts(c, counts);
   size_t o = 0;
   for (int b = 1; b < SP_BOXSRC_COUNT && o < n; b++)
-    if (counts[b]) o += (size_t)snprintf(out + o, n - o, "%s%s %d", o ? ", " : "", sp_box_source_name((sp_box_source)b), counts[b]);
+    if (counts[b])
+      o += (size_t)snprintf(out + o, n - o, "%s%s %d", o ? ", " : "", sp_box_source_name((sp_box_source)b), counts[b]);
   if (o < n) snprintf(out + o, n - o, " (data.box: %s)", sp_kp_val_box(cfg));
 }
 
@@ -86,8 +87,15 @@ static int face_grid(const char *path, const char *title, const sp_kp_data *d, c
     to_crop(c, src, pred + (size_t)f * d->k * 2, d->k, p);
     to_crop(c, src, gt + (size_t)f * d->k * 2, d->k, g);
     snprintf(captions[i], 48, "%.1f px", err[f]);
-    cells[i] = (sp_grid_cell){c->pixels + (size_t)src * c->size * c->size * c->channels, c->size, c->size,
-                              c->channels, p, g, d->k, captions[i], box_in_crop(c, src, boxes[i]) ? NULL : boxes[i]};
+    cells[i] = (sp_grid_cell){c->pixels + (size_t)src * c->size * c->size * c->channels,
+                              c->size,
+                              c->size,
+                              c->channels,
+                              p,
+                              g,
+                              d->k,
+                              captions[i],
+                              box_in_crop(c, src, boxes[i]) ? NULL : boxes[i]};
   }
   int rc = sp_keypoint_grid_png(path, title, 4, n, cells, 192, 0);
   free(pts);
@@ -246,8 +254,8 @@ static void best_and_worst(report *r, const sp_kp_data *d, const sp_cache *c, co
   char captions[8][48];
   const int shown = n < 8 ? n : 8;
   for (int i = 0; i < shown; i++) worst[i] = order[n - 1 - i];
-  r->rc |= face_grid(in_dir(r, "best.png"), "Best validation faces (green: truth, red: prediction)", d, c, order,
-                     shown, pred, gt, px, captions);
+  r->rc |= face_grid(in_dir(r, "best.png"), "Best validation faces (green: truth, red: prediction)", d, c, order, shown,
+                     pred, gt, px, captions);
   r->rc |= face_grid(in_dir(r, "worst.png"), "Worst validation faces (green: truth, red: prediction)", d, c, worst,
                      shown, pred, gt, px, captions);
   add_item(r, "Best validation faces", "best.png",
@@ -272,8 +280,10 @@ static void model_figures(report *r, sp_kp_evaluator *e, const sp_cache *c) {
   r->rc |= hm < 0;
   static char photo_caption[2600];
   int ph = photo_figure(r->dir, in_dir(r, "photo.png"), e->data, c, photo_caption, sizeof photo_caption);
-  if (ph == 0) add_item(r, "Prediction on a photo", "photo.png", photo_caption);
-  else if (ph < 0) fprintf(stderr, "spry: report: photo.png: %s\n", sp_last_error());
+  if (ph == 0)
+    add_item(r, "Prediction on a photo", "photo.png", photo_caption);
+  else if (ph < 0)
+    fprintf(stderr, "spry: report: photo.png: %s\n", sp_last_error());
   if (first_filters(in_dir(r, "filters.png"), e->g) == 0)
     add_item(r, "First-layer filters", "filters.png",
              "The first convolution's filters, one tile per output channel, each stretched to its own range (black "
@@ -293,9 +303,18 @@ static void index_page(report *r, sp_kp_evaluator *e, const history *h, const sp
   }
   enum { ROWS = 13 };
   char v[ROWS][160];
-  const char *keys[ROWS] = {"model", "data", "face boxes", "training / validation faces", "epochs", "batch, optimizer",
-                            "precision, backend", "training time", "best validation error (px)",
-                            "last validation error (px)", "mean shape baseline (px)", "NME inter-ocular / inter-pupil",
+  const char *keys[ROWS] = {"model",
+                            "data",
+                            "face boxes",
+                            "training / validation faces",
+                            "epochs",
+                            "batch, optimizer",
+                            "precision, backend",
+                            "training time",
+                            "best validation error (px)",
+                            "last validation error (px)",
+                            "mean shape baseline (px)",
+                            "NME inter-ocular / inter-pupil",
                             "AUC@0.10"};
   const char *vals[ROWS];
   for (int i = 0; i < ROWS; i++) vals[i] = v[i];
@@ -312,7 +331,8 @@ static void index_page(report *r, sp_kp_evaluator *e, const history *h, const sp
   snprintf(v[8], 160, "%.3f (epoch %d)", best, best_epoch);
   snprintf(v[9], 160, "%.3f", m->mean_px);
   snprintf(v[10], 160, "%.3f", sp_kp_mean_shape_error(e->data, c));
-  snprintf(v[11], 160, "%s / %s", sp_metric_text(m->nme_io, 4, io, sizeof io), sp_metric_text(m->nme_ip, 4, ip, sizeof ip));
+  snprintf(v[11], 160, "%s / %s", sp_metric_text(m->nme_io, 4, io, sizeof io),
+           sp_metric_text(m->nme_ip, 4, ip, sizeof ip));
   sp_metric_text(m->auc_010, 4, v[12], 160);
   char title[256];
   snprintf(title, sizeof title, "spry run: %s, faces cut around %s boxes", cfg->model,

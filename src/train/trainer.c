@@ -57,9 +57,11 @@ static int same_data_on_ranks(const kp_task *t) {
    * caches here: rank 0 may wait a cache build long, as at the barrier. */
   uint64_t mine = cache_hash(d->val_cache, cache_hash(d->train_cache, 0));
   if (sp_dist_ranks_differ(mine, odd, sizeof odd, 10 * t->cfg->dist.timeout_s) == 0) return 0;
-  return sp_error_set("distributed run refused: rank(s) %s read other images or annotations than rank 0 (this rank "
-                      "has %d train / %d val faces): the data differs between machines; give every machine the same "
-                      "data", odd, d->train_cache->n, d->val_cache->n);
+  return sp_error_set(
+      "distributed run refused: rank(s) %s read other images or annotations than rank 0 (this rank "
+      "has %d train / %d val faces): the data differs between machines; give every machine the same "
+      "data",
+      odd, d->train_cache->n, d->val_cache->n);
 }
 
 /* The augmenting training loader (this rank's slice of every global batch)
@@ -100,8 +102,8 @@ static int kp_setup(void *task, sp_loop *l) {
   if (l->rank == 0) sp_dist_barrier(10 * cfg->dist.timeout_s, "rank 0 reading the data");
   if (same_data_on_ranks(t) != 0) return sp_loop_refuse(l, -1); /* decided together: none waits */
   if (t->data.train_cache->n < cfg->batch)
-    return sp_loop_refuse(l, sp_error_set("batch %d is larger than the %d training images", cfg->batch,
-                                          t->data.train_cache->n));
+    return sp_loop_refuse(
+        l, sp_error_set("batch %d is larger than the %d training images", cfg->batch, t->data.train_cache->n));
   if (!(t->g = sp_kp_build_graph(cfg, &t->data, t->neighbours, &t->scale, &t->offset))) return -1;
   if (l->world > 1 && cfg->dist.sync_bn) sp_dist_enable_sync_bn(t->g);
   sp_dist_bcast_params(t->g); /* every rank starts from rank 0's weights */

@@ -16,9 +16,9 @@ typedef struct {
   sp_scheme user_scheme;   /* data.flip_table, when given */
   int k_all, k;            /* annotated points, predicted points */
   int subset[SP_MAX_KEYPOINTS];
-  float *mean_shape;       /* [k][2] training mean of the predicted points, crop pixels */
-  sp_eye_points eyes;      /* in subset indices; n_left = 0 when the subset has no eyes */
-  sp_box_table *boxes;     /* data.boxes, when set */
+  float *mean_shape;   /* [k][2] training mean of the predicted points, crop pixels */
+  sp_eye_points eyes;  /* in subset indices; n_left = 0 when the subset has no eyes */
+  sp_box_table *boxes; /* data.boxes, when set */
 } sp_kp_data;
 
 /* Reads, splits and caches the data of cfg. cache_dir (may be NULL) holds the
@@ -42,8 +42,8 @@ void sp_kp_points_to_model(const sp_kp_data *d, const float *batch_pts, int n, f
  * regression models (vgg-*) predict (p - S/2) / (S/2), the heatmap models
  * (resunet*) predict pixels; *scale and *offset map pixels to model units
  * (u = p * scale + offset). */
-sp_graph *sp_kp_build_graph(const sp_train_config *cfg, const sp_kp_data *d, int32_t *neighbours,
-                            float *scale, float *offset);
+sp_graph *sp_kp_build_graph(const sp_train_config *cfg, const sp_kp_data *d, int32_t *neighbours, float *scale,
+                            float *offset);
 
 /* Runs the model over every sample of `cache` (no augmentation) and returns
  * predictions and ground truth in pixels of the source images ([n][k][2],

@@ -48,7 +48,8 @@ static int read_model(sp_yaml_reader *r, sp_video_config *c) {
   static const char *const models[] = {"tsn-r18", "tsn-r50", "tsm-r18", "tsm-r50", NULL};
   static const char *const tasks[] = {"video", NULL};
   char task[16];
-  if (sp_yr_string(r, "task", task, sizeof task, tasks) || sp_yr_string(r, "model", c->model, sizeof c->model, models) ||
+  if (sp_yr_string(r, "task", task, sizeof task, tasks) ||
+      sp_yr_string(r, "model", c->model, sizeof c->model, models) ||
       sp_yr_int(r, "model_options.base_width", 1, 4096, &c->base_width) ||
       sp_yr_float(r, "model_options.shift_back", 0, 1, &c->shift_back) ||
       sp_yr_float(r, "model_options.shift_fwd", 0, 1, &c->shift_fwd) ||
@@ -70,8 +71,9 @@ static int read_data(sp_yaml_reader *r, sp_video_config *c) {
       /* Informational: the reader tells videos and frame folders apart itself. */
       sp_yr_string(r, "data.format", format, sizeof format, formats) ||
       sp_yr_string(r, "data.sampler", sampler, sizeof sampler, samplers) ||
-      sp_yr_int(r, "data.segments", 1, 1024, &c->data.segments) || sp_yr_int(r, "data.frames", 1, 1024, &c->data.frames) ||
-      sp_yr_int(r, "data.stride", 1, 1024, &c->data.stride) || sp_yr_int(r, "data.size", 32, 4096, &c->data.size) ||
+      sp_yr_int(r, "data.segments", 1, 1024, &c->data.segments) ||
+      sp_yr_int(r, "data.frames", 1, 1024, &c->data.frames) || sp_yr_int(r, "data.stride", 1, 1024, &c->data.stride) ||
+      sp_yr_int(r, "data.size", 32, 4096, &c->data.size) ||
       sp_yr_int(r, "data.short_side", 0, 8192, &c->data.short_side) ||
       sp_yr_int(r, "data.test_clips", 1, 64, &c->data.test_clips) || sp_yr_float(r, "data.flip", 0, 1, &c->data.flip) ||
       sp_yr_int(r, "data.num_classes", 0, SP_VIDEO_MAX_CLASSES, &c->data.num_classes) ||

@@ -157,7 +157,8 @@ int sp_video_eval_checkpoint(const sp_video_config *cfg, const char *weights, co
   sp_video_eval_result r = {0};
   if (rc == 0) rc = sp_video_evaluate(&net, loader, &list, 0, 0, &r);
   if (rc == 0 && out)
-    *out = (sp_video_summary){.val_loss = r.loss, .top1 = r.top1, .top5 = r.top5, .val_clips = r.videos, .val_failed = r.failed};
+    *out = (sp_video_summary){
+        .val_loss = r.loss, .top1 = r.top1, .top5 = r.top5, .val_clips = r.videos, .val_failed = r.failed};
   sp_video_loader_destroy(loader);
   sp_vnet_free(&net);
   sp_video_list_free(&list);

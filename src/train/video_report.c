@@ -31,8 +31,7 @@ int sp_video_report(const char *dir, const char *model, int classes) {
   /* With 5 classes or fewer every label is in the top 5: a flat 1.0 line. */
   int show_top5 = classes > 5;
   sp_series acc[2] = {{"top-1", x, c[TOP1], n}, {"top-5", x, c[TOP5], n}};
-  rc |= sp_plot_lines(path, 800, 480, "Validation accuracy", "epoch", "fraction of videos", show_top5 ? 2 : 1, acc,
-                      0);
+  rc |= sp_plot_lines(path, 800, 480, "Validation accuracy", "epoch", "fraction of videos", show_top5 ? 2 : 1, acc, 0);
   items[n_items++] = (sp_report_item){
       "Validation accuracy", "accuracy.png",
       show_top5 ? "Per video: the mean softmax of its test clips, against its label."
@@ -58,8 +57,12 @@ int sp_video_report(const char *dir, const char *model, int classes) {
     if (isfinite(c[EPOCH_S][i])) total_s += c[EPOCH_S][i];
   }
   char v[6][64];
-  const char *names[6] = {"epochs", "validation top-1 (last epoch)", "validation top-5 (last epoch)",
-                          "best validation top-1", "validation loss (last epoch)", "training time"};
+  const char *names[6] = {"epochs",
+                          "validation top-1 (last epoch)",
+                          "validation top-5 (last epoch)",
+                          "best validation top-1",
+                          "validation loss (last epoch)",
+                          "training time"};
   const char *vals[6] = {v[0], v[1], v[2], v[3], v[4], v[5]};
   snprintf(v[0], 64, "%d", n);
   snprintf(v[1], 64, "%.4f", n ? c[TOP1][n - 1] : NAN);

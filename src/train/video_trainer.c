@@ -45,10 +45,11 @@ static int classes_of(const video_task *t, int max_train, int max_val, int file_
   for (int i = 0; i < t->train.n && !has_zero; i++) has_zero = t->train.label[i] == 0;
   for (int i = 0; i < t->val.n && !has_zero; i++) has_zero = t->val.label[i] == 0;
   if (!has_zero && *classes > 1)
-    return sp_error_set("%s: no clip has label 0: a 1-based list (UCF's published trainlists)? Name its classes file "
-                        "(data.classes: classInd.txt, whose numbers say where labels start), or make a 0-based list "
-                        "with `spry prepare list DIR --labels classInd.txt --split LIST --out OUT`",
-                        cfg->data.train_list);
+    return sp_error_set(
+        "%s: no clip has label 0: a 1-based list (UCF's published trainlists)? Name its classes file "
+        "(data.classes: classInd.txt, whose numbers say where labels start), or make a 0-based list "
+        "with `spry prepare list DIR --labels classInd.txt --split LIST --out OUT`",
+        cfg->data.train_list);
   if (!cfg->data.num_classes)
     return sp_video_list_check_dense(&t->train, cfg->data.train_list, t->val.n ? &t->val : NULL, cfg->data.val_list);
   *classes = cfg->data.num_classes;
@@ -71,9 +72,10 @@ static int same_lists_on_ranks(const video_task *t) {
   char odd[128];
   uint64_t mine = kept_hash(&t->val, kept_hash(&t->train, 0));
   if (sp_dist_ranks_differ(mine, odd, sizeof odd, 10 * t->cfg->dist.timeout_s) == 0) return 0;
-  return sp_error_set("distributed run refused: rank(s) %s kept other clips than rank 0 (this rank kept %d train / "
-                      "%d val clips): a clip is missing on some machines only; give every machine the same data",
-                      odd, t->train.n, t->val.n);
+  return sp_error_set(
+      "distributed run refused: rank(s) %s kept other clips than rank 0 (this rank kept %d train / "
+      "%d val clips): a clip is missing on some machines only; give every machine the same data",
+      odd, t->train.n, t->val.n);
 }
 
 /* The lists, checked alike on every rank, and the class count. */
@@ -136,14 +138,21 @@ static int video_setup(void *task, sp_loop *l) {
    * iterations of one process; each shape's batch is then split over the
    * ranks (video_start_epoch). */
   const int frames = sp_video_cfg_frames(cfg);
-  t->mg = (sp_multigrid){cfg->multigrid.long_cycle, cfg->multigrid.short_cycle, cfg->batch, frames, cfg->data.size,
-                         cfg->epochs, sp_video_loader_entries(t->train_loader) * l->world, cfg->multigrid.cycles};
+  t->mg = (sp_multigrid){cfg->multigrid.long_cycle,
+                         cfg->multigrid.short_cycle,
+                         cfg->batch,
+                         frames,
+                         cfg->data.size,
+                         cfg->epochs,
+                         sp_video_loader_entries(t->train_loader) * l->world,
+                         cfg->multigrid.cycles};
   t->cap_shapes = t->mg.entries + 1;
   t->shapes = sp_xmalloc(sizeof(sp_video_shape) * (size_t)t->cap_shapes);
   sp_plan *p = sp_vnet_plan(&t->net, frames, l->local_batch, cfg->data.size, 1);
   if (!p) return -1;
   if (l->rank == 0)
-    fprintf(stderr, "spry: %s, %d classes, %d train / %d val clips, %d frames at %d px, %lld parameters, %s backend, "
+    fprintf(stderr,
+            "spry: %s, %d classes, %d train / %d val clips, %d frames at %d px, %lld parameters, %s backend, "
             "plan %.1f MB%s%s\n",
             cfg->model, t->classes, t->train.n, t->val.n, frames, cfg->data.size,
             (long long)sp_graph_param_numel(l->g, 1), cfg->backend, sp_plan_arena_bytes(p) / 1e6,

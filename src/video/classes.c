@@ -78,9 +78,10 @@ int sp_video_classes_read(const char *path, sp_video_classes *out) {
       if (is_num && num != 0 && num != 1)
         rc = sp_error_set("%s:%zu: classInd-style numbering must start at 0 or 1, not %ld", path, lineno, num);
     } else if (form != is_num) {
-      rc = sp_error_set("%s:%zu: '%s' %s, while the lines above %s: one form per file (`N name` lines as in UCF's "
-                        "classInd.txt, or one name per line as in labels.txt)",
-                        path, lineno, s, is_num ? "is numbered" : "has no number", form ? "are numbered" : "are not");
+      rc = sp_error_set(
+          "%s:%zu: '%s' %s, while the lines above %s: one form per file (`N name` lines as in UCF's "
+          "classInd.txt, or one name per line as in labels.txt)",
+          path, lineno, s, is_num ? "is numbered" : "has no number", form ? "are numbered" : "are not");
     } else if (is_num && num != out->base + out->n) {
       rc = sp_error_set("%s:%zu: class number %ld, expected %d (numbers must run on one by one)", path, lineno, num,
                         out->base + out->n);
@@ -113,10 +114,11 @@ int sp_video_classes_label(const sp_video_classes *c, const char *list_path, int
   int folder = slash ? sp_video_classes_find(c, rel, (size_t)(slash - rel)) : -1;
   if (!has_label) {
     if (folder < 0)
-      return sp_error_set("%s:%d: no label, and %s '%.*s' is not a class of %s (an unlabelled line, as in UCF's "
-                          "testlists, takes the class of its first folder)",
-                          list_path, lineno, slash ? "its folder" : "the path has no class folder:",
-                          slash ? (int)(slash - rel) : (int)rlen, rel, c->path);
+      return sp_error_set(
+          "%s:%d: no label, and %s '%.*s' is not a class of %s (an unlabelled line, as in UCF's "
+          "testlists, takes the class of its first folder)",
+          list_path, lineno,
+          slash ? "its folder" : "the path has no class folder:", slash ? (int)(slash - rel) : (int)rlen, rel, c->path);
     *label = folder;
     return 0;
   }
@@ -124,10 +126,11 @@ int sp_video_classes_label(const sp_video_classes *c, const char *list_path, int
     return sp_error_set("%s:%d: label %lld is not a class of %s (it numbers its %d classes %d..%d)", list_path, lineno,
                         given, c->path, c->n, c->base, c->base + c->n - 1);
   if (folder >= 0 && folder != given - c->base)
-    return sp_error_set("%s:%d: label %lld is '%s' in %s, but the clip is in the folder of '%s' (%d): the list and "
-                        "the classes file disagree (another class order, or %d-based labels?)",
-                        list_path, lineno, given, c->name[given - c->base], c->path, c->name[folder],
-                        folder + c->base, c->base ? 0 : 1);
+    return sp_error_set(
+        "%s:%d: label %lld is '%s' in %s, but the clip is in the folder of '%s' (%d): the list and "
+        "the classes file disagree (another class order, or %d-based labels?)",
+        list_path, lineno, given, c->name[given - c->base], c->path, c->name[folder], folder + c->base,
+        c->base ? 0 : 1);
   *label = (int)(given - c->base);
   return 0;
 }

@@ -24,8 +24,8 @@ sp_video_geom sp_video_geom_square(int size, sp_video_layout layout) {
   return g;
 }
 
-int sp_video_geom_resolve(const sp_video_geom *g, int w, int h, int *rw, int *rh, int *ch, int *cw, int *cy,
-                          int *cx, const char *what) {
+int sp_video_geom_resolve(const sp_video_geom *g, int w, int h, int *rw, int *rh, int *ch, int *cw, int *cy, int *cx,
+                          const char *what) {
   if (w <= 0 || h <= 0) return sp_error_set("%s: frame size %dx%d is not valid", what, w, h);
   if (g->short_side < 0 || g->crop_h < 0 || g->crop_w < 0)
     return sp_error_set("%s: negative output size requested", what);
@@ -43,8 +43,8 @@ int sp_video_geom_resolve(const sp_video_geom *g, int w, int h, int *rw, int *rh
     if (*rw < 1) *rw = 1;
     if (*rh < 1) *rh = 1;
     if (*rw > SP_VIDEO_MAX_SIDE || *rh > SP_VIDEO_MAX_SIDE)
-      return sp_error_set("%s: short side %d makes the %dx%d frame %dx%d, past the %d px limit", what, g->short_side,
-                          w, h, *rw, *rh, SP_VIDEO_MAX_SIDE);
+      return sp_error_set("%s: short side %d makes the %dx%d frame %dx%d, past the %d px limit", what, g->short_side, w,
+                          h, *rw, *rh, SP_VIDEO_MAX_SIDE);
   } else {
     *rw = w;
     *rh = h;
@@ -92,12 +92,10 @@ int sp_vconv_scale(sp_vconv *c, const uint8_t *const src[4], const int stride[4]
    * yuv2rgb path, which reads the decoder's row padding at the right edge:
    * without it the same frame decoded twice can differ in a few pixels. */
   int flags = (rw != w || rh != h) ? SWS_BILINEAR | SWS_ACCURATE_RND : SWS_POINT | SWS_ACCURATE_RND;
-  c->sws = sws_getCachedContext(c->sws, w, h, (enum AVPixelFormat)pix_fmt, rw, rh, dst_fmt, flags, NULL, NULL,
-                                NULL);
+  c->sws = sws_getCachedContext(c->sws, w, h, (enum AVPixelFormat)pix_fmt, rw, rh, dst_fmt, flags, NULL, NULL, NULL);
   if (!c->sws) {
     const char *name = av_get_pix_fmt_name((enum AVPixelFormat)pix_fmt);
-    return sp_error_set("%s: libswscale cannot convert %s %dx%d to RGB %dx%d", what, name ? name : "?", w, h, rw,
-                        rh);
+    return sp_error_set("%s: libswscale cannot convert %s %dx%d to RGB %dx%d", what, name ? name : "?", w, h, rw, rh);
   }
   int src_full = range == AVCOL_RANGE_JPEG;
   const int *coef = sws_getCoefficients(sws_colorspace(cs));

@@ -126,8 +126,17 @@ static struct sp_vconv_yuv *tables(struct sp_vconv_yuv *t, int pix_fmt, int loc,
     return t;
   sp_vconv_yuv_free(t);
   t = sp_xcalloc(1, sizeof *t);
-  *t = (struct sp_vconv_yuv){.w = w, .h = h, .rw = rw, .rh = rh, .ch = ch, .cw = cw, .cy = cy, .cx = cx,
-                             .sub_x = sub_x, .sub_y = sub_y, .loc = loc};
+  *t = (struct sp_vconv_yuv){.w = w,
+                             .h = h,
+                             .rw = rw,
+                             .rh = rh,
+                             .ch = ch,
+                             .cw = cw,
+                             .cy = cy,
+                             .cx = cx,
+                             .sub_x = sub_x,
+                             .sub_y = sub_y,
+                             .loc = loc};
   double hx, vy;
   siting(loc, pix_fmt, &hx, &vy);
   int pw = (w + sub_x - 1) / sub_x, ph = (h + sub_y - 1) / sub_y;
@@ -179,8 +188,8 @@ static inline uint8_t clamp8(int32_t v) { return (uint8_t)(v < 0 ? 0 : v > 255 ?
  * R, G and B apart (restrict and planes apart: the compiler vectorises this
  * loop with gathers). */
 static void row_to_rgb(const axis *lx, const axis *cx, const int32_t *restrict ty, const int32_t *restrict tu,
-                       const int32_t *restrict tv, const matrix *mp, int cw, uint8_t *restrict rr,
-                       uint8_t *restrict gg, uint8_t *restrict bb) {
+                       const int32_t *restrict tv, const matrix *mp, int cw, uint8_t *restrict rr, uint8_t *restrict gg,
+                       uint8_t *restrict bb) {
   const int32_t *restrict xi0 = lx->i0, *restrict xi1 = lx->i1, *restrict xw = lx->w;
   const int32_t *restrict ci0 = cx->i0, *restrict ci1 = cx->i1, *restrict cwt = cx->w;
   const matrix m = *mp;
@@ -206,8 +215,8 @@ int sp_vconv_yuv(sp_vconv *c, const uint8_t *const src[4], const int stride[4], 
   uint8_t *rr = t->rgb, *gg = rr + cw, *bb = gg + cw;
   size_t plane = (size_t)ch * cw;
   for (int y = 0; y < ch; y++) {
-    blend_rows(src[0] + (size_t)t->ly.i0[y] * stride[0], src[0] + (size_t)t->ly.i1[y] * stride[0], t->ly.w[y],
-               t->lx.lo, t->lx.hi, ty);
+    blend_rows(src[0] + (size_t)t->ly.i0[y] * stride[0], src[0] + (size_t)t->ly.i1[y] * stride[0], t->ly.w[y], t->lx.lo,
+               t->lx.hi, ty);
     size_t u0 = (size_t)t->cya.i0[y], u1 = (size_t)t->cya.i1[y];
     blend_rows(src[1] + u0 * stride[1], src[1] + u1 * stride[1], t->cya.w[y], t->cxa.lo, t->cxa.hi, tu);
     blend_rows(src[2] + u0 * stride[2], src[2] + u1 * stride[2], t->cya.w[y], t->cxa.lo, t->cxa.hi, tv);

@@ -22,7 +22,7 @@ struct sp_video_writer {
   struct SwsContext *sws;
   sp_video_writer_config cfg;
   int64_t next_pts, count;
-  int64_t *pts;       /* pts of every frame sent, ascending (to give packets durations) */
+  int64_t *pts; /* pts of every frame sent, ascending (to give packets durations) */
   char *path;
 };
 
@@ -108,8 +108,8 @@ static int set_x265_options(const char *path, const sp_video_writer_config *cfg,
   char params[256];
   /* One thread and no thread pool: the same clip every time. */
   snprintf(params, sizeof params,
-           "log-level=none:pools=none:frame-threads=1:scenecut=0:keyint=%d:min-keyint=%d:bframes=%d%s%s%s",
-           e->gop_size, e->gop_size, e->max_b_frames, cfg->open_gop ? "" : ":open-gop=0", cfg->params ? ":" : "",
+           "log-level=none:pools=none:frame-threads=1:scenecut=0:keyint=%d:min-keyint=%d:bframes=%d%s%s%s", e->gop_size,
+           e->gop_size, e->max_b_frames, cfg->open_gop ? "" : ":open-gop=0", cfg->params ? ":" : "",
            cfg->params ? cfg->params : "");
   if (av_opt_set(e->priv_data, "preset", "ultrafast", 0) < 0 || av_opt_set_int(e->priv_data, "crf", q, 0) < 0 ||
       av_opt_set(e->priv_data, "x265-params", params, 0) < 0)
@@ -222,8 +222,10 @@ static int write_ready(sp_video_writer *w) {
     int64_t lo = 0, hi = w->count - 1;
     while (lo < hi) {
       int64_t mid = (lo + hi + 1) / 2;
-      if (w->pts[mid] <= w->pkt->pts) lo = mid;
-      else hi = mid - 1;
+      if (w->pts[mid] <= w->pkt->pts)
+        lo = mid;
+      else
+        hi = mid - 1;
     }
     if (w->pkt->duration <= 0 && w->count > 0 && w->pts[lo] == w->pkt->pts)
       w->pkt->duration = (lo + 1 < w->count ? w->pts[lo + 1] : w->next_pts) - w->pts[lo];
@@ -241,7 +243,8 @@ int sp_video_writer_add(sp_video_writer *w, const uint8_t *rgb) {
   int stride[4] = {w->cfg.width * 3, 0, 0, 0};
   sws_scale(w->sws, src, stride, 0, w->cfg.height, w->frame->data, w->frame->linesize);
   w->frame->pts = w->next_pts;
-  if ((w->count & (w->count - 1)) == 0) w->pts = sp_xrealloc(w->pts, (size_t)(w->count ? 2 * w->count : 1) * sizeof(int64_t));
+  if ((w->count & (w->count - 1)) == 0)
+    w->pts = sp_xrealloc(w->pts, (size_t)(w->count ? 2 * w->count : 1) * sizeof(int64_t));
   w->pts[w->count] = w->next_pts;
   /* Variable frame rate: durations of 2..6 ticks (quarter frames), mean 4. */
   static const int vfr_ticks[6] = {4, 2, 6, 4, 3, 5};

@@ -17,8 +17,8 @@
 typedef struct {
   tjhandle tj;
   int64_t n;
-  int width, height;     /* of the stored frames */
-  uint8_t *rgb;          /* one decoded frame */
+  int width, height; /* of the stored frames */
+  uint8_t *rgb;      /* one decoded frame */
   size_t rgb_cap;
   int64_t *keys;
 } frames_state;
@@ -80,8 +80,10 @@ static int64_t count_frames(const sp_video *v) {
   }
   if (bad) {
     int64_t files = count_files(v);
-    sp_error_set("%s: says %lld frames, the folder holds %lld (img_00001.jpg on, consecutive); "
-                 "prepare the clip again or remove the file", p, n, (long long)files);
+    sp_error_set(
+        "%s: says %lld frames, the folder holds %lld (img_00001.jpg on, consecutive); "
+        "prepare the clip again or remove the file",
+        p, n, (long long)files);
     free(p);
     return -1;
   }
@@ -115,8 +117,10 @@ static int decode_frame(sp_video *v, int64_t i, int want_short, int *w, int *h) 
   if (tjDecompressHeader3(s->tj, buf, (unsigned long)len, &fw, &fh, &sub, &cs) != 0) why = tjGetErrorStr2(s->tj);
   /* libjpeg-turbo 2.1 accepts a stream cut before its frame header (even
    * FF D8 FF D9) without writing the size. */
-  else if (fw <= 0 || fh <= 0) why = "no image in it: tables only, or cut before its frame header";
-  else if ((int64_t)fw * fh > SP_MAX_IMAGE_PIXELS) why = "larger than SP_MAX_IMAGE_PIXELS";
+  else if (fw <= 0 || fh <= 0)
+    why = "no image in it: tables only, or cut before its frame header";
+  else if ((int64_t)fw * fh > SP_MAX_IMAGE_PIXELS)
+    why = "larger than SP_MAX_IMAGE_PIXELS";
   if (why) {
     sp_error_set("%s: frame %lld: %s is not a usable JPEG (%s)", v->path, (long long)i, p, why);
     renew_handle(s);
@@ -128,7 +132,10 @@ static int decode_frame(sp_video *v, int64_t i, int want_short, int *w, int *h) 
   if (want_short > 0)
     for (int d = 8; d > 1; d /= 2) {
       int sw = (fw + d - 1) / d, sh = (fh + d - 1) / d;
-      if ((sw < sh ? sw : sh) >= want_short) { denom = d; break; }
+      if ((sw < sh ? sw : sh) >= want_short) {
+        denom = d;
+        break;
+      }
     }
   *w = (fw + denom - 1) / denom;
   *h = (fh + denom - 1) / denom;
@@ -162,7 +169,10 @@ static int fr_get_frames(sp_video *v, const int64_t *idx, int n, const sp_video_
     /* Repeated indices are copied, not decoded again. */
     int prev = -1;
     for (int k = j - 1; k >= 0 && k >= j - 8; k--)
-      if (idx[k] == idx[j]) { prev = k; break; }
+      if (idx[k] == idx[j]) {
+        prev = k;
+        break;
+      }
     if (prev >= 0) {
       memcpy(out + (size_t)j * fb, out + (size_t)prev * fb, fb);
       continue;
@@ -193,7 +203,10 @@ static int64_t fr_decode_all(sp_video *v, const sp_video_geom *g, sp_video_frame
       free(buf);
       return -1;
     }
-    if (fn && fn(i, buf, oh, ow, user)) { i++; break; }
+    if (fn && fn(i, buf, oh, ow, user)) {
+      i++;
+      break;
+    }
   }
   free(buf);
   return i;

@@ -73,8 +73,8 @@ int sp_write_jpeg(const char *path, const uint8_t *px, int h, int w, int c, int 
   if (!tj) return sp_error_set("%s: cannot start TurboJPEG", path);
   unsigned char *jpg = NULL;
   unsigned long len = 0;
-  int r = tjCompress2(tj, px, w, w * c, h, c == 3 ? TJPF_RGB : TJPF_GRAY, &jpg, &len,
-                      c == 3 ? TJSAMP_420 : TJSAMP_GRAY, quality, TJFLAG_FASTDCT);
+  int r = tjCompress2(tj, px, w, w * c, h, c == 3 ? TJPF_RGB : TJPF_GRAY, &jpg, &len, c == 3 ? TJSAMP_420 : TJSAMP_GRAY,
+                      quality, TJFLAG_FASTDCT);
   if (r != 0) {
     sp_error_set("%s: JPEG encoding failed (%s)", path, tjGetErrorStr2(tj));
     tjFree(jpg);

@@ -35,8 +35,10 @@ static int32_t start_for(const sp_vindex *ix, const int64_t *key_pts, int32_t de
   int64_t lo = 0, hi = ix->n_keys; /* first key with key_dec > dec */
   while (lo < hi) {
     int64_t mid = (lo + hi) / 2;
-    if (ix->key_dec[mid] <= dec) lo = mid + 1;
-    else hi = mid;
+    if (ix->key_dec[mid] <= dec)
+      lo = mid + 1;
+    else
+      hi = mid;
   }
   for (int64_t k = lo - 1; k >= 0; k--)
     if (key_pts[k] <= pts) return ix->key_dec[k];
@@ -48,8 +50,7 @@ static int32_t start_for(const sp_vindex *ix, const int64_t *key_pts, int32_t de
  * unreferenced by every other picture. */
 static void mark_skippable(sp_vindex *ix, const packet_rec *rec, int64_t n, const sp_vrefs *refs, int max_tid) {
   int64_t skippable = 0;
-  for (int64_t i = 0; i < n; i++)
-    skippable += rec[i].unref && (refs->kind != SP_VREFS_HEVC || rec[i].tid == max_tid);
+  for (int64_t i = 0; i < n; i++) skippable += rec[i].unref && (refs->kind != SP_VREFS_HEVC || rec[i].tid == max_tid);
   if (refs->kind == SP_VREFS_NONE || skippable == 0) return;
   ix->skip_kind = refs->kind;
   ix->pkt_skip = sp_xmalloc((size_t)n);
@@ -241,8 +242,10 @@ int64_t sp_vindex_frame_of_pts(const sp_vindex *ix, int64_t pts) {
   while (lo <= hi) {
     int64_t mid = (lo + hi) / 2;
     if (ix->pts[mid] == pts) return mid;
-    if (ix->pts[mid] < pts) lo = mid + 1;
-    else hi = mid - 1;
+    if (ix->pts[mid] < pts)
+      lo = mid + 1;
+    else
+      hi = mid - 1;
   }
   return -1;
 }
@@ -253,8 +256,10 @@ int64_t sp_vindex_dec_of_pts(const sp_vindex *ix, int64_t pts) {
   while (lo <= hi) {
     int64_t mid = (lo + hi) / 2;
     if (ix->pkt_pts[mid] == pts) return ix->pkt_dec[mid];
-    if (ix->pkt_pts[mid] < pts) lo = mid + 1;
-    else hi = mid - 1;
+    if (ix->pkt_pts[mid] < pts)
+      lo = mid + 1;
+    else
+      hi = mid - 1;
   }
   return -1;
 }
@@ -312,7 +317,10 @@ void sp_vindex_cache_put(const char *path, sp_vindex *ix) {
   pthread_mutex_lock(&cache_lock);
   int slot = 0;
   for (int i = 0; i < CACHE_SLOTS; i++) {
-    if (!cache[i].ix) { slot = i; break; }
+    if (!cache[i].ix) {
+      slot = i;
+      break;
+    }
     if (cache[i].used < cache[slot].used) slot = i;
   }
   if (cache[slot].ix) {

@@ -51,12 +51,12 @@ static int parse_label(const char *tok, size_t n, const char *list_path, size_t 
   long long v;
   int overflow;
   if (!parse_int(tok, n, &v, &overflow))
-    return sp_error_set("%s:%zu: expected `path label`, the label '%.*s' is not an integer", list_path, lineno,
-                        (int)n, tok);
+    return sp_error_set("%s:%zu: expected `path label`, the label '%.*s' is not an integer", list_path, lineno, (int)n,
+                        tok);
   if (v < 0 && !overflow) return sp_error_set("%s:%zu: label %lld is negative", list_path, lineno, v);
   if (overflow || v >= SP_VIDEO_MAX_CLASSES)
-    return sp_error_set("%s:%zu: label %.*s out of range (labels are class numbers 0..%d)", list_path, lineno,
-                        (int)n, tok, SP_VIDEO_MAX_CLASSES - 1);
+    return sp_error_set("%s:%zu: label %.*s out of range (labels are class numbers 0..%d)", list_path, lineno, (int)n,
+                        tok, SP_VIDEO_MAX_CLASSES - 1);
   *label = (int)v;
   return 0;
 }
@@ -146,7 +146,8 @@ int sp_video_list_read_classes(const char *list_path, const char *base_dir, cons
     if (!last_token(line, &len, &tok, &tlen) || (len <= s && !classes)) {
       rc = sp_error_set("%s:%zu: expected `path label`%s", list_path, lineno,
                         len <= s ? " (a list without labels, like UCF's testlists, needs its classes file: "
-                                   "data.classes, or --labels for prepare list)" : "");
+                                   "data.classes, or --labels for prepare list)"
+                                 : "");
       break;
     }
     if (classes) {
@@ -154,8 +155,8 @@ int sp_video_list_read_classes(const char *list_path, const char *base_dir, cons
       int has = len > s && parse_int(tok, tlen, &given, &overflow) && !overflow;
       if (!has) len = whole;
       while (len > s && isspace((unsigned char)line[len - 1])) len--;
-      if ((rc = sp_video_classes_label(classes, list_path, lineno > INT_MAX ? INT_MAX : (int)lineno, line + s,
-                                       len - s, given, has, &label)) != 0)
+      if ((rc = sp_video_classes_label(classes, list_path, lineno > INT_MAX ? INT_MAX : (int)lineno, line + s, len - s,
+                                       given, has, &label)) != 0)
         break;
     } else if ((rc = parse_label(tok, tlen, list_path, lineno, &label)) != 0) {
       break;
@@ -253,10 +254,10 @@ int sp_video_list_check_dense(const sp_video_list *train, const char *train_path
    * are unused, the largest is a typo far more often than a real class (a
    * 99999 in a 4-class list would build a 100000-class model). */
   if (!at || max + 1 <= 2 * distinct + 2) return 0;
-  return sp_error_set("%s:%d: label %d is far above the others (%d distinct labels in all): a typo? The model "
-                      "would have %d classes; set data.num_classes to train that many",
-                      at == train ? train_path : val_path, at->line ? at->line[at_i] : at_i + 1, max, distinct,
-                      max + 1);
+  return sp_error_set(
+      "%s:%d: label %d is far above the others (%d distinct labels in all): a typo? The model "
+      "would have %d classes; set data.num_classes to train that many",
+      at == train ? train_path : val_path, at->line ? at->line[at_i] : at_i + 1, max, distinct, max + 1);
 }
 
 /* ------------------------------------------------------------------ build */
@@ -450,8 +451,10 @@ int sp_video_list_build_split(const char *dir, const char *labels, const char *s
   /* Paths relative to the list's folder when the data is inside it. */
   size_t ol = strlen(rout);
   const char *prefix = rdir;
-  if (!strcmp(rdir, rout)) prefix = "";
-  else if (!strncmp(rdir, rout, ol) && rdir[ol] == '/') prefix = rdir + ol + 1;
+  if (!strcmp(rdir, rout))
+    prefix = "";
+  else if (!strncmp(rdir, rout, ol) && rdir[ol] == '/')
+    prefix = rdir + ol + 1;
 
   /* The list and labels.txt are made in memory and written (each through a
    * temporary and a rename) only once the scan found clips: a failed run
@@ -464,31 +467,35 @@ int sp_video_list_build_split(const char *dir, const char *labels, const char *s
   sp_video_classes cls = {0}, made = {0};
   int pairs = 0, count = labels && !split ? csv_pairs(labels, prefix, f, &pairs) : 0;
   int have = count < 0 ? -1 : build_classes(rdir, labels, pairs, &cls);
-  if (have < 0) count = -1;
+  if (have < 0)
+    count = -1;
   else if (split && !have)
-    count = sp_error_set("%s: a split file needs the classes file that numbers its labels and names its class "
-                         "folders (--labels classInd.txt, or %s/labels.txt)",
-                         split, dir);
-  else if (split) count = split_entries(rdir, split, &cls, prefix, f);
-  else if (!pairs) count = class_folders(rdir, have ? &cls : NULL, prefix, f, &made);
+    count = sp_error_set(
+        "%s: a split file needs the classes file that numbers its labels and names its class "
+        "folders (--labels classInd.txt, or %s/labels.txt)",
+        split, dir);
+  else if (split)
+    count = split_entries(rdir, split, &cls, prefix, f);
+  else if (!pairs)
+    count = class_folders(rdir, have ? &cls : NULL, prefix, f, &made);
   fclose(f);
   int rc = count < 0 ? -1 : 0;
   if (rc == 0 && count == 0)
     rc = sp_error_set("%s: no videos found (expected CLASS/clip.mp4 sub-folders or a `path,label` csv)", dir);
   /* The list first: if labels.txt then fails, the error says so and the
    * labels in the list stand on their own. */
-  if (rc == 0) {
-    rc = sp_write_file_atomic(list_out, lbuf, llen);
-  }
+  if (rc == 0) { rc = sp_write_file_atomic(list_out, lbuf, llen); }
   if (rc == 0 && !pairs) {
     /* labels.txt names the list's 0-based labels; a classes file that is
      * that very file stays as it is. */
     char *src = have ? realpath(cls.path, NULL) : NULL, *dst = realpath(cpath, NULL);
-    if (!src || !dst || strcmp(src, dst)) rc = sp_video_classes_write(cpath, have ? &cls : &made);
+    if (!src || !dst || strcmp(src, dst))
+      rc = sp_video_classes_write(cpath, have ? &cls : &made);
     else if (cls.base != 0)
-      rc = sp_error_set("%s: numbers its classes from %d, but the list beside it is written from 0; write the list "
-                        "in another folder",
-                        cpath, cls.base);
+      rc = sp_error_set(
+          "%s: numbers its classes from %d, but the list beside it is written from 0; write the list "
+          "in another folder",
+          cpath, cls.base);
     free(src);
     free(dst);
   }

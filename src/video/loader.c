@@ -21,14 +21,14 @@ struct sp_video_loader {
   sp_batch_ring *ring;
   sp_video_batch *slots; /* one batch per ring slot */
   int depth;
-  size_t slot_bytes;     /* pixel capacity of each slot */
-  int slot_clips;        /* label capacity */
+  size_t slot_bytes; /* pixel capacity of each slot */
+  int slot_clips;    /* label capacity */
   /* The epoch (written only while the ring is paused). */
   int32_t *order;
   int entries, per_rank;
-  int shard_begin;       /* eval_shard: this rank's first entry of the order */
+  int shard_begin; /* eval_shard: this rank's first entry of the order */
   sp_video_shape *shapes;
-  int64_t *first;        /* first[j]: position in order of batch j's first clip */
+  int64_t *first; /* first[j]: position in order of batch j's first clip */
   int cap_batches;
 };
 
@@ -81,8 +81,8 @@ int sp_video_load_clip(const sp_video_list *list, const sp_video_loader_config *
   if (cfg->sampler == SP_SAMPLER_TSN)
     rc = sp_sample_tsn(n, frames, cfg->train, cfg->seed, epoch, entry, idx);
   else
-    rc = sp_sample_dense(n, frames, cfg->stride > 0 ? cfg->stride : 1, cfg->train, clip, clips, cfg->seed, epoch,
-                         entry, idx);
+    rc = sp_sample_dense(n, frames, cfg->stride > 0 ? cfg->stride : 1, cfg->train, clip, clips, cfg->seed, epoch, entry,
+                         idx);
   if (rc != 0) goto done;
   /* A smaller Multigrid size keeps the crop's share of the frame: the short
    * side shrinks with it. */
@@ -115,8 +115,16 @@ static void ring_begin(void *ctx, int slot, int64_t batch, int64_t epoch) {
   sp_video_loader *l = ctx;
   const sp_video_shape sh = l->shapes[batch];
   sp_video_batch *b = &l->slots[slot];
-  *b = (sp_video_batch){.n = sh.batch, .t = sh.frames, .h = sh.size, .w = sh.size, .pixels = b->pixels,
-                        .label = b->label, .video = b->video, .clip = b->clip, .bad = b->bad, .epoch = epoch,
+  *b = (sp_video_batch){.n = sh.batch,
+                        .t = sh.frames,
+                        .h = sh.size,
+                        .w = sh.size,
+                        .pixels = b->pixels,
+                        .label = b->label,
+                        .video = b->video,
+                        .clip = b->clip,
+                        .bad = b->bad,
+                        .epoch = epoch,
                         .step = batch};
 }
 
@@ -147,7 +155,8 @@ sp_video_loader *sp_video_loader_create(const sp_video_list *list, const sp_vide
   if (!list || list->n <= 0) return sp_error_set("video loader: empty list"), NULL;
   if (cfg->batch <= 0 || cfg->frames <= 0 || cfg->size < 8)
     return sp_error_set("video loader: batch %d, frames %d, size %d must be positive (size >= 8)", cfg->batch,
-                        cfg->frames, cfg->size), NULL;
+                        cfg->frames, cfg->size),
+           NULL;
   int world = cfg->world > 0 ? cfg->world : 1;
   if (cfg->rank < 0 || cfg->rank >= world)
     return sp_error_set("video loader: rank %d outside world size %d", cfg->rank, world), NULL;

@@ -132,10 +132,10 @@ static int distinct_names(char **names, const sp_video_list *l, const char *list
                           l->path[i]);
     for (int j = 0; j < i; j++)
       if (!strcmp(names[i], names[j]))
-        return sp_error_set("%s:%d: %s would share the frame folder '%s' with line %d (%s); give the clips "
-                            "distinct names, or keep them in sub-folders below the list's folder",
-                            list_path, l->line ? l->line[i] : i + 1, l->path[i], names[i],
-                            l->line ? l->line[j] : j + 1, l->path[j]);
+        return sp_error_set(
+            "%s:%d: %s would share the frame folder '%s' with line %d (%s); give the clips "
+            "distinct names, or keep them in sub-folders below the list's folder",
+            list_path, l->line ? l->line[i] : i + 1, l->path[i], names[i], l->line ? l->line[j] : j + 1, l->path[j]);
   }
   return 0;
 }
@@ -168,8 +168,10 @@ static int name_clips(prepare_run *r) {
   char list_dir[PATH_MAX];
   snprintf(list_dir, sizeof list_dir, "%s", r->list_path);
   char *slash = strrchr(list_dir, '/');
-  if (slash) *slash = 0;
-  else snprintf(list_dir, sizeof list_dir, ".");
+  if (slash)
+    *slash = 0;
+  else
+    snprintf(list_dir, sizeof list_dir, ".");
   const size_t cap = (size_t)(r->l.n > 0 ? r->l.n : 1);
   r->frames = sp_xcalloc(cap, sizeof(int64_t));
   r->names = sp_xcalloc(cap, sizeof(char *));
@@ -205,8 +207,10 @@ static int decode_clips(prepare_run *r, int short_side, int quality, int workers
 #pragma omp parallel for schedule(dynamic) num_threads(threads) reduction(+ : done)
   for (int i = 0; i < r->l.n; i++) {
     r->frames[i] = sp_prepare_video_frames(r->l.path[i], r->dirs[i], short_side, quality);
-    if (r->frames[i] < 0) fprintf(stderr, "spry prepare: skip %s: %s\n", r->l.path[i], sp_last_error());
-    else done++;
+    if (r->frames[i] < 0)
+      fprintf(stderr, "spry prepare: skip %s: %s\n", r->l.path[i], sp_last_error());
+    else
+      done++;
   }
   return done;
 }
@@ -266,8 +270,7 @@ int sp_prepare_frames(const char *list_path, const char *out_dir, const sp_prepa
   if (rc == 0 && done < r.l.n)
     rc = done ? sp_error_set("%d of %d clips failed (see the skip lines above); %s/frames.list lists the %d decoded",
                              r.l.n - done, r.l.n, out_dir, done)
-              : sp_error_set("%s: none of its %d clips could be decoded (see the skip lines above)", list_path,
-                             r.l.n);
+              : sp_error_set("%s: none of its %d clips could be decoded (see the skip lines above)", list_path, r.l.n);
   /* Parents it made before failing, or a folder no clip filled. */
   if (done == 0 && r.out_made) sp_remove_empty_dirs(out_dir, r.out_made);
   prepare_run_free(&r);

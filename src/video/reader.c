@@ -31,23 +31,23 @@
 
 typedef struct {
   AVFormatContext *fmt;
-  AVCodecContext *dec;      /* the decoder of the current run: dec_one or dec_threads */
-  AVCodecContext *dec_one;  /* single-threaded */
+  AVCodecContext *dec;         /* the decoder of the current run: dec_one or dec_threads */
+  AVCodecContext *dec_one;     /* single-threaded */
   AVCodecContext *dec_threads; /* frame threads (options.threads > 1), opened for the first long run */
   const AVCodec *decoder;
   AVPacket *pkt;
   AVFrame *frame;
   int si;
-  int pending;        /* pkt holds a peeked packet not yet sent */
-  int fresh;          /* the demuxer is at the start, nothing read yet */
+  int pending; /* pkt holds a peeked packet not yet sent */
+  int fresh;   /* the demuxer is at the start, nothing read yet */
   sp_vindex *ix;
-  int run_active;     /* decoder state is continuous since run_start */
-  int64_t run_start;  /* decode position the current run began at */
-  int64_t next_dec;   /* decode position of the next packet to send */
-  int64_t out_count;  /* frames emitted since the run began (counting mode) */
-  int last_skipped;   /* the last packet sent was marked for skipping */
-  int run_fresh;      /* no packet of the current run sent yet */
-  int run_clean;      /* the run may end by draining (sp_vrefs_clean_start) */
+  int run_active;    /* decoder state is continuous since run_start */
+  int64_t run_start; /* decode position the current run began at */
+  int64_t next_dec;  /* decode position of the next packet to send */
+  int64_t out_count; /* frames emitted since the run began (counting mode) */
+  int last_skipped;  /* the last packet sent was marked for skipping */
+  int run_fresh;     /* no packet of the current run sent yet */
+  int run_clean;     /* the run may end by draining (sp_vrefs_clean_start) */
   sp_vrefs refs;
   int width, height;
   int64_t header_frames;
@@ -205,8 +205,11 @@ static int seek_to_key(sp_video *v, int64_t key_dec) {
   int64_t k = -1;
   for (int64_t lo = 0, hi = ix->n_keys - 1; lo <= hi;) {
     int64_t mid = (lo + hi) / 2;
-    if (ix->key_dec[mid] <= key_dec) { k = mid; lo = mid + 1; }
-    else hi = mid - 1;
+    if (ix->key_dec[mid] <= key_dec) {
+      k = mid;
+      lo = mid + 1;
+    } else
+      hi = mid - 1;
   }
   if (k < 0 || ix->key_dec[k] == 0) return rewind_start(v);
   v->stats.seeks++;
@@ -244,16 +247,16 @@ typedef int (*frame_cb)(sp_video *v, AVFrame *f, void *ctx);
 typedef struct {
   const int64_t *idx;
   int n;
-  int *order;          /* positions sorted by frame index */
-  int64_t *uf;         /* unique frames, ascending */
-  int *first;          /* uf[k] fills order[first[k] .. first[k+1]) */
+  int *order;  /* positions sorted by frame index */
+  int64_t *uf; /* unique frames, ascending */
+  int *first;  /* uf[k] fills order[first[k] .. first[k+1]) */
   uint8_t *done;
   int m;
   const sp_video_geom *g;
   uint8_t *out;
   size_t frame_bytes;
   int oh, ow;
-  int skip;            /* packets nothing references may be left undecoded */
+  int skip; /* packets nothing references may be left undecoded */
 } request;
 
 static int64_t find_unique(const request *q, int64_t f) {
@@ -261,8 +264,10 @@ static int64_t find_unique(const request *q, int64_t f) {
   while (lo <= hi) {
     int64_t mid = (lo + hi) / 2;
     if (q->uf[mid] == f) return mid;
-    if (q->uf[mid] < f) lo = mid + 1;
-    else hi = mid - 1;
+    if (q->uf[mid] < f)
+      lo = mid + 1;
+    else
+      hi = mid - 1;
   }
   return -1;
 }
@@ -458,10 +463,14 @@ static int fetch_seekable(sp_video *v, request *q, const int *proc) {
       }
       if (q->done[k] || (r > 0 && waited <= slack)) continue;
       int again = 1;
-      if (q->skip) q->skip = 0;
-      else if (from > 0 && !tried_prev) from--, tried_prev = 1; /* seek_to_key finds the keyframe before */
-      else if (from > 0) from = 0;
-      else again = 0;
+      if (q->skip)
+        q->skip = 0;
+      else if (from > 0 && !tried_prev)
+        from--, tried_prev = 1; /* seek_to_key finds the keyframe before */
+      else if (from > 0)
+        from = 0;
+      else
+        again = 0;
       if (again) {
         waited = 0;
         if (finish_run(v, capture, q) != 0) return -1;

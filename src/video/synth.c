@@ -29,11 +29,11 @@ typedef struct {
 
 typedef struct {
   texture bg, obj;
-  int shape;          /* 0 square, 1 triangle, 2 plus (none is rotation-symmetric at small angles) */
+  int shape; /* 0 square, 1 triangle, 2 plus (none is rotation-symmetric at small angles) */
   float radius;
-  float x0, y0;       /* centre at u = 0 */
-  float vx;           /* pixels per frame (translation pair) */
-  float theta0, omega;/* radians, radians per frame (rotation pair) */
+  float x0, y0;        /* centre at u = 0 */
+  float vx;            /* pixels per frame (translation pair) */
+  float theta0, omega; /* radians, radians per frame (rotation pair) */
 } scene;
 
 static void make_texture(sp_rng *r, texture *t, float lo, float hi) {
@@ -89,7 +89,8 @@ static float inside(int shape, float x, float y) {
       return -fmaxf(a, fmaxf(b, c)) * 2.0f;
     }
     default: /* a plus sign with one longer arm */
-      return fmaxf(0.3f - fabsf(y), 0.0f) * (x > -0.7f && x < 1.0f) + fmaxf(0.3f - fabsf(x), 0.0f) * (y > -0.7f && y < 0.7f) - 0.001f;
+      return fmaxf(0.3f - fabsf(y), 0.0f) * (x > -0.7f && x < 1.0f) +
+             fmaxf(0.3f - fabsf(x), 0.0f) * (y > -0.7f && y < 0.7f) - 0.001f;
   }
 }
 

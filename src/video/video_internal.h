@@ -10,13 +10,13 @@
  * One scan of the packets (demux only, no decoding) gives everything a
  * frame-accurate seek needs. Decode position = packet order in the file. */
 typedef struct sp_vindex {
-  int64_t n_frames;     /* display-order frames */
-  int64_t n_packets;    /* video packets, decode order (includes discarded ones) */
-  int seekable;         /* every packet had a distinct pts */
+  int64_t n_frames;  /* display-order frames */
+  int64_t n_packets; /* video packets, decode order (includes discarded ones) */
+  int seekable;      /* every packet had a distinct pts */
   /* per display frame i (seekable mode): */
-  int64_t *pts;         /* ascending */
-  int32_t *dec;         /* decode position of frame i's packet */
-  int32_t *start;       /* decode position of the keyframe to start decoding at */
+  int64_t *pts;   /* ascending */
+  int32_t *dec;   /* decode position of frame i's packet */
+  int32_t *start; /* decode position of the keyframe to start decoding at */
   /* per packet, sorted by pts (seekable mode): pts -> decode position */
   int64_t *pkt_pts;
   int32_t *pkt_dec;
@@ -34,9 +34,9 @@ typedef struct sp_vindex {
    * stretch's decode work is one subtraction). NULL when nothing can be
    * skipped: the codec has no parser, or the stream is not seekable. */
   uint8_t *pkt_skip;
-  int32_t *ref_before;  /* n_packets + 1 entries */
-  int skip_kind;        /* SP_VREFS_*, or SP_VREFS_NONE when pkt_skip is NULL */
-  int refs;             /* owned by the cache under its lock */
+  int32_t *ref_before; /* n_packets + 1 entries */
+  int skip_kind;       /* SP_VREFS_*, or SP_VREFS_NONE when pkt_skip is NULL */
+  int refs;            /* owned by the cache under its lock */
 } sp_vindex;
 
 struct AVFormatContext;
@@ -61,8 +61,8 @@ static inline int64_t sp_vindex_work(const sp_vindex *ix, int64_t a, int64_t b) 
 /* ------------------------------------------------ unreferenced pictures */
 enum { SP_VREFS_NONE = 0, SP_VREFS_H264, SP_VREFS_HEVC, SP_VREFS_MPEG4, SP_VREFS_MPEG12 };
 typedef struct {
-  int kind;      /* SP_VREFS_* */
-  int len_size;  /* H.264/HEVC: NAL length field bytes (mp4, mkv), 0 = Annex B start codes */
+  int kind;     /* SP_VREFS_* */
+  int len_size; /* H.264/HEVC: NAL length field bytes (mp4, mkv), 0 = Annex B start codes */
 } sp_vrefs;
 /* Picks the parser for a codec (AVCodecID) and its extradata; returns kind. */
 int sp_vrefs_init(sp_vrefs *r, int codec_id, const uint8_t *extradata, int size);
@@ -81,16 +81,16 @@ struct SwsContext;
 struct sp_vconv_yuv;
 typedef struct {
   struct SwsContext *sws;
-  uint8_t *tmp;          /* resized full frame before cropping */
+  uint8_t *tmp; /* resized full frame before cropping */
   size_t tmp_cap;
   struct sp_vconv_yuv *yuv; /* convert_yuv.c's tables for the last geometry */
-  int chroma_loc;        /* AVChromaLocation of the next picture (the caller sets it) */
-  int use_swscale;       /* 1 = always libswscale (comparisons) */
+  int chroma_loc;           /* AVChromaLocation of the next picture (the caller sets it) */
+  int use_swscale;          /* 1 = always libswscale (comparisons) */
 } sp_vconv;
 
 /* Resolves geometry for a w x h source: resized size and crop window. */
-int sp_video_geom_resolve(const sp_video_geom *g, int w, int h, int *rw, int *rh, int *ch, int *cw, int *cy,
-                          int *cx, const char *what);
+int sp_video_geom_resolve(const sp_video_geom *g, int w, int h, int *rw, int *rh, int *ch, int *cw, int *cy, int *cx,
+                          const char *what);
 /* Converts one picture (any libavutil pixel format) into out per g. cs/range
  * are AVColorSpace / AVColorRange values of the source. */
 int sp_vconv_run(sp_vconv *c, const uint8_t *const src[4], const int stride[4], int w, int h, int pix_fmt, int cs,
@@ -123,7 +123,7 @@ struct sp_video {
   sp_video_options opt;
   sp_video_stats stats;
   sp_vconv conv;
-  void *impl;           /* backend state */
+  void *impl; /* backend state */
 };
 
 /* reader.c / frames.c: fill v->ops and v->impl, or return -1. */

@@ -42,8 +42,10 @@ static void adapter_backward(cpu_node *n, const sp_op_args *a) {
   adapter_node *s = (adapter_node *)n;
   for (int k = 0; k < s->n_in; k++) {
     if (!a->d_in[k]) continue;
-    if (s->reordered[k]) memset(s->grad[k].data, 0, sp_tensor_bytes(&s->grad[k]));
-    else if (a->d_in_fresh & (1u << k)) memset(a->d_in[k]->data, 0, sp_tensor_bytes(a->d_in[k]));
+    if (s->reordered[k])
+      memset(s->grad[k].data, 0, sp_tensor_bytes(&s->grad[k]));
+    else if (a->d_in_fresh & (1u << k))
+      memset(a->d_in[k]->data, 0, sp_tensor_bytes(a->d_in[k]));
   }
   s->ref_args.seed = a->seed;
   s->ref->backward(&s->ref_args);

@@ -47,7 +47,8 @@ static void grad_into_bf16(uint16_t *d, const uint16_t *dy, const uint8_t *mask,
     for (int64_t i = 0; i < count; i++) d[i] = mask[i] ? dy[i] : 0;
   } else {
 #pragma omp parallel for simd schedule(static)
-    for (int64_t i = 0; i < count; i++) d[i] = sp_bf16_round(sp_bf16_widen(d[i]) + (mask[i] ? sp_bf16_widen(dy[i]) : 0.0f));
+    for (int64_t i = 0; i < count; i++)
+      d[i] = sp_bf16_round(sp_bf16_widen(d[i]) + (mask[i] ? sp_bf16_widen(dy[i]) : 0.0f));
   }
 }
 
@@ -94,7 +95,8 @@ static void add_relu_backward(cpu_node *n, const sp_op_args *a) {
   for (int k = 0; k < 2; k++)
     if (a->d_in[k] && s->bf16)
       grad_into_bf16(a->d_in[k]->data, a->d_out->data, a->saved, s->count, (a->d_in_fresh >> k) & 1u);
-    else if (a->d_in[k]) grad_into(a->d_in[k]->data, a->d_out->data, a->saved, s->count, (a->d_in_fresh >> k) & 1u);
+    else if (a->d_in[k])
+      grad_into(a->d_in[k]->data, a->d_out->data, a->saved, s->count, (a->d_in_fresh >> k) & 1u);
 }
 
 static const cpu_vt add_relu_vt = {add_relu_forward, add_relu_backward, NULL, NULL};

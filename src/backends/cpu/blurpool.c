@@ -27,7 +27,7 @@ enum { MAX_F = 7 };
 typedef struct {
   cpu_node base;
   int64_t n, h, w, ho, wo;
-  int64_t lanes, blocks;              /* as in softargmax.c */
+  int64_t lanes, blocks; /* as in softargmax.c */
   int64_t pos_stride, in_block, out_block, in_image, out_image;
   int f;
   float taps[MAX_F];
@@ -118,16 +118,20 @@ INLINE void backward_impl(const bp_node *s, const void *dy, void *dx, int fresh,
 
 static void bp_forward(cpu_node *n, const sp_op_args *a) {
   const bp_node *s = (const bp_node *)n;
-  if (s->bf16) forward_impl(s, a->in[0]->data, a->out->data, a->scratch, 1);
-  else forward_impl(s, a->in[0]->data, a->out->data, a->scratch, 0);
+  if (s->bf16)
+    forward_impl(s, a->in[0]->data, a->out->data, a->scratch, 1);
+  else
+    forward_impl(s, a->in[0]->data, a->out->data, a->scratch, 0);
 }
 
 static void bp_backward(cpu_node *n, const sp_op_args *a) {
   if (!a->d_in[0]) return;
   const bp_node *s = (const bp_node *)n;
   const int fresh = a->d_in_fresh & 1u;
-  if (s->bf16) backward_impl(s, a->d_out->data, a->d_in[0]->data, fresh, a->scratch, 1);
-  else backward_impl(s, a->d_out->data, a->d_in[0]->data, fresh, a->scratch, 0);
+  if (s->bf16)
+    backward_impl(s, a->d_out->data, a->d_in[0]->data, fresh, a->scratch, 1);
+  else
+    backward_impl(s, a->d_out->data, a->d_in[0]->data, fresh, a->scratch, 0);
 }
 
 static const cpu_vt bp_vt = {bp_forward, bp_backward, NULL, bp_release};

@@ -123,8 +123,10 @@ static int bn_bind(cpu_node *n, const sp_op_args *a, char *fs, char *bs) {
                           cpu_exec_arg(&s->b, n, DNNL_ARG_DIFF_SHIFT, &s->stat_md, s->dshift))) ||
       cpu_exec_scratchpad(&s->b, n, s->bwd_pd, bs))
     return -1;
-  if (fresh || !a->d_in[0]) cpu_exec_init(&s->b_out, NULL);
-  else if (cpu_bind_reorder(&s->b_out, n, s->acc_pd, s->acc, dsrc, a->d_in[0]->data, bs)) return -1;
+  if (fresh || !a->d_in[0])
+    cpu_exec_init(&s->b_out, NULL);
+  else if (cpu_bind_reorder(&s->b_out, n, s->acc_pd, s->acc, dsrc, a->d_in[0]->data, bs))
+    return -1;
   return 0;
 }
 
@@ -184,8 +186,8 @@ static int bn_setup(sp_op_prep *p, bn_node *s) {
   p->saved_bytes = saved;
   p->absorb_consumer = s->fused_relu;
   if (p->run_backward) {
-    DNNL_TRY(dnnl_batch_normalization_backward_desc_init(&d, s->need_dparam ? dnnl_backward : dnnl_backward_data, &s->md,
-                                                         &s->md, eps, flags));
+    DNNL_TRY(dnnl_batch_normalization_backward_desc_init(&d, s->need_dparam ? dnnl_backward : dnnl_backward_data,
+                                                         &s->md, &s->md, eps, flags));
     if (cpu_make_backward_acc(&s->base, &d, s->fwd_pd, &s->md, &s->bwd_pd, &s->bwd, &s->acc_pd, &s->acc, &bwd))
       return -1;
     s->dsrc_off = cpu_take(&bwd, cpu_md_bytes(&s->md));

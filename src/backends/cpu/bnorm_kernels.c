@@ -53,10 +53,14 @@ int cpu_bn_geom_of(cpu_bn_geom *g, const dnnl_memory_desc_t *md, const sp_shape 
   } else if (s->ndim == 4) {
     g->hw = s->d[2] * s->d[3];
     const int lanes = cpu_md_lanes(md);
-    if (lanes == CPU_LANES_NHWC) g->lanes = g->c, g->blocks = 1;
-    else if (lanes == 1) g->lanes = 1, g->blocks = g->c;
-    else if (lanes == 8 || lanes == 16) g->lanes = lanes, g->blocks = (g->c + lanes - 1) / lanes;
-    else return -1;
+    if (lanes == CPU_LANES_NHWC)
+      g->lanes = g->c, g->blocks = 1;
+    else if (lanes == 1)
+      g->lanes = 1, g->blocks = g->c;
+    else if (lanes == 8 || lanes == 16)
+      g->lanes = lanes, g->blocks = (g->c + lanes - 1) / lanes;
+    else
+      return -1;
   } else {
     return -1;
   }
@@ -118,13 +122,14 @@ size_t cpu_bn_scratch_bytes(const cpu_bn_geom *g) {
 static bn_scratch scratch_of(const cpu_bn_geom *g, char *base) {
   base = (char *)(((uintptr_t)base + 63) & ~(uintptr_t)63);
   const size_t cp = channels_padded(g), arr = round64(cp * sizeof(float));
-  bn_scratch s = {(float *)base, (float *)(base + arr), (float *)(base + 2 * arr), (float *)(base + 3 * arr),
+  bn_scratch s = {(float *)base,  (float *)(base + arr),           (float *)(base + 2 * arr), (float *)(base + 3 * arr),
                   base + 4 * arr, round64(2 * cp * sizeof(double))};
   return s;
 }
 
-INLINE double *thread_acc(const bn_scratch *s, int tid) { return (double *)(s->per_thread + (size_t)tid * s->thread_bytes); }
-
+INLINE double *thread_acc(const bn_scratch *s, int tid) {
+  return (double *)(s->per_thread + (size_t)tid * s->thread_bytes);
+}
 
 /* 8 lanes as one vector (GCC/Clang vector extensions: AVX2 / AVX-512
  * registers where the build has them, plain code elsewhere). Layouts whose
@@ -400,23 +405,31 @@ INLINE void forward_body(const fwd_args *f, int64_t L, int bf16, int relu) {
 
 /* One specialisation per (lanes, dtype, relu): L constant lets the compiler
  * keep a block's sums in registers. */
-#define DISPATCH(BODY, ARGS, g, relu)                                     \
-  do {                                                                    \
-    const int b_ = (g)->bf16, r_ = (relu);                                \
-    const int64_t L_ = (g)->lanes;                                        \
-    if (L_ == 16) {                                                       \
-      if (b_) r_ ? BODY(ARGS, 16, 1, 1) : BODY(ARGS, 16, 1, 0);           \
-      else r_ ? BODY(ARGS, 16, 0, 1) : BODY(ARGS, 16, 0, 0);              \
-    } else if (L_ == 8) {                                                 \
-      if (b_) r_ ? BODY(ARGS, 8, 1, 1) : BODY(ARGS, 8, 1, 0);             \
-      else r_ ? BODY(ARGS, 8, 0, 1) : BODY(ARGS, 8, 0, 0);                \
-    } else if (L_ == 1) {                                                 \
-      if (b_) r_ ? BODY(ARGS, 1, 1, 1) : BODY(ARGS, 1, 1, 0);             \
-      else r_ ? BODY(ARGS, 1, 0, 1) : BODY(ARGS, 1, 0, 0);                \
-    } else {                                                              \
-      if (b_) r_ ? BODY(ARGS, L_, 1, 1) : BODY(ARGS, L_, 1, 0);           \
-      else r_ ? BODY(ARGS, L_, 0, 1) : BODY(ARGS, L_, 0, 0);              \
-    }                                                                     \
+#define DISPATCH(BODY, ARGS, g, relu)                     \
+  do {                                                    \
+    const int b_ = (g)->bf16, r_ = (relu);                \
+    const int64_t L_ = (g)->lanes;                        \
+    if (L_ == 16) {                                       \
+      if (b_)                                             \
+        r_ ? BODY(ARGS, 16, 1, 1) : BODY(ARGS, 16, 1, 0); \
+      else                                                \
+        r_ ? BODY(ARGS, 16, 0, 1) : BODY(ARGS, 16, 0, 0); \
+    } else if (L_ == 8) {                                 \
+      if (b_)                                             \
+        r_ ? BODY(ARGS, 8, 1, 1) : BODY(ARGS, 8, 1, 0);   \
+      else                                                \
+        r_ ? BODY(ARGS, 8, 0, 1) : BODY(ARGS, 8, 0, 0);   \
+    } else if (L_ == 1) {                                 \
+      if (b_)                                             \
+        r_ ? BODY(ARGS, 1, 1, 1) : BODY(ARGS, 1, 1, 0);   \
+      else                                                \
+        r_ ? BODY(ARGS, 1, 0, 1) : BODY(ARGS, 1, 0, 0);   \
+    } else {                                              \
+      if (b_)                                             \
+        r_ ? BODY(ARGS, L_, 1, 1) : BODY(ARGS, L_, 1, 0); \
+      else                                                \
+        r_ ? BODY(ARGS, L_, 0, 1) : BODY(ARGS, L_, 0, 0); \
+    }                                                     \
   } while (0)
 
 void cpu_bn_forward(const cpu_bn_geom *g, const void *x, void *y, float *mean, float *var, const float *gamma,

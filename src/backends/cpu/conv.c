@@ -31,21 +31,22 @@ typedef struct {
   cpu_node base;
   int has_bias, need_dx, need_dw, run_backward, reorder_src, reorder_wei_bd, reorder_src_bw, reorder_ddst_bw;
   dnnl_memory_desc_t x_md, src_md, wplain_md, wei_md, bias_md, dst_md, dwei_md;
-  dnnl_memory_desc_t dsrc_md, wei_bd_md, src_bw_md, ddst_bw_md; /* backward data's diff_src, weights; backward weights' src, diff_dst */
+  dnnl_memory_desc_t dsrc_md, wei_bd_md, src_bw_md,
+      ddst_bw_md; /* backward data's diff_src, weights; backward weights' src, diff_dst */
   dnnl_primitive_desc_t fwd_pd, bwd_data_pd, bwd_wei_pd, re_pd[N_REORDERS];
   dnnl_primitive_t fwd, bwd_data, bwd_wei, re[N_REORDERS];
-  size_t src_off, wei_off;                                /* in saved (training) or forward scratch */
-  void *wei_kept;                                         /* frozen plans: the prepared weights */
-  int fold_bn;                                            /* frozen: the absorbed batch norm is folded in */
-  int post_relu;                                          /* frozen: and the ReLU after it is a post-op */
-  float *wfold, *bfold;                                   /* its plain folded weights and bias (kept) */
+  size_t src_off, wei_off;                                         /* in saved (training) or forward scratch */
+  void *wei_kept;                                                  /* frozen plans: the prepared weights */
+  int fold_bn;                                                     /* frozen: the absorbed batch norm is folded in */
+  int post_relu;                                                   /* frozen: and the ReLU after it is a post-op */
+  float *wfold, *bfold;                                            /* its plain folded weights and bias (kept) */
   size_t dsrc_off, dwei_off, dbias_off, wbd_off, sbw_off, dbw_off; /* in backward scratch */
   cpu_exec x_src, w_wei, conv, w_bd, s_bw, d_bw, dx, dx_out, dw, dw_out;
   float *dbias;
   int64_t n_bias;
-  int mm;          /* backward runs as matrix products (conv_mm.c) */
+  int mm; /* backward runs as matrix products (conv_mm.c) */
   cpu_mm1x1 mm1x1;
-  int bww;         /* the weight gradient runs as im2col + matmul (conv_bww_mm.c) */
+  int bww; /* the weight gradient runs as im2col + matmul (conv_bww_mm.c) */
   cpu_bww_mm bwwmm;
 } conv_node;
 
@@ -110,11 +111,13 @@ static int conv_bind(cpu_node *n, const sp_op_args *a, char *fs, char *bs) {
   if (s->reorder_src && cpu_bind_reorder(&s->x_src, n, s->re_pd[R_SRC], s->re[R_SRC], a->in[0]->data, src, fs))
     return -1;
   void *wsrc = s->fold_bn ? (void *)s->wfold : a->param[0]->data;
-  if (s->fold_bn && (!a->consumer || a->consumer->n_state < 2)) return sp_error_set("conv: folded batch norm not wired");
+  if (s->fold_bn && (!a->consumer || a->consumer->n_state < 2))
+    return sp_error_set("conv: folded batch norm not wired");
   if (cpu_bind_reorder(&s->w_wei, n, s->re_pd[R_WEI], s->re[R_WEI], wsrc, wei, fs)) return -1;
   void *bias = s->fold_bn ? (void *)s->bfold : s->has_bias ? a->param[1]->data : NULL;
   cpu_exec_init(&s->conv, s->fwd);
-  if (cpu_exec_arg(&s->conv, n, DNNL_ARG_SRC, &s->src_md, src) || cpu_exec_arg(&s->conv, n, DNNL_ARG_WEIGHTS, &s->wei_md, wei) ||
+  if (cpu_exec_arg(&s->conv, n, DNNL_ARG_SRC, &s->src_md, src) ||
+      cpu_exec_arg(&s->conv, n, DNNL_ARG_WEIGHTS, &s->wei_md, wei) ||
       cpu_exec_arg(&s->conv, n, DNNL_ARG_DST, &s->dst_md, a->out->data) ||
       (bias && cpu_exec_arg(&s->conv, n, DNNL_ARG_BIAS, &s->bias_md, bias)) ||
       cpu_exec_scratchpad(&s->conv, n, s->fwd_pd, fs))
@@ -132,17 +135,21 @@ static int conv_bind(cpu_node *n, const sp_op_args *a, char *fs, char *bs) {
     cpu_exec_init(&s->dx, s->bwd_data);
     if (cpu_exec_arg(&s->dx, n, DNNL_ARG_DIFF_DST, &s->dst_md, a->d_out->data) ||
         cpu_exec_arg(&s->dx, n, DNNL_ARG_WEIGHTS, &s->wei_bd_md, wbd) ||
-        cpu_exec_arg(&s->dx, n, DNNL_ARG_DIFF_SRC, &s->dsrc_md, dsrc) || cpu_exec_scratchpad(&s->dx, n, s->bwd_data_pd, bs))
+        cpu_exec_arg(&s->dx, n, DNNL_ARG_DIFF_SRC, &s->dsrc_md, dsrc) ||
+        cpu_exec_scratchpad(&s->dx, n, s->bwd_data_pd, bs))
       return -1;
     int r = fresh ? R_DX_SET : R_DX_ACC;
-    if (direct) cpu_exec_init(&s->dx_out, NULL);
-    else if (cpu_bind_reorder(&s->dx_out, n, s->re_pd[r], s->re[r], dsrc, a->d_in[0]->data, bs)) return -1;
+    if (direct)
+      cpu_exec_init(&s->dx_out, NULL);
+    else if (cpu_bind_reorder(&s->dx_out, n, s->re_pd[r], s->re[r], dsrc, a->d_in[0]->data, bs))
+      return -1;
   }
   if (s->need_dw) {
     void *sbw = s->reorder_src_bw ? bs + s->sbw_off : src;
     void *dbw = s->reorder_ddst_bw ? bs + s->dbw_off : a->d_out->data;
     s->dbias = (float *)(bs + s->dbias_off);
-    if (s->reorder_src_bw && cpu_bind_reorder(&s->s_bw, n, s->re_pd[R_SRC_BW], s->re[R_SRC_BW], src, sbw, bs)) return -1;
+    if (s->reorder_src_bw && cpu_bind_reorder(&s->s_bw, n, s->re_pd[R_SRC_BW], s->re[R_SRC_BW], src, sbw, bs))
+      return -1;
     if (s->reorder_ddst_bw &&
         cpu_bind_reorder(&s->d_bw, n, s->re_pd[R_DDST_BW], s->re[R_DDST_BW], a->d_out->data, dbw, bs))
       return -1;
@@ -153,8 +160,8 @@ static int conv_bind(cpu_node *n, const sp_op_args *a, char *fs, char *bs) {
         (s->has_bias && cpu_exec_arg(&s->dw, n, DNNL_ARG_DIFF_BIAS, &s->bias_md, s->dbias)) ||
         cpu_exec_scratchpad(&s->dw, n, s->bwd_wei_pd, bs))
       return -1;
-    if (a->d_param[0] && cpu_bind_reorder(&s->dw_out, n, s->re_pd[R_DW], s->re[R_DW], bs + s->dwei_off,
-                                          a->d_param[0]->data, bs))
+    if (a->d_param[0] &&
+        cpu_bind_reorder(&s->dw_out, n, s->re_pd[R_DW], s->re[R_DW], bs + s->dwei_off, a->d_param[0]->data, bs))
       return -1;
   }
   if (s->bww && a->d_param[0] && cpu_bww_mm_bind(&s->bwwmm, src, a->d_out->data, a->d_param[0]->data, bs)) return -1;
@@ -170,8 +177,9 @@ typedef struct {
   dnnl_dims_t strides, dil, pad_l, pad_r;
 } dnnl_conv_geom;
 
-static int init_fwd(const dnnl_conv_geom *g, dnnl_convolution_desc_t *d, dnnl_prop_kind_t prop, const dnnl_memory_desc_t *src,
-                    const dnnl_memory_desc_t *wei, const dnnl_memory_desc_t *bias, const dnnl_memory_desc_t *dst) {
+static int init_fwd(const dnnl_conv_geom *g, dnnl_convolution_desc_t *d, dnnl_prop_kind_t prop,
+                    const dnnl_memory_desc_t *src, const dnnl_memory_desc_t *wei, const dnnl_memory_desc_t *bias,
+                    const dnnl_memory_desc_t *dst) {
   if (g->deconv)
     DNNL_TRY(dnnl_dilated_deconvolution_forward_desc_init(d, prop, dnnl_deconvolution_direct, src, wei, bias, dst,
                                                           g->strides, g->dil, g->pad_l, g->pad_r));
@@ -184,8 +192,8 @@ static int init_fwd(const dnnl_conv_geom *g, dnnl_convolution_desc_t *d, dnnl_pr
 static int init_bwd_data(const dnnl_conv_geom *g, dnnl_convolution_desc_t *d, const dnnl_memory_desc_t *dsrc,
                          const dnnl_memory_desc_t *wei, const dnnl_memory_desc_t *ddst) {
   if (g->deconv)
-    DNNL_TRY(dnnl_dilated_deconvolution_backward_data_desc_init(d, dnnl_deconvolution_direct, dsrc, wei, ddst, g->strides,
-                                                                g->dil, g->pad_l, g->pad_r));
+    DNNL_TRY(dnnl_dilated_deconvolution_backward_data_desc_init(d, dnnl_deconvolution_direct, dsrc, wei, ddst,
+                                                                g->strides, g->dil, g->pad_l, g->pad_r));
   else
     DNNL_TRY(dnnl_dilated_convolution_backward_data_desc_init(d, dnnl_convolution_direct, dsrc, wei, ddst, g->strides,
                                                               g->dil, g->pad_l, g->pad_r));
@@ -193,7 +201,8 @@ static int init_bwd_data(const dnnl_conv_geom *g, dnnl_convolution_desc_t *d, co
 }
 
 static int init_bwd_wei(const dnnl_conv_geom *g, dnnl_convolution_desc_t *d, const dnnl_memory_desc_t *src,
-                        const dnnl_memory_desc_t *dwei, const dnnl_memory_desc_t *dbias, const dnnl_memory_desc_t *ddst) {
+                        const dnnl_memory_desc_t *dwei, const dnnl_memory_desc_t *dbias,
+                        const dnnl_memory_desc_t *ddst) {
   if (g->deconv)
     DNNL_TRY(dnnl_dilated_deconvolution_backward_weights_desc_init(d, dnnl_deconvolution_direct, src, dwei, dbias, ddst,
                                                                    g->strides, g->dil, g->pad_l, g->pad_r));
@@ -360,9 +369,9 @@ static int mm_applies(const sp_op_prep *p, const conv_node *s, const dnnl_conv_g
  * 25-30 ms, 512 at 7x7 66-73 vs 108-278; 32 at 224x224 102-182 vs 87-136). */
 static int bww_applies(const sp_op_prep *p, const conv_node *s, const dnnl_conv_geom *g) {
   return cpu_conv_use_matmul && p->run_backward && p->bf16 && !g->deconv && g->groups == 1 && !s->has_bias &&
-         (cpu_conv_bww_min_channels <= p->in_shape[0].d[1]) &&
-         p->param_grad[0] && s->src_md.data_type == dnnl_bf16 && s->dst_md.data_type == dnnl_bf16 &&
-         cpu_md_lanes(&s->src_md) == CPU_LANES_NHWC && cpu_md_lanes(&s->dst_md) == CPU_LANES_NHWC;
+         (cpu_conv_bww_min_channels <= p->in_shape[0].d[1]) && p->param_grad[0] && s->src_md.data_type == dnnl_bf16 &&
+         s->dst_md.data_type == dnnl_bf16 && cpu_md_lanes(&s->src_md) == CPU_LANES_NHWC &&
+         cpu_md_lanes(&s->dst_md) == CPU_LANES_NHWC;
 }
 
 /* The backward data and backward weights primitives conv_setup still needs
@@ -466,15 +475,16 @@ static int conv_setup(sp_op_prep *p, conv_node *s, const dnnl_conv_geom *g) {
   if (cpu_make_reorder(&s->base, &s->wplain_md, &s->wei_md, 0, &s->re_pd[R_WEI], &s->re[R_WEI])) return -1;
 
   size_t mm_bwd = 0;
-  s->mm = mm_applies(p, s, g) && cpu_mm1x1_prepare(&s->mm1x1, &s->base, sp_shape_numel(&p->in_shape[0]) / p->in_shape[0].d[1],
-                                                   p->in_shape[0].d[1], p->out_shape.d[1], s->need_dx, s->need_dw,
-                                                   s->has_bias, &mm_bwd) == 0;
+  s->mm = mm_applies(p, s, g) &&
+          cpu_mm1x1_prepare(&s->mm1x1, &s->base, sp_shape_numel(&p->in_shape[0]) / p->in_shape[0].d[1],
+                            p->in_shape[0].d[1], p->out_shape.d[1], s->need_dx, s->need_dw, s->has_bias, &mm_bwd) == 0;
   if (s->mm) s->need_dx = s->need_dw = 0; /* the products do both */
   size_t bww_bwd = 0;
   if (s->need_dw && bww_applies(p, s, g)) {
     const sp_shape *in = &p->in_shape[0], *out = &p->out_shape, *w = &p->param_shape[0];
-    const cpu_conv_shape cs = {in->d[0], in->d[2], in->d[3], in->d[1], out->d[2], out->d[3], out->d[1], w->d[2], w->d[3],
-                               g->strides[0], g->strides[1], g->pad_l[0], g->pad_l[1], g->dil[0] + 1, g->dil[1] + 1};
+    const cpu_conv_shape cs = {in->d[0],      in->d[2],    in->d[3],    in->d[1],      out->d[2],
+                               out->d[3],     out->d[1],   w->d[2],     w->d[3],       g->strides[0],
+                               g->strides[1], g->pad_l[0], g->pad_l[1], g->dil[0] + 1, g->dil[1] + 1};
     s->bww = cpu_bww_mm_prepare(&s->bwwmm, &s->base, &cs, &bww_bwd) == 0;
     if (s->bww) s->need_dw = 0; /* the products do it */
   }
@@ -488,8 +498,12 @@ static int conv_setup(sp_op_prep *p, conv_node *s, const dnnl_conv_geom *g) {
 int cpu_conv_prepare(sp_op_prep *p) {
   const sp_conv2d_attr *at = p->attr;
   if (p->in_shape[0].ndim != 4) return cpu_adapter_prepare(p);
-  dnnl_conv_geom g = {0, at->groups, {at->stride_h, at->stride_w}, {at->dil_h - 1, at->dil_w - 1},
-                 {at->pad_h, at->pad_w}, {at->pad_h, at->pad_w}};
+  dnnl_conv_geom g = {0,
+                      at->groups,
+                      {at->stride_h, at->stride_w},
+                      {at->dil_h - 1, at->dil_w - 1},
+                      {at->pad_h, at->pad_w},
+                      {at->pad_h, at->pad_w}};
   /* oneDNN wants the right padding that reproduces the output size exactly;
    * PyTorch's floor can drop input rows, which a smaller right pad expresses. */
   for (int i = 0; i < 2; i++) {
@@ -504,8 +518,12 @@ int cpu_conv_prepare(sp_op_prep *p) {
 int cpu_deconv_prepare(sp_op_prep *p) {
   const sp_conv_transpose2d_attr *at = p->attr;
   if (p->in_shape[0].ndim != 4 || at->groups != 1) return cpu_adapter_prepare(p);
-  dnnl_conv_geom g = {1, 1, {at->stride_h, at->stride_w}, {at->dil_h - 1, at->dil_w - 1},
-                 {at->pad_h, at->pad_w}, {at->pad_h - at->out_pad_h, at->pad_w - at->out_pad_w}};
+  dnnl_conv_geom g = {1,
+                      1,
+                      {at->stride_h, at->stride_w},
+                      {at->dil_h - 1, at->dil_w - 1},
+                      {at->pad_h, at->pad_w},
+                      {at->pad_h - at->out_pad_h, at->pad_w - at->out_pad_w}};
   conv_node *s = cpu_node_new(sizeof *s, &conv_vt);
   if (conv_setup(p, s, &g) != 0) return cpu_fallback(p, &s->base);
   return 0;

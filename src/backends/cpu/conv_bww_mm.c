@@ -112,8 +112,10 @@ static void im2col(const cpu_bww_mm *m, uint16_t *col, int64_t r0, int64_t count
       const int64_t ih = oh * c->sh - c->pt + kh * c->dh;
       for (int64_t kw = 0; kw < c->kw; kw++, dst += c->ic) {
         const int64_t iw = ow * c->sw - c->pl + kw * c->dw;
-        if (ih < 0 || ih >= c->ih || iw < 0 || iw >= c->iw) memset(dst, 0, row_bytes);
-        else memcpy(dst, x + ((img * c->ih + ih) * c->iw + iw) * c->ic, row_bytes);
+        if (ih < 0 || ih >= c->ih || iw < 0 || iw >= c->iw)
+          memset(dst, 0, row_bytes);
+        else
+          memcpy(dst, x + ((img * c->ih + ih) * c->iw + iw) * c->ic, row_bytes);
       }
     }
   }
@@ -135,8 +137,8 @@ void cpu_bww_mm_run(const cpu_bww_mm *m) {
       dnnl_memory_t *mm = mems_of(m, th, t);
       im2col(m, col, r0, count);
       DNNL_RUN(dnnl_memory_set_data_handle(mm[0], (uint16_t *)m->dy + r0 * c->oc));
-      dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, mm[0]}, {DNNL_ARG_WEIGHTS, mm[1]}, {DNNL_ARG_DST, mm[2]},
-                                 {DNNL_ARG_SCRATCHPAD, mm[3]}};
+      dnnl_exec_arg_t args[4] = {
+          {DNNL_ARG_SRC, mm[0]}, {DNNL_ARG_WEIGHTS, mm[1]}, {DNNL_ARG_DST, mm[2]}, {DNNL_ARG_SCRATCHPAD, mm[3]}};
       DNNL_RUN(dnnl_primitive_execute(m->prim[t], m->streams[th], mm[3] ? 4 : 3, args));
     }
 #pragma omp barrier
@@ -147,7 +149,8 @@ void cpu_bww_mm_run(const cpu_bww_mm *m) {
       for (int64_t i = 0; i < c->ic; i++)
         for (int64_t k = 0; k < khw; k++) {
           float s = 0.0f;
-          for (int t = 0; t < nt; t++) s += ((const float *)(thread_scratch(m, t) + m->pad_bytes + m->col_bytes))[o * m->k + k * c->ic + i];
+          for (int t = 0; t < nt; t++)
+            s += ((const float *)(thread_scratch(m, t) + m->pad_bytes + m->col_bytes))[o * m->k + k * c->ic + i];
           m->dw[(o * c->ic + i) * khw + k] += s;
         }
   }

@@ -40,8 +40,8 @@ int cpu_matmul_make(cpu_node *n, const dnnl_memory_desc_t *a, const dnnl_memory_
   return cpu_adopt(n, *pd, prim);
 }
 
-static int matmul_pd(cpu_node *n, const dnnl_memory_desc_t *a, const dnnl_memory_desc_t *b,
-                     const dnnl_memory_desc_t *c, int accumulate, dnnl_primitive_desc_t *pd, dnnl_primitive_t *prim) {
+static int matmul_pd(cpu_node *n, const dnnl_memory_desc_t *a, const dnnl_memory_desc_t *b, const dnnl_memory_desc_t *c,
+                     int accumulate, dnnl_primitive_desc_t *pd, dnnl_primitive_t *prim) {
   return cpu_matmul_make(n, a, b, NULL, c, accumulate, pd, prim);
 }
 

@@ -79,10 +79,10 @@ int cpu_report_scratch(sp_op_prep *p, cpu_node *n, size_t fwd_scratch, size_t bw
 
 dnnl_data_type_t cpu_dt(sp_dtype t) {
   switch (t) {
-  case SP_BF16: return dnnl_bf16;
-  case SP_U8: return dnnl_u8;
-  case SP_I32: return dnnl_s32;
-  default: return dnnl_f32;
+    case SP_BF16: return dnnl_bf16;
+    case SP_U8: return dnnl_u8;
+    case SP_I32: return dnnl_s32;
+    default: return dnnl_f32;
   }
 }
 

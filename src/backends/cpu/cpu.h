@@ -24,15 +24,15 @@
 /* Status checks that name the call. DNNL_TRY returns -1 with the error set
  * (prepare/bind); DNNL_RUN aborts (execution cannot fail once bound, so a
  * failure there is a bug, and forward/backward return void). */
-#define DNNL_TRY(call)                                                                  \
-  do {                                                                                  \
-    dnnl_status_t st_ = (call);                                                         \
-    if (st_ != dnnl_success) return cpu_dnnl_fail(__FILE__, __LINE__, #call, st_);       \
+#define DNNL_TRY(call)                                                             \
+  do {                                                                             \
+    dnnl_status_t st_ = (call);                                                    \
+    if (st_ != dnnl_success) return cpu_dnnl_fail(__FILE__, __LINE__, #call, st_); \
   } while (0)
-#define DNNL_RUN(call)                                                                  \
-  do {                                                                                  \
-    dnnl_status_t st_ = (call);                                                         \
-    if (st_ != dnnl_success) cpu_dnnl_abort(__FILE__, __LINE__, #call, st_);            \
+#define DNNL_RUN(call)                                                       \
+  do {                                                                       \
+    dnnl_status_t st_ = (call);                                              \
+    if (st_ != dnnl_success) cpu_dnnl_abort(__FILE__, __LINE__, #call, st_); \
   } while (0)
 int cpu_dnnl_fail(const char *file, int line, const char *call, dnnl_status_t st);
 void cpu_dnnl_abort(const char *file, int line, const char *call, dnnl_status_t st) __attribute__((noreturn));
@@ -250,8 +250,8 @@ typedef struct {
   dnnl_primitive_desc_t pd[2];
   dnnl_primitive_t prim[2];
   size_t pad_bytes, col_bytes, t_bytes, thread_bytes; /* per thread in backward scratch */
-  dnnl_memory_t *mems;    /* per thread and primitive: dY view, col, T, scratchpad */
-  dnnl_stream_t *streams; /* one per thread (each runs its products itself) */
+  dnnl_memory_t *mems;                                /* per thread and primitive: dY view, col, T, scratchpad */
+  dnnl_stream_t *streams;                             /* one per thread (each runs its products itself) */
   const void *x, *dy;
   float *dw;
   char *base;

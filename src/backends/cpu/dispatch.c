@@ -28,9 +28,11 @@ static void thunk_release(void *state) { cpu_node_free(state); }
 
 /* Every path honours d_in_fresh (overwrites, or zeroes first), so the plan
  * never zeroes a gradient a cpu node writes first. */
-#define CPU_DEF(NAME, PREPARE)                                                                           \
-  {.name = NAME, .flags = SP_OP_GRAD_OVERWRITES_FRESH, .forward = thunk_forward,                        \
-   .backward = thunk_backward, .prepare = PREPARE, .bind = thunk_bind, .release = thunk_release}
+#define CPU_DEF(NAME, PREPARE)                                                                                \
+  {                                                                                                           \
+    .name = NAME, .flags = SP_OP_GRAD_OVERWRITES_FRESH, .forward = thunk_forward, .backward = thunk_backward, \
+    .prepare = PREPARE, .bind = thunk_bind, .release = thunk_release                                          \
+  }
 
 static const struct {
   const sp_op_def *op;

@@ -15,8 +15,8 @@ static int relu_setup(sp_op_prep *p, cpu_unary *s) {
   cpu_unary_forward_made(s);
   s->bwd_reads_dst = 1;
   if (p->run_backward)
-    DNNL_TRY(dnnl_eltwise_backward_desc_init(&d, dnnl_eltwise_relu_use_dst_for_bwd, &s->src_md, &s->src_md, 0.0f,
-                                             0.0f));
+    DNNL_TRY(
+        dnnl_eltwise_backward_desc_init(&d, dnnl_eltwise_relu_use_dst_for_bwd, &s->src_md, &s->src_md, 0.0f, 0.0f));
   return cpu_unary_finish(p, s, p->run_backward ? &d : NULL);
 }
 

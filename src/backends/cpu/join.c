@@ -45,17 +45,18 @@ static void join_backward(cpu_node *n, const sp_op_args *a) {
 
 static int join_bind(cpu_node *n, const sp_op_args *a, char *fs, char *bs) {
   join_node *s = (join_node *)n;
-  if (s->reorder_in1 &&
-      cpu_bind_reorder(&s->in1, n, s->in1_pd, s->in1_prim, a->in[1]->data, fs + s->in1_off, fs))
+  if (s->reorder_in1 && cpu_bind_reorder(&s->in1, n, s->in1_pd, s->in1_prim, a->in[1]->data, fs + s->in1_off, fs))
     return -1;
   cpu_exec_init(&s->f, s->fwd);
   for (int k = 0; k < s->n_in; k++) {
     int arg = s->is_concat ? DNNL_ARG_MULTIPLE_SRC + k : (k ? DNNL_ARG_SRC_1 : DNNL_ARG_SRC_0);
     int moved = k == 1 && s->reorder_in1;
-    if (cpu_exec_arg(&s->f, n, arg, moved ? &s->in1_md : &s->in_md[k], moved ? (void *)(fs + s->in1_off) : a->in[k]->data))
+    if (cpu_exec_arg(&s->f, n, arg, moved ? &s->in1_md : &s->in_md[k],
+                     moved ? (void *)(fs + s->in1_off) : a->in[k]->data))
       return -1;
   }
-  if (cpu_exec_arg(&s->f, n, DNNL_ARG_DST, &s->base.out_md, a->out->data) || cpu_exec_scratchpad(&s->f, n, s->fwd_pd, fs))
+  if (cpu_exec_arg(&s->f, n, DNNL_ARG_DST, &s->base.out_md, a->out->data) ||
+      cpu_exec_scratchpad(&s->f, n, s->fwd_pd, fs))
     return -1;
   if (!s->run_backward) return 0;
   for (int k = 0; k < s->n_in; k++) {
@@ -88,7 +89,8 @@ static int add_setup(sp_op_prep *p, join_node *s) {
   s->n_in = 2;
   s->run_backward = p->run_backward;
   if (cpu_md_input(&s->in_md[0], p, 0) || cpu_md_input(&s->in_md[1], p, 1)) return -1;
-  if (p->out_plain ? cpu_md_plain(&dst, &p->out_shape, dnnl_f32) : cpu_md_any(&dst, &p->out_shape, s->in_md[0].data_type))
+  if (p->out_plain ? cpu_md_plain(&dst, &p->out_shape, dnnl_f32)
+                   : cpu_md_any(&dst, &p->out_shape, s->in_md[0].data_type))
     return -1;
   dnnl_binary_desc_t d;
   dnnl_primitive_desc_t pd;
@@ -139,7 +141,8 @@ static int concat_setup(sp_op_prep *p, join_node *s) {
     if (cpu_md_input(&s->in_md[k], p, k)) return -1;
     if (s->in_md[k].data_type != s->in_md[0].data_type) return sp_error_set("concat inputs of different types");
   }
-  if (p->out_plain ? cpu_md_plain(&dst, &p->out_shape, dnnl_f32) : cpu_md_any(&dst, &p->out_shape, s->in_md[0].data_type))
+  if (p->out_plain ? cpu_md_plain(&dst, &p->out_shape, dnnl_f32)
+                   : cpu_md_any(&dst, &p->out_shape, s->in_md[0].data_type))
     return -1;
   dnnl_primitive_attr_t attr;
   DNNL_TRY(dnnl_primitive_attr_create(&attr));

@@ -50,7 +50,8 @@ static int linear_bind(cpu_node *n, const sp_op_args *a, char *fs, char *bs) {
     return -1;
   if (cpu_bind_reorder(&s->w_wei, n, s->re_pd[R_WEI], s->re[R_WEI], a->param[0]->data, wei, fs)) return -1;
   cpu_exec_init(&s->ip, s->fwd);
-  if (cpu_exec_arg(&s->ip, n, DNNL_ARG_SRC, &s->src_md, src) || cpu_exec_arg(&s->ip, n, DNNL_ARG_WEIGHTS, &s->wei_md, wei) ||
+  if (cpu_exec_arg(&s->ip, n, DNNL_ARG_SRC, &s->src_md, src) ||
+      cpu_exec_arg(&s->ip, n, DNNL_ARG_WEIGHTS, &s->wei_md, wei) ||
       cpu_exec_arg(&s->ip, n, DNNL_ARG_DST, &s->dst_md, a->out->data) ||
       (s->has_bias && cpu_exec_arg(&s->ip, n, DNNL_ARG_BIAS, &s->bias_md, a->param[1]->data)) ||
       cpu_exec_scratchpad(&s->ip, n, s->fwd_pd, fs))
@@ -62,22 +63,26 @@ static int linear_bind(cpu_node *n, const sp_op_args *a, char *fs, char *bs) {
     cpu_exec_init(&s->dx, s->bwd_data);
     if (cpu_exec_arg(&s->dx, n, DNNL_ARG_DIFF_DST, &s->dst_md, a->d_out->data) ||
         cpu_exec_arg(&s->dx, n, DNNL_ARG_WEIGHTS, &s->wei_md, wei) ||
-        cpu_exec_arg(&s->dx, n, DNNL_ARG_DIFF_SRC, &s->src_md, dsrc) || cpu_exec_scratchpad(&s->dx, n, s->bwd_data_pd, bs))
+        cpu_exec_arg(&s->dx, n, DNNL_ARG_DIFF_SRC, &s->src_md, dsrc) ||
+        cpu_exec_scratchpad(&s->dx, n, s->bwd_data_pd, bs))
       return -1;
     int r = fresh ? R_DX_SET : R_DX_ACC;
-    if (direct) cpu_exec_init(&s->dx_out, NULL);
-    else if (cpu_bind_reorder(&s->dx_out, n, s->re_pd[r], s->re[r], dsrc, a->d_in[0]->data, bs)) return -1;
+    if (direct)
+      cpu_exec_init(&s->dx_out, NULL);
+    else if (cpu_bind_reorder(&s->dx_out, n, s->re_pd[r], s->re[r], dsrc, a->d_in[0]->data, bs))
+      return -1;
   }
   if (s->need_dw) {
     s->dbias = (float *)(bs + s->dbias_off);
     cpu_exec_init(&s->dw, s->bwd_wei);
-    if (cpu_exec_arg(&s->dw, n, DNNL_ARG_SRC, &s->src_md, src) || cpu_exec_arg(&s->dw, n, DNNL_ARG_DIFF_DST, &s->dst_md, a->d_out->data) ||
+    if (cpu_exec_arg(&s->dw, n, DNNL_ARG_SRC, &s->src_md, src) ||
+        cpu_exec_arg(&s->dw, n, DNNL_ARG_DIFF_DST, &s->dst_md, a->d_out->data) ||
         cpu_exec_arg(&s->dw, n, DNNL_ARG_DIFF_WEIGHTS, &s->dwei_md, bs + s->dwei_off) ||
         (s->has_bias && cpu_exec_arg(&s->dw, n, DNNL_ARG_DIFF_BIAS, &s->bias_md, s->dbias)) ||
         cpu_exec_scratchpad(&s->dw, n, s->bwd_wei_pd, bs))
       return -1;
-    if (a->d_param[0] && cpu_bind_reorder(&s->dw_out, n, s->re_pd[R_DW], s->re[R_DW], bs + s->dwei_off,
-                                          a->d_param[0]->data, bs))
+    if (a->d_param[0] &&
+        cpu_bind_reorder(&s->dw_out, n, s->re_pd[R_DW], s->re[R_DW], bs + s->dwei_off, a->d_param[0]->data, bs))
       return -1;
   }
   return 0;
@@ -103,7 +108,8 @@ static int linear_setup(sp_op_prep *p, linear_node *s) {
 
   dnnl_inner_product_desc_t d;
   dnnl_prop_kind_t prop = p->training ? dnnl_forward_training : dnnl_forward_inference;
-  DNNL_TRY(dnnl_inner_product_forward_desc_init(&d, prop, &src_any, &wei_any, s->has_bias ? &s->bias_md : NULL, &dst_any));
+  DNNL_TRY(
+      dnnl_inner_product_forward_desc_init(&d, prop, &src_any, &wei_any, s->has_bias ? &s->bias_md : NULL, &dst_any));
   if (cpu_make(&s->base, &d, NULL, NULL, &s->fwd_pd, &s->fwd)) return -1;
   s->src_md = *cpu_pd_md(s->fwd_pd, dnnl_query_src_md, 0);
   s->wei_md = *cpu_pd_md(s->fwd_pd, dnnl_query_weights_md, 0);
@@ -122,7 +128,7 @@ static int linear_setup(sp_op_prep *p, linear_node *s) {
   if (s->need_dw) {
     if (cpu_md_retype(&dwei_any, &wei_any, dnnl_f32)) return -1;
     DNNL_TRY(dnnl_inner_product_backward_weights_desc_init(&d, &s->src_md, &dwei_any, s->has_bias ? &s->bias_md : NULL,
-                                                            &s->dst_md));
+                                                           &s->dst_md));
     if (cpu_make(&s->base, &d, s->fwd_pd, NULL, &s->bwd_wei_pd, &s->bwd_wei)) return -1;
     s->dwei_md = *cpu_pd_md(s->bwd_wei_pd, dnnl_query_diff_weights_md, 0);
     if (cpu_make_reorder(&s->base, &s->dwei_md, &s->wplain_md, 1, &s->re_pd[R_DW], &s->re[R_DW])) return -1;
@@ -141,8 +147,10 @@ static int linear_setup(sp_op_prep *p, linear_node *s) {
   if (s->reorder_src) s->src_off = cpu_take(k, cpu_md_bytes(&s->src_md));
   /* A frozen plan keeps the prepared weights in the node's own memory and
    * reorders them only when the parameters changed. */
-  if (p->frozen && !s->run_backward) s->wei_kept = cpu_node_keep(&s->base, cpu_md_bytes(&s->wei_md));
-  else s->wei_off = cpu_take(k, cpu_md_bytes(&s->wei_md));
+  if (p->frozen && !s->run_backward)
+    s->wei_kept = cpu_node_keep(&s->base, cpu_md_bytes(&s->wei_md));
+  else
+    s->wei_off = cpu_take(k, cpu_md_bytes(&s->wei_md));
   if (s->need_dx) s->dsrc_off = cpu_take(&bwd, cpu_md_bytes(&s->src_md));
   if (s->need_dw) {
     s->dwei_off = cpu_take(&bwd, cpu_md_bytes(&s->dwei_md));

@@ -60,7 +60,8 @@ static int mm_bind(cpu_node *n, const sp_op_args *a, char *fs, char *bs) {
   s->xh = s->x_f32 ? (uint16_t *)((char *)a->saved + s->xh_off) : (uint16_t *)a->in[0]->data;
   s->wh = (uint16_t *)((char *)a->saved + s->wh_off);
   cpu_exec_init(&s->f, s->fwd);
-  if (cpu_exec_arg(&s->f, n, DNNL_ARG_SRC, &s->xh_md, s->xh) || cpu_exec_arg(&s->f, n, DNNL_ARG_WEIGHTS, &s->wt_md, s->wh) ||
+  if (cpu_exec_arg(&s->f, n, DNNL_ARG_SRC, &s->xh_md, s->xh) ||
+      cpu_exec_arg(&s->f, n, DNNL_ARG_WEIGHTS, &s->wt_md, s->wh) ||
       (s->has_bias && cpu_exec_arg(&s->f, n, DNNL_ARG_BIAS, &s->b_md, a->param[1]->data)) ||
       cpu_exec_arg(&s->f, n, DNNL_ARG_DST, &s->y_md, a->out->data) || cpu_exec_scratchpad(&s->f, n, s->fwd_pd, fs))
     return -1;
@@ -96,8 +97,8 @@ static int mm_setup(sp_op_prep *p, mm_node *s, const dnnl_memory_desc_t *x_md) {
   s->x_f32 = x_md->data_type == dnnl_f32;
   s->need_dx = p->need_d_in[0];
   s->need_dw = p->param_grad[0];
-  dnnl_dims_t x_d = {s->n, s->in}, wt_d = {s->in, s->out}, wt_s = {1, s->in}, w_d = {s->out, s->in},
-              b_d = {1, s->out}, y_d = {s->n, s->out}, dyt_d = {s->out, s->n}, dyt_s = {1, s->out};
+  dnnl_dims_t x_d = {s->n, s->in}, wt_d = {s->in, s->out}, wt_s = {1, s->in}, w_d = {s->out, s->in}, b_d = {1, s->out},
+              y_d = {s->n, s->out}, dyt_d = {s->out, s->n}, dyt_s = {1, s->out};
   DNNL_TRY(dnnl_memory_desc_init_by_tag(&s->xh_md, 2, x_d, dnnl_bf16, dnnl_ab));
   DNNL_TRY(dnnl_memory_desc_init_by_strides(&s->wt_md, 2, wt_d, dnnl_bf16, wt_s));
   DNNL_TRY(dnnl_memory_desc_init_by_tag(&s->wh_md, 2, w_d, dnnl_bf16, dnnl_ab));
@@ -131,8 +132,9 @@ static int mm_setup(sp_op_prep *p, mm_node *s, const dnnl_memory_desc_t *x_md) {
 
 int cpu_linear_mm_prepare(sp_op_prep *p) {
   dnnl_memory_desc_t x_md;
-  if (!p->bf16 || !p->run_backward || p->frozen || p->out_plain || p->in_shape[0].ndim != 2 || cpu_md_input(&x_md, p, 0) ||
-      !cpu_md_is_plain(&x_md) || (x_md.data_type != dnnl_f32 && x_md.data_type != dnnl_bf16))
+  if (!p->bf16 || !p->run_backward || p->frozen || p->out_plain || p->in_shape[0].ndim != 2 ||
+      cpu_md_input(&x_md, p, 0) || !cpu_md_is_plain(&x_md) ||
+      (x_md.data_type != dnnl_f32 && x_md.data_type != dnnl_bf16))
     return 1;
   mm_node *s = cpu_node_new(sizeof *s, &mm_vt);
   if (mm_setup(p, s, &x_md) != 0) {

@@ -25,8 +25,8 @@ static int init_fwd(const resize_geom *g, void *d, dnnl_prop_kind_t prop, const 
 
 static int init_bwd(const resize_geom *g, void *d, const dnnl_memory_desc_t *dsrc, const dnnl_memory_desc_t *ddst) {
   if (g->pool)
-    DNNL_TRY(dnnl_pooling_v2_backward_desc_init(d, g->alg, dsrc, ddst, g->strides, g->kernel, g->dil, g->pad_l,
-                                                g->pad_r));
+    DNNL_TRY(
+        dnnl_pooling_v2_backward_desc_init(d, g->alg, dsrc, ddst, g->strides, g->kernel, g->dil, g->pad_l, g->pad_r));
   else
     DNNL_TRY(dnnl_resampling_backward_desc_init(d, g->alg, g->factors, dsrc, ddst));
   return 0;

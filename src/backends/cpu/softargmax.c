@@ -25,12 +25,12 @@
 typedef struct {
   cpu_node base;
   int64_t n, k, h, w;
-  int64_t lanes;         /* channels per block: 1 plain, 8 or 16 blocked, k channels-last */
-  int64_t blocks;        /* blocks per image */
-  int64_t pos_stride;    /* elements from one position to the next */
-  int64_t block_stride;  /* from one block to the next (0: one block) */
-  int64_t image_stride;  /* from one image to the next */
-  size_t exp_bytes;      /* saved: the exponentials in the input's layout, then per-heatmap stats */
+  int64_t lanes;        /* channels per block: 1 plain, 8 or 16 blocked, k channels-last */
+  int64_t blocks;       /* blocks per image */
+  int64_t pos_stride;   /* elements from one position to the next */
+  int64_t block_stride; /* from one block to the next (0: one block) */
+  int64_t image_stride; /* from one image to the next */
+  size_t exp_bytes;     /* saved: the exponentials in the input's layout, then per-heatmap stats */
   float scale;
   int bf16; /* logits and their gradient in bf16 (saved exponentials stay f32) */
 } sam_node;
@@ -154,10 +154,12 @@ INLINE void backward_lanes(const sam_node *s, const float *saved, const float *d
         if (accumulate) {
 #pragma omp simd
           for (int64_t l = 0; l < L; l++)
-            sp_stf(dx, db + at + l, sp_ldf(dx, db + at + l, bf16) + eb[at + l] * inv[l] * (ca[l] * fj + cb[l] * fi + cc[l]), bf16);
+            sp_stf(dx, db + at + l,
+                   sp_ldf(dx, db + at + l, bf16) + eb[at + l] * inv[l] * (ca[l] * fj + cb[l] * fi + cc[l]), bf16);
         } else {
 #pragma omp simd
-          for (int64_t l = 0; l < L; l++) sp_stf(dx, db + at + l, eb[at + l] * inv[l] * (ca[l] * fj + cb[l] * fi + cc[l]), bf16);
+          for (int64_t l = 0; l < L; l++)
+            sp_stf(dx, db + at + l, eb[at + l] * inv[l] * (ca[l] * fj + cb[l] * fi + cc[l]), bf16);
         }
       }
   }
@@ -232,8 +234,10 @@ static void sam_forward(cpu_node *n, const sp_op_args *a) {
   const sam_node *s = (const sam_node *)n;
   const void *x = a->in[0]->data;
   float *y = a->out->data, *saved = a->saved;
-  if (s->lanes == 1) s->bf16 ? forward_plain(s, x, y, saved, 1) : forward_plain(s, x, y, saved, 0);
-  else s->bf16 ? forward_lanes(s, x, y, saved, 1) : forward_lanes(s, x, y, saved, 0);
+  if (s->lanes == 1)
+    s->bf16 ? forward_plain(s, x, y, saved, 1) : forward_plain(s, x, y, saved, 0);
+  else
+    s->bf16 ? forward_lanes(s, x, y, saved, 1) : forward_lanes(s, x, y, saved, 0);
 }
 
 static void sam_backward(cpu_node *n, const sp_op_args *a) {
@@ -242,15 +246,18 @@ static void sam_backward(cpu_node *n, const sp_op_args *a) {
   const int accumulate = !(a->d_in_fresh & 1u);
   const float *saved = a->saved, *dy = a->d_out->data;
   void *dx = a->d_in[0]->data;
-  if (s->lanes == 1) s->bf16 ? backward_plain(s, saved, dy, dx, accumulate, 1) : backward_plain(s, saved, dy, dx, accumulate, 0);
-  else s->bf16 ? backward_lanes(s, saved, dy, dx, accumulate, 1) : backward_lanes(s, saved, dy, dx, accumulate, 0);
+  if (s->lanes == 1)
+    s->bf16 ? backward_plain(s, saved, dy, dx, accumulate, 1) : backward_plain(s, saved, dy, dx, accumulate, 0);
+  else
+    s->bf16 ? backward_lanes(s, saved, dy, dx, accumulate, 1) : backward_lanes(s, saved, dy, dx, accumulate, 0);
 }
 
 static const cpu_vt sam_vt = {sam_forward, sam_backward, NULL, NULL};
 
 int cpu_softargmax_prepare(sp_op_prep *p) {
   dnnl_memory_desc_t md;
-  if (p->in_shape[0].ndim != 4 || cpu_md_input(&md, p, 0) != 0 || (md.data_type != dnnl_f32 && md.data_type != dnnl_bf16))
+  if (p->in_shape[0].ndim != 4 || cpu_md_input(&md, p, 0) != 0 ||
+      (md.data_type != dnnl_f32 && md.data_type != dnnl_bf16))
     return cpu_adapter_prepare(p);
   const int64_t n = p->in_shape[0].d[0], k = p->in_shape[0].d[1], h = p->in_shape[0].d[2], w = p->in_shape[0].d[3];
   const int lanes = cpu_md_lanes(&md);

@@ -60,7 +60,6 @@ static void add_f32(float *restrict d, const float *restrict g, int64_t n) {
   for (int64_t i = 0; i < n; i++) d[i] += g[i];
 }
 
-
 /* Copies (or zeroes, src NULL) whole cache lines with non-temporal stores:
  * no read of the destination's lines first, and no eviction of what the
  * next op will read. Falls back to memcpy / memset when unaligned. */
@@ -73,8 +72,10 @@ static void stream_put(char *dst, const char *src, size_t bytes) {
     return;
   }
 #endif
-  if (src) memcpy(dst, src, bytes);
-  else memset(dst, 0, bytes);
+  if (src)
+    memcpy(dst, src, bytes);
+  else
+    memset(dst, 0, bytes);
 }
 
 /* n contiguous elements of one source: copied (zeros when in is NULL), or
@@ -106,22 +107,22 @@ typedef union {
 typedef uint32_t __attribute__((may_alias)) word32;
 
 /* B lanes at a time, B a constant so the lane loop is one vector blend. */
-#define MIXED_F32(B)                                                                                  \
-  static void mixed_f32_##B(word32 *restrict y, const word32 *a, const word32 *b, const word32 *c, \
-                            const uint32_t mask[3][16], int64_t n, int accumulate) {                  \
-    for (int64_t i = 0; i < n; i++, y += B, a += B, b += B, c += B) {                                 \
-      uint32_t v[B];                                                                                  \
+#define MIXED_F32(B)                                                                                      \
+  static void mixed_f32_##B(word32 *restrict y, const word32 *a, const word32 *b, const word32 *c,        \
+                            const uint32_t mask[3][16], int64_t n, int accumulate) {                      \
+    for (int64_t i = 0; i < n; i++, y += B, a += B, b += B, c += B) {                                     \
+      uint32_t v[B];                                                                                      \
       for (int l = 0; l < B; l++) v[l] = (a[l] & mask[0][l]) | (b[l] & mask[1][l]) | (c[l] & mask[2][l]); \
-      if (!accumulate) {                                                                              \
-        for (int l = 0; l < B; l++) y[l] = v[l];                                                      \
-      } else {                                                                                        \
-        for (int l = 0; l < B; l++) {                                                                 \
-          bits32 d = {.u = y[l]}, e = {.u = v[l]};                                                    \
-          d.f += e.f;                                                                                 \
-          y[l] = d.u;                                                                                 \
-        }                                                                                             \
-      }                                                                                               \
-    }                                                                                                 \
+      if (!accumulate) {                                                                                  \
+        for (int l = 0; l < B; l++) y[l] = v[l];                                                          \
+      } else {                                                                                            \
+        for (int l = 0; l < B; l++) {                                                                     \
+          bits32 d = {.u = y[l]}, e = {.u = v[l]};                                                        \
+          d.f += e.f;                                                                                     \
+          y[l] = d.u;                                                                                     \
+        }                                                                                                 \
+      }                                                                                                   \
+    }                                                                                                     \
   }
 MIXED_F32(16)
 MIXED_F32(8)
@@ -132,7 +133,8 @@ static void mixed_f32_16_stream(word32 *y, const word32 *a, const word32 *b, con
                                 const uint32_t mask[3][16], int64_t n) {
   const __m512i ma = _mm512_loadu_si512(mask[0]), mb = _mm512_loadu_si512(mask[1]), mc = _mm512_loadu_si512(mask[2]);
   for (int64_t i = 0; i < n; i++, y += 16, a += 16, b += 16, c += 16) {
-    __m512i v = _mm512_or_si512(_mm512_and_si512(_mm512_loadu_si512(a), ma), _mm512_and_si512(_mm512_loadu_si512(b), mb));
+    __m512i v =
+        _mm512_or_si512(_mm512_and_si512(_mm512_loadu_si512(a), ma), _mm512_and_si512(_mm512_loadu_si512(b), mb));
     _mm512_stream_si512((__m512i *)y, _mm512_or_si512(v, _mm512_and_si512(_mm512_loadu_si512(c), mc)));
   }
   _mm_sfence();
@@ -149,8 +151,10 @@ static void mixed_f32(const tshift_node *s, void *y, const char *const src[3], c
   if (s->block == 16 && s->stream && !accumulate && ((uintptr_t)y & 63) == 0)
     return mixed_f32_16_stream(y, a, b, c, mask, s->hw);
 #endif
-  if (s->block == 16) mixed_f32_16(y, a, b, c, mask, s->hw, accumulate);
-  else mixed_f32_8(y, a, b, c, mask, s->hw, accumulate);
+  if (s->block == 16)
+    mixed_f32_16(y, a, b, c, mask, s->hw, accumulate);
+  else
+    mixed_f32_8(y, a, b, c, mask, s->hw, accumulate);
 }
 
 static void mixed_bf16(const tshift_node *s, uint16_t *y, const char *const src_bytes[3], const uint32_t mask[3][16],
@@ -196,8 +200,10 @@ static void run(const tshift_node *s, const char *x, char *y, int backward, int 
             mask[k][l] = ~0u;
             src[k] = x + at + step_of(kinds[k]) * frame * (int64_t)es;
           }
-      if (es == 4) mixed_f32(s, out, src, mask, accumulate);
-      else mixed_bf16(s, (uint16_t *)out, src, mask, accumulate);
+      if (es == 4)
+        mixed_f32(s, out, src, mask, accumulate);
+      else
+        mixed_bf16(s, (uint16_t *)out, src, mask, accumulate);
     }
 }
 
@@ -223,16 +229,20 @@ static void run_nhwc(const tshift_node *s, const char *x, char *y, int backward,
 
 static void tshift_forward(cpu_node *n, const sp_op_args *a) {
   tshift_node *s = (tshift_node *)n;
-  if (s->nhwc) run_nhwc(s, a->in[0]->data, a->out->data, 0, 0);
-  else run(s, a->in[0]->data, a->out->data, 0, 0);
+  if (s->nhwc)
+    run_nhwc(s, a->in[0]->data, a->out->data, 0, 0);
+  else
+    run(s, a->in[0]->data, a->out->data, 0, 0);
 }
 
 static void tshift_backward(cpu_node *n, const sp_op_args *a) {
   if (!a->d_in[0]) return;
   tshift_node *s = (tshift_node *)n;
   int accumulate = !(a->d_in_fresh & 1u);
-  if (s->nhwc) run_nhwc(s, a->d_out->data, a->d_in[0]->data, 1, accumulate);
-  else run(s, a->d_out->data, a->d_in[0]->data, 1, accumulate);
+  if (s->nhwc)
+    run_nhwc(s, a->d_out->data, a->d_in[0]->data, 1, accumulate);
+  else
+    run(s, a->d_out->data, a->d_in[0]->data, 1, accumulate);
 }
 
 static const cpu_vt tshift_vt = {tshift_forward, tshift_backward, NULL, NULL};

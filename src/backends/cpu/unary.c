@@ -36,8 +36,10 @@ static int unary_bind(cpu_node *n, const sp_op_args *a, char *fs, char *bs) {
       cpu_exec_arg(&s->b, n, DNNL_ARG_DIFF_SRC, &s->src_md, dsrc) || bind_ws(s, &s->b, a) ||
       cpu_exec_scratchpad(&s->b, n, s->bwd_pd, bs))
     return -1;
-  if (fresh) cpu_exec_init(&s->b_out, NULL);
-  else if (cpu_bind_reorder(&s->b_out, n, s->acc_pd, s->acc, dsrc, a->d_in[0]->data, bs)) return -1;
+  if (fresh)
+    cpu_exec_init(&s->b_out, NULL);
+  else if (cpu_bind_reorder(&s->b_out, n, s->acc_pd, s->acc, dsrc, a->d_in[0]->data, bs))
+    return -1;
   return 0;
 }
 
