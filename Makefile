@@ -3,7 +3,7 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps configure test demo asan fuzz clean bench install
+.PHONY: all deps configure test demo asan fuzz format format-check clean bench install
 PREFIX ?= /usr/local
 
 all: deps configure
@@ -46,6 +46,18 @@ fuzz:
 	  -DSPRY_FUZZ=ON -DSPRY_WERROR=OFF -DSPRY_MPI=OFF >/dev/null
 	cmake --build build-fuzz -j $(JOBS)
 	bash tests/fuzz/run.sh build-fuzz/fuzz $(FUZZ_SECONDS) build-fuzz $(FUZZ_NAMES)
+
+# The one code style (.clang-format, clang-format 14 as Debian bookworm ships
+# it) over src/ and include/: `make format` applies it, `make format-check`
+# (CI) fails on any file it would change.
+FORMAT_FILES = $(shell git ls-files 'src/*.c' 'src/*.h' 'src/*.cc' 'include/*.h')
+format:
+	@bash scripts/deps.sh format
+	@clang-format -i $(FORMAT_FILES) && echo "format: $(words $(FORMAT_FILES)) files"
+
+format-check:
+	@bash scripts/deps.sh format
+	@clang-format --dry-run --Werror $(FORMAT_FILES) && echo "format-check: $(words $(FORMAT_FILES)) files in the code style"
 
 clean:
 	rm -rf $(BUILD) build-asan build-fuzz

@@ -14,6 +14,8 @@ packages=(
 )
 # `deps.sh fuzz` (make fuzz): clang and its libFuzzer runtime as well.
 if [ "${1:-}" = fuzz ]; then packages+=(clang libclang-rt-dev); fi
+# `deps.sh format` (make format, make format-check): clang-format.
+if [ "${1:-}" = format ]; then packages+=(clang-format); fi
 
 missing=()
 for p in "${packages[@]}"; do
