@@ -50,7 +50,7 @@ fuzz:
 # The one code style (.clang-format, clang-format 14 as Debian bookworm ships
 # it) over src/ and include/: `make format` applies it, `make format-check`
 # (CI) fails on any file it would change.
-FORMAT_FILES = $(shell git ls-files 'src/*.c' 'src/*.h' 'src/*.cc' 'include/*.h')
+FORMAT_FILES = $(shell git ls-files --cached --others --exclude-standard 'src/*.c' 'src/*.h' 'src/*.cc' 'include/*.h')
 format:
 	@bash scripts/deps.sh format
 	@clang-format -i $(FORMAT_FILES) && echo "format: $(words $(FORMAT_FILES)) files"

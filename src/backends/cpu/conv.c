@@ -518,6 +518,8 @@ int cpu_conv_prepare(sp_op_prep *p) {
 int cpu_deconv_prepare(sp_op_prep *p) {
   const sp_conv_transpose2d_attr *at = p->attr;
   if (p->in_shape[0].ndim != 4 || at->groups != 1) return cpu_adapter_prepare(p);
+  const int r = cpu_deconv_mm_prepare(p); /* kernel = stride, bf16 channels-last: as matmuls */
+  if (r <= 0) return r;
   dnnl_conv_geom g = {1,
                       1,
                       {at->stride_h, at->stride_w},

@@ -268,6 +268,13 @@ extern int cpu_conv_use_matmul;
 extern int64_t cpu_conv_bww_min_channels;
 /* A conv node's state (sp_op_prep.state) runs its backward as products. */
 int cpu_conv_uses_matmul(const void *state);
+/* deconv_mm.c: a bf16 channels-last transposed convolution with kernel =
+ * stride as matrix products; 1 when the case does not apply (then oneDNN's
+ * deconvolution). Input channels from which it is taken (128; tests lower
+ * it), and whether a node's state is one. */
+int cpu_deconv_mm_prepare(sp_op_prep *p);
+extern int64_t cpu_deconv_mm_min_channels;
+int cpu_deconv_uses_matmul(const void *state);
 
 /* ---- ops (one file each) -------------------------------------------------------- */
 int cpu_adapter_prepare(sp_op_prep *p); /* adapter.c: the reference kernel on plain f32 */
