@@ -1,5 +1,6 @@
 /* Graph construction: nodes, named parameters, scopes, build errors. */
 #include <math.h>
+#include <omp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -211,9 +212,25 @@ int sp_graph_param_find(const sp_graph *g, const char *name) {
   return -1;
 }
 
+/* Gradients come to tens or hundreds of MB (ResUNet-50: 120) and one
+ * thread's memset runs well below the memory bandwidth (vgg-face: 3.7 ms of a
+ * 70 ms bf16 step), so every thread clears its share of each large one. */
 void sp_graph_zero_grad(sp_graph *g) {
-  for (int i = 0; i < g->n_params; i++)
-    if (g->params[i].grad.data) memset(g->params[i].grad.data, 0, sp_tensor_bytes(&g->params[i].grad));
+#pragma omp parallel
+  {
+    const size_t nt = (size_t)omp_get_num_threads(), t = (size_t)omp_get_thread_num();
+    for (int i = 0; i < g->n_params; i++) {
+      char *d = g->params[i].grad.data;
+      if (!d) continue;
+      const size_t bytes = sp_tensor_bytes(&g->params[i].grad);
+      if (bytes < ((size_t)1 << 16)) {
+        if (t == 0) memset(d, 0, bytes);
+        continue;
+      }
+      const size_t a = (bytes * t / nt) & ~(size_t)63, b = t + 1 == nt ? bytes : (bytes * (t + 1) / nt) & ~(size_t)63;
+      memset(d + a, 0, b - a);
+    }
+  }
 }
 
 int64_t sp_graph_param_numel(const sp_graph *g, int trainable_only) {

@@ -2,6 +2,7 @@
  * (fan-out included) match finite differences, plans share parameters, shape
  * errors name the node, and runs are bitwise reproducible. */
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -275,6 +276,37 @@ static void vgg_face_shapes_and_parameter_count(void **state) {
   sp_graph_free(g);
 }
 
+/* zero_grad clears every byte of every gradient whatever the thread count:
+ * large gradients are split between threads, at sizes that do not divide
+ * evenly (131 x 257 floats), small ones are not. */
+static void zero_grad_clears_every_byte(void **state) {
+  (void)state;
+  sp_graph *g = sp_graph_new(3);
+  sp_value x = sp_graph_input(g, "image", SP_F32, 257);
+  sp_value y = sp_linear(g, sp_linear(g, x, "big", 257, 131, 1), "small", 131, 3, 1);
+  sp_graph_loss(g, sp_l1_loss(g, y, sp_graph_input(g, "points", SP_F32, 3)), 1.0f);
+  sp_input_shape in[2] = {{"image", sp_shape2(2, 257)}, {"points", sp_shape2(2, 3)}};
+  sp_plan *p = sp_plan_new(g, 2, in, SP_BACKEND_REF, 1, 0);
+  if (!p) fail_msg("plan: %s", sp_last_error());
+  const int before = omp_get_max_threads(), threads[] = {1, 2, 3, 7};
+  for (int t = 0; t < 4; t++) {
+    omp_set_num_threads(threads[t]);
+    for (int i = 0; i < sp_graph_param_count(g); i++)
+      if (sp_graph_param_grad(g, i)) memset(sp_graph_param_grad(g, i)->data, 0xff, sp_tensor_bytes(sp_graph_param_grad(g, i)));
+    sp_graph_zero_grad(g);
+    for (int i = 0; i < sp_graph_param_count(g); i++) {
+      const sp_tensor *gr = sp_graph_param_grad(g, i);
+      if (!gr) continue;
+      const unsigned char *b = gr->data;
+      for (size_t k = 0; k < sp_tensor_bytes(gr); k++)
+        if (b[k]) fail_msg("%d threads: grad.%s byte %zu not cleared", threads[t], sp_graph_param_name(g, i), k);
+    }
+  }
+  omp_set_num_threads(before);
+  sp_plan_free(p);
+  sp_graph_free(g);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(reuse_never_changes_results),
@@ -284,6 +316,7 @@ int main(void) {
       cmocka_unit_test(shape_errors_name_the_node),
       cmocka_unit_test(same_seed_same_bits),
       cmocka_unit_test(vgg_face_shapes_and_parameter_count),
+      cmocka_unit_test(zero_grad_clears_every_byte),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
