@@ -31,9 +31,8 @@
 #include <string.h>
 
 #include "backends/cpu/cpu.h"
+#include "backends/cpu/vec8.h"
 #include "core/bf16.h"
-
-#define INLINE static inline __attribute__((always_inline))
 
 /* Elements per tile: the f32 partial sums run over this many values. */
 enum { TILE_ELEMS = 2048 };
@@ -131,40 +130,9 @@ INLINE double *thread_acc(const bn_scratch *s, int tid) {
   return (double *)(s->per_thread + (size_t)tid * s->thread_bytes);
 }
 
-/* 8 lanes as one vector (GCC/Clang vector extensions: AVX2 / AVX-512
- * registers where the build has them, plain code elsewhere). Layouts whose
- * lanes are a multiple of 8 walk a tile one lane group at a time, positions
- * inside, so a group's sums and coefficients stay in registers and the tile
- * (a few KB) stays in L1 across the groups. */
-typedef float vf8 __attribute__((vector_size(32)));
-typedef float vf8u __attribute__((vector_size(32), aligned(4)));
-typedef int32_t vi8 __attribute__((vector_size(32)));
-typedef uint32_t vu8 __attribute__((vector_size(32)));
-typedef uint16_t vh8 __attribute__((vector_size(16)));
-typedef uint16_t vh8u __attribute__((vector_size(16), aligned(2)));
-
-INLINE vf8 vld(const void *p, int64_t i, int bf16) {
-  if (bf16) {
-    const vu8 u = __builtin_convertvector(*(const vh8u *)((const uint16_t *)p + i), vu8) << 16;
-    return (vf8)u;
-  }
-  return *(const vf8u *)((const float *)p + i);
-}
-
-/* bf16 rounding as sp_bf16_round: nearest even, NaN stays a quiet NaN. */
-INLINE void vst(void *p, int64_t i, vf8 v, int bf16) {
-  if (bf16) {
-    const vu8 u = (vu8)v, r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-    const vu8 nan = (vu8)((u & 0x7fffffffu) > 0x7f800000u);
-    const vu8 h = (r & ~nan) | (((u >> 16) | 0x40u) & nan);
-    *(vh8u *)((uint16_t *)p + i) = __builtin_convertvector(h, vh8);
-  } else {
-    *(vf8u *)((float *)p + i) = v;
-  }
-}
-
-INLINE vf8 vbcast(float f) { return (vf8){f, f, f, f, f, f, f, f}; }
-INLINE vf8 vload_f(const float *p) { return *(const vf8u *)p; }
+/* Layouts whose lanes are a multiple of 8 walk a tile one lane group (vf8,
+ * vec8.h) at a time, positions inside, so a group's sums and coefficients
+ * stay in registers and the tile (a few KB) stays in L1 across the groups. */
 INLINE vf8 vrelu(vf8 v) { return (vf8)((vi8)v & (vi8)(v > 0.0f)); }
 INLINE vf8 vmask(vf8 g, vf8 y) { return (vf8)((vi8)g & (vi8)(y > 0.0f)); }
 INLINE vf8 vaffine(vf8 x, vf8 m, vf8 sc, vf8 sh) { return (x - m) * sc + sh; }

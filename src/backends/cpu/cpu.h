@@ -273,6 +273,12 @@ int cpu_conv_uses_matmul(const void *state);
  * deconvolution). Input channels from which it is taken (128; tests lower
  * it), and whether a node's state is one. */
 int cpu_deconv_mm_prepare(sp_op_prep *p);
+/* conv_stem.c: a bf16 training plan's first convolution on the plain f32
+ * image with few channels and a small window, as loops of our own; 1 when
+ * the case does not apply. Whether a node's state is one. */
+int cpu_conv_stem_prepare(sp_op_prep *p);
+int cpu_conv_is_stem(const void *state);
+extern int cpu_conv_use_stem; /* 0: oneDNN's convolution there (tests compare the two) */
 extern int64_t cpu_deconv_mm_min_channels;
 int cpu_deconv_uses_matmul(const void *state);
 

@@ -1,0 +1,133 @@
+/* The first convolution of bf16 training plans on the plain image as loops
+ * of our own (backends/cpu/conv_stem.c): against the reference backend and,
+ * tightly, against oneDNN's convolution on the same bf16 values, over grey
+ * and colour inputs, strides 1-3, padding, dilation, bias and odd sizes (the
+ * last group of 8 positions partial); and taken only where it applies. */
+#include <math.h>
+
+#include "backend_compare.h"
+
+#ifdef SPRY_HAVE_DNNL
+#include "backends/cpu/cpu.h"
+
+/* Each stem feeds BN + ReLU and a 3x3 conv, as in vgg-face. */
+static sp_value tail(sp_graph *g, sp_value x) {
+  x = sp_relu(g, sp_batchnorm(g, x, "bn"));
+  return sp_conv2d(g, x, "c2", (sp_conv_args){.out_ch = 8, .kernel = 3, .stride = 2, .pad = 1});
+}
+static sp_value b_grey_s2(sp_graph *g, sp_value x) {
+  return tail(g, sp_conv2d(g, x, "stem", (sp_conv_args){.out_ch = 8, .kernel = 3, .stride = 2, .pad = 1}));
+}
+static sp_value b_colour_bias(sp_graph *g, sp_value x) {
+  return tail(g, sp_conv2d(g, x, "stem", (sp_conv_args){.out_ch = 16, .kernel = 3, .pad = 1, .bias = 1}));
+}
+static sp_value b_grey_k5_s3(sp_graph *g, sp_value x) {
+  return tail(g, sp_conv2d(g, x, "stem", (sp_conv_args){.out_ch = 24, .kernel = 5, .stride = 3, .pad = 2}));
+}
+static sp_value b_two_dilated(sp_graph *g, sp_value x) {
+  return tail(g, sp_conv2d(g, x, "stem", (sp_conv_args){.out_ch = 8, .kernel = 3, .stride = 2, .pad = 2, .dilation = 2}));
+}
+
+typedef struct {
+  const char *label;
+  cmp_build_fn body;
+  int c, h, w;
+} stem_case;
+
+static const stem_case cases[] = {
+    {"grey 3x3 s2", b_grey_s2, 1, 23, 37},
+    {"colour 3x3 bias", b_colour_bias, 3, 9, 19},
+    {"grey 5x5 s3", b_grey_k5_s3, 1, 20, 29},
+    {"two channels dilated", b_two_dilated, 2, 17, 21},
+};
+
+static void against_ref(void **st) {
+  (void)st;
+  cmp_require_cpu();
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    cmp_case k = {cases[i].label, cases[i].body, 3, cases[i].c, cases[i].h, cases[i].w, 1, SP_PLAN_BF16, 6e-2, 0};
+    cmp_run(&k);
+  }
+}
+
+/* Relative L2 difference of two f32 tensors. */
+static double rel_l2(const sp_tensor *a, const sp_tensor *b) {
+  double d2 = 0, r2 = 0;
+  for (int64_t j = 0; j < sp_tensor_numel(a); j++) {
+    const double d = (double)((float *)a->data)[j] - ((float *)b->data)[j];
+    d2 += d * d, r2 += (double)((float *)b->data)[j] * ((float *)b->data)[j];
+  }
+  return sqrt(d2 / (r2 + 1e-30));
+}
+
+/* One bf16 training step with the stem kernels and one with oneDNN's, same
+ * parameters and inputs: output and every parameter gradient agree to f32
+ * summation order. */
+static void same_as_onednn(void **st) {
+  (void)st;
+  cmp_require_cpu();
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    cmp_case k = {cases[c].label, cases[c].body, 3, cases[c].c, cases[c].h, cases[c].w, 1, SP_PLAN_BF16, 0, 0};
+    sp_shape ys = cmp_out_shape(&k);
+    sp_graph *g[2];
+    sp_plan *p[2];
+    for (int m = 0; m < 2; m++) {
+      cpu_conv_use_stem = 1 - m;
+      sp_value y;
+      g[m] = cmp_graph(&k, &y);
+      p[m] = cmp_plan(&k, g[m], &ys, SP_BACKEND_CPU, SP_PLAN_BF16);
+      cmp_fill(p[m], 99, 0);
+      sp_graph_zero_grad(g[m]);
+      assert_int_equal(sp_plan_forward(p[m]), 0);
+      assert_int_equal(sp_plan_backward(p[m]), 0);
+    }
+    cpu_conv_use_stem = 1;
+    const double dy = rel_l2(sp_plan_output(p[0], "y"), sp_plan_output(p[1], "y"));
+    printf("# %s: output relative L2 %.3g\n", cases[c].label, dy);
+    if (!(dy <= 5e-3)) fail_msg("%s: the output differs between the two paths (%.3g)", cases[c].label, dy);
+    for (int i = 0; i < sp_graph_param_count(g[0]); i++) {
+      const sp_tensor *a = sp_graph_param_grad(g[0], i), *b = sp_graph_param_grad(g[1], i);
+      if (!a) continue;
+      const double d = rel_l2(a, b);
+      printf("# %s: grad.%s relative L2 %.3g\n", cases[c].label, sp_graph_param_name(g[0], i), d);
+      if (!(d <= 5e-3)) fail_msg("%s: grad.%s differs between the two paths (%.3g)", cases[c].label, sp_graph_param_name(g[0], i), d);
+    }
+    for (int m = 0; m < 2; m++) sp_plan_free(p[m]), sp_graph_free(g[m]);
+  }
+}
+
+/* Taken for a bf16 training plan's conv on the plain image with few
+ * channels, a small window and output channels in groups of 8; not in f32,
+ * for inference, a wide input, a 7x7 colour window or 12 output channels. */
+static void taken_where_it_applies(void **st) {
+  (void)st;
+  cmp_require_cpu();
+  struct {
+    int bf16, backward, ic, kernel, oc, want;
+  } t[] = {{1, 1, 1, 3, 8, 1}, {1, 1, 3, 3, 64, 1}, {0, 1, 1, 3, 8, 0}, {1, 0, 1, 3, 8, 0},
+           {1, 1, 8, 3, 8, 0}, {1, 1, 3, 7, 64, 0}, {1, 1, 1, 3, 12, 0}};
+  for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+    sp_conv2d_attr at = {2, 2, 1, 1, 1, 1, 1};
+    const int64_t out = (32 + 2 - t[i].kernel) / 2 + 1;
+    sp_op_prep p = {.op = &sp_op_conv2d, .attr = &at, .n_in = 1, .n_param = 1, .training = 1,
+                    .run_backward = t[i].backward, .bf16 = t[i].bf16};
+    p.in_shape[0] = sp_shape4(2, t[i].ic, 32, 32), p.out_shape = sp_shape4(2, t[i].oc, out, out);
+    p.param_shape[0] = sp_shape4(t[i].oc, t[i].ic, t[i].kernel, t[i].kernel), p.param_grad[0] = 1;
+    p.in_dtype[0] = SP_F32;
+    assert_int_equal(cpu_conv_prepare(&p), 0);
+    if (cpu_conv_is_stem(p.state) != t[i].want) fail_msg("case %zu: stem %s", i, t[i].want ? "not taken" : "taken");
+    cpu_node_free(p.state);
+  }
+}
+#endif
+
+int main(void) {
+#ifdef SPRY_HAVE_DNNL
+  const struct CMUnitTest tests[] = {cmocka_unit_test(against_ref), cmocka_unit_test(same_as_onednn),
+                                     cmocka_unit_test(taken_where_it_applies)};
+  return cmocka_run_group_tests(tests, NULL, NULL);
+#else
+  printf("1..0 # SKIP oneDNN not in this build\n");
+  return 0;
+#endif
+}
