@@ -157,6 +157,49 @@ static inline void cmp_fill(sp_plan *p, uint64_t seed, int classes) {
   }
 }
 
+/* Relative L2 difference of two f32 tensors of one shape. */
+static inline double cmp_rel_l2(const sp_tensor *a, const sp_tensor *b) {
+  double d2 = 0, r2 = 0;
+  for (int64_t j = 0; j < sp_tensor_numel(a); j++) {
+    const double d = (double)((const float *)a->data)[j] - ((const float *)b->data)[j];
+    d2 += d * d, r2 += (double)((const float *)b->data)[j] * ((const float *)b->data)[j];
+  }
+  return sqrt(d2 / (r2 + 1e-30));
+}
+
+/* One training step of the case on the cpu backend twice, choose(0) before
+ * the first plan is made (the path under test) and choose(1) before the
+ * second (the path it replaces), same parameters and inputs: the output and
+ * every parameter gradient agree within tol, relative L2 (two paths that sum
+ * the same bf16 products in f32 differ by summation order only). */
+static inline void cmp_two_paths(const cmp_case *k, void (*choose)(int path), double tol) {
+  sp_shape ys = cmp_out_shape(k);
+  sp_graph *g[2];
+  sp_plan *p[2];
+  for (int m = 0; m < 2; m++) {
+    choose(m);
+    sp_value y;
+    g[m] = cmp_graph(k, &y);
+    p[m] = cmp_plan(k, g[m], &ys, SP_BACKEND_CPU, k->flags);
+    cmp_fill(p[m], 99, 0);
+    sp_graph_zero_grad(g[m]);
+    assert_int_equal(sp_plan_forward(p[m]), 0);
+    assert_int_equal(sp_plan_backward(p[m]), 0);
+  }
+  choose(0);
+  const double dy = cmp_rel_l2(sp_plan_output(p[0], "y"), sp_plan_output(p[1], "y"));
+  printf("# [%s] output: the two paths differ by %.3g (relative L2)\n", k->label, dy);
+  if (!(dy <= tol)) fail_msg("[%s] the output differs between the two paths (%.3g)", k->label, dy);
+  for (int i = 0; i < sp_graph_param_count(g[0]); i++) {
+    const sp_tensor *a = sp_graph_param_grad(g[0], i), *b = sp_graph_param_grad(g[1], i);
+    if (!a) continue;
+    const double d = cmp_rel_l2(a, b);
+    printf("# [%s] grad.%s: the two paths differ by %.3g\n", k->label, sp_graph_param_name(g[0], i), d);
+    if (!(d <= tol)) fail_msg("[%s] grad.%s differs between the two paths (%.3g)", k->label, sp_graph_param_name(g[0], i), d);
+  }
+  for (int m = 0; m < 2; m++) sp_plan_free(p[m]), sp_graph_free(g[m]);
+}
+
 /* Runs the case on both backends and compares. */
 static inline void cmp_run(const cmp_case *c) {
   double tol = c->tol > 0 ? c->tol : 1e-4;

@@ -70,46 +70,16 @@ static void kxk_weight_gradients(void **st) {
   cpu_conv_bww_min_channels = 64;
 }
 
+static void products_or_onednn(int path) { cpu_conv_use_matmul = path == 0; }
+
 /* One bf16 training step with the products and one with oneDNN's backward,
  * same parameters and inputs: every parameter gradient agrees to f32
- * summation order (both sum bf16 products in f32), far inside BF16_TOL. */
+ * summation order (both sum bf16 products in f32), far inside BF16_TOL. The
+ * input gradients feeding earlier layers are rounded to bf16 on both sides
+ * (the same values unless an element sits at a rounding tie). */
 static void same_as_onednn(cmp_build_fn body, const char *label, int h, int w) {
   cmp_case k = {label, body, 3, 3, h, w, 1, SP_PLAN_BF16, 0, 0};
-  sp_shape ys;
-  {
-    sp_graph *g0 = sp_graph_new(7);
-    sp_value x = sp_graph_input(g0, "x", SP_F32, 3);
-    (void)body(g0, x);
-    sp_graph_free(g0);
-  }
-  sp_graph *g[2];
-  sp_plan *p[2];
-  for (int m = 0; m < 2; m++) {
-    cpu_conv_use_matmul = 1 - m;
-    sp_value y;
-    g[m] = cmp_graph(&k, &y);
-    if (m == 0) ys = cmp_out_shape(&k);
-    p[m] = cmp_plan(&k, g[m], &ys, SP_BACKEND_CPU, SP_PLAN_BF16);
-    cmp_fill(p[m], 99, 0);
-    sp_graph_zero_grad(g[m]);
-    assert_int_equal(sp_plan_forward(p[m]), 0);
-    assert_int_equal(sp_plan_backward(p[m]), 0);
-  }
-  cpu_conv_use_matmul = 1;
-  for (int i = 0; i < sp_graph_param_count(g[0]); i++) {
-    const sp_tensor *a = sp_graph_param_grad(g[0], i), *b = sp_graph_param_grad(g[1], i);
-    if (!a) continue;
-    double d2 = 0, r2 = 0;
-    for (int64_t j = 0; j < sp_tensor_numel(a); j++) {
-      const double d = (double)((float *)a->data)[j] - ((float *)b->data)[j];
-      d2 += d * d, r2 += (double)((float *)b->data)[j] * ((float *)b->data)[j];
-    }
-    printf("# %s grad.%s: products vs oneDNN relative L2 %.3g\n", label, sp_graph_param_name(g[0], i), sqrt(d2 / (r2 + 1e-30)));
-    /* The input gradients feeding earlier layers are rounded to bf16 on both
-     * sides (the same values unless an element sits at a rounding tie). */
-    if (!(sqrt(d2) <= 5e-3 * sqrt(r2) + 1e-12)) fail_msg("%s grad.%s differs between the two paths", label, sp_graph_param_name(g[0], i));
-  }
-  for (int m = 0; m < 2; m++) sp_plan_free(p[m]), sp_graph_free(g[m]);
+  cmp_two_paths(&k, products_or_onednn, 5e-3);
 }
 
 static void products_match_onednn(void **st) {
