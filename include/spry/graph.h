@@ -57,6 +57,11 @@ void sp_graph_pop_scope(sp_graph *g);
 sp_value sp_graph_input(sp_graph *g, const char *name, sp_dtype dtype, int channels);
 /* Keeps v alive after forward and makes it readable by name. */
 void sp_graph_output(sp_graph *g, sp_value v, const char *name);
+/* An auxiliary output (ResUNet's heatmaps, for report figures): plain plans
+ * keep it like any output; a SP_PLAN_FROZEN plan (prediction, evaluation,
+ * deployment) treats it as an inner value, so a fast backend keeps it in its
+ * own layout and reuses its memory, and sp_plan_output returns NULL for it. */
+void sp_graph_output_aux(sp_graph *g, sp_value v, const char *name);
 /* Adds weight * v (a scalar loss node) to the training objective. */
 void sp_graph_loss(sp_graph *g, sp_value v, float weight);
 /* Channels of v known at build time, or -1. */

@@ -76,7 +76,8 @@ int sp_model_resnet_encoder(sp_graph *g, sp_value image, const sp_resnet_config 
  * 1x1 expand, BN after each, projection "block.shortcut.0/.1" when channels
  * change); "head" 1x1 conv (bias) to K heatmaps at H x W, soft-argmax with
  * scale 1 -> points [N, K, 2] in input pixels (x, y). The heatmap logits
- * (pre-softmax) are also a graph output named "heatmaps" [N, K, H, W]. */
+ * (pre-softmax) are also an auxiliary graph output named "heatmaps" [N, K, H, W]
+ * (sp_graph_output_aux: frozen plans do not keep it). */
 typedef struct {
   sp_resnet_config encoder; /* num_classes unused */
   int keypoints;

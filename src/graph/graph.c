@@ -131,6 +131,11 @@ void sp_graph_output(sp_graph *g, sp_value v, const char *name) {
   }
 }
 
+void sp_graph_output_aux(sp_graph *g, sp_value v, const char *name) {
+  sp_graph_output(g, v, name);
+  if (v >= 0 && v < g->n_nodes) g->nodes[v].is_aux = 1;
+}
+
 void sp_graph_loss(sp_graph *g, sp_value v, float weight) {
   if (v < 0 || v >= g->n_nodes) return;
   if (!g->nodes[v].op || !(g->nodes[v].op->flags & SP_OP_IS_LOSS)) {

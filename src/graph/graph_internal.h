@@ -16,6 +16,7 @@ typedef struct {
   int channels;
   sp_dtype input_dtype; /* inputs only */
   int is_output, is_loss;
+  int is_aux; /* an auxiliary output (sp_graph_output_aux) */
   float loss_weight;
 } sp_node;
 

@@ -96,8 +96,11 @@ static void mark_gradients(sp_plan *p) {
 }
 
 /* An output this plan keeps readable (plain layout, alive to the end): every
- * graph output, unless the caller said it reads only the losses. */
-static int kept_output(const sp_plan *p, const sp_node *nd) { return nd->is_output && !(p->flags & SP_PLAN_LOSS_ONLY); }
+ * graph output, unless the caller said it reads only the losses
+ * (SP_PLAN_LOSS_ONLY); auxiliary ones not in frozen plans. */
+static int kept_output(const sp_plan *p, const sp_node *nd) {
+  return nd->is_output && !(p->flags & SP_PLAN_LOSS_ONLY) && !(nd->is_aux && (p->flags & SP_PLAN_FROZEN));
+}
 
 /* Lets the backend choose each node's implementation state, output layout
  * and buffer sizes; nodes without a prepare hook get plain sizes. */
@@ -433,7 +436,8 @@ const sp_tensor *sp_plan_output(const sp_plan *p, const char *name) {
   for (int i = 0; i < p->g->n_nodes; i++)
     if (p->g->nodes[i].is_output && !strcmp(p->g->nodes[i].name, name)) {
       if (kept_output(p, &p->g->nodes[i])) return &p->nodes[i].act;
-      sp_error_set("output '%s' is not kept by a plan made with SP_PLAN_LOSS_ONLY", name);
+      sp_error_set("output '%s' is not kept by a plan made with %s", name,
+                   p->flags & SP_PLAN_LOSS_ONLY ? "SP_PLAN_LOSS_ONLY" : "SP_PLAN_FROZEN (an auxiliary output)");
       return NULL;
     }
   return NULL;

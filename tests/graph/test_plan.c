@@ -307,6 +307,38 @@ static void zero_grad_clears_every_byte(void **state) {
   sp_graph_free(g);
 }
 
+/* An auxiliary output is kept by plain plans and dropped by frozen ones
+ * (with an error that names the flag); ordinary outputs stay in both, with
+ * the same values. */
+static void frozen_plans_drop_aux_outputs(void **state) {
+  (void)state;
+  sp_graph *g = sp_graph_new(5);
+  sp_value x = sp_graph_input(g, "image", SP_F32, 6);
+  sp_value h = sp_linear(g, x, "hidden", 6, 4, 1);
+  sp_graph_output_aux(g, h, "hidden_out");
+  sp_graph_output(g, sp_linear(g, sp_relu(g, h), "last", 4, 2, 1), "out");
+  sp_input_shape in = {"image", sp_shape2(3, 6)};
+  sp_plan *plain = sp_plan_new(g, 1, &in, SP_BACKEND_REF, 0, 0);
+  sp_plan *frozen = sp_plan_new(g, 1, &in, SP_BACKEND_REF, 0, SP_PLAN_FROZEN);
+  if (!plain || !frozen) fail_msg("plan: %s", sp_last_error());
+  for (int i = 0; i < 18; i++) {
+    ((float *)sp_plan_input(plain, "image")->data)[i] = (float)(i % 5) - 2.0f;
+    ((float *)sp_plan_input(frozen, "image")->data)[i] = (float)(i % 5) - 2.0f;
+  }
+  assert_int_equal(sp_plan_forward(plain), 0);
+  assert_int_equal(sp_plan_forward(frozen), 0);
+  assert_non_null(sp_plan_output(plain, "hidden_out"));
+  assert_null(sp_plan_output(frozen, "hidden_out"));
+  assert_non_null(strstr(sp_last_error(), "SP_PLAN_FROZEN"));
+  const sp_tensor *a = sp_plan_output(plain, "out"), *b = sp_plan_output(frozen, "out");
+  assert_non_null(a);
+  assert_non_null(b);
+  assert_memory_equal(a->data, b->data, sp_tensor_bytes(a));
+  sp_plan_free(plain);
+  sp_plan_free(frozen);
+  sp_graph_free(g);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(reuse_never_changes_results),
@@ -317,6 +349,7 @@ int main(void) {
       cmocka_unit_test(same_seed_same_bits),
       cmocka_unit_test(vgg_face_shapes_and_parameter_count),
       cmocka_unit_test(zero_grad_clears_every_byte),
+      cmocka_unit_test(frozen_plans_drop_aux_outputs),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
