@@ -66,6 +66,42 @@ static void products_match_onednn(void **st) {
   cpu_deconv_mm_min_channels = 128;
 }
 
+/* A frozen inference plan prepares the bf16 weights once and again after
+ * sp_plan_params_changed: its output equals a plain plan's before and after
+ * the deconvolution's weights change, and the change shows. */
+static void frozen_plans_follow_weight_changes(void **st) {
+  (void)st;
+  cmp_require_cpu();
+  cpu_deconv_mm_min_channels = 1;
+  cmp_case k = {"frozen", b_up2, 2, 3, 7, 5, 0, SP_PLAN_BF16, 0, 0};
+  sp_shape ys = cmp_out_shape(&k);
+  sp_value y;
+  sp_graph *g = cmp_graph(&k, &y);
+  sp_plan *plain = cmp_plan(&k, g, &ys, SP_BACKEND_CPU, SP_PLAN_BF16);
+  sp_plan *frozen = cmp_plan(&k, g, &ys, SP_BACKEND_CPU, SP_PLAN_BF16 | SP_PLAN_FROZEN);
+  const size_t bytes = sp_tensor_bytes(sp_plan_output(plain, "y"));
+  float *first = malloc(bytes);
+  for (int round = 0; round < 2; round++) {
+    if (round == 1) {
+      sp_tensor *w = sp_graph_param_value(g, sp_graph_param_find(g, "up.weight"));
+      for (int64_t i = 0; i < sp_tensor_numel(w); i++) ((float *)w->data)[i] *= -2.0f;
+      sp_plan_params_changed(frozen);
+    }
+    cmp_fill(plain, 5, 0);
+    cmp_fill(frozen, 5, 0);
+    assert_int_equal(sp_plan_forward(plain), 0);
+    assert_int_equal(sp_plan_forward(frozen), 0);
+    assert_memory_equal(sp_plan_output(plain, "y")->data, sp_plan_output(frozen, "y")->data, bytes);
+    if (round == 0) memcpy(first, sp_plan_output(frozen, "y")->data, bytes);
+    else if (!memcmp(first, sp_plan_output(frozen, "y")->data, bytes)) fail_msg("the frozen plan kept the old weights");
+  }
+  free(first);
+  sp_plan_free(plain);
+  sp_plan_free(frozen);
+  sp_graph_free(g);
+  cpu_deconv_mm_min_channels = 128;
+}
+
 /* Taken for bf16 channels-last inputs with kernel = stride and enough input
  * channels; not for f32, padding, a bias or narrow layers. */
 static void taken_where_it_applies(void **st) {
@@ -96,7 +132,8 @@ static void taken_where_it_applies(void **st) {
 int main(void) {
 #ifdef SPRY_HAVE_DNNL
   const struct CMUnitTest tests[] = {cmocka_unit_test(up2_against_ref), cmocka_unit_test(up3_shared_input_against_ref),
-                                     cmocka_unit_test(products_match_onednn), cmocka_unit_test(taken_where_it_applies)};
+                                     cmocka_unit_test(products_match_onednn), cmocka_unit_test(frozen_plans_follow_weight_changes),
+                                     cmocka_unit_test(taken_where_it_applies)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 #else
   printf("1..0 # SKIP oneDNN not in this build\n");

@@ -37,6 +37,7 @@ typedef struct {
   cpu_node base;
   int64_t n, h, w, ic, oc, k, m, cols; /* m = n h w rows, cols = k k oc */
   int need_dx, need_dw;
+  uint16_t *wt_kept; /* frozen plans: Wt prepared once, again only when the parameters change */
   dnnl_memory_desc_t x_md, wt_md, y2_md, wtt_md, xt_md, dwt_md;
   dnnl_primitive_desc_t fwd_pd, dx_pd[2], dw_pd; /* dx: [0] writes, [1] adds */
   dnnl_primitive_t fwd, dx_prim[2], dw_prim;
@@ -76,7 +77,7 @@ static void move_rows(const deconv_mm_node *s, uint16_t *mat, uint16_t *img, int
 
 static void deconv_mm_forward(cpu_node *n, const sp_op_args *a) {
   deconv_mm_node *s = (deconv_mm_node *)n;
-  prepare_weights(s, a->param[0]->data);
+  if (!s->wt_kept || a->params_stale) prepare_weights(s, a->param[0]->data);
   cpu_exec_run(&s->f);
   move_rows(s, s->y2, a->out->data, 0);
 }
@@ -104,7 +105,7 @@ static void deconv_mm_backward(cpu_node *n, const sp_op_args *a) {
 
 static int deconv_mm_bind(cpu_node *n, const sp_op_args *a, char *fs, char *bs) {
   deconv_mm_node *s = (deconv_mm_node *)n;
-  s->wt = (uint16_t *)((s->need_dx ? (char *)a->saved : fs) + s->wt_off);
+  s->wt = s->wt_kept ? s->wt_kept : (uint16_t *)((s->need_dx ? (char *)a->saved : fs) + s->wt_off);
   s->y2 = (uint16_t *)(fs + s->y2_off);
   cpu_exec_init(&s->f, s->fwd);
   if (cpu_exec_arg(&s->f, n, DNNL_ARG_SRC, &s->x_md, a->in[0]->data) ||
@@ -186,7 +187,11 @@ static int setup(sp_op_prep *p, deconv_mm_node *s) {
   for (int k = 0; k < 2; k++)
     if (scratchpad(s->dx_pd[k]) > bwd) bwd = scratchpad(s->dx_pd[k]);
   if (scratchpad(s->dw_pd) > bwd) bwd = scratchpad(s->dw_pd);
-  s->wt_off = cpu_take(s->need_dx ? &saved : &fwd, sizeof(uint16_t) * (size_t)(s->ic * s->cols));
+  const size_t wt_bytes = sizeof(uint16_t) * (size_t)(s->ic * s->cols);
+  if (p->frozen && !p->run_backward)
+    s->wt_kept = cpu_node_keep(&s->base, wt_bytes);
+  else
+    s->wt_off = cpu_take(s->need_dx ? &saved : &fwd, wt_bytes);
   s->y2_off = cpu_take(&fwd, sizeof(uint16_t) * (size_t)(s->m * s->cols));
   if (s->need_dx || s->need_dw) {
     s->g_off = cpu_take(&bwd, sizeof(uint16_t) * (size_t)(s->m * s->cols));
