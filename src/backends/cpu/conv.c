@@ -498,7 +498,9 @@ static int conv_setup(sp_op_prep *p, conv_node *s, const dnnl_conv_geom *g) {
 int cpu_conv_prepare(sp_op_prep *p) {
   const sp_conv2d_attr *at = p->attr;
   if (p->in_shape[0].ndim != 4) return cpu_adapter_prepare(p);
-  const int r = cpu_conv_stem_prepare(p); /* bf16 training, on the grey or colour image */
+  int r = cpu_conv_stem_prepare(p); /* bf16 training, on the grey or colour image */
+  if (r <= 0) return r;
+  r = cpu_conv_softargmax_prepare(p); /* a heatmap head with soft-argmax after it */
   if (r <= 0) return r;
   dnnl_conv_geom g = {0,
                       at->groups,

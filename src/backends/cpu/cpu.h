@@ -281,6 +281,13 @@ int cpu_conv_is_stem(const void *state);
 extern int cpu_conv_use_stem; /* 0: oneDNN's convolution there (tests compare the two) */
 extern int64_t cpu_deconv_mm_min_channels;
 int cpu_deconv_uses_matmul(const void *state);
+/* conv_softargmax.c: a bf16 plan's 1x1 convolution on channels-last input
+ * whose only consumer is soft-argmax (a heatmap head), fused with it so the
+ * heatmaps are never stored; 1 when the case does not apply. Whether a
+ * node's state is one, and the switch tests use to compare the two paths. */
+int cpu_conv_softargmax_prepare(sp_op_prep *p);
+int cpu_conv_is_softargmax(const void *state);
+extern int cpu_conv_use_softargmax;
 
 /* ---- ops (one file each) -------------------------------------------------------- */
 int cpu_adapter_prepare(sp_op_prep *p); /* adapter.c: the reference kernel on plain f32 */

@@ -1,0 +1,467 @@
+/* A 1x1 convolution whose only consumer is soft-argmax (ResUNet's heatmap
+ * head: a few dozen channels in, one heatmap per keypoint out, at the input's
+ * full resolution), fused, in bf16 plans on channels-last activations. The
+ * heatmaps are never stored. With X[n] the image's [HW, C] rows:
+ *
+ *   forward    per tile of P positions: L = X_tile Wt + b (one product,
+ *              f32 out, L2-resident), then each heatmap's max, sum of
+ *              exp(L - max) and its column- and row-weighted sums; the
+ *              tiles' partial sums merge per heatmap (log-sum-exp).
+ *   backward   per tile again: L recomputed, p = exp(L - M) / S and
+ *              dL = scale p (gx (j - ex) + gy (i - ey)) (ops/softargmax.c),
+ *              rounded to bf16; dX_tile (=|+=) dL W, dW += dL^T X_tile,
+ *              db += column sums of dL.
+ *
+ * Why: apart, the head wrote N K H W bf16 logits, soft-argmax read them twice
+ * and saved N K H W f32 exponentials for backward, which wrote bf16 logit
+ * gradients that the convolution's backward read twice: about 1.1 GB of
+ * memory traffic per ResUNet-50 step at batch 16 (68 heatmaps of 224x224),
+ * 137 of its ~1450 ms. Fused, the traffic is X read twice and dX written;
+ * the products are small for AMX (K and C below 100).
+ *
+ * The tiles run in parallel, one thread each, so each oneDNN product is made
+ * for one thread (made with omp_set_num_threads(1): oneDNN sizes its work
+ * split when a primitive is made, and runs a primitive inside a parallel
+ * region on the calling thread alone). Each thread has its own stream and
+ * memory objects, whose data handles move from tile to tile. An image's last
+ * tile may be shorter: it goes through a zero-padded copy of its rows. */
+#ifdef SPRY_HAVE_DNNL
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+
+#include "backends/cpu/cpu.h"
+#include "backends/cpu/exp_nonpos.h"
+#include "core/bf16.h"
+#include "ops/ops.h"
+
+int cpu_conv_use_softargmax = 1;
+
+enum { TILE_ROWS = 1024, MAX_CHANNELS = 512, MAX_HEATMAPS = 1024, SUM_ROWS = 128 };
+
+/* What one thread executes with: its stream, and memory objects whose data
+ * handles are set per tile. */
+enum { M_X, M_WT, M_L, M_DL, M_W, M_DX, M_DLT, M_DW, M_PAD, N_MEMS };
+typedef struct {
+  dnnl_stream_t stream;
+  dnnl_memory_t m[N_MEMS];
+} tile_exec;
+
+typedef struct {
+  cpu_node base;
+  int64_t n, c, k, kp, h, w, hw; /* kp: k rounded up to 16 (zero weights past k) */
+  int64_t rows, tiles;           /* positions per tile; tiles per image (the last may be shorter) */
+  float scale;
+  int has_bias, need_dx, need_dw, threads;
+  dnnl_memory_desc_t x_md, wt_md, l_md, dl_md, w_md, dlt_md, dw_md, pad_md;
+  dnnl_primitive_desc_t fwd_pd, dx_pd[2], dw_pd; /* dx: [0] writes, [1] adds */
+  dnnl_primitive_t fwd, dx_prim[2], dw_prim;
+  tile_exec *te; /* one per thread */
+  /* Scratch (forward and backward alike): shared parts, then one region per
+   * thread. */
+  size_t o_wt, o_w, o_part, o_coef, o_stats, o_threads, thread_bytes;
+  size_t t_l, t_x, t_dl, t_dx, t_dw, t_db, t_pad; /* inside a thread's region */
+} csam_node;
+
+/* Per heatmap, saved for backward: the max and 1/sum of exp(L - max), and the
+ * unscaled expected column and row. */
+typedef struct {
+  float max, inv_sum, ex, ey;
+} csam_stat;
+
+/* Wt[c, k] and W[k, c] in bf16 from the f32 master weights [K, C, 1, 1]; zero
+ * past the real heatmaps. */
+static void prepare_weights(const csam_node *s, const float *w, uint16_t *wt, uint16_t *wk) {
+  for (int64_t k = 0; k < s->kp; k++)
+    for (int64_t c = 0; c < s->c; c++) {
+      const uint16_t v = k < s->k ? sp_bf16_round(w[k * s->c + c]) : 0;
+      if (wt) wt[c * s->kp + k] = v;
+      if (wk) wk[k * s->c + c] = v;
+    }
+}
+
+static void run(const csam_node *s, const tile_exec *te, dnnl_primitive_t prim, const void *src, const void *wei,
+                void *dst, void *pad) {
+  const int m_src = prim == s->fwd ? M_X : prim == s->dw_prim ? M_DLT : M_DL;
+  const int m_wei = prim == s->fwd ? M_WT : prim == s->dw_prim ? M_X : M_W;
+  const int m_dst = prim == s->fwd ? M_L : prim == s->dw_prim ? M_DW : M_DX;
+  DNNL_RUN(dnnl_memory_set_data_handle(te->m[m_src], (void *)src));
+  DNNL_RUN(dnnl_memory_set_data_handle(te->m[m_wei], (void *)wei));
+  DNNL_RUN(dnnl_memory_set_data_handle(te->m[m_dst], dst));
+  DNNL_RUN(dnnl_memory_set_data_handle(te->m[M_PAD], pad));
+  const dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, te->m[m_src]},
+                                   {DNNL_ARG_WEIGHTS, te->m[m_wei]},
+                                   {DNNL_ARG_DST, te->m[m_dst]},
+                                   {DNNL_ARG_SCRATCHPAD, te->m[M_PAD]}};
+  DNNL_RUN(dnnl_primitive_execute(prim, te->stream, 4, args));
+}
+
+/* Tile u's rows of X: in place, or (a short last tile) copied into the
+ * thread's zero-padded buffer. */
+static const uint16_t *tile_rows(const csam_node *s, const uint16_t *x, int64_t u, int64_t *p0, int64_t *np,
+                                 uint16_t *pad) {
+  const int64_t img = u / s->tiles;
+  *p0 = (u % s->tiles) * s->rows;
+  *np = s->hw - *p0 < s->rows ? s->hw - *p0 : s->rows;
+  const uint16_t *at = x + (img * s->hw + *p0) * s->c;
+  if (*np == s->rows) return at;
+  memcpy(pad, at, sizeof(uint16_t) * (size_t)(*np * s->c));
+  memset(pad + *np * s->c, 0, sizeof(uint16_t) * (size_t)((s->rows - *np) * s->c));
+  return pad;
+}
+
+static void bias_of(const csam_node *s, const sp_op_args *a, float *b) {
+  for (int64_t k = 0; k < s->kp; k++) b[k] = s->has_bias && k < s->k ? ((const float *)a->param[1]->data)[k] : 0.0f;
+}
+
+/* 16 f32 lanes as one AVX-512 vector (GCC/Clang vector extensions: plain
+ * code where the build has no AVX-512): the tile kernels walk 16 heatmaps
+ * at a time down the tile's rows, so a group's sums stay in registers. */
+typedef float vf16 __attribute__((vector_size(64)));
+typedef float vf16u __attribute__((vector_size(64), aligned(4)));
+typedef int32_t vi16 __attribute__((vector_size(64)));
+typedef uint32_t vu16 __attribute__((vector_size(64)));
+typedef uint16_t vh16 __attribute__((vector_size(32)));
+typedef uint16_t vh16u __attribute__((vector_size(32), aligned(2)));
+
+static inline vf16 ld16(const float *p) { return *(const vf16u *)p; }
+static inline vf16 splat16(float f) { return (vf16){f, f, f, f, f, f, f, f, f, f, f, f, f, f, f, f}; }
+static inline vf16 max16(vf16 a, vf16 b) {
+  const vi16 m = (vi16)(a > b);
+  return (vf16)(((vi16)a & m) | ((vi16)b & ~m));
+}
+
+/* exp_nonpos (exp_nonpos.h) on 16 lanes, the same operations. */
+static inline vf16 exp16(vf16 x) {
+  x = max16(x, splat16(-87.0f));
+  const vf16 t = x * 1.44269504f + 12582912.0f, n = t - 12582912.0f;
+  vf16 r = x - n * 0.693359375f;
+  r = r + n * 2.12194440e-4f;
+  vf16 p = splat16(1.9875691500e-4f);
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  const vu16 two_n = ((vu16)t - 0x4B400000u + 127u) << 23;
+  return p * (vf16)two_n;
+}
+
+/* sp_bf16_round on 16 lanes. */
+static inline void st16_bf16(uint16_t *p, vf16 v) {
+  const vu16 u = (vu16)v, r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  const vu16 nan = (vu16)((u & 0x7fffffffu) > 0x7f800000u);
+  *(vh16u *)p = __builtin_convertvector((r & ~nan) | (((u >> 16) | 0x40u) & nan), vh16);
+}
+
+/* One tile's partial sums per heatmap: part = [max | sum | column sum | row
+ * sum], kp floats each, exponentials taken against the tile's own max. Sums
+ * run in float over SUM_ROWS rows, then in double. */
+static void tile_sums(const csam_node *s, const float *l, const float *b, int64_t p0, int64_t np, float *part) {
+  const int64_t kp = s->kp;
+  for (int64_t k = 0; k < kp; k += 16) {
+    const vf16 bk = ld16(b + k);
+    vf16 m = splat16(-INFINITY);
+    for (int64_t r = 0; r < np; r++) m = max16(m, ld16(l + r * kp + k) + bk);
+    double sum[16] = {0}, sx[16] = {0}, sy[16] = {0};
+    int64_t i = p0 / s->w, j = p0 % s->w;
+    for (int64_t r0 = 0; r0 < np; r0 += SUM_ROWS) {
+      vf16 fs = splat16(0.0f), fx = fs, fy = fs;
+      for (int64_t r = r0; r < np && r < r0 + SUM_ROWS; r++) {
+        const vf16 e = exp16(ld16(l + r * kp + k) + bk - m);
+        fs += e, fx += e * (float)j, fy += e * (float)i;
+        if (++j == s->w) j = 0, i++;
+      }
+      for (int q = 0; q < 16; q++) sum[q] += fs[q], sx[q] += fx[q], sy[q] += fy[q];
+    }
+    for (int q = 0; q < 16; q++) {
+      part[k + q] = m[q];
+      part[kp + k + q] = (float)sum[q], part[2 * kp + k + q] = (float)sx[q], part[3 * kp + k + q] = (float)sy[q];
+    }
+  }
+}
+
+/* Per heatmap: the tiles' partial sums rescaled to the common max, the
+ * expected column and row (scaled into y) and what backward needs. */
+static void merge_tiles(const csam_node *s, const float *part, float *y, csam_stat *st) {
+  const int64_t kp = s->kp;
+#pragma omp parallel for schedule(static) num_threads(s->threads)
+  for (int64_t q = 0; q < s->n * s->k; q++) {
+    const int64_t img = q / s->k, k = q % s->k;
+    float mx = -INFINITY;
+    for (int64_t t = 0; t < s->tiles; t++) mx = fmaxf(mx, part[((img * s->tiles + t) * 4) * kp + k]);
+    double sum = 0.0, sx = 0.0, sy = 0.0;
+    for (int64_t t = 0; t < s->tiles; t++) {
+      const float *pt = part + (img * s->tiles + t) * 4 * kp;
+      const double f = exp((double)pt[k] - (double)mx);
+      sum += f * pt[kp + k], sx += f * pt[2 * kp + k], sy += f * pt[3 * kp + k];
+    }
+    const double ex = sx / sum, ey = sy / sum;
+    y[2 * q] = (float)(ex * s->scale);
+    y[2 * q + 1] = (float)(ey * s->scale);
+    st[img * kp + k] = (csam_stat){mx, (float)(1.0 / sum), (float)ex, (float)ey};
+  }
+}
+
+static char *thread_region(const csam_node *s, char *sc, int t) {
+  return sc + s->o_threads + (size_t)t * s->thread_bytes;
+}
+
+static void csam_forward(cpu_node *nd, const sp_op_args *a) {
+  const csam_node *s = (const csam_node *)nd;
+  char *sc = a->scratch;
+  uint16_t *wt = (uint16_t *)(sc + s->o_wt);
+  float *part = (float *)(sc + s->o_part), b[MAX_HEATMAPS];
+  prepare_weights(s, a->param[0]->data, wt, NULL);
+  bias_of(s, a, b);
+  const uint16_t *x = a->in[0]->data;
+#pragma omp parallel num_threads(s->threads)
+  {
+    const int t = omp_get_thread_num();
+    char *ts = thread_region(s, sc, t);
+    float *l = (float *)(ts + s->t_l);
+#pragma omp for schedule(static)
+    for (int64_t u = 0; u < s->n * s->tiles; u++) {
+      int64_t p0, np;
+      const uint16_t *xt = tile_rows(s, x, u, &p0, &np, (uint16_t *)(ts + s->t_x));
+      run(s, &s->te[t], s->fwd, xt, wt, l, ts + s->t_pad);
+      tile_sums(s, l, b, p0, np, part + u * 4 * s->kp);
+    }
+  }
+  merge_tiles(s, part, a->out->data, a->saved ? a->saved : (void *)(sc + s->o_stats));
+}
+
+/* Per image and heatmap, dL = p (a j + b i + c) with p = exp(L - max) inv_sum:
+ * coef = [a | b | c | max | inv_sum], kp floats each, zero past the real
+ * heatmaps (their dL is 0). */
+static void backward_coefs(const csam_node *s, const csam_stat *st, const float *dy, float *coef) {
+  const int64_t kp = s->kp;
+  for (int64_t img = 0; img < s->n; img++) {
+    float *cf = coef + img * 5 * kp;
+    for (int64_t k = 0; k < kp; k++) {
+      const int real = k < s->k;
+      const csam_stat q = real ? st[img * kp + k] : (csam_stat){0};
+      const float ca = real ? s->scale * dy[2 * (img * s->k + k)] : 0.0f;
+      const float cb = real ? s->scale * dy[2 * (img * s->k + k) + 1] : 0.0f;
+      cf[k] = ca, cf[kp + k] = cb, cf[2 * kp + k] = real ? -(ca * q.ex + cb * q.ey) : 0.0f;
+      cf[3 * kp + k] = real ? q.max : 0.0f, cf[4 * kp + k] = real ? q.inv_sum : 0.0f;
+    }
+  }
+}
+
+/* One tile's logit gradient in bf16 (rows past np zero) and its column sums
+ * added into db. */
+static void tile_grad(const csam_node *s, const float *l, const float *b, const float *cf, int64_t p0, int64_t np,
+                      uint16_t *dl, double *db) {
+  const int64_t kp = s->kp;
+  for (int64_t k = 0; k < kp; k += 16) {
+    const vf16 bk = ld16(b + k), ca = ld16(cf + k), cb = ld16(cf + kp + k), cc = ld16(cf + 2 * kp + k);
+    const vf16 mx = ld16(cf + 3 * kp + k), inv = ld16(cf + 4 * kp + k);
+    int64_t i = p0 / s->w, j = p0 % s->w;
+    for (int64_t r0 = 0; r0 < np; r0 += SUM_ROWS) {
+      vf16 fs = splat16(0.0f);
+      for (int64_t r = r0; r < np && r < r0 + SUM_ROWS; r++) {
+        const vf16 g = exp16(ld16(l + r * kp + k) + bk - mx) * inv * (ca * (float)j + cb * (float)i + cc);
+        st16_bf16(dl + r * kp + k, g);
+        fs += g;
+        if (++j == s->w) j = 0, i++;
+      }
+      for (int q = 0; q < 16; q++) db[k + q] += fs[q];
+    }
+  }
+  memset(dl + np * kp, 0, sizeof(uint16_t) * (size_t)((s->rows - np) * kp));
+}
+
+/* A short tile's input gradient, made in the thread's buffer: its np rows
+ * written into dx or added onto it. */
+static void put_rows(uint16_t *dst, const uint16_t *src, int64_t count, int accumulate) {
+  if (accumulate)
+    sp_bf16_add(dst, src, count);
+  else
+    memcpy(dst, src, sizeof(uint16_t) * (size_t)count);
+}
+
+/* One tile of backward: the logits again, their gradient, then the input
+ * gradient and the thread's weight gradient. */
+static void backward_tile(const csam_node *s, const sp_op_args *a, int t, int64_t u, const uint16_t *wt,
+                          const uint16_t *wk, const float *b, const float *coef, int dx, int dw, int accumulate) {
+  char *ts = thread_region(s, a->scratch, t);
+  const tile_exec *te = &s->te[t];
+  float *l = (float *)(ts + s->t_l);
+  uint16_t *dl = (uint16_t *)(ts + s->t_dl);
+  int64_t p0, np;
+  const int64_t img = u / s->tiles;
+  const uint16_t *xt = tile_rows(s, a->in[0]->data, u, &p0, &np, (uint16_t *)(ts + s->t_x));
+  run(s, te, s->fwd, xt, wt, l, ts + s->t_pad);
+  tile_grad(s, l, b, coef + img * 5 * s->kp, p0, np, dl, (double *)(ts + s->t_db));
+  if (dx) {
+    uint16_t *at = (uint16_t *)a->d_in[0]->data + (img * s->hw + p0) * s->c;
+    if (np == s->rows) {
+      run(s, te, s->dx_prim[accumulate], dl, wk, at, ts + s->t_pad);
+    } else {
+      uint16_t *tmp = (uint16_t *)(ts + s->t_dx);
+      run(s, te, s->dx_prim[0], dl, wk, tmp, ts + s->t_pad);
+      put_rows(at, tmp, np * s->c, accumulate);
+    }
+  }
+  if (dw) run(s, te, s->dw_prim, dl, xt, ts + s->t_dw, ts + s->t_pad);
+}
+
+static void csam_backward(cpu_node *nd, const sp_op_args *a) {
+  const csam_node *s = (const csam_node *)nd;
+  const int dx = s->need_dx && a->d_in[0] != NULL, dw = s->need_dw && a->d_param[0] != NULL;
+  const int db = s->need_dw && s->has_bias && a->d_param[1] != NULL;
+  if (!dx && !dw && !db) return;
+  const int accumulate = !(a->d_in_fresh & 1u);
+  char *sc = a->scratch;
+  uint16_t *wt = (uint16_t *)(sc + s->o_wt), *wk = (uint16_t *)(sc + s->o_w);
+  float *coef = (float *)(sc + s->o_coef), b[MAX_HEATMAPS];
+  prepare_weights(s, a->param[0]->data, wt, wk);
+  bias_of(s, a, b);
+  backward_coefs(s, a->saved, a->d_out->data, coef);
+  const int64_t wn = s->kp * s->c;
+#pragma omp parallel num_threads(s->threads)
+  {
+    const int t = omp_get_thread_num();
+    char *ts = thread_region(s, sc, t);
+    memset(ts + s->t_dw, 0, sizeof(float) * (size_t)wn);
+    memset(ts + s->t_db, 0, sizeof(double) * (size_t)s->kp);
+#pragma omp for schedule(static)
+    for (int64_t u = 0; u < s->n * s->tiles; u++) backward_tile(s, a, t, u, wt, wk, b, coef, dx, dw, accumulate);
+  }
+  for (int t = 0; t < s->threads; t++) {
+    const char *ts = thread_region(s, sc, t);
+    if (dw) cpu_add_f32(a->d_param[0]->data, (const float *)(ts + s->t_dw), (size_t)(s->k * s->c));
+    if (db) {
+      const double *d = (const double *)(ts + s->t_db);
+      float *g = a->d_param[1]->data;
+      for (int64_t k = 0; k < s->k; k++) g[k] += (float)d[k];
+    }
+  }
+}
+
+static void csam_release(cpu_node *nd) {
+  csam_node *s = (csam_node *)nd;
+  for (int t = 0; s->te && t < s->threads; t++) {
+    for (int m = 0; m < N_MEMS; m++)
+      if (s->te[t].m[m]) dnnl_memory_destroy(s->te[t].m[m]);
+    if (s->te[t].stream) dnnl_stream_destroy(s->te[t].stream);
+  }
+  free(s->te);
+}
+
+static const cpu_vt csam_vt = {csam_forward, csam_backward, NULL, csam_release};
+
+/* The case this file covers, with the input as the plan hands it. */
+static int applies(const sp_op_prep *p, const dnnl_memory_desc_t *x) {
+  const sp_conv2d_attr *at = p->attr;
+  const sp_shape *w = &p->param_shape[0];
+  return cpu_conv_use_softargmax && p->bf16 && p->consumer_op == &sp_op_softargmax && !p->out_plain &&
+         p->consumer_attr && p->in_shape[0].ndim == 4 && at->groups == 1 && w->d[2] == 1 && w->d[3] == 1 &&
+         at->stride_h == 1 && at->stride_w == 1 && at->pad_h == 0 && at->pad_w == 0 && at->dil_h == 1 &&
+         at->dil_w == 1 && p->in_shape[0].d[1] <= MAX_CHANNELS && w->d[0] <= MAX_HEATMAPS - 16 &&
+         x->data_type == dnnl_bf16 && cpu_md_lanes(x) == CPU_LANES_NHWC;
+}
+
+static int md2(dnnl_memory_desc_t *md, int64_t rows, int64_t cols, dnnl_data_type_t dt) {
+  dnnl_dims_t d = {rows, cols};
+  DNNL_TRY(dnnl_memory_desc_init_by_tag(md, 2, d, dt, dnnl_ab));
+  return 0;
+}
+
+/* The products, each made for one thread (see the top of the file). */
+static int make_products(csam_node *s) {
+  dnnl_dims_t td = {s->kp, s->rows}, ts = {1, s->kp};
+  if (md2(&s->x_md, s->rows, s->c, dnnl_bf16) || md2(&s->wt_md, s->c, s->kp, dnnl_bf16) ||
+      md2(&s->l_md, s->rows, s->kp, dnnl_f32) || md2(&s->dl_md, s->rows, s->kp, dnnl_bf16) ||
+      md2(&s->w_md, s->kp, s->c, dnnl_bf16) || md2(&s->dw_md, s->kp, s->c, dnnl_f32))
+    return -1;
+  DNNL_TRY(dnnl_memory_desc_init_by_strides(&s->dlt_md, 2, td, dnnl_bf16, ts));
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  int rc = cpu_matmul_make(&s->base, &s->x_md, &s->wt_md, NULL, &s->l_md, 0, &s->fwd_pd, &s->fwd);
+  for (int k = 0; rc == 0 && s->need_dx && k < 2; k++)
+    rc = cpu_matmul_make(&s->base, &s->dl_md, &s->w_md, NULL, &s->x_md, k, &s->dx_pd[k], &s->dx_prim[k]);
+  if (rc == 0 && s->need_dw)
+    rc = cpu_matmul_make(&s->base, &s->dlt_md, &s->x_md, NULL, &s->dw_md, 1, &s->dw_pd, &s->dw_prim);
+  omp_set_num_threads(threads);
+  return rc;
+}
+
+/* Per-thread streams and memory objects (handles set per tile). */
+static int make_tile_execs(csam_node *s) {
+  size_t pad = cpu_scratchpad_bytes(s->fwd_pd);
+  for (int k = 0; k < 2; k++)
+    if (s->dx_pd[k] && cpu_scratchpad_bytes(s->dx_pd[k]) > pad) pad = cpu_scratchpad_bytes(s->dx_pd[k]);
+  if (s->dw_pd && cpu_scratchpad_bytes(s->dw_pd) > pad) pad = cpu_scratchpad_bytes(s->dw_pd);
+  dnnl_dims_t pd = {(int64_t)(pad ? pad : 1)};
+  DNNL_TRY(dnnl_memory_desc_init_by_tag(&s->pad_md, 1, pd, dnnl_u8, dnnl_a));
+  const dnnl_memory_desc_t *mds[N_MEMS] = {&s->x_md, &s->wt_md,  &s->l_md,  &s->dl_md, &s->w_md,
+                                           &s->x_md, &s->dlt_md, &s->dw_md, &s->pad_md};
+  s->te = sp_xcalloc((size_t)s->threads, sizeof *s->te);
+  for (int t = 0; t < s->threads; t++) {
+    DNNL_TRY(dnnl_stream_create(&s->te[t].stream, cpu_engine(), dnnl_stream_default_flags));
+    for (int m = 0; m < N_MEMS; m++)
+      DNNL_TRY(dnnl_memory_create(&s->te[t].m[m], mds[m], cpu_engine(), DNNL_MEMORY_NONE));
+  }
+  return 0;
+}
+
+/* Scratch: Wt, W, the tiles' partial sums, the backward coefficients and the
+ * forward's statistics (inference), then per thread its logits, padded rows,
+ * logit gradient, padded input gradient, weight and bias gradients and the
+ * products' scratchpad. */
+static void place_scratch(csam_node *s) {
+  size_t used = 0, t = 0;
+  s->o_wt = cpu_take(&used, sizeof(uint16_t) * (size_t)(s->c * s->kp));
+  s->o_w = cpu_take(&used, sizeof(uint16_t) * (size_t)(s->c * s->kp));
+  s->o_part = cpu_take(&used, sizeof(float) * (size_t)(s->n * s->tiles * 4 * s->kp));
+  s->o_coef = cpu_take(&used, sizeof(float) * (size_t)(s->n * 5 * s->kp));
+  s->o_stats = cpu_take(&used, sizeof(csam_stat) * (size_t)(s->n * s->kp));
+  s->o_threads = cpu_take(&used, 0);
+  s->t_l = cpu_take(&t, sizeof(float) * (size_t)(s->rows * s->kp));
+  s->t_x = cpu_take(&t, sizeof(uint16_t) * (size_t)(s->rows * s->c));
+  s->t_dl = cpu_take(&t, sizeof(uint16_t) * (size_t)(s->rows * s->kp));
+  s->t_dx = cpu_take(&t, sizeof(uint16_t) * (size_t)(s->rows * s->c));
+  s->t_dw = cpu_take(&t, sizeof(float) * (size_t)(s->kp * s->c));
+  s->t_db = cpu_take(&t, sizeof(double) * (size_t)s->kp);
+  s->t_pad = cpu_take(&t, cpu_md_bytes(&s->pad_md));
+  s->thread_bytes = cpu_take(&t, 0);
+}
+
+static int setup(sp_op_prep *p, csam_node *s) {
+  const sp_shape *in = &p->in_shape[0];
+  s->n = in->d[0], s->c = in->d[1], s->h = in->d[2], s->w = in->d[3], s->hw = s->h * s->w;
+  s->k = p->param_shape[0].d[0], s->kp = (s->k + 15) / 16 * 16;
+  s->scale = ((const sp_softargmax_attr *)p->consumer_attr)->scale;
+  s->has_bias = p->n_param > 1;
+  s->need_dx = p->run_backward && p->need_d_in[0];
+  s->need_dw = p->run_backward && (p->param_grad[0] || (s->has_bias && p->param_grad[1]));
+  s->threads = omp_get_max_threads();
+  s->tiles = (s->hw + TILE_ROWS - 1) / TILE_ROWS;
+  s->rows = (s->hw + s->tiles - 1) / s->tiles; /* as even as the tiles can be */
+  if (make_products(s) || make_tile_execs(s)) return -1;
+  place_scratch(s);
+  /* The output is soft-argmax's: [N, K, 2] plain f32. */
+  sp_shape os = sp_shape3(s->n, s->k, 2);
+  if (cpu_md_plain(&s->base.out_md, &os, dnnl_f32)) return -1;
+  p->saved_bytes = p->run_backward ? sizeof(csam_stat) * (size_t)(s->n * s->kp) : 0;
+  p->absorb_consumer = 1;
+  const size_t bytes = s->o_threads + (size_t)s->threads * s->thread_bytes;
+  return cpu_report_scratch(p, &s->base, bytes, p->run_backward ? bytes : 0);
+}
+
+int cpu_conv_softargmax_prepare(sp_op_prep *p) {
+  dnnl_memory_desc_t x;
+  if (cpu_md_input(&x, p, 0) || !applies(p, &x)) return 1;
+  csam_node *s = cpu_node_new(sizeof *s, &csam_vt);
+  if (setup(p, s) != 0) {
+    cpu_node_free(&s->base);
+    return 1; /* no fast matmul: the two ops apart */
+  }
+  return 0;
+}
+
+int cpu_conv_is_softargmax(const void *state) { return ((const cpu_node *)state)->vt == &csam_vt; }
+#endif

@@ -1,0 +1,153 @@
+/* The heatmap head fused with soft-argmax in bf16 plans
+ * (backends/cpu/conv_softargmax.c): against the reference backend, training
+ * and inference; against the two ops apart on the cpu backend (the fused
+ * path keeps the logits in f32 where the two ops round them to bf16, so the
+ * two must differ a little, which also shows the fused path ran); over
+ * images of several tiles with a short last tile; with the input gradient
+ * added onto another consumer's; and taken only where it applies. */
+#include <math.h>
+
+#include "backend_compare.h"
+
+#ifdef SPRY_HAVE_DNNL
+#include "backends/cpu/cpu.h"
+
+/* x -> 3x3 conv to 32 channels (channels-last bf16) -> 1x1 head with bias ->
+ * soft-argmax (scale 0.5: the scale must reach both outputs). */
+static sp_value b_head(sp_graph *g, sp_value x) {
+  x = sp_relu(g, sp_conv2d(g, x, "pre", (sp_conv_args){.out_ch = 32, .kernel = 3, .pad = 1}));
+  x = sp_conv2d(g, x, "head", (sp_conv_args){.out_ch = 5, .kernel = 1, .bias = 1});
+  return sp_softargmax(g, x, 0.5f);
+}
+
+/* Two heads on one input, summed: the second head's input gradient is added
+ * onto the first one's (not the first writer). */
+static sp_value b_two_heads(sp_graph *g, sp_value x) {
+  x = sp_relu(g, sp_conv2d(g, x, "pre", (sp_conv_args){.out_ch = 32, .kernel = 3, .pad = 1}));
+  sp_value a = sp_softargmax(g, sp_conv2d(g, x, "head_a", (sp_conv_args){.out_ch = 17, .kernel = 1, .bias = 1}), 1.0f);
+  sp_value b = sp_softargmax(g, sp_conv2d(g, x, "head_b", (sp_conv_args){.out_ch = 17, .kernel = 1}), 1.0f);
+  return sp_add(g, a, b);
+}
+
+static void against_ref(cmp_build_fn body, const char *label, int n, int h, int w) {
+  cmp_case k = {label, body, n, 3, h, w, 1, SP_PLAN_BF16, 6e-2, 0};
+  cmp_run(&k); /* training */
+  k.training = 0;
+  cmp_run(&k); /* inference */
+}
+
+/* One tile per image; then 41 x 37 = 1517 positions: two tiles of 759 and
+ * 758 rows, the second through the padded copy. */
+static void head_against_ref(void **st) {
+  (void)st;
+  cmp_require_cpu();
+  against_ref(b_head, "head, one tile", 2, 9, 7);
+  against_ref(b_head, "head, short last tile", 3, 41, 37);
+}
+
+static void two_heads_against_ref(void **st) {
+  (void)st;
+  cmp_require_cpu();
+  against_ref(b_two_heads, "two heads, shared input, short last tile", 2, 41, 37);
+}
+
+static void fused_or_apart(int path) { cpu_conv_use_softargmax = path == 0; }
+
+/* One bf16 training step fused and one with the two ops apart. */
+static void fused_matches_apart(void **st) {
+  (void)st;
+  cmp_require_cpu();
+  const cmp_case cases[] = {{"head", b_head, 3, 3, 41, 37, 1, SP_PLAN_BF16, 0, 0},
+                            {"two heads", b_two_heads, 2, 3, 41, 37, 1, SP_PLAN_BF16, 0, 0}};
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    const cmp_case *k = &cases[c];
+    sp_shape ys = cmp_out_shape(k);
+    sp_graph *g[2];
+    sp_plan *p[2];
+    for (int m = 0; m < 2; m++) {
+      fused_or_apart(m);
+      sp_value y;
+      g[m] = cmp_graph(k, &y);
+      p[m] = cmp_plan(k, g[m], &ys, SP_BACKEND_CPU, k->flags);
+      cmp_fill(p[m], 99, 0);
+      sp_graph_zero_grad(g[m]);
+      assert_int_equal(sp_plan_forward(p[m]), 0);
+      assert_int_equal(sp_plan_backward(p[m]), 0);
+    }
+    fused_or_apart(0);
+    const double dy = cmp_rel_l2(sp_plan_output(p[0], "y"), sp_plan_output(p[1], "y"));
+    printf("# [%s] output: fused vs apart %.3g (relative L2)\n", k->label, dy);
+    if (!(dy > 0)) fail_msg("[%s] fused and apart gave identical outputs: the fused path did not run", k->label);
+    if (!(dy <= 1e-2)) fail_msg("[%s] the output differs by %.3g", k->label, dy);
+    /* A head's bias has no true gradient (the softmax ignores a shift): both
+     * paths return rounding noise, held to the bf16 floor of the largest
+     * gradient instead (as backend_compare.h does). */
+    const double floor = cmp_grad_floor_for(g[1], SP_PLAN_BF16);
+    for (int i = 0; i < sp_graph_param_count(g[0]); i++) {
+      const sp_tensor *a = sp_graph_param_grad(g[0], i), *b = sp_graph_param_grad(g[1], i);
+      if (!a) continue;
+      const char *name = sp_graph_param_name(g[0], i);
+      const int shift_free = !strncmp(name, "head", 4) && strstr(name, ".bias");
+      double d2 = 0, r2 = 0;
+      for (int64_t j = 0; j < sp_tensor_numel(a); j++) {
+        const double x = ((const float *)a->data)[j], y = ((const float *)b->data)[j];
+        d2 += (x - y) * (x - y), r2 += y * y;
+      }
+      const double d = sqrt(d2) / fmax(sqrt(r2), shift_free ? floor * sqrt((double)sp_tensor_numel(a)) : 0);
+      printf("# [%s] grad.%s: fused vs apart %.3g\n", k->label, sp_graph_param_name(g[0], i), d);
+      if (!(d <= 5e-2)) fail_msg("[%s] grad.%s differs by %.3g", k->label, sp_graph_param_name(g[0], i), d);
+    }
+    for (int m = 0; m < 2; m++) sp_plan_free(p[m]), sp_graph_free(g[m]);
+  }
+}
+
+/* Taken for a bf16 1x1 convolution on channels-last input whose only
+ * consumer is soft-argmax; not in f32, not for a 3x3 window or a blocked
+ * input, not before another op. */
+static void taken_where_it_applies(void **st) {
+  (void)st;
+  cmp_require_cpu();
+  const sp_softargmax_attr sam = {1.0f};
+  struct {
+    int bf16, kernel, nhwc, softargmax, want;
+  } cases[] = {{1, 1, 1, 1, 1}, {0, 1, 1, 1, 0}, {1, 3, 1, 1, 0}, {1, 1, 0, 1, 0}, {1, 1, 1, 0, 0}};
+  for (size_t t = 0; t < sizeof cases / sizeof cases[0]; t++) {
+    dnnl_memory_desc_t md;
+    dnnl_dims_t dims = {2, 32, 20, 20};
+    assert_int_equal(dnnl_memory_desc_init_by_tag(&md, 4, dims, cases[t].bf16 ? dnnl_bf16 : dnnl_f32,
+                                                  cases[t].nhwc ? dnnl_acdb : dnnl_aBcd16b),
+                     dnnl_success);
+    const int pad = cases[t].kernel / 2;
+    sp_conv2d_attr at = {1, 1, pad, pad, 1, 1, 1};
+    sp_op_prep p = {.op = &sp_op_conv2d,
+                    .attr = &at,
+                    .n_in = 1,
+                    .n_param = 2,
+                    .training = 1,
+                    .run_backward = 1,
+                    .bf16 = cases[t].bf16};
+    p.in_shape[0] = sp_shape4(2, 32, 20, 20), p.out_shape = sp_shape4(2, 7, 20, 20);
+    p.param_shape[0] = sp_shape4(7, 32, cases[t].kernel, cases[t].kernel), p.param_grad[0] = 1;
+    p.param_shape[1] = sp_shape1(7), p.param_grad[1] = 1;
+    p.in_dtype[0] = SP_F32, p.in_layout[0] = &md, p.need_d_in[0] = 1;
+    p.consumer_op = cases[t].softargmax ? &sp_op_softargmax : &sp_op_relu;
+    p.consumer_attr = cases[t].softargmax ? (const void *)&sam : NULL;
+    assert_int_equal(cpu_conv_prepare(&p), 0);
+    if (cpu_conv_is_softargmax(p.state) != cases[t].want)
+      fail_msg("case %zu: fused path %s", t, cases[t].want ? "not taken" : "taken");
+    if (cases[t].want && p.absorb_consumer != 1) fail_msg("case %zu: soft-argmax not absorbed", t);
+    cpu_node_free(p.state);
+  }
+}
+#endif
+
+int main(void) {
+#ifdef SPRY_HAVE_DNNL
+  const struct CMUnitTest tests[] = {cmocka_unit_test(head_against_ref), cmocka_unit_test(two_heads_against_ref),
+                                     cmocka_unit_test(fused_matches_apart), cmocka_unit_test(taken_where_it_applies)};
+  return cmocka_run_group_tests(tests, NULL, NULL);
+#else
+  printf("1..0 # SKIP oneDNN not in this build\n");
+  return 0;
+#endif
+}
