@@ -8,6 +8,9 @@
 #include <string.h>
 
 #include "backend_compare.h"
+#ifdef SPRY_HAVE_DNNL
+#include "backends/cpu/cpu.h"
+#endif
 #include "spry/models.h"
 #include "spry/optim.h"
 #include "spry/train.h"
@@ -172,21 +175,28 @@ static void residual_net_f32(void **s) {
 }
 
 /* A training plan that reads only the loss (what the trainer makes): the
- * heatmaps output is no longer kept, so the cpu backend runs the head conv
- * and soft-argmax in its own layout; the loss and every gradient still match
- * the reference, and the output is refused rather than read stale. */
+ * heatmaps output is no longer kept, so the cpu backend fuses the head conv
+ * with soft-argmax (conv_softargmax.c), or runs the two in its own layout;
+ * either way the loss and every gradient still match the reference, and the
+ * output is refused rather than read stale. */
 static void loss_only_training_plan(void **s) {
   (void)s;
   cmp_require_cpu();
+  gradients_match(&head_case, SP_PLAN_LOSS_ONLY, 1e-4); /* fused */
+#ifdef SPRY_HAVE_DNNL
+  cpu_conv_use_softargmax = 0; /* apart: the heatmaps' buffer is reused once soft-argmax has read it */
+#endif
   gradients_match(&head_case, SP_PLAN_LOSS_ONLY, 1e-4);
   run kept = make_run(&head_case, SP_BACKEND_CPU, 0, NULL), dropped = make_run(&head_case, SP_BACKEND_CPU, SP_PLAN_LOSS_ONLY, NULL);
   assert_non_null(sp_plan_output(kept.p, "heatmaps"));
   assert_null(sp_plan_output(dropped.p, "heatmaps"));
   assert_non_null(strstr(sp_last_error(), "SP_PLAN_LOSS_ONLY"));
-  /* Its buffer is reused once soft-argmax has read it. */
   assert_true(sp_plan_arena_bytes(dropped.p) < sp_plan_arena_bytes(kept.p));
   free_run(&kept);
   free_run(&dropped);
+#ifdef SPRY_HAVE_DNNL
+  cpu_conv_use_softargmax = 1;
+#endif
 }
 
 static void tsm_block_f32(void **s) {

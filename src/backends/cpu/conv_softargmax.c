@@ -1,7 +1,8 @@
 /* A 1x1 convolution whose only consumer is soft-argmax (ResUNet's heatmap
  * head: a few dozen channels in, one heatmap per keypoint out, at the input's
- * full resolution), fused, in bf16 plans on channels-last activations. The
- * heatmaps are never stored. With X[n] the image's [HW, C] rows:
+ * full resolution), fused, in bf16 and f32 plans, on channels-last or
+ * channel-blocked activations. The heatmaps are never stored. With X[n] the
+ * image's [HW, C] rows:
  *
  *   forward    per tile of P positions: L = X_tile Wt + b (one product,
  *              f32 out, L2-resident), then each heatmap's max, sum of
@@ -9,22 +10,24 @@
  *              tiles' partial sums merge per heatmap (log-sum-exp).
  *   backward   per tile again: L recomputed, p = exp(L - M) / S and
  *              dL = scale p (gx (j - ex) + gy (i - ey)) (ops/softargmax.c),
- *              rounded to bf16; dX_tile (=|+=) dL W, dW += dL^T X_tile,
- *              db += column sums of dL.
+ *              in the plan's precision; dX_tile (=|+=) dL W,
+ *              dW += dL^T X_tile, db += column sums of dL.
  *
  * Why: apart, the head wrote N K H W bf16 logits, soft-argmax read them twice
  * and saved N K H W f32 exponentials for backward, which wrote bf16 logit
  * gradients that the convolution's backward read twice: about 1.1 GB of
  * memory traffic per ResUNet-50 step at batch 16 (68 heatmaps of 224x224),
- * 137 of its ~1450 ms. Fused, the traffic is X read twice and dX written;
- * the products are small for AMX (K and C below 100).
+ * 137 of its ~1450 ms (f32: 179 of ~3100). Fused, the traffic is X read
+ * twice and dX written; the products are small (K and C below 100).
  *
  * The tiles run in parallel, one thread each, so each oneDNN product is made
  * for one thread (made with omp_set_num_threads(1): oneDNN sizes its work
  * split when a primitive is made, and runs a primitive inside a parallel
  * region on the calling thread alone). Each thread has its own stream and
- * memory objects, whose data handles move from tile to tile. An image's last
- * tile may be shorter: it goes through a zero-padded copy of its rows. */
+ * memory objects, whose data handles move from tile to tile. Channels-last
+ * rows are a matrix in place; blocked ones (nChw16c, f32 plans) are gathered
+ * into the thread's [P, C] buffer and their input gradient scattered back,
+ * and so is an image's last tile when it is shorter (zero rows after it). */
 #ifdef SPRY_HAVE_DNNL
 #include <math.h>
 #include <omp.h>
@@ -53,6 +56,14 @@ typedef struct {
   int64_t rows, tiles;           /* positions per tile; tiles per image (the last may be shorter) */
   float scale;
   int has_bias, need_dx, need_dw, threads;
+  int f32;       /* the plan computes in f32 (else bf16) */
+  size_t es;     /* bytes per activation element: 4 or 2 */
+  cpu_bn_geom g; /* the input's layout (lanes, blocks, strides) */
+  int in_place;  /* channels-last: a full tile's rows are a matrix in x and dx */
+  /* Frozen inference plans: Wt and the bias prepared once, again only when
+   * the parameters change (sp_plan_params_changed). */
+  void *wt_kept;
+  float *b_kept;
   dnnl_memory_desc_t x_md, wt_md, l_md, dl_md, w_md, dlt_md, dw_md, pad_md;
   dnnl_primitive_desc_t fwd_pd, dx_pd[2], dw_pd; /* dx: [0] writes, [1] adds */
   dnnl_primitive_t fwd, dx_prim[2], dw_prim;
@@ -69,14 +80,14 @@ typedef struct {
   float max, inv_sum, ex, ey;
 } csam_stat;
 
-/* Wt[c, k] and W[k, c] in bf16 from the f32 master weights [K, C, 1, 1]; zero
- * past the real heatmaps. */
-static void prepare_weights(const csam_node *s, const float *w, uint16_t *wt, uint16_t *wk) {
+/* Wt[c, k] and W[k, c] in the plan's precision from the f32 master weights
+ * [K, C, 1, 1]; zero past the real heatmaps. */
+static void prepare_weights(const csam_node *s, const float *w, void *wt, void *wk) {
   for (int64_t k = 0; k < s->kp; k++)
     for (int64_t c = 0; c < s->c; c++) {
-      const uint16_t v = k < s->k ? sp_bf16_round(w[k * s->c + c]) : 0;
-      if (wt) wt[c * s->kp + k] = v;
-      if (wk) wk[k * s->c + c] = v;
+      const float v = k < s->k ? w[k * s->c + c] : 0.0f;
+      if (wt) sp_stf(wt, c * s->kp + k, v, !s->f32);
+      if (wk) sp_stf(wk, k * s->c + c, v, !s->f32);
     }
 }
 
@@ -96,18 +107,25 @@ static void run(const csam_node *s, const tile_exec *te, dnnl_primitive_t prim, 
   DNNL_RUN(dnnl_primitive_execute(prim, te->stream, 4, args));
 }
 
-/* Tile u's rows of X: in place, or (a short last tile) copied into the
- * thread's zero-padded buffer. */
-static const uint16_t *tile_rows(const csam_node *s, const uint16_t *x, int64_t u, int64_t *p0, int64_t *np,
-                                 uint16_t *pad) {
-  const int64_t img = u / s->tiles;
+/* Element offset of (image, channel block, position) in the input's layout. */
+static int64_t at_of(const csam_node *s, int64_t img, int64_t blk, int64_t pos) {
+  return img * s->g.img_stride + blk * s->g.blk_stride + pos * s->g.lanes;
+}
+
+/* Tile u's rows of X as a [rows, C] matrix: in place (channels-last, a full
+ * tile), or gathered into the thread's buffer with zero rows after np. */
+static const void *tile_rows(const csam_node *s, const void *x, int64_t u, int64_t *p0, int64_t *np, char *buf) {
+  const int64_t img = u / s->tiles, L = s->g.lanes;
   *p0 = (u % s->tiles) * s->rows;
   *np = s->hw - *p0 < s->rows ? s->hw - *p0 : s->rows;
-  const uint16_t *at = x + (img * s->hw + *p0) * s->c;
-  if (*np == s->rows) return at;
-  memcpy(pad, at, sizeof(uint16_t) * (size_t)(*np * s->c));
-  memset(pad + *np * s->c, 0, sizeof(uint16_t) * (size_t)((s->rows - *np) * s->c));
-  return pad;
+  if (s->in_place && *np == s->rows) return (const char *)x + at_of(s, img, 0, *p0) * s->es;
+  for (int64_t b = 0; b < s->g.blocks; b++) {
+    const int64_t n = s->c - b * L < L ? s->c - b * L : L; /* a last block's padding lanes stay out */
+    const char *src = (const char *)x + at_of(s, img, b, *p0) * s->es;
+    for (int64_t r = 0; r < *np; r++) memcpy(buf + (r * s->c + b * L) * s->es, src + r * L * s->es, (size_t)n * s->es);
+  }
+  memset(buf + *np * s->c * s->es, 0, (size_t)((s->rows - *np) * s->c) * s->es);
+  return buf;
 }
 
 static void bias_of(const csam_node *s, const sp_op_args *a, float *b) {
@@ -148,11 +166,15 @@ static inline vf16 exp16(vf16 x) {
   return p * (vf16)two_n;
 }
 
-/* sp_bf16_round on 16 lanes. */
-static inline void st16_bf16(uint16_t *p, vf16 v) {
+/* 16 lanes stored as f32, or rounded to bf16 as sp_bf16_round does. */
+static inline void st16(void *p, int64_t i, vf16 v, int f32) {
+  if (f32) {
+    *(vf16u *)((float *)p + i) = v;
+    return;
+  }
   const vu16 u = (vu16)v, r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
   const vu16 nan = (vu16)((u & 0x7fffffffu) > 0x7f800000u);
-  *(vh16u *)p = __builtin_convertvector((r & ~nan) | (((u >> 16) | 0x40u) & nan), vh16);
+  *(vh16u *)((uint16_t *)p + i) = __builtin_convertvector((r & ~nan) | (((u >> 16) | 0x40u) & nan), vh16);
 }
 
 /* One tile's partial sums per heatmap: part = [max | sum | column sum | row
@@ -211,11 +233,13 @@ static char *thread_region(const csam_node *s, char *sc, int t) {
 static void csam_forward(cpu_node *nd, const sp_op_args *a) {
   const csam_node *s = (const csam_node *)nd;
   char *sc = a->scratch;
-  uint16_t *wt = (uint16_t *)(sc + s->o_wt);
-  float *part = (float *)(sc + s->o_part), b[MAX_HEATMAPS];
-  prepare_weights(s, a->param[0]->data, wt, NULL);
-  bias_of(s, a, b);
-  const uint16_t *x = a->in[0]->data;
+  void *wt = s->wt_kept ? s->wt_kept : sc + s->o_wt;
+  float *part = (float *)(sc + s->o_part), fresh[MAX_HEATMAPS], *b = s->b_kept ? s->b_kept : fresh;
+  if (!s->wt_kept || a->params_stale) {
+    prepare_weights(s, a->param[0]->data, wt, NULL);
+    bias_of(s, a, b);
+  }
+  const void *x = a->in[0]->data;
 #pragma omp parallel num_threads(s->threads)
   {
     const int t = omp_get_thread_num();
@@ -224,7 +248,7 @@ static void csam_forward(cpu_node *nd, const sp_op_args *a) {
 #pragma omp for schedule(static)
     for (int64_t u = 0; u < s->n * s->tiles; u++) {
       int64_t p0, np;
-      const uint16_t *xt = tile_rows(s, x, u, &p0, &np, (uint16_t *)(ts + s->t_x));
+      const void *xt = tile_rows(s, x, u, &p0, &np, ts + s->t_x);
       run(s, &s->te[t], s->fwd, xt, wt, l, ts + s->t_pad);
       tile_sums(s, l, b, p0, np, part + u * 4 * s->kp);
     }
@@ -250,10 +274,10 @@ static void backward_coefs(const csam_node *s, const csam_stat *st, const float 
   }
 }
 
-/* One tile's logit gradient in bf16 (rows past np zero) and its column sums
- * added into db. */
+/* One tile's logit gradient in the plan's precision (rows past np zero) and
+ * its column sums added into db. */
 static void tile_grad(const csam_node *s, const float *l, const float *b, const float *cf, int64_t p0, int64_t np,
-                      uint16_t *dl, double *db) {
+                      void *dl, double *db) {
   const int64_t kp = s->kp;
   for (int64_t k = 0; k < kp; k += 16) {
     const vf16 bk = ld16(b + k), ca = ld16(cf + k), cb = ld16(cf + kp + k), cc = ld16(cf + 2 * kp + k);
@@ -263,46 +287,62 @@ static void tile_grad(const csam_node *s, const float *l, const float *b, const 
       vf16 fs = splat16(0.0f);
       for (int64_t r = r0; r < np && r < r0 + SUM_ROWS; r++) {
         const vf16 g = exp16(ld16(l + r * kp + k) + bk - mx) * inv * (ca * (float)j + cb * (float)i + cc);
-        st16_bf16(dl + r * kp + k, g);
+        st16(dl, r * kp + k, g, s->f32);
         fs += g;
         if (++j == s->w) j = 0, i++;
       }
       for (int q = 0; q < 16; q++) db[k + q] += fs[q];
     }
   }
-  memset(dl + np * kp, 0, sizeof(uint16_t) * (size_t)((s->rows - np) * kp));
+  memset((char *)dl + np * kp * s->es, 0, (size_t)((s->rows - np) * kp) * s->es);
 }
 
-/* A short tile's input gradient, made in the thread's buffer: its np rows
- * written into dx or added onto it. */
-static void put_rows(uint16_t *dst, const uint16_t *src, int64_t count, int accumulate) {
-  if (accumulate)
-    sp_bf16_add(dst, src, count);
+/* n values of a tile's input gradient into dx: written, or added on. */
+static void put_run(const csam_node *s, char *dst, const char *src, int64_t n, int accumulate) {
+  if (!accumulate)
+    memcpy(dst, src, (size_t)n * s->es);
+  else if (!s->f32)
+    sp_bf16_add((uint16_t *)dst, (const uint16_t *)src, n);
   else
-    memcpy(dst, src, sizeof(uint16_t) * (size_t)count);
+    for (int64_t i = 0; i < n; i++) ((float *)dst)[i] += ((const float *)src)[i];
+}
+
+/* A tile's input gradient made in the thread's [rows, C] buffer: its np rows
+ * scattered into dx's layout; a written block's padding lanes get zeros
+ * (convolutions reading the gradient expect zero padding). */
+static void put_rows(const csam_node *s, void *dx, const char *tmp, int64_t img, int64_t p0, int64_t np,
+                     int accumulate) {
+  const int64_t L = s->g.lanes;
+  for (int64_t b = 0; b < s->g.blocks; b++) {
+    const int64_t n = s->c - b * L < L ? s->c - b * L : L;
+    char *dst = (char *)dx + at_of(s, img, b, p0) * s->es;
+    for (int64_t r = 0; r < np; r++) {
+      put_run(s, dst + r * L * s->es, tmp + (r * s->c + b * L) * s->es, n, accumulate);
+      if (n < L && !accumulate) memset(dst + (r * L + n) * s->es, 0, (size_t)(L - n) * s->es);
+    }
+  }
 }
 
 /* One tile of backward: the logits again, their gradient, then the input
  * gradient and the thread's weight gradient. */
-static void backward_tile(const csam_node *s, const sp_op_args *a, int t, int64_t u, const uint16_t *wt,
-                          const uint16_t *wk, const float *b, const float *coef, int dx, int dw, int accumulate) {
+static void backward_tile(const csam_node *s, const sp_op_args *a, int t, int64_t u, const void *wt, const void *wk,
+                          const float *b, const float *coef, int dx, int dw, int accumulate) {
   char *ts = thread_region(s, a->scratch, t);
   const tile_exec *te = &s->te[t];
   float *l = (float *)(ts + s->t_l);
-  uint16_t *dl = (uint16_t *)(ts + s->t_dl);
+  void *dl = ts + s->t_dl;
   int64_t p0, np;
   const int64_t img = u / s->tiles;
-  const uint16_t *xt = tile_rows(s, a->in[0]->data, u, &p0, &np, (uint16_t *)(ts + s->t_x));
+  const void *xt = tile_rows(s, a->in[0]->data, u, &p0, &np, ts + s->t_x);
   run(s, te, s->fwd, xt, wt, l, ts + s->t_pad);
   tile_grad(s, l, b, coef + img * 5 * s->kp, p0, np, dl, (double *)(ts + s->t_db));
   if (dx) {
-    uint16_t *at = (uint16_t *)a->d_in[0]->data + (img * s->hw + p0) * s->c;
-    if (np == s->rows) {
+    if (s->in_place && np == s->rows) {
+      char *at = (char *)a->d_in[0]->data + at_of(s, img, 0, p0) * s->es;
       run(s, te, s->dx_prim[accumulate], dl, wk, at, ts + s->t_pad);
     } else {
-      uint16_t *tmp = (uint16_t *)(ts + s->t_dx);
-      run(s, te, s->dx_prim[0], dl, wk, tmp, ts + s->t_pad);
-      put_rows(at, tmp, np * s->c, accumulate);
+      run(s, te, s->dx_prim[0], dl, wk, ts + s->t_dx, ts + s->t_pad);
+      put_rows(s, a->d_in[0]->data, ts + s->t_dx, img, p0, np, accumulate);
     }
   }
   if (dw) run(s, te, s->dw_prim, dl, xt, ts + s->t_dw, ts + s->t_pad);
@@ -315,7 +355,7 @@ static void csam_backward(cpu_node *nd, const sp_op_args *a) {
   if (!dx && !dw && !db) return;
   const int accumulate = !(a->d_in_fresh & 1u);
   char *sc = a->scratch;
-  uint16_t *wt = (uint16_t *)(sc + s->o_wt), *wk = (uint16_t *)(sc + s->o_w);
+  void *wt = sc + s->o_wt, *wk = sc + s->o_w;
   float *coef = (float *)(sc + s->o_coef), b[MAX_HEATMAPS];
   prepare_weights(s, a->param[0]->data, wt, wk);
   bias_of(s, a, b);
@@ -357,11 +397,12 @@ static const cpu_vt csam_vt = {csam_forward, csam_backward, NULL, csam_release};
 static int applies(const sp_op_prep *p, const dnnl_memory_desc_t *x) {
   const sp_conv2d_attr *at = p->attr;
   const sp_shape *w = &p->param_shape[0];
-  return cpu_conv_use_softargmax && p->bf16 && p->consumer_op == &sp_op_softargmax && !p->out_plain &&
-         p->consumer_attr && p->in_shape[0].ndim == 4 && at->groups == 1 && w->d[2] == 1 && w->d[3] == 1 &&
-         at->stride_h == 1 && at->stride_w == 1 && at->pad_h == 0 && at->pad_w == 0 && at->dil_h == 1 &&
-         at->dil_w == 1 && p->in_shape[0].d[1] <= MAX_CHANNELS && w->d[0] <= MAX_HEATMAPS - 16 &&
-         x->data_type == dnnl_bf16 && cpu_md_lanes(x) == CPU_LANES_NHWC;
+  cpu_bn_geom g;
+  return cpu_conv_use_softargmax && p->consumer_op == &sp_op_softargmax && !p->out_plain && p->consumer_attr &&
+         p->in_shape[0].ndim == 4 && at->groups == 1 && w->d[2] == 1 && w->d[3] == 1 && at->stride_h == 1 &&
+         at->stride_w == 1 && at->pad_h == 0 && at->pad_w == 0 && at->dil_h == 1 && at->dil_w == 1 &&
+         p->in_shape[0].d[1] <= MAX_CHANNELS && w->d[0] <= MAX_HEATMAPS - 16 &&
+         x->data_type == (p->bf16 ? dnnl_bf16 : dnnl_f32) && cpu_bn_geom_of(&g, x, &p->in_shape[0]) == 0 && g.lanes > 1;
 }
 
 static int md2(dnnl_memory_desc_t *md, int64_t rows, int64_t cols, dnnl_data_type_t dt) {
@@ -372,12 +413,12 @@ static int md2(dnnl_memory_desc_t *md, int64_t rows, int64_t cols, dnnl_data_typ
 
 /* The products, each made for one thread (see the top of the file). */
 static int make_products(csam_node *s) {
+  const dnnl_data_type_t dt = s->f32 ? dnnl_f32 : dnnl_bf16;
   dnnl_dims_t td = {s->kp, s->rows}, ts = {1, s->kp};
-  if (md2(&s->x_md, s->rows, s->c, dnnl_bf16) || md2(&s->wt_md, s->c, s->kp, dnnl_bf16) ||
-      md2(&s->l_md, s->rows, s->kp, dnnl_f32) || md2(&s->dl_md, s->rows, s->kp, dnnl_bf16) ||
-      md2(&s->w_md, s->kp, s->c, dnnl_bf16) || md2(&s->dw_md, s->kp, s->c, dnnl_f32))
+  if (md2(&s->x_md, s->rows, s->c, dt) || md2(&s->wt_md, s->c, s->kp, dt) || md2(&s->l_md, s->rows, s->kp, dnnl_f32) ||
+      md2(&s->dl_md, s->rows, s->kp, dt) || md2(&s->w_md, s->kp, s->c, dt) || md2(&s->dw_md, s->kp, s->c, dnnl_f32))
     return -1;
-  DNNL_TRY(dnnl_memory_desc_init_by_strides(&s->dlt_md, 2, td, dnnl_bf16, ts));
+  DNNL_TRY(dnnl_memory_desc_init_by_strides(&s->dlt_md, 2, td, dt, ts));
   const int threads = omp_get_max_threads();
   omp_set_num_threads(1);
   int rc = cpu_matmul_make(&s->base, &s->x_md, &s->wt_md, NULL, &s->l_md, 0, &s->fwd_pd, &s->fwd);
@@ -414,24 +455,27 @@ static int make_tile_execs(csam_node *s) {
  * products' scratchpad. */
 static void place_scratch(csam_node *s) {
   size_t used = 0, t = 0;
-  s->o_wt = cpu_take(&used, sizeof(uint16_t) * (size_t)(s->c * s->kp));
-  s->o_w = cpu_take(&used, sizeof(uint16_t) * (size_t)(s->c * s->kp));
+  s->o_wt = cpu_take(&used, s->es * (size_t)(s->c * s->kp));
+  s->o_w = cpu_take(&used, s->es * (size_t)(s->c * s->kp));
   s->o_part = cpu_take(&used, sizeof(float) * (size_t)(s->n * s->tiles * 4 * s->kp));
   s->o_coef = cpu_take(&used, sizeof(float) * (size_t)(s->n * 5 * s->kp));
   s->o_stats = cpu_take(&used, sizeof(csam_stat) * (size_t)(s->n * s->kp));
   s->o_threads = cpu_take(&used, 0);
   s->t_l = cpu_take(&t, sizeof(float) * (size_t)(s->rows * s->kp));
-  s->t_x = cpu_take(&t, sizeof(uint16_t) * (size_t)(s->rows * s->c));
-  s->t_dl = cpu_take(&t, sizeof(uint16_t) * (size_t)(s->rows * s->kp));
-  s->t_dx = cpu_take(&t, sizeof(uint16_t) * (size_t)(s->rows * s->c));
+  s->t_x = cpu_take(&t, s->es * (size_t)(s->rows * s->c));
+  s->t_dl = cpu_take(&t, s->es * (size_t)(s->rows * s->kp));
+  s->t_dx = cpu_take(&t, s->es * (size_t)(s->rows * s->c));
   s->t_dw = cpu_take(&t, sizeof(float) * (size_t)(s->kp * s->c));
   s->t_db = cpu_take(&t, sizeof(double) * (size_t)s->kp);
   s->t_pad = cpu_take(&t, cpu_md_bytes(&s->pad_md));
   s->thread_bytes = cpu_take(&t, 0);
 }
 
-static int setup(sp_op_prep *p, csam_node *s) {
+static int setup(sp_op_prep *p, csam_node *s, const dnnl_memory_desc_t *x) {
   const sp_shape *in = &p->in_shape[0];
+  if (cpu_bn_geom_of(&s->g, x, in)) return -1;
+  s->f32 = !p->bf16, s->es = s->f32 ? 4 : 2;
+  s->in_place = s->g.blocks == 1; /* channels-last */
   s->n = in->d[0], s->c = in->d[1], s->h = in->d[2], s->w = in->d[3], s->hw = s->h * s->w;
   s->k = p->param_shape[0].d[0], s->kp = (s->k + 15) / 16 * 16;
   s->scale = ((const sp_softargmax_attr *)p->consumer_attr)->scale;
@@ -443,6 +487,12 @@ static int setup(sp_op_prep *p, csam_node *s) {
   s->rows = (s->hw + s->tiles - 1) / s->tiles; /* as even as the tiles can be */
   if (make_products(s) || make_tile_execs(s)) return -1;
   place_scratch(s);
+  if (p->frozen && !p->run_backward) {
+    size_t used = 0, at_w = cpu_take(&used, s->es * (size_t)(s->c * s->kp)),
+           at_b = cpu_take(&used, sizeof(float) * (size_t)s->kp);
+    char *kept = cpu_node_keep(&s->base, used);
+    s->wt_kept = kept + at_w, s->b_kept = (float *)(kept + at_b);
+  }
   /* The output is soft-argmax's: [N, K, 2] plain f32. */
   sp_shape os = sp_shape3(s->n, s->k, 2);
   if (cpu_md_plain(&s->base.out_md, &os, dnnl_f32)) return -1;
@@ -456,7 +506,7 @@ int cpu_conv_softargmax_prepare(sp_op_prep *p) {
   dnnl_memory_desc_t x;
   if (cpu_md_input(&x, p, 0) || !applies(p, &x)) return 1;
   csam_node *s = cpu_node_new(sizeof *s, &csam_vt);
-  if (setup(p, s) != 0) {
+  if (setup(p, s, &x) != 0) {
     cpu_node_free(&s->base);
     return 1; /* no fast matmul: the two ops apart */
   }
