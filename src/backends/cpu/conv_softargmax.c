@@ -149,21 +149,15 @@ static inline vf16 max16(vf16 a, vf16 b) {
   return (vf16)(((vi16)a & m) | ((vi16)b & ~m));
 }
 
-/* exp_nonpos (exp_nonpos.h) on 16 lanes, the same operations. */
+/* exp_nonpos (exp_nonpos.h) on 16 lanes: the same steps and constants. */
 static inline vf16 exp16(vf16 x) {
   x = max16(x, splat16(-87.0f));
-  const vf16 t = x * 1.44269504f + 12582912.0f, n = t - 12582912.0f;
-  vf16 r = x - n * 0.693359375f;
-  r = r + n * 2.12194440e-4f;
-  vf16 p = splat16(1.9875691500e-4f);
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
+  const vf16 t = x * 1.44269504f + EXP_NONPOS_MAGIC, n = t - EXP_NONPOS_MAGIC;
+  const vf16 r = x - n * EXP_NONPOS_LN2_HI - n * EXP_NONPOS_LN2_LO;
+  vf16 p = splat16(exp_nonpos_c[0]);
+  for (int i = 1; i < 6; i++) p = p * r + exp_nonpos_c[i];
   const vu16 two_n = ((vu16)t - 0x4B400000u + 127u) << 23;
-  return p * (vf16)two_n;
+  return (p * r * r + r + 1.0f) * (vf16)two_n;
 }
 
 /* 16 lanes stored as f32, or rounded to bf16 as sp_bf16_round does. */
