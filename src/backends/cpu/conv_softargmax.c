@@ -91,6 +91,9 @@ static void prepare_weights(const csam_node *s, const float *w, void *wt, void *
     }
 }
 
+/* One product on the calling thread: its memory objects pointed at this
+ * tile's buffers (which object serves as what follows from the primitive),
+ * the scratchpad one sized for the largest of the three products. */
 static void run(const csam_node *s, const tile_exec *te, dnnl_primitive_t prim, const void *src, const void *wei,
                 void *dst, void *pad) {
   const int m_src = prim == s->fwd ? M_X : prim == s->dw_prim ? M_DLT : M_DL;
