@@ -213,7 +213,8 @@ static inline void cmp_two_paths_with(const cmp_case *k, void (*choose)(int path
   const double dy = cmp_rel_l2(sp_plan_output(p[0], "y"), sp_plan_output(p[1], "y"));
   printf("# [%s] output: the two paths differ by %.3g (relative L2)\n", k->label, dy);
   if (!(dy <= tol)) fail_msg("[%s] the output differs between the two paths (%.3g)", k->label, dy);
-  if (o && o->must_differ && !(dy > 0)) fail_msg("[%s] the two paths gave identical outputs: the first did not run", k->label);
+  if (o && o->must_differ && !(dy > 0))
+    fail_msg("[%s] the two paths gave identical outputs: the first did not run", k->label);
   const double floor = cmp_grad_floor_for(g[1], SP_PLAN_BF16);
   for (int i = 0; i < sp_graph_param_count(g[0]); i++) {
     const sp_tensor *a = sp_graph_param_grad(g[0], i), *b = sp_graph_param_grad(g[1], i);
@@ -311,5 +312,38 @@ static inline void cmp_run(const cmp_case *c) {
     sp_graph_free(g[b]);
   }
 }
+
+/* What a plan hands a one-input convolution node's prepare(): a training
+ * plan with backward and the input's gradient wanted, every parameter
+ * trainable (a bias when `bias`), the input in `layout` (the producer's
+ * dnnl_memory_desc_t; NULL: plain). Tests of which path a node takes set
+ * the rest (consumer, run_backward) on the result. */
+static inline sp_op_prep cmp_conv_prep(const sp_op_def *op, const void *attr, sp_shape in, sp_shape out,
+                                       sp_shape weight, int bias, int bf16, const void *layout) {
+  sp_op_prep p = {.op = op, .attr = attr, .n_in = 1, .n_param = bias ? 2 : 1, .training = 1, .run_backward = 1,
+                  .bf16 = bf16};
+  p.in_shape[0] = in, p.out_shape = out;
+  p.param_shape[0] = weight, p.param_grad[0] = 1;
+  p.param_shape[1] = sp_shape1(out.d[1]), p.param_grad[1] = bias != 0;
+  p.in_dtype[0] = SP_F32, p.in_layout[0] = layout, p.need_d_in[0] = 1;
+  return p;
+}
+
+/* main() of a test of the cpu backend's own paths: its tests, or a SKIP
+ * line in a build without oneDNN (the test functions then do not exist:
+ * macro arguments that are not used are never compiled). */
+#ifdef SPRY_HAVE_DNNL
+#define CMP_CPU_MAIN(...)                                            \
+  int main(void) {                                                   \
+    const struct CMUnitTest tests[] = {__VA_ARGS__};                 \
+    return cmocka_run_group_tests(tests, NULL, NULL);                \
+  }
+#else
+#define CMP_CPU_MAIN(...)                                            \
+  int main(void) {                                                   \
+    printf("1..0 # SKIP oneDNN not in this build\n");                \
+    return 0;                                                        \
+  }
+#endif
 
 #endif

@@ -318,16 +318,6 @@ static void onednn_path_still_matches(void **st) {
 }
 #endif
 
-int main(void) {
-#ifdef SPRY_HAVE_DNNL
-  const struct CMUnitTest tests[] = {
-      cmocka_unit_test(every_layout), cmocka_unit_test(running_statistics), cmocka_unit_test(shapes),
-      cmocka_unit_test(large_mean), cmocka_unit_test(bf16_backward_error_is_input_rounding),
-      cmocka_unit_test(onednn_path_still_matches),
-  };
-  return cmocka_run_group_tests(tests, NULL, NULL);
-#else
-  printf("1..0 # SKIP oneDNN not in this build\n");
-  return 0;
-#endif
-}
+CMP_CPU_MAIN(cmocka_unit_test(every_layout), cmocka_unit_test(running_statistics), cmocka_unit_test(shapes),
+             cmocka_unit_test(large_mean), cmocka_unit_test(bf16_backward_error_is_input_rounding),
+             cmocka_unit_test(onednn_path_still_matches))

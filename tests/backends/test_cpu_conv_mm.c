@@ -101,11 +101,8 @@ static void taken_where_it_applies(void **st) {
     dnnl_dims_t dims = {2, 64, 9, 7};
     assert_int_equal(dnnl_memory_desc_init_by_tag(&md, 4, dims, t ? dnnl_f32 : dnnl_bf16, dnnl_acdb), dnnl_success);
     sp_conv2d_attr at = {1, 1, 0, 0, 1, 1, 1};
-    sp_op_prep p = {.op = &sp_op_conv2d, .attr = &at, .n_in = 1, .n_param = 1, .training = 1, .run_backward = 1,
-                    .bf16 = !t};
-    p.in_shape[0] = sp_shape4(2, 64, 9, 7), p.out_shape = sp_shape4(2, 32, 9, 7);
-    p.param_shape[0] = sp_shape4(32, 64, 1, 1), p.param_grad[0] = 1;
-    p.in_dtype[0] = SP_F32, p.in_layout[0] = &md, p.need_d_in[0] = 1;
+    sp_op_prep p = cmp_conv_prep(&sp_op_conv2d, &at, sp_shape4(2, 64, 9, 7), sp_shape4(2, 32, 9, 7),
+                                 sp_shape4(32, 64, 1, 1), 0, !t, &md);
     assert_int_equal(cpu_conv_prepare(&p), 0);
     assert_int_equal(cpu_conv_uses_matmul(p.state), !t);
     cpu_node_free(p.state);
@@ -113,14 +110,6 @@ static void taken_where_it_applies(void **st) {
 }
 #endif
 
-int main(void) {
-#ifdef SPRY_HAVE_DNNL
-  const struct CMUnitTest tests[] = {cmocka_unit_test(two_consumers), cmocka_unit_test(narrow_channels),
-                                     cmocka_unit_test(kxk_weight_gradients), cmocka_unit_test(products_match_onednn),
-                                     cmocka_unit_test(taken_where_it_applies)};
-  return cmocka_run_group_tests(tests, NULL, NULL);
-#else
-  printf("1..0 # SKIP oneDNN not in this build\n");
-  return 0;
-#endif
-}
+CMP_CPU_MAIN(cmocka_unit_test(two_consumers), cmocka_unit_test(narrow_channels),
+             cmocka_unit_test(kxk_weight_gradients), cmocka_unit_test(products_match_onednn),
+             cmocka_unit_test(taken_where_it_applies))

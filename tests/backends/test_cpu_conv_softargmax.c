@@ -112,17 +112,8 @@ static void taken_where_it_applies(void **st) {
                      dnnl_success);
     const int pad = cases[t].kernel / 2;
     sp_conv2d_attr at = {1, 1, pad, pad, 1, 1, 1};
-    sp_op_prep p = {.op = &sp_op_conv2d,
-                    .attr = &at,
-                    .n_in = 1,
-                    .n_param = 2,
-                    .training = 1,
-                    .run_backward = 1,
-                    .bf16 = cases[t].bf16};
-    p.in_shape[0] = sp_shape4(2, 32, 20, 20), p.out_shape = sp_shape4(2, 7, 20, 20);
-    p.param_shape[0] = sp_shape4(7, 32, cases[t].kernel, cases[t].kernel), p.param_grad[0] = 1;
-    p.param_shape[1] = sp_shape1(7), p.param_grad[1] = 1;
-    p.in_dtype[0] = SP_F32, p.in_layout[0] = &md, p.need_d_in[0] = 1;
+    sp_op_prep p = cmp_conv_prep(&sp_op_conv2d, &at, sp_shape4(2, 32, 20, 20), sp_shape4(2, 7, 20, 20),
+                                 sp_shape4(7, 32, cases[t].kernel, cases[t].kernel), 1, cases[t].bf16, &md);
     p.consumer_op = cases[t].softargmax ? &sp_op_softargmax : &sp_op_relu;
     p.consumer_attr = cases[t].softargmax ? (const void *)&sam : NULL;
     assert_int_equal(cpu_conv_prepare(&p), 0);
@@ -134,15 +125,6 @@ static void taken_where_it_applies(void **st) {
 }
 #endif
 
-int main(void) {
-#ifdef SPRY_HAVE_DNNL
-  const struct CMUnitTest tests[] = {cmocka_unit_test(head_against_ref), cmocka_unit_test(two_heads_against_ref),
-                                     cmocka_unit_test(fused_matches_apart),
-                                     cmocka_unit_test(frozen_plans_follow_weight_changes),
-                                     cmocka_unit_test(taken_where_it_applies)};
-  return cmocka_run_group_tests(tests, NULL, NULL);
-#else
-  printf("1..0 # SKIP oneDNN not in this build\n");
-  return 0;
-#endif
-}
+CMP_CPU_MAIN(cmocka_unit_test(head_against_ref), cmocka_unit_test(two_heads_against_ref),
+             cmocka_unit_test(fused_matches_apart), cmocka_unit_test(frozen_plans_follow_weight_changes),
+             cmocka_unit_test(taken_where_it_applies))

@@ -77,11 +77,9 @@ static void taken_where_it_applies(void **st) {
   for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
     sp_conv2d_attr at = {2, 2, 1, 1, 1, 1, 1};
     const int64_t out = (32 + 2 - t[i].kernel) / 2 + 1;
-    sp_op_prep p = {.op = &sp_op_conv2d, .attr = &at, .n_in = 1, .n_param = 1, .training = 1,
-                    .run_backward = t[i].backward, .bf16 = t[i].bf16};
-    p.in_shape[0] = sp_shape4(2, t[i].ic, 32, 32), p.out_shape = sp_shape4(2, t[i].oc, out, out);
-    p.param_shape[0] = sp_shape4(t[i].oc, t[i].ic, t[i].kernel, t[i].kernel), p.param_grad[0] = 1;
-    p.in_dtype[0] = SP_F32;
+    sp_op_prep p = cmp_conv_prep(&sp_op_conv2d, &at, sp_shape4(2, t[i].ic, 32, 32), sp_shape4(2, t[i].oc, out, out),
+                                 sp_shape4(t[i].oc, t[i].ic, t[i].kernel, t[i].kernel), 0, t[i].bf16, NULL);
+    p.run_backward = t[i].backward, p.need_d_in[0] = 0; /* the image: no gradient */
     assert_int_equal(cpu_conv_prepare(&p), 0);
     if (cpu_conv_is_stem(p.state) != t[i].want) fail_msg("case %zu: stem %s", i, t[i].want ? "not taken" : "taken");
     cpu_node_free(p.state);
@@ -89,13 +87,5 @@ static void taken_where_it_applies(void **st) {
 }
 #endif
 
-int main(void) {
-#ifdef SPRY_HAVE_DNNL
-  const struct CMUnitTest tests[] = {cmocka_unit_test(against_ref), cmocka_unit_test(same_as_onednn),
-                                     cmocka_unit_test(taken_where_it_applies)};
-  return cmocka_run_group_tests(tests, NULL, NULL);
-#else
-  printf("1..0 # SKIP oneDNN not in this build\n");
-  return 0;
-#endif
-}
+CMP_CPU_MAIN(cmocka_unit_test(against_ref), cmocka_unit_test(same_as_onednn),
+             cmocka_unit_test(taken_where_it_applies))

@@ -92,12 +92,9 @@ static void taken_where_it_applies(void **st) {
                      dnnl_success);
     sp_conv_transpose2d_attr at = {2, 2, cases[t].pad, cases[t].pad, 0, 0, 1, 1, 1};
     const int64_t out = 14 - 2 * cases[t].pad;
-    sp_op_prep p = {.op = &sp_op_conv_transpose2d, .attr = &at, .n_in = 1, .n_param = 1 + cases[t].bias,
-                    .training = 1, .run_backward = 1, .bf16 = cases[t].bf16};
-    p.in_shape[0] = sp_shape4(2, cases[t].ic, 7, 7), p.out_shape = sp_shape4(2, 32, out, out);
-    p.param_shape[0] = sp_shape4(cases[t].ic, 32, 2, 2), p.param_grad[0] = 1;
-    p.param_shape[1] = sp_shape1(32), p.param_grad[1] = cases[t].bias;
-    p.in_dtype[0] = SP_F32, p.in_layout[0] = &md, p.need_d_in[0] = 1;
+    sp_op_prep p = cmp_conv_prep(&sp_op_conv_transpose2d, &at, sp_shape4(2, cases[t].ic, 7, 7),
+                                 sp_shape4(2, 32, out, out), sp_shape4(cases[t].ic, 32, 2, 2), cases[t].bias,
+                                 cases[t].bf16, &md);
     assert_int_equal(cpu_deconv_prepare(&p), 0);
     if (cpu_deconv_uses_matmul(p.state) != cases[t].want) fail_msg("case %zu: products %s", t, cases[t].want ? "not taken" : "taken");
     cpu_node_free(p.state);
@@ -105,14 +102,6 @@ static void taken_where_it_applies(void **st) {
 }
 #endif
 
-int main(void) {
-#ifdef SPRY_HAVE_DNNL
-  const struct CMUnitTest tests[] = {cmocka_unit_test(up2_against_ref), cmocka_unit_test(up3_shared_input_against_ref),
-                                     cmocka_unit_test(products_match_onednn), cmocka_unit_test(frozen_plans_follow_weight_changes),
-                                     cmocka_unit_test(taken_where_it_applies)};
-  return cmocka_run_group_tests(tests, NULL, NULL);
-#else
-  printf("1..0 # SKIP oneDNN not in this build\n");
-  return 0;
-#endif
-}
+CMP_CPU_MAIN(cmocka_unit_test(up2_against_ref), cmocka_unit_test(up3_shared_input_against_ref),
+             cmocka_unit_test(products_match_onednn), cmocka_unit_test(frozen_plans_follow_weight_changes),
+             cmocka_unit_test(taken_where_it_applies))
