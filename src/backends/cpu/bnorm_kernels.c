@@ -11,6 +11,9 @@
  *   backward:                    read x, dy (sums), read x, dy + write dx.
  * The ReLU mask is not stored: backward recomputes y > 0 from x with the
  * same expression forward used, so fused BN + ReLU costs nothing extra.
+ * In bf16 they were instruction bound at 8 lanes (15-18 GB/s against a
+ * 30-40 GB/s copy, 2 cores); 16-lane vectors and the hardware bf16 rounding
+ * (vec.h) brought them to 25-45 GB/s.
  *
  * Statistics are one pass of shifted sums: per channel K = its first value,
  * sums of (x - K) and (x - K)^2 in f32 over a tile (~2048 elements, at least
@@ -31,7 +34,7 @@
 #include <string.h>
 
 #include "backends/cpu/cpu.h"
-#include "backends/cpu/vec8.h"
+#include "backends/cpu/vec.h"
 #include "core/bf16.h"
 
 /* Elements per tile: the f32 partial sums run over this many values. */
@@ -130,16 +133,65 @@ INLINE double *thread_acc(const bn_scratch *s, int tid) {
   return (double *)(s->per_thread + (size_t)tid * s->thread_bytes);
 }
 
-/* Layouts whose lanes are a multiple of 8 walk a tile one lane group (vf8,
- * vec8.h) at a time, positions inside, so a group's sums and coefficients
- * stay in registers and the tile (a few KB) stays in L1 across the groups. */
-INLINE vf8 vrelu(vf8 v) { return (vf8)((vi8)v & (vi8)(v > 0.0f)); }
-INLINE vf8 vmask(vf8 g, vf8 y) { return (vf8)((vi8)g & (vi8)(y > 0.0f)); }
-INLINE vf8 vaffine(vf8 x, vf8 m, vf8 sc, vf8 sh) { return (x - m) * sc + sh; }
+/* Layouts whose lanes are a multiple of 8 walk a tile one lane group (vfw,
+ * vec.h: 16 channels with AVX-512, else 8; a last group of 8 when the lanes
+ * are 16k + 8) at a time, positions inside, so a group's sums and
+ * coefficients stay in registers and the tile (a few KB) stays in L1 across
+ * the groups. With 8 lanes in all and 16-lane vectors, one vector holds two
+ * positions (the ResUNet's 8-channel layers at full resolution).
+ *
+ * Each *_group function walks positions [p0, p1) of lanes [j, j + w): w is
+ * VW or 8, or 16 over two positions of 8 lanes; constants where called. */
+INLINE vfw vrelu(vfw v) { return (vfw)((viw)v & (viw)(v > 0.0f)); }
+INLINE vfw vmask(vfw g, vfw y) { return (vfw)((viw)g & (viw)(y > 0.0f)); }
+INLINE vfw vaffine(vfw x, vfw m, vfw sc, vfw sh) { return (x - m) * sc + sh; }
+
+/* Positions one vector of w lanes covers. */
+INLINE int64_t positions_per_vector(int w, int64_t L) { return w > L ? w / L : 1; }
+
+/* A per-channel constant for lanes [j, j + w): repeated when the vector
+ * holds two positions. */
+INLINE vfw vconst(const float *c, int64_t j, int w, int64_t L) {
+  return positions_per_vector(w, L) == 2 ? vtwice8(c + j) : vldw(c + j, 0, 0, w);
+}
+
+/* Calls GROUP(j, w, p0, p1) over a tile's np positions and L lanes. */
+#define FOR_EACH_GROUP(L, np, GROUP)                         \
+  do {                                                       \
+    if (VW == 16 && (L) == 8) {                              \
+      const int64_t even_ = (np) & ~(int64_t)1;              \
+      GROUP(0, 16, 0, even_);                                \
+      if (even_ < (np)) GROUP(0, 8, even_, np);              \
+    } else {                                                 \
+      int64_t j_ = 0;                                        \
+      for (; j_ + VW <= (L); j_ += VW) GROUP(j_, VW, 0, np); \
+      if (j_ < (L)) GROUP(j_, 8, 0, np);                     \
+    }                                                        \
+  } while (0)
 
 /* Which walk a geometry takes. */
 enum { WALK_PLAIN, WALK_VEC, WALK_SCALAR };
 INLINE int walk_of(int64_t L) { return L == 1 ? WALK_PLAIN : L % 8 == 0 ? WALK_VEC : WALK_SCALAR; }
+
+/* One lane group's sums, added into a1, a2 (indexed by lane). */
+INLINE void sum_group(const void *x, const void *dy, int64_t at, int64_t L, int64_t j, int w, int64_t p0, int64_t p1,
+                      const float *K, const float *sc, const float *sh, double *a1, double *a2, int bf16, int backward,
+                      int relu) {
+  const vfw kk = vconst(K, j, w, L), scc = vconst(sc, j, w, L), shc = vconst(sh, j, w, L);
+  vfw s1 = vbcastw(0.0f), s2 = s1;
+  for (int64_t p = p0; p < p1; p += positions_per_vector(w, L)) {
+    const vfw xv = vldw(x, at + p * L + j, bf16, w);
+    if (!backward) {
+      const vfw d = xv - kk;
+      s1 += d, s2 += d * d;
+    } else {
+      vfw gv = vldw(dy, at + p * L + j, bf16, w);
+      if (relu) gv = vmask(gv, vaffine(xv, kk, scc, shc));
+      s1 += gv, s2 += gv * (xv - kk);
+    }
+  }
+  for (int l = 0; l < w; l++) a1[j + l % L] += s1[l], a2[j + l % L] += s2[l];
+}
 
 /* Sums over this thread's tiles into its doubles acc[0..cp) and acc[cp..2cp):
  * forward: x - K and (x - K)^2; backward: g and g (x - mean), g = dy masked
@@ -158,41 +210,29 @@ INLINE void sum_tiles(const cpu_bn_geom *g, const tiling *t, const bn_scratch *s
     const int64_t at = tile_at(g, t, k, &blk, &np), c0 = blk * L;
     const float *K = s->k + c0, *sc = s->a + c0, *sh = s->b + c0;
     if (walk_of(L) == WALK_VEC) {
-      for (int64_t j = 0; j < L; j += 8) {
-        const vf8 kk = vload_f(K + j), scc = vload_f(sc + j), shc = vload_f(sh + j);
-        vf8 s1 = vbcast(0.0f), s2 = s1;
-        for (int64_t p = 0; p < np; p++) {
-          const vf8 xv = vld(x, at + p * L + j, bf16);
-          if (!backward) {
-            const vf8 d = xv - kk;
-            s1 += d, s2 += d * d;
-          } else {
-            vf8 gv = vld(dy, at + p * L + j, bf16);
-            if (relu) gv = vmask(gv, vaffine(xv, kk, scc, shc));
-            s1 += gv, s2 += gv * (xv - kk);
-          }
-        }
-        for (int l = 0; l < 8; l++) acc[c0 + j + l] += s1[l], acc[cp + c0 + j + l] += s2[l];
-      }
+#define SUM_GROUP(j, w, p0, p1) \
+  sum_group(x, dy, at, L, j, w, p0, p1, K, sc, sh, acc + c0, acc + cp + c0, bf16, backward, relu)
+      FOR_EACH_GROUP(L, np, SUM_GROUP);
+#undef SUM_GROUP
       continue;
     }
     if (walk_of(L) == WALK_PLAIN) { /* one channel, contiguous positions */
-      const vf8 kk = vbcast(K[0]), scc = vbcast(sc[0]), shc = vbcast(sh[0]);
-      vf8 s1 = vbcast(0.0f), s2 = s1;
+      const vfw kk = vbcastw(K[0]), scc = vbcastw(sc[0]), shc = vbcastw(sh[0]);
+      vfw s1 = vbcastw(0.0f), s2 = s1;
       int64_t p = 0;
-      for (; p + 8 <= np; p += 8) {
-        const vf8 xv = vld(x, at + p, bf16);
+      for (; p + VW <= np; p += VW) {
+        const vfw xv = vldw(x, at + p, bf16, VW);
         if (!backward) {
-          const vf8 d = xv - kk;
+          const vfw d = xv - kk;
           s1 += d, s2 += d * d;
         } else {
-          vf8 gv = vld(dy, at + p, bf16);
+          vfw gv = vldw(dy, at + p, bf16, VW);
           if (relu) gv = vmask(gv, vaffine(xv, kk, scc, shc));
           s1 += gv, s2 += gv * (xv - kk);
         }
       }
       double t1 = 0.0, t2 = 0.0;
-      for (int l = 0; l < 8; l++) t1 += s1[l], t2 += s2[l];
+      for (int l = 0; l < VW; l++) t1 += s1[l], t2 += s2[l];
       for (; p < np; p++) { /* the tail, scalar */
         const float xv = sp_ldf(x, at + p, bf16);
         if (!backward) {
@@ -224,6 +264,15 @@ INLINE void sum_tiles(const cpu_bn_geom *g, const tiling *t, const bn_scratch *s
   }
 }
 
+INLINE void normalize_group(const void *x, void *y, int64_t at, int64_t L, int64_t j, int w, int64_t p0, int64_t p1,
+                            const float *m, const float *sc, const float *sh, int bf16, int relu) {
+  const vfw mm = vconst(m, j, w, L), scc = vconst(sc, j, w, L), shc = vconst(sh, j, w, L);
+  for (int64_t p = p0; p < p1; p += positions_per_vector(w, L)) {
+    const vfw v = vaffine(vldw(x, at + p * L + j, bf16, w), mm, scc, shc);
+    vstw(y, at + p * L + j, relu ? vrelu(v) : v, bf16, w);
+  }
+}
+
 /* y = affine(x) (+ ReLU) over this thread's tiles. */
 INLINE void normalize_tiles(const cpu_bn_geom *g, const tiling *t, const bn_scratch *s, const void *x, void *y,
                             int64_t L, int bf16, int relu) {
@@ -234,22 +283,18 @@ INLINE void normalize_tiles(const cpu_bn_geom *g, const tiling *t, const bn_scra
     const int64_t at = tile_at(g, t, k, &blk, &np), c0 = blk * L;
     const float *m = s->k + c0, *sc = s->a + c0, *sh = s->b + c0;
     if (walk_of(L) == WALK_VEC) {
-      for (int64_t j = 0; j < L; j += 8) {
-        const vf8 mm = vload_f(m + j), scc = vload_f(sc + j), shc = vload_f(sh + j);
-        for (int64_t p = 0; p < np; p++) {
-          vf8 v = vaffine(vld(x, at + p * L + j, bf16), mm, scc, shc);
-          vst(y, at + p * L + j, relu ? vrelu(v) : v, bf16);
-        }
-      }
+#define NORMALIZE_GROUP(j, w, p0, p1) normalize_group(x, y, at, L, j, w, p0, p1, m, sc, sh, bf16, relu)
+      FOR_EACH_GROUP(L, np, NORMALIZE_GROUP);
+#undef NORMALIZE_GROUP
       continue;
     }
     const int plain = walk_of(L) == WALK_PLAIN;
     int64_t p = 0;
     if (plain) {
-      const vf8 mm = vbcast(m[0]), scc = vbcast(sc[0]), shc = vbcast(sh[0]);
-      for (; p + 8 <= np; p += 8) {
-        vf8 v = vaffine(vld(x, at + p, bf16), mm, scc, shc);
-        vst(y, at + p, relu ? vrelu(v) : v, bf16);
+      const vfw mm = vbcastw(m[0]), scc = vbcastw(sc[0]), shc = vbcastw(sh[0]);
+      for (; p + VW <= np; p += VW) {
+        vfw v = vaffine(vldw(x, at + p, bf16, VW), mm, scc, shc);
+        vstw(y, at + p, relu ? vrelu(v) : v, bf16, VW);
       }
     }
     for (; p < np; p++)
@@ -263,9 +308,22 @@ INLINE void normalize_tiles(const cpu_bn_geom *g, const tiling *t, const bn_scra
 
 /* dx (=|+=) a g + b (x - mean) + d over this thread's tiles, g the dy masked
  * by the fused ReLU (mask: its scale, then its shift, per channel). */
-INLINE vf8 vdx(vf8 xv, vf8 gv, vf8 m, vf8 msc, vf8 msh, vf8 a, vf8 b, vf8 d, int relu) {
+INLINE vfw vdx(vfw xv, vfw gv, vfw m, vfw msc, vfw msh, vfw a, vfw b, vfw d, int relu) {
   if (relu) gv = vmask(gv, vaffine(xv, m, msc, msh));
   return b * (xv - m) + (a * gv + d);
+}
+
+INLINE void dx_group(const void *x, const void *dy, void *dx, int64_t at, int64_t L, int64_t j, int w, int64_t p0,
+                     int64_t p1, const float *m, const float *ca, const float *cb, const float *cd, const float *sc,
+                     const float *sh, int accumulate, int bf16, int relu) {
+  const vfw mm = vconst(m, j, w, L), a = vconst(ca, j, w, L), b = vconst(cb, j, w, L), d = vconst(cd, j, w, L);
+  const vfw msc = vconst(sc, j, w, L), msh = vconst(sh, j, w, L);
+  for (int64_t p = p0; p < p1; p += positions_per_vector(w, L)) {
+    const int64_t i = at + p * L + j;
+    vfw v = vdx(vldw(x, i, bf16, w), vldw(dy, i, bf16, w), mm, msc, msh, a, b, d, relu);
+    if (accumulate) v += vldw(dx, i, bf16, w);
+    vstw(dx, i, v, bf16, w);
+  }
 }
 
 INLINE void dx_tiles(const cpu_bn_geom *g, const tiling *t, const bn_scratch *s, const float *mask, const void *x,
@@ -279,26 +337,19 @@ INLINE void dx_tiles(const cpu_bn_geom *g, const tiling *t, const bn_scratch *s,
     const float *m = s->k + c0, *ca = s->a + c0, *cb = s->b + c0, *cd = s->d + c0;
     const float *sc = mask + c0, *sh = mask + cp + c0;
     if (walk_of(L) == WALK_VEC) {
-      for (int64_t j = 0; j < L; j += 8) {
-        const vf8 mm = vload_f(m + j), a = vload_f(ca + j), b = vload_f(cb + j), d = vload_f(cd + j);
-        const vf8 msc = vload_f(sc + j), msh = vload_f(sh + j);
-        for (int64_t p = 0; p < np; p++) {
-          const int64_t i = at + p * L + j;
-          vf8 v = vdx(vld(x, i, bf16), vld(dy, i, bf16), mm, msc, msh, a, b, d, relu);
-          if (accumulate) v += vld(dx, i, bf16);
-          vst(dx, i, v, bf16);
-        }
-      }
+#define DX_GROUP(j, w, p0, p1) dx_group(x, dy, dx, at, L, j, w, p0, p1, m, ca, cb, cd, sc, sh, accumulate, bf16, relu)
+      FOR_EACH_GROUP(L, np, DX_GROUP);
+#undef DX_GROUP
       continue;
     }
     int64_t p = 0;
     if (walk_of(L) == WALK_PLAIN) {
-      const vf8 mm = vbcast(m[0]), a = vbcast(ca[0]), b = vbcast(cb[0]), d = vbcast(cd[0]);
-      const vf8 msc = vbcast(sc[0]), msh = vbcast(sh[0]);
-      for (; p + 8 <= np; p += 8) {
-        vf8 v = vdx(vld(x, at + p, bf16), vld(dy, at + p, bf16), mm, msc, msh, a, b, d, relu);
-        if (accumulate) v += vld(dx, at + p, bf16);
-        vst(dx, at + p, v, bf16);
+      const vfw mm = vbcastw(m[0]), a = vbcastw(ca[0]), b = vbcastw(cb[0]), d = vbcastw(cd[0]);
+      const vfw msc = vbcastw(sc[0]), msh = vbcastw(sh[0]);
+      for (; p + VW <= np; p += VW) {
+        vfw v = vdx(vldw(x, at + p, bf16, VW), vldw(dy, at + p, bf16, VW), mm, msc, msh, a, b, d, relu);
+        if (accumulate) v += vldw(dx, at + p, bf16, VW);
+        vstw(dx, at + p, v, bf16, VW);
       }
     }
     for (; p < np; p++)

@@ -27,7 +27,7 @@
 #include <string.h>
 
 #include "backends/cpu/cpu.h"
-#include "backends/cpu/vec8.h"
+#include "backends/cpu/vec.h"
 #include "core/bf16.h"
 #include "ops/ops.h"
 

@@ -1,0 +1,112 @@
+/* f32 vectors (GCC/Clang vector extensions) with loads and stores of f32 or
+ * bf16 memory, for the kernels of our own that walk channel groups
+ * (bnorm_kernels.c, conv_stem.c):
+ *   vf8  8 lanes, what conv_stem.c's fixed 8-channel groups use;
+ *   vfw  the machine's width: 16 lanes where the build has AVX-512 (one
+ *        instruction for 16 values, half the instructions of two vf8), else 8.
+ * The memory-bound kernels were instruction bound in bf16 (widen, round,
+ * narrow per value): at 8 lanes with software rounding, batch norm ran at
+ * half the copy bandwidth. bf16 stores round with AVX512-BF16's
+ * vcvtneps2bf16 where the build has it (nearest even, NaN stays a quiet NaN,
+ * as sp_bf16_round; f32 denormals, which a bf16 kernel never produces in
+ * practice, become signed zeros), else in integer arithmetic. */
+#ifndef SPRY_BACKENDS_CPU_VEC_H
+#define SPRY_BACKENDS_CPU_VEC_H
+
+#include <stdint.h>
+#ifdef __AVX512BF16__
+#include <immintrin.h>
+#endif
+
+#ifndef INLINE
+#define INLINE static inline __attribute__((always_inline))
+#endif
+
+typedef float vf8 __attribute__((vector_size(32)));
+typedef float vf8u __attribute__((vector_size(32), aligned(4)));
+typedef int32_t vi8 __attribute__((vector_size(32)));
+typedef uint32_t vu8 __attribute__((vector_size(32)));
+typedef uint16_t vh8 __attribute__((vector_size(16)));
+typedef uint16_t vh8u __attribute__((vector_size(16), aligned(2)));
+
+INLINE vf8 vld(const void *p, int64_t i, int bf16) {
+  if (bf16) {
+    const vu8 u = __builtin_convertvector(*(const vh8u *)((const uint16_t *)p + i), vu8) << 16;
+    return (vf8)u;
+  }
+  return *(const vf8u *)((const float *)p + i);
+}
+
+/* bf16 rounding as sp_bf16_round: nearest even, NaN stays a quiet NaN. */
+INLINE void vst(void *p, int64_t i, vf8 v, int bf16) {
+  if (!bf16) {
+    *(vf8u *)((float *)p + i) = v;
+    return;
+  }
+#ifdef __AVX512BF16__
+  *(vh8u *)((uint16_t *)p + i) = (vh8)_mm256_cvtneps_pbh((__m256)v);
+#else
+  const vu8 u = (vu8)v, r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  const vu8 nan = (vu8)((u & 0x7fffffffu) > 0x7f800000u);
+  const vu8 h = (r & ~nan) | (((u >> 16) | 0x40u) & nan);
+  *(vh8u *)((uint16_t *)p + i) = __builtin_convertvector(h, vh8);
+#endif
+}
+
+INLINE vf8 vbcast(float f) { return (vf8){f, f, f, f, f, f, f, f}; }
+INLINE vf8 vload_f(const float *p) { return *(const vf8u *)p; }
+
+/* ---- vfw: the machine's width ---- */
+
+#ifdef __AVX512F__
+enum { VW = 16 };
+typedef float vfw __attribute__((vector_size(64)));
+typedef float vfwu __attribute__((vector_size(64), aligned(4)));
+typedef int32_t viw __attribute__((vector_size(64)));
+typedef uint32_t vuw __attribute__((vector_size(64)));
+typedef uint16_t vhw __attribute__((vector_size(32)));
+typedef uint16_t vhwu __attribute__((vector_size(32), aligned(2)));
+#define VW_LO8 0, 1, 2, 3, 4, 5, 6, 7
+#define VW_ALL 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15
+
+/* n lanes from p[i..]: n is VW, or 8 (the rest zero) for a group of 8
+ * channels left over after the 16s; a constant in every caller. */
+INLINE vfw vldw(const void *p, int64_t i, int bf16, int n) {
+  if (n == 8) return __builtin_shufflevector(vld(p, i, bf16), vbcast(0.0f), VW_ALL);
+  if (bf16) return (vfw)(__builtin_convertvector(*(const vhwu *)((const uint16_t *)p + i), vuw) << 16);
+  return *(const vfwu *)((const float *)p + i);
+}
+
+INLINE void vstw(void *p, int64_t i, vfw v, int bf16, int n) {
+  if (n == 8) {
+    vst(p, i, __builtin_shufflevector(v, v, VW_LO8), bf16);
+  } else if (!bf16) {
+    *(vfwu *)((float *)p + i) = v;
+  } else {
+#ifdef __AVX512BF16__
+    *(vhwu *)((uint16_t *)p + i) = (vhw)_mm512_cvtneps_pbh((__m512)v);
+#else
+    vst(p, i, __builtin_shufflevector(v, v, VW_LO8), 1);
+    vst(p, i + 8, __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15), 1);
+#endif
+  }
+}
+
+INLINE vfw vbcastw(float f) { return (vfw){f, f, f, f, f, f, f, f, f, f, f, f, f, f, f, f}; }
+
+/* p[0..8) twice: per-channel constants for a vector of two 8-lane positions. */
+INLINE vfw vtwice8(const float *p) {
+  const vf8 h = *(const vf8u *)p;
+  return __builtin_shufflevector(h, h, VW_ALL);
+}
+#else
+enum { VW = 8 };
+typedef vf8 vfw;
+typedef vi8 viw;
+INLINE vfw vldw(const void *p, int64_t i, int bf16, int n) { return vld(p, i, bf16); }
+INLINE void vstw(void *p, int64_t i, vfw v, int bf16, int n) { vst(p, i, v, bf16); }
+INLINE vfw vbcastw(float f) { return vbcast(f); }
+INLINE vfw vtwice8(const float *p) { return vload_f(p); } /* never called: VW is 8 */
+#endif
+
+#endif
