@@ -233,6 +233,7 @@ CASE(blurpool_block, b_blurpool16, 2, 3, 9, 11)
 CASE(add_relu, b_add_relu, 2, 3, 6, 7)
 CASE(add_relu_same_input, b_add_relu_self, 2, 3, 5, 6)
 CASE(add_relu_padded, b_add_relu_padded, 2, 3, 5, 5)
+CASE(add_relu_tail, b_add_relu_padded, 1, 3, 3, 3) /* 180 values channels-last: not a whole number of vectors */
 CASE(blurpool_padded, b_blurpool_padded, 2, 3, 8, 7)
 CASE(blurpool_even_filter, b_blurpool_even, 2, 3, 6, 7)
 CASE(blurpool_shared_input, b_blurpool_shared, 2, 3, 7, 6)
@@ -490,7 +491,7 @@ int main(void) {
       cmocka_unit_test(cross_entropy), cmocka_unit_test(batchnorm_sync),
       cmocka_unit_test(blurpool_block), cmocka_unit_test(blurpool_padded), cmocka_unit_test(blurpool_even_filter),
       cmocka_unit_test(blurpool_shared_input),
-      cmocka_unit_test(add_relu), cmocka_unit_test(add_relu_same_input), cmocka_unit_test(add_relu_padded),
+      cmocka_unit_test(add_relu), cmocka_unit_test(add_relu_same_input), cmocka_unit_test(add_relu_padded), cmocka_unit_test(add_relu_tail),
 #ifdef SPRY_HAVE_DNNL
       cmocka_unit_test(tshift_keeps_blocked_layout), cmocka_unit_test(tshift_channels_last),
       cmocka_unit_test(softargmax_channels_last), cmocka_unit_test(blurpool_channels_last),
