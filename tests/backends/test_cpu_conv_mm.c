@@ -13,6 +13,7 @@
 
 #ifdef SPRY_HAVE_DNNL
 #include "backends/cpu/cpu.h"
+#include "backends/cpu/vec.h"
 
 /* x -> conv3 -> [1x1 a (bias), 1x1 b] -> add -> 1x1 post: the input of the
  * two 1x1 convolutions gets its gradient from both (the second adds). */
@@ -72,6 +73,34 @@ static void kxk_weight_gradients(void **st) {
 
 static void products_or_onednn(int path) { cpu_conv_use_matmul = path == 0; }
 
+/* Few channels on one side, the weight gradient in registers
+ * (conv_thin_dw.c): 8 -> 32 and 32 -> 8 as in ResUNet's full-resolution
+ * layers, then 8 -> 16 (bias), 16 -> 16 and 16 -> 8. */
+static sp_value b_thin_1x1(sp_graph *g, sp_value x) {
+  x = sp_conv2d(g, x, "pre", (sp_conv_args){.out_ch = 8, .kernel = 3, .pad = 1});
+  x = sp_relu(g, sp_conv2d(g, x, "a", (sp_conv_args){.out_ch = 32, .kernel = 1}));
+  x = sp_conv2d(g, x, "b", (sp_conv_args){.out_ch = 8, .kernel = 1});
+  x = sp_relu(g, sp_conv2d(g, x, "c", (sp_conv_args){.out_ch = 16, .kernel = 1, .bias = 1}));
+  x = sp_conv2d(g, x, "d", (sp_conv_args){.out_ch = 16, .kernel = 1});
+  x = sp_conv2d(g, x, "e", (sp_conv_args){.out_ch = 8, .kernel = 1});
+  return sp_conv2d(g, x, "post", (sp_conv_args){.out_ch = 4, .kernel = 1, .bias = 1});
+}
+
+static void thin_or_matmul(int path) { cpu_conv_use_thin_dw = path == 0; }
+
+/* Against the reference, and against oneDNN's matmul on the same bf16
+ * values: both sum exact bf16 products in f32, so only the order differs.
+ * 3 x 17 x 15 = 765 rows: more than one block of rows per thread, and a
+ * short one. */
+static void thin_weight_gradients(void **st) {
+  (void)st;
+  cmp_require_cpu();
+  run_both(b_thin_1x1, "thin 1x1");
+  cmp_case k = {"thin 1x1 vs matmul", b_thin_1x1, 3, 3, 17, 15, 1, SP_PLAN_BF16, 0, 0};
+  cmp_two_paths(&k, thin_or_matmul, 1e-4);
+  cpu_conv_use_thin_dw = 1;
+}
+
 /* One bf16 training step with the products and one with oneDNN's backward,
  * same parameters and inputs: every parameter gradient agrees to f32
  * summation order (both sum bf16 products in f32), far inside BF16_TOL. The
@@ -105,11 +134,22 @@ static void taken_where_it_applies(void **st) {
                                  sp_shape4(32, 64, 1, 1), 0, !t, &md);
     assert_int_equal(cpu_conv_prepare(&p), 0);
     assert_int_equal(cpu_conv_uses_matmul(p.state), !t);
+    assert_int_equal(cpu_conv_uses_thin_dw(p.state), 0); /* 64 x 32: no */
     cpu_node_free(p.state);
   }
+  /* 32 -> 8, bf16 channels-last: thin where the build has 16-lane vectors. */
+  dnnl_memory_desc_t md;
+  dnnl_dims_t dims = {2, 32, 9, 7};
+  assert_int_equal(dnnl_memory_desc_init_by_tag(&md, 4, dims, dnnl_bf16, dnnl_acdb), dnnl_success);
+  sp_conv2d_attr at = {1, 1, 0, 0, 1, 1, 1};
+  sp_op_prep p = cmp_conv_prep(&sp_op_conv2d, &at, sp_shape4(2, 32, 9, 7), sp_shape4(2, 8, 9, 7),
+                               sp_shape4(8, 32, 1, 1), 0, 1, &md);
+  assert_int_equal(cpu_conv_prepare(&p), 0);
+  assert_int_equal(cpu_conv_uses_thin_dw(p.state), VW == 16);
+  cpu_node_free(p.state);
 }
 #endif
 
 CMP_CPU_MAIN(cmocka_unit_test(two_consumers), cmocka_unit_test(narrow_channels),
              cmocka_unit_test(kxk_weight_gradients), cmocka_unit_test(products_match_onednn),
-             cmocka_unit_test(taken_where_it_applies))
+             cmocka_unit_test(thin_weight_gradients), cmocka_unit_test(taken_where_it_applies))

@@ -54,6 +54,10 @@ int cpu_conv_use_matmul = 1;
 int64_t cpu_conv_bww_min_channels = 64;
 
 int cpu_conv_uses_matmul(const void *state) { return ((const conv_node *)state)->mm; }
+int cpu_conv_uses_thin_dw(const void *state) {
+  const conv_node *s = state;
+  return s->mm && s->mm1x1.thin_dw;
+}
 
 /* Folds the absorbed batch norm's running statistics into plain weights and
  * a bias (the reorder then takes them into the primitive's layout). */

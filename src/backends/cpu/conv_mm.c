@@ -64,13 +64,15 @@ int cpu_mm1x1_prepare(cpu_mm1x1 *m, cpu_node *n, int64_t rows, int64_t ic, int64
     for (int k = 0; k < 2; k++)
       if (cpu_scratchpad_bytes(m->dx_pd[k]) > pad) pad = cpu_scratchpad_bytes(m->dx_pd[k]);
   }
-  if (need_dw) {
+  m->thin_dw = need_dw && cpu_thin_dw_fits(oc, ic);
+  if (need_dw && !m->thin_dw) {
     if (matmul_pd(n, &m->dyt_md, &m->x_md, &m->dw_md, 1, &m->dw_pd, &m->dw_prim)) return -1;
     if (cpu_scratchpad_bytes(m->dw_pd) > pad) pad = cpu_scratchpad_bytes(m->dw_pd);
   }
   size_t used = pad;
   if (need_dx) m->wh_off = cpu_take(&used, sizeof(uint16_t) * (size_t)(oc * ic));
   if (need_dw && has_bias) m->bias_off = cpu_take(&used, sizeof(double) * (size_t)(oc * m->threads));
+  if (m->thin_dw) m->thin_off = cpu_take(&used, cpu_thin_dw_scratch_bytes(oc, ic, m->threads));
   *bwd_scratch = used;
   return 0;
 }
@@ -88,8 +90,9 @@ int cpu_mm1x1_bind(cpu_mm1x1 *m, cpu_node *n, const sp_op_args *a, char *bs) {
   }
   if (m->need_dw) {
     m->bias_acc = m->has_bias ? (double *)(bs + m->bias_off) : NULL;
+    m->thin_acc = m->thin_dw ? (double *)(bs + m->thin_off) : NULL;
     cpu_exec_init(&m->dw, NULL);
-    if (a->d_param[0]) {
+    if (a->d_param[0] && !m->thin_dw) {
       cpu_exec_init(&m->dw, m->dw_prim);
       if (cpu_exec_arg(&m->dw, n, DNNL_ARG_SRC, &m->dyt_md, a->d_out->data) ||
           cpu_exec_arg(&m->dw, n, DNNL_ARG_WEIGHTS, &m->x_md, a->in[0]->data) ||
@@ -137,6 +140,8 @@ void cpu_mm1x1_backward(const cpu_mm1x1 *m, const sp_op_args *a) {
     cpu_exec_run(&m->dx);
   }
   if (m->need_dw) {
+    if (m->thin_dw && a->d_param[0])
+      cpu_thin_dw(a->d_out->data, a->in[0]->data, m->rows, m->oc, m->ic, a->d_param[0]->data, m->thin_acc, m->threads);
     cpu_exec_run(&m->dw);
     if (m->has_bias && a->n_param > 1 && a->d_param[1]) bias_grad(m, a->d_out->data, a->d_param[1]->data);
   }

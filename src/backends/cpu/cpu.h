@@ -223,12 +223,13 @@ int cpu_linear_mm_prepare(sp_op_prep *p);
 typedef struct {
   int64_t rows, ic, oc; /* rows = N H W */
   int need_dx, need_dw, has_bias, threads;
+  int thin_dw; /* the weight gradient by conv_thin_dw.c, not a matmul */
   dnnl_memory_desc_t dy_md, x_md, wh_md, dw_md, dyt_md;
   dnnl_primitive_desc_t dx_pd[2], dw_pd; /* dx: [0] writes, [1] adds */
   dnnl_primitive_t dx_prim[2], dw_prim;
-  size_t wh_off, bias_off; /* in backward scratch, after the largest matmul scratchpad */
-  uint16_t *wh;            /* bound: the bf16 weights backward data reads */
-  double *bias_acc;
+  size_t wh_off, bias_off, thin_off; /* in backward scratch, after the largest matmul scratchpad */
+  uint16_t *wh;                      /* bound: the bf16 weights backward data reads */
+  double *bias_acc, *thin_acc;
   cpu_exec dx, dw;
 } cpu_mm1x1;
 /* Creates the products (owned by n) and sizes their backward scratch; -1
@@ -237,6 +238,15 @@ int cpu_mm1x1_prepare(cpu_mm1x1 *m, cpu_node *n, int64_t rows, int64_t ic, int64
                       int has_bias, size_t *bwd_scratch);
 int cpu_mm1x1_bind(cpu_mm1x1 *m, cpu_node *n, const sp_op_args *a, char *bwd_scratch);
 void cpu_mm1x1_backward(const cpu_mm1x1 *m, const sp_op_args *a);
+/* conv_thin_dw.c: dW[o][i] += sum_r dY[r][o] X[r][i] for a 1x1 convolution
+ * with 16 or 32 channels on one side and 8 or 16 on the other (bf16 rows,
+ * plain f32 dW), in registers; fits: 0 for other shapes, builds without
+ * 16-lane vectors, and with the switch off (tests compare both paths). */
+extern int cpu_conv_use_thin_dw;
+int cpu_thin_dw_fits(int64_t oc, int64_t ic);
+size_t cpu_thin_dw_scratch_bytes(int64_t oc, int64_t ic, int threads);
+void cpu_thin_dw(const uint16_t *dy, const uint16_t *x, int64_t rows, int64_t oc, int64_t ic, float *dw,
+                 double *scratch, int threads);
 /* conv_bww_mm.c: a convolution's weight gradient as im2col + matmul over
  * chunks of output positions (bf16 channels-last, one group, no bias). */
 typedef struct {
@@ -268,6 +278,7 @@ extern int cpu_conv_use_matmul;
 extern int64_t cpu_conv_bww_min_channels;
 /* A conv node's state (sp_op_prep.state) runs its backward as products. */
 int cpu_conv_uses_matmul(const void *state);
+int cpu_conv_uses_thin_dw(const void *state); /* its weight gradient by conv_thin_dw.c */
 /* deconv_mm.c: a bf16 channels-last transposed convolution with kernel =
  * stride as matrix products; 1 when the case does not apply (then oneDNN's
  * deconvolution). Input channels from which it is taken (128; tests lower

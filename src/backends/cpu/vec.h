@@ -14,7 +14,7 @@
 #define SPRY_BACKENDS_CPU_VEC_H
 
 #include <stdint.h>
-#ifdef __AVX512BF16__
+#ifdef __AVX512F__
 #include <immintrin.h>
 #endif
 
@@ -73,7 +73,8 @@ typedef uint16_t vhwu __attribute__((vector_size(32), aligned(2)));
  * channels left over after the 16s; a constant in every caller. */
 INLINE vfw vldw(const void *p, int64_t i, int bf16, int n) {
   if (n == 8) return __builtin_shufflevector(vld(p, i, bf16), vbcast(0.0f), VW_ALL);
-  if (bf16) return (vfw)(__builtin_convertvector(*(const vhwu *)((const uint16_t *)p + i), vuw) << 16);
+  /* One widening move (GCC 12 splits __builtin_convertvector into halves). */
+  if (bf16) return (vfw)_mm512_slli_epi32(_mm512_cvtepu16_epi32(*(const __m256i_u *)((const uint16_t *)p + i)), 16);
   return *(const vfwu *)((const float *)p + i);
 }
 
