@@ -73,6 +73,24 @@ static void kxk_weight_gradients(void **st) {
 
 static void products_or_onednn(int path) { cpu_conv_use_matmul = path == 0; }
 
+static void packed_or_plain(int path) { cpu_bww_use_packed = path == 0; }
+
+/* col written in the matmul's packed layout against col plain (oneDNN
+ * packs it): the same products in the same order, so the same bits. 3 x 5 x
+ * 5 = 75 rows after the stem: an odd count, short of a 32-row block. */
+static void packed_col_same_as_plain(void **st) {
+  (void)st;
+  cmp_require_cpu();
+  cpu_conv_bww_min_channels = 1;
+  const int sizes[2][2] = {{9, 9}, {17, 15}};
+  for (int i = 0; i < 2; i++) {
+    cmp_case k = {"kxk packed vs plain", b_kxk, 3, 3, sizes[i][0], sizes[i][1], 1, SP_PLAN_BF16, 0, 0};
+    cmp_two_paths(&k, packed_or_plain, 0.0);
+  }
+  cpu_bww_use_packed = 1;
+  cpu_conv_bww_min_channels = 64;
+}
+
 /* Few channels on one side, the weight gradient in registers
  * (conv_thin_dw.c): 8 -> 32 and 32 -> 8 as in ResUNet's full-resolution
  * layers, then 8 -> 16 (bias), 16 -> 16 and 16 -> 8. */
@@ -147,9 +165,19 @@ static void taken_where_it_applies(void **st) {
   assert_int_equal(cpu_conv_prepare(&p), 0);
   assert_int_equal(cpu_conv_uses_thin_dw(p.state), VW == 16);
   cpu_node_free(p.state);
+  /* 3x3, 64 -> 64, bf16 channels-last: im2col straight into the packed layout. */
+  dnnl_dims_t d64 = {2, 64, 9, 7};
+  assert_int_equal(dnnl_memory_desc_init_by_tag(&md, 4, d64, dnnl_bf16, dnnl_acdb), dnnl_success);
+  sp_conv2d_attr a3 = {1, 1, 1, 1, 1, 1, 1};
+  p = cmp_conv_prep(&sp_op_conv2d, &a3, sp_shape4(2, 64, 9, 7), sp_shape4(2, 64, 9, 7), sp_shape4(64, 64, 3, 3), 0, 1,
+                    &md);
+  assert_int_equal(cpu_conv_prepare(&p), 0);
+  assert_int_equal(cpu_conv_bww_packed(p.state), 1);
+  cpu_node_free(p.state);
 }
 #endif
 
 CMP_CPU_MAIN(cmocka_unit_test(two_consumers), cmocka_unit_test(narrow_channels),
              cmocka_unit_test(kxk_weight_gradients), cmocka_unit_test(products_match_onednn),
-             cmocka_unit_test(thin_weight_gradients), cmocka_unit_test(taken_where_it_applies))
+             cmocka_unit_test(packed_col_same_as_plain), cmocka_unit_test(thin_weight_gradients),
+             cmocka_unit_test(taken_where_it_applies))

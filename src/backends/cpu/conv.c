@@ -54,6 +54,10 @@ int cpu_conv_use_matmul = 1;
 int64_t cpu_conv_bww_min_channels = 64;
 
 int cpu_conv_uses_matmul(const void *state) { return ((const conv_node *)state)->mm; }
+int cpu_conv_bww_packed(const void *state) {
+  const conv_node *s = state;
+  return s->bww && s->bwwmm.packed;
+}
 int cpu_conv_uses_thin_dw(const void *state) {
   const conv_node *s = state;
   return s->mm && s->mm1x1.thin_dw;

@@ -256,6 +256,12 @@ typedef struct {
   cpu_conv_shape c;
   int64_t rows, chunk, k; /* k = kh kw ic */
   int threads;
+  /* col is written straight in the matmul's packed layout (BA16a64b2a:
+   * 32-row blocks of 64 columns, row pairs interleaved), so the matmul does
+   * not pack it again; else plain [rows, k]. Element strides of a 32-row
+   * block and of a 64-column block, per primitive. */
+  int packed;
+  int64_t kblk_stride[2], nblk_stride[2];
   dnnl_memory_desc_t a_md[2], b_md[2], t_md; /* [0]: a full chunk, [1]: the tail */
   dnnl_primitive_desc_t pd[2];
   dnnl_primitive_t prim[2];
@@ -270,6 +276,9 @@ int cpu_bww_mm_prepare(cpu_bww_mm *m, cpu_node *n, const cpu_conv_shape *c, size
 int cpu_bww_mm_bind(cpu_bww_mm *m, const void *x, const void *dy, float *dw, char *bwd_scratch);
 void cpu_bww_mm_run(const cpu_bww_mm *m);
 void cpu_bww_mm_release(cpu_bww_mm *m);
+/* conv_bww_mm.c: 0 builds col plain and lets the matmul pack it (tests
+ * compare the two). */
+extern int cpu_bww_use_packed;
 /* conv.c: 0 keeps oneDNN's convolution backward for 1x1 convolutions
  * (tests compare the two paths; benchmarks measure them). */
 extern int cpu_conv_use_matmul;
@@ -279,6 +288,7 @@ extern int64_t cpu_conv_bww_min_channels;
 /* A conv node's state (sp_op_prep.state) runs its backward as products. */
 int cpu_conv_uses_matmul(const void *state);
 int cpu_conv_uses_thin_dw(const void *state); /* its weight gradient by conv_thin_dw.c */
+int cpu_conv_bww_packed(const void *state);   /* ... by conv_bww_mm.c with col packed */
 /* deconv_mm.c: a bf16 channels-last transposed convolution with kernel =
  * stride as matrix products; 1 when the case does not apply (then oneDNN's
  * deconvolution). Input channels from which it is taken (128; tests lower
