@@ -12,8 +12,10 @@
  * The ReLU mask is not stored: backward recomputes y > 0 from x with the
  * same expression forward used, so fused BN + ReLU costs nothing extra.
  * In bf16 they were instruction bound at 8 lanes (15-18 GB/s against a
- * 30-40 GB/s copy, 2 cores); 16-lane vectors and the hardware bf16 rounding
- * (vec.h) brought them to 25-45 GB/s.
+ * 30-40 GB/s copy, 2 cores, cache-resident); 16-lane vectors and the
+ * hardware bf16 rounding (vec.h) brought them to 25-45 GB/s. From memory
+ * (100 MB), walking wide channels-last rows 4 or 8 groups at a time took a
+ * further 15-30% off (see the walk below).
  *
  * Statistics are one pass of shifted sums: per channel K = its first value,
  * sums of (x - K) and (x - K)^2 in f32 over a tile (~2048 elements, at least
@@ -140,8 +142,15 @@ INLINE double *thread_acc(const bn_scratch *s, int tid) {
  * the groups. With 8 lanes in all and 16-lane vectors, one vector holds two
  * positions (the ResUNet's 8-channel layers at full resolution).
  *
- * Each *_group function walks positions [p0, p1) of lanes [j, j + w): w is
- * VW or 8, or 16 over two positions of 8 lanes; constants where called. */
+ * Each *_group function walks positions [p0, p1) of G lane groups side by
+ * side, lanes [j, j + G w): w is VW or 8, or 16 over two positions of 8
+ * lanes; w and G are constants where called. Wide channels-last rows go G =
+ * 4 groups (64 channels, 128 bytes of bf16) at a time: one group at a time,
+ * each position's row was read 32 bytes at a time with a jump of the row
+ * width between reads, 25-35% slower from memory than a contiguous layout.
+ * Rows of 128 channels and more go 8 groups at a time (256 channels: 13%
+ * faster than 4). */
+enum { GMAX = 8 };
 INLINE vfw vrelu(vfw v) { return (vfw)((viw)v & (viw)(v > 0.0f)); }
 INLINE vfw vmask(vfw g, vfw y) { return (vfw)((viw)g & (viw)(y > 0.0f)); }
 INLINE vfw vaffine(vfw x, vfw m, vfw sc, vfw sh) { return (x - m) * sc + sh; }
@@ -155,18 +164,20 @@ INLINE vfw vconst(const float *c, int64_t j, int w, int64_t L) {
   return positions_per_vector(w, L) == 2 ? vtwice8(c + j) : vldw(c + j, 0, 0, w);
 }
 
-/* Calls GROUP(j, w, p0, p1) over a tile's np positions and L lanes. */
-#define FOR_EACH_GROUP(L, np, GROUP)                         \
-  do {                                                       \
-    if (VW == 16 && (L) == 8) {                              \
-      const int64_t even_ = (np) & ~(int64_t)1;              \
-      GROUP(0, 16, 0, even_);                                \
-      if (even_ < (np)) GROUP(0, 8, even_, np);              \
-    } else {                                                 \
-      int64_t j_ = 0;                                        \
-      for (; j_ + VW <= (L); j_ += VW) GROUP(j_, VW, 0, np); \
-      if (j_ < (L)) GROUP(j_, 8, 0, np);                     \
-    }                                                        \
+/* Calls GROUP(j, w, G, p0, p1) over a tile's np positions and L lanes. */
+#define FOR_EACH_GROUP(L, np, GROUP)                                    \
+  do {                                                                  \
+    if (VW == 16 && (L) == 8) {                                         \
+      const int64_t even_ = (np) & ~(int64_t)1;                         \
+      GROUP(0, 16, 1, 0, even_);                                        \
+      if (even_ < (np)) GROUP(0, 8, 1, even_, np);                      \
+    } else {                                                            \
+      int64_t j_ = 0;                                                   \
+      for (; j_ + 8 * VW <= (L); j_ += 8 * VW) GROUP(j_, VW, 8, 0, np); \
+      for (; j_ + 4 * VW <= (L); j_ += 4 * VW) GROUP(j_, VW, 4, 0, np); \
+      for (; j_ + VW <= (L); j_ += VW) GROUP(j_, VW, 1, 0, np);         \
+      if (j_ < (L)) GROUP(j_, 8, 1, 0, np);                             \
+    }                                                                   \
   } while (0)
 
 /* Which walk a geometry takes. */
@@ -174,23 +185,69 @@ enum { WALK_PLAIN, WALK_VEC, WALK_SCALAR };
 INLINE int walk_of(int64_t L) { return L == 1 ? WALK_PLAIN : L % 8 == 0 ? WALK_VEC : WALK_SCALAR; }
 
 /* One lane group's sums, added into a1, a2 (indexed by lane). */
-INLINE void sum_group(const void *x, const void *dy, int64_t at, int64_t L, int64_t j, int w, int64_t p0, int64_t p1,
-                      const float *K, const float *sc, const float *sh, double *a1, double *a2, int bf16, int backward,
-                      int relu) {
-  const vfw kk = vconst(K, j, w, L), scc = vconst(sc, j, w, L), shc = vconst(sh, j, w, L);
-  vfw s1 = vbcastw(0.0f), s2 = s1;
-  for (int64_t p = p0; p < p1; p += positions_per_vector(w, L)) {
-    const vfw xv = vldw(x, at + p * L + j, bf16, w);
-    if (!backward) {
-      const vfw d = xv - kk;
-      s1 += d, s2 += d * d;
-    } else {
-      vfw gv = vldw(dy, at + p * L + j, bf16, w);
-      if (relu) gv = vmask(gv, vaffine(xv, kk, scc, shc));
-      s1 += gv, s2 += gv * (xv - kk);
-    }
+typedef double vd8u __attribute__((vector_size(64), aligned(8)));
+
+/* a[0..8) (w = 8, or 16 over two positions of 8 lanes) or a[0..16) += s,
+ * 8 lanes at a time in double vectors: lane by lane, this cost as much as
+ * the 32 positions of a wide channels-last tile it followed. */
+INLINE void add_into_doubles(double *a, vfw s, int w, int64_t L) {
+#if defined(__AVX512F__)
+  const vd8u lo = __builtin_convertvector(__builtin_shufflevector(s, s, 0, 1, 2, 3, 4, 5, 6, 7), vd8u);
+  const vd8u hi = __builtin_convertvector(__builtin_shufflevector(s, s, 8, 9, 10, 11, 12, 13, 14, 15), vd8u);
+  if (w == 8) {
+    *(vd8u *)a += lo;
+  } else if (positions_per_vector(w, L) == 2) {
+    *(vd8u *)a += lo + hi;
+  } else {
+    *(vd8u *)a += lo;
+    *(vd8u *)(a + 8) += hi;
   }
-  for (int l = 0; l < w; l++) a1[j + l % L] += s1[l], a2[j + l % L] += s2[l];
+#else
+  (void)L;
+  *(vd8u *)a += __builtin_convertvector(s, vd8u);
+#endif
+}
+
+/* One vector's contribution to a lane group's sums (s1, s2). */
+INLINE void sum_step(const void *x, const void *dy, int64_t i, int w, vfw kk, vfw scc, vfw shc, vfw *s1, vfw *s2,
+                     int bf16, int backward, int relu) {
+  const vfw xv = vldw(x, i, bf16, w);
+  if (!backward) {
+    const vfw d = xv - kk;
+    *s1 += d, *s2 += d * d;
+  } else {
+    vfw gv = vldw(dy, i, bf16, w);
+    if (relu) gv = vmask(gv, vaffine(xv, kk, scc, shc));
+    *s1 += gv, *s2 += gv * (xv - kk);
+  }
+}
+
+/* Two sets of sums over alternate positions: one set is a chain of
+ * dependent adds (4 cycles each) that left the loads idle. */
+INLINE void sum_group(const void *x, const void *dy, int64_t at, int64_t L, int64_t j, int w, int G, int64_t p0,
+                      int64_t p1, const float *K, const float *sc, const float *sh, double *a1, double *a2, int bf16,
+                      int backward, int relu) {
+  vfw kk[GMAX], scc[GMAX], shc[GMAX], s1[GMAX], s2[GMAX], t1[GMAX], t2[GMAX];
+#pragma GCC unroll 8
+  for (int g = 0; g < G; g++) {
+    kk[g] = vconst(K, j + g * w, w, L), scc[g] = vconst(sc, j + g * w, w, L), shc[g] = vconst(sh, j + g * w, w, L);
+    s1[g] = s2[g] = t1[g] = t2[g] = vbcastw(0.0f);
+  }
+  const int64_t step = positions_per_vector(w, L);
+  int64_t p = p0;
+  for (; p + step < p1; p += 2 * step)
+#pragma GCC unroll 8
+    for (int g = 0; g < G; g++) {
+      const int64_t i = at + p * L + j + g * w;
+      sum_step(x, dy, i, w, kk[g], scc[g], shc[g], &s1[g], &s2[g], bf16, backward, relu);
+      sum_step(x, dy, i + step * L, w, kk[g], scc[g], shc[g], &t1[g], &t2[g], bf16, backward, relu);
+    }
+#pragma GCC unroll 8
+  for (int g = 0; g < G; g++) {
+    if (p < p1) sum_step(x, dy, at + p * L + j + g * w, w, kk[g], scc[g], shc[g], &s1[g], &s2[g], bf16, backward, relu);
+    add_into_doubles(a1 + j + g * w, s1[g] + t1[g], w, L);
+    add_into_doubles(a2 + j + g * w, s2[g] + t2[g], w, L);
+  }
 }
 
 /* Sums over this thread's tiles into its doubles acc[0..cp) and acc[cp..2cp):
@@ -210,8 +267,8 @@ INLINE void sum_tiles(const cpu_bn_geom *g, const tiling *t, const bn_scratch *s
     const int64_t at = tile_at(g, t, k, &blk, &np), c0 = blk * L;
     const float *K = s->k + c0, *sc = s->a + c0, *sh = s->b + c0;
     if (walk_of(L) == WALK_VEC) {
-#define SUM_GROUP(j, w, p0, p1) \
-  sum_group(x, dy, at, L, j, w, p0, p1, K, sc, sh, acc + c0, acc + cp + c0, bf16, backward, relu)
+#define SUM_GROUP(j, w, G, p0, p1) \
+  sum_group(x, dy, at, L, j, w, G, p0, p1, K, sc, sh, acc + c0, acc + cp + c0, bf16, backward, relu)
       FOR_EACH_GROUP(L, np, SUM_GROUP);
 #undef SUM_GROUP
       continue;
@@ -264,13 +321,19 @@ INLINE void sum_tiles(const cpu_bn_geom *g, const tiling *t, const bn_scratch *s
   }
 }
 
-INLINE void normalize_group(const void *x, void *y, int64_t at, int64_t L, int64_t j, int w, int64_t p0, int64_t p1,
-                            const float *m, const float *sc, const float *sh, int bf16, int relu) {
-  const vfw mm = vconst(m, j, w, L), scc = vconst(sc, j, w, L), shc = vconst(sh, j, w, L);
-  for (int64_t p = p0; p < p1; p += positions_per_vector(w, L)) {
-    const vfw v = vaffine(vldw(x, at + p * L + j, bf16, w), mm, scc, shc);
-    vstw(y, at + p * L + j, relu ? vrelu(v) : v, bf16, w);
-  }
+INLINE void normalize_group(const void *x, void *y, int64_t at, int64_t L, int64_t j, int w, int G, int64_t p0,
+                            int64_t p1, const float *m, const float *sc, const float *sh, int bf16, int relu) {
+  vfw mm[GMAX], scc[GMAX], shc[GMAX];
+#pragma GCC unroll 8
+  for (int g = 0; g < G; g++)
+    mm[g] = vconst(m, j + g * w, w, L), scc[g] = vconst(sc, j + g * w, w, L), shc[g] = vconst(sh, j + g * w, w, L);
+  for (int64_t p = p0; p < p1; p += positions_per_vector(w, L))
+#pragma GCC unroll 8
+    for (int g = 0; g < G; g++) {
+      const int64_t i = at + p * L + j + g * w;
+      const vfw v = vaffine(vldw(x, i, bf16, w), mm[g], scc[g], shc[g]);
+      vstw(y, i, relu ? vrelu(v) : v, bf16, w);
+    }
 }
 
 /* y = affine(x) (+ ReLU) over this thread's tiles. */
@@ -283,7 +346,7 @@ INLINE void normalize_tiles(const cpu_bn_geom *g, const tiling *t, const bn_scra
     const int64_t at = tile_at(g, t, k, &blk, &np), c0 = blk * L;
     const float *m = s->k + c0, *sc = s->a + c0, *sh = s->b + c0;
     if (walk_of(L) == WALK_VEC) {
-#define NORMALIZE_GROUP(j, w, p0, p1) normalize_group(x, y, at, L, j, w, p0, p1, m, sc, sh, bf16, relu)
+#define NORMALIZE_GROUP(j, w, G, p0, p1) normalize_group(x, y, at, L, j, w, G, p0, p1, m, sc, sh, bf16, relu)
       FOR_EACH_GROUP(L, np, NORMALIZE_GROUP);
 #undef NORMALIZE_GROUP
       continue;
@@ -313,17 +376,24 @@ INLINE vfw vdx(vfw xv, vfw gv, vfw m, vfw msc, vfw msh, vfw a, vfw b, vfw d, int
   return b * (xv - m) + (a * gv + d);
 }
 
-INLINE void dx_group(const void *x, const void *dy, void *dx, int64_t at, int64_t L, int64_t j, int w, int64_t p0,
-                     int64_t p1, const float *m, const float *ca, const float *cb, const float *cd, const float *sc,
-                     const float *sh, int accumulate, int bf16, int relu) {
-  const vfw mm = vconst(m, j, w, L), a = vconst(ca, j, w, L), b = vconst(cb, j, w, L), d = vconst(cd, j, w, L);
-  const vfw msc = vconst(sc, j, w, L), msh = vconst(sh, j, w, L);
-  for (int64_t p = p0; p < p1; p += positions_per_vector(w, L)) {
-    const int64_t i = at + p * L + j;
-    vfw v = vdx(vldw(x, i, bf16, w), vldw(dy, i, bf16, w), mm, msc, msh, a, b, d, relu);
-    if (accumulate) v += vldw(dx, i, bf16, w);
-    vstw(dx, i, v, bf16, w);
+INLINE void dx_group(const void *x, const void *dy, void *dx, int64_t at, int64_t L, int64_t j, int w, int G,
+                     int64_t p0, int64_t p1, const float *m, const float *ca, const float *cb, const float *cd,
+                     const float *sc, const float *sh, int accumulate, int bf16, int relu) {
+  vfw mm[GMAX], a[GMAX], b[GMAX], d[GMAX], msc[GMAX], msh[GMAX];
+#pragma GCC unroll 8
+  for (int g = 0; g < G; g++) {
+    const int64_t jg = j + g * w;
+    mm[g] = vconst(m, jg, w, L), a[g] = vconst(ca, jg, w, L), b[g] = vconst(cb, jg, w, L), d[g] = vconst(cd, jg, w, L);
+    msc[g] = vconst(sc, jg, w, L), msh[g] = vconst(sh, jg, w, L);
   }
+  for (int64_t p = p0; p < p1; p += positions_per_vector(w, L))
+#pragma GCC unroll 8
+    for (int g = 0; g < G; g++) {
+      const int64_t i = at + p * L + j + g * w;
+      vfw v = vdx(vldw(x, i, bf16, w), vldw(dy, i, bf16, w), mm[g], msc[g], msh[g], a[g], b[g], d[g], relu);
+      if (accumulate) v += vldw(dx, i, bf16, w);
+      vstw(dx, i, v, bf16, w);
+    }
 }
 
 INLINE void dx_tiles(const cpu_bn_geom *g, const tiling *t, const bn_scratch *s, const float *mask, const void *x,
@@ -337,7 +407,8 @@ INLINE void dx_tiles(const cpu_bn_geom *g, const tiling *t, const bn_scratch *s,
     const float *m = s->k + c0, *ca = s->a + c0, *cb = s->b + c0, *cd = s->d + c0;
     const float *sc = mask + c0, *sh = mask + cp + c0;
     if (walk_of(L) == WALK_VEC) {
-#define DX_GROUP(j, w, p0, p1) dx_group(x, dy, dx, at, L, j, w, p0, p1, m, ca, cb, cd, sc, sh, accumulate, bf16, relu)
+#define DX_GROUP(j, w, G, p0, p1) \
+  dx_group(x, dy, dx, at, L, j, w, G, p0, p1, m, ca, cb, cd, sc, sh, accumulate, bf16, relu)
       FOR_EACH_GROUP(L, np, DX_GROUP);
 #undef DX_GROUP
       continue;
