@@ -47,25 +47,6 @@ static void forward_bf16(const uint16_t *x0, const uint16_t *x1, uint16_t *y, ui
   }
 }
 
-static void grad_into_bf16(uint16_t *d, const uint16_t *dy, const uint8_t *mask, int64_t count, int fresh) {
-  const int64_t whole = count / VW * VW;
-  if (fresh) { /* a bit select, no arithmetic */
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < whole; i += VW) {
-      const vhwx keep = __builtin_convertvector(*(const vbwu *)(mask + i), vhwx);
-      *(vhwx *)(d + i) = *(const vhwx *)(dy + i) & -keep;
-    }
-  } else {
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < whole; i += VW) {
-      const viw keep = __builtin_convertvector(*(const vbwu *)(mask + i), viw);
-      vstw(d, i, vldw(d, i, 1, VW) + (vfw)((viw)vldw(dy, i, 1, VW) & -keep), 1, VW);
-    }
-  }
-  for (int64_t i = whole; i < count; i++)
-    d[i] = fresh ? (mask[i] ? dy[i] : 0) : sp_bf16_round(sp_bf16_widen(d[i]) + (mask[i] ? sp_bf16_widen(dy[i]) : 0.0f));
-}
-
 static void add_relu_forward(cpu_node *n, const sp_op_args *a) {
   const add_relu_node *s = (const add_relu_node *)n;
   if (s->bf16) {
@@ -92,25 +73,62 @@ static void add_relu_forward(cpu_node *n, const sp_op_args *a) {
   }
 }
 
-/* One input's gradient; the two inputs may be the same tensor (x + x), so
- * each is written in its own pass. */
-static void grad_into(float *d, const float *dy, const uint8_t *mask, int64_t count, int fresh) {
-  if (fresh) {
+/* The gradients of the inputs in d[0], d[1] (either NULL; written when
+ * fresh, added into otherwise) in one pass over dy and the mask: one pass
+ * per input read dy and the mask twice. The two are distinct tensors here
+ * (x + x takes two passes, one input at a time). bf16: a fresh
+ * gradient is a bit select, no arithmetic. */
+INLINE void grads_bf16(uint16_t *const d[2], const int fresh[2], const uint16_t *dy, const uint8_t *mask,
+                       int64_t count) {
+  const int64_t whole = count / VW * VW;
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < whole; i += VW) {
+    const vbw m = *(const vbwu *)(mask + i);
+    for (int k = 0; k < 2; k++) {
+      if (!d[k]) continue;
+      if (fresh[k]) {
+        *(vhwx *)(d[k] + i) = *(const vhwx *)(dy + i) & -__builtin_convertvector(m, vhwx);
+      } else {
+        const vfw g = (vfw)((viw)vldw(dy, i, 1, VW) & -__builtin_convertvector(m, viw));
+        vstw(d[k], i, vldw(d[k], i, 1, VW) + g, 1, VW);
+      }
+    }
+  }
+  for (int64_t i = whole; i < count; i++)
+    for (int k = 0; k < 2; k++)
+      if (d[k])
+        d[k][i] = fresh[k] ? (mask[i] ? dy[i] : 0)
+                           : sp_bf16_round(sp_bf16_widen(d[k][i]) + (mask[i] ? sp_bf16_widen(dy[i]) : 0.0f));
+}
+
+INLINE void grads_f32(float *const d[2], const int fresh[2], const float *dy, const uint8_t *mask, int64_t count) {
 #pragma omp parallel for simd schedule(static)
-    for (int64_t i = 0; i < count; i++) d[i] = mask[i] ? dy[i] : 0.0f;
-  } else {
-#pragma omp parallel for simd schedule(static)
-    for (int64_t i = 0; i < count; i++) d[i] += mask[i] ? dy[i] : 0.0f;
+  for (int64_t i = 0; i < count; i++) {
+    const float g = mask[i] ? dy[i] : 0.0f;
+    if (d[0]) d[0][i] = fresh[0] ? g : d[0][i] + g;
+    if (d[1]) d[1][i] = fresh[1] ? g : d[1][i] + g;
   }
 }
 
 static void add_relu_backward(cpu_node *n, const sp_op_args *a) {
   const add_relu_node *s = (const add_relu_node *)n;
-  for (int k = 0; k < 2; k++)
-    if (a->d_in[k] && s->bf16)
-      grad_into_bf16(a->d_in[k]->data, a->d_out->data, a->saved, s->count, (a->d_in_fresh >> k) & 1u);
-    else if (a->d_in[k])
-      grad_into(a->d_in[k]->data, a->d_out->data, a->saved, s->count, (a->d_in_fresh >> k) & 1u);
+  void *d[2] = {a->d_in[0] ? a->d_in[0]->data : NULL, a->d_in[1] ? a->d_in[1]->data : NULL};
+  const int fresh[2] = {(int)(a->d_in_fresh & 1u), (int)((a->d_in_fresh >> 1) & 1u)};
+  if (d[0] && d[0] == d[1]) { /* x + x: the gradient is 2 g, one input's share per pass */
+    void *one[2] = {d[0], NULL};
+    for (int k = 0; k < 2; k++) {
+      const int f[2] = {fresh[k], 0};
+      if (s->bf16)
+        grads_bf16((uint16_t *const *)one, f, a->d_out->data, a->saved, s->count);
+      else
+        grads_f32((float *const *)one, f, a->d_out->data, a->saved, s->count);
+    }
+    return;
+  }
+  if (s->bf16)
+    grads_bf16((uint16_t *const *)d, fresh, a->d_out->data, a->saved, s->count);
+  else
+    grads_f32((float *const *)d, fresh, a->d_out->data, a->saved, s->count);
 }
 
 static const cpu_vt add_relu_vt = {add_relu_forward, add_relu_backward, NULL, NULL};
