@@ -136,7 +136,7 @@ void cpu_mm1x1_backward(const cpu_mm1x1 *m, const sp_op_args *a) {
   if (m->need_dx && a->d_in[0]) {
     const float *w = a->param[0]->data;
     const int64_t count = m->oc * m->ic;
-    for (int64_t i = 0; i < count; i++) m->wh[i] = sp_bf16_round(w[i]);
+    cpu_round_bf16(m->wh, w, count);
     cpu_exec_run(&m->dx);
   }
   if (m->need_dw) {

@@ -7,6 +7,8 @@
 #include <string.h>
 
 #include "backends/cpu/cpu.h"
+#include "backends/cpu/vec.h"
+#include "core/bf16.h"
 
 int cpu_dnnl_fail(const char *file, int line, const char *call, dnnl_status_t st) {
   return sp_error_set_at(file, line, "oneDNN %s failed: %s", call, dnnl_status2str(st));
@@ -371,5 +373,13 @@ size_t cpu_take(size_t *used, size_t bytes) {
 
 void cpu_add_f32(float *dst, const float *src, size_t n) {
   for (size_t i = 0; i < n; i++) dst[i] += src[i];
+}
+
+void cpu_round_bf16(uint16_t *dst, const float *src, int64_t count) {
+  const int64_t whole = count / VW * VW;
+  /* Threads only where the copy is worth a parallel region (~256 KB). */
+#pragma omp parallel for schedule(static) if (count >= 65536)
+  for (int64_t i = 0; i < whole; i += VW) vstw(dst, i, vldw(src, i, 0, VW), 1, VW);
+  for (int64_t i = whole; i < count; i++) dst[i] = sp_bf16_round(src[i]);
 }
 #endif

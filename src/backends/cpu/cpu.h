@@ -186,6 +186,9 @@ int cpu_fallback(sp_op_prep *p, cpu_node *n);
 
 /* Adds src[0..n) into dst[0..n) (f32; parameter gradients, n small). */
 void cpu_add_f32(float *dst, const float *src, size_t n);
+/* dst = src rounded to bf16 (weights the bf16 products read, every step):
+ * VW values a step (vec.h), threads from 64K values. */
+void cpu_round_bf16(uint16_t *dst, const float *src, int64_t count);
 
 /* ---- batch-norm kernels of our own (bnorm_kernels.c) ------------------------------ */
 /* An activation as batch norm walks it: `blocks` blocks of `lanes` channels

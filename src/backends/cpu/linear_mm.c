@@ -31,15 +31,10 @@ typedef struct {
   cpu_exec f, dx, dw;
 } mm_node;
 
-static void round_into(uint16_t *dst, const float *src, int64_t count) {
-#pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < count; i++) dst[i] = sp_bf16_round(src[i]);
-}
-
 static void mm_forward(cpu_node *n, const sp_op_args *a) {
   mm_node *s = (mm_node *)n;
-  if (s->x_f32) round_into(s->xh, a->in[0]->data, s->n * s->in);
-  round_into(s->wh, a->param[0]->data, s->out * s->in);
+  if (s->x_f32) cpu_round_bf16(s->xh, a->in[0]->data, s->n * s->in);
+  cpu_round_bf16(s->wh, a->param[0]->data, s->out * s->in);
   cpu_exec_run(&s->f);
 }
 
