@@ -29,7 +29,6 @@ typedef struct {
  * loop was instruction bound. The scalar tail covers count % VW. */
 typedef uint8_t vbw __attribute__((vector_size(VW)));
 typedef uint8_t vbwu __attribute__((vector_size(VW), aligned(1)));
-typedef uint16_t vhwx __attribute__((vector_size(2 * VW), aligned(2)));
 
 static void forward_bf16(const uint16_t *x0, const uint16_t *x1, uint16_t *y, uint8_t *mask, int64_t count) {
   const int64_t whole = count / VW * VW;
@@ -87,7 +86,7 @@ INLINE void grads_bf16(uint16_t *const d[2], const int fresh[2], const uint16_t 
     for (int k = 0; k < 2; k++) {
       if (!d[k]) continue;
       if (fresh[k]) {
-        *(vhwx *)(d[k] + i) = *(const vhwx *)(dy + i) & -__builtin_convertvector(m, vhwx);
+        *(vhwu *)(d[k] + i) = *(const vhwu *)(dy + i) & -__builtin_convertvector(m, vhwu);
       } else {
         const vfw g = (vfw)((viw)vldw(dy, i, 1, VW) & -__builtin_convertvector(m, viw));
         vstw(d[k], i, vldw(d[k], i, 1, VW) + g, 1, VW);

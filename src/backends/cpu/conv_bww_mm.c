@@ -28,11 +28,9 @@
 #ifdef SPRY_HAVE_DNNL
 #include <omp.h>
 #include <string.h>
-#ifdef __AVX512F__
-#include <immintrin.h>
-#endif
 
 #include "backends/cpu/cpu.h"
+#include "backends/cpu/vec.h"
 
 enum { CHUNK_BYTES = 1 << 20, MAX_THREADS = 256 };
 
@@ -211,16 +209,13 @@ static const uint16_t *tap(const cpu_bww_mm *m, const out_row *o, int64_t kh, in
   return (const uint16_t *)m->x + ((o->img * c->ih + ih) * c->iw + iw) * c->ic;
 }
 
-typedef uint32_t vw16 __attribute__((vector_size(64)));
-
 /* 16 bf16 values zero-extended to 32 bits (one widening move with AVX-512;
  * GCC 12 splits the generic conversion in halves). */
-static inline vw16 widen16(const uint16_t *p) {
+static inline vu16 widen16(const uint16_t *p) {
 #ifdef __AVX512F__
-  return (vw16)_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p));
+  return (vu16)_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p));
 #else
-  typedef uint16_t vh16u __attribute__((vector_size(32), aligned(2)));
-  return __builtin_convertvector(*(const vh16u *)p, vw16);
+  return __builtin_convertvector(*(const vh16u *)p, vu16);
 #endif
 }
 
@@ -241,10 +236,10 @@ static void im2col_packed(const cpu_bww_mm *m, uint16_t *col, int64_t r0, int64_
         const int64_t n0 = (kh * c->kw + kw) * c->ic;
         for (int64_t i = 0; i < c->ic; i += 16) {
           const int64_t nn = n0 + i;
-          vw16 w = {0};
+          vu16 w = {0};
           if (s0) w = widen16(s0 + i);
           if (s1) w |= widen16(s1 + i) << 16;
-          *(vw16 *)((uint32_t *)(pair + nn / PACK_COLS * m->nblk_stride[t]) + nn % PACK_COLS) = w;
+          *(vu16 *)((uint32_t *)(pair + nn / PACK_COLS * m->nblk_stride[t]) + nn % PACK_COLS) = w;
         }
       }
     for (int64_t nn = m->k; nn < cols_padded; nn++)

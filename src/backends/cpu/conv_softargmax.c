@@ -34,6 +34,7 @@
 #include <string.h>
 
 #include "backends/cpu/cpu.h"
+#include "backends/cpu/vec.h"
 #include "backends/cpu/exp_nonpos.h"
 #include "core/bf16.h"
 #include "ops/ops.h"
@@ -135,15 +136,8 @@ static void bias_of(const csam_node *s, const sp_op_args *a, float *b) {
   for (int64_t k = 0; k < s->kp; k++) b[k] = s->has_bias && k < s->k ? ((const float *)a->param[1]->data)[k] : 0.0f;
 }
 
-/* 16 f32 lanes as one AVX-512 vector (GCC/Clang vector extensions: plain
- * code where the build has no AVX-512): the tile kernels walk 16 heatmaps
- * at a time down the tile's rows, so a group's sums stay in registers. */
-typedef float vf16 __attribute__((vector_size(64)));
-typedef float vf16u __attribute__((vector_size(64), aligned(4)));
-typedef int32_t vi16 __attribute__((vector_size(64)));
-typedef uint32_t vu16 __attribute__((vector_size(64)));
-typedef uint16_t vh16 __attribute__((vector_size(32)));
-typedef uint16_t vh16u __attribute__((vector_size(32), aligned(2)));
+/* The tile kernels walk 16 heatmaps at a time (vf16, vec.h: one AVX-512
+ * vector) down the tile's rows, so a group's sums stay in registers. */
 
 static inline vf16 ld16(const float *p) { return *(const vf16u *)p; }
 static inline vf16 splat16(float f) { return (vf16){f, f, f, f, f, f, f, f, f, f, f, f, f, f, f, f}; }

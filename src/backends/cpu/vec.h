@@ -58,14 +58,23 @@ INLINE vf8 vload_f(const float *p) { return *(const vf8u *)p; }
 
 /* ---- vfw: the machine's width ---- */
 
+/* 16 lanes in any build (one AVX-512 register, two AVX2 ones): vfw where
+ * the build has AVX-512, and conv_softargmax.c's 16-heatmap groups. */
+typedef float vf16 __attribute__((vector_size(64)));
+typedef float vf16u __attribute__((vector_size(64), aligned(4)));
+typedef int32_t vi16 __attribute__((vector_size(64)));
+typedef uint32_t vu16 __attribute__((vector_size(64)));
+typedef uint16_t vh16 __attribute__((vector_size(32)));
+typedef uint16_t vh16u __attribute__((vector_size(32), aligned(2)));
+
 #ifdef __AVX512F__
 enum { VW = 16 };
-typedef float vfw __attribute__((vector_size(64)));
-typedef float vfwu __attribute__((vector_size(64), aligned(4)));
-typedef int32_t viw __attribute__((vector_size(64)));
-typedef uint32_t vuw __attribute__((vector_size(64)));
-typedef uint16_t vhw __attribute__((vector_size(32)));
-typedef uint16_t vhwu __attribute__((vector_size(32), aligned(2)));
+typedef vf16 vfw;
+typedef vf16u vfwu;
+typedef vi16 viw;
+typedef vu16 vuw;
+typedef vh16 vhw;
+typedef vh16u vhwu;
 #define VW_LO8 0, 1, 2, 3, 4, 5, 6, 7
 #define VW_ALL 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15
 
@@ -104,6 +113,7 @@ INLINE vfw vtwice8(const float *p) {
 enum { VW = 8 };
 typedef vf8 vfw;
 typedef vi8 viw;
+typedef vh8u vhwu;
 INLINE vfw vldw(const void *p, int64_t i, int bf16, int n) { return vld(p, i, bf16); }
 INLINE void vstw(void *p, int64_t i, vfw v, int bf16, int n) { vst(p, i, v, bf16); }
 INLINE vfw vbcastw(float f) { return vbcast(f); }
