@@ -228,21 +228,22 @@ INLINE void sum_group(const void *x, const void *dy, int64_t at, int64_t L, int6
                       int64_t p1, const float *K, const float *sc, const float *sh, double *a1, double *a2, int bf16,
                       int backward, int relu) {
   vfw kk[GMAX], scc[GMAX], shc[GMAX], s1[GMAX], s2[GMAX], t1[GMAX], t2[GMAX];
-#pragma GCC unroll 8
+  VEC_UNROLL
   for (int g = 0; g < G; g++) {
     kk[g] = vconst(K, j + g * w, w, L), scc[g] = vconst(sc, j + g * w, w, L), shc[g] = vconst(sh, j + g * w, w, L);
     s1[g] = s2[g] = t1[g] = t2[g] = vbcastw(0.0f);
   }
   const int64_t step = positions_per_vector(w, L);
   int64_t p = p0;
-  for (; p + step < p1; p += 2 * step)
-#pragma GCC unroll 8
+  for (; p + step < p1; p += 2 * step) {
+    VEC_UNROLL
     for (int g = 0; g < G; g++) {
       const int64_t i = at + p * L + j + g * w;
       sum_step(x, dy, i, w, kk[g], scc[g], shc[g], &s1[g], &s2[g], bf16, backward, relu);
       sum_step(x, dy, i + step * L, w, kk[g], scc[g], shc[g], &t1[g], &t2[g], bf16, backward, relu);
     }
-#pragma GCC unroll 8
+  }
+  VEC_UNROLL
   for (int g = 0; g < G; g++) {
     if (p < p1) sum_step(x, dy, at + p * L + j + g * w, w, kk[g], scc[g], shc[g], &s1[g], &s2[g], bf16, backward, relu);
     add_into_doubles(a1 + j + g * w, s1[g] + t1[g], w, L);
@@ -324,16 +325,17 @@ INLINE void sum_tiles(const cpu_bn_geom *g, const tiling *t, const bn_scratch *s
 INLINE void normalize_group(const void *x, void *y, int64_t at, int64_t L, int64_t j, int w, int G, int64_t p0,
                             int64_t p1, const float *m, const float *sc, const float *sh, int bf16, int relu) {
   vfw mm[GMAX], scc[GMAX], shc[GMAX];
-#pragma GCC unroll 8
+  VEC_UNROLL
   for (int g = 0; g < G; g++)
     mm[g] = vconst(m, j + g * w, w, L), scc[g] = vconst(sc, j + g * w, w, L), shc[g] = vconst(sh, j + g * w, w, L);
-  for (int64_t p = p0; p < p1; p += positions_per_vector(w, L))
-#pragma GCC unroll 8
+  for (int64_t p = p0; p < p1; p += positions_per_vector(w, L)) {
+    VEC_UNROLL
     for (int g = 0; g < G; g++) {
       const int64_t i = at + p * L + j + g * w;
       const vfw v = vaffine(vldw(x, i, bf16, w), mm[g], scc[g], shc[g]);
       vstw(y, i, relu ? vrelu(v) : v, bf16, w);
     }
+  }
 }
 
 /* y = affine(x) (+ ReLU) over this thread's tiles. */
@@ -380,20 +382,21 @@ INLINE void dx_group(const void *x, const void *dy, void *dx, int64_t at, int64_
                      int64_t p0, int64_t p1, const float *m, const float *ca, const float *cb, const float *cd,
                      const float *sc, const float *sh, int accumulate, int bf16, int relu) {
   vfw mm[GMAX], a[GMAX], b[GMAX], d[GMAX], msc[GMAX], msh[GMAX];
-#pragma GCC unroll 8
+  VEC_UNROLL
   for (int g = 0; g < G; g++) {
     const int64_t jg = j + g * w;
     mm[g] = vconst(m, jg, w, L), a[g] = vconst(ca, jg, w, L), b[g] = vconst(cb, jg, w, L), d[g] = vconst(cd, jg, w, L);
     msc[g] = vconst(sc, jg, w, L), msh[g] = vconst(sh, jg, w, L);
   }
-  for (int64_t p = p0; p < p1; p += positions_per_vector(w, L))
-#pragma GCC unroll 8
+  for (int64_t p = p0; p < p1; p += positions_per_vector(w, L)) {
+    VEC_UNROLL
     for (int g = 0; g < G; g++) {
       const int64_t i = at + p * L + j + g * w;
       vfw v = vdx(vldw(x, i, bf16, w), vldw(dy, i, bf16, w), mm[g], msc[g], msh[g], a[g], b[g], d[g], relu);
       if (accumulate) v += vldw(dx, i, bf16, w);
       vstw(dx, i, v, bf16, w);
     }
+  }
 }
 
 INLINE void dx_tiles(const cpu_bn_geom *g, const tiling *t, const bn_scratch *s, const float *mask, const void *x,

@@ -53,13 +53,13 @@ INLINE void thin_rows(const uint16_t *vec, const uint16_t *bro, int64_t r0, int6
     const int64_t end = start + BLOCK_ROWS < r1 ? start + BLOCK_ROWS : r1;
     vfw acc[MAX_ACC];
     /* Unrolled in full, so the accumulators live in registers. */
-#pragma GCC unroll 16
+    VEC_UNROLL
     for (int k = 0; k < B * V / 16; k++) acc[k] = vbcastw(0.0f);
     for (int64_t r = start; r < end; r++) {
       float bb[16] __attribute__((aligned(64)));
       vstw(bb, 0, vldw(bro, r * B, 1, B), 0, B);
       const vfw v0 = vldw(vec, r * V, 1, 16), v1 = V == 32 ? vldw(vec, r * V + 16, 1, 16) : v0;
-#pragma GCC unroll 16
+      VEC_UNROLL
       for (int b = 0; b < B; b++) {
         const vfw s = vbcastw(bb[b]);
         acc[b * (V / 16)] += s * v0;

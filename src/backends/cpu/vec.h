@@ -22,6 +22,15 @@
 #define INLINE static inline __attribute__((always_inline))
 #endif
 
+/* Unrolls the next loop in full (trip counts here are at most 16), so an
+ * array of vectors indexed by its counter stays in registers. Optimised
+ * builds only: at -O0 the count is not a constant and GCC warns. */
+#ifdef __OPTIMIZE__
+#define VEC_UNROLL _Pragma("GCC unroll 16")
+#else
+#define VEC_UNROLL
+#endif
+
 typedef float vf8 __attribute__((vector_size(32)));
 typedef float vf8u __attribute__((vector_size(32), aligned(4)));
 typedef int32_t vi8 __attribute__((vector_size(32)));
