@@ -101,12 +101,16 @@ INLINE void grads_bf16(uint16_t *const d[2], const int fresh[2], const uint16_t 
 }
 
 INLINE void grads_f32(float *const d[2], const int fresh[2], const float *dy, const uint8_t *mask, int64_t count) {
-#pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < count; i++) {
-    const float g = mask[i] ? dy[i] : 0.0f;
-    if (d[0]) d[0][i] = fresh[0] ? g : d[0][i] + g;
-    if (d[1]) d[1][i] = fresh[1] ? g : d[1][i] + g;
+  const int64_t whole = count / VW * VW;
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < whole; i += VW) {
+    const vfw g = (vfw)((viw)vldw(dy, i, 0, VW) & -__builtin_convertvector(*(const vbwu *)(mask + i), viw));
+    for (int k = 0; k < 2; k++)
+      if (d[k]) vstw(d[k], i, fresh[k] ? g : vldw(d[k], i, 0, VW) + g, 0, VW);
   }
+  for (int64_t i = whole; i < count; i++)
+    for (int k = 0; k < 2; k++)
+      if (d[k]) d[k][i] = (fresh[k] ? 0.0f : d[k][i]) + (mask[i] ? dy[i] : 0.0f);
 }
 
 static void add_relu_backward(cpu_node *n, const sp_op_args *a) {
