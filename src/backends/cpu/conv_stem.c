@@ -6,15 +6,20 @@
  * Why: oneDNN 2.6 has no AMX kernel for one input channel; vgg-face's stem
  * (1 -> 8 channels, 3x3, stride 2, 224x224, batch 64) took 3.0 ms forward on
  * its avx512 brgconv, 8.3 ms for the weight gradient and 1.7 ms to reorder
- * the image: 13 of a 65 ms bf16 step, for 58 M multiply-adds a pass. Here
- * (same shapes, 2 threads): padded copy 1.2-1.7 ms, forward rows 2.7 ms,
- * weight gradient about 5 ms; vgg-face bf16 steps 60-61 ms against 65-66.
+ * the image: 13 of a 65 ms bf16 step, for 58 M multiply-adds a pass. The
+ * first version here (8 lanes) took 4.4 ms forward (copy included) and 4.7
+ * ms for the weight gradient; at 16 lanes 2.3 and 2.0 ms, and vgg-face bf16
+ * trains 6-10% faster (a stem-only graph, per-node profile, 2 threads).
  *
- * Forward: per 8 output positions and 8 output channels, eight vectors of
- * positions summed over the window's taps (one broadcast FMA each), then
- * transposed into channel vectors. The copy splits each padded row by column
- * phase (stride), so a tap's consecutive positions are consecutive values.
- * Weight gradient: per tap and 8 channels, the row's sum of x dy.
+ * Forward: per PG output positions (the vector width: 16 with AVX-512) and 8
+ * output channels, eight vectors of positions summed over the window's taps
+ * (one broadcast FMA each), then transposed into channel vectors (word
+ * permutes of the bf16 results with AVX-512). The copy splits each padded
+ * row by column phase (stride), so a tap's consecutive positions are
+ * consecutive values; strides 1 and 2 copy a vector at a time.
+ * Weight gradient: per group of 8 channels, up to TAP_BLOCK taps at once
+ * over the row, each vector holding VW / 8 positions of dy as it lies and
+ * x repeated to match.
  *
  * Values are what the oneDNN path computes: the image and the weights are
  * rounded to bf16, products summed in f32, the output rounded to bf16 (the
@@ -50,11 +55,39 @@ typedef struct {
  * (n, i, y) is sw rows of wq values, phase p holding padded columns
  * m sw + p. Position ox of tap column c then reads phase (c dw) % sw at
  * m = ox + (c dw) / sw: consecutive positions are consecutive values,
- * whatever the stride. Rows run long enough that the last group of 8
+ * whatever the stride. Rows run long enough that the last group of PG
  * positions reads zeros, not the next row. Forward and backward read it;
  * it is what oneDNN's reorder gives its convolution, rearranged. */
 INLINE void copy_phase(uint16_t *d, const float *from, int64_t n, const int64_t sw) {
   for (int64_t m = 0; m < n; m++) d[m] = sp_bf16_round(from[m * sw]);
+}
+
+/* Positions per forward group and values per weight-gradient vector: the
+ * machine's vector width (16 with AVX-512: one group of 16 positions, or
+ * two positions of 8 channels). */
+enum { PG = VW };
+
+/* n values from[0, sw, 2 sw, ...] rounded to bf16 into d; `avail` values
+ * may be read from `from`. Strides 1 and 2 a vector at a time (vgg-face's
+ * 224x224 grey stem: the copy took 1.5-2 ms of a 48 ms step element by
+ * element). */
+static void copy_phase_any(uint16_t *d, const float *from, int64_t n, int64_t sw, int64_t avail) {
+  int64_t m = 0;
+  if (sw == 1)
+    for (; m + VW <= n; m += VW) vstw(d, m, vldw(from, m, 0, VW), 1, VW);
+#ifdef __AVX512F__
+  else if (sw == 2)
+    for (; 2 * (m + VW) <= avail && m + VW <= n; m += VW) {
+      const vfw a = vldw(from, 2 * m, 0, VW), b = vldw(from, 2 * m + VW, 0, VW);
+      vstw(d, m, __builtin_shufflevector(a, b, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30), 1, VW);
+    }
+#endif
+  if (sw == 1)
+    copy_phase(d + m, from + m, n - m, 1); /* the stride a constant: vectorised */
+  else if (sw == 2)
+    copy_phase(d + m, from + 2 * m, n - m, 2);
+  else
+    copy_phase(d + m, from + m * sw, n - m, sw);
 }
 
 static void pad_image(const stem_node *s, const float *x, uint16_t *img) {
@@ -69,15 +102,8 @@ static void pad_image(const stem_node *s, const float *x, uint16_t *img) {
     for (int64_t p = 0; p < sw; p++) {
       /* m sw + p - pw in [0, iw) */
       const int64_t m0 = p >= s->pw ? 0 : (s->pw - p + sw - 1) / sw, m1 = (s->iw + s->pw - p + sw - 1) / sw;
-      uint16_t *d = dst + p * wq;
-      const int64_t n = (m1 < wq ? m1 : wq) - m0;
-      const float *from = src + m0 * sw + p - s->pw; /* >= src by the choice of m0 */
-      if (sw == 1)
-        copy_phase(d + m0, from, n, 1); /* the stride a constant: vectorised */
-      else if (sw == 2)
-        copy_phase(d + m0, from, n, 2);
-      else
-        copy_phase(d + m0, from, n, sw);
+      const int64_t n = (m1 < wq ? m1 : wq) - m0, first = m0 * sw + p - s->pw; /* >= 0 by the choice of m0 */
+      copy_phase_any(dst + p * wq + m0, src + first, n, sw, s->iw - first);
     }
   }
 }
@@ -95,8 +121,57 @@ static void tap_rows(const stem_node *s, const uint16_t *img, int64_t row, const
       }
 }
 
-INLINE float xval(const uint16_t *x, int64_t at) { return sp_bf16_widen(x[at]); }
+#ifdef __AVX512F__
+typedef uint16_t vw32 __attribute__((vector_size(64)));
+typedef uint16_t vw32u __attribute__((vector_size(64), aligned(2)));
 
+/* bf16 of v in a register (vstw's rounding). */
+INLINE vh16 to_bf16(vfw v) {
+  vh16 h;
+  vstw(&h, 0, v, 1, VW);
+  return h;
+}
+
+/* a[l] holds channel l at 16 positions; out gets position q's 8 channels
+ * (bf16) at out + q oc, for the first np positions. Channel pairs are
+ * joined, then two word permutes (vpermt2w) make 4 vectors of 4 positions. */
+INLINE void store_positions(const vfw *a, uint16_t *out, int64_t np, int64_t oc) {
+  vw32 u[4], v[4], o[4];
+  VEC_UNROLL
+  for (int m = 0; m < 4; m++) {
+    const vh16 lo = to_bf16(a[2 * m]), hi = to_bf16(a[2 * m + 1]);
+    u[m] = __builtin_shufflevector(lo, hi, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21,
+                                   22, 23, 24, 25, 26, 27, 28, 29, 30, 31);
+  }
+  /* v[2g + h]: positions 8h..8h+7 of channels 4g..4g+3, position-major. */
+#define Q4(q) (q), 16 + (q), 32 + (q), 48 + (q)
+#define Q8(b) Q4(b), Q4(b + 1), Q4(b + 2), Q4(b + 3), Q4(b + 4), Q4(b + 5), Q4(b + 6), Q4(b + 7)
+  v[0] = __builtin_shufflevector(u[0], u[1], Q8(0));
+  v[1] = __builtin_shufflevector(u[0], u[1], Q8(8));
+  v[2] = __builtin_shufflevector(u[2], u[3], Q8(0));
+  v[3] = __builtin_shufflevector(u[2], u[3], Q8(8));
+#undef Q8
+#undef Q4
+  /* o[k]: positions 4k..4k+3, channels 0..7. */
+#define P8(q) 4 * (q), 4 * (q) + 1, 4 * (q) + 2, 4 * (q) + 3, 32 + 4 * (q), 33 + 4 * (q), 34 + 4 * (q), 35 + 4 * (q)
+#define P32(b) P8(b), P8(b + 1), P8(b + 2), P8(b + 3)
+  o[0] = __builtin_shufflevector(v[0], v[2], P32(0));
+  o[1] = __builtin_shufflevector(v[0], v[2], P32(4));
+  o[2] = __builtin_shufflevector(v[1], v[3], P32(0));
+  o[3] = __builtin_shufflevector(v[1], v[3], P32(4));
+#undef P32
+#undef P8
+  if (oc == 8 && np == 16) {
+    VEC_UNROLL
+    for (int k = 0; k < 4; k++) *(vw32u *)(out + 32 * k) = o[k];
+    return;
+  }
+  uint16_t rows[16 * 8]; /* position q's 8 channels at rows + 8 q */
+  VEC_UNROLL
+  for (int k = 0; k < 4; k++) *(vw32u *)(rows + 32 * k) = o[k];
+  for (int64_t q = 0; q < np; q++) memcpy(out + q * oc, rows + 8 * q, 8 * sizeof(uint16_t));
+}
+#else
 /* Rows of a[] become columns: o[q][l] = a[l][q] (8 x 8, three shuffle stages). */
 INLINE void transpose8(const vf8 *a, vf8 *o) {
   vf8 t[8], u[8];
@@ -115,54 +190,109 @@ INLINE void transpose8(const vf8 *a, vf8 *o) {
   }
 }
 
-/* One output row, channels-last: for every 8 positions and group of 8
- * output channels, 8 vectors of 8 positions (one per channel) summed over
- * the taps, then turned into 8 channel vectors, one per position. */
+INLINE void store_positions(const vfw *a, uint16_t *out, int64_t np, int64_t oc) {
+  vf8 o[8];
+  transpose8(a, o);
+  for (int64_t q = 0; q < np; q++) vst(out, q * oc, o[q], 1);
+}
+#endif
+
+/* One output row, channels-last: for every PG positions and group of 8
+ * output channels, 8 vectors of PG positions (one per channel) summed over
+ * the taps (one broadcast FMA each), then turned into PG vectors of 8
+ * channels, one per position. */
 static void forward_row(const stem_node *s, const uint16_t *const *src, const float *bias, uint16_t *out) {
   const int64_t oc = s->oc;
-  for (int64_t j = 0; j < s->ow; j += 8) {
-    const int64_t np = s->ow - j < 8 ? s->ow - j : 8;
+  for (int64_t j = 0; j < s->ow; j += PG) {
+    const int64_t np = s->ow - j < PG ? s->ow - j : PG;
     for (int64_t c = 0; c < oc; c += 8) {
-      vf8 a[8], o[8];
-#pragma GCC unroll 8
-      for (int l = 0; l < 8; l++) a[l] = vbcast(bias ? bias[c + l] : 0.0f);
+      vfw a[8];
+      VEC_UNROLL
+      for (int l = 0; l < 8; l++) a[l] = vbcastw(bias ? bias[c + l] : 0.0f);
       for (int64_t t = 0; t < s->k; t++) {
-        const vf8 x = vld(src[t], j, 1);
+        const vfw x = vldw(src[t], j, 1, VW);
         const float *w = s->wt + t * oc + c;
-#pragma GCC unroll 8 /* a[] in registers */
-        for (int l = 0; l < 8; l++) a[l] += x * w[l];
+        VEC_UNROLL /* a[] in registers */
+            for (int l = 0; l < 8; l++) a[l] += x * w[l];
       }
-      transpose8(a, o);
-      for (int64_t q = 0; q < np; q++) vst(out, (j + q) * oc + c, o[q], 1);
+      store_positions(a, out + j * oc + c, np, oc);
     }
   }
 }
 
-/* One output row's weight gradient: per tap and group of 8 output channels,
- * the row's sum of x dy (four partial sums so the FMA chains overlap), added
- * into dw_row[t][o]; the bias row dw_row[k][o] sums dy. */
+/* Weight-gradient vectors hold VW / 8 positions of 8 channels: dy as it
+ * lies (channels-last), and each position's x repeated over its 8 lanes. */
+enum { PP = VW / 8 };
+
+/* Positions j.. of the 8 channels from c (a missing second position: 0). */
+INLINE vfw dy_lanes(const uint16_t *dy, int64_t j, int64_t oc, int64_t c, int64_t ow) {
+#ifdef __AVX512F__
+  if (oc == 8 && j + 1 < ow) return vldw(dy, j * 8, 1, VW);
+  const vf8 lo = vld(dy, j * oc + c, 1), hi = j + 1 < ow ? vld(dy, (j + 1) * oc + c, 1) : vbcast(0.0f);
+  return __builtin_shufflevector(lo, hi, VW_ALL);
+#else
+  (void)ow;
+  return vld(dy, j * oc + c, 1);
+#endif
+}
+
+INLINE vfw x_lanes(const uint16_t *x, int64_t j) {
+#ifdef __AVX512F__
+  /* x[j] and x[j+1] as one word pair: lanes 0-7 take the low bf16, 8-15
+   * the high one, each moved to the top of its f32. */
+  uint32_t pair;
+  memcpy(&pair, x + j, sizeof pair);
+  const vu16 u = {pair, pair, pair, pair, pair, pair, pair, pair, pair, pair, pair, pair, pair, pair, pair, pair};
+  const vu16 shift = {16, 16, 16, 16, 16, 16, 16, 16, 0, 0, 0, 0, 0, 0, 0, 0};
+  return (vfw)((u << shift) & 0xffff0000u);
+#else
+  return vbcast(sp_bf16_widen(x[j]));
+#endif
+}
+
+/* The lanes' positions summed: the 8 channels. */
+INLINE vf8 fold(vfw v) {
+#ifdef __AVX512F__
+  return __builtin_shufflevector(v, v, VW_LO8) + __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
+#else
+  return v;
+#endif
+}
+
+enum { TAP_BLOCK = 10 }; /* accumulators per pass over a row: a 3x3 grey stem and its bias in one */
+
+/* nb taps from t0 (tap k: the bias, summing dy) over one row, 8 channels
+ * from c: summed in f32 per row, added into dw_row[t][o] in double. */
+INLINE void tap_block(const stem_node *s, const uint16_t *const *src, const uint16_t *dy, int64_t c, int64_t t0,
+                      const int nb, double *dw_row) {
+  const int64_t oc = s->oc, ow = s->ow, k = s->k;
+  vfw p[TAP_BLOCK];
+  VEC_UNROLL
+  for (int b = 0; b < nb; b++) p[b] = vbcastw(0.0f);
+  for (int64_t j = 0; j < ow; j += PP) {
+    const vfw d = dy_lanes(dy, j, oc, c, ow);
+    VEC_UNROLL
+    for (int b = 0; b < nb; b++) p[b] += t0 + b < k ? x_lanes(src[t0 + b], j) * d : d;
+  }
+  for (int b = 0; b < nb; b++) {
+    const vf8 sum = fold(p[b]);
+    for (int l = 0; l < 8; l++) dw_row[(t0 + b) * oc + c + l] += sum[l];
+  }
+}
+
+/* One output row's weight gradient: per group of 8 output channels, the
+ * taps (and the bias row dw_row[k][o], summing dy) TAP_BLOCK at a time. The
+ * tap rows are padded with zeros past ow, so a missing second position
+ * reads 0 there and its dy is 0 too. */
 static void backward_row(const stem_node *s, const uint16_t *const *src, const uint16_t *dy, double *dw_row) {
-  const int64_t oc = s->oc, ow = s->ow;
-  for (int64_t c = 0; c < oc; c += 8)
-    for (int64_t t = 0; t <= s->k; t++) {
-      const uint16_t *x = t < s->k ? src[t] : NULL;
-      vf8 p0 = vbcast(0.0f), p1 = p0, p2 = p0, p3 = p0;
-      int64_t j = 0;
-      if (x) {
-        for (; j + 4 <= ow; j += 4) {
-          p0 += xval(x, j) * vld(dy, j * oc + c, 1), p1 += xval(x, j + 1) * vld(dy, (j + 1) * oc + c, 1);
-          p2 += xval(x, j + 2) * vld(dy, (j + 2) * oc + c, 1), p3 += xval(x, j + 3) * vld(dy, (j + 3) * oc + c, 1);
-        }
-        for (; j < ow; j++) p0 += xval(x, j) * vld(dy, j * oc + c, 1);
-      } else {
-        for (; j + 4 <= ow; j += 4) {
-          p0 += vld(dy, j * oc + c, 1), p1 += vld(dy, (j + 1) * oc + c, 1);
-          p2 += vld(dy, (j + 2) * oc + c, 1), p3 += vld(dy, (j + 3) * oc + c, 1);
-        }
-        for (; j < ow; j++) p0 += vld(dy, j * oc + c, 1);
-      }
-      const vf8 sum = (p0 + p1) + (p2 + p3);
-      for (int l = 0; l < 8; l++) dw_row[t * oc + c + l] += sum[l];
+  const int64_t taps = s->k + 1;
+  for (int64_t c = 0; c < s->oc; c += 8)
+    for (int64_t t0 = 0; t0 < taps; t0 += TAP_BLOCK) {
+      const int64_t nb = taps - t0 < TAP_BLOCK ? taps - t0 : TAP_BLOCK;
+      if (nb == TAP_BLOCK)
+        tap_block(s, src, dy, c, t0, TAP_BLOCK, dw_row); /* a constant count: unrolled */
+      else
+        tap_block(s, src, dy, c, t0, (int)nb, dw_row);
     }
 }
 
@@ -262,7 +392,7 @@ int cpu_conv_stem_prepare(sp_op_prep *p) {
     return 1;
   }
   s->hp = s->ih + 2 * s->ph;
-  s->wq = s->ow + 8 + (s->kw - 1) * s->dw / s->sw; /* the last group of 8 and the widest tap offset */
+  s->wq = s->ow + PG + (s->kw - 1) * s->dw / s->sw; /* the last group of PG and the widest tap offset */
   size_t fwd = 0, bwd = 0;
   s->wt_off = cpu_take(&fwd, sizeof(float) * (size_t)(s->k * s->oc));
   s->acc_off = cpu_take(&bwd, sizeof(double) * (size_t)((s->k + 1) * s->oc * s->threads));
