@@ -211,6 +211,14 @@ int sp_plan_forward(sp_plan *p);
 /* Accumulates into the graph's parameter gradients (call sp_graph_zero_grad
  * first unless accumulating over micro-batches). */
 int sp_plan_backward(sp_plan *p);
+/* What a training loop calls instead of sp_graph_zero_grad when this plan's
+ * sp_plan_backward comes next: a gradient whose first writer in that
+ * backward can write it instead of adding to it is not cleared but marked
+ * (a bf16 linear's 25 MB weight gradient is then written once, not cleared,
+ * read and written); every other one is zeroed now. A marked gradient holds
+ * zeros plus this backward only after it; the backward clears the marks, so
+ * a later one adds again. */
+void sp_plan_zero_grad(sp_plan *p);
 /* Weighted sum of the loss terms after forward. */
 double sp_plan_loss(const sp_plan *p);
 size_t sp_plan_arena_bytes(const sp_plan *p);

@@ -92,7 +92,44 @@ int sp_plan_backward(sp_plan *p) {
     if (p->flags & SP_PLAN_POISON) poison_dead(p, BSTEP(p, i));
     if (p->grad_hook) grad_ready(p, i);
   }
+  for (int i = 0; i < n; i++) p->nodes[i].args.d_param_fresh = 0; /* sp_plan_zero_grad's marks are spent */
   return 0;
+}
+
+/* A parameter's first writer in backward is the latest node in forward
+ * order whose backward runs and uses it. Where that node's implementation
+ * overwrites the gradient when told (param_overwrites), it is told
+ * (d_param_fresh) and the gradient keeps its old values until then; a
+ * parameter it uses twice, or one an absorbed node uses, is zeroed. */
+void sp_plan_zero_grad(sp_plan *p) {
+  sp_graph *g = p->g;
+  if (p->n_grad_marked < g->n_params) { /* the first call (parameters are fixed by then) */
+    free(p->grad_marked);
+    p->grad_marked = sp_xmalloc((size_t)g->n_params * 2 + 1);
+    p->n_grad_marked = g->n_params;
+  }
+  unsigned char *marked = p->grad_marked, *decided = marked + g->n_params;
+  memset(marked, 0, (size_t)g->n_params * 2);
+  for (int i = g->n_nodes - 1; i >= 0; i--) {
+    const sp_node *nd = &g->nodes[i];
+    plan_node *pn = &p->nodes[i];
+    pn->args.d_param_fresh = 0;
+    if (!nd->op || !p->training) continue;
+    const int absorbed = pn->absorbed_by >= 0;
+    if (!absorbed && !pn->run_backward) continue;
+    for (int k = 0; k < nd->n_param; k++) {
+      const int q = nd->param[k];
+      if (decided[q]) continue;
+      decided[q] = 1;
+      int twice = 0;
+      for (int j = 0; j < nd->n_param; j++) twice |= j != k && nd->param[j] == q;
+      if (!absorbed && !twice && ((pn->param_overwrites >> k) & 1u) && pn->args.d_param[k]) {
+        pn->args.d_param_fresh |= 1u << k;
+        marked[q] = 1;
+      }
+    }
+  }
+  sp_graph_zero_grads_except(g, marked);
 }
 
 double sp_plan_loss(const sp_plan *p) {

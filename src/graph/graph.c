@@ -220,13 +220,15 @@ int sp_graph_param_find(const sp_graph *g, const char *name) {
 /* Gradients come to tens or hundreds of MB (ResUNet-50: 120) and one
  * thread's memset runs well below the memory bandwidth (vgg-face: 3.7 ms of a
  * 70 ms bf16 step), so every thread clears its share of each large one. */
-void sp_graph_zero_grad(sp_graph *g) {
+void sp_graph_zero_grad(sp_graph *g) { sp_graph_zero_grads_except(g, NULL); }
+
+void sp_graph_zero_grads_except(sp_graph *g, const unsigned char *skip) {
 #pragma omp parallel
   {
     const size_t nt = (size_t)omp_get_num_threads(), t = (size_t)omp_get_thread_num();
     for (int i = 0; i < g->n_params; i++) {
       char *d = g->params[i].grad.data;
-      if (!d) continue;
+      if (!d || (skip && skip[i])) continue;
       const size_t bytes = sp_tensor_bytes(&g->params[i].grad);
       if (bytes < ((size_t)1 << 16)) {
         if (t == 0) memset(d, 0, bytes);

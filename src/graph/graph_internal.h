@@ -39,6 +39,10 @@ struct sp_graph {
   int n_builders_failed;
 };
 
+/* Zeroes every parameter gradient, except those with skip[i] != 0 (skip
+ * may be NULL), each large one by all threads. */
+void sp_graph_zero_grads_except(sp_graph *g, const unsigned char *skip);
+
 /* "<scope>.<name>" (or just name at the top level) into buf. */
 const char *sp_graph_scoped(const sp_graph *g, const char *name, char *buf, size_t n);
 

@@ -200,6 +200,7 @@ static int prepare_nodes(sp_plan *p) {
     if (pr.absorb_consumer && pr.consumer_op) p->nodes[c].absorbed_by = i;
     if (pr.absorb_consumer == 2 && pr.consumer2_op) p->nodes[consumer[c]].absorbed_by = i;
     pn->impl_state = pr.state;
+    pn->param_overwrites = pr.param_grad_overwrites;
     pn->layout = pr.out_layout;
     pn->act_bytes = pr.out_bytes;
     pn->saved_bytes = pr.saved_bytes;
@@ -418,6 +419,7 @@ void sp_plan_free(sp_plan *p) {
   free(p->nodes);
   free(p->impl);
   free(p->grad_ready);
+  free(p->grad_marked);
   free(p);
 }
 

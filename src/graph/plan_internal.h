@@ -20,6 +20,7 @@ typedef struct {
    * of the activation (and gradient) buffer, and per-step scratch buffers. */
   void *impl_state; /* prepare()'s state (sp_op_args.impl) */
   int absorbed_by;  /* >= 0: that node computes this one (fusion); this node shares its buffers and never runs */
+  unsigned param_overwrites; /* prepare()'s param_grad_overwrites */
   const void *layout;
   size_t act_bytes;
   size_t fwd_scratch_bytes, bwd_scratch_bytes;
@@ -47,6 +48,9 @@ struct sp_plan {
   sp_grad_ready_fn grad_hook;
   void *grad_hook_user;
   int *grad_ready;
+  /* sp_plan_zero_grad: per parameter, 1 where the first writer overwrites. */
+  unsigned char *grad_marked;
+  int n_grad_marked;
 };
 
 #endif

@@ -55,6 +55,9 @@ typedef struct sp_op_args {
   void *impl;          /* the state prepare() made for this node */
   void *scratch;       /* prep.fwd_scratch_bytes in forward, prep.bwd_scratch_bytes in backward */
   unsigned d_in_fresh; /* bit k: this node is the first writer of d_in[k] (see SP_OP_GRAD_OVERWRITES_FRESH) */
+  /* bit k: backward writes d_param[k] instead of adding into it (set by
+   * sp_plan_backward_fresh where prepare reported param_grad_overwrites). */
+  unsigned d_param_fresh;
   /* Forward of a SP_PLAN_FROZEN plan: 1 when the parameters changed since
    * the last forward (always 1 in other plans), so weights prepared from
    * them must be prepared again. */
@@ -105,6 +108,9 @@ typedef struct sp_op_prep {
    * buffers, so d_out here is the gradient of the consumer's output.
    * 2: the consumer's consumer too (consumer2_op). */
   int absorb_consumer;
+  /* bit k: told so (sp_op_args.d_param_fresh), backward overwrites
+   * d_param[k], so sp_plan_backward_fresh need not zero it first. */
+  unsigned param_grad_overwrites;
   void *state;            /* passed back as sp_op_args.impl; freed by release() */
   const void *out_layout; /* NULL: plain */
   size_t out_bytes;       /* activation (and gradient) bytes */

@@ -181,7 +181,7 @@ static int resume(sp_loop *l, resume_point *at) {
 /* One optimizer step: *loss is the step's loss (the global mean under
  * mpirun), *stop whether some rank asked to stop. */
 static int train_step(sp_loop *l, sp_plan *p, double lr, double *loss_out, int *stop) {
-  sp_graph_zero_grad(l->g);
+  sp_plan_zero_grad(p); /* as sp_graph_zero_grad, for this plan's backward below */
   sp_plan_set_step(p, (uint64_t)sp_optimizer_steps(l->opt));
   sp_plan_forward(p);
   double loss = sp_plan_loss(p);

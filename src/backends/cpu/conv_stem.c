@@ -317,7 +317,7 @@ static void stem_forward(cpu_node *n, const sp_op_args *a) {
   }
 }
 
-/* dW[o][tap] (and dbias[o]) += sum over positions of dy[pos][o] x[pos][tap]:
+/* dW[o][tap] (and dbias[o]) += (or =, where marked fresh) sum over positions of dy[pos][o] x[pos][tap]:
  * rows in f32, added per thread in double, threads in order. */
 static void stem_backward(cpu_node *n, const sp_op_args *a) {
   const stem_node *s = (const stem_node *)n;
@@ -339,15 +339,17 @@ static void stem_backward(cpu_node *n, const sp_op_args *a) {
     {
       float *dw = a->d_param[0] ? a->d_param[0]->data : NULL;
       float *db = s->has_bias && a->d_param[1] ? a->d_param[1]->data : NULL;
+      const int w_fresh = (a->d_param_fresh & 1u) != 0, b_fresh = (a->d_param_fresh & 2u) != 0;
       for (int64_t j = 0; j < per; j++) {
         double sum = 0.0;
         for (int64_t t = 0; t < nt; t++) sum += s->acc[t * per + j];
         const int64_t t = j / oc, o = j % oc;
         if (t == k) {
-          if (db) db[o] += (float)sum;
+          if (db) db[o] = (b_fresh ? 0.0f : db[o]) + (float)sum;
         } else if (dw) {
           const int64_t r = t / (s->kw * s->ic), c = t / s->ic % s->kw, i = t % s->ic;
-          dw[((o * s->ic + i) * s->kh + r) * s->kw + c] += (float)sum;
+          float *d = &dw[((o * s->ic + i) * s->kh + r) * s->kw + c];
+          *d = (w_fresh ? 0.0f : *d) + (float)sum;
         }
       }
     }
@@ -397,6 +399,7 @@ int cpu_conv_stem_prepare(sp_op_prep *p) {
   s->wt_off = cpu_take(&fwd, sizeof(float) * (size_t)(s->k * s->oc));
   s->acc_off = cpu_take(&bwd, sizeof(double) * (size_t)((s->k + 1) * s->oc * s->threads));
   p->saved_bytes = sizeof(uint16_t) * (size_t)(s->n * s->ic * s->hp * s->sw * s->wq);
+  p->param_grad_overwrites = s->has_bias ? 3u : 1u;
   return cpu_report_scratch(p, &s->base, fwd, bwd);
 }
 

@@ -1,5 +1,6 @@
 /* linear in f32 on plain tensors as three oneDNN sgemm calls, the way
- * PyTorch's addmm runs it: y = x W^T + b, dx (+)= dy W, dW += dy^T x.
+ * PyTorch's addmm runs it: y = x W^T + b, dx (+)= dy W, dW (+)= dy^T x
+ * (written where sp_plan_zero_grad marked it).
  *
  * Why not the inner-product primitive (linear.c) here: it wants its weights
  * in a blocked layout, so every training step reorders the plain master
@@ -43,10 +44,11 @@ static void gemm_backward(cpu_node *node, const sp_op_args *a) {
                         a->d_in[0]->data, s->in));
   }
   if (a->d_param[0])
-    DNNL_RUN(dnnl_sgemm('T', 'N', s->out, s->in, s->n, 1.0f, dy, s->out, a->in[0]->data, s->in, 1.0f,
-                        a->d_param[0]->data, s->in));
+    DNNL_RUN(dnnl_sgemm('T', 'N', s->out, s->in, s->n, 1.0f, dy, s->out, a->in[0]->data, s->in,
+                        (a->d_param_fresh & 1u) ? 0.0f : 1.0f, a->d_param[0]->data, s->in));
   if (s->has_bias && a->d_param[1]) {
     float *db = a->d_param[1]->data;
+    if (a->d_param_fresh & 2u) memset(db, 0, sizeof(float) * (size_t)s->out);
     for (int64_t i = 0; i < s->n; i++) cpu_add_f32(db, dy + i * s->out, (size_t)s->out);
   }
 }
@@ -74,6 +76,7 @@ int cpu_linear_gemm_prepare(sp_op_prep *p) {
     return -1;
   }
   p->saved_bytes = 0;
+  p->param_grad_overwrites = s->has_bias ? 3u : 1u;
   p->fwd_scratch_bytes = 0;
   p->bwd_scratch_bytes = 0;
   cpu_report(p, &s->base);

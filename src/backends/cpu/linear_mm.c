@@ -3,7 +3,7 @@
  *
  *   forward          y[N, OUT]   = x[N, IN] Wh^T + b    (Wh = bf16(W), a stride view)
  *   input gradient   dx[N, IN] (=|+=) dy[N, OUT] Wh
- *   weight gradient  dW[OUT, IN]  +=  dy^T x             (f32, in place)
+ *   weight gradient  dW[OUT, IN] (=|+=) dy^T x            (f32, in place)
  *
  * Why: the inner-product primitive (linear.c) wants blocked weights, so each
  * step reordered vgg-face's 1024 x 6272 fc1 weights in (f32 -> blocked bf16)
@@ -24,11 +24,11 @@ typedef struct {
   int64_t n, in, out;
   int has_bias, x_f32, need_dx, need_dw;
   dnnl_memory_desc_t xh_md, wt_md, wh_md, b_md, y_md, dx_md, dyt_md, dw_md;
-  dnnl_primitive_desc_t fwd_pd, dx_pd[2], dw_pd;
-  dnnl_primitive_t fwd, dx_prim[2], dw_prim;
+  dnnl_primitive_desc_t fwd_pd, dx_pd[2], dw_pd[2]; /* [0] writes, [1] adds */
+  dnnl_primitive_t fwd, dx_prim[2], dw_prim[2];
   size_t xh_off, wh_off;
   uint16_t *xh, *wh;
-  cpu_exec f, dx, dw;
+  cpu_exec f, dx, dw[2];
 } mm_node;
 
 static void mm_forward(cpu_node *n, const sp_op_args *a) {
@@ -41,10 +41,13 @@ static void mm_forward(cpu_node *n, const sp_op_args *a) {
 static void mm_backward(cpu_node *n, const sp_op_args *a) {
   mm_node *s = (mm_node *)n;
   if (s->need_dx && a->d_in[0]) cpu_exec_run(&s->dx);
-  if (s->need_dw && a->d_param[0]) cpu_exec_run(&s->dw);
+  /* Weight and bias gradients are written where sp_plan_zero_grad marked
+   * them (d_param_fresh), else added into. */
+  if (s->need_dw && a->d_param[0]) cpu_exec_run(&s->dw[(a->d_param_fresh & 1u) ? 0 : 1]);
   if (s->has_bias && a->d_param[1]) { /* column sums of dy (N is a batch: short) */
     const uint16_t *dy = a->d_out->data;
     float *db = a->d_param[1]->data;
+    if (a->d_param_fresh & 2u) memset(db, 0, sizeof(float) * (size_t)s->out);
     for (int64_t i = 0; i < s->n; i++)
       for (int64_t o = 0; o < s->out; o++) db[o] += sp_bf16_widen(dy[i * s->out + o]);
   }
@@ -69,12 +72,12 @@ static int mm_bind(cpu_node *n, const sp_op_args *a, char *fs, char *bs) {
         cpu_exec_scratchpad(&s->dx, n, s->dx_pd[k], bs))
       return -1;
   }
-  if (s->need_dw && a->d_param[0]) {
-    cpu_exec_init(&s->dw, s->dw_prim);
-    if (cpu_exec_arg(&s->dw, n, DNNL_ARG_SRC, &s->dyt_md, a->d_out->data) ||
-        cpu_exec_arg(&s->dw, n, DNNL_ARG_WEIGHTS, &s->xh_md, s->xh) ||
-        cpu_exec_arg(&s->dw, n, DNNL_ARG_DST, &s->dw_md, a->d_param[0]->data) ||
-        cpu_exec_scratchpad(&s->dw, n, s->dw_pd, bs))
+  for (int k = 0; k < 2 && s->need_dw && a->d_param[0]; k++) {
+    cpu_exec_init(&s->dw[k], s->dw_prim[k]);
+    if (cpu_exec_arg(&s->dw[k], n, DNNL_ARG_SRC, &s->dyt_md, a->d_out->data) ||
+        cpu_exec_arg(&s->dw[k], n, DNNL_ARG_WEIGHTS, &s->xh_md, s->xh) ||
+        cpu_exec_arg(&s->dw[k], n, DNNL_ARG_DST, &s->dw_md, a->d_param[0]->data) ||
+        cpu_exec_scratchpad(&s->dw[k], n, s->dw_pd[k], bs))
       return -1;
   }
   return 0;
@@ -111,8 +114,10 @@ static int mm_setup(sp_op_prep *p, mm_node *s, const dnnl_memory_desc_t *x_md) {
     bwd = grow(grow(bwd, s->dx_pd[0]), s->dx_pd[1]);
   }
   if (s->need_dw) {
-    if (cpu_matmul_make(&s->base, &s->dyt_md, &s->xh_md, NULL, &s->dw_md, 1, &s->dw_pd, &s->dw_prim)) return -1;
-    bwd = grow(bwd, s->dw_pd);
+    for (int k = 0; k < 2; k++)
+      if (cpu_matmul_make(&s->base, &s->dyt_md, &s->xh_md, NULL, &s->dw_md, k, &s->dw_pd[k], &s->dw_prim[k])) return -1;
+    bwd = grow(grow(bwd, s->dw_pd[0]), s->dw_pd[1]);
+    p->param_grad_overwrites = s->has_bias ? 3u : 1u;
   }
   size_t saved = 0;
   s->wh_off = cpu_take(&saved, sizeof(uint16_t) * (size_t)(s->out * s->in));
