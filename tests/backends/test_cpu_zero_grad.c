@@ -1,7 +1,8 @@
 /* sp_plan_zero_grad (graph/exec.c) on the cpu backend: gradients whose first
- * writer overwrites them when told (bf16 linear as matmuls, f32 linear as
- * sgemm, the bf16 stem convolution; weights and biases) are left alone and
- * marked, every other one is zeroed; the step's gradients then equal those
+ * writer overwrites them when told (linear as matmuls or sgemm; the stem;
+ * oneDNN's convolutions; 1x1 convolutions as matmuls or thin sums; im2col
+ * weight gradients; transposed convolutions as matmuls; weights and biases)
+ * are left alone and marked, every other one (batch norm's) is zeroed; the step's gradients then equal those
  * of sp_graph_zero_grad + backward, from gradients full of stale values;
  * the marks are spent by that backward, so a second one adds; and a
  * parameter no backward reaches is still zeroed. */
@@ -12,8 +13,11 @@
 
 enum { N = 4, HW = 32, POINTS = 5 };
 
-/* A vgg-face in small: stem (bias) -> BN -> ReLU -> 3x3 conv -> flatten ->
- * linear (bias) -> L1 loss; "side", an output no loss reaches. */
+/* A vgg-face in small: stem (bias) -> BN -> ReLU -> 3x3 conv, then (bf16
+ * paths in brackets) 1x1 16 -> 8 (thin sums), 1x1 8 -> 64 with bias
+ * (matmul), 3x3 64 -> 16 (im2col), 2x2 stride-2 transposed conv 16 -> 8
+ * (matmuls) -> flatten -> linear (bias) -> L1 loss; "side", an output no
+ * loss reaches. */
 static sp_graph *net(void) {
   sp_graph *g = sp_graph_new(11);
   sp_value x = sp_graph_input(g, "image", SP_F32, 1);
@@ -21,9 +25,13 @@ static sp_graph *net(void) {
   x = sp_conv2d(g, x, "stem", (sp_conv_args){.out_ch = 8, .kernel = 3, .stride = 2, .pad = 1, .bias = 1});
   x = sp_relu(g, sp_batchnorm(g, x, "bn"));
   x = sp_conv2d(g, x, "c2", (sp_conv_args){.out_ch = 16, .kernel = 3, .stride = 2, .pad = 1});
+  x = sp_conv2d(g, x, "thin", (sp_conv_args){.out_ch = 8, .kernel = 1});
+  x = sp_conv2d(g, x, "wide", (sp_conv_args){.out_ch = 64, .kernel = 1, .bias = 1});
+  x = sp_conv2d(g, x, "c3", (sp_conv_args){.out_ch = 16, .kernel = 3, .pad = 1});
+  x = sp_conv_transpose2d(g, x, "up", (sp_deconv_args){.out_ch = 8, .kernel = 2, .stride = 2});
   x = sp_flatten(g, x);
-  sp_value y = sp_linear(g, x, "fc", 16 * (HW / 4) * (HW / 4), 2 * POINTS, 1);
-  sp_graph_output(g, sp_linear(g, x, "side", 16 * (HW / 4) * (HW / 4), 3, 1), "side");
+  sp_value y = sp_linear(g, x, "fc", 8 * (HW / 2) * (HW / 2), 2 * POINTS, 1);
+  sp_graph_output(g, sp_linear(g, x, "side", 8 * (HW / 2) * (HW / 2), 3, 1), "side");
   sp_graph_loss(g, sp_l1_loss(g, y, t), 1.0f);
   assert_null(sp_graph_error(g));
   return g;
@@ -104,18 +112,22 @@ static void check(unsigned flags, const char *label, const char *const *marked, 
   sp_graph_free(ga), sp_graph_free(gb);
 }
 
+static const char *const marked[] = {"stem.weight", "stem.bias", "c2.weight", "thin.weight", "wide.weight",
+                                     "wide.bias",   "c3.weight", "up.weight", "fc.weight",   "fc.bias"};
+
 static void bf16_plans(void **st) {
   (void)st;
   cmp_require_cpu();
-  const char *marked[] = {"stem.weight", "stem.bias", "fc.weight", "fc.bias"};
-  check(SP_PLAN_BF16 | SP_PLAN_LOSS_ONLY, "bf16", marked, 4);
+  const int64_t min_channels = cpu_deconv_mm_min_channels;
+  cpu_deconv_mm_min_channels = 16; /* "up" as matmuls too */
+  check(SP_PLAN_BF16 | SP_PLAN_LOSS_ONLY, "bf16", marked, sizeof marked / sizeof marked[0]);
+  cpu_deconv_mm_min_channels = min_channels;
 }
 
 static void f32_plans(void **st) {
   (void)st;
   cmp_require_cpu();
-  const char *marked[] = {"fc.weight", "fc.bias"};
-  check(SP_PLAN_LOSS_ONLY, "f32", marked, 2);
+  check(SP_PLAN_LOSS_ONLY, "f32", marked, sizeof marked / sizeof marked[0]);
 }
 #endif
 

@@ -25,7 +25,7 @@
 #include "backends/cpu/cpu.h"
 #include "ops/ops.h"
 
-enum { R_SRC, R_WEI, R_WEI_BD, R_SRC_BW, R_DDST_BW, R_DX_SET, R_DX_ACC, R_DW, N_REORDERS };
+enum { R_SRC, R_WEI, R_WEI_BD, R_SRC_BW, R_DDST_BW, R_DX_SET, R_DX_ACC, R_DW, R_DW_SET, N_REORDERS };
 
 typedef struct {
   cpu_node base;
@@ -41,7 +41,7 @@ typedef struct {
   int post_relu;                                                   /* frozen: and the ReLU after it is a post-op */
   float *wfold, *bfold;                                            /* its plain folded weights and bias (kept) */
   size_t dsrc_off, dwei_off, dbias_off, wbd_off, sbw_off, dbw_off; /* in backward scratch */
-  cpu_exec x_src, w_wei, conv, w_bd, s_bw, d_bw, dx, dx_out, dw, dw_out;
+  cpu_exec x_src, w_wei, conv, w_bd, s_bw, d_bw, dx, dx_out, dw, dw_out[2]; /* dw_out: [0] adds, [1] writes */
   float *dbias;
   int64_t n_bias;
   int mm; /* backward runs as matrix products (conv_mm.c) */
@@ -105,10 +105,16 @@ static void conv_backward(cpu_node *n, const sp_op_args *a) {
     if (s->reorder_src_bw) cpu_exec_run(&s->s_bw);
     if (s->reorder_ddst_bw) cpu_exec_run(&s->d_bw);
     cpu_exec_run(&s->dw);
-    if (a->d_param[0]) cpu_exec_run(&s->dw_out);
-    if (s->has_bias && a->d_param[1]) cpu_add_f32(a->d_param[1]->data, s->dbias, (size_t)s->n_bias);
+    /* Parameter gradients: written where sp_plan_zero_grad marked them, else added. */
+    if (a->d_param[0]) cpu_exec_run(&s->dw_out[a->d_param_fresh & 1u]);
+    if (s->has_bias && a->d_param[1]) {
+      if (a->d_param_fresh & 2u)
+        memcpy(a->d_param[1]->data, s->dbias, sizeof(float) * (size_t)s->n_bias);
+      else
+        cpu_add_f32(a->d_param[1]->data, s->dbias, (size_t)s->n_bias);
+    }
   } else if (s->bww && a->d_param[0]) {
-    cpu_bww_mm_run(&s->bwwmm);
+    cpu_bww_mm_run(&s->bwwmm, (a->d_param_fresh & 1u) != 0);
   }
 }
 
@@ -168,9 +174,10 @@ static int conv_bind(cpu_node *n, const sp_op_args *a, char *fs, char *bs) {
         (s->has_bias && cpu_exec_arg(&s->dw, n, DNNL_ARG_DIFF_BIAS, &s->bias_md, s->dbias)) ||
         cpu_exec_scratchpad(&s->dw, n, s->bwd_wei_pd, bs))
       return -1;
-    if (a->d_param[0] &&
-        cpu_bind_reorder(&s->dw_out, n, s->re_pd[R_DW], s->re[R_DW], bs + s->dwei_off, a->d_param[0]->data, bs))
-      return -1;
+    for (int k = 0; k < 2 && a->d_param[0]; k++)
+      if (cpu_bind_reorder(&s->dw_out[k], n, s->re_pd[k ? R_DW_SET : R_DW], s->re[k ? R_DW_SET : R_DW],
+                           bs + s->dwei_off, a->d_param[0]->data, bs))
+        return -1;
   }
   if (s->bww && a->d_param[0] && cpu_bww_mm_bind(&s->bwwmm, src, a->d_out->data, a->d_param[0]->data, bs)) return -1;
   return 0;
@@ -404,7 +411,8 @@ static int choose_backward(conv_node *s, const dnnl_conv_geom *g, const dnnl_mem
          cpu_make_reorder(&s->base, &s->dst_md, &s->ddst_bw_md, 0, &s->re_pd[R_DDST_BW], &s->re[R_DDST_BW])) ||
         (s->reorder_src_bw &&
          cpu_make_reorder(&s->base, &s->src_md, &s->src_bw_md, 0, &s->re_pd[R_SRC_BW], &s->re[R_SRC_BW])) ||
-        cpu_make_reorder(&s->base, &s->dwei_md, &s->wplain_md, 1, &s->re_pd[R_DW], &s->re[R_DW]))
+        cpu_make_reorder(&s->base, &s->dwei_md, &s->wplain_md, 1, &s->re_pd[R_DW], &s->re[R_DW]) ||
+        cpu_make_reorder(&s->base, &s->dwei_md, &s->wplain_md, 0, &s->re_pd[R_DW_SET], &s->re[R_DW_SET]))
       return -1;
   }
   return 0;
@@ -449,6 +457,9 @@ static void place_buffers(sp_op_prep *p, conv_node *s, size_t mm_bwd, size_t bww
   p->fwd_scratch_bytes = fwd;
   p->bwd_scratch_bytes = bwd;
   p->absorb_consumer = s->post_relu ? 2 : s->fold_bn;
+  /* Every weight-gradient path (oneDNN's with its reorder, conv_mm.c,
+   * conv_bww_mm.c) writes the parameter gradients when told. */
+  p->param_grad_overwrites = s->run_backward ? (s->has_bias ? 3u : 1u) : 0u;
 }
 
 static int conv_setup(sp_op_prep *p, conv_node *s, const dnnl_conv_geom *g) {

@@ -247,7 +247,7 @@ static void im2col_packed(const cpu_bww_mm *m, uint16_t *col, int64_t r0, int64_
   }
 }
 
-void cpu_bww_mm_run(const cpu_bww_mm *m) {
+void cpu_bww_mm_run(const cpu_bww_mm *m, int fresh) {
   const cpu_conv_shape *c = &m->c;
   const int64_t chunks = (m->rows + m->chunk - 1) / m->chunk, tsize = c->oc * m->k;
 #pragma omp parallel num_threads(m->threads)
@@ -271,7 +271,8 @@ void cpu_bww_mm_run(const cpu_bww_mm *m) {
       DNNL_RUN(dnnl_primitive_execute(m->prim[t], m->streams[th], mm[3] ? 4 : 3, args));
     }
 #pragma omp barrier
-    /* dW[o][i][kh][kw] += sum over threads of T[o][(kh, kw, i)], in thread order. */
+    /* dW[o][i][kh][kw] (=|+=) sum over threads of T[o][(kh, kw, i)], in
+     * thread order (written where sp_plan_zero_grad marked it). */
     const int64_t khw = c->kh * c->kw;
 #pragma omp for schedule(static)
     for (int64_t o = 0; o < c->oc; o++)
@@ -280,7 +281,8 @@ void cpu_bww_mm_run(const cpu_bww_mm *m) {
           float s = 0.0f;
           for (int t = 0; t < nt; t++)
             s += ((const float *)(thread_scratch(m, t) + m->pad_bytes + m->col_bytes))[o * m->k + k * c->ic + i];
-          m->dw[(o * c->ic + i) * khw + k] += s;
+          float *d = &m->dw[(o * c->ic + i) * khw + k];
+          *d = (fresh ? 0.0f : *d) + s;
         }
   }
 }

@@ -66,8 +66,10 @@ int cpu_mm1x1_prepare(cpu_mm1x1 *m, cpu_node *n, int64_t rows, int64_t ic, int64
   }
   m->thin_dw = need_dw && cpu_thin_dw_fits(oc, ic);
   if (need_dw && !m->thin_dw) {
-    if (matmul_pd(n, &m->dyt_md, &m->x_md, &m->dw_md, 1, &m->dw_pd, &m->dw_prim)) return -1;
-    if (cpu_scratchpad_bytes(m->dw_pd) > pad) pad = cpu_scratchpad_bytes(m->dw_pd);
+    for (int k = 0; k < 2; k++) {
+      if (matmul_pd(n, &m->dyt_md, &m->x_md, &m->dw_md, k, &m->dw_pd[k], &m->dw_prim[k])) return -1;
+      if (cpu_scratchpad_bytes(m->dw_pd[k]) > pad) pad = cpu_scratchpad_bytes(m->dw_pd[k]);
+    }
   }
   size_t used = pad;
   if (need_dx) m->wh_off = cpu_take(&used, sizeof(uint16_t) * (size_t)(oc * ic));
@@ -91,22 +93,23 @@ int cpu_mm1x1_bind(cpu_mm1x1 *m, cpu_node *n, const sp_op_args *a, char *bs) {
   if (m->need_dw) {
     m->bias_acc = m->has_bias ? (double *)(bs + m->bias_off) : NULL;
     m->thin_acc = m->thin_dw ? (double *)(bs + m->thin_off) : NULL;
-    cpu_exec_init(&m->dw, NULL);
-    if (a->d_param[0] && !m->thin_dw) {
-      cpu_exec_init(&m->dw, m->dw_prim);
-      if (cpu_exec_arg(&m->dw, n, DNNL_ARG_SRC, &m->dyt_md, a->d_out->data) ||
-          cpu_exec_arg(&m->dw, n, DNNL_ARG_WEIGHTS, &m->x_md, a->in[0]->data) ||
-          cpu_exec_arg(&m->dw, n, DNNL_ARG_DST, &m->dw_md, a->d_param[0]->data) ||
-          cpu_exec_scratchpad(&m->dw, n, m->dw_pd, bs))
+    for (int k = 0; k < 2; k++) {
+      cpu_exec_init(&m->dw[k], NULL);
+      if (!a->d_param[0] || m->thin_dw) continue;
+      cpu_exec_init(&m->dw[k], m->dw_prim[k]);
+      if (cpu_exec_arg(&m->dw[k], n, DNNL_ARG_SRC, &m->dyt_md, a->d_out->data) ||
+          cpu_exec_arg(&m->dw[k], n, DNNL_ARG_WEIGHTS, &m->x_md, a->in[0]->data) ||
+          cpu_exec_arg(&m->dw[k], n, DNNL_ARG_DST, &m->dw_md, a->d_param[0]->data) ||
+          cpu_exec_scratchpad(&m->dw[k], n, m->dw_pd[k], bs))
         return -1;
     }
   }
   return 0;
 }
 
-/* dbias[o] += sum over rows of dY[row, o]: per-thread double sums over a
- * static share of the rows, added in thread order. */
-static void bias_grad(const cpu_mm1x1 *m, const uint16_t *dy, float *db) {
+/* dbias[o] (=|+=) sum over rows of dY[row, o]: per-thread double sums over
+ * a static share of the rows, added in thread order. */
+static void bias_grad(const cpu_mm1x1 *m, const uint16_t *dy, float *db, int fresh) {
   const int64_t oc = m->oc;
 #pragma omp parallel num_threads(m->threads)
   {
@@ -127,7 +130,7 @@ static void bias_grad(const cpu_mm1x1 *m, const uint16_t *dy, float *db) {
     for (int64_t o = 0; o < oc; o++) {
       double s = 0.0;
       for (int64_t t = 0; t < nt; t++) s += m->bias_acc[t * oc + o];
-      db[o] += (float)s;
+      db[o] = (fresh ? 0.0f : db[o]) + (float)s;
     }
   }
 }
@@ -140,10 +143,13 @@ void cpu_mm1x1_backward(const cpu_mm1x1 *m, const sp_op_args *a) {
     cpu_exec_run(&m->dx);
   }
   if (m->need_dw) {
+    /* Written where sp_plan_zero_grad marked them (d_param_fresh), else added. */
+    const int w_fresh = (a->d_param_fresh & 1u) != 0, b_fresh = (a->d_param_fresh & 2u) != 0;
     if (m->thin_dw && a->d_param[0])
-      cpu_thin_dw(a->d_out->data, a->in[0]->data, m->rows, m->oc, m->ic, a->d_param[0]->data, m->thin_acc, m->threads);
-    cpu_exec_run(&m->dw);
-    if (m->has_bias && a->n_param > 1 && a->d_param[1]) bias_grad(m, a->d_out->data, a->d_param[1]->data);
+      cpu_thin_dw(a->d_out->data, a->in[0]->data, m->rows, m->oc, m->ic, a->d_param[0]->data, m->thin_acc, m->threads,
+                  w_fresh);
+    cpu_exec_run(&m->dw[w_fresh ? 0 : 1]);
+    if (m->has_bias && a->n_param > 1 && a->d_param[1]) bias_grad(m, a->d_out->data, a->d_param[1]->data, b_fresh);
   }
 }
 #endif

@@ -73,7 +73,7 @@ INLINE void thin_rows(const uint16_t *vec, const uint16_t *bro, int64_t r0, int6
 }
 
 void cpu_thin_dw(const uint16_t *dy, const uint16_t *x, int64_t rows, int64_t oc, int64_t ic, float *dw,
-                 double *scratch, int threads) {
+                 double *scratch, int threads, int fresh) {
   const int dy_is_vec = vector_side(oc, ic);
   const uint16_t *vec = dy_is_vec ? dy : x, *bro = dy_is_vec ? x : dy;
   const int V = (int)(dy_is_vec ? oc : ic), B = (int)(dy_is_vec ? ic : oc);
@@ -95,7 +95,8 @@ void cpu_thin_dw(const uint16_t *dy, const uint16_t *x, int64_t rows, int64_t oc
       double s = 0.0;
       for (int64_t t = 0; t < nt; t++) s += scratch[t * V * B + e];
       const int64_t b = e / V, v = e % V;
-      dw[dy_is_vec ? v * ic + b : b * ic + v] += (float)s;
+      float *d = &dw[dy_is_vec ? v * ic + b : b * ic + v];
+      *d = (fresh ? 0.0f : *d) + (float)s;
     }
   }
 }

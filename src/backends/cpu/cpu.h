@@ -228,12 +228,12 @@ typedef struct {
   int need_dx, need_dw, has_bias, threads;
   int thin_dw; /* the weight gradient by conv_thin_dw.c, not a matmul */
   dnnl_memory_desc_t dy_md, x_md, wh_md, dw_md, dyt_md;
-  dnnl_primitive_desc_t dx_pd[2], dw_pd; /* dx: [0] writes, [1] adds */
-  dnnl_primitive_t dx_prim[2], dw_prim;
+  dnnl_primitive_desc_t dx_pd[2], dw_pd[2]; /* [0] writes, [1] adds */
+  dnnl_primitive_t dx_prim[2], dw_prim[2];
   size_t wh_off, bias_off, thin_off; /* in backward scratch, after the largest matmul scratchpad */
   uint16_t *wh;                      /* bound: the bf16 weights backward data reads */
   double *bias_acc, *thin_acc;
-  cpu_exec dx, dw;
+  cpu_exec dx, dw[2];
 } cpu_mm1x1;
 /* Creates the products (owned by n) and sizes their backward scratch; -1
  * (error set) when oneDNN has no fast matmul for them. */
@@ -249,7 +249,7 @@ extern int cpu_conv_use_thin_dw;
 int cpu_thin_dw_fits(int64_t oc, int64_t ic);
 size_t cpu_thin_dw_scratch_bytes(int64_t oc, int64_t ic, int threads);
 void cpu_thin_dw(const uint16_t *dy, const uint16_t *x, int64_t rows, int64_t oc, int64_t ic, float *dw,
-                 double *scratch, int threads);
+                 double *scratch, int threads, int fresh); /* fresh: write dw instead of adding */
 /* conv_bww_mm.c: a convolution's weight gradient as im2col + matmul over
  * chunks of output positions (bf16 channels-last, one group, no bias). */
 typedef struct {
@@ -277,7 +277,7 @@ typedef struct {
 } cpu_bww_mm;
 int cpu_bww_mm_prepare(cpu_bww_mm *m, cpu_node *n, const cpu_conv_shape *c, size_t *bwd_scratch);
 int cpu_bww_mm_bind(cpu_bww_mm *m, const void *x, const void *dy, float *dw, char *bwd_scratch);
-void cpu_bww_mm_run(const cpu_bww_mm *m);
+void cpu_bww_mm_run(const cpu_bww_mm *m, int fresh); /* fresh: write dW instead of adding */
 void cpu_bww_mm_release(cpu_bww_mm *m);
 /* conv_bww_mm.c: 0 builds col plain and lets the matmul pack it (tests
  * compare the two). */

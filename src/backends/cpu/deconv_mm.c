@@ -82,13 +82,17 @@ static void deconv_mm_forward(cpu_node *n, const sp_op_args *a) {
   move_rows(s, s->y2, a->out->data, 0);
 }
 
-/* dW[ic, o, a, b] += dWt[ic, (a k + b) oc + o]. */
-static void add_weight_grad(const deconv_mm_node *s, float *dw) {
+/* dW[ic, o, a, b] (=|+=) dWt[ic, (a k + b) oc + o]: written where
+ * sp_plan_zero_grad marked it (fresh). */
+static void add_weight_grad(const deconv_mm_node *s, float *dw, int fresh) {
   const int64_t oc = s->oc, kk = s->k * s->k;
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < s->ic; i++)
     for (int64_t o = 0; o < oc; o++)
-      for (int64_t t = 0; t < kk; t++) dw[(i * oc + o) * kk + t] += s->dwt[i * s->cols + t * oc + o];
+      for (int64_t t = 0; t < kk; t++) {
+        float *d = &dw[(i * oc + o) * kk + t];
+        *d = (fresh ? 0.0f : *d) + s->dwt[i * s->cols + t * oc + o];
+      }
 }
 
 static void deconv_mm_backward(cpu_node *n, const sp_op_args *a) {
@@ -99,7 +103,7 @@ static void deconv_mm_backward(cpu_node *n, const sp_op_args *a) {
   if (dx) cpu_exec_run(&s->dx);
   if (dw) {
     cpu_exec_run(&s->dw);
-    add_weight_grad(s, a->d_param[0]->data);
+    add_weight_grad(s, a->d_param[0]->data, (a->d_param_fresh & 1u) != 0);
   }
 }
 
@@ -198,6 +202,7 @@ static int setup(sp_op_prep *p, deconv_mm_node *s) {
     s->dwt_off = cpu_take(&bwd, s->need_dw ? sizeof(float) * (size_t)(s->ic * s->cols) : 0);
   }
   p->saved_bytes = saved;
+  p->param_grad_overwrites = 1u;
   return cpu_report_scratch(p, &s->base, fwd, bwd);
 }
 
