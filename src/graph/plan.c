@@ -117,6 +117,16 @@ static int *sole_consumers(const sp_graph *g) {
   return consumer;
 }
 
+/* Which input of consumer c (two inputs) is not i, when c comes right after
+ * i: that other input is then computed before i (a node reads only earlier
+ * ones), so i may absorb c and read it itself. -1 otherwise. */
+static int other_input_ready(const sp_graph *g, int i, int c) {
+  const sp_node *cn = &g->nodes[c];
+  if (cn->n_in != 2 || c != i + 1) return -1;
+  const int k = cn->in[0] == i ? 1 : 0;
+  return cn->in[1 - k] == i && cn->in[k] != i ? k : -1;
+}
+
 /* What node i's backend is told in prepare: shapes, layouts and dtypes of its
  * inputs, which gradients are wanted, and the one or two ops after it that it
  * may absorb. */
@@ -150,7 +160,16 @@ static void fill_prep(const sp_plan *p, int i, const int *consumer, sp_op_prep *
   pr->out_bytes = pn->act_bytes;
   pr->saved_bytes = pn->saved_bytes;
   int c = consumer[i];
-  if (c >= 0 && !kept_output(p, nd) && !nd->is_loss && g->nodes[c].n_in == 1) {
+  const int other = c >= 0 ? other_input_ready(g, i, c) : -1;
+  if (c >= 0 && !kept_output(p, nd) && !nd->is_loss && (g->nodes[c].n_in == 1 || other >= 0)) {
+    pr->consumer_n_in = g->nodes[c].n_in;
+    if (other >= 0) {
+      const plan_node *o = &p->nodes[g->nodes[c].in[other]];
+      pr->consumer_other = other;
+      pr->consumer_other_shape = o->shape;
+      pr->consumer_other_dtype = o->dtype;
+      pr->consumer_other_layout = o->layout;
+    }
     pr->consumer_op = g->nodes[c].op;
     pr->consumer_attr = g->nodes[c].attr;
     pr->consumer_out_plain = kept_output(p, &g->nodes[c]) || g->nodes[c].is_loss;

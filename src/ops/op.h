@@ -98,6 +98,13 @@ typedef struct sp_op_prep {
   const void *consumer_attr;
   int consumer_out_plain; /* the consumer's output must be plain */
   int consumer_n_param, consumer_n_state;
+  /* 1; or 2 for a two-input consumer (an add) that comes right after this
+   * node and whose other input, in[consumer_other], is computed before it
+   * (a ResNet block's end: the batch norm may absorb the residual add). */
+  int consumer_n_in, consumer_other;
+  sp_shape consumer_other_shape;
+  sp_dtype consumer_other_dtype;
+  const void *consumer_other_layout;
   /* The consumer's own sole consumer (same rules), for a chain of two
    * (a frozen conv folding its batch norm and applying the ReLU after it). */
   const struct sp_op_def *consumer2_op;

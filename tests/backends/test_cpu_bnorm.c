@@ -1,9 +1,10 @@
 /* The cpu backend's own batch-norm kernels (backends/cpu/bnorm_kernels.c)
  * against the reference op (ops/batchnorm.c), kernel to kernel: every layout
  * they walk (plain, nChw8c, nChw16c, channels-last, [N, C]), f32 and bf16,
- * with and without the fused ReLU, batch and running statistics, dx written
- * fresh and accumulated, channel counts that leave padding lanes, and data
- * whose mean is far larger than its spread.
+ * with and without the fused ReLU, with a fused residual add + ReLU (the
+ * residual's gradient written, added or not wanted), batch and running
+ * statistics, dx written fresh and accumulated, channel counts that leave
+ * padding lanes, and data whose mean is far larger than its spread.
  *
  * bf16: the reference sees the same bf16-rounded inputs (widened to f32), so
  * what is measured is the kernel's own error: its f32 arithmetic plus one
@@ -25,6 +26,7 @@ typedef struct {
   int bf16, relu, batch, accumulate;
   int64_t n, c, h, w;
   float offset; /* added to x: mean >> std */
+  int residual;  /* 0: none; y = relu(bn(x) + r) with r's gradient 1 written, 2 added into, 3 not wanted */
 } bn_case;
 
 /* Offset of plain element (img, ch, pos) in the kernel's layout. */
@@ -69,6 +71,9 @@ static void run_case(const bn_case *k) {
   const int64_t hw = four ? k->h * k->w : 1, numel = sp_shape_numel(&s), c = k->c;
   const size_t bytes = cpu_md_bytes(&md);
   char *x = calloc(bytes, 1), *y = calloc(bytes, 1), *dy = calloc(bytes, 1), *dx = calloc(bytes, 1);
+  char *rb = calloc(bytes, 1), *dr = calloc(bytes, 1);
+  uint8_t *mask = calloc(bytes, 1);
+  float *pr = malloc(4 * numel), *pdr = malloc(4 * numel);
   char *scratch = malloc(cpu_bn_bwd_scratch_bytes(&g) + cpu_bn_scratch_bytes(&g));
   float *px = malloc(4 * numel), *py = malloc(4 * numel), *pdy = malloc(4 * numel), *pdx = malloc(4 * numel);
   float *gamma = malloc(4 * c), *beta = malloc(4 * c), *mean = calloc(c + 16, 4), *var = calloc(c + 16, 4);
@@ -88,7 +93,10 @@ static void run_case(const bn_case *k) {
         put(&g, x, li, sp_test_rng_uniform(&rng, -2, 2) * (1 + ch % 3) + k->offset + 0.1f * ch);
         put(&g, dy, li, sp_test_rng_uniform(&rng, -1, 1));
         if (k->accumulate) put(&g, dx, li, 0.25f);
+        put(&g, rb, li, sp_test_rng_uniform(&rng, -1.5f, 1.5f));
+        if (k->residual == 2) put(&g, dr, li, -0.5f);
         px[pi] = get(&g, x, li), pdy[pi] = get(&g, dy, li), pdx[pi] = k->accumulate ? get(&g, dx, li) : 0.0f;
+        pr[pi] = get(&g, rb, li), pdr[pi] = k->residual == 2 ? -0.5f : 0.0f;
       }
   if (!k->batch) memcpy(mean, rmean, 4 * c), memcpy(var, rvar, 4 * c);
 
@@ -108,24 +116,33 @@ static void run_case(const bn_case *k) {
   memcpy(rm0, rmean, 4 * c), memcpy(rv0, rvar, 4 * c);
   sp_op_batchnorm.forward(&r);
   memcpy(rmean, rm0, 4 * c), memcpy(rvar, rv0, 4 * c); /* the reference moved them; backward reads the originals */
-  if (k->relu)
+  if (k->relu || k->residual)
     for (int64_t i = 0; i < numel; i++) {
+      if (k->residual) py[i] += pr[i];
       if (!(py[i] > 0.0f)) pdy[i] = 0.0f;
       py[i] = py[i] > 0.0f ? py[i] : 0.0f;
+      pdr[i] += pdy[i]; /* the residual's gradient: dy through the ReLU */
     }
   sp_op_batchnorm.backward(&r);
 
-  cpu_bn_forward(&g, x, y, mean, var, gamma, beta, 1e-5f, k->batch, k->relu, scratch);
-  cpu_bn_backward(&g, x, dy, dx, k->accumulate, mean, var, gamma, beta, 1e-5f, k->batch, k->relu, dg, db, scratch);
+  cpu_bn_residual res = {rb, mask, k->residual == 3 ? NULL : dr, k->residual == 2};
+  const cpu_bn_residual *rp = k->residual ? &res : NULL;
+  cpu_bn_forward(&g, x, y, mean, var, gamma, beta, 1e-5f, k->batch, k->relu || k->residual, rp, scratch);
+  cpu_bn_backward(&g, x, dy, dx, k->accumulate, mean, var, gamma, beta, 1e-5f, k->batch, k->relu || k->residual, rp,
+                  dg, db, scratch);
 
-  err_acc ey = {0, 0}, ed = {0, 0}, eg = {0, 0}, eb = {0, 0}, em = {0, 0}, ev = {0, 0};
+  err_acc ey = {0, 0}, ed = {0, 0}, eg = {0, 0}, eb = {0, 0}, em = {0, 0}, ev = {0, 0}, er = {0, 0};
   for (int64_t img = 0; img < k->n; img++)
     for (int64_t ch = 0; ch < c; ch++)
       for (int64_t p = 0; p < hw; p++) {
         const int64_t pi = (img * c + ch) * hw + p, li = at(&g, img, ch, p);
         err_add(&ey, get(&g, y, li), py[pi]);
         err_add(&ed, get(&g, dx, li), pdx[pi]);
+        if (k->residual == 1 || k->residual == 2) err_add(&er, get(&g, dr, li), pdr[pi]);
       }
+  if (k->residual == 3)
+    for (size_t i = 0; i < bytes; i++)
+      if (dr[i]) fail_msg("the residual's gradient was not wanted, but written");
   for (int64_t ch = 0; ch < c; ch++) {
     err_add(&eg, dg[ch], rdg[ch]), err_add(&eb, db[ch], rdb[ch]);
     if (k->batch) err_add(&em, mean[ch], saved[ch]), err_add(&ev, 1.0 / sqrt(var[ch] + 1e-5), saved[c + ch]);
@@ -139,14 +156,16 @@ static void run_case(const bn_case *k) {
   /* f32: 1e-5 (f32 arithmetic against the reference's doubles); bf16: one
    * output rounding, 2^-9 of the largest value, plus that. */
   const double tol = k->bf16 ? 1.0 / 256 : 2e-5, ptol = k->bf16 ? 2e-4 : 2e-5;
-  const double e[6] = {err_rel(&ey), err_rel(&ed), err_rel(&eg), err_rel(&eb), err_rel(&em), err_rel(&ev)};
-  printf("# tag %d bf16 %d relu %d batch %d acc %d c %lld offset %g: y %.2g dx %.2g dgamma %.2g dbeta %.2g mean %.2g "
-         "inv_std %.2g\n",
-         (int)k->tag, k->bf16, k->relu, k->batch, k->accumulate, (long long)c, (double)k->offset, e[0], e[1], e[2], e[3],
-         e[4], e[5]);
-  if (!(e[0] <= tol && e[1] <= tol && e[2] <= ptol && e[3] <= ptol && e[4] <= ptol && e[5] <= ptol))
+  const double e[7] = {err_rel(&ey), err_rel(&ed), err_rel(&eg), err_rel(&eb),
+                       err_rel(&em), err_rel(&ev), err_rel(&er)};
+  printf("# tag %d bf16 %d relu %d residual %d batch %d acc %d c %lld offset %g: y %.2g dx %.2g dgamma %.2g dbeta %.2g "
+         "mean %.2g inv_std %.2g dr %.2g\n",
+         (int)k->tag, k->bf16, k->relu, k->residual, k->batch, k->accumulate, (long long)c, (double)k->offset, e[0],
+         e[1], e[2], e[3], e[4], e[5], e[6]);
+  if (!(e[0] <= tol && e[1] <= tol && e[2] <= ptol && e[3] <= ptol && e[4] <= ptol && e[5] <= ptol && e[6] <= tol))
     fail_msg("batch-norm kernel differs from the reference beyond %.2g / %.2g", tol, ptol);
   free(x), free(y), free(dy), free(dx), free(scratch), free(px), free(py), free(pdy), free(pdx);
+  free(rb), free(dr), free(mask), free(pr), free(pdr);
   free(gamma), free(beta), free(mean), free(var), free(rmean), free(rvar), free(dg), free(db), free(rdg), free(rdb);
   free(saved), free(rm0), free(rv0);
 }
@@ -160,9 +179,37 @@ static void every_layout(void **st) {
     for (int ci = 0; ci < 4; ci++)
       for (int bf16 = 0; bf16 < 2; bf16++)
         for (int relu = 0; relu < 2; relu++) {
-          bn_case k = {tags[t], bf16, relu, 1, (ci + relu) & 1, 3, chans[ci], 7, 9, 0.0f};
+          bn_case k = {tags[t], bf16, relu, 1, (ci + relu) & 1, 3, chans[ci], 7, 9, 0.0f, 0};
           run_case(&k);
         }
+}
+
+/* The residual add + ReLU fused in: every layout, both dtypes, r's gradient
+ * written, added into or not wanted, dx fresh and accumulated; batch and
+ * running statistics; two positions per vector (8 channels-last lanes),
+ * the 4- and 8-group walks (72 and 256 channels) and a scalar tail. */
+static void residual_add(void **st) {
+  (void)st;
+  cmp_require_cpu();
+  const dnnl_format_tag_t tags[4] = {dnnl_abcd, dnnl_aBcd8b, dnnl_aBcd16b, dnnl_acdb};
+  const int64_t chans[4] = {8, 20, 24, 3};
+  for (int t = 0; t < 4; t++)
+    for (int ci = 0; ci < 4; ci++)
+      for (int bf16 = 0; bf16 < 2; bf16++)
+        for (int res = 1; res <= 3; res++) {
+          bn_case k = {tags[t], bf16, 1, 1, (ci + res) & 1, 3, chans[ci], 7, 9, 0.0f, res};
+          run_case(&k);
+        }
+  const int64_t wide[3] = {8, 72, 256};
+  for (int wi = 0; wi < 3; wi++)
+    for (int bf16 = 0; bf16 < 2; bf16++) {
+      bn_case k = {dnnl_acdb, bf16, 1, 1, 0, 2, wide[wi], 5, 7, 0.0f, 1 + wi % 2};
+      run_case(&k);
+    }
+  bn_case run = {dnnl_aBcd16b, 1, 1, 0, 1, 2, 20, 5, 6, 0.0f, 1};
+  run_case(&run);
+  bn_case flat = {0, 0, 1, 1, 0, 16, 40, 1, 1, 0.0f, 2}; /* [N, C] */
+  run_case(&flat);
 }
 
 /* Running statistics (eval-mode backward, as a frozen-BN fine-tune runs). */
@@ -170,7 +217,7 @@ static void running_statistics(void **st) {
   (void)st;
   cmp_require_cpu();
   for (int bf16 = 0; bf16 < 2; bf16++) {
-    bn_case k = {dnnl_aBcd16b, bf16, 1, 0, 0, 2, 20, 5, 6, 0.0f};
+    bn_case k = {dnnl_aBcd16b, bf16, 1, 0, 0, 2, 20, 5, 6, 0.0f, 0};
     run_case(&k);
     k.tag = dnnl_acdb, k.relu = 0, k.accumulate = 1;
     run_case(&k);
@@ -182,17 +229,17 @@ static void running_statistics(void **st) {
 static void shapes(void **st) {
   (void)st;
   cmp_require_cpu();
-  bn_case a = {0, 0, 1, 1, 0, 16, 1024, 1, 1, 0.0f};
+  bn_case a = {0, 0, 1, 1, 0, 16, 1024, 1, 1, 0.0f, 0};
   run_case(&a);
   a.bf16 = 1, a.c = 72;
   run_case(&a);
-  bn_case b = {dnnl_acdb, 1, 1, 1, 1, 2, 256, 5, 7, 0.0f};
+  bn_case b = {dnnl_acdb, 1, 1, 1, 1, 2, 256, 5, 7, 0.0f, 0};
   run_case(&b);
-  bn_case c = {dnnl_abcd, 0, 0, 1, 0, 2, 3, 61, 67, 0.0f};
+  bn_case c = {dnnl_abcd, 0, 0, 1, 0, 2, 3, 61, 67, 0.0f, 0};
   run_case(&c);
   c.bf16 = 1, c.relu = 1;
   run_case(&c);
-  bn_case d = {dnnl_aBcd8b, 0, 1, 1, 1, 2, 8, 61, 67, 0.0f};
+  bn_case d = {dnnl_aBcd8b, 0, 1, 1, 1, 2, 8, 61, 67, 0.0f, 0};
   run_case(&d);
 }
 
@@ -201,7 +248,7 @@ static void shapes(void **st) {
 static void large_mean(void **st) {
   (void)st;
   cmp_require_cpu();
-  bn_case k = {dnnl_aBcd16b, 0, 0, 1, 0, 4, 16, 16, 16, 1000.0f};
+  bn_case k = {dnnl_aBcd16b, 0, 0, 1, 0, 4, 16, 16, 16, 1000.0f, 0};
   run_case(&k);
   k.tag = dnnl_abcd;
   run_case(&k);
@@ -264,8 +311,8 @@ static void bf16_backward_error_is_input_rounding(void **st) {
         dy[at(&g, img, ch, p)] = sp_bf16_round((float)dyf[i]);
       }
   }
-  cpu_bn_forward(&g, x, y, mean, var, gamma, beta, 1e-5f, 1, 0, scratch);
-  cpu_bn_backward(&g, x, dy, dx, 0, mean, var, gamma, beta, 1e-5f, 1, 0, NULL, NULL, scratch);
+  cpu_bn_forward(&g, x, y, mean, var, gamma, beta, 1e-5f, 1, 0, NULL, scratch);
+  cpu_bn_backward(&g, x, dy, dx, 0, mean, var, gamma, beta, 1e-5f, 1, 0, NULL, NULL, NULL, scratch);
   double err2 = 0, ref2 = 0;
   for (int64_t ch = 0; ch < c; ch++) {
     double mu = 0, v = 0, sg = 0, sgx = 0;
@@ -318,6 +365,7 @@ static void onednn_path_still_matches(void **st) {
 }
 #endif
 
-CMP_CPU_MAIN(cmocka_unit_test(every_layout), cmocka_unit_test(running_statistics), cmocka_unit_test(shapes),
+CMP_CPU_MAIN(cmocka_unit_test(every_layout), cmocka_unit_test(residual_add), cmocka_unit_test(running_statistics),
+             cmocka_unit_test(shapes),
              cmocka_unit_test(large_mean), cmocka_unit_test(bf16_backward_error_is_input_rounding),
              cmocka_unit_test(onednn_path_still_matches))

@@ -82,13 +82,12 @@ INLINE void grads_bf16(uint16_t *const d[2], const int fresh[2], const uint16_t 
   const int64_t whole = count / VW * VW;
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < whole; i += VW) {
-    const vbw m = *(const vbwu *)(mask + i);
     for (int k = 0; k < 2; k++) {
       if (!d[k]) continue;
       if (fresh[k]) {
-        *(vhwu *)(d[k] + i) = *(const vhwu *)(dy + i) & -__builtin_convertvector(m, vhwu);
+        *(vhwu *)(d[k] + i) = *(const vhwu *)(dy + i) & vmask16(mask, i);
       } else {
-        const vfw g = (vfw)((viw)vldw(dy, i, 1, VW) & -__builtin_convertvector(m, viw));
+        const vfw g = (vfw)((viw)vldw(dy, i, 1, VW) & vmask32(mask, i, VW));
         vstw(d[k], i, vldw(d[k], i, 1, VW) + g, 1, VW);
       }
     }
@@ -104,7 +103,7 @@ INLINE void grads_f32(float *const d[2], const int fresh[2], const float *dy, co
   const int64_t whole = count / VW * VW;
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < whole; i += VW) {
-    const vfw g = (vfw)((viw)vldw(dy, i, 0, VW) & -__builtin_convertvector(*(const vbwu *)(mask + i), viw));
+    const vfw g = (vfw)((viw)vldw(dy, i, 0, VW) & vmask32(mask, i, VW));
     for (int k = 0; k < 2; k++)
       if (d[k]) vstw(d[k], i, fresh[k] ? g : vldw(d[k], i, 0, VW) + g, 0, VW);
   }

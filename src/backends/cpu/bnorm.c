@@ -11,7 +11,13 @@
  * When the output's only consumer is a relu, the node absorbs it (oneDNN's
  * fused BN + ReLU; in training the ReLU mask is a workspace kept in saved),
  * so the activation is written and read once instead of three times.
- * (Our kernels keep no mask: backward recomputes the sign from the input.) */
+ * (Our kernels keep no mask: backward recomputes the sign from the input.)
+ * With our kernels it also absorbs an add right after it whose other input
+ * is ready (in the same layout) and the relu after that add: a ResNet
+ * block's last batch norm, residual add and ReLU in one node
+ * (cpu_bn_residual; the mask, a byte per value, in saved after the
+ * statistics). The add's other input and its gradient are the absorbed
+ * add's (sp_op_args.consumer). */
 #ifdef SPRY_HAVE_DNNL
 #include <string.h>
 
@@ -28,6 +34,9 @@ typedef struct {
   float eps;
   char *fs, *bs; /* bound scratch (own kernels) */
   int affine, batch_stats, update_running, run_backward, need_dparam, fused_relu, has_ws;
+  int fused_add;   /* add + relu absorbed: y = relu(bn(x) + consumer's in[other]) */
+  int other;       /* that input's index in the add */
+  size_t mask_off; /* in saved (training) */
   int64_t c, m;
   float momentum;
   dnnl_memory_desc_t md, stat_md, ws_md;
@@ -43,11 +52,21 @@ static const float *param_or_null(const sp_op_args *a, int k) {
   return a->n_param == 2 && a->param[k] ? a->param[k]->data : NULL;
 }
 
+/* The absorbed add's other input, its gradient (NULL when not wanted;
+ * written when this is its first writer, else added into) and the mask. */
+static cpu_bn_residual residual_of(const bn_node *s, const sp_op_args *a) {
+  const sp_op_args *add = a->consumer;
+  const sp_tensor *dr = s->run_backward ? add->d_in[s->other] : NULL;
+  return (cpu_bn_residual){add->in[s->other]->data, s->run_backward ? (uint8_t *)a->saved + s->mask_off : NULL,
+                           dr ? dr->data : NULL, !((add->d_in_fresh >> s->other) & 1u)};
+}
+
 static void bn_forward(cpu_node *n, const sp_op_args *a) {
   bn_node *s = (bn_node *)n;
+  const cpu_bn_residual res = s->fused_add ? residual_of(s, a) : (cpu_bn_residual){0};
   if (s->own)
     cpu_bn_forward(&s->geom, a->in[0]->data, a->out->data, s->mean, s->var, param_or_null(a, 0), param_or_null(a, 1),
-                   s->eps, s->batch_stats, s->fused_relu, s->fs);
+                   s->eps, s->batch_stats, s->fused_relu || s->fused_add, s->fused_add ? &res : NULL, s->fs);
   else
     cpu_exec_run(&s->f);
   if (!s->update_running) return;
@@ -64,9 +83,10 @@ static void bn_backward(cpu_node *n, const sp_op_args *a) {
   if (s->own) {
     float *dg = s->need_dparam && a->d_param[0] ? a->d_param[0]->data : NULL;
     float *db = s->need_dparam && a->d_param[1] ? a->d_param[1]->data : NULL;
+    const cpu_bn_residual res = s->fused_add ? residual_of(s, a) : (cpu_bn_residual){0};
     cpu_bn_backward(&s->geom, a->in[0]->data, a->d_out->data, a->d_in[0] ? a->d_in[0]->data : NULL,
                     !(a->d_in_fresh & 1u), s->mean, s->var, param_or_null(a, 0), param_or_null(a, 1), s->eps,
-                    s->batch_stats, s->fused_relu, dg, db, s->bs);
+                    s->batch_stats, s->fused_relu || s->fused_add, s->fused_add ? &res : NULL, dg, db, s->bs);
     return;
   }
   cpu_exec_run(&s->b);
@@ -79,10 +99,11 @@ static void bn_backward(cpu_node *n, const sp_op_args *a) {
 
 static int bn_bind(cpu_node *n, const sp_op_args *a, char *fs, char *bs) {
   bn_node *s = (bn_node *)n;
+  if (s->fused_add && !a->consumer) return sp_error_set("batchnorm: the absorbed add is not wired");
   if (s->batch_stats) {
     /* Training: statistics go to saved (read by backward); otherwise scratch. */
     size_t pad = s->own ? cpu_bn_scratch_bytes(&s->geom) : cpu_scratchpad_bytes(s->fwd_pd);
-    char *stats = a->saved ? (char *)a->saved : fs + pad + 64;
+    char *stats = s->run_backward ? (char *)a->saved : fs + pad + 64;
     stats = (char *)(((uintptr_t)stats + 63) & ~(uintptr_t)63);
     s->mean = (float *)stats;
     s->var = s->mean + ((s->c + 15) & ~15);
@@ -132,18 +153,34 @@ static int bn_bind(cpu_node *n, const sp_op_args *a, char *fs, char *bs) {
 
 static const cpu_vt bn_vt = {bn_forward, bn_backward, bn_bind, NULL};
 
+/* An add right after this node, whose other input is ready in this node's
+ * layout, then a relu: absorbed (our kernels only). */
+int cpu_bnorm_fuse_add = 1;
+static int residual_fits(const sp_op_prep *p, const dnnl_memory_desc_t *md) {
+  if (!cpu_bnorm_fuse_add || p->consumer_op != &sp_op_add || p->consumer_n_in != 2 || p->consumer_out_plain ||
+      p->consumer2_op != &sp_op_relu || p->consumer2_out_plain)
+    return 0;
+  dnnl_memory_desc_t other;
+  if (p->consumer_other_layout)
+    other = *(const dnnl_memory_desc_t *)p->consumer_other_layout;
+  else if (cpu_md_plain(&other, &p->consumer_other_shape, cpu_dt(p->consumer_other_dtype)))
+    return 0;
+  return cpu_md_equal(&other, md);
+}
+
 /* Our kernels: statistics in saved (training) or forward scratch, as below;
  * scratch for the per-thread sums. */
 static int own_setup(sp_op_prep *p, bn_node *s) {
   s->own = 1;
   s->base.out_md = s->md;
   const size_t stats = 2 * sizeof(float) * (size_t)((s->c + 15) & ~15) + 64;
-  size_t fwd = cpu_bn_scratch_bytes(&s->geom);
+  size_t fwd = cpu_bn_scratch_bytes(&s->geom), saved = s->batch_stats && p->run_backward ? stats : 0;
   if (s->batch_stats && !p->run_backward) fwd += 64 + stats;
-  p->saved_bytes = s->batch_stats && p->run_backward ? stats : 0;
+  if (s->fused_add && p->run_backward) s->mask_off = cpu_take(&saved, cpu_md_bytes(&s->md) / (s->geom.bf16 ? 2 : 4));
+  p->saved_bytes = saved;
   p->fwd_scratch_bytes = fwd;
   p->bwd_scratch_bytes = p->run_backward ? cpu_bn_bwd_scratch_bytes(&s->geom) : 0;
-  p->absorb_consumer = s->fused_relu;
+  p->absorb_consumer = s->fused_add ? 2 : s->fused_relu;
   cpu_report(p, &s->base);
   return 0;
 }
@@ -165,7 +202,11 @@ static int bn_setup(sp_op_prep *p, bn_node *s) {
     return sp_error_set("a blocked batchnorm cannot write a plain graph output");
   s->fused_relu = p->consumer_op == &sp_op_relu && !p->consumer_out_plain;
   s->eps = eps;
-  if (!cpu_bnorm_use_onednn && cpu_bn_geom_of(&s->geom, &s->md, &p->in_shape[0]) == 0) return own_setup(p, s);
+  if (!cpu_bnorm_use_onednn && cpu_bn_geom_of(&s->geom, &s->md, &p->in_shape[0]) == 0) {
+    s->fused_add = residual_fits(p, &s->md);
+    s->other = p->consumer_other;
+    return own_setup(p, s);
+  }
   unsigned flags = (s->affine ? dnnl_use_scale | dnnl_use_shift : 0) | (s->batch_stats ? 0 : dnnl_use_global_stats) |
                    (s->fused_relu ? dnnl_fuse_norm_relu : 0);
   dnnl_prop_kind_t prop = p->run_backward ? dnnl_forward_training : dnnl_forward_inference;

@@ -11,6 +11,12 @@
  *   backward:                    read x, dy (sums), read x, dy + write dx.
  * The ReLU mask is not stored: backward recomputes y > 0 from x with the
  * same expression forward used, so fused BN + ReLU costs nothing extra.
+ * A residual add absorbed with its ReLU (y = max(bn(x) + r, 0), the end of a
+ * ResNet block; cpu_bn_residual) reads r in the normalising pass and keeps a
+ * one-byte mask; backward's sums pass writes the masked dy into r's
+ * gradient on the way. Against batch norm, then add + ReLU apart, that
+ * saves writing and reading bn(x) in forward and the gradient in between
+ * in backward.
  * In bf16 they were instruction bound at 8 lanes (15-18 GB/s against a
  * 30-40 GB/s copy, 2 cores, cache-resident); 16-lane vectors and the
  * hardware bf16 rounding (vec.h) brought them to 25-45 GB/s. From memory
@@ -152,6 +158,43 @@ INLINE double *thread_acc(const bn_scratch *s, int tid) {
  * faster than 4). */
 enum { GMAX = 8 };
 INLINE vfw vrelu(vfw v) { return (vfw)((viw)v & (viw)(v > 0.0f)); }
+
+/* What follows the normalisation (the kernels' `relu`, a constant in each
+ * specialisation): nothing, a ReLU, or a residual add and a ReLU. */
+enum { MODE_PLAIN = 0, MODE_RELU = 1, MODE_ADD_RELU = 2 };
+
+typedef uint8_t vbw __attribute__((vector_size(VW)));
+typedef uint8_t vbwu __attribute__((vector_size(VW), aligned(1)));
+typedef uint8_t vb8 __attribute__((vector_size(8)));
+typedef uint8_t vb8u __attribute__((vector_size(8), aligned(1)));
+
+/* mask[i..i+w) = v > 0, a byte a lane. */
+INLINE void mask_store(uint8_t *m, int64_t i, vfw v, int w) {
+  const viw pos = (viw)(v > 0.0f) & 1;
+#ifdef __AVX512F__
+  if (w == 8) {
+    *(vb8u *)(m + i) = __builtin_convertvector(__builtin_shufflevector(pos, pos, VW_LO8), vb8);
+    return;
+  }
+#endif
+  *(vbwu *)(m + i) = __builtin_convertvector(pos, vbw);
+}
+
+/* g where mask[i..i+w) is set, else 0. */
+INLINE vfw mask_apply(vfw g, const uint8_t *m, int64_t i, int w) { return (vfw)((viw)g & vmask32(m, i, w)); }
+
+/* Backward of the absorbed add + ReLU: dy masked, and written (or added)
+ * into r's gradient. */
+INLINE vfw residual_grad(const cpu_bn_residual *res, int64_t i, vfw gv, int bf16, int w) {
+  gv = mask_apply(gv, res->mask, i, w);
+  if (res->dr) vstw(res->dr, i, res->dr_add ? gv + vldw(res->dr, i, bf16, w) : gv, bf16, w);
+  return gv;
+}
+INLINE float residual_grad1(const cpu_bn_residual *res, int64_t i, float gv, int bf16) {
+  gv = res->mask[i] ? gv : 0.0f;
+  if (res->dr) sp_stf(res->dr, i, (res->dr_add ? sp_ldf(res->dr, i, bf16) : 0.0f) + gv, bf16);
+  return gv;
+}
 INLINE vfw vmask(vfw g, vfw y) { return (vfw)((viw)g & (viw)(y > 0.0f)); }
 INLINE vfw vaffine(vfw x, vfw m, vfw sc, vfw sh) { return (x - m) * sc + sh; }
 
@@ -210,14 +253,15 @@ INLINE void add_into_doubles(double *a, vfw s, int w, int64_t L) {
 
 /* One vector's contribution to a lane group's sums (s1, s2). */
 INLINE void sum_step(const void *x, const void *dy, int64_t i, int w, vfw kk, vfw scc, vfw shc, vfw *s1, vfw *s2,
-                     int bf16, int backward, int relu) {
+                     int bf16, int backward, int relu, const cpu_bn_residual *res) {
   const vfw xv = vldw(x, i, bf16, w);
   if (!backward) {
     const vfw d = xv - kk;
     *s1 += d, *s2 += d * d;
   } else {
     vfw gv = vldw(dy, i, bf16, w);
-    if (relu) gv = vmask(gv, vaffine(xv, kk, scc, shc));
+    if (relu == MODE_RELU) gv = vmask(gv, vaffine(xv, kk, scc, shc));
+    if (relu == MODE_ADD_RELU) gv = residual_grad(res, i, gv, bf16, w);
     *s1 += gv, *s2 += gv * (xv - kk);
   }
 }
@@ -226,7 +270,7 @@ INLINE void sum_step(const void *x, const void *dy, int64_t i, int w, vfw kk, vf
  * dependent adds (4 cycles each) that left the loads idle. */
 INLINE void sum_group(const void *x, const void *dy, int64_t at, int64_t L, int64_t j, int w, int G, int64_t p0,
                       int64_t p1, const float *K, const float *sc, const float *sh, double *a1, double *a2, int bf16,
-                      int backward, int relu) {
+                      int backward, int relu, const cpu_bn_residual *res) {
   vfw kk[GMAX], scc[GMAX], shc[GMAX], s1[GMAX], s2[GMAX], t1[GMAX], t2[GMAX];
   VEC_UNROLL
   for (int g = 0; g < G; g++) {
@@ -239,13 +283,14 @@ INLINE void sum_group(const void *x, const void *dy, int64_t at, int64_t L, int6
     VEC_UNROLL
     for (int g = 0; g < G; g++) {
       const int64_t i = at + p * L + j + g * w;
-      sum_step(x, dy, i, w, kk[g], scc[g], shc[g], &s1[g], &s2[g], bf16, backward, relu);
-      sum_step(x, dy, i + step * L, w, kk[g], scc[g], shc[g], &t1[g], &t2[g], bf16, backward, relu);
+      sum_step(x, dy, i, w, kk[g], scc[g], shc[g], &s1[g], &s2[g], bf16, backward, relu, res);
+      sum_step(x, dy, i + step * L, w, kk[g], scc[g], shc[g], &t1[g], &t2[g], bf16, backward, relu, res);
     }
   }
   VEC_UNROLL
   for (int g = 0; g < G; g++) {
-    if (p < p1) sum_step(x, dy, at + p * L + j + g * w, w, kk[g], scc[g], shc[g], &s1[g], &s2[g], bf16, backward, relu);
+    if (p < p1)
+      sum_step(x, dy, at + p * L + j + g * w, w, kk[g], scc[g], shc[g], &s1[g], &s2[g], bf16, backward, relu, res);
     add_into_doubles(a1 + j + g * w, s1[g] + t1[g], w, L);
     add_into_doubles(a2 + j + g * w, s2[g] + t2[g], w, L);
   }
@@ -256,7 +301,7 @@ INLINE void sum_group(const void *x, const void *dy, int64_t at, int64_t L, int6
  * by the fused ReLU (s->k holds K or the mean, s->a / s->b the mask's scale
  * and shift). L is a constant in the specialised callers. */
 INLINE void sum_tiles(const cpu_bn_geom *g, const tiling *t, const bn_scratch *s, const void *x, const void *dy,
-                      int64_t L, int bf16, int backward, int relu) {
+                      int64_t L, int bf16, int backward, int relu, const cpu_bn_residual *res) {
   const int tid = omp_get_thread_num();
   const int64_t cp = g->blocks * L;
   double *acc = thread_acc(s, tid);
@@ -269,7 +314,7 @@ INLINE void sum_tiles(const cpu_bn_geom *g, const tiling *t, const bn_scratch *s
     const float *K = s->k + c0, *sc = s->a + c0, *sh = s->b + c0;
     if (walk_of(L) == WALK_VEC) {
 #define SUM_GROUP(j, w, G, p0, p1) \
-  sum_group(x, dy, at, L, j, w, G, p0, p1, K, sc, sh, acc + c0, acc + cp + c0, bf16, backward, relu)
+  sum_group(x, dy, at, L, j, w, G, p0, p1, K, sc, sh, acc + c0, acc + cp + c0, bf16, backward, relu, res)
       FOR_EACH_GROUP(L, np, SUM_GROUP);
 #undef SUM_GROUP
       continue;
@@ -285,7 +330,8 @@ INLINE void sum_tiles(const cpu_bn_geom *g, const tiling *t, const bn_scratch *s
           s1 += d, s2 += d * d;
         } else {
           vfw gv = vldw(dy, at + p, bf16, VW);
-          if (relu) gv = vmask(gv, vaffine(xv, kk, scc, shc));
+          if (relu == MODE_RELU) gv = vmask(gv, vaffine(xv, kk, scc, shc));
+          if (relu == MODE_ADD_RELU) gv = residual_grad(res, at + p, gv, bf16, VW);
           s1 += gv, s2 += gv * (xv - kk);
         }
       }
@@ -297,7 +343,8 @@ INLINE void sum_tiles(const cpu_bn_geom *g, const tiling *t, const bn_scratch *s
           t1 += xv - K[0], t2 += (double)(xv - K[0]) * (xv - K[0]);
         } else {
           float gv = sp_ldf(dy, at + p, bf16);
-          if (relu) gv = affine(xv, K[0], sc[0], sh[0]) > 0.0f ? gv : 0.0f;
+          if (relu == MODE_RELU) gv = affine(xv, K[0], sc[0], sh[0]) > 0.0f ? gv : 0.0f;
+          if (relu == MODE_ADD_RELU) gv = residual_grad1(res, at + p, gv, bf16);
           t1 += gv, t2 += (double)gv * (xv - K[0]);
         }
       }
@@ -313,7 +360,8 @@ INLINE void sum_tiles(const cpu_bn_geom *g, const tiling *t, const bn_scratch *s
           s1 += d, s2 += d * d;
         } else {
           float gv = sp_ldf(dy, at + p * L + l, bf16);
-          if (relu) gv = affine(xv, K[l], sc[l], sh[l]) > 0.0f ? gv : 0.0f;
+          if (relu == MODE_RELU) gv = affine(xv, K[l], sc[l], sh[l]) > 0.0f ? gv : 0.0f;
+          if (relu == MODE_ADD_RELU) gv = residual_grad1(res, at + p * L + l, gv, bf16);
           s1 += gv, s2 += gv * (xv - K[l]);
         }
       }
@@ -322,8 +370,26 @@ INLINE void sum_tiles(const cpu_bn_geom *g, const tiling *t, const bn_scratch *s
   }
 }
 
+/* The normalised v, then as `relu` says: stored, ReLU'd, or added to the
+ * residual, ReLU'd and its mask kept. */
+INLINE void store_y(void *y, int64_t i, vfw v, int bf16, int relu, const cpu_bn_residual *res, int w) {
+  if (relu == MODE_ADD_RELU) {
+    v += vldw(res->r, i, bf16, w);
+    if (res->mask) mask_store(res->mask, i, v, w);
+  }
+  vstw(y, i, relu ? vrelu(v) : v, bf16, w);
+}
+INLINE void store_y1(void *y, int64_t i, float v, int bf16, int relu, const cpu_bn_residual *res) {
+  if (relu == MODE_ADD_RELU) {
+    v += sp_ldf(res->r, i, bf16);
+    if (res->mask) res->mask[i] = v > 0.0f;
+  }
+  sp_stf(y, i, relu && !(v > 0.0f) ? 0.0f : v, bf16);
+}
+
 INLINE void normalize_group(const void *x, void *y, int64_t at, int64_t L, int64_t j, int w, int G, int64_t p0,
-                            int64_t p1, const float *m, const float *sc, const float *sh, int bf16, int relu) {
+                            int64_t p1, const float *m, const float *sc, const float *sh, int bf16, int relu,
+                            const cpu_bn_residual *res) {
   vfw mm[GMAX], scc[GMAX], shc[GMAX];
   VEC_UNROLL
   for (int g = 0; g < G; g++)
@@ -332,15 +398,14 @@ INLINE void normalize_group(const void *x, void *y, int64_t at, int64_t L, int64
     VEC_UNROLL
     for (int g = 0; g < G; g++) {
       const int64_t i = at + p * L + j + g * w;
-      const vfw v = vaffine(vldw(x, i, bf16, w), mm[g], scc[g], shc[g]);
-      vstw(y, i, relu ? vrelu(v) : v, bf16, w);
+      store_y(y, i, vaffine(vldw(x, i, bf16, w), mm[g], scc[g], shc[g]), bf16, relu, res, w);
     }
   }
 }
 
 /* y = affine(x) (+ ReLU) over this thread's tiles. */
 INLINE void normalize_tiles(const cpu_bn_geom *g, const tiling *t, const bn_scratch *s, const void *x, void *y,
-                            int64_t L, int bf16, int relu) {
+                            int64_t L, int bf16, int relu, const cpu_bn_residual *res) {
   int64_t k0, k1;
   my_tiles(t, &k0, &k1);
   for (int64_t k = k0; k < k1; k++) {
@@ -348,7 +413,7 @@ INLINE void normalize_tiles(const cpu_bn_geom *g, const tiling *t, const bn_scra
     const int64_t at = tile_at(g, t, k, &blk, &np), c0 = blk * L;
     const float *m = s->k + c0, *sc = s->a + c0, *sh = s->b + c0;
     if (walk_of(L) == WALK_VEC) {
-#define NORMALIZE_GROUP(j, w, G, p0, p1) normalize_group(x, y, at, L, j, w, G, p0, p1, m, sc, sh, bf16, relu)
+#define NORMALIZE_GROUP(j, w, G, p0, p1) normalize_group(x, y, at, L, j, w, G, p0, p1, m, sc, sh, bf16, relu, res)
       FOR_EACH_GROUP(L, np, NORMALIZE_GROUP);
 #undef NORMALIZE_GROUP
       continue;
@@ -357,16 +422,13 @@ INLINE void normalize_tiles(const cpu_bn_geom *g, const tiling *t, const bn_scra
     int64_t p = 0;
     if (plain) {
       const vfw mm = vbcastw(m[0]), scc = vbcastw(sc[0]), shc = vbcastw(sh[0]);
-      for (; p + VW <= np; p += VW) {
-        vfw v = vaffine(vldw(x, at + p, bf16, VW), mm, scc, shc);
-        vstw(y, at + p, relu ? vrelu(v) : v, bf16, VW);
-      }
+      for (; p + VW <= np; p += VW)
+        store_y(y, at + p, vaffine(vldw(x, at + p, bf16, VW), mm, scc, shc), bf16, relu, res, VW);
     }
     for (; p < np; p++)
       for (int64_t l = 0; l < L; l++) {
         const int64_t i = at + p * L + l;
-        float v = affine(sp_ldf(x, i, bf16), m[l], sc[l], sh[l]);
-        sp_stf(y, i, relu && !(v > 0.0f) ? 0.0f : v, bf16);
+        store_y1(y, i, affine(sp_ldf(x, i, bf16), m[l], sc[l], sh[l]), bf16, relu, res);
       }
   }
 }
@@ -380,7 +442,7 @@ INLINE vfw vdx(vfw xv, vfw gv, vfw m, vfw msc, vfw msh, vfw a, vfw b, vfw d, int
 
 INLINE void dx_group(const void *x, const void *dy, void *dx, int64_t at, int64_t L, int64_t j, int w, int G,
                      int64_t p0, int64_t p1, const float *m, const float *ca, const float *cb, const float *cd,
-                     const float *sc, const float *sh, int accumulate, int bf16, int relu) {
+                     const float *sc, const float *sh, int accumulate, int bf16, int relu, const cpu_bn_residual *res) {
   vfw mm[GMAX], a[GMAX], b[GMAX], d[GMAX], msc[GMAX], msh[GMAX];
   VEC_UNROLL
   for (int g = 0; g < G; g++) {
@@ -392,7 +454,9 @@ INLINE void dx_group(const void *x, const void *dy, void *dx, int64_t at, int64_
     VEC_UNROLL
     for (int g = 0; g < G; g++) {
       const int64_t i = at + p * L + j + g * w;
-      vfw v = vdx(vldw(x, i, bf16, w), vldw(dy, i, bf16, w), mm[g], msc[g], msh[g], a[g], b[g], d[g], relu);
+      vfw gv = vldw(dy, i, bf16, w);
+      if (relu == MODE_ADD_RELU) gv = mask_apply(gv, res->mask, i, w);
+      vfw v = vdx(vldw(x, i, bf16, w), gv, mm[g], msc[g], msh[g], a[g], b[g], d[g], relu == MODE_RELU);
       if (accumulate) v += vldw(dx, i, bf16, w);
       vstw(dx, i, v, bf16, w);
     }
@@ -400,7 +464,8 @@ INLINE void dx_group(const void *x, const void *dy, void *dx, int64_t at, int64_
 }
 
 INLINE void dx_tiles(const cpu_bn_geom *g, const tiling *t, const bn_scratch *s, const float *mask, const void *x,
-                     const void *dy, void *dx, int accumulate, int64_t L, int bf16, int relu) {
+                     const void *dy, void *dx, int accumulate, int64_t L, int bf16, int relu,
+                     const cpu_bn_residual *res) {
   const int64_t cp = (int64_t)channels_padded(g);
   int64_t k0, k1;
   my_tiles(t, &k0, &k1);
@@ -411,7 +476,7 @@ INLINE void dx_tiles(const cpu_bn_geom *g, const tiling *t, const bn_scratch *s,
     const float *sc = mask + c0, *sh = mask + cp + c0;
     if (walk_of(L) == WALK_VEC) {
 #define DX_GROUP(j, w, G, p0, p1) \
-  dx_group(x, dy, dx, at, L, j, w, G, p0, p1, m, ca, cb, cd, sc, sh, accumulate, bf16, relu)
+  dx_group(x, dy, dx, at, L, j, w, G, p0, p1, m, ca, cb, cd, sc, sh, accumulate, bf16, relu, res)
       FOR_EACH_GROUP(L, np, DX_GROUP);
 #undef DX_GROUP
       continue;
@@ -421,7 +486,9 @@ INLINE void dx_tiles(const cpu_bn_geom *g, const tiling *t, const bn_scratch *s,
       const vfw mm = vbcastw(m[0]), a = vbcastw(ca[0]), b = vbcastw(cb[0]), d = vbcastw(cd[0]);
       const vfw msc = vbcastw(sc[0]), msh = vbcastw(sh[0]);
       for (; p + VW <= np; p += VW) {
-        vfw v = vdx(vldw(x, at + p, bf16, VW), vldw(dy, at + p, bf16, VW), mm, msc, msh, a, b, d, relu);
+        vfw gv = vldw(dy, at + p, bf16, VW);
+        if (relu == MODE_ADD_RELU) gv = mask_apply(gv, res->mask, at + p, VW);
+        vfw v = vdx(vldw(x, at + p, bf16, VW), gv, mm, msc, msh, a, b, d, relu == MODE_RELU);
         if (accumulate) v += vldw(dx, at + p, bf16, VW);
         vstw(dx, at + p, v, bf16, VW);
       }
@@ -431,7 +498,8 @@ INLINE void dx_tiles(const cpu_bn_geom *g, const tiling *t, const bn_scratch *s,
         const int64_t i = at + p * L + l;
         const float xv = sp_ldf(x, i, bf16);
         float gv = sp_ldf(dy, i, bf16);
-        if (relu) gv = affine(xv, m[l], sc[l], sh[l]) > 0.0f ? gv : 0.0f;
+        if (relu == MODE_RELU) gv = affine(xv, m[l], sc[l], sh[l]) > 0.0f ? gv : 0.0f;
+        if (relu == MODE_ADD_RELU) gv = res->mask[i] ? gv : 0.0f;
         float v = cb[l] * (xv - m[l]) + (ca[l] * gv + cd[l]);
         if (accumulate) v += sp_ldf(dx, i, bf16);
         sp_stf(dx, i, v, bf16);
@@ -449,6 +517,7 @@ typedef struct {
   const float *gamma, *beta;
   float eps;
   int batch;
+  const cpu_bn_residual *res;
   char *scratch;
 } fwd_args;
 
@@ -487,48 +556,39 @@ INLINE void forward_body(const fwd_args *f, int64_t L, int bf16, int relu) {
 #pragma omp single
       for (int64_t c = 0; c < (int64_t)channels_padded(g); c++) /* shift: the channel's first value */
         s.k[c] = c < g->c ? sp_ldf(f->x, c / L * g->blk_stride + c % L, bf16) : 0.0f;
-      sum_tiles(g, &t, &s, f->x, NULL, L, bf16, 0, 0);
+      sum_tiles(g, &t, &s, f->x, NULL, L, bf16, 0, 0, NULL);
 #pragma omp barrier
     }
 #pragma omp single
     finish_forward(f, &s, omp_get_num_threads());
-    normalize_tiles(g, &t, &s, f->x, f->y, L, bf16, relu);
+    normalize_tiles(g, &t, &s, f->x, f->y, L, bf16, relu, f->res);
   }
 }
 
-/* One specialisation per (lanes, dtype, relu): L constant lets the compiler
- * keep a block's sums in registers. */
-#define DISPATCH(BODY, ARGS, g, relu)                     \
-  do {                                                    \
-    const int b_ = (g)->bf16, r_ = (relu);                \
-    const int64_t L_ = (g)->lanes;                        \
-    if (L_ == 16) {                                       \
-      if (b_)                                             \
-        r_ ? BODY(ARGS, 16, 1, 1) : BODY(ARGS, 16, 1, 0); \
-      else                                                \
-        r_ ? BODY(ARGS, 16, 0, 1) : BODY(ARGS, 16, 0, 0); \
-    } else if (L_ == 8) {                                 \
-      if (b_)                                             \
-        r_ ? BODY(ARGS, 8, 1, 1) : BODY(ARGS, 8, 1, 0);   \
-      else                                                \
-        r_ ? BODY(ARGS, 8, 0, 1) : BODY(ARGS, 8, 0, 0);   \
-    } else if (L_ == 1) {                                 \
-      if (b_)                                             \
-        r_ ? BODY(ARGS, 1, 1, 1) : BODY(ARGS, 1, 1, 0);   \
-      else                                                \
-        r_ ? BODY(ARGS, 1, 0, 1) : BODY(ARGS, 1, 0, 0);   \
-    } else {                                              \
-      if (b_)                                             \
-        r_ ? BODY(ARGS, L_, 1, 1) : BODY(ARGS, L_, 1, 0); \
-      else                                                \
-        r_ ? BODY(ARGS, L_, 0, 1) : BODY(ARGS, L_, 0, 0); \
-    }                                                     \
+/* One specialisation per (lanes, dtype, mode): L constant lets the
+ * compiler keep a block's sums in registers. */
+#define DISPATCH_MODE(BODY, ARGS, L, b, r)                \
+  ((r) == MODE_ADD_RELU ? BODY(ARGS, L, b, MODE_ADD_RELU) \
+   : (r)                ? BODY(ARGS, L, b, MODE_RELU)     \
+                        : BODY(ARGS, L, b, MODE_PLAIN))
+#define DISPATCH(BODY, ARGS, g, mode)                                                   \
+  do {                                                                                  \
+    const int b_ = (g)->bf16, r_ = (mode);                                              \
+    const int64_t L_ = (g)->lanes;                                                      \
+    if (L_ == 16)                                                                       \
+      b_ ? DISPATCH_MODE(BODY, ARGS, 16, 1, r_) : DISPATCH_MODE(BODY, ARGS, 16, 0, r_); \
+    else if (L_ == 8)                                                                   \
+      b_ ? DISPATCH_MODE(BODY, ARGS, 8, 1, r_) : DISPATCH_MODE(BODY, ARGS, 8, 0, r_);   \
+    else if (L_ == 1)                                                                   \
+      b_ ? DISPATCH_MODE(BODY, ARGS, 1, 1, r_) : DISPATCH_MODE(BODY, ARGS, 1, 0, r_);   \
+    else                                                                                \
+      b_ ? DISPATCH_MODE(BODY, ARGS, L_, 1, r_) : DISPATCH_MODE(BODY, ARGS, L_, 0, r_); \
   } while (0)
 
 void cpu_bn_forward(const cpu_bn_geom *g, const void *x, void *y, float *mean, float *var, const float *gamma,
-                    const float *beta, float eps, int batch, int relu, char *scratch) {
-  const fwd_args f = {g, x, y, mean, var, gamma, beta, eps, batch, scratch};
-  DISPATCH(forward_body, &f, g, relu);
+                    const float *beta, float eps, int batch, int relu, const cpu_bn_residual *res, char *scratch) {
+  const fwd_args f = {g, x, y, mean, var, gamma, beta, eps, batch, res, scratch};
+  DISPATCH(forward_body, &f, g, res ? MODE_ADD_RELU : relu ? MODE_RELU : MODE_PLAIN);
 }
 
 /* ---- backward ---- */
@@ -542,6 +602,7 @@ typedef struct {
   float eps;
   int batch;
   float *dgamma, *dbeta; /* added into; NULL when not wanted */
+  const cpu_bn_residual *res;
   char *scratch;
 } bwd_args;
 
@@ -587,11 +648,16 @@ INLINE void backward_body(const bwd_args *b, int64_t L, int bf16, int relu) {
       s.a[c] = mask[c] = real ? (float)(inv_std * (b->gamma ? b->gamma[c] : 1.0f)) : 0.0f;
       s.b[c] = mask[cp + c] = real && b->beta ? b->beta[c] : 0.0f;
     }
-    sum_tiles(g, &t, &s, b->x, b->dy, L, bf16, 1, relu);
+    sum_tiles(g, &t, &s, b->x, b->dy, L, bf16, 1, relu, b->res);
 #pragma omp barrier
 #pragma omp single
     finish_backward(b, &s, mask, omp_get_num_threads());
-    if (b->dx) dx_tiles(g, &t, &s, mask, b->x, b->dy, b->dx, b->accumulate, L, bf16, relu);
+    /* With a residual whose gradient the sums pass wrote (not added), that
+     * gradient is the masked dy: read it instead of dy and the mask. */
+    if (b->dx && relu == MODE_ADD_RELU && b->res->dr && !b->res->dr_add)
+      dx_tiles(g, &t, &s, mask, b->x, b->res->dr, b->dx, b->accumulate, L, bf16, MODE_PLAIN, NULL);
+    else if (b->dx)
+      dx_tiles(g, &t, &s, mask, b->x, b->dy, b->dx, b->accumulate, L, bf16, relu, b->res);
   }
 }
 
@@ -601,8 +667,8 @@ size_t cpu_bn_bwd_scratch_bytes(const cpu_bn_geom *g) {
 
 void cpu_bn_backward(const cpu_bn_geom *g, const void *x, const void *dy, void *dx, int accumulate, const float *mean,
                      const float *var, const float *gamma, const float *beta, float eps, int batch, int relu,
-                     float *dgamma, float *dbeta, char *scratch) {
-  const bwd_args b = {g, x, dy, dx, accumulate, mean, var, gamma, beta, eps, batch, dgamma, dbeta, scratch};
-  DISPATCH(backward_body, &b, g, relu);
+                     const cpu_bn_residual *res, float *dgamma, float *dbeta, char *scratch) {
+  const bwd_args b = {g, x, dy, dx, accumulate, mean, var, gamma, beta, eps, batch, dgamma, dbeta, res, scratch};
+  DISPATCH(backward_body, &b, g, res ? MODE_ADD_RELU : relu ? MODE_RELU : MODE_PLAIN);
 }
 #endif

@@ -203,15 +203,27 @@ typedef struct {
 int cpu_bn_geom_of(cpu_bn_geom *g, const dnnl_memory_desc_t *md, const sp_shape *s);
 size_t cpu_bn_scratch_bytes(const cpu_bn_geom *g);
 size_t cpu_bn_bwd_scratch_bytes(const cpu_bn_geom *g);
-/* y = (x - mean) gamma / sqrt(var + eps) + beta (then max(., 0) with relu).
- * batch: mean and var (biased) are computed into mean[c], var[c]; else read. */
+/* The residual add a batch norm absorbed with the ReLU after it (bnorm.c):
+ * y = max(bn(x) + r, 0), r in x's layout. Forward writes mask[i] = y[i] > 0
+ * (one byte per element; NULL without backward); backward writes the masked
+ * dy into dr (NULL: not wanted), or adds it with dr_add. */
+typedef struct {
+  const void *r;
+  uint8_t *mask;
+  void *dr;
+  int dr_add;
+} cpu_bn_residual;
+/* y = (x - mean) gamma / sqrt(var + eps) + beta (then max(., 0) with relu;
+ * + r first with res, relu then required). batch: mean and var (biased) are
+ * computed into mean[c], var[c]; else read. */
 void cpu_bn_forward(const cpu_bn_geom *g, const void *x, void *y, float *mean, float *var, const float *gamma,
-                    const float *beta, float eps, int batch, int relu, char *scratch);
+                    const float *beta, float eps, int batch, int relu, const cpu_bn_residual *res, char *scratch);
 /* dx (written, or added into with accumulate; may be NULL), and dgamma,
- * dbeta added into (may be NULL); dy is the gradient after the fused ReLU. */
+ * dbeta added into (may be NULL); dy is the gradient after the fused ReLU
+ * (and add: res as forward had it). */
 void cpu_bn_backward(const cpu_bn_geom *g, const void *x, const void *dy, void *dx, int accumulate, const float *mean,
                      const float *var, const float *gamma, const float *beta, float eps, int batch, int relu,
-                     float *dgamma, float *dbeta, char *scratch);
+                     const cpu_bn_residual *res, float *dgamma, float *dbeta, char *scratch);
 
 /* ---- matrix products (conv_mm.c, linear_mm.c) ------------------------------------- */
 /* A matmul c = a b (+ bias) owned by n, adding into c with accumulate (sum
@@ -325,6 +337,7 @@ int cpu_bnorm_prepare(sp_op_prep *p);
 /* bnorm.c: 1 runs oneDNN's batch norm even where our kernels walk the layout
  * (tests compare the two; benchmarks measure them). */
 extern int cpu_bnorm_use_onednn;
+extern int cpu_bnorm_fuse_add; /* 0: a batch norm never absorbs a residual add (tests compare the two) */
 int cpu_relu_prepare(sp_op_prep *p);
 int cpu_maxpool_prepare(sp_op_prep *p);
 int cpu_avgpool_prepare(sp_op_prep *p);

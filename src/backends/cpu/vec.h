@@ -14,7 +14,7 @@
 #define SPRY_BACKENDS_CPU_VEC_H
 
 #include <stdint.h>
-#ifdef __AVX512F__
+#if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
 
@@ -113,6 +113,18 @@ INLINE void vstw(void *p, int64_t i, vfw v, int bf16, int n) {
 
 INLINE vfw vbcastw(float f) { return (vfw){f, f, f, f, f, f, f, f, f, f, f, f, f, f, f, f}; }
 
+/* Byte masks (0 or 1 each, as add + ReLU keeps them) as lane masks, all
+ * ones where set: n (VW, or 8 with the rest clear) bytes from m[i..] for
+ * f32 lanes; VW bytes for 16-bit lanes. One widening move each: GCC 12
+ * builds __builtin_convertvector of bytes element by element. */
+INLINE viw vmask32(const uint8_t *m, int64_t i, int n) {
+  if (n == 8) return -(viw)_mm512_cvtepu8_epi32(_mm_loadl_epi64((const __m128i_u *)(m + i)));
+  return -(viw)_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i_u *)(m + i)));
+}
+INLINE vhw vmask16(const uint8_t *m, int64_t i) {
+  return -(vhw)_mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i_u *)(m + i)));
+}
+
 /* p[0..8) twice: per-channel constants for a vector of two 8-lane positions. */
 INLINE vfw vtwice8(const float *p) {
   const vf8 h = *(const vf8u *)p;
@@ -122,11 +134,26 @@ INLINE vfw vtwice8(const float *p) {
 enum { VW = 8 };
 typedef vf8 vfw;
 typedef vi8 viw;
+typedef vh8 vhw;
 typedef vh8u vhwu;
 INLINE vfw vldw(const void *p, int64_t i, int bf16, int n) { return vld(p, i, bf16); }
 INLINE void vstw(void *p, int64_t i, vfw v, int bf16, int n) { vst(p, i, v, bf16); }
 INLINE vfw vbcastw(float f) { return vbcast(f); }
 INLINE vfw vtwice8(const float *p) { return vload_f(p); } /* never called: VW is 8 */
+#ifdef __AVX2__
+INLINE viw vmask32(const uint8_t *m, int64_t i, int n) {
+  return -(viw)_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i_u *)(m + i)));
+}
+INLINE vhw vmask16(const uint8_t *m, int64_t i) {
+  return -(vhw)_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i_u *)(m + i)));
+}
+#else
+typedef uint8_t vb8u_ __attribute__((vector_size(8), aligned(1)));
+INLINE viw vmask32(const uint8_t *m, int64_t i, int n) {
+  return -__builtin_convertvector(*(const vb8u_ *)(m + i), viw);
+}
+INLINE vhw vmask16(const uint8_t *m, int64_t i) { return -__builtin_convertvector(*(const vb8u_ *)(m + i), vhw); }
+#endif
 #endif
 
 #endif
