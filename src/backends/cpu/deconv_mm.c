@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "backends/cpu/cpu.h"
+#include "backends/cpu/vec.h" /* INLINE */
 #include "core/bf16.h"
 #include "ops/ops.h"
 
@@ -47,13 +48,43 @@ typedef struct {
   cpu_exec f, dx, dw;
 } deconv_mm_node;
 
-/* Wt[ic, (a k + b) oc + o] = bf16(W[ic, o, a, b]). */
-static void prepare_weights(const deconv_mm_node *s, const float *w) {
-  const int64_t oc = s->oc, kk = s->k * s->k;
+/* Wt[ic, (a k + b) oc + o] = bf16(W[ic, o, a, b]) and its way back,
+ * dW[ic, o, a, b] (=|+=) dWt[ic, (a k + b) oc + o]: per input channel and
+ * tap, a contiguous run of oc values on the Wt side, read or written with
+ * stride kk on the W side. kk is a constant for the 2x2 up-layer (4), so
+ * the compiler vectorises the strided side: with the tap innermost and
+ * scalar rounding these took 4.4 and 3.6 ms a step for ResUNet-50's
+ * 2048 -> 512 layer (4 M weights). */
+INLINE void weights_to_wt(const deconv_mm_node *s, const float *w, const int64_t kk) {
+  const int64_t oc = s->oc;
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < s->ic; i++)
-    for (int64_t o = 0; o < oc; o++)
-      for (int64_t t = 0; t < kk; t++) s->wt[i * s->cols + t * oc + o] = sp_bf16_round(w[(i * oc + o) * kk + t]);
+    for (int64_t t = 0; t < kk; t++) {
+      uint16_t *d = s->wt + i * s->cols + t * oc;
+      const float *from = w + i * oc * kk + t;
+      for (int64_t o = 0; o < oc; o++) d[o] = sp_bf16_round(from[o * kk]);
+    }
+}
+
+INLINE void wt_grad_to_weights(const deconv_mm_node *s, float *dw, int fresh, const int64_t kk) {
+  const int64_t oc = s->oc;
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < s->ic; i++)
+    for (int64_t t = 0; t < kk; t++) {
+      const float *g = s->dwt + i * s->cols + t * oc;
+      float *d = dw + i * oc * kk + t;
+      if (fresh)
+        for (int64_t o = 0; o < oc; o++) d[o * kk] = g[o];
+      else
+        for (int64_t o = 0; o < oc; o++) d[o * kk] += g[o];
+    }
+}
+
+static void prepare_weights(const deconv_mm_node *s, const float *w) {
+  if (s->k == 2)
+    weights_to_wt(s, w, 4);
+  else
+    weights_to_wt(s, w, s->k * s->k);
 }
 
 /* Row r = (n, i, j) of a [M, kkOC] matrix holds, for each a, the k OC-vectors
@@ -82,17 +113,12 @@ static void deconv_mm_forward(cpu_node *n, const sp_op_args *a) {
   move_rows(s, s->y2, a->out->data, 0);
 }
 
-/* dW[ic, o, a, b] (=|+=) dWt[ic, (a k + b) oc + o]: written where
- * sp_plan_zero_grad marked it (fresh). */
+/* Written where sp_plan_zero_grad marked dW (fresh), else added. */
 static void add_weight_grad(const deconv_mm_node *s, float *dw, int fresh) {
-  const int64_t oc = s->oc, kk = s->k * s->k;
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < s->ic; i++)
-    for (int64_t o = 0; o < oc; o++)
-      for (int64_t t = 0; t < kk; t++) {
-        float *d = &dw[(i * oc + o) * kk + t];
-        *d = (fresh ? 0.0f : *d) + s->dwt[i * s->cols + t * oc + o];
-      }
+  if (s->k == 2)
+    wt_grad_to_weights(s, dw, fresh, 4);
+  else
+    wt_grad_to_weights(s, dw, fresh, s->k * s->k);
 }
 
 static void deconv_mm_backward(cpu_node *n, const sp_op_args *a) {
