@@ -154,11 +154,13 @@ static int bn_bind(cpu_node *n, const sp_op_args *a, char *fs, char *bs) {
 static const cpu_vt bn_vt = {bn_forward, bn_backward, bn_bind, NULL};
 
 /* An add right after this node, whose other input is ready in this node's
- * layout, then a relu: absorbed (our kernels only). */
+ * layout, then a relu: absorbed (our kernels only). Not in a training plan
+ * where this node's backward does not run (its parameters frozen, no
+ * gradient before it): the add's would still be due, for the other input. */
 int cpu_bnorm_fuse_add = 1;
 static int residual_fits(const sp_op_prep *p, const dnnl_memory_desc_t *md) {
   if (!cpu_bnorm_fuse_add || p->consumer_op != &sp_op_add || p->consumer_n_in != 2 || p->consumer_out_plain ||
-      p->consumer2_op != &sp_op_relu || p->consumer2_out_plain)
+      p->consumer2_op != &sp_op_relu || p->consumer2_out_plain || (p->training && !p->run_backward))
     return 0;
   dnnl_memory_desc_t other;
   if (p->consumer_other_layout)
