@@ -16,10 +16,18 @@ static sp_value conv_bn(sp_graph *g, sp_value x, const char *conv, const char *b
                       bn);
 }
 
-/* conv0 gives the block an input with a gradient; then 1x1, 3x3, 1x1 and the
- * shortcut: the input itself, or a strided projection. */
+/* conv0 reads the image; its output layout is the image stem's (channels-
+ * last bf16 where oneDNN has a brgemm kernel for it), which on a machine
+ * without AMX is not the blocked layout of the convolutions after it. conv0b
+ * gives the block an input in the layout of the block's own layers. */
+static sp_value block_input(sp_graph *g, sp_value x) {
+  return conv_bn(g, conv_bn(g, x, "conv0", "bn0", 16, 3, 1), "conv0b", "bn0b", 16, 1, 1);
+}
+
+/* The input with a gradient; then 1x1, 3x3, 1x1 and the shortcut: the input
+ * itself, or a strided projection. */
 static sp_value block(sp_graph *g, sp_value x, int out, int stride) {
-  x = conv_bn(g, x, "conv0", "bn0", 16, 3, 1);
+  x = block_input(g, x);
   sp_value y = sp_relu(g, conv_bn(g, x, "conv1", "bn1", 8, 1, 1));
   y = sp_relu(g, conv_bn(g, y, "conv2", "bn2", 8, 3, stride));
   y = conv_bn(g, y, "conv3", "bn3", out, 1, 1);
@@ -35,7 +43,7 @@ static sp_value projection_block(sp_graph *g, sp_value x) { return head(g, block
 /* The block input feeds a second add after the block, whose backward runs
  * first: the fused node then adds into the input's gradient. */
 static sp_value shared_input(sp_graph *g, sp_value x) {
-  x = conv_bn(g, x, "conv0", "bn0", 16, 3, 1);
+  x = block_input(g, x);
   sp_value y = sp_relu(g, conv_bn(g, x, "conv1", "bn1", 16, 3, 1));
   y = sp_relu(g, sp_add(g, conv_bn(g, y, "conv2", "bn2", 16, 3, 1), x));
   return head(g, sp_relu(g, sp_add(g, y, x)));
@@ -98,18 +106,18 @@ static int fused_adds(cmp_build_fn body, unsigned flags) {
 /* A batch norm whose add comes after another node, or that adds its output
  * to itself, keeps the add apart (as does a hardswish after the add). */
 static sp_value bn_then_other_branch(sp_graph *g, sp_value x) {
-  x = conv_bn(g, x, "conv0", "bn0", 16, 3, 1);
+  x = block_input(g, x);
   sp_value y = conv_bn(g, x, "conv1", "bn1", 16, 3, 1);
   sp_value s = sp_conv2d(g, x, "late", (sp_conv_args){.out_ch = 16, .kernel = 1});
   return head(g, sp_relu(g, sp_add(g, y, s)));
 }
 static sp_value bn_doubled(sp_graph *g, sp_value x) {
-  x = conv_bn(g, x, "conv0", "bn0", 16, 3, 1);
+  x = block_input(g, x);
   sp_value y = conv_bn(g, x, "conv1", "bn1", 16, 3, 1);
   return head(g, sp_relu(g, sp_add(g, y, y)));
 }
 static sp_value hardswish_after(sp_graph *g, sp_value x) {
-  x = conv_bn(g, x, "conv0", "bn0", 16, 3, 1);
+  x = block_input(g, x);
   return head(g, sp_hardswish(g, sp_add(g, conv_bn(g, x, "conv1", "bn1", 16, 3, 1), x)));
 }
 

@@ -20,6 +20,7 @@
  * b' = (b - m) g / sqrt(v + eps) + beta, so the BN pass disappears. */
 #ifdef SPRY_HAVE_DNNL
 #include <math.h>
+#include <omp.h>
 #include <string.h>
 
 #include "backends/cpu/cpu.h"
@@ -46,7 +47,12 @@ typedef struct {
   int64_t n_bias;
   int mm; /* backward runs as matrix products (conv_mm.c) */
   cpu_mm1x1 mm1x1;
-  int bww; /* the weight gradient runs as im2col + matmul (conv_bww_mm.c) */
+  int bww;        /* the weight gradient runs as im2col + matmul (conv_bww_mm.c) */
+  int dw_blocked; /* ... or on the blocked layout in registers (conv_dw_blocked.c) */
+  int64_t dwb_n, dwb_hw, dwb_oc, dwb_ic;
+  size_t dwb_off; /* its scratch in backward scratch */
+  const void *dwb_x;
+  char *dwb_scratch;
   cpu_bww_mm bwwmm;
 } conv_node;
 
@@ -54,6 +60,8 @@ int cpu_conv_use_matmul = 1;
 int64_t cpu_conv_bww_min_channels = 64;
 
 int cpu_conv_uses_matmul(const void *state) { return ((const conv_node *)state)->mm; }
+int cpu_conv_uses_dw_blocked(const void *state) { return ((const conv_node *)state)->dw_blocked; }
+int cpu_conv_src_lanes(const void *state) { return cpu_md_lanes(&((const conv_node *)state)->src_md); }
 int cpu_conv_bww_packed(const void *state) {
   const conv_node *s = state;
   return s->bww && s->bwwmm.packed;
@@ -115,6 +123,9 @@ static void conv_backward(cpu_node *n, const sp_op_args *a) {
     }
   } else if (s->bww && a->d_param[0]) {
     cpu_bww_mm_run(&s->bwwmm, (a->d_param_fresh & 1u) != 0);
+  } else if (s->dw_blocked && a->d_param[0]) {
+    cpu_dw_blocked(a->d_out->data, s->dwb_x, s->dwb_n, s->dwb_hw, s->dwb_oc, s->dwb_ic, a->d_param[0]->data,
+                   s->dwb_scratch, omp_get_max_threads(), (a->d_param_fresh & 1u) != 0);
   }
 }
 
@@ -180,6 +191,8 @@ static int conv_bind(cpu_node *n, const sp_op_args *a, char *fs, char *bs) {
         return -1;
   }
   if (s->bww && a->d_param[0] && cpu_bww_mm_bind(&s->bwwmm, src, a->d_out->data, a->d_param[0]->data, bs)) return -1;
+  s->dwb_x = src;
+  s->dwb_scratch = bs + s->dwb_off;
   return 0;
 }
 
@@ -389,6 +402,19 @@ static int bww_applies(const sp_op_prep *p, const conv_node *s, const dnnl_conv_
          cpu_md_lanes(&s->dst_md) == CPU_LANES_NHWC;
 }
 
+/* The weight gradient of a 1x1 convolution on 16-channel blocks, in
+ * registers (conv_dw_blocked.c): bf16 training where oneDNN chose aBcd16b in
+ * and out, which it does on machines without AMX (with AMX it takes
+ * channels-last and the matmul paths above apply). */
+static int dw_blocked_applies(const sp_op_prep *p, const conv_node *s, const dnnl_conv_geom *g) {
+  const sp_shape *w = &p->param_shape[0];
+  return p->run_backward && p->bf16 && !g->deconv && g->groups == 1 && !s->has_bias && !s->mm && p->param_grad[0] &&
+         w->d[2] == 1 && w->d[3] == 1 && g->strides[0] == 1 && g->strides[1] == 1 && g->pad_l[0] == 0 &&
+         g->pad_l[1] == 0 && g->pad_r[0] == 0 && g->pad_r[1] == 0 && s->src_md.data_type == dnnl_bf16 &&
+         s->dst_md.data_type == dnnl_bf16 && cpu_md_lanes(&s->src_md) == 16 && cpu_md_lanes(&s->dst_md) == 16 &&
+         cpu_dw_blocked_fits(p->out_shape.d[1], p->in_shape[0].d[1]);
+}
+
 /* The backward data and backward weights primitives conv_setup still needs
  * (need_dx, need_dw) and the reorders around them. */
 static int choose_backward(conv_node *s, const dnnl_conv_geom *g, const dnnl_memory_desc_t *src_any,
@@ -506,6 +532,15 @@ static int conv_setup(sp_op_prep *p, conv_node *s, const dnnl_conv_geom *g) {
                                g->strides[1], g->pad_l[0], g->pad_l[1], g->dil[0] + 1, g->dil[1] + 1};
     s->bww = cpu_bww_mm_prepare(&s->bwwmm, &s->base, &cs, &bww_bwd) == 0;
     if (s->bww) s->need_dw = 0; /* the products do it */
+  }
+  if (s->need_dw && dw_blocked_applies(p, s, g)) {
+    const sp_shape *in = &p->in_shape[0];
+    s->dw_blocked = 1;
+    s->need_dw = 0;
+    s->dwb_n = in->d[0], s->dwb_hw = in->d[2] * in->d[3], s->dwb_oc = p->out_shape.d[1], s->dwb_ic = in->d[1];
+    /* After backward data, like the products: the same scratch from 0. */
+    s->dwb_off = 0;
+    bww_bwd = cpu_dw_blocked_scratch_bytes(s->dwb_oc, s->dwb_ic, omp_get_max_threads());
   }
   if (choose_backward(s, g, &src_any, &wei_any)) return -1;
 

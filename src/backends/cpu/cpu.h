@@ -262,6 +262,16 @@ int cpu_thin_dw_fits(int64_t oc, int64_t ic);
 size_t cpu_thin_dw_scratch_bytes(int64_t oc, int64_t ic, int threads);
 void cpu_thin_dw(const uint16_t *dy, const uint16_t *x, int64_t rows, int64_t oc, int64_t ic, float *dw,
                  double *scratch, int threads, int fresh); /* fresh: write dw instead of adding */
+/* conv_dw_blocked.c: dW[o][i] (+)= sum over positions of dY[p][o] X[p][i]
+ * for a 1x1 stride-1 convolution on bf16 16-channel blocked activations
+ * (aBcd16b) into the plain f32 dW, with AVX512-BF16 dot products; fits: 0
+ * for channel counts it does not take (oc % 16, ic % 32), builds without
+ * AVX512-BF16, and with the switch off (tests compare both paths). */
+extern int cpu_conv_use_dw_blocked;
+int cpu_dw_blocked_fits(int64_t oc, int64_t ic);
+size_t cpu_dw_blocked_scratch_bytes(int64_t oc, int64_t ic, int threads);
+void cpu_dw_blocked(const uint16_t *dy, const uint16_t *x, int64_t n, int64_t hw, int64_t oc, int64_t ic, float *dw,
+                    char *scratch, int threads, int fresh); /* fresh: write dw instead of adding */
 /* conv_bww_mm.c: a convolution's weight gradient as im2col + matmul over
  * chunks of output positions (bf16 channels-last, one group, no bias). */
 typedef struct {
@@ -302,8 +312,10 @@ extern int cpu_conv_use_matmul;
 extern int64_t cpu_conv_bww_min_channels;
 /* A conv node's state (sp_op_prep.state) runs its backward as products. */
 int cpu_conv_uses_matmul(const void *state);
-int cpu_conv_uses_thin_dw(const void *state); /* its weight gradient by conv_thin_dw.c */
-int cpu_conv_bww_packed(const void *state);   /* ... by conv_bww_mm.c with col packed */
+int cpu_conv_uses_thin_dw(const void *state);    /* its weight gradient by conv_thin_dw.c */
+int cpu_conv_bww_packed(const void *state);      /* ... by conv_bww_mm.c with col packed */
+int cpu_conv_uses_dw_blocked(const void *state); /* ... by conv_dw_blocked.c */
+int cpu_conv_src_lanes(const void *state);       /* cpu_md_lanes of the layout its forward reads */
 /* deconv_mm.c: a bf16 channels-last transposed convolution with kernel =
  * stride as matrix products; 1 when the case does not apply (then oneDNN's
  * deconvolution). Input channels from which it is taken (128; tests lower
