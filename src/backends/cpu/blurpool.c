@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "backends/cpu/cpu.h"
+#include "backends/cpu/vec.h"
 #include "core/bf16.h"
 #include "ops/ops.h"
 
@@ -42,7 +43,23 @@ static void bp_release(cpu_node *n) {
   free(s->col);
 }
 
-#define INLINE static inline __attribute__((always_inline))
+/* One block of VW lanes per position (16-channel blocks with AVX-512): the
+ * f x f taps summed in one register, rounded once. The general loop below
+ * kept the sum in memory, a read-modify-write per tap (AMD Zen 5, ResUNet-50
+ * bf16 batch 16: 38 ms of forward a step). */
+INLINE void forward_vector_block(const bp_node *s, const void *x, void *y, int64_t xb, int64_t yb, int bf16) {
+  const int f = s->f;
+  for (int64_t oh = 0; oh < s->ho; oh++)
+    for (int64_t ow = 0; ow < s->wo; ow++) {
+      vfw acc = vbcastw(0.0f);
+      for (int i = 0; i < f; i++) {
+        const int64_t xr = xb + (int64_t)s->row[oh * f + i] * s->w * VW;
+        for (int j = 0; j < f; j++)
+          acc += vbcastw(s->taps[i] * s->taps[j]) * vldw(x, xr + (int64_t)s->col[ow * f + j] * VW, bf16, VW);
+      }
+      vstw(y, yb + (oh * s->wo + ow) * VW, acc, bf16, VW);
+    }
+}
 
 /* Forward: each output position's L lanes are summed in f32 (in y itself
  * for f32; in this thread's row of scratch for bf16, then rounded once). */
@@ -53,6 +70,10 @@ INLINE void forward_impl(const bp_node *s, const void *x, void *y, char *scratch
   for (int64_t u = 0; u < units; u++) {
     const int64_t img = u / s->blocks, blk = u % s->blocks;
     const int64_t xb = img * s->in_image + blk * s->in_block, yb = img * s->out_image + blk * s->out_block;
+    if (L == VW && S == VW) {
+      forward_vector_block(s, x, y, xb, yb, bf16);
+      continue;
+    }
     float *row = bf16 ? (float *)(scratch + (size_t)omp_get_thread_num() * s->fwd_thread_bytes) : NULL;
     for (int64_t oh = 0; oh < s->ho; oh++)
       for (int64_t ow = 0; ow < s->wo; ow++) {
