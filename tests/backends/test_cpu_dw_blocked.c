@@ -24,50 +24,68 @@ static float f32_of(uint16_t h) {
   return f;
 }
 
-/* An N x C x hw tensor in aBcd16b, random values in [-2, 2). */
+/* An N x C x H x W tensor in aBcd16b, random values in [-2, 2). */
 static uint16_t *blocked_random(int64_t n, int64_t c, int64_t hw, unsigned *seed) {
-  uint16_t *t = malloc(sizeof(uint16_t) * (size_t)(n * c * hw));
+  uint16_t *t = malloc(sizeof(uint16_t) * (size_t)(n * c * hw) + 64);
   for (int64_t i = 0; i < n * c * hw; i++) t[i] = bf16_of(4.0f * (float)rand_r(seed) / (float)RAND_MAX - 2.0f);
   return t;
 }
-static float at(const uint16_t *t, int64_t c, int64_t hw, int64_t n, int64_t ch, int64_t p) {
-  return f32_of(t[((n * (c / 16) + ch / 16) * hw + p) * 16 + ch % 16]);
-}
 
-typedef struct {
-  int64_t n, hw, oc, ic;
-} dwb_case;
+/* What side d reads at grid (y, x), tap (i, j), as a double (0 outside). */
+static double side_at(const cpu_dwb_side *d, int64_t n, int64_t ch, int64_t y, int64_t x, int64_t i, int64_t j) {
+  const int64_t ty = y * d->sy + i * d->dy + d->oy, tx = x * d->sx + j * d->dx + d->ox;
+  if (ty < 0 || ty >= d->h || tx < 0 || tx >= d->w) return 0.0;
+  return f32_of(d->t[((n * (d->c / 16) + ch / 16) * d->h * d->w + ty * d->w + tx) * 16 + ch % 16]);
+}
 
 /* Each case against the double sum, written (from NaN) and added (onto 0.5),
  * with 1 and 2 threads: within f32 summation of |terms|. */
-static void check_case(const dwb_case *k) {
-  unsigned seed = (unsigned)(k->n * 131 + k->hw * 7 + k->oc + k->ic);
-  uint16_t *x = blocked_random(k->n, k->ic, k->hw, &seed), *dy = blocked_random(k->n, k->oc, k->hw, &seed);
-  const size_t m = (size_t)(k->oc * k->ic);
-  double *want = calloc(m, sizeof(double)), *mag = calloc(m, sizeof(double));
-  for (int64_t o = 0; o < k->oc; o++)
-    for (int64_t i = 0; i < k->ic; i++)
-      for (int64_t n = 0; n < k->n; n++)
-        for (int64_t p = 0; p < k->hw; p++) {
-          const double t = (double)at(dy, k->oc, k->hw, n, o, p) * at(x, k->ic, k->hw, n, i, p);
-          want[o * k->ic + i] += t, mag[o * k->ic + i] += fabs(t);
+static void check_shape(const char *label, cpu_dwb_shape s) {
+  unsigned seed = (unsigned)(s.n * 131 + s.gh * 7 + s.a.c + s.b.c + s.kh);
+  s.a.t = blocked_random(s.n, s.a.c, s.a.h * s.a.w, &seed);
+  s.b.t = blocked_random(s.n, s.b.c, s.b.h * s.b.w, &seed);
+  const int64_t taps = s.kh * s.kw, size = s.b.c * s.a.c * taps;
+  double *want = calloc((size_t)size, sizeof(double)), *mag = calloc((size_t)size, sizeof(double));
+  for (int64_t r = 0; r < s.b.c; r++)
+    for (int64_t c = 0; c < s.a.c; c++)
+      for (int64_t i = 0; i < s.kh; i++)
+        for (int64_t j = 0; j < s.kw; j++) {
+          const int64_t at = r * s.row_stride + c * s.col_stride + (i * s.kw + j) * s.tap_stride;
+          for (int64_t n = 0; n < s.n; n++)
+            for (int64_t y = 0; y < s.gh; y++)
+              for (int64_t x = 0; x < s.gw; x++) {
+                const double t = side_at(&s.b, n, r, y, x, i, j) * side_at(&s.a, n, c, y, x, i, j);
+                want[at] += t, mag[at] += fabs(t);
+              }
         }
-  float *dw = malloc(sizeof(float) * m);
+  float *dw = malloc(sizeof(float) * (size_t)size);
   for (int threads = 1; threads <= 2; threads++) {
-    char *scratch = malloc(cpu_dw_blocked_scratch_bytes(k->oc, k->ic, threads) + 64);
+    char *scratch = malloc(cpu_dw_blocked_scratch_bytes(&s, threads) + 64);
     for (int fresh = 1; fresh >= 0; fresh--) {
-      for (size_t j = 0; j < m; j++) dw[j] = fresh ? NAN : 0.5f;
-      cpu_dw_blocked(dy, x, k->n, k->hw, k->oc, k->ic, dw, scratch, threads, fresh);
-      for (size_t j = 0; j < m; j++) {
+      for (int64_t j = 0; j < size; j++) dw[j] = fresh ? NAN : 0.5f;
+      cpu_dw_blocked(&s, dw, scratch, threads, fresh);
+      for (int64_t j = 0; j < size; j++) {
         const double w = want[j] + (fresh ? 0.0 : 0.5), tol = 1e-5 * (mag[j] + 1.0);
         if (!(fabs(dw[j] - w) <= tol))
-          fail_msg("n%ld hw%ld oc%ld ic%ld threads %d fresh %d: dW[%zu] = %g, want %g", (long)k->n, (long)k->hw,
-                   (long)k->oc, (long)k->ic, threads, fresh, j, dw[j], w);
+          fail_msg("%s: threads %d fresh %d: dW[%ld] = %g, want %g", label, threads, fresh, (long)j, dw[j], w);
       }
     }
     free(scratch);
   }
-  free(x), free(dy), free(want), free(mag), free(dw);
+  free((void *)s.a.t), free((void *)s.b.t), free(want), free(mag), free(dw);
+}
+
+/* A convolution's weight gradient (columns: input channels) and a kernel =
+ * stride transposed one's (columns: output channels), as conv.c builds them. */
+static cpu_dwb_shape conv_shape(int64_t n, int64_t ic, int64_t ih, int64_t iw, int64_t oc, int64_t k, int64_t stride,
+                                int64_t pad, int64_t dil) {
+  const int64_t oh = (ih + 2 * pad - dil * (k - 1) - 1) / stride + 1, ow = (iw + 2 * pad - dil * (k - 1) - 1) / stride + 1;
+  return (cpu_dwb_shape){n, oh, ow, k, k, {NULL, ic, ih, iw, stride, stride, dil, dil, -pad, -pad},
+                         {NULL, oc, oh, ow, 1, 1, 0, 0, 0, 0}, ic * k * k, k * k, 1};
+}
+static cpu_dwb_shape deconv_shape(int64_t n, int64_t ic, int64_t ih, int64_t iw, int64_t oc, int64_t k) {
+  return (cpu_dwb_shape){n, ih, iw, k, k, {NULL, oc, ih * k, iw * k, k, k, 1, 1, 0, 0},
+                         {NULL, ic, ih, iw, 1, 1, 0, 0, 0, 0}, oc * k * k, k * k, 1};
 }
 
 static void kernel_against_double(void **st) {
@@ -77,42 +95,55 @@ static void kernel_against_double(void **st) {
     printf("# this build has no AVX512-BF16: the kernel is not used, skipped\n");
     skip();
   }
-  const dwb_case cases[] = {
-      {2, 15, 16, 32},   /* odd positions per image, one 8-row group per thread */
-      {3, 49, 32, 64},   /* 7x7: odd, split by positions */
-      {40, 25, 16, 64},  /* chunks of 512 positions across images */
-      {3, 49, 16, 2048}, /* chunks of 64 positions, split at odd points */
-      {2, 9, 512, 512},  /* a large dW: split by rows */
-      {1, 1, 16, 32},    /* one position: a pair with zero */
-  };
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_case(&cases[i]);
+  /* 1x1: odd positions per image, one 8-row group per thread; 7x7 split by
+   * positions; chunks of 512 positions across images; chunks of 64 split at
+   * odd points; a large dW split by rows; one position (paired with zero). */
+  check_shape("1x1 5x3", conv_shape(2, 32, 5, 3, 16, 1, 1, 0, 1));
+  check_shape("1x1 7x7", conv_shape(3, 64, 7, 7, 32, 1, 1, 0, 1));
+  check_shape("1x1 across images", conv_shape(40, 64, 5, 5, 16, 1, 1, 0, 1));
+  check_shape("1x1 2048", conv_shape(3, 2048, 7, 7, 16, 1, 1, 0, 1));
+  check_shape("1x1 rows", conv_shape(2, 512, 3, 3, 512, 1, 1, 0, 1));
+  check_shape("1x1 one position", conv_shape(1, 32, 1, 1, 16, 1, 1, 0, 1));
+  /* 3x3 padded, stride 2 on odd sizes, dilation 2, a large dW split by rows,
+   * and a transposed convolution with kernel = stride 2. */
+  check_shape("3x3", conv_shape(2, 32, 9, 7, 16, 3, 1, 1, 1));
+  check_shape("3x3 stride 2", conv_shape(2, 32, 9, 9, 32, 3, 2, 1, 1));
+  check_shape("3x3 dilation 2", conv_shape(2, 64, 8, 9, 16, 3, 1, 2, 2));
+  check_shape("3x3 rows", conv_shape(2, 128, 5, 6, 128, 3, 1, 1, 1));
+  check_shape("7x7 stride 2", conv_shape(1, 32, 12, 11, 16, 7, 2, 3, 1));
+  check_shape("deconv 2x2", deconv_shape(2, 16, 5, 3, 32, 2));
+  check_shape("deconv 2x2 rows", deconv_shape(2, 256, 3, 3, 256, 2));
 }
 
 /* No positions: a fresh gradient is zero, an accumulated one unchanged
- * (a small dW split by positions, a large one by rows). */
+ * (1x1 split by positions and by rows, 3x3 through the sum arrays). */
 static void no_positions(void **st) {
   (void)st;
   cmp_require_cpu();
   if (!cpu_dw_blocked_fits(16, 32)) skip();
-  const int64_t shapes[2][2] = {{16, 32}, {512, 512}};
-  for (int s = 0; s < 2; s++) {
-    const int64_t oc = shapes[s][0], ic = shapes[s][1];
-    float *dw = malloc(sizeof(float) * (size_t)(oc * ic));
-    char *scratch = malloc(cpu_dw_blocked_scratch_bytes(oc, ic, 2) + 64);
-    for (int64_t j = 0; j < oc * ic; j++) dw[j] = NAN;
-    cpu_dw_blocked(NULL, NULL, 0, 49, oc, ic, dw, scratch, 2, 1);
-    for (int64_t j = 0; j < oc * ic; j++) assert_true(dw[j] == 0.0f);
-    for (int64_t j = 0; j < oc * ic; j++) dw[j] = 1.5f;
-    cpu_dw_blocked(NULL, NULL, 0, 49, oc, ic, dw, scratch, 2, 0);
-    for (int64_t j = 0; j < oc * ic; j++) assert_true(dw[j] == 1.5f);
+  const cpu_dwb_shape shapes[] = {conv_shape(0, 32, 7, 7, 16, 1, 1, 0, 1), conv_shape(0, 512, 7, 7, 512, 1, 1, 0, 1),
+                                  conv_shape(0, 32, 7, 7, 16, 3, 1, 1, 1), conv_shape(0, 128, 7, 7, 128, 3, 1, 1, 1)};
+  for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+    const int64_t size = shapes[s].a.c * shapes[s].b.c * shapes[s].kh * shapes[s].kw;
+    float *dw = malloc(sizeof(float) * (size_t)size);
+    char *scratch = malloc(cpu_dw_blocked_scratch_bytes(&shapes[s], 2) + 64);
+    for (int64_t j = 0; j < size; j++) dw[j] = NAN;
+    cpu_dw_blocked(&shapes[s], dw, scratch, 2, 1);
+    for (int64_t j = 0; j < size; j++) assert_true(dw[j] == 0.0f);
+    for (int64_t j = 0; j < size; j++) dw[j] = 1.5f;
+    cpu_dw_blocked(&shapes[s], dw, scratch, 2, 0);
+    for (int64_t j = 0; j < size; j++) assert_true(dw[j] == 1.5f);
     free(dw), free(scratch);
   }
 }
 
-/* 3x3 -> 1x1 32 -> 64 -> ReLU -> 1x1 64 -> 32 -> head. */
-static sp_value b_1x1_pair(sp_graph *g, sp_value x) {
+/* 3x3 -> 1x1 32 -> 64 -> ReLU -> 3x3 stride 2 -> 2x2 up (transposed) ->
+ * 1x1 64 -> 32 -> head: 1x1, 3x3, strided and transposed weight gradients. */
+static sp_value b_layers(sp_graph *g, sp_value x) {
   x = sp_conv2d(g, x, "pre", (sp_conv_args){.out_ch = 32, .kernel = 3, .pad = 1});
   x = sp_relu(g, sp_conv2d(g, x, "up", (sp_conv_args){.out_ch = 64, .kernel = 1}));
+  x = sp_relu(g, sp_conv2d(g, x, "s2", (sp_conv_args){.out_ch = 32, .kernel = 3, .stride = 2, .pad = 1}));
+  x = sp_relu(g, sp_conv_transpose2d(g, x, "t", (sp_deconv_args){.out_ch = 64, .kernel = 2, .stride = 2}));
   x = sp_conv2d(g, x, "down", (sp_conv_args){.out_ch = 32, .kernel = 1});
   return sp_conv2d(g, sp_relu(g, x), "head", (sp_conv_args){.out_ch = 4, .kernel = 1, .bias = 1});
 }
@@ -125,25 +156,42 @@ static void kernel_or_onednn(int path) { cpu_conv_use_dw_blocked = path == 0; }
 static void step_against_onednn(void **st) {
   (void)st;
   cmp_require_cpu();
-  cmp_case k = {"1x1 pair", b_1x1_pair, 3, 3, 9, 7, 1, SP_PLAN_BF16, 6e-2, 0};
+  cmp_case k = {"layers", b_layers, 3, 3, 10, 8, 1, SP_PLAN_BF16, 6e-2, 0};
   cmp_run(&k);
   k.tol = 0;
   cmp_two_paths(&k, kernel_or_onednn, 5e-3);
   cpu_conv_use_dw_blocked = 1;
 }
 
-/* A bf16 training 1x1 convolution on a blocked input keeps that layout and
- * takes the kernel where it fits; not with a bias, a stride, or 8 channels. */
-static int taken(int ic, int oc, int stride, int bias) {
+/* A bf16 training convolution on a blocked input takes the kernel where
+ * the channels fit (and oneDNN keeps the blocks in and out); not with a bias
+ * or 16 input channels. */
+static int taken(int ic, int oc, int k, int stride, int bias) {
   dnnl_memory_desc_t md;
   const int64_t h = 9, w = 7, oh = (h - 1) / stride + 1, ow = (w - 1) / stride + 1;
   dnnl_dims_t dims = {2, ic, h, w};
   assert_int_equal(dnnl_memory_desc_init_by_tag(&md, 4, dims, dnnl_bf16, dnnl_aBcd16b), dnnl_success);
-  sp_conv2d_attr at = {stride, stride, 0, 0, 1, 1, 1};
+  sp_conv2d_attr at = {stride, stride, k / 2, k / 2, 1, 1, 1};
   sp_op_prep p = cmp_conv_prep(&sp_op_conv2d, &at, sp_shape4(2, ic, h, w), sp_shape4(2, oc, oh, ow),
-                               sp_shape4(oc, ic, 1, 1), bias, 1, &md);
+                               sp_shape4(oc, ic, k, k), bias, 1, &md);
   assert_int_equal(cpu_conv_prepare(&p), 0);
   const int r = cpu_conv_uses_dw_blocked(p.state);
+  if (r) assert_int_equal(cpu_conv_src_lanes(p.state), 16);
+  cpu_node_free(p.state);
+  return r;
+}
+
+/* The same for a transposed convolution: kernel = stride without padding. */
+static int taken_deconv(int ic, int oc, int k, int stride, int pad) {
+  dnnl_memory_desc_t md;
+  dnnl_dims_t dims = {2, ic, 7, 7};
+  assert_int_equal(dnnl_memory_desc_init_by_tag(&md, 4, dims, dnnl_bf16, dnnl_aBcd16b), dnnl_success);
+  sp_conv_transpose2d_attr at = {stride, stride, pad, pad, 0, 0, 1, 1, 1};
+  const int64_t out = 6 * stride - 2 * pad + k;
+  sp_op_prep p = cmp_conv_prep(&sp_op_conv_transpose2d, &at, sp_shape4(2, ic, 7, 7), sp_shape4(2, oc, out, out),
+                               sp_shape4(ic, oc, k, k), 0, 1, &md);
+  assert_int_equal(cpu_deconv_prepare(&p), 0);
+  const int r = cpu_deconv_uses_matmul(p.state) ? -1 : cpu_conv_uses_dw_blocked(p.state);
   cpu_node_free(p.state);
   return r;
 }
@@ -152,12 +200,15 @@ static void taken_where_it_applies(void **st) {
   (void)st;
   cmp_require_cpu();
   const int fits = cpu_dw_blocked_fits(32, 64);
-  assert_int_equal(taken(64, 32, 1, 0), fits);
-  assert_int_equal(taken(64, 32, 1, 1), 0); /* bias: oneDNN's */
-  assert_int_equal(taken(64, 32, 2, 0), 0); /* stride 2 */
-  assert_int_equal(taken(16, 32, 1, 0), 0); /* ic not a multiple of 32 */
+  assert_int_equal(taken(64, 32, 1, 1, 0), fits);
+  assert_int_equal(taken(64, 32, 3, 1, 0), fits);
+  assert_int_equal(taken(64, 32, 3, 2, 0), fits);
+  assert_int_equal(taken(64, 32, 1, 1, 1), 0); /* bias: oneDNN's */
+  assert_int_equal(taken(16, 32, 3, 1, 0), 0); /* 16 input channels: not a multiple of 32 */
+  assert_int_equal(taken_deconv(32, 64, 2, 2, 0), fits);
+  assert_int_equal(taken_deconv(32, 64, 3, 2, 1), 0); /* kernel != stride */
   cpu_conv_use_dw_blocked = 0;
-  assert_int_equal(taken(64, 32, 1, 0), 0);
+  assert_int_equal(taken(64, 32, 1, 1, 0), 0);
   cpu_conv_use_dw_blocked = 1;
 }
 #endif

@@ -49,10 +49,9 @@ typedef struct {
   cpu_mm1x1 mm1x1;
   int bww;        /* the weight gradient runs as im2col + matmul (conv_bww_mm.c) */
   int dw_blocked; /* ... or on the blocked layout in registers (conv_dw_blocked.c) */
-  int64_t dwb_n, dwb_hw, dwb_oc, dwb_ic;
-  size_t dwb_off; /* its scratch in backward scratch */
-  const void *dwb_x;
-  char *dwb_scratch;
+  cpu_dwb_shape dwb;
+  int dwb_deconv;    /* a transposed convolution: X is dwb's row side */
+  char *dwb_scratch; /* from the start of backward scratch */
   cpu_bww_mm bwwmm;
 } conv_node;
 
@@ -124,8 +123,7 @@ static void conv_backward(cpu_node *n, const sp_op_args *a) {
   } else if (s->bww && a->d_param[0]) {
     cpu_bww_mm_run(&s->bwwmm, (a->d_param_fresh & 1u) != 0);
   } else if (s->dw_blocked && a->d_param[0]) {
-    cpu_dw_blocked(a->d_out->data, s->dwb_x, s->dwb_n, s->dwb_hw, s->dwb_oc, s->dwb_ic, a->d_param[0]->data,
-                   s->dwb_scratch, omp_get_max_threads(), (a->d_param_fresh & 1u) != 0);
+    cpu_dw_blocked(&s->dwb, a->d_param[0]->data, s->dwb_scratch, omp_get_max_threads(), (a->d_param_fresh & 1u) != 0);
   }
 }
 
@@ -191,8 +189,13 @@ static int conv_bind(cpu_node *n, const sp_op_args *a, char *fs, char *bs) {
         return -1;
   }
   if (s->bww && a->d_param[0] && cpu_bww_mm_bind(&s->bwwmm, src, a->d_out->data, a->d_param[0]->data, bs)) return -1;
-  s->dwb_x = src;
-  s->dwb_scratch = bs + s->dwb_off;
+  if (s->dw_blocked) {
+    /* conv: columns from X, rows from dY; transposed: the other way round. */
+    cpu_dwb_side *x_side = s->dwb_deconv ? &s->dwb.b : &s->dwb.a, *dy_side = s->dwb_deconv ? &s->dwb.a : &s->dwb.b;
+    x_side->t = src;
+    dy_side->t = a->d_out->data;
+    s->dwb_scratch = bs;
+  }
   return 0;
 }
 
@@ -402,17 +405,38 @@ static int bww_applies(const sp_op_prep *p, const conv_node *s, const dnnl_conv_
          cpu_md_lanes(&s->dst_md) == CPU_LANES_NHWC;
 }
 
-/* The weight gradient of a 1x1 convolution on 16-channel blocks, in
- * registers (conv_dw_blocked.c): bf16 training where oneDNN chose aBcd16b in
- * and out, which it does on machines without AMX (with AMX it takes
- * channels-last and the matmul paths above apply). */
-static int dw_blocked_applies(const sp_op_prep *p, const conv_node *s, const dnnl_conv_geom *g) {
-  const sp_shape *w = &p->param_shape[0];
-  return p->run_backward && p->bf16 && !g->deconv && g->groups == 1 && !s->has_bias && !s->mm && p->param_grad[0] &&
-         w->d[2] == 1 && w->d[3] == 1 && g->strides[0] == 1 && g->strides[1] == 1 && g->pad_l[0] == 0 &&
-         g->pad_l[1] == 0 && g->pad_r[0] == 0 && g->pad_r[1] == 0 && s->src_md.data_type == dnnl_bf16 &&
-         s->dst_md.data_type == dnnl_bf16 && cpu_md_lanes(&s->src_md) == 16 && cpu_md_lanes(&s->dst_md) == 16 &&
-         cpu_dw_blocked_fits(p->out_shape.d[1], p->in_shape[0].d[1]);
+/* The weight gradient on 16-channel blocks, in registers
+ * (conv_dw_blocked.c): bf16 training where oneDNN chose aBcd16b in and out,
+ * which it does on machines without AMX (with AMX it takes channels-last and
+ * the matmul paths above apply). Any convolution; transposed ones with
+ * kernel = stride and no padding (U-Net's up-layers). False where the
+ * channel counts do not fit; else it fills s->dwb but for the tensors. */
+static int dw_blocked_setup(const sp_op_prep *p, conv_node *s, const dnnl_conv_geom *g) {
+  const sp_shape *w = &p->param_shape[0], *in = &p->in_shape[0], *out = &p->out_shape;
+  const int64_t kh = w->d[2], kw = w->d[3], kk = kh * kw;
+  if (!(p->run_backward && p->bf16 && g->groups == 1 && !s->has_bias && !s->mm && p->param_grad[0] &&
+        s->src_md.data_type == dnnl_bf16 && s->dst_md.data_type == dnnl_bf16 && cpu_md_lanes(&s->src_md) == 16 &&
+        cpu_md_lanes(&s->dst_md) == 16 && in->ndim == 4))
+    return 0;
+  const cpu_dwb_side x = {NULL, in->d[1], in->d[2], in->d[3], 1, 1, 0, 0, 0, 0},
+                     y = {NULL, out->d[1], out->d[2], out->d[3], 1, 1, 0, 0, 0, 0};
+  cpu_dwb_shape *d = &s->dwb;
+  s->dwb_deconv = g->deconv;
+  if (g->deconv) {
+    if (g->strides[0] != kh || g->strides[1] != kw || g->pad_l[0] || g->pad_l[1] || g->dil[0] || g->dil[1] ||
+        !cpu_dw_blocked_fits(in->d[1], out->d[1]))
+      return 0;
+    /* Over input positions: X itself, dY at (y k + i, x k + j); dW [IC][OC][k][k]. */
+    *d = (cpu_dwb_shape){in->d[0], in->d[2], in->d[3], kh, kw, y, x, out->d[1] * kk, kk, 1};
+    d->a.sy = kh, d->a.sx = kw, d->a.dy = 1, d->a.dx = 1;
+  } else {
+    if (!cpu_dw_blocked_fits(out->d[1], in->d[1])) return 0;
+    /* Over output positions: dY itself, X at (y s + i d - pad, ...); dW [OC][IC][kh][kw]. */
+    *d = (cpu_dwb_shape){out->d[0], out->d[2], out->d[3], kh, kw, x, y, in->d[1] * kk, kk, 1};
+    d->a.sy = g->strides[0], d->a.sx = g->strides[1], d->a.dy = g->dil[0] + 1, d->a.dx = g->dil[1] + 1;
+    d->a.oy = -g->pad_l[0], d->a.ox = -g->pad_l[1];
+  }
+  return 1;
 }
 
 /* The backward data and backward weights primitives conv_setup still needs
@@ -533,14 +557,11 @@ static int conv_setup(sp_op_prep *p, conv_node *s, const dnnl_conv_geom *g) {
     s->bww = cpu_bww_mm_prepare(&s->bwwmm, &s->base, &cs, &bww_bwd) == 0;
     if (s->bww) s->need_dw = 0; /* the products do it */
   }
-  if (s->need_dw && dw_blocked_applies(p, s, g)) {
-    const sp_shape *in = &p->in_shape[0];
+  if (s->need_dw && dw_blocked_setup(p, s, g)) {
     s->dw_blocked = 1;
     s->need_dw = 0;
-    s->dwb_n = in->d[0], s->dwb_hw = in->d[2] * in->d[3], s->dwb_oc = p->out_shape.d[1], s->dwb_ic = in->d[1];
     /* After backward data, like the products: the same scratch from 0. */
-    s->dwb_off = 0;
-    bww_bwd = cpu_dw_blocked_scratch_bytes(s->dwb_oc, s->dwb_ic, omp_get_max_threads());
+    bww_bwd = cpu_dw_blocked_scratch_bytes(&s->dwb, omp_get_max_threads());
   }
   if (choose_backward(s, g, &src_any, &wei_any)) return -1;
 

@@ -1,25 +1,33 @@
-/* The weight gradient of a 1x1, stride-1 bf16 convolution whose activations
- * are in oneDNN's 16-channel blocked layout (aBcd16b: [N][C/16][H W][16]),
- * written straight into the plain f32 master gradient:
+/* Weight gradients of bf16 convolutions and kernel = stride transposed
+ * convolutions whose activations are in oneDNN's 16-channel blocked layout
+ * (aBcd16b: [N][C/16][H W][16]), written straight into the plain f32 master
+ * gradient. Over a grid of positions q and taps t:
  *
- *   dW[o][i] (+)= sum over positions p of dY[p][o] X[p][i]
+ *   dW[r][c][t] (+)= sum over q of B[r](q, t) A[c](q, t)
+ *
+ * conv:    grid = output positions, A = X at the tap's input position (zero
+ *          in the padding), B = dY; r = output, c = input channel.
+ * deconv:  grid = input positions, A = dY at the tap's output position,
+ *          B = X; r = input, c = output channel (weights [IC][OC][k][k]).
  *
  * Why: on a machine without AMX (AMD Zen 5: AVX512-BF16 only), oneDNN 2.6
- * picks that layout for bf16 training and runs this product in its
- * jit_bf16_1x1 backward-weights kernel at less than half the rate of the same
- * layer's forward (ResUNet-50, batch 16: 268 ms a step against 120 ms), then
- * reorders its blocked f32 result to the plain gradient (another 19 ms). The
- * AMX machines' channels-last layouts never reach this file.
+ * picks that layout for bf16 training, and its jit_bf16 backward-weights
+ * kernels run at under half their forward's rate (ResUNet-50, batch 16: the
+ * 1x1 layers 268 ms a step against 120 ms forward), then reorder their
+ * blocked f32 result to the plain gradient. The AMX machines' channels-last
+ * layouts never reach this file.
  *
- * How: vdpbf16ps multiplies pairs. Two neighbouring positions of a 16-channel
- * block are one 64-byte load; one word permute interleaves them so that each
- * 32-bit lane holds one channel at both positions. A chunk of positions is
- * turned into such pairs once (X for all input blocks, dY for this thread's
- * output rows), then tiles of R output channels x 32 input channels stay in
- * registers: per pair of positions, two X vectors and R broadcast dY pairs
- * make 2R dot products. An image's odd last position pairs with zero.
- * Threads own disjoint rows of dW (no reduction, no dependence on timing);
- * each chunk's sums are added to f32 dW, as oneDNN does. */
+ * How: vdpbf16ps multiplies pairs. Two grid positions of a 16-channel block
+ * are one 64-byte load where they are neighbours in memory (else two 32-byte
+ * halves, zero where a tap falls in the padding); one word permute
+ * interleaves them so that each 32-bit lane holds one channel at both. A
+ * chunk of positions is turned into such pairs once per tap (A for every
+ * block, B for this thread's rows), then tiles of R rows x 32 columns stay
+ * in registers: per pair, two A vectors and R broadcast B pairs make 2R dot
+ * products. Sums go into f32 per tap (dW itself for a 1x1 convolution), as
+ * oneDNN's do. Threads split the positions when dW is small (each its own
+ * sums, added in thread order at the end: no dependence on timing), else
+ * dW's rows. */
 #ifdef SPRY_HAVE_DNNL
 #include <omp.h>
 #include <stdint.h>
@@ -34,153 +42,225 @@
 int cpu_conv_use_dw_blocked = 1;
 
 enum {
-  R = 8,                     /* output channels per tile (broadcasts) */
-  CHUNK_X_BYTES = 256 << 10, /* X of one chunk: L2-resident while the tiles walk it */
-  MAX_CHUNK = 512,           /* positions per chunk */
+  R = 8,                     /* rows per tile (broadcasts) */
+  BLOCK = 16,                /* channels per block of the layout */
+  CHUNK_A_BYTES = 512 << 10, /* A's pairs of one chunk (256 KB: 3x3 512 at 7x7 9.5-12.5 ms, here 6.4-9.2) */
+  MAX_CHUNK = 1024,          /* positions per chunk */
   MIN_CHUNK = 32,
-  BLOCK = 16,                      /* channels per block of the layout */
   SPLIT_POSITIONS_MAX = 128 << 10, /* dW values up to which threads split positions (512 KB each) */
-  PREFETCH = 64                    /* positions ahead in the transform: activations come from memory */
+  PREFETCH = 64                    /* positions ahead: activations come from memory */
 };
 
-static int64_t chunk_positions(int64_t ic) {
-  int64_t c = CHUNK_X_BYTES / (2 * ic);
+static int64_t chunk_positions(int64_t cols) {
+  int64_t c = CHUNK_A_BYTES / (2 * cols);
   c = c > MAX_CHUNK ? MAX_CHUNK : c < MIN_CHUNK ? MIN_CHUNK : c;
   return c & ~(int64_t)1;
 }
 
-int cpu_dw_blocked_fits(int64_t oc, int64_t ic) {
+int cpu_dw_blocked_fits(int64_t rows, int64_t cols) {
 #ifdef __AVX512BF16__
-  return cpu_conv_use_dw_blocked && oc > 0 && ic > 0 && oc % BLOCK == 0 && ic % (2 * BLOCK) == 0;
+  return cpu_conv_use_dw_blocked && rows > 0 && cols > 0 && rows % BLOCK == 0 && cols % (2 * BLOCK) == 0;
 #else
-  (void)oc, (void)ic;
+  (void)rows, (void)cols;
   return 0;
 #endif
 }
 
+static int64_t taps_of(const cpu_dwb_shape *s) { return s->kh * s->kw; }
+static int64_t values_of(const cpu_dwb_shape *s) { return s->b.c * s->a.c * taps_of(s); }
+static int split_positions(const cpu_dwb_shape *s) { return values_of(s) <= SPLIT_POSITIONS_MAX; }
+/* A 1x1 convolution's sums go straight into dW (rows of columns). */
+static int direct(const cpu_dwb_shape *s) { return taps_of(s) == 1 && s->col_stride == 1 && s->row_stride == s->a.c; }
 /* A thread's pairs: a chunk of c positions makes at most c pairs (each
- * holds one or two), for every input and output block. */
-static size_t pair_bytes(int64_t oc, int64_t ic) { return (size_t)((ic + oc) / BLOCK * chunk_positions(ic) * 64 + 64); }
-static int split_positions(int64_t oc, int64_t ic);
+ * holds one or two), for every block of both sides. */
+static size_t pair_bytes(const cpu_dwb_shape *s) {
+  const int64_t chunk = chunk_positions(s->a.c);
+  return (size_t)((s->a.c + s->b.c) / BLOCK * chunk * 64 + 2 * chunk * (int64_t)sizeof(int64_t) + 64);
+}
+/* Sum arrays (taps x rows x columns f32): one per thread when threads split
+ * the positions (the first is dW where direct), else one shared. */
+static int64_t sum_arrays(const cpu_dwb_shape *s, int threads) {
+  const int64_t n = split_positions(s) ? threads : 1;
+  return direct(s) ? n - 1 : n;
+}
 
-/* The pairs of each thread, then (split by positions) the other threads' dW. */
-size_t cpu_dw_blocked_scratch_bytes(int64_t oc, int64_t ic, int threads) {
-  size_t b = (size_t)threads * pair_bytes(oc, ic) + 64;
-  if (split_positions(oc, ic)) b += (size_t)(threads - 1) * (size_t)(oc * ic) * sizeof(float);
-  return b;
+size_t cpu_dw_blocked_scratch_bytes(const cpu_dwb_shape *s, int threads) {
+  return (size_t)threads * pair_bytes(s) + 64 + (size_t)sum_arrays(s, threads) * (size_t)values_of(s) * sizeof(float);
 }
 
 #ifdef __AVX512BF16__
-/* out[k] = positions p, p + 1 of one channel block interleaved (lane c holds
- * channel c at both), for the positions [g0, g1) of an N x hw tensor with
- * nb blocks. Returns the number of pairs. */
-static int64_t pairs_of_block(const uint16_t *t, int64_t nb, int64_t b, int64_t hw, int64_t g0, int64_t g1,
-                              __m512i *out) {
-  const __m512i interleave = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22,
-                                              6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
-  int64_t k = 0;
-  for (int64_t g = g0; g < g1;) {
-    const int64_t n = g / hw, p = g % hw, end = (n + 1) * hw < g1 ? (n + 1) * hw : g1, len = end - g;
-    const uint16_t *row = t + ((n * nb + b) * hw + p) * BLOCK;
-    for (int64_t q = 0; q + 1 < len; q += 2) {
-      _mm_prefetch((const char *)(row + (q + PREFETCH) * BLOCK), _MM_HINT_T0);
-      out[k++] = _mm512_permutexvar_epi16(interleave, _mm512_loadu_si512(row + q * BLOCK));
+INLINE __m512i interleave(__m512i v) {
+  const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21,
+                                       5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  return _mm512_permutexvar_epi16(idx, v);
+}
+
+/* The side reads grid position (y, x) itself (same size, stride 1, no tap
+ * offset): consecutive positions are neighbours in memory. */
+static int identity(const cpu_dwb_side *d, const cpu_dwb_shape *s) {
+  return d->h == s->gh && d->w == s->gw && d->sy == 1 && d->sx == 1 && (d->dy == 0 || s->kh == 1) &&
+         (d->dx == 0 || s->kw == 1) && d->oy == 0 && d->ox == 0;
+}
+
+/* Where side d reads the grid positions [g0, g1) at tap (i, j), in pairs as
+ * pairs_of_block takes them: at[2k], at[2k + 1] are position offsets into
+ * block 0 ((n nb plane + y w + x), to which a block adds b plane), -1 in the
+ * padding or for an image's odd last position. Returns the pair count. */
+static int64_t pair_offsets(const cpu_dwb_side *d, const cpu_dwb_shape *s, int64_t i, int64_t j, int64_t g0, int64_t g1,
+                            int64_t *at) {
+  const int64_t nb = d->c / BLOCK, hw = s->gh * s->gw, plane = d->h * d->w;
+  int64_t n = g0 / hw, y = g0 % hw / s->gw, x = g0 % s->gw, k = 0;
+  for (int64_t g = g0; g < g1; k++) {
+    at[2 * k] = at[2 * k + 1] = -1;
+    const int64_t img = n;
+    for (int e = 0; e < 2 && g < g1 && n == img; e++, g++) {
+      const int64_t ty = y * d->sy + i * d->dy + d->oy, tx = x * d->sx + j * d->dx + d->ox;
+      if (ty >= 0 && ty < d->h && tx >= 0 && tx < d->w) at[2 * k + e] = n * nb * plane + ty * d->w + tx;
+      if (++x == s->gw) x = 0, y++;
+      if (y == s->gh) y = 0, n++;
     }
-    if (len & 1)
-      out[k++] = _mm512_permutexvar_epi16(
-          interleave, _mm512_zextsi256_si512(_mm256_loadu_si256((const void *)(row + (len - 1) * BLOCK))));
-    g = end;
   }
   return k;
 }
 
-/* dW rows o0 .. o0 + R - 1, columns i0 .. i0 + 31, over kp pairs: dy holds
- * the pairs of o0's block (lane o % 16 of each), x0 / x1 the two input blocks.
- * first: start from zero instead of dW. */
-INLINE void tile(const __m512i *dy, int lane0, const __m512i *x0, const __m512i *x1, int64_t kp, float *dw, int64_t ic,
-                 int first) {
+/* out[k]: block b of side d at the pairs of positions `at` gives (or, where
+ * at is NULL, grid positions [g0, g1) read in place: the identity case; an
+ * image's odd last position pairs with zero). Returns the count. */
+static int64_t pairs_of_block(const cpu_dwb_side *d, const cpu_dwb_shape *s, int64_t b, const int64_t *at, int64_t kp,
+                              int64_t g0, int64_t g1, __m512i *out) {
+  const int64_t nb = d->c / BLOCK, hw = s->gh * s->gw, plane = d->h * d->w;
+  int64_t k = 0;
+  if (!at) {
+    for (int64_t g = g0; g < g1;) {
+      const int64_t n = g / hw, p = g % hw, end = (n + 1) * hw < g1 ? (n + 1) * hw : g1, len = end - g;
+      const uint16_t *row = d->t + ((n * nb + b) * plane + p) * BLOCK;
+      for (int64_t q = 0; q + 1 < len; q += 2) {
+        _mm_prefetch((const char *)(row + (q + PREFETCH) * BLOCK), _MM_HINT_T0);
+        out[k++] = interleave(_mm512_loadu_si512(row + q * BLOCK));
+      }
+      if (len & 1)
+        out[k++] = interleave(_mm512_zextsi256_si512(_mm256_loadu_si256((const void *)(row + (len - 1) * BLOCK))));
+      g = end;
+    }
+    return k;
+  }
+  const uint16_t *base = d->t + b * plane * BLOCK;
+  for (; k < kp; k++) {
+    const int64_t o0 = at[2 * k], o1 = at[2 * k + 1];
+    __m512i v;
+    if (o0 >= 0 && o1 == o0 + 1) {
+      v = _mm512_loadu_si512(base + o0 * BLOCK);
+    } else {
+      const __m256i lo = o0 >= 0 ? _mm256_loadu_si256((const void *)(base + o0 * BLOCK)) : _mm256_setzero_si256();
+      const __m256i hi = o1 >= 0 ? _mm256_loadu_si256((const void *)(base + o1 * BLOCK)) : _mm256_setzero_si256();
+      v = _mm512_inserti64x4(_mm512_zextsi256_si512(lo), hi, 1);
+    }
+    out[k] = interleave(v);
+  }
+  return k;
+}
+
+/* t[r][c] over rows r0 .. r0 + R - 1, columns c0 .. c0 + 31, over kp pairs:
+ * b holds the pairs of r0's block (lane r % 16 of each), a0 / a1 the two
+ * column blocks. first: start from zero instead of t. */
+INLINE void tile(const __m512i *b, int lane0, const __m512i *a0, const __m512i *a1, int64_t kp, float *t,
+                 int64_t row_stride, int first) {
   __m512 acc[R][2];
   VEC_UNROLL
   for (int r = 0; r < R; r++)
-    for (int j = 0; j < 2; j++) acc[r][j] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(dw + r * ic + j * BLOCK);
+    for (int j = 0; j < 2; j++)
+      acc[r][j] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(t + r * row_stride + j * BLOCK);
   for (int64_t k = 0; k < kp; k++) {
-    const __m512bh a0 = (__m512bh)x0[k], a1 = (__m512bh)x1[k];
-    const int32_t *pair = (const int32_t *)&dy[k] + lane0;
+    const __m512bh x0 = (__m512bh)a0[k], x1 = (__m512bh)a1[k];
+    const int32_t *pair = (const int32_t *)&b[k] + lane0;
     VEC_UNROLL
     for (int r = 0; r < R; r++) {
-      const __m512bh b = (__m512bh)_mm512_set1_epi32(pair[r]);
-      acc[r][0] = _mm512_dpbf16_ps(acc[r][0], a0, b);
-      acc[r][1] = _mm512_dpbf16_ps(acc[r][1], a1, b);
+      const __m512bh v = (__m512bh)_mm512_set1_epi32(pair[r]);
+      acc[r][0] = _mm512_dpbf16_ps(acc[r][0], x0, v);
+      acc[r][1] = _mm512_dpbf16_ps(acc[r][1], x1, v);
     }
   }
   VEC_UNROLL
   for (int r = 0; r < R; r++)
-    for (int j = 0; j < 2; j++) _mm512_storeu_ps(dw + r * ic + j * BLOCK, acc[r][j]);
+    for (int j = 0; j < 2; j++) _mm512_storeu_ps(t + r * row_stride + j * BLOCK, acc[r][j]);
 }
 
-/* The chunks [c_lo, c_hi) of positions for the output rows of tile groups
- * [g0, g1), added into (or, first: written to) t, a plain oc x ic array. */
-static void run_chunks(const uint16_t *dy, const uint16_t *x, int64_t hw, int64_t total, int64_t oc, int64_t ic,
-                       int64_t c_lo, int64_t c_hi, int64_t g0, int64_t g1, float *t, __m512i *xt, int first) {
-  const int64_t chunk = chunk_positions(ic), nib = ic / BLOCK, nob = oc / BLOCK;
-  __m512i *dyt = xt + nib * chunk;
+/* The chunks [c_lo, c_hi) for the tile rows [g0, g1) (R rows each), into
+ * sums (taps x rows x cols, or dW where direct); first: the first chunk
+ * writes instead of adding. */
+static void run_chunks(const cpu_dwb_shape *s, int64_t c_lo, int64_t c_hi, int64_t g0, int64_t g1, float *sums,
+                       __m512i *pairs, int first) {
+  const int64_t rows = s->b.c, cols = s->a.c, chunk = chunk_positions(cols), nab = cols / BLOCK,
+                total = s->n * s->gh * s->gw;
+  const int a_in_place = identity(&s->a, s), b_in_place = identity(&s->b, s); /* the latter: the same at every tap */
+  __m512i *ap = pairs, *bp = pairs + nab * chunk;
+  int64_t *at = (int64_t *)(bp + s->b.c / BLOCK * chunk);
   for (int64_t c = c_lo; c < c_hi; c++) {
     const int64_t p0 = c * chunk, p1 = p0 + chunk < total ? p0 + chunk : total;
-    int64_t kp = 0;
-    for (int64_t b = 0; b < nib; b++) kp = pairs_of_block(x, nib, b, hw, p0, p1, xt + b * chunk);
-    for (int64_t b = g0 * R / BLOCK; b <= (g1 * R - 1) / BLOCK; b++)
-      pairs_of_block(dy, nob, b, hw, p0, p1, dyt + b * chunk);
-    for (int64_t g = g0; g < g1; g++) {
-      const int64_t o = g * R, b = o / BLOCK;
-      for (int64_t i = 0; i < ic; i += 2 * BLOCK)
-        tile(dyt + b * chunk, (int)(o % BLOCK), xt + (i / BLOCK) * chunk, xt + (i / BLOCK + 1) * chunk, kp,
-             t + o * ic + i, ic, first && c == c_lo);
-    }
+    for (int64_t i = 0; i < s->kh; i++)
+      for (int64_t j = 0; j < s->kw; j++) {
+        int64_t kp = a_in_place ? 0 : pair_offsets(&s->a, s, i, j, p0, p1, at);
+        for (int64_t blk = 0; blk < nab; blk++)
+          kp = pairs_of_block(&s->a, s, blk, a_in_place ? NULL : at, kp, p0, p1, ap + blk * chunk);
+        if (!b_in_place || (i == 0 && j == 0)) {
+          const int64_t kb = b_in_place ? 0 : pair_offsets(&s->b, s, i, j, p0, p1, at);
+          for (int64_t blk = g0 * R / BLOCK; blk <= (g1 * R - 1) / BLOCK; blk++)
+            pairs_of_block(&s->b, s, blk, b_in_place ? NULL : at, kb, p0, p1, bp + blk * chunk);
+        }
+        float *t = sums + (i * s->kw + j) * rows * cols;
+        for (int64_t g = g0; g < g1; g++) {
+          const int64_t r = g * R, blk = r / BLOCK;
+          for (int64_t col = 0; col < cols; col += 2 * BLOCK)
+            tile(bp + blk * chunk, (int)(r % BLOCK), ap + (col / BLOCK) * chunk, ap + (col / BLOCK + 1) * chunk, kp,
+                 t + r * cols + col, cols, first && c == c_lo);
+        }
+      }
   }
 }
 #endif
 
-/* Threads split the positions when dW is small (each sums its share into its
- * own copy, added in thread order at the end): then each reads only its part
- * of X and dY. A large dW (deep layers, few positions) is split by rows
- * instead, and each thread reads all of X. */
-static int split_positions(int64_t oc, int64_t ic) { return oc * ic <= SPLIT_POSITIONS_MAX; }
-
-void cpu_dw_blocked(const uint16_t *dy, const uint16_t *x, int64_t n, int64_t hw, int64_t oc, int64_t ic, float *dw,
-                    char *scratch, int threads, int fresh) {
+void cpu_dw_blocked(const cpu_dwb_shape *s, float *dw, char *scratch, int threads, int fresh) {
 #ifdef __AVX512BF16__
-  const int64_t chunk = chunk_positions(ic), total = n * hw, chunks = (total + chunk - 1) / chunk, groups = oc / R;
-  const size_t share = pair_bytes(oc, ic);
-  float *partial = (float *)(((uintptr_t)scratch + (size_t)threads * share + 63) & ~(uintptr_t)63);
-  const int by_positions = split_positions(oc, ic);
+  const int64_t rows = s->b.c, cols = s->a.c, taps = taps_of(s), chunk = chunk_positions(cols),
+                total = s->n * s->gh * s->gw, chunks = (total + chunk - 1) / chunk, groups = rows / R;
+  const size_t share = pair_bytes(s), values = (size_t)values_of(s);
+  const int by_positions = split_positions(s), dir = direct(s);
+  float *arrays = (float *)(((uintptr_t)scratch + (size_t)threads * share + 63) & ~(uintptr_t)63);
 #pragma omp parallel num_threads(threads)
   {
     const int t = omp_get_thread_num(), nt = omp_get_num_threads();
-    __m512i *xt = (__m512i *)(((uintptr_t)scratch + (size_t)t * share + 63) & ~(uintptr_t)63);
+    __m512i *pairs = (__m512i *)(((uintptr_t)scratch + (size_t)t * share + 63) & ~(uintptr_t)63);
+    /* Sum array u: dW itself for u = 0 where direct. */
+#define SUMS(u) (dir ? ((u) == 0 ? dw : arrays + (size_t)((u)-1) * values) : arrays + (size_t)(u)*values)
     if (by_positions) {
       const int64_t c_lo = chunks * t / nt, c_hi = chunks * (t + 1) / nt;
-      float *mine = t == 0 ? dw : partial + (size_t)(t - 1) * (size_t)(oc * ic);
-      run_chunks(dy, x, hw, total, oc, ic, c_lo, c_hi, 0, groups, mine, xt, t > 0 || fresh);
-#pragma omp barrier
-      /* dW = (thread 0's sums, or zero where it had none and dW is fresh) + the others', in thread order. */
-      const int64_t r0 = oc * t / nt, r1 = oc * (t + 1) / nt;
-      for (int64_t o = r0; o < r1; o++)
-        for (int64_t i = 0; i < ic; i++) {
-          float v = chunks * 1 / nt > 0 || !fresh ? dw[o * ic + i] : 0.0f;
-          for (int u = 1; u < nt; u++)
-            if (chunks * (u + 1) / nt > chunks * u / nt) v += partial[(size_t)(u - 1) * (size_t)(oc * ic) + o * ic + i];
-          dw[o * ic + i] = v;
-        }
+      run_chunks(s, c_lo, c_hi, 0, groups, SUMS(t), pairs, !(dir && t == 0) || fresh);
     } else {
-      const int64_t g0 = groups * t / nt, g1 = groups * (t + 1) / nt;
-      run_chunks(dy, x, hw, total, oc, ic, 0, chunks, g0, g1, dw, xt, fresh);
-      if (chunks == 0 && fresh)
-        for (int64_t o = g0 * R; o < g1 * R; o++)
-          for (int64_t i = 0; i < ic; i++) dw[o * ic + i] = 0.0f;
+      run_chunks(s, 0, chunks, groups * t / nt, groups * (t + 1) / nt, SUMS(0), pairs, !dir || fresh);
     }
+    const int n_sums = by_positions ? nt : 1;
+    if (!(dir && n_sums == 1)) {
+#pragma omp barrier
+      /* dW = (dW, or zero where fresh) + each sum array that has sums, in
+       * thread order; where direct the first array is dW. */
+      for (int64_t r = rows * t / nt; r < rows * (t + 1) / nt; r++)
+        for (int64_t c = 0; c < cols; c++)
+          for (int64_t tap = 0; tap < taps; tap++) {
+            float *w = dw + r * s->row_stride + c * s->col_stride + tap * s->tap_stride;
+            const size_t at = (size_t)((tap * rows + r) * cols + c);
+            float v = fresh && !(dir && by_positions && chunks / nt > 0) ? 0.0f : *w;
+            for (int u = dir ? 1 : 0; u < n_sums; u++)
+              if (by_positions ? chunks * (u + 1) / nt > chunks * u / nt : chunks > 0) v += SUMS(u)[at];
+            *w = v;
+          }
+    } else if (chunks == 0 && fresh) {
+      for (int64_t r = groups * t / nt * R; r < groups * (t + 1) / nt * R; r++)
+        for (int64_t c = 0; c < cols; c++) dw[r * cols + c] = 0.0f;
+    }
+#undef SUMS
   }
 #else
-  (void)dy, (void)x, (void)n, (void)hw, (void)oc, (void)ic, (void)dw, (void)scratch, (void)threads, (void)fresh;
+  (void)s, (void)dw, (void)scratch, (void)threads, (void)fresh;
 #endif
 }
 #endif

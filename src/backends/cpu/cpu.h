@@ -262,16 +262,31 @@ int cpu_thin_dw_fits(int64_t oc, int64_t ic);
 size_t cpu_thin_dw_scratch_bytes(int64_t oc, int64_t ic, int threads);
 void cpu_thin_dw(const uint16_t *dy, const uint16_t *x, int64_t rows, int64_t oc, int64_t ic, float *dw,
                  double *scratch, int threads, int fresh); /* fresh: write dw instead of adding */
-/* conv_dw_blocked.c: dW[o][i] (+)= sum over positions of dY[p][o] X[p][i]
- * for a 1x1 stride-1 convolution on bf16 16-channel blocked activations
- * (aBcd16b) into the plain f32 dW, with AVX512-BF16 dot products; fits: 0
- * for channel counts it does not take (oc % 16, ic % 32), builds without
- * AVX512-BF16, and with the switch off (tests compare both paths). */
+/* conv_dw_blocked.c: the weight gradient of a bf16 convolution (or kernel =
+ * stride transposed convolution) on 16-channel blocked activations
+ * (aBcd16b) into the plain f32 dW, with AVX512-BF16 dot products:
+ *
+ *   dW[r][c][t] (+)= sum over grid positions q of B[r](q, t) A[c](q, t)
+ *
+ * A side reads grid position (y, x) at tap (i, j) at (y sy + i dy + oy,
+ * x sx + j dx + ox) of its tensor, zero outside. fits: 0 for channel counts
+ * it does not take (rows % 16, cols % 32), builds without AVX512-BF16, and
+ * with the switch off (tests compare both paths). */
+typedef struct {
+  const uint16_t *t;
+  int64_t c, h, w;
+  int64_t sy, sx, dy, dx, oy, ox;
+} cpu_dwb_side;
+typedef struct {
+  int64_t n, gh, gw, kh, kw;                  /* the grid and the taps */
+  cpu_dwb_side a, b;                          /* a: dW's columns (vectors), b: its rows */
+  int64_t row_stride, col_stride, tap_stride; /* dW[r rs + c cs + (i kw + j) ts] */
+} cpu_dwb_shape;
 extern int cpu_conv_use_dw_blocked;
-int cpu_dw_blocked_fits(int64_t oc, int64_t ic);
-size_t cpu_dw_blocked_scratch_bytes(int64_t oc, int64_t ic, int threads);
-void cpu_dw_blocked(const uint16_t *dy, const uint16_t *x, int64_t n, int64_t hw, int64_t oc, int64_t ic, float *dw,
-                    char *scratch, int threads, int fresh); /* fresh: write dw instead of adding */
+int cpu_dw_blocked_fits(int64_t rows, int64_t cols);
+size_t cpu_dw_blocked_scratch_bytes(const cpu_dwb_shape *s, int threads);
+void cpu_dw_blocked(const cpu_dwb_shape *s, float *dw, char *scratch, int threads,
+                    int fresh); /* fresh: write dw instead of adding */
 /* conv_bww_mm.c: a convolution's weight gradient as im2col + matmul over
  * chunks of output positions (bf16 channels-last, one group, no bias). */
 typedef struct {
