@@ -61,6 +61,7 @@ int64_t cpu_conv_bww_min_channels = 64;
 int cpu_conv_uses_matmul(const void *state) { return ((const conv_node *)state)->mm; }
 int cpu_conv_uses_dw_blocked(const void *state) { return ((const conv_node *)state)->dw_blocked; }
 int cpu_conv_src_lanes(const void *state) { return cpu_md_lanes(&((const conv_node *)state)->src_md); }
+int cpu_conv_dst_lanes(const void *state) { return cpu_md_lanes(&((const conv_node *)state)->dst_md); }
 int cpu_conv_bww_packed(const void *state) {
   const conv_node *s = state;
   return s->bww && s->bwwmm.packed;

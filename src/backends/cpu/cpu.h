@@ -331,6 +331,7 @@ int cpu_conv_uses_thin_dw(const void *state);    /* its weight gradient by conv_
 int cpu_conv_bww_packed(const void *state);      /* ... by conv_bww_mm.c with col packed */
 int cpu_conv_uses_dw_blocked(const void *state); /* ... by conv_dw_blocked.c */
 int cpu_conv_src_lanes(const void *state);       /* cpu_md_lanes of the layout its forward reads */
+int cpu_conv_dst_lanes(const void *state);       /* ... and writes */
 /* deconv_mm.c: a bf16 channels-last transposed convolution with kernel =
  * stride as matrix products; 1 when the case does not apply (then oneDNN's
  * deconvolution). Input channels from which it is taken (128; tests lower
