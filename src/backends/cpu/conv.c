@@ -51,6 +51,7 @@ typedef struct {
   int dw_blocked; /* ... or on the blocked layout in registers (conv_dw_blocked.c) */
   cpu_dwb_shape dwb;
   int dwb_deconv;    /* a transposed convolution: X is dwb's row side */
+  int dwb_threads;   /* the team its scratch was sized for */
   char *dwb_scratch; /* from the start of backward scratch */
   cpu_bww_mm bwwmm;
 } conv_node;
@@ -124,7 +125,7 @@ static void conv_backward(cpu_node *n, const sp_op_args *a) {
   } else if (s->bww && a->d_param[0]) {
     cpu_bww_mm_run(&s->bwwmm, (a->d_param_fresh & 1u) != 0);
   } else if (s->dw_blocked && a->d_param[0]) {
-    cpu_dw_blocked(&s->dwb, a->d_param[0]->data, s->dwb_scratch, omp_get_max_threads(), (a->d_param_fresh & 1u) != 0);
+    cpu_dw_blocked(&s->dwb, a->d_param[0]->data, s->dwb_scratch, s->dwb_threads, (a->d_param_fresh & 1u) != 0);
   }
 }
 
@@ -562,7 +563,8 @@ static int conv_setup(sp_op_prep *p, conv_node *s, const dnnl_conv_geom *g) {
     s->dw_blocked = 1;
     s->need_dw = 0;
     /* After backward data, like the products: the same scratch from 0. */
-    bww_bwd = cpu_dw_blocked_scratch_bytes(&s->dwb, omp_get_max_threads());
+    s->dwb_threads = omp_get_max_threads();
+    bww_bwd = cpu_dw_blocked_scratch_bytes(&s->dwb, s->dwb_threads);
   }
   if (choose_backward(s, g, &src_any, &wei_any)) return -1;
 
