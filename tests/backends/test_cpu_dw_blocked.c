@@ -4,30 +4,18 @@
  * images, both thread splits, written and added, one and two threads), a
  * bf16 training step with and without it, and where a plan takes it. */
 #include <math.h>
-#include <omp.h>
 #include <stdlib.h>
 
 #include "backend_compare.h"
 
 #ifdef SPRY_HAVE_DNNL
 #include "backends/cpu/cpu.h"
-
-static uint16_t bf16_of(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-static float f32_of(uint16_t h) {
-  uint32_t u = (uint32_t)h << 16;
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
+#include "core/bf16.h"
 
 /* An N x C x H x W tensor in aBcd16b, random values in [-2, 2). */
 static uint16_t *blocked_random(int64_t n, int64_t c, int64_t hw, unsigned *seed) {
   uint16_t *t = malloc(sizeof(uint16_t) * (size_t)(n * c * hw) + 64);
-  for (int64_t i = 0; i < n * c * hw; i++) t[i] = bf16_of(4.0f * (float)rand_r(seed) / (float)RAND_MAX - 2.0f);
+  for (int64_t i = 0; i < n * c * hw; i++) t[i] = sp_bf16_round(4.0f * (float)rand_r(seed) / (float)RAND_MAX - 2.0f);
   return t;
 }
 
@@ -35,7 +23,7 @@ static uint16_t *blocked_random(int64_t n, int64_t c, int64_t hw, unsigned *seed
 static double side_at(const cpu_dwb_side *d, int64_t n, int64_t ch, int64_t y, int64_t x, int64_t i, int64_t j) {
   const int64_t ty = y * d->sy + i * d->dy + d->oy, tx = x * d->sx + j * d->dx + d->ox;
   if (ty < 0 || ty >= d->h || tx < 0 || tx >= d->w) return 0.0;
-  return f32_of(d->t[((n * (d->c / 16) + ch / 16) * d->h * d->w + ty * d->w + tx) * 16 + ch % 16]);
+  return sp_bf16_widen(d->t[((n * (d->c / 16) + ch / 16) * d->h * d->w + ty * d->w + tx) * 16 + ch % 16]);
 }
 
 /* Each case against the double sum, written (from NaN) and added (onto 0.5),
