@@ -242,15 +242,20 @@ void cpu_dw_blocked(const cpu_dwb_shape *s, float *dw, char *scratch, int thread
     if (!(dir && n_sums == 1)) {
 #pragma omp barrier
       /* dW = (dW, or zero where fresh) + each sum array that has sums, in
-       * thread order; where direct the first array is dW. */
+       * thread order; where direct the first array is dW. Which arrays
+       * those are is settled once, not per value. */
+      const float *add[n_sums];
+      int n_add = 0;
+      for (int u = dir ? 1 : 0; u < n_sums; u++)
+        if (by_positions ? chunks * (u + 1) / nt > chunks * u / nt : chunks > 0) add[n_add++] = SUMS(u);
+      const int keep = !fresh || (dir && by_positions && chunks / nt > 0);
       for (int64_t r = rows * t / nt; r < rows * (t + 1) / nt; r++)
         for (int64_t c = 0; c < cols; c++)
           for (int64_t tap = 0; tap < taps; tap++) {
             float *w = dw + r * s->row_stride + c * s->col_stride + tap * s->tap_stride;
             const size_t at = (size_t)((tap * rows + r) * cols + c);
-            float v = fresh && !(dir && by_positions && chunks / nt > 0) ? 0.0f : *w;
-            for (int u = dir ? 1 : 0; u < n_sums; u++)
-              if (by_positions ? chunks * (u + 1) / nt > chunks * u / nt : chunks > 0) v += SUMS(u)[at];
+            float v = keep ? *w : 0.0f;
+            for (int u = 0; u < n_add; u++) v += add[u][at];
             *w = v;
           }
     } else if (chunks == 0 && fresh) {
