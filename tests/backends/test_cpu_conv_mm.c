@@ -29,6 +29,15 @@ static sp_value b_narrow_1x1(sp_graph *g, sp_value x) {
   return sp_conv2d(g, sp_add(g, y, sp_conv2d(g, x, "d", (sp_conv_args){.out_ch = 20, .kernel = 3, .pad = 1})), "post", (sp_conv_args){.out_ch = 4, .kernel = 1});
 }
 
+/* vgg-face's first two layers on a grey image: the stem writes 8 channels
+ * channels-last; the next 3x3 stride-2 layer reads them as they are. */
+static sp_value b_grey_stem(sp_graph *g, sp_value x) {
+  x = sp_conv2d(g, x, "stem", (sp_conv_args){.out_ch = 8, .kernel = 3, .stride = 2, .pad = 1});
+  x = sp_relu(g, sp_batchnorm(g, x, "bn"));
+  x = sp_conv2d(g, x, "next", (sp_conv_args){.out_ch = 16, .kernel = 3, .stride = 2, .pad = 1});
+  return sp_conv2d(g, sp_relu(g, x), "post", (sp_conv_args){.out_ch = 4, .kernel = 1});
+}
+
 static void run_both(cmp_build_fn body, const char *label) {
   cmp_case k = {label, body, 3, 3, 9, 7, 1, SP_PLAN_BF16, 6e-2, 0};
   cmp_run(&k); /* products */
@@ -49,6 +58,15 @@ static void narrow_channels(void **st) {
   (void)st;
   cmp_require_cpu();
   run_both(b_narrow_1x1, "narrow 1x1");
+}
+
+/* A bf16 training plan, against the reference (the narrow layer's forward
+ * and backward on channels-last data where oneDNN has brgemm kernels). */
+static void narrow_channels_last(void **st) {
+  (void)st;
+  cmp_require_cpu();
+  cmp_case k = {"grey stem + 8 -> 16", b_grey_stem, 2, 1, 21, 18, 1, SP_PLAN_BF16, 6e-2, 0};
+  cmp_run(&k);
 }
 
 /* 3x3 (padding at every edge), stride 2 with an odd size (the last column
@@ -186,10 +204,24 @@ static void taken_where_it_applies(void **st) {
   if (amx()) assert_true(channels_last);
   assert_int_equal(cpu_conv_bww_packed(p.state), channels_last);
   cpu_node_free(p.state);
+  /* 3x3 stride 2, 8 -> 16, bf16 channels-last in: stays channels-last out
+   * wherever oneDNN has bf16 brgemm kernels (AVX512-BF16 and up), instead of
+   * a reorder to plain NCHW each way. */
+  dnnl_dims_t d8 = {2, 8, 21, 18};
+  assert_int_equal(dnnl_memory_desc_init_by_tag(&md, 4, d8, dnnl_bf16, dnnl_acdb), dnnl_success);
+  sp_conv2d_attr s2 = {2, 2, 1, 1, 1, 1, 1};
+  p = cmp_conv_prep(&sp_op_conv2d, &s2, sp_shape4(2, 8, 21, 18), sp_shape4(2, 16, 11, 9), sp_shape4(16, 8, 3, 3), 0, 1,
+                    &md);
+  assert_int_equal(cpu_conv_prepare(&p), 0);
+  if (dnnl_get_effective_cpu_isa() >= dnnl_cpu_isa_avx512_core_bf16) {
+    assert_int_equal(cpu_conv_src_lanes(p.state), CPU_LANES_NHWC);
+    assert_int_equal(cpu_conv_dst_lanes(p.state), CPU_LANES_NHWC);
+  }
+  cpu_node_free(p.state);
 }
 #endif
 
-CMP_CPU_MAIN(cmocka_unit_test(two_consumers), cmocka_unit_test(narrow_channels),
+CMP_CPU_MAIN(cmocka_unit_test(two_consumers), cmocka_unit_test(narrow_channels), cmocka_unit_test(narrow_channels_last),
              cmocka_unit_test(kxk_weight_gradients), cmocka_unit_test(products_match_onednn),
              cmocka_unit_test(packed_col_same_as_plain), cmocka_unit_test(thin_weight_gradients),
              cmocka_unit_test(taken_where_it_applies))
