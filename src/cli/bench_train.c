@@ -38,7 +38,8 @@ static void usage(FILE *f) {
           "                        [--dtype f32|bf16] [--size S|HxW] [--steps N] [--warmup W]\n"
           "                        [--keypoints K] [--channels C] [--segments S] [--infer] [--profile]\n"
           "                        [--sync-bn] [--bucket-mb MB] [--compress none|bf16] [--sync-only]\n"
-          "                        (--infer: frozen inference at batch 1 and 64, one process;\n"
+          "                        (--infer: frozen inference at batch 1 and 64, one process; --profile:\n"
+          "                        time per op kind, forward and backward, or forward per batch;\n"
           "                        under mpirun: --batch is per rank; --sync-only: the ranks meet once\n"
           "                        per step with an 8-byte all-reduce and exchange no gradients, which\n"
           "                        measures what lock-step alone costs)\n"
@@ -173,13 +174,14 @@ static void print_line(const bench_opts *o, const char *bench, int batch, double
 /* Seconds in the fast backend's reorders so far (0 without oneDNN). */
 static double reorder_seconds(void) { return sp_backend_reorder_seconds(); }
 
-static void print_profile_line(const bench_opts *o, const char *op, double fwd_s, double bwd_s, int steps,
+static void print_profile_line(const bench_opts *o, int batch, const char *op, double fwd_s, double bwd_s, int steps,
                                const char *note) {
   sp_json_buf b;
   sp_json_buf_init(&b);
   sp_json_obj_begin(&b);
-  sp_json_key(&b, "bench"), sp_json_str(&b, "train_profile");
+  sp_json_key(&b, "bench"), sp_json_str(&b, o->infer ? "infer_profile" : "train_profile");
   sp_json_key(&b, "model"), sp_json_str(&b, o->model);
+  if (o->infer) sp_json_key(&b, "batch"), sp_json_int(&b, batch);
   sp_json_key(&b, "op"), sp_json_str(&b, op);
   sp_json_key(&b, "fwd_ms_per_step"), sp_json_f64(&b, 1e3 * fwd_s / steps);
   sp_json_key(&b, "bwd_ms_per_step"), sp_json_f64(&b, 1e3 * bwd_s / steps);
@@ -197,7 +199,8 @@ typedef struct {
   double steps_total; /* wall time of the profiled steps */
 } step_profile;
 
-static void print_profile(const bench_opts *o, const sp_plan *p, int n_nodes, int steps, const step_profile *sp) {
+static void print_profile(const bench_opts *o, int batch, const sp_plan *p, int n_nodes, int steps,
+                          const step_profile *sp) {
   const char *kinds[64];
   double fwd[64] = {0}, bwd[64] = {0};
   int n_kinds = 0;
@@ -217,22 +220,26 @@ static void print_profile(const bench_opts *o, const sp_plan *p, int n_nodes, in
   double total = sp->optimizer + sp->zero_grad;
   for (int k = 0; k < n_kinds; k++) {
     total += fwd[k] + bwd[k];
-    if (fwd[k] != 0 || bwd[k] != 0) print_profile_line(o, kinds[k], fwd[k], bwd[k], steps, NULL);
+    if (fwd[k] != 0 || bwd[k] != 0) print_profile_line(o, batch, kinds[k], fwd[k], bwd[k], steps, NULL);
   }
   if (sp->reorder_fwd + sp->reorder_bwd > 0)
-    print_profile_line(o, "reorders", sp->reorder_fwd, sp->reorder_bwd, steps,
+    print_profile_line(o, batch, "reorders", sp->reorder_fwd, sp->reorder_bwd, steps,
                        "oneDNN layout changes and cross-layout gradient sums, inside the ops above");
-  print_profile_line(o, "optimizer", 0, sp->optimizer, steps, "after backward: update (and exchange under mpirun)");
-  print_profile_line(o, "zero_grad", sp->zero_grad, 0, steps,
-                     "before forward: parameter gradients cleared (sp_plan_zero_grad: those a first writer overwrites "
-                     "are only marked)");
+  if (!o->infer) {
+    print_profile_line(o, batch, "optimizer", 0, sp->optimizer, steps,
+                       "after backward: update (and exchange under mpirun)");
+    print_profile_line(o, batch, "zero_grad", sp->zero_grad, 0, steps,
+                       "before forward: parameter gradients cleared (sp_plan_zero_grad: those a first writer "
+                       "overwrites are only marked)");
+  }
   /* What the lines above account for, against the mean step they come from
    * (the train line gives the median step, which a noisy step moves less). */
   sp_json_buf b;
   sp_json_buf_init(&b);
   sp_json_obj_begin(&b);
-  sp_json_key(&b, "bench"), sp_json_str(&b, "train_profile_total");
+  sp_json_key(&b, "bench"), sp_json_str(&b, o->infer ? "infer_profile_total" : "train_profile_total");
   sp_json_key(&b, "model"), sp_json_str(&b, o->model);
+  if (o->infer) sp_json_key(&b, "batch"), sp_json_int(&b, batch);
   sp_json_key(&b, "profile_ms_per_step"), sp_json_f64(&b, 1e3 * total / steps);
   sp_json_key(&b, "mean_step_ms"), sp_json_f64(&b, 1e3 * sp->steps_total / steps);
   sp_json_key(&b, "profile_over_step"), sp_json_f64(&b, sp->steps_total > 0 ? total / sp->steps_total : 0);
@@ -357,7 +364,7 @@ static int run_train(const bench_opts *o) {
   /* Ranks step in lock-step (every step waits for all gradients), so rank
    * 0's time is the job's; it alone prints. */
   if (rank == 0) print_line(o, "train", o->batch, sp_median(times, o->steps), flops);
-  if (o->profile && rank == 0) print_profile(o, p, sp_graph_node_count(g), o->steps, &prof);
+  if (o->profile && rank == 0) print_profile(o, o->batch, p, sp_graph_node_count(g), o->steps, &prof);
   sp_grad_reducer_free(red);
   free(slot_of);
   free(times);
@@ -385,12 +392,21 @@ static int run_infer(const bench_opts *o) {
     }
     fill_random(sp_plan_input(p, "image"), 1);
     double *times = sp_xmalloc(sizeof(double) * (size_t)o->steps);
+    step_profile prof = {0};
     for (int s = 0; s < o->warmup + o->steps; s++) {
-      double t0 = sp_now();
+      if (s == o->warmup && o->profile) {
+        sp_plan_enable_profile(p, 1);
+        sp_backend_time_reorders(1);
+      }
+      double t0 = sp_now(), r0 = reorder_seconds();
       sp_plan_forward(p);
-      if (s >= o->warmup) times[s - o->warmup] = sp_now() - t0;
+      const double t1 = sp_now();
+      if (s >= o->warmup) times[s - o->warmup] = t1 - t0;
+      if (o->profile && s >= o->warmup) prof.reorder_fwd += reorder_seconds() - r0, prof.steps_total += t1 - t0;
     }
+    sp_backend_time_reorders(0);
     print_line(o, "infer", batches[b], sp_median(times, o->steps), sp_plan_forward_flops(p));
+    if (o->profile) print_profile(o, batches[b], p, sp_graph_node_count(g), o->steps, &prof);
     free(times);
     sp_plan_free(p);
   }
