@@ -117,6 +117,52 @@ static void train_profile_accounts_for_the_step(void **state) {
   assert_true(share > 0.3 && share <= 1.0 + 1e-9);
 }
 
+/* --infer --profile: per batch (1, then 64), the infer line, a line per op
+ * kind with forward time only, the reorders among them, and the total. */
+static void infer_profile_accounts_for_the_forward(void **state) {
+  (void)state;
+#ifndef SPRY_HAVE_DNNL
+  skip();
+#endif
+  static char out[16384];
+  const char *args = "bench train --model vgg-face --backend cpu --size 32 --steps 2 --warmup 1 --threads 1 --infer "
+                     "--profile";
+  int rc = sp_test_run_cli(args, 0, out, sizeof out);
+  if (rc == -1) skip();
+  if (rc != 0) fail_msg("spry %s: exit status %d, output: %s", args, rc, out);
+  int batch = 0, infer_lines = 0, totals = 0, conv = 0;
+  double ops = 0, reorders = 0;
+  for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
+    sp_json *j = sp_json_parse(line, strlen(line), strlen(line) + 1);
+    if (!j) fail_msg("not JSON: %s", line);
+    const char *bench = sp_json_as_string(sp_json_get(j, "bench"));
+    if (!strcmp(bench, "infer")) {
+      batch = (int)num(j, "batch"), infer_lines++, ops = 0, reorders = 0;
+      assert_int_equal(batch, infer_lines == 1 ? 1 : 64);
+    } else if (!strcmp(bench, "infer_profile")) {
+      assert_int_equal((int)num(j, "batch"), batch);
+      const char *op = sp_json_as_string(sp_json_get(j, "op"));
+      double f = num(j, "fwd_ms_per_step");
+      assert_true(f >= 0 && isfinite(f) && num(j, "bwd_ms_per_step") == 0);
+      assert_true(strcmp(op, "optimizer") && strcmp(op, "zero_grad")); /* training only */
+      if (!strcmp(op, "reorders")) reorders = f;
+      else ops += f, conv += !strcmp(op, "conv2d");
+    } else {
+      assert_string_equal(bench, "infer_profile_total");
+      assert_int_equal((int)num(j, "batch"), batch);
+      totals++;
+      assert_true(reorders <= ops);
+      assert_true(fabs(num(j, "profile_ms_per_step") - ops) < 1e-6 * ops + 1e-9);
+      const double share = num(j, "profile_over_step");
+      assert_true(share > 0.3 && share <= 1.0 + 1e-9);
+    }
+    sp_json_free(j);
+  }
+  assert_int_equal(infer_lines, 2);
+  assert_int_equal(totals, 2);
+  assert_int_equal(conv, 2);
+}
+
 /* Under mpirun (when the build has MPI): rank 0 alone prints, one line whose
  * images_per_s counts both ranks, and each step all-reduces every gradient
  * once (bytes = parameter bytes); --sync-only meets once per step and sends
@@ -227,7 +273,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(peak_reports_this_machine),
       cmocka_unit_test(tshift_bench_checks_its_output),
-      cmocka_unit_test(train_profile_accounts_for_the_step),
+      cmocka_unit_test(train_profile_accounts_for_the_step), cmocka_unit_test(infer_profile_accounts_for_the_forward),
       cmocka_unit_test(train_under_mpirun_counts_every_rank),
       cmocka_unit_test(bad_options_are_refused),
       cmocka_unit_test(data_cache_leaves_nothing_behind),
