@@ -175,10 +175,28 @@ static void fill_prep(const sp_plan *p, int i, const int *consumer, sp_op_prep *
     pr->consumer_out_plain = kept_output(p, &g->nodes[c]) || g->nodes[c].is_loss;
     pr->consumer_n_param = g->nodes[c].n_param;
     pr->consumer_n_state = g->nodes[c].n_state;
-    int c2 = consumer[c];
-    if (c2 >= 0 && !pr->consumer_out_plain && g->nodes[c2].n_in == 1) {
+    const int c2 = consumer[c];
+    /* A two-input consumer2 qualifies when it comes right after c and its
+     * other input comes before i (so i reads it ready, and it is not i's
+     * own output, which i's buffer would then hold). */
+    const int other2 = c2 >= 0 ? other_input_ready(g, c, c2) : -1;
+    const int other2_ok = other2 >= 0 && g->nodes[c2].in[other2] < i;
+    if (c2 >= 0 && !pr->consumer_out_plain && (g->nodes[c2].n_in == 1 || other2_ok)) {
       pr->consumer2_op = g->nodes[c2].op;
       pr->consumer2_out_plain = kept_output(p, &g->nodes[c2]) || g->nodes[c2].is_loss;
+      pr->consumer2_n_in = g->nodes[c2].n_in;
+      if (other2_ok) {
+        const plan_node *o = &p->nodes[g->nodes[c2].in[other2]];
+        pr->consumer2_other = other2;
+        pr->consumer2_other_shape = o->shape;
+        pr->consumer2_other_dtype = o->dtype;
+        pr->consumer2_other_layout = o->layout;
+      }
+      const int c3 = consumer[c2];
+      if (c3 >= 0 && !pr->consumer2_out_plain && g->nodes[c3].n_in == 1) {
+        pr->consumer3_op = g->nodes[c3].op;
+        pr->consumer3_out_plain = kept_output(p, &g->nodes[c3]) || g->nodes[c3].is_loss;
+      }
     }
   }
 }
@@ -216,8 +234,9 @@ static int prepare_nodes(sp_plan *p) {
       break;
     }
     const int c = consumer[i];
-    if (pr.absorb_consumer && pr.consumer_op) p->nodes[c].absorbed_by = i;
-    if (pr.absorb_consumer == 2 && pr.consumer2_op) p->nodes[consumer[c]].absorbed_by = i;
+    if (pr.absorb_consumer >= 1 && pr.consumer_op) p->nodes[c].absorbed_by = i;
+    if (pr.absorb_consumer >= 2 && pr.consumer2_op) p->nodes[consumer[c]].absorbed_by = i;
+    if (pr.absorb_consumer == 3 && pr.consumer3_op) p->nodes[consumer[consumer[c]]].absorbed_by = i;
     pn->impl_state = pr.state;
     pn->param_overwrites = pr.param_grad_overwrites;
     pn->layout = pr.out_layout;
@@ -355,10 +374,18 @@ static void wire(sp_plan *p) {
       if (a->d_in[k] && !seen && p->nodes[nd->in[k]].first_writer == i) a->d_in_fresh |= 1u << k;
     }
   }
-  /* A host reads what it absorbed (a folded batch norm's statistics): its
-   * direct consumer, the first absorbed node in order. */
-  for (int i = g->n_nodes - 1; i >= 0; i--)
-    if (p->nodes[i].absorbed_by >= 0) p->nodes[p->nodes[i].absorbed_by].args.consumer = &p->nodes[i].args;
+  /* A host reads what it absorbed (a folded batch norm's statistics, a
+   * residual add's other input): its direct consumer, the first absorbed
+   * node in order, and the second. */
+  for (int i = 0; i < g->n_nodes; i++) {
+    const int h = p->nodes[i].absorbed_by;
+    if (h < 0) continue;
+    sp_op_args *host = &p->nodes[h].args;
+    if (!host->consumer)
+      host->consumer = &p->nodes[i].args;
+    else if (!host->consumer2)
+      host->consumer2 = &p->nodes[i].args;
+  }
 }
 
 /* Backend state that needs buffer addresses (primitive arguments). */

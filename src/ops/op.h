@@ -65,6 +65,9 @@ typedef struct sp_op_args {
   /* The consumer this node absorbed (sp_op_prep.absorb_consumer), for its
    * parameters and state (a folded batch norm); NULL otherwise. */
   const struct sp_op_args *consumer;
+  /* The consumer's consumer when absorbed too (a residual add, for its
+   * other input); NULL otherwise. */
+  const struct sp_op_args *consumer2;
 } sp_op_args;
 
 /* What a fast backend's prepare() sees and reports for one node. The plan calls
@@ -106,14 +109,24 @@ typedef struct sp_op_prep {
   sp_dtype consumer_other_dtype;
   const void *consumer_other_layout;
   /* The consumer's own sole consumer (same rules), for a chain of two
-   * (a frozen conv folding its batch norm and applying the ReLU after it). */
+   * (a frozen conv folding its batch norm and applying the ReLU after it).
+   * It may have two inputs (an add right after the consumer whose other
+   * input, in[consumer2_other], is computed before this node): then its own
+   * sole one-input consumer is consumer3 (a frozen conv folding its batch
+   * norm, then the residual add and the ReLU as post-ops). */
   const struct sp_op_def *consumer2_op;
   int consumer2_out_plain;
+  int consumer2_n_in, consumer2_other;
+  sp_shape consumer2_other_shape;
+  sp_dtype consumer2_other_dtype;
+  const void *consumer2_other_layout;
+  const struct sp_op_def *consumer3_op;
+  int consumer3_out_plain;
   /* reported */
   /* 1: this node also computes its sole consumer (e.g. batchnorm + relu): the
    * plan skips the consumer and gives its output and gradient this node's
    * buffers, so d_out here is the gradient of the consumer's output.
-   * 2: the consumer's consumer too (consumer2_op). */
+   * 2: the consumer's consumer too (consumer2_op); 3: and consumer3_op. */
   int absorb_consumer;
   /* bit k: told so (sp_op_args.d_param_fresh), backward overwrites
    * d_param[k], so sp_plan_backward_fresh need not zero it first. */

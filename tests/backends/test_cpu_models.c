@@ -395,7 +395,8 @@ static double eval_loss(sp_plan *p) {
   return sp_plan_loss(p);
 }
 
-static void frozen(const model_case *m) {
+/* flags: SP_PLAN_BF16 or 0; tol: relative, for the losses. */
+static void frozen(const model_case *m, unsigned flags, double tol) {
   run ref = make_run(m, SP_BACKEND_REF, 0, NULL);
   /* Trained-looking batch norms (statistics, scale, shift) and biases, so
    * that folding them into the convolutions (what a frozen cpu plan does)
@@ -407,7 +408,8 @@ static void frozen(const model_case *m) {
   }
   run cpu = make_run(m, SP_BACKEND_CPU, 0, ref.g);
   sp_input_shape in[2] = {{"x", m->x_shape}, {"t", m->t_shape}};
-  sp_plan *pr = sp_plan_new(ref.g, 2, in, SP_BACKEND_REF, 0, 0), *pc = sp_plan_new(cpu.g, 2, in, SP_BACKEND_CPU, 0, SP_PLAN_FROZEN);
+  sp_plan *pr = sp_plan_new(ref.g, 2, in, SP_BACKEND_REF, 0, 0),
+          *pc = sp_plan_new(cpu.g, 2, in, SP_BACKEND_CPU, 0, SP_PLAN_FROZEN | flags);
   assert_non_null(pr);
   assert_non_null(pc);
   run er = {ref.g, pr}, ec = {cpu.g, pc};
@@ -419,18 +421,25 @@ static void frozen(const model_case *m) {
   memset(sp_plan_input(pc, "t")->data, 0, sp_tensor_bytes(sp_plan_input(pc, "t")));
   sp_plan_enable_profile(pc, 1);
   double l0 = eval_loss(pr), c0 = eval_loss(pc);
-  assert_true(fabs(c0 - l0) <= 1e-4 * fabs(l0));
-  /* Each batch norm right after a conv was folded into it: never run. */
-  int folded = 0, bns = 0, relus = 0, post_ops = 0;
+  if (!(fabs(c0 - l0) <= tol * fabs(l0))) fail_msg("[%s] frozen loss %.9g, reference %.9g", m->label, c0, l0);
+  /* Each batch norm right after a conv was folded into it: never run; so
+   * were the residual adds after those (the conv's binary post-op). */
+  int folded = 0, bns = 0, relus = 0, post_ops = 0, adds = 0, adds_fused = 0;
   for (int i = 0; i < sp_graph_node_count(cpu.g); i++) {
     double f, b;
     const char *op;
     assert_int_equal(sp_plan_profile(pc, i, &f, &b, &op), 0);
     if (strcmp(op, "batchnorm") == 0) bns++, folded += f == 0;
     if (strcmp(op, "relu") == 0) relus++, post_ops += f == 0; /* the conv's post-op (or fused elsewhere) */
+    if (strcmp(op, "add") == 0) adds++, adds_fused += f == 0;
   }
   assert_true(folded > 0);
-  print_message("# %s: %d of %d batch norms folded, %d of %d relus fused\n", m->label, folded, bns, post_ops, relus);
+  print_message("# %s%s: %d of %d batch norms folded, %d of %d relus fused, %d of %d adds fused\n", m->label,
+                flags ? " bf16" : "", folded, bns, post_ops, relus, adds_fused, adds);
+#ifdef SPRY_HAVE_DNNL
+  /* oneDNN takes the add as a post-op on every AVX-512 machine. */
+  if (adds > 0 && dnnl_get_effective_cpu_isa() >= dnnl_cpu_isa_avx512_core) assert_true(adds_fused > 0);
+#endif
   assert_true(fabs(eval_loss(pc) - c0) == 0); /* again, from the kept weights */
   /* Change every conv and linear weight on both graphs (the ones the cpu
    * backend prepares): the frozen plan keeps computing with the prepared
@@ -445,7 +454,8 @@ static void frozen(const model_case *m) {
   assert_true(fabs(l1 - l0) > 1e-3 * fabs(l0));
   assert_true(fabs(eval_loss(pc) - c0) == 0);
   sp_plan_params_changed(pc);
-  assert_true(fabs(eval_loss(pc) - l1) <= 1e-4 * fabs(l1));
+  const double c1 = eval_loss(pc);
+  if (!(fabs(c1 - l1) <= tol * fabs(l1))) fail_msg("[%s] frozen loss %.9g, reference %.9g", m->label, c1, l1);
   sp_plan_free(pr);
   sp_plan_free(pc);
   free_run(&ref);
@@ -455,9 +465,12 @@ static void frozen(const model_case *m) {
 static void frozen_inference(void **s) {
   (void)s;
   cmp_require_cpu();
-  frozen(&vgg_case);
-  frozen(&residual_case);
-  frozen(&resunet50_case);
+  frozen(&vgg_case, 0, 1e-4);
+  frozen(&residual_case, 0, 1e-4);
+  frozen(&resunet50_case, 0, 1e-4);
+  /* bf16: the add post-op reads the other input in bf16, as the add did. */
+  frozen(&residual_case, SP_PLAN_BF16, 3e-2);
+  frozen(&resunet50_case, SP_PLAN_BF16, 3e-2);
   /* Training plans change their weights every step: refused. */
   run r = make_run(&residual_case, SP_BACKEND_REF, 0, NULL);
   sp_input_shape in[2] = {{"x", residual_case.x_shape}, {"t", residual_case.t_shape}};

@@ -36,12 +36,15 @@ typedef struct {
       ddst_bw_md; /* backward data's diff_src, weights; backward weights' src, diff_dst */
   dnnl_primitive_desc_t fwd_pd, bwd_data_pd, bwd_wei_pd, re_pd[N_REORDERS];
   dnnl_primitive_t fwd, bwd_data, bwd_wei, re[N_REORDERS];
-  size_t src_off, wei_off;                                         /* in saved (training) or forward scratch */
-  void *wei_kept;                                                  /* frozen plans: the prepared weights */
-  int fold_bn;                                                     /* frozen: the absorbed batch norm is folded in */
-  int post_relu;                                                   /* frozen: and the ReLU after it is a post-op */
-  float *wfold, *bfold;                                            /* its plain folded weights and bias (kept) */
-  size_t dsrc_off, dwei_off, dbias_off, wbd_off, sbw_off, dbw_off; /* in backward scratch */
+  size_t src_off, wei_off;   /* in saved (training) or forward scratch */
+  void *wei_kept;            /* frozen plans: the prepared weights */
+  int fold_bn;               /* frozen: the absorbed batch norm is folded in */
+  int post_relu;             /* frozen: and the ReLU after it is a post-op */
+  int post_add;              /* frozen: then a residual add (binary post-op) and maybe the ReLU after it */
+  int add_other;             /* the add's other input: its index there */
+  dnnl_memory_desc_t add_md; /* ... and its layout */
+  float *wfold, *bfold;      /* its plain folded weights and bias (kept) */
+  size_t dsrc_off, dwei_off, dbias_off, wbd_off, sbw_off, dbw_off;          /* in backward scratch */
   cpu_exec x_src, w_wei, conv, w_bd, s_bw, d_bw, dx, dx_out, dw, dw_out[2]; /* dw_out: [0] adds, [1] writes */
   float *dbias;
   int64_t n_bias;
@@ -138,6 +141,7 @@ static int conv_bind(cpu_node *n, const sp_op_args *a, char *fs, char *bs) {
   void *wsrc = s->fold_bn ? (void *)s->wfold : a->param[0]->data;
   if (s->fold_bn && (!a->consumer || a->consumer->n_state < 2))
     return sp_error_set("conv: folded batch norm not wired");
+  if (s->post_add && !a->consumer2) return sp_error_set("conv: absorbed residual add not wired");
   if (cpu_bind_reorder(&s->w_wei, n, s->re_pd[R_WEI], s->re[R_WEI], wsrc, wei, fs)) return -1;
   void *bias = s->fold_bn ? (void *)s->bfold : s->has_bias ? a->param[1]->data : NULL;
   cpu_exec_init(&s->conv, s->fwd);
@@ -145,6 +149,8 @@ static int conv_bind(cpu_node *n, const sp_op_args *a, char *fs, char *bs) {
       cpu_exec_arg(&s->conv, n, DNNL_ARG_WEIGHTS, &s->wei_md, wei) ||
       cpu_exec_arg(&s->conv, n, DNNL_ARG_DST, &s->dst_md, a->out->data) ||
       (bias && cpu_exec_arg(&s->conv, n, DNNL_ARG_BIAS, &s->bias_md, bias)) ||
+      (s->post_add && cpu_exec_arg(&s->conv, n, DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, &s->add_md,
+                                   a->consumer2->in[s->add_other]->data)) ||
       cpu_exec_scratchpad(&s->conv, n, s->fwd_pd, fs))
     return -1;
   if (!s->run_backward) return 0;
@@ -342,14 +348,36 @@ static int choose_fwd_with(sp_op_prep *p, conv_node *s, const dnnl_conv_geom *g,
  * frozen plan folds conv + batch norm + ReLU into one node. */
 static int choose_fwd(sp_op_prep *p, conv_node *s, const dnnl_conv_geom *g, const dnnl_memory_desc_t *src_any,
                       const dnnl_memory_desc_t *wei_any, const dnnl_memory_desc_t *dst_any) {
-  if (!s->post_relu) return choose_fwd_with(p, s, g, src_any, wei_any, dst_any, NULL);
+  if (!s->post_relu && !s->post_add) return choose_fwd_with(p, s, g, src_any, wei_any, dst_any, NULL);
   dnnl_post_ops_t po;
   DNNL_TRY(dnnl_post_ops_create(&po));
-  dnnl_status_t st = dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f);
-  int rc = st == dnnl_success ? choose_fwd_with(p, s, g, src_any, wei_any, dst_any, po)
-                              : cpu_dnnl_fail(__FILE__, __LINE__, "dnnl_post_ops_append_eltwise", st);
+  dnnl_status_t st = dnnl_success;
+  if (s->post_add) st = dnnl_post_ops_append_binary(po, dnnl_binary_add, &s->add_md);
+  if (st == dnnl_success && s->post_relu) st = dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f);
+  /* With the add, the output takes the other input's layout (the add's
+   * output as it would have been), which the binary post-op reads alike. */
+  int rc = st == dnnl_success ? choose_fwd_with(p, s, g, src_any, wei_any, s->post_add ? &s->add_md : dst_any, po)
+                              : cpu_dnnl_fail(__FILE__, __LINE__, "dnnl_post_ops_append", st);
   dnnl_post_ops_destroy(po);
   return rc;
+}
+
+/* Frozen inference: conv, its folded batch norm, then a residual add whose
+ * other input is ready in a layout of the conv's dtype, and maybe a ReLU:
+ * the add (and ReLU) as post-ops, so the block's output is written once
+ * instead of conv out, add in/out and ReLU in/out (resunet50 bf16 batch 64:
+ * the separate adds took 100 of 1400 ms). */
+static int post_add_fits(const sp_op_prep *p, conv_node *s, dnnl_data_type_t dt) {
+  if (!s->fold_bn || p->consumer2_op != &sp_op_add || p->consumer2_n_in != 2 || p->consumer2_out_plain ||
+      !sp_shape_equal(&p->consumer2_other_shape, &p->out_shape))
+    return 0;
+  if (p->consumer2_other_layout)
+    s->add_md = *(const dnnl_memory_desc_t *)p->consumer2_other_layout;
+  else if (cpu_md_plain(&s->add_md, &p->consumer2_other_shape, cpu_dt(p->consumer2_other_dtype)))
+    return 0;
+  if (s->add_md.data_type != dt) return 0;
+  s->add_other = p->consumer2_other;
+  return 1;
 }
 
 /* Backward data: write diff_src in the input's layout and read the forward
@@ -540,7 +568,7 @@ static void place_buffers(sp_op_prep *p, conv_node *s, size_t mm_bwd, size_t bww
   p->saved_bytes = keep;
   p->fwd_scratch_bytes = fwd;
   p->bwd_scratch_bytes = bwd;
-  p->absorb_consumer = s->post_relu ? 2 : s->fold_bn;
+  p->absorb_consumer = s->post_add ? (s->post_relu ? 3 : 2) : s->post_relu ? 2 : s->fold_bn;
   /* Every weight-gradient path (oneDNN's with its reorder, conv_mm.c,
    * conv_bww_mm.c) writes the parameter gradients when told. */
   p->param_grad_overwrites = s->run_backward ? (s->has_bias ? 3u : 1u) : 0u;
@@ -557,6 +585,9 @@ static int conv_setup(sp_op_prep *p, conv_node *s, const dnnl_conv_geom *g) {
                p->consumer_n_state >= 2 && !p->consumer_out_plain;
   /* ... and the ReLU after that batch norm runs as the conv's post-op. */
   s->post_relu = s->fold_bn && p->consumer2_op == &sp_op_relu && !p->consumer2_out_plain;
+  /* ... or the residual add after it, and the ReLU after that. */
+  s->post_add = !s->post_relu && post_add_fits(p, s, dt);
+  if (s->post_add) s->post_relu = p->consumer3_op == &sp_op_relu && !p->consumer3_out_plain;
   s->need_dx = p->run_backward && p->need_d_in[0];
   s->need_dw = p->run_backward && (p->param_grad[0] || (s->has_bias && p->param_grad[1]));
   if (cpu_md_input(&s->x_md, p, 0) || cpu_md_any(&src_any, &p->in_shape[0], dt) ||
@@ -568,7 +599,15 @@ static int conv_setup(sp_op_prep *p, conv_node *s, const dnnl_conv_geom *g) {
   if (cpu_md_plain(&s->bias_md, &bs, dnnl_f32)) return -1;
   s->n_bias = bs.d[0];
 
-  if (choose_fwd(p, s, g, &src_any, &wei_any, &dst_any)) return -1;
+  if (s->post_add && (choose_fwd(p, s, g, &src_any, &wei_any, &dst_any) || cpu_pd_is_ref(s->fwd_pd) ||
+                      !cpu_md_equal(cpu_pd_md(s->fwd_pd, dnnl_query_dst_md, 0), &s->add_md))) {
+    /* No fast kernel takes the add: conv + batch norm alone (a primitive
+     * made on the way stays with the node, which frees it). */
+    sp_error_clear();
+    s->fwd_pd = NULL, s->fwd = NULL;
+    s->post_add = s->post_relu = 0;
+  }
+  if (!s->fwd_pd && choose_fwd(p, s, g, &src_any, &wei_any, &dst_any)) return -1;
   s->src_md = *cpu_pd_md(s->fwd_pd, dnnl_query_src_md, 0);
   s->wei_md = *cpu_pd_md(s->fwd_pd, dnnl_query_weights_md, 0);
   s->dst_md = *cpu_pd_md(s->fwd_pd, dnnl_query_dst_md, 0);
