@@ -395,8 +395,9 @@ static double eval_loss(sp_plan *p) {
   return sp_plan_loss(p);
 }
 
-/* flags: SP_PLAN_BF16 or 0; tol: relative, for the losses. */
-static void frozen(const model_case *m, unsigned flags, double tol) {
+/* flags: SP_PLAN_BF16 or 0; tol: relative, for the losses; factor: the
+ * weight change (every conv and linear weight). */
+static void frozen(const model_case *m, unsigned flags, double tol, float factor) {
   run ref = make_run(m, SP_BACKEND_REF, 0, NULL);
   /* Trained-looking batch norms (statistics, scale, shift) and biases, so
    * that folding them into the convolutions (what a frozen cpu plan does)
@@ -447,7 +448,7 @@ static void frozen(const model_case *m, unsigned flags, double tol) {
   for (int i = 0; i < sp_graph_param_count(ref.g); i++) {
     sp_tensor *a = sp_graph_param_value(ref.g, i), *b = sp_graph_param_value(cpu.g, i);
     if (a->shape.ndim < 2) continue;
-    for (int64_t j = 0; j < sp_tensor_numel(a); j++) ((float *)a->data)[j] = ((float *)b->data)[j] *= 2.0f;
+    for (int64_t j = 0; j < sp_tensor_numel(a); j++) ((float *)a->data)[j] = ((float *)b->data)[j] *= factor;
   }
   double l1 = eval_loss(pr);
   print_message("# %s: %.9g -> %.9g\n", m->label, l0, l1);
@@ -465,12 +466,15 @@ static void frozen(const model_case *m, unsigned flags, double tol) {
 static void frozen_inference(void **s) {
   (void)s;
   cmp_require_cpu();
-  frozen(&vgg_case, 0, 1e-4);
-  frozen(&residual_case, 0, 1e-4);
-  frozen(&resunet50_case, 0, 1e-4);
-  /* bf16: the add post-op reads the other input in bf16, as the add did. */
-  frozen(&residual_case, SP_PLAN_BF16, 3e-2);
-  frozen(&resunet50_case, SP_PLAN_BF16, 3e-2);
+  frozen(&vgg_case, 0, 1e-4, 2.0f);
+  frozen(&residual_case, 0, 1e-4, 2.0f);
+  frozen(&resunet50_case, 0, 1e-4, 2.0f);
+  /* bf16: the add post-op reads the other input in bf16, as the add did.
+   * A milder change for ResUNet-50: doubling every weight of 50 layers on fixed batch
+   * statistics grows the activations by 2^50, where bf16 rounding alone
+   * moves the saturated soft-argmax anywhere. */
+  frozen(&residual_case, SP_PLAN_BF16, 3e-2, 2.0f);
+  frozen(&resunet50_case, SP_PLAN_BF16, 3e-2, 1.05f);
   /* Training plans change their weights every step: refused. */
   run r = make_run(&residual_case, SP_BACKEND_REF, 0, NULL);
   sp_input_shape in[2] = {{"x", residual_case.x_shape}, {"t", residual_case.t_shape}};
