@@ -274,7 +274,7 @@ static int weight_mds(const sp_op_prep *p, const dnnl_conv_geom *g, dnnl_memory_
   return 0;
 }
 
-/* Forward from `src` into channels-last bf16, taken only where oneDNN runs
+/* Forward from `src` into channels-last (its dtype), taken only where oneDNN runs
  * it on a brgemm kernel (its fast channels-last one): cpu_adopt's result
  * then, else 1. */
 static int try_channels_last(sp_op_prep *p, conv_node *s, const dnnl_conv_geom *g, const dnnl_memory_desc_t *src,
@@ -285,7 +285,7 @@ static int try_channels_last(sp_op_prep *p, conv_node *s, const dnnl_conv_geom *
   dnnl_primitive_desc_t pd;
   const dnnl_memory_desc_t *bias = s->has_bias || s->fold_bn ? &s->bias_md : NULL;
   dnnl_prop_kind_t prop = p->training ? dnnl_forward_training : dnnl_forward_inference;
-  if (dnnl_memory_desc_init_by_tag(&dst_cl, 4, dst_any->dims, dnnl_bf16, dnnl_acdb) != dnnl_success ||
+  if (dnnl_memory_desc_init_by_tag(&dst_cl, 4, dst_any->dims, src->data_type, dnnl_acdb) != dnnl_success ||
       init_fwd(g, &d, prop, src, wei_any, bias, &dst_cl) != 0 || cpu_pd(&d, NULL, po, &pd) != 0)
     return 1;
   const char *impl = NULL;
@@ -317,25 +317,29 @@ static int choose_fwd_with(sp_op_prep *p, conv_node *s, const dnnl_conv_geom *g,
       dnnl_primitive_desc_destroy(pd);
     }
   }
-  /* bf16 channels-last input of fewer than 16 channels (vgg-face's second
+  /* Channels-last input of fewer than 16 channels (vgg-face's second
    * layer, after the channels-last stem): channels-last out if oneDNN has a
    * brgemm kernel for it. Without AMX its own choice reads plain NCHW, so
    * the input was reordered to NCHW in forward, and its gradient came out in
    * 16-channel blocks (half padding) and was reordered back in backward:
-   * on Zen 5 at batch 64, 5.4 of the layer's 12.8 ms a step; channels-last
-   * the layer's oneDNN time went from 12.0 to 5.6 ms. */
-  if (src_any->data_type == dnnl_bf16 && s->x_md.data_type == dnnl_bf16 && cpu_md_lanes(&s->x_md) == CPU_LANES_NHWC &&
-      src_any->dims[1] < 16 && !p->out_plain) {
+   * on Zen 5 at batch 64 in bf16, 5.4 of the layer's 12.8 ms a step;
+   * channels-last the layer's oneDNN time went from 12.0 to 5.6 ms. */
+  if (s->x_md.data_type == src_any->data_type && cpu_md_lanes(&s->x_md) == CPU_LANES_NHWC && src_any->dims[1] < 16 &&
+      !p->out_plain) {
     int r = try_channels_last(p, s, g, &s->x_md, wei_any, dst_any, po);
     if (r <= 0) return r;
   }
   /* bf16 on a plain input (the image): channels-last in and out if oneDNN
    * has a brgemm kernel for it. Its own choice there is a blocked layout on
    * a kernel without AMX, whose output the next (channels-last, AMX) layer
-   * then reorders back, both ways, every step (vgg-face: 86 of 585 ms). */
-  if (src_any->data_type == dnnl_bf16 && cpu_md_is_plain(&s->x_md) && !p->out_plain) {
+   * then reorders back, both ways, every step (vgg-face: 86 of 585 ms).
+   * f32 too where the output has fewer than 16 channels: in 16-channel
+   * blocks half of it would be padding, which the batch norm after it
+   * walks and the next layer reorders away (vgg-face f32 on Zen 5, its
+   * first ten nodes: 33-39 ms a step against 26-29 channels-last). */
+  if ((src_any->data_type == dnnl_bf16 || dst_any->dims[1] < 16) && cpu_md_is_plain(&s->x_md) && !p->out_plain) {
     dnnl_memory_desc_t src_cl;
-    int r = dnnl_memory_desc_init_by_tag(&src_cl, 4, src_any->dims, dnnl_bf16, dnnl_acdb) == dnnl_success
+    int r = dnnl_memory_desc_init_by_tag(&src_cl, 4, src_any->dims, src_any->data_type, dnnl_acdb) == dnnl_success
                 ? try_channels_last(p, s, g, &src_cl, wei_any, dst_any, po)
                 : 1;
     if (r <= 0) return r;
