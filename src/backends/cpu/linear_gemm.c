@@ -10,7 +10,11 @@
  * of inner products, where the three sgemm calls take 1.5 ms. sgemm reads the
  * master weights where they lie and accumulates the weight gradient in place
  * (beta = 1), so nothing is copied. bf16 plans, frozen (inference) plans
- * and inputs in a blocked layout keep the primitive. */
+ * and inputs in a blocked layout keep the primitive.
+ * The forward product runs as a matmul primitive on the same plain weights
+ * (a transposed stride view) with the bias as its own: sgemm's N x T case
+ * took 5.7 ms on vgg-face's fc1 (batch 64, 6272 -> 1024, 2 threads, Zen 5),
+ * the brgemm matmul 3.4. */
 #ifdef SPRY_HAVE_DNNL
 #include <string.h>
 
@@ -20,20 +24,13 @@ typedef struct {
   cpu_node base;
   int64_t n, in, out;
   int has_bias;
+  dnnl_memory_desc_t x_md, wt_md, b_md, y_md;
+  dnnl_primitive_desc_t fwd_pd;
+  dnnl_primitive_t fwd;
+  cpu_exec f;
 } gemm_node;
 
-static void gemm_forward(cpu_node *node, const sp_op_args *a) {
-  gemm_node *s = (gemm_node *)node;
-  float *y = a->out->data;
-  float beta = 0.0f;
-  if (s->has_bias) { /* y starts as the bias in every row; the product adds to it */
-    const float *b = a->param[1]->data;
-    for (int64_t i = 0; i < s->n; i++) memcpy(y + i * s->out, b, sizeof(float) * (size_t)s->out);
-    beta = 1.0f;
-  }
-  DNNL_RUN(dnnl_sgemm('N', 'T', s->n, s->out, s->in, 1.0f, a->in[0]->data, s->in, a->param[0]->data, s->in, beta, y,
-                      s->out));
-}
+static void gemm_forward(cpu_node *node, const sp_op_args *a) { cpu_exec_run(&((gemm_node *)node)->f); }
 
 static void gemm_backward(cpu_node *node, const sp_op_args *a) {
   gemm_node *s = (gemm_node *)node;
@@ -54,8 +51,27 @@ static void gemm_backward(cpu_node *node, const sp_op_args *a) {
 }
 
 static int gemm_bind(cpu_node *n, const sp_op_args *a, char *fs, char *bs) {
-  (void)n, (void)a, (void)fs, (void)bs; /* reads the arena's tensors at each call */
-  return 0;
+  gemm_node *s = (gemm_node *)n;
+  (void)bs; /* backward's sgemm calls read the arena's tensors at each call */
+  cpu_exec_init(&s->f, s->fwd);
+  return cpu_exec_arg(&s->f, n, DNNL_ARG_SRC, &s->x_md, a->in[0]->data) ||
+                 cpu_exec_arg(&s->f, n, DNNL_ARG_WEIGHTS, &s->wt_md, a->param[0]->data) ||
+                 (s->has_bias && cpu_exec_arg(&s->f, n, DNNL_ARG_BIAS, &s->b_md, a->param[1]->data)) ||
+                 cpu_exec_arg(&s->f, n, DNNL_ARG_DST, &s->y_md, a->out->data) ||
+                 cpu_exec_scratchpad(&s->f, n, s->fwd_pd, fs)
+             ? -1
+             : 0;
+}
+
+/* y[N, OUT] = x[N, IN] W^T + b: W^T is the plain [OUT, IN] weights read by column. */
+static int make_forward(gemm_node *s) {
+  dnnl_dims_t xd = {s->n, s->in}, wd = {s->in, s->out}, ws = {1, s->in}, yd = {s->n, s->out}, bd = {1, s->out};
+  DNNL_TRY(dnnl_memory_desc_init_by_tag(&s->x_md, 2, xd, dnnl_f32, dnnl_ab));
+  DNNL_TRY(dnnl_memory_desc_init_by_strides(&s->wt_md, 2, wd, dnnl_f32, ws));
+  DNNL_TRY(dnnl_memory_desc_init_by_tag(&s->y_md, 2, yd, dnnl_f32, dnnl_ab));
+  DNNL_TRY(dnnl_memory_desc_init_by_tag(&s->b_md, 2, bd, dnnl_f32, dnnl_ab));
+  return cpu_matmul_make(&s->base, &s->x_md, &s->wt_md, s->has_bias ? &s->b_md : NULL, &s->y_md, 0, &s->fwd_pd,
+                         &s->fwd);
 }
 
 static const cpu_vt gemm_vt = {gemm_forward, gemm_backward, gemm_bind, NULL};
@@ -75,11 +91,13 @@ int cpu_linear_gemm_prepare(sp_op_prep *p) {
     cpu_node_free(&s->base);
     return -1;
   }
+  if (make_forward(s)) { /* no fast matmul: the inner product (linear.c) */
+    sp_error_clear();
+    cpu_node_free(&s->base);
+    return 1;
+  }
   p->saved_bytes = 0;
   p->param_grad_overwrites = s->has_bias ? 3u : 1u;
-  p->fwd_scratch_bytes = 0;
-  p->bwd_scratch_bytes = 0;
-  cpu_report(p, &s->base);
-  return 0;
+  return cpu_report_scratch(p, &s->base, cpu_scratchpad_bytes(s->fwd_pd), 0);
 }
 #endif
