@@ -1,7 +1,8 @@
 /* The weight gradient of 1x1 convolutions on 16-channel blocked bf16
  * activations (backends/cpu/conv_dw_blocked.c): the kernel against a double
  * sum of the same bf16 products (odd positions per image, chunks across
- * images, both thread splits, written and added, one and two threads), a
+ * images, both thread splits, written and added, one and two threads; 16
+ * columns, 8 rows from padded blocks, 8 -> 32 with the roles swapped), a
  * bf16 training step with and without it, and where a plan takes it. */
 #include <math.h>
 #include <stdlib.h>
@@ -12,10 +13,15 @@
 #include "backends/cpu/cpu.h"
 #include "core/bf16.h"
 
-/* An N x C x H x W tensor in aBcd16b, random values in [-2, 2). */
+/* Channels of aBcd16b: a last block of 8 is padded to 16. */
+static int64_t padded(int64_t c) { return (c + 15) / 16 * 16; }
+
+/* An N x C x H x W tensor in aBcd16b, random values in [-2, 2), padding
+ * lanes too (the kernel must not read them). */
 static uint16_t *blocked_random(int64_t n, int64_t c, int64_t hw, unsigned *seed) {
-  uint16_t *t = malloc(sizeof(uint16_t) * (size_t)(n * c * hw) + 64);
-  for (int64_t i = 0; i < n * c * hw; i++) t[i] = sp_bf16_round(4.0f * (float)rand_r(seed) / (float)RAND_MAX - 2.0f);
+  const int64_t count = n * padded(c) * hw;
+  uint16_t *t = malloc(sizeof(uint16_t) * (size_t)count + 64);
+  for (int64_t i = 0; i < count; i++) t[i] = sp_bf16_round(4.0f * (float)rand_r(seed) / (float)RAND_MAX - 2.0f);
   return t;
 }
 
@@ -23,7 +29,7 @@ static uint16_t *blocked_random(int64_t n, int64_t c, int64_t hw, unsigned *seed
 static double side_at(const cpu_dwb_side *d, int64_t n, int64_t ch, int64_t y, int64_t x, int64_t i, int64_t j) {
   const int64_t ty = y * d->sy + i * d->dy + d->oy, tx = x * d->sx + j * d->dx + d->ox;
   if (ty < 0 || ty >= d->h || tx < 0 || tx >= d->w) return 0.0;
-  return sp_bf16_widen(d->t[((n * (d->c / 16) + ch / 16) * d->h * d->w + ty * d->w + tx) * 16 + ch % 16]);
+  return sp_bf16_widen(d->t[((n * (padded(d->c) / 16) + ch / 16) * d->h * d->w + ty * d->w + tx) * 16 + ch % 16]);
 }
 
 /* Each case against the double sum, written (from NaN) and added (onto 0.5),
@@ -101,6 +107,17 @@ static void kernel_against_double(void **st) {
   check_shape("7x7 stride 2", conv_shape(1, 32, 12, 11, 16, 7, 2, 3, 1));
   check_shape("deconv 2x2", deconv_shape(2, 16, 5, 3, 32, 2));
   check_shape("deconv 2x2 rows", deconv_shape(2, 256, 3, 3, 256, 2));
+  /* 16-channel layers: a last 16 columns alone; 8 rows from a padded block. */
+  check_shape("3x3 16 columns", conv_shape(2, 16, 9, 7, 32, 3, 1, 1, 1));
+  check_shape("1x1 48 columns", conv_shape(3, 48, 5, 5, 16, 1, 1, 0, 1));
+  check_shape("1x1 8 rows", conv_shape(2, 32, 7, 5, 8, 1, 1, 0, 1));
+  check_shape("3x3 8 rows 16 columns", conv_shape(2, 16, 9, 9, 8, 3, 1, 1, 1));
+  check_shape("3x3 24 rows", conv_shape(2, 32, 6, 5, 24, 3, 2, 1, 1));
+  check_shape("deconv 2x2 16 columns", deconv_shape(2, 32, 5, 3, 16, 2));
+  /* 8 -> 32, 1x1: the roles swapped (rows: the 8 input channels), dW
+   * [OC][IC] written by column, as conv.c builds it. */
+  const cpu_dwb_side x8 = {NULL, 8, 6, 5, 1, 1, 0, 0, 0, 0}, y32 = {NULL, 32, 6, 5, 1, 1, 0, 0, 0, 0};
+  check_shape("1x1 8 -> 32 swapped", (cpu_dwb_shape){3, 6, 5, 1, 1, y32, x8, 1, 8, 1});
 }
 
 /* No positions: a fresh gradient is zero, an accumulated one unchanged
@@ -174,7 +191,7 @@ static int outcome(const void *state, int ok_layouts) {
 /* A bf16 training convolution on a blocked input takes the kernel where
  * the channels fit and its layouts are blocks; not with a bias or 16 input
  * channels. */
-static int taken(int ic, int oc, int k, int stride, int bias) {
+static int taken_if(int ic, int oc, int k, int stride, int bias, int ok_layouts) {
   dnnl_memory_desc_t md;
   const int64_t h = 9, w = 7, oh = (h - 1) / stride + 1, ow = (w - 1) / stride + 1;
   dnnl_dims_t dims = {2, ic, h, w};
@@ -183,10 +200,11 @@ static int taken(int ic, int oc, int k, int stride, int bias) {
   sp_op_prep p = cmp_conv_prep(&sp_op_conv2d, &at, sp_shape4(2, ic, h, w), sp_shape4(2, oc, oh, ow),
                                sp_shape4(oc, ic, k, k), bias, 1, &md);
   assert_int_equal(cpu_conv_prepare(&p), 0);
-  const int r = outcome(p.state, 1);
+  const int r = outcome(p.state, ok_layouts);
   cpu_node_free(p.state);
   return r;
 }
+static int taken(int ic, int oc, int k, int stride, int bias) { return taken_if(ic, oc, k, stride, bias, 1); }
 
 /* The same for a transposed convolution: kernel = stride without padding. */
 static int taken_deconv(int ic, int oc, int k, int stride, int pad) {
@@ -214,7 +232,17 @@ static void taken_where_it_applies(void **st) {
     if (r != -1) assert_int_equal(r, fits);
   }
   assert_true(taken(64, 32, 1, 1, 1) <= 0); /* bias: oneDNN's */
-  assert_true(taken(16, 32, 3, 1, 0) <= 0); /* 16 input channels: not a multiple of 32 */
+  /* 16 input channels, 8 output channels, 8 -> 32 1x1 (swapped): taken
+   * where oneDNN keeps blocks (for fewer than 16 input channels its forward
+   * may read plain NCHW). */
+  const int narrow[][5] = {{16, 32, 3, 1, 0}, {32, 8, 1, 1, 0}, {8, 32, 1, 1, 0}, {16, 16, 1, 1, 0}};
+  for (size_t i = 0; i < sizeof narrow / sizeof narrow[0]; i++) {
+    const int r = taken_if(narrow[i][0], narrow[i][1], narrow[i][2], narrow[i][3], narrow[i][4], 0);
+    if (r != -1) assert_int_equal(r, fits);
+  }
+  assert_true(taken_if(8, 8, 3, 1, 0, 0) <= 0);   /* 8 input channels, 3x3: oneDNN's */
+  assert_true(taken_if(16, 16, 3, 1, 0, 0) <= 0); /* taps over few channels: oneDNN's */
+  assert_true(taken_if(8, 32, 3, 1, 0, 0) <= 0); /* ... and no swap beyond 1x1 */
   const int d = taken_deconv(32, 64, 2, 2, 0);
   if (d >= 0) assert_int_equal(d, fits);
   assert_true(taken_deconv(32, 64, 3, 2, 1) <= 0); /* kernel != stride */

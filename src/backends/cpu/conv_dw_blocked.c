@@ -24,8 +24,8 @@
  * chunk of positions is turned into such pairs once per tap (A for every
  * block, B for this thread's rows), then tiles of R rows x 32 columns stay
  * in registers: per pair, two A vectors and R broadcast B pairs make 2R dot
- * products. Sums go into f32 per tap (dW itself for a 1x1 convolution), as
- * oneDNN's do. Threads split the positions when dW is small (each its own
+ * products (a last 16 columns alone: 16-channel layers). Sums go into f32
+ * per tap (dW itself for a 1x1 convolution), as oneDNN's do. Threads split the positions when dW is small (each its own
  * sums, added in thread order at the end: no dependence on timing), else
  * dW's rows. */
 #ifdef SPRY_HAVE_DNNL
@@ -57,9 +57,11 @@ static int64_t chunk_positions(int64_t cols) {
   return c & ~(int64_t)1;
 }
 
+/* Rows come 8 at a time from a block's lanes (an 8-channel layer's block
+ * is half padding, never read); columns are whole blocks. */
 int cpu_dw_blocked_fits(int64_t rows, int64_t cols) {
 #ifdef __AVX512BF16__
-  return cpu_conv_use_dw_blocked && rows > 0 && cols > 0 && rows % BLOCK == 0 && cols % (2 * BLOCK) == 0;
+  return cpu_conv_use_dw_blocked && rows > 0 && cols > 0 && rows % R == 0 && cols % BLOCK == 0;
 #else
   (void)rows, (void)cols;
   return 0;
@@ -67,6 +69,8 @@ int cpu_dw_blocked_fits(int64_t rows, int64_t cols) {
 }
 
 static int64_t taps_of(const cpu_dwb_shape *s) { return s->kh * s->kw; }
+/* Blocks of a side: 8 channels still take a whole (padded) block. */
+static int64_t blocks_of(const cpu_dwb_side *d) { return (d->c + BLOCK - 1) / BLOCK; }
 static int64_t values_of(const cpu_dwb_shape *s) { return s->b.c * s->a.c * taps_of(s); }
 static int split_positions(const cpu_dwb_shape *s) { return values_of(s) <= SPLIT_POSITIONS_MAX; }
 /* A 1x1 convolution's sums go straight into dW (rows of columns). */
@@ -75,7 +79,7 @@ static int direct(const cpu_dwb_shape *s) { return taps_of(s) == 1 && s->col_str
  * holds one or two), for every block of both sides. */
 static size_t pair_bytes(const cpu_dwb_shape *s) {
   const int64_t chunk = chunk_positions(s->a.c);
-  return (size_t)((s->a.c + s->b.c) / BLOCK * chunk * 64 + 2 * chunk * (int64_t)sizeof(int64_t) + 64);
+  return (size_t)((blocks_of(&s->a) + blocks_of(&s->b)) * chunk * 64 + 2 * chunk * (int64_t)sizeof(int64_t) + 64);
 }
 /* Sum arrays (taps x rows x columns f32): one per thread when threads split
  * the positions (the first is dW where direct), else one shared. */
@@ -108,7 +112,7 @@ static int identity(const cpu_dwb_side *d, const cpu_dwb_shape *s) {
  * padding or for an image's odd last position. Returns the pair count. */
 static int64_t pair_offsets(const cpu_dwb_side *d, const cpu_dwb_shape *s, int64_t i, int64_t j, int64_t g0, int64_t g1,
                             int64_t *at) {
-  const int64_t nb = d->c / BLOCK, hw = s->gh * s->gw, plane = d->h * d->w;
+  const int64_t nb = blocks_of(d), hw = s->gh * s->gw, plane = d->h * d->w;
   int64_t n = g0 / hw, y = g0 % hw / s->gw, x = g0 % s->gw, k = 0;
   for (int64_t g = g0; g < g1; k++) {
     at[2 * k] = at[2 * k + 1] = -1;
@@ -128,7 +132,7 @@ static int64_t pair_offsets(const cpu_dwb_side *d, const cpu_dwb_shape *s, int64
  * image's odd last position pairs with zero). Returns the count. */
 static int64_t pairs_of_block(const cpu_dwb_side *d, const cpu_dwb_shape *s, int64_t b, const int64_t *at, int64_t kp,
                               int64_t g0, int64_t g1, __m512i *out) {
-  const int64_t nb = d->c / BLOCK, hw = s->gh * s->gw, plane = d->h * d->w;
+  const int64_t nb = blocks_of(d), hw = s->gh * s->gw, plane = d->h * d->w;
   int64_t k = 0;
   if (!at) {
     for (int64_t g = g0; g < g1;) {
@@ -160,29 +164,30 @@ static int64_t pairs_of_block(const cpu_dwb_side *d, const cpu_dwb_shape *s, int
   return k;
 }
 
-/* t[r][c] over rows r0 .. r0 + R - 1, columns c0 .. c0 + 31, over kp pairs:
- * b holds the pairs of r0's block (lane r % 16 of each), a0 / a1 the two
- * column blocks. first: start from zero instead of t. */
+/* t[r][c] over rows r0 .. r0 + R - 1, columns c0 .. c0 + 16 nc - 1, over kp
+ * pairs: b holds the pairs of r0's block (lane r % 16 of each), a0 / a1 the
+ * column blocks (a1 unread where nc is 1). first: start from zero instead
+ * of t. nc is a constant where called. */
 INLINE void tile(const __m512i *b, int lane0, const __m512i *a0, const __m512i *a1, int64_t kp, float *t,
-                 int64_t row_stride, int first) {
+                 int64_t row_stride, int first, const int nc) {
   __m512 acc[R][2];
   VEC_UNROLL
   for (int r = 0; r < R; r++)
-    for (int j = 0; j < 2; j++)
+    for (int j = 0; j < nc; j++)
       acc[r][j] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(t + r * row_stride + j * BLOCK);
   for (int64_t k = 0; k < kp; k++) {
-    const __m512bh x0 = (__m512bh)a0[k], x1 = (__m512bh)a1[k];
+    const __m512bh x0 = (__m512bh)a0[k], x1 = nc == 2 ? (__m512bh)a1[k] : x0;
     const int32_t *pair = (const int32_t *)&b[k] + lane0;
     VEC_UNROLL
     for (int r = 0; r < R; r++) {
       const __m512bh v = (__m512bh)_mm512_set1_epi32(pair[r]);
       acc[r][0] = _mm512_dpbf16_ps(acc[r][0], x0, v);
-      acc[r][1] = _mm512_dpbf16_ps(acc[r][1], x1, v);
+      if (nc == 2) acc[r][1] = _mm512_dpbf16_ps(acc[r][1], x1, v);
     }
   }
   VEC_UNROLL
   for (int r = 0; r < R; r++)
-    for (int j = 0; j < 2; j++) _mm512_storeu_ps(t + r * row_stride + j * BLOCK, acc[r][j]);
+    for (int j = 0; j < nc; j++) _mm512_storeu_ps(t + r * row_stride + j * BLOCK, acc[r][j]);
 }
 
 /* The chunks [c_lo, c_hi) for the tile rows [g0, g1) (R rows each), into
@@ -194,7 +199,7 @@ static void run_chunks(const cpu_dwb_shape *s, int64_t c_lo, int64_t c_hi, int64
                 total = s->n * s->gh * s->gw;
   const int a_in_place = identity(&s->a, s), b_in_place = identity(&s->b, s); /* the latter: the same at every tap */
   __m512i *ap = pairs, *bp = pairs + nab * chunk;
-  int64_t *at = (int64_t *)(bp + s->b.c / BLOCK * chunk);
+  int64_t *at = (int64_t *)(bp + blocks_of(&s->b) * chunk);
   for (int64_t c = c_lo; c < c_hi; c++) {
     const int64_t p0 = c * chunk, p1 = p0 + chunk < total ? p0 + chunk : total;
     for (int64_t i = 0; i < s->kh; i++)
@@ -210,9 +215,13 @@ static void run_chunks(const cpu_dwb_shape *s, int64_t c_lo, int64_t c_hi, int64
         float *t = sums + (i * s->kw + j) * rows * cols;
         for (int64_t g = g0; g < g1; g++) {
           const int64_t r = g * R, blk = r / BLOCK;
-          for (int64_t col = 0; col < cols; col += 2 * BLOCK)
-            tile(bp + blk * chunk, (int)(r % BLOCK), ap + (col / BLOCK) * chunk, ap + (col / BLOCK + 1) * chunk, kp,
-                 t + r * cols + col, cols, first && c == c_lo);
+          const __m512i *b_blk = bp + blk * chunk;
+          const int lane0 = (int)(r % BLOCK), fst = first && c == c_lo;
+          int64_t col = 0;
+          for (; col + 2 * BLOCK <= cols; col += 2 * BLOCK)
+            tile(b_blk, lane0, ap + (col / BLOCK) * chunk, ap + (col / BLOCK + 1) * chunk, kp, t + r * cols + col, cols,
+                 fst, 2);
+          if (col < cols) tile(b_blk, lane0, ap + (col / BLOCK) * chunk, NULL, kp, t + r * cols + col, cols, fst, 1);
         }
       }
   }
