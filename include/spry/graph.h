@@ -46,6 +46,9 @@ const char *sp_graph_error(const sp_graph *g);
 /* Records a build error (the first one is kept) and returns -1; for model builders. */
 int sp_graph_fail(sp_graph *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int sp_graph_node_count(const sp_graph *g);
+/* Node i's full name ("decoder.4.block.conv2"; a graph input's own name), or
+ * NULL out of range. */
+const char *sp_graph_node_name(const sp_graph *g, int i);
 
 /* Name scopes prefix parameter and node names: "stage2" + "0" + "conv" ->
  * "stage2.0.conv.weight". printf-style. */

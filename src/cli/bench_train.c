@@ -24,6 +24,7 @@ typedef struct {
   double bucket_mb;     /* under mpirun: gradient bucket size */
   const char *compress; /* under mpirun: none | bf16 gradients on the wire */
   int sync_only;        /* under mpirun: meet once per step, exchange no gradients */
+  int profile_nodes;    /* --profile-nodes: and a line per node */
 } bench_opts;
 
 /* Data-parallel figures of the train bench (a world of 1 without mpirun). */
@@ -37,9 +38,11 @@ static void usage(FILE *f) {
           "usage: spry bench train [--model M] [--backend ref|cpu] [--batch B] [--threads T]\n"
           "                        [--dtype f32|bf16] [--size S|HxW] [--steps N] [--warmup W]\n"
           "                        [--keypoints K] [--channels C] [--segments S] [--infer] [--profile]\n"
+          "                        [--profile-nodes]\n"
           "                        [--sync-bn] [--bucket-mb MB] [--compress none|bf16] [--sync-only]\n"
           "                        (--infer: frozen inference at batch 1 and 64, one process; --profile:\n"
           "                        time per op kind, forward and backward, or forward per batch;\n"
+          "                        --profile-nodes: and a line per node that ran, slowest first;\n"
           "                        under mpirun: --batch is per rank; --sync-only: the ranks meet once\n"
           "                        per step with an 8-byte all-reduce and exchange no gradients, which\n"
           "                        measures what lock-step alone costs)\n"
@@ -57,7 +60,7 @@ static int parse(int argc, char **argv, bench_opts *o) {
                     0,          0,
                     8,          0,
                     4.0,        "none",
-                    0};
+                    0,          0};
   for (int i = 1; i < argc; i++) {
     const char *size = NULL;
     int r = 0;
@@ -77,6 +80,7 @@ static int parse(int argc, char **argv, bench_opts *o) {
         (r = sp_arg_int(argc, argv, &i, "--channels", 1, 4, &o->channels)) ||
         (r = sp_arg_int(argc, argv, &i, "--segments", 1, 1024, &o->segments)) ||
         (r = sp_arg_flag(argv, i, "--infer", &o->infer)) || (r = sp_arg_flag(argv, i, "--profile", &o->profile)) ||
+        (r = sp_arg_flag(argv, i, "--profile-nodes", &o->profile_nodes)) ||
         (r = sp_arg_flag(argv, i, "--sync-bn", &o->sync_bn)) ||
         (r = sp_arg_flag(argv, i, "--sync-only", &o->sync_only))) {
       if (r < 0) return -1;
@@ -104,6 +108,7 @@ static int parse(int argc, char **argv, bench_opts *o) {
     usage(stderr);
     return -1;
   }
+  if (o->profile_nodes) o->profile = 1;
   if (sp_backend_parse(o->backend_name, &o->backend) != 0) {
     fprintf(stderr, "spry bench train: %s\n", sp_last_error());
     return -1;
@@ -199,7 +204,59 @@ typedef struct {
   double steps_total; /* wall time of the profiled steps */
 } step_profile;
 
-static void print_profile(const bench_opts *o, int batch, const sp_plan *p, int n_nodes, int steps,
+/* --profile-nodes: each node that ran (absorbed ones ran in their host),
+ * slowest first, with its name and output shape: where a model's time goes
+ * layer by layer. */
+static void print_profile_nodes(const bench_opts *o, int batch, const sp_graph *g, const sp_plan *p, int n_nodes,
+                                int steps) {
+  int *order = sp_xmalloc(sizeof(int) * (size_t)(n_nodes ? n_nodes : 1));
+  double *t = sp_xmalloc(sizeof(double) * (size_t)(n_nodes ? n_nodes : 1));
+  int n = 0;
+  for (int i = 0; i < n_nodes; i++) {
+    double f, b;
+    const char *op;
+    sp_plan_profile(p, i, &f, &b, &op);
+    t[i] = f + b;
+    if (t[i] > 0) order[n++] = i;
+  }
+  for (int a = 1; a < n; a++) /* insertion sort: a few hundred nodes */
+    for (int k = a; k > 0 && t[order[k]] > t[order[k - 1]]; k--) {
+      const int x = order[k];
+      order[k] = order[k - 1], order[k - 1] = x;
+    }
+  for (int k = 0; k < n; k++) {
+    const int i = order[k];
+    double f, b;
+    const char *op;
+    sp_plan_profile(p, i, &f, &b, &op);
+    const sp_shape *sh = sp_plan_shape(p, i);
+    char shape[96] = "";
+    for (int d = 0; sh && d < sh->ndim; d++) {
+      const size_t len = strlen(shape);
+      snprintf(shape + len, sizeof shape - len, "%s%lld", d ? "x" : "", (long long)sh->d[d]);
+    }
+    const char *name = sp_graph_node_name(g, i);
+    sp_json_buf j;
+    sp_json_buf_init(&j);
+    sp_json_obj_begin(&j);
+    sp_json_key(&j, "bench"), sp_json_str(&j, o->infer ? "infer_profile_node" : "train_profile_node");
+    sp_json_key(&j, "model"), sp_json_str(&j, o->model);
+    if (o->infer) sp_json_key(&j, "batch"), sp_json_int(&j, batch);
+    sp_json_key(&j, "node"), sp_json_int(&j, i);
+    sp_json_key(&j, "name"), sp_json_str(&j, name ? name : "");
+    sp_json_key(&j, "op"), sp_json_str(&j, op);
+    sp_json_key(&j, "out"), sp_json_str(&j, shape);
+    sp_json_key(&j, "fwd_ms_per_step"), sp_json_f64(&j, 1e3 * f / steps);
+    sp_json_key(&j, "bwd_ms_per_step"), sp_json_f64(&j, 1e3 * b / steps);
+    sp_json_obj_end(&j);
+    printf("%s\n", j.s);
+    sp_json_buf_free(&j);
+  }
+  free(order);
+  free(t);
+}
+
+static void print_profile(const bench_opts *o, int batch, const sp_graph *g, const sp_plan *p, int n_nodes, int steps,
                           const step_profile *sp) {
   const char *kinds[64];
   double fwd[64] = {0}, bwd[64] = {0};
@@ -232,6 +289,7 @@ static void print_profile(const bench_opts *o, int batch, const sp_plan *p, int 
                        "before forward: parameter gradients cleared (sp_plan_zero_grad: those a first writer "
                        "overwrites are only marked)");
   }
+  if (o->profile_nodes) print_profile_nodes(o, batch, g, p, n_nodes, steps);
   /* What the lines above account for, against the mean step they come from
    * (the train line gives the median step, which a noisy step moves less). */
   sp_json_buf b;
@@ -364,7 +422,7 @@ static int run_train(const bench_opts *o) {
   /* Ranks step in lock-step (every step waits for all gradients), so rank
    * 0's time is the job's; it alone prints. */
   if (rank == 0) print_line(o, "train", o->batch, sp_median(times, o->steps), flops);
-  if (o->profile && rank == 0) print_profile(o, o->batch, p, sp_graph_node_count(g), o->steps, &prof);
+  if (o->profile && rank == 0) print_profile(o, o->batch, g, p, sp_graph_node_count(g), o->steps, &prof);
   sp_grad_reducer_free(red);
   free(slot_of);
   free(times);
@@ -406,7 +464,7 @@ static int run_infer(const bench_opts *o) {
     }
     sp_backend_time_reorders(0);
     print_line(o, "infer", batches[b], sp_median(times, o->steps), sp_plan_forward_flops(p));
-    if (o->profile) print_profile(o, batches[b], p, sp_graph_node_count(g), o->steps, &prof);
+    if (o->profile) print_profile(o, batches[b], g, p, sp_graph_node_count(g), o->steps, &prof);
     free(times);
     sp_plan_free(p);
   }

@@ -70,6 +70,7 @@ int sp_graph_fail(sp_graph *g, const char *fmt, ...) {
 
 const char *sp_graph_error(const sp_graph *g) { return g->error; }
 int sp_graph_node_count(const sp_graph *g) { return g->n_nodes; }
+const char *sp_graph_node_name(const sp_graph *g, int i) { return i >= 0 && i < g->n_nodes ? g->nodes[i].name : NULL; }
 
 int sp_graph_value_param(const sp_graph *g, sp_value v, int i) {
   if (v < 0 || v >= g->n_nodes || i < 0 || i >= g->nodes[v].n_param) return -1;

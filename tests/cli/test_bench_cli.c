@@ -163,6 +163,42 @@ static void infer_profile_accounts_for_the_forward(void **state) {
   assert_int_equal(conv, 2);
 }
 
+/* --profile-nodes: the op-kind lines, then a line per node that ran,
+ * slowest first, named, whose times add up to the op kinds'. */
+static void profile_nodes_add_up(void **state) {
+  (void)state;
+  static char out[65536];
+  const char *args = "bench train --model vgg-face --batch 2 --size 32 --steps 2 --warmup 1 --threads 1 --profile-nodes";
+  int rc = sp_test_run_cli(args, 0, out, sizeof out);
+  if (rc == -1) skip();
+  if (rc != 0) fail_msg("spry %s: exit status %d, output: %s", args, rc, out);
+  double kinds = 0, nodes = 0, last = INFINITY;
+  int n_nodes = 0, fc1 = 0;
+  for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
+    sp_json *j = sp_json_parse(line, strlen(line), strlen(line) + 1);
+    if (!j) fail_msg("not JSON: %s", line);
+    const char *bench = sp_json_as_string(sp_json_get(j, "bench")), *op = sp_json_as_string(sp_json_get(j, "op"));
+    if (!strcmp(bench, "train_profile") && strcmp(op, "reorders") && strcmp(op, "optimizer") && strcmp(op, "zero_grad"))
+      kinds += num(j, "fwd_ms_per_step") + num(j, "bwd_ms_per_step");
+    if (!strcmp(bench, "train_profile_node")) {
+      const double t = num(j, "fwd_ms_per_step") + num(j, "bwd_ms_per_step");
+      assert_true(t > 0 && t <= last);
+      last = t, nodes += t, n_nodes++;
+      const char *name = sp_json_as_string(sp_json_get(j, "name"));
+      assert_non_null(name);
+      if (!strcmp(name, "fc1")) {
+        fc1++;
+        assert_string_equal(op, "linear");
+        assert_string_equal(sp_json_as_string(sp_json_get(j, "out")), "2x1024");
+      }
+    }
+    sp_json_free(j);
+  }
+  assert_true(n_nodes > 5);
+  assert_int_equal(fc1, 1);
+  assert_true(fabs(nodes - kinds) <= 1e-6 * kinds + 1e-9);
+}
+
 /* Under mpirun (when the build has MPI): rank 0 alone prints, one line whose
  * images_per_s counts both ranks, and each step all-reduces every gradient
  * once (bytes = parameter bytes); --sync-only meets once per step and sends
@@ -274,6 +310,7 @@ int main(void) {
       cmocka_unit_test(peak_reports_this_machine),
       cmocka_unit_test(tshift_bench_checks_its_output),
       cmocka_unit_test(train_profile_accounts_for_the_step), cmocka_unit_test(infer_profile_accounts_for_the_forward),
+      cmocka_unit_test(profile_nodes_add_up),
       cmocka_unit_test(train_under_mpirun_counts_every_rank),
       cmocka_unit_test(bad_options_are_refused),
       cmocka_unit_test(data_cache_leaves_nothing_behind),

@@ -204,6 +204,11 @@ static void shape_errors_name_the_node(void **state) {
   sp_graph_push_scope(g, "stage2");
   x = sp_linear(g, sp_flatten(g, x), "fc", 100, 10, 1);
   sp_graph_pop_scope(g);
+  /* Node names carry the scope (the profile's per-node lines show them). */
+  assert_string_equal(sp_graph_node_name(g, x), "stage2.fc");
+  assert_string_equal(sp_graph_node_name(g, 0), "image");
+  assert_null(sp_graph_node_name(g, sp_graph_node_count(g)));
+  assert_null(sp_graph_node_name(g, -1));
   sp_input_shape s = {"image", sp_shape4(2, 3, 4, 4)};
   assert_null(sp_plan_new(g, 1, &s, SP_BACKEND_REF, 0, 0));
   const char *e = sp_last_error();
