@@ -104,6 +104,7 @@ static void kernel_against_double(void **st) {
   check_shape("3x3 stride 2", conv_shape(2, 32, 9, 9, 32, 3, 2, 1, 1));
   check_shape("3x3 dilation 2", conv_shape(2, 64, 8, 9, 16, 3, 1, 2, 2));
   check_shape("3x3 rows", conv_shape(2, 128, 5, 6, 128, 3, 1, 1, 1));
+  check_shape("3x3 512 stride 2 (2.4 M dW values)", conv_shape(2, 512, 4, 3, 512, 3, 2, 1, 1));
   check_shape("7x7 stride 2", conv_shape(1, 32, 12, 11, 16, 7, 2, 3, 1));
   check_shape("deconv 2x2", deconv_shape(2, 16, 5, 3, 32, 2));
   check_shape("deconv 2x2 rows", deconv_shape(2, 256, 3, 3, 256, 2));

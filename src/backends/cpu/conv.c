@@ -492,12 +492,13 @@ static int dw_blocked_setup(const sp_op_prep *p, conv_node *s, const dnnl_conv_g
     *d = (cpu_dwb_shape){in->d[0], in->d[2], in->d[3], kh, kw, y, x, out->d[1] * kk, kk, 1};
     d->a.sy = kh, d->a.sx = kw, d->a.dy = 1, d->a.dx = 1;
   } else {
-    /* Beyond a million dW values (ResNet's 512-channel 3x3 layers at 7x7)
-     * oneDNN's kernel was faster: there the per-tap sums of each chunk go
-     * through memory (resnet50 bf16 b16, per call: 8.0-8.3 against 6.0-8.3
-     * ms, stride 2 15.8 against 11.1; the 64-256 channel 3x3 layers even). */
-    if (kk > 1 && out->d[1] * in->d[1] * kk > (1 << 20)) return 0;
-    /* Nor for few channels with taps: per tap, working out where each
+    /* Every size: ResNet's 512-channel 3x3 layers at 7x7 (2.4 M dW values,
+     * whose per-tap sums go through memory) were left to oneDNN after per-call
+     * timings in session 30 (8.0-8.3 against 6.0-8.3 ms, stride 2 15.8 against
+     * 11.1); per node, in one run with the kernel of session 31 (resnet50 bf16
+     * b16, five alternating pairs, backward ms a step), oneDNN's stride 2 took
+     * 15.5-18.1 against 12.1-13.4 here, stride 1 11.0-14.4 against 10.6-11.7.
+     * Not for few channels with taps: per tap, working out where each
      * position reads costs more than the few products it feeds (ResUNet-50's
      * 16 -> 16 3x3 at 112x112, bf16 b16: 8.6 ms backward against oneDNN's
      * 4.1; vgg-face's 16 -> 32 3x3 gained, 4.4 -> 3.5). */
