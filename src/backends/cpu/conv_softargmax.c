@@ -65,7 +65,8 @@ typedef struct {
   cpu_node base;
   int64_t n, c, k, kp, h, w, hw; /* kp: k rounded up to 16 (the per-heatmap arrays' stride) */
   int64_t rows, tiles;           /* positions per tile; tiles per image (the last may be shorter) */
-  int64_t rs;                    /* row stride of Lt and dLt: rows rounded up to 16 */
+  int64_t rs;                    /* row stride of Lt and dLt: rows (dense, as the products want) */
+  int64_t rt;                    /* the column and row tables' length: rows + 16 */
   float scale;
   int has_bias, need_dx, need_dw, threads;
   int f32;       /* the plan computes in f32 (else bf16) */
@@ -194,10 +195,11 @@ static inline vi16 first_lanes(int64_t n) {
                        (int)n, (int)n, (int)n, (int)n, (int)n, (int)n, (int)n, (int)n};
 }
 
-/* The tile's positions' columns and rows as floats, rs of each. */
+/* The tile's positions' columns and rows as floats, rt of each (a last
+ * vector's lanes past the tile read finite values, masked after). */
 static void tile_coords(const csam_node *s, int64_t p0, float *jc, float *ic) {
   int64_t i = p0 / s->w, j = p0 % s->w;
-  for (int64_t r = 0; r < s->rs; r++) {
+  for (int64_t r = 0; r < s->rt; r++) {
     jc[r] = (float)j, ic[r] = (float)i;
     if (++j == s->w) j = 0, i++;
   }
@@ -282,7 +284,7 @@ static void csam_forward(cpu_node *nd, const sp_op_args *a) {
   {
     const int t = omp_get_thread_num();
     char *ts = thread_region(s, sc, t);
-    float *l = (float *)(ts + s->t_l), *jc = (float *)(ts + s->t_ij), *ic = jc + s->rs;
+    float *l = (float *)(ts + s->t_l), *jc = (float *)(ts + s->t_ij), *ic = jc + s->rt;
 #pragma omp for schedule(static)
     for (int64_t u = 0; u < s->n * s->tiles; u++) {
       int64_t p0, np;
@@ -315,7 +317,8 @@ static void backward_coefs(const csam_node *s, const csam_stat *st, const float 
 
 /* One tile's logit gradient dLt in the plan's precision (positions past np
  * zero, so the products see no stale values) and its row sums added into
- * db. */
+ * db. Rows go in order: a row's last vector may write zeros into the next
+ * row's start, which that row then writes. */
 static void tile_grad(const csam_node *s, const float *lt, const float *b, const float *cf, const float *jc,
                       const float *ic, int64_t np, void *dl, double *db) {
   const int64_t kp = s->kp, full = np / 16 * 16;
@@ -381,7 +384,7 @@ static void backward_tile(const csam_node *s, const sp_op_args *a, int t, int64_
                           const float *coef, int dx, int dw, int accumulate) {
   char *ts = thread_region(s, a->scratch, t);
   const tile_exec *te = &s->te[t];
-  float *l = (float *)(ts + s->t_l), *jc = (float *)(ts + s->t_ij), *ic = jc + s->rs;
+  float *l = (float *)(ts + s->t_l), *jc = (float *)(ts + s->t_ij), *ic = jc + s->rt;
   void *dl = ts + s->t_dl;
   int64_t p0, np;
   const int64_t img = u / s->tiles;
@@ -518,13 +521,15 @@ static void place_scratch(csam_node *s) {
   s->o_coef = cpu_take(&used, sizeof(float) * (size_t)(s->n * 5 * s->kp));
   s->o_stats = cpu_take(&used, sizeof(csam_stat) * (size_t)(s->n * s->kp));
   s->o_threads = cpu_take(&used, 0);
-  s->t_l = cpu_take(&t, sizeof(float) * (size_t)(s->rs * s->k));
+  /* A row's last vector may read (and dLt's write) up to 15 values into the
+   * next row, or past the last one: 16 values of slack. */
+  s->t_l = cpu_take(&t, sizeof(float) * (size_t)(s->rs * s->k + 16));
   s->t_x = cpu_take(&t, s->es * (size_t)(s->rows * s->c));
-  s->t_dl = cpu_take(&t, s->es * (size_t)(s->rs * s->k));
+  s->t_dl = cpu_take(&t, s->es * (size_t)(s->rs * s->k + 16));
   s->t_dx = cpu_take(&t, s->es * (size_t)(s->rows * s->c));
   s->t_dw = cpu_take(&t, sizeof(float) * (size_t)(s->kp * s->c));
   s->t_db = cpu_take(&t, sizeof(double) * (size_t)s->kp);
-  s->t_ij = cpu_take(&t, sizeof(float) * (size_t)(2 * s->rs));
+  s->t_ij = cpu_take(&t, sizeof(float) * (size_t)(2 * s->rt));
   s->t_pad = cpu_take(&t, cpu_md_bytes(&s->pad_md));
   s->thread_bytes = cpu_take(&t, 0);
 }
@@ -543,7 +548,7 @@ static int setup(sp_op_prep *p, csam_node *s, const dnnl_memory_desc_t *x) {
   s->threads = omp_get_max_threads();
   s->tiles = (s->hw + TILE_ROWS - 1) / TILE_ROWS;
   s->rows = (s->hw + s->tiles - 1) / s->tiles; /* as even as the tiles can be */
-  s->rs = (s->rows + 15) / 16 * 16;
+  s->rs = s->rows, s->rt = s->rows + 16;
   if (make_products(s) || make_tile_execs(s)) return -1;
   place_scratch(s);
   if (p->frozen && !p->run_backward) {
