@@ -179,14 +179,22 @@ static void print_line(const bench_opts *o, const char *bench, int batch, double
 /* Seconds in the fast backend's reorders so far (0 without oneDNN). */
 static double reorder_seconds(void) { return sp_backend_reorder_seconds(); }
 
+/* Opens a profile line: "train_profile<suffix>" (or "infer_..."), the model
+ * and, for inference, the batch. */
+static void profile_line_begin(sp_json_buf *b, const bench_opts *o, int batch, const char *suffix) {
+  char bench[48];
+  snprintf(bench, sizeof bench, "%s_profile%s", o->infer ? "infer" : "train", suffix);
+  sp_json_buf_init(b);
+  sp_json_obj_begin(b);
+  sp_json_key(b, "bench"), sp_json_str(b, bench);
+  sp_json_key(b, "model"), sp_json_str(b, o->model);
+  if (o->infer) sp_json_key(b, "batch"), sp_json_int(b, batch);
+}
+
 static void print_profile_line(const bench_opts *o, int batch, const char *op, double fwd_s, double bwd_s, int steps,
                                const char *note) {
   sp_json_buf b;
-  sp_json_buf_init(&b);
-  sp_json_obj_begin(&b);
-  sp_json_key(&b, "bench"), sp_json_str(&b, o->infer ? "infer_profile" : "train_profile");
-  sp_json_key(&b, "model"), sp_json_str(&b, o->model);
-  if (o->infer) sp_json_key(&b, "batch"), sp_json_int(&b, batch);
+  profile_line_begin(&b, o, batch, "");
   sp_json_key(&b, "op"), sp_json_str(&b, op);
   sp_json_key(&b, "fwd_ms_per_step"), sp_json_f64(&b, 1e3 * fwd_s / steps);
   sp_json_key(&b, "bwd_ms_per_step"), sp_json_f64(&b, 1e3 * bwd_s / steps);
@@ -204,55 +212,47 @@ typedef struct {
   double steps_total; /* wall time of the profiled steps */
 } step_profile;
 
+typedef struct {
+  int node;
+  double fwd, bwd;
+  const char *op;
+} node_time;
+
+static int slower_first(const void *a, const void *b) {
+  const double x = ((const node_time *)a)->fwd + ((const node_time *)a)->bwd;
+  const double y = ((const node_time *)b)->fwd + ((const node_time *)b)->bwd;
+  return x < y ? 1 : x > y ? -1 : 0;
+}
+
 /* --profile-nodes: each node that ran (absorbed ones ran in their host),
  * slowest first, with its name and output shape: where a model's time goes
  * layer by layer. */
 static void print_profile_nodes(const bench_opts *o, int batch, const sp_graph *g, const sp_plan *p, int n_nodes,
                                 int steps) {
-  int *order = sp_xmalloc(sizeof(int) * (size_t)(n_nodes ? n_nodes : 1));
-  double *t = sp_xmalloc(sizeof(double) * (size_t)(n_nodes ? n_nodes : 1));
+  node_time *t = sp_xmalloc(sizeof *t * (size_t)(n_nodes ? n_nodes : 1));
   int n = 0;
   for (int i = 0; i < n_nodes; i++) {
-    double f, b;
-    const char *op;
-    sp_plan_profile(p, i, &f, &b, &op);
-    t[i] = f + b;
-    if (t[i] > 0) order[n++] = i;
+    node_time *e = &t[n];
+    sp_plan_profile(p, i, &e->fwd, &e->bwd, &e->op);
+    e->node = i;
+    n += e->fwd + e->bwd > 0;
   }
-  for (int a = 1; a < n; a++) /* insertion sort: a few hundred nodes */
-    for (int k = a; k > 0 && t[order[k]] > t[order[k - 1]]; k--) {
-      const int x = order[k];
-      order[k] = order[k - 1], order[k - 1] = x;
-    }
+  qsort(t, (size_t)n, sizeof *t, slower_first);
   for (int k = 0; k < n; k++) {
-    const int i = order[k];
-    double f, b;
-    const char *op;
-    sp_plan_profile(p, i, &f, &b, &op);
-    const sp_shape *sh = sp_plan_shape(p, i);
-    char shape[96] = "";
-    for (int d = 0; sh && d < sh->ndim; d++) {
-      const size_t len = strlen(shape);
-      snprintf(shape + len, sizeof shape - len, "%s%lld", d ? "x" : "", (long long)sh->d[d]);
-    }
-    const char *name = sp_graph_node_name(g, i);
+    char shape[128];
+    const char *name = sp_graph_node_name(g, t[k].node);
     sp_json_buf j;
-    sp_json_buf_init(&j);
-    sp_json_obj_begin(&j);
-    sp_json_key(&j, "bench"), sp_json_str(&j, o->infer ? "infer_profile_node" : "train_profile_node");
-    sp_json_key(&j, "model"), sp_json_str(&j, o->model);
-    if (o->infer) sp_json_key(&j, "batch"), sp_json_int(&j, batch);
-    sp_json_key(&j, "node"), sp_json_int(&j, i);
+    profile_line_begin(&j, o, batch, "_node");
+    sp_json_key(&j, "node"), sp_json_int(&j, t[k].node);
     sp_json_key(&j, "name"), sp_json_str(&j, name ? name : "");
-    sp_json_key(&j, "op"), sp_json_str(&j, op);
-    sp_json_key(&j, "out"), sp_json_str(&j, shape);
-    sp_json_key(&j, "fwd_ms_per_step"), sp_json_f64(&j, 1e3 * f / steps);
-    sp_json_key(&j, "bwd_ms_per_step"), sp_json_f64(&j, 1e3 * b / steps);
+    sp_json_key(&j, "op"), sp_json_str(&j, t[k].op);
+    sp_json_key(&j, "out"), sp_json_str(&j, sp_shape_str(sp_plan_shape(p, t[k].node), shape, sizeof shape));
+    sp_json_key(&j, "fwd_ms_per_step"), sp_json_f64(&j, 1e3 * t[k].fwd / steps);
+    sp_json_key(&j, "bwd_ms_per_step"), sp_json_f64(&j, 1e3 * t[k].bwd / steps);
     sp_json_obj_end(&j);
     printf("%s\n", j.s);
     sp_json_buf_free(&j);
   }
-  free(order);
   free(t);
 }
 
@@ -293,11 +293,7 @@ static void print_profile(const bench_opts *o, int batch, const sp_graph *g, con
   /* What the lines above account for, against the mean step they come from
    * (the train line gives the median step, which a noisy step moves less). */
   sp_json_buf b;
-  sp_json_buf_init(&b);
-  sp_json_obj_begin(&b);
-  sp_json_key(&b, "bench"), sp_json_str(&b, o->infer ? "infer_profile_total" : "train_profile_total");
-  sp_json_key(&b, "model"), sp_json_str(&b, o->model);
-  if (o->infer) sp_json_key(&b, "batch"), sp_json_int(&b, batch);
+  profile_line_begin(&b, o, batch, "_total");
   sp_json_key(&b, "profile_ms_per_step"), sp_json_f64(&b, 1e3 * total / steps);
   sp_json_key(&b, "mean_step_ms"), sp_json_f64(&b, 1e3 * sp->steps_total / steps);
   sp_json_key(&b, "profile_over_step"), sp_json_f64(&b, sp->steps_total > 0 ? total / sp->steps_total : 0);

@@ -189,7 +189,7 @@ static void profile_nodes_add_up(void **state) {
       if (!strcmp(name, "fc1")) {
         fc1++;
         assert_string_equal(op, "linear");
-        assert_string_equal(sp_json_as_string(sp_json_get(j, "out")), "2x1024");
+        assert_string_equal(sp_json_as_string(sp_json_get(j, "out")), "[2,1024]");
       }
     }
     sp_json_free(j);
