@@ -65,7 +65,6 @@ typedef struct {
   cpu_node base;
   int64_t n, c, k, kp, h, w, hw; /* kp: k rounded up to 16 (the per-heatmap arrays' stride) */
   int64_t rows, tiles;           /* positions per tile; tiles per image (the last may be shorter) */
-  int64_t rs;                    /* row stride of Lt and dLt: rows (dense, as the products want) */
   int64_t rt;                    /* the column and row tables' length: rows + 16 */
   float scale;
   int has_bias, need_dx, need_dw, threads;
@@ -207,13 +206,13 @@ static void tile_coords(const csam_node *s, int64_t p0, float *jc, float *ic) {
 
 /* One tile's partial sums per heatmap: part = [max | sum | column sum | row
  * sum], kp floats each, exponentials taken against the tile's own max. A
- * heatmap's lanes sum rs / 16 values in float each, then add in double. */
+ * heatmap's lanes sum rows / 16 values in float each, then add in double. */
 static void tile_sums(const csam_node *s, const float *lt, const float *b, const float *jc, const float *ic, int64_t np,
                       float *part) {
   const int64_t kp = s->kp, full = np / 16 * 16;
   const vi16 tail = first_lanes(np - full);
   for (int64_t k = 0; k < s->k; k++) {
-    const float *row = lt + k * s->rs;
+    const float *row = lt + k * s->rows;
     const vf16 bk = splat16(b[k]);
     /* Four running maxima: one would wait on itself every vector. */
     vf16 m0 = splat16(-INFINITY), m1 = m0, m2 = m0, m3 = m0;
@@ -324,8 +323,8 @@ static void tile_grad(const csam_node *s, const float *lt, const float *b, const
   const int64_t kp = s->kp, full = np / 16 * 16;
   const vi16 tail = first_lanes(np - full);
   for (int64_t k = 0; k < s->k; k++) {
-    const float *row = lt + k * s->rs;
-    const int64_t at = k * s->rs;
+    const float *row = lt + k * s->rows;
+    const int64_t at = k * s->rows;
     const vf16 bm = splat16(b[k]), mx = splat16(cf[3 * kp + k]), inv = splat16(cf[4 * kp + k]);
     const vf16 ca = splat16(cf[k]), cb = splat16(cf[kp + k]), cc = splat16(cf[2 * kp + k]);
     vf16 fs = splat16(0.0f);
@@ -470,15 +469,13 @@ static int md2(dnnl_memory_desc_t *md, int64_t rows, int64_t cols, dnnl_data_typ
 /* The products, each made for one thread (see the top of the file). */
 static int make_products(csam_node *s) {
   const dnnl_data_type_t dt = s->f32 ? dnnl_f32 : dnnl_bf16;
-  /* Lt and dLt: [K, rows] with row stride rs; X^T: X's [rows, C] read by
-   * column; dLt^T: dLt read by column. */
-  dnnl_dims_t kr = {s->k, s->rows}, kr_s = {s->rs, 1}, rk = {s->rows, s->k}, rk_s = {1, s->rs};
-  dnnl_dims_t cr = {s->c, s->rows}, cr_s = {1, s->c};
-  if (md2(&s->x_md, s->rows, s->c, dt) || md2(&s->w_md, s->k, s->c, dt) || md2(&s->dw_md, s->k, s->c, dnnl_f32))
+  /* Lt and dLt: [K, rows]; X^T: X's [rows, C] read by column; dLt^T: dLt
+   * read by column. */
+  dnnl_dims_t rk = {s->rows, s->k}, rk_s = {1, s->rows}, cr = {s->c, s->rows}, cr_s = {1, s->c};
+  if (md2(&s->x_md, s->rows, s->c, dt) || md2(&s->w_md, s->k, s->c, dt) || md2(&s->dw_md, s->k, s->c, dnnl_f32) ||
+      md2(&s->l_md, s->k, s->rows, dnnl_f32) || md2(&s->dl_md, s->k, s->rows, dt))
     return -1;
   DNNL_TRY(dnnl_memory_desc_init_by_strides(&s->xt_md, 2, cr, dt, cr_s));
-  DNNL_TRY(dnnl_memory_desc_init_by_strides(&s->l_md, 2, kr, dnnl_f32, kr_s));
-  DNNL_TRY(dnnl_memory_desc_init_by_strides(&s->dl_md, 2, kr, dt, kr_s));
   DNNL_TRY(dnnl_memory_desc_init_by_strides(&s->dlt_md, 2, rk, dt, rk_s));
   const int threads = omp_get_max_threads();
   omp_set_num_threads(1);
@@ -523,9 +520,9 @@ static void place_scratch(csam_node *s) {
   s->o_threads = cpu_take(&used, 0);
   /* A row's last vector may read (and dLt's write) up to 15 values into the
    * next row, or past the last one: 16 values of slack. */
-  s->t_l = cpu_take(&t, sizeof(float) * (size_t)(s->rs * s->k + 16));
+  s->t_l = cpu_take(&t, sizeof(float) * (size_t)(s->rows * s->k + 16));
   s->t_x = cpu_take(&t, s->es * (size_t)(s->rows * s->c));
-  s->t_dl = cpu_take(&t, s->es * (size_t)(s->rs * s->k + 16));
+  s->t_dl = cpu_take(&t, s->es * (size_t)(s->rows * s->k + 16));
   s->t_dx = cpu_take(&t, s->es * (size_t)(s->rows * s->c));
   s->t_dw = cpu_take(&t, sizeof(float) * (size_t)(s->kp * s->c));
   s->t_db = cpu_take(&t, sizeof(double) * (size_t)s->kp);
@@ -548,7 +545,7 @@ static int setup(sp_op_prep *p, csam_node *s, const dnnl_memory_desc_t *x) {
   s->threads = omp_get_max_threads();
   s->tiles = (s->hw + TILE_ROWS - 1) / TILE_ROWS;
   s->rows = (s->hw + s->tiles - 1) / s->tiles; /* as even as the tiles can be */
-  s->rs = s->rows, s->rt = s->rows + 16;
+  s->rt = s->rows + 16;
   if (make_products(s) || make_tile_execs(s)) return -1;
   place_scratch(s);
   if (p->frozen && !p->run_backward) {
