@@ -25,9 +25,9 @@
  * block, B for this thread's rows), then tiles of R rows x 32 columns stay
  * in registers: per pair, two A vectors and R broadcast B pairs make 2R dot
  * products (a last 16 columns alone: 16-channel layers). Sums go into f32
- * per tap (dW itself for a 1x1 convolution), as oneDNN's do. Threads split the positions when dW is small (each its own
- * sums, added in thread order at the end: no dependence on timing), else
- * dW's rows. */
+ * per tap (dW itself for a 1x1 convolution), as oneDNN's do. Threads split
+ * the positions when dW is small (each its own sums, added in thread order
+ * at the end: no dependence on timing), else dW's rows. */
 #ifdef SPRY_HAVE_DNNL
 #include <omp.h>
 #include <stdint.h>
