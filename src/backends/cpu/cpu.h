@@ -151,6 +151,8 @@ int cpu_make_reorder(cpu_node *n, const dnnl_memory_desc_t *src, const dnnl_memo
                      dnnl_primitive_desc_t *pd, dnnl_primitive_t *prim);
 size_t cpu_scratchpad_bytes(const_dnnl_primitive_desc_t pd);
 /* The implementation is oneDNN's reference (slow) kernel: "ref:any". */
+/* oneDNN's name for the implementation (e.g. "brgconv:avx512_core_amx"), "" if none. */
+const char *cpu_pd_impl(const_dnnl_primitive_desc_t pd);
 int cpu_pd_is_ref(const_dnnl_primitive_desc_t pd);
 
 /* A memory object over ptr (owned by n); NULL with the error set on failure. */
