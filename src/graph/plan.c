@@ -128,8 +128,8 @@ static int other_input_ready(const sp_graph *g, int i, int c) {
 }
 
 /* What node i's backend is told in prepare: shapes, layouts and dtypes of its
- * inputs, which gradients are wanted, and the one or two ops after it that it
- * may absorb. */
+ * inputs, which gradients are wanted, and the up to three ops after it that
+ * it may absorb. */
 static void fill_prep(const sp_plan *p, int i, const int *consumer, sp_op_prep *pr) {
   const sp_graph *g = p->g;
   const sp_node *nd = &g->nodes[i];
@@ -159,44 +159,29 @@ static void fill_prep(const sp_plan *p, int i, const int *consumer, sp_op_prep *
   pr->frozen = (p->flags & SP_PLAN_FROZEN) != 0;
   pr->out_bytes = pn->act_bytes;
   pr->saved_bytes = pn->saved_bytes;
-  int c = consumer[i];
-  const int other = c >= 0 ? other_input_ready(g, i, c) : -1;
-  if (c >= 0 && !kept_output(p, nd) && !nd->is_loss && (g->nodes[c].n_in == 1 || other >= 0)) {
-    pr->consumer_n_in = g->nodes[c].n_in;
-    if (other >= 0) {
-      const plan_node *o = &p->nodes[g->nodes[c].in[other]];
-      pr->consumer_other = other;
-      pr->consumer_other_shape = o->shape;
-      pr->consumer_other_dtype = o->dtype;
-      pr->consumer_other_layout = o->layout;
-    }
-    pr->consumer_op = g->nodes[c].op;
-    pr->consumer_attr = g->nodes[c].attr;
-    pr->consumer_out_plain = kept_output(p, &g->nodes[c]) || g->nodes[c].is_loss;
-    pr->consumer_n_param = g->nodes[c].n_param;
-    pr->consumer_n_state = g->nodes[c].n_state;
-    const int c2 = consumer[c];
-    /* A two-input consumer2 qualifies when it comes right after c and its
-     * other input comes before i (so i reads it ready, and it is not i's
-     * own output, which i's buffer would then hold). */
-    const int other2 = c2 >= 0 ? other_input_ready(g, c, c2) : -1;
-    const int other2_ok = other2 >= 0 && g->nodes[c2].in[other2] < i;
-    if (c2 >= 0 && !pr->consumer_out_plain && (g->nodes[c2].n_in == 1 || other2_ok)) {
-      pr->consumer2_op = g->nodes[c2].op;
-      pr->consumer2_out_plain = kept_output(p, &g->nodes[c2]) || g->nodes[c2].is_loss;
-      pr->consumer2_n_in = g->nodes[c2].n_in;
-      if (other2_ok) {
-        const plan_node *o = &p->nodes[g->nodes[c2].in[other2]];
-        pr->consumer2_other = other2;
-        pr->consumer2_other_shape = o->shape;
-        pr->consumer2_other_dtype = o->dtype;
-        pr->consumer2_other_layout = o->layout;
-      }
-      const int c3 = consumer[c2];
-      if (c3 >= 0 && !pr->consumer2_out_plain && g->nodes[c3].n_in == 1) {
-        pr->consumer3_op = g->nodes[c3].op;
-        pr->consumer3_out_plain = kept_output(p, &g->nodes[c3]) || g->nodes[c3].is_loss;
-      }
+  /* The chain of sole consumers (sp_op_prep.consumer): each link offered
+   * while the one before it need not write its own output. A two-input
+   * link qualifies when it comes right after the node before it and its
+   * other input comes before i (so i reads it ready, and it is not i's own
+   * output, which i's buffer would then hold). */
+  int out_plain = pr->out_plain;
+  for (int k = 0, prev = i, c = consumer[i]; k < 3 && c >= 0 && !out_plain; k++, prev = c, c = consumer[c]) {
+    const sp_node *cn = &g->nodes[c];
+    const int other = other_input_ready(g, prev, c);
+    if (cn->n_in != 1 && !(other >= 0 && cn->in[other] < i)) break;
+    sp_op_consumer *oc = &pr->consumer[k];
+    oc->op = cn->op;
+    oc->attr = cn->attr;
+    oc->out_plain = out_plain = kept_output(p, cn) || cn->is_loss;
+    oc->n_param = cn->n_param;
+    oc->n_state = cn->n_state;
+    oc->n_in = cn->n_in;
+    if (cn->n_in > 1) {
+      const plan_node *o = &p->nodes[cn->in[other]];
+      oc->other = other;
+      oc->other_shape = o->shape;
+      oc->other_dtype = o->dtype;
+      oc->other_layout = o->layout;
     }
   }
 }
@@ -234,9 +219,9 @@ static int prepare_nodes(sp_plan *p) {
       break;
     }
     const int c = consumer[i];
-    if (pr.absorb_consumer >= 1 && pr.consumer_op) p->nodes[c].absorbed_by = i;
-    if (pr.absorb_consumer >= 2 && pr.consumer2_op) p->nodes[consumer[c]].absorbed_by = i;
-    if (pr.absorb_consumer == 3 && pr.consumer3_op) p->nodes[consumer[consumer[c]]].absorbed_by = i;
+    if (pr.absorb_consumer >= 1 && pr.consumer[0].op) p->nodes[c].absorbed_by = i;
+    if (pr.absorb_consumer >= 2 && pr.consumer[1].op) p->nodes[consumer[c]].absorbed_by = i;
+    if (pr.absorb_consumer == 3 && pr.consumer[2].op) p->nodes[consumer[consumer[c]]].absorbed_by = i;
     pn->impl_state = pr.state;
     pn->param_overwrites = pr.param_grad_overwrites;
     pn->layout = pr.out_layout;

@@ -70,6 +70,19 @@ typedef struct sp_op_args {
   const struct sp_op_args *consumer2;
 } sp_op_args;
 
+/* A node that consumes the output of another (or of that one's consumer):
+ * what a fusing prepare needs to know about it. */
+typedef struct {
+  const struct sp_op_def *op; /* NULL: none offered */
+  const void *attr;
+  int out_plain; /* its output must be plain (a graph output or loss) */
+  int n_param, n_state;
+  int n_in, other; /* 1; or 2, the other input being in[other] */
+  sp_shape other_shape;
+  sp_dtype other_dtype;
+  const void *other_layout;
+} sp_op_consumer;
+
 /* What a fast backend's prepare() sees and reports for one node. The plan calls
  * it in node order after shape inference, so every input's layout is known;
  * what it reports sizes the node's buffers in the arena. A layout is opaque to
@@ -95,38 +108,20 @@ typedef struct sp_op_prep {
   int out_plain;    /* the output must be plain (a graph output or loss) */
   int bf16;         /* the plan computes in bf16 (SP_PLAN_BF16) */
   int frozen;       /* SP_PLAN_FROZEN: weights may be prepared once (see params_stale) */
-  /* The output's only consumer (NULL when it has none, several, or the output
-   * is a graph output or loss), for fusions. */
-  const struct sp_op_def *consumer_op;
-  const void *consumer_attr;
-  int consumer_out_plain; /* the consumer's output must be plain */
-  int consumer_n_param, consumer_n_state;
-  /* 1; or 2 for a two-input consumer (an add) that comes right after this
-   * node and whose other input, in[consumer_other], is computed before it
-   * (a ResNet block's end: the batch norm may absorb the residual add). */
-  int consumer_n_in, consumer_other;
-  sp_shape consumer_other_shape;
-  sp_dtype consumer_other_dtype;
-  const void *consumer_other_layout;
-  /* The consumer's own sole consumer (same rules), for a chain of two
-   * (a frozen conv folding its batch norm and applying the ReLU after it).
-   * It may have two inputs (an add right after the consumer whose other
-   * input, in[consumer2_other], is computed before this node): then its own
-   * sole one-input consumer is consumer3 (a frozen conv folding its batch
-   * norm, then the residual add and the ReLU as post-ops). */
-  const struct sp_op_def *consumer2_op;
-  int consumer2_out_plain;
-  int consumer2_n_in, consumer2_other;
-  sp_shape consumer2_other_shape;
-  sp_dtype consumer2_other_dtype;
-  const void *consumer2_other_layout;
-  const struct sp_op_def *consumer3_op;
-  int consumer3_out_plain;
+  /* The chain of sole consumers after this node, for fusions: consumer[0]
+   * is the output's only consumer (op NULL when it has none, several, or
+   * the output is a graph output or loss); consumer[1] that one's sole
+   * consumer, consumer[2] the next. A two-input consumer (an add) is offered
+   * when it comes right after the node before it and its other input is
+   * computed before this node: a ResNet block's end, where a batch norm
+   * absorbs the residual add (consumer[0]), or a frozen conv folds its batch
+   * norm and takes the add and the ReLU as post-ops (consumer[1], [2]). */
+  sp_op_consumer consumer[3];
   /* reported */
   /* 1: this node also computes its sole consumer (e.g. batchnorm + relu): the
    * plan skips the consumer and gives its output and gradient this node's
    * buffers, so d_out here is the gradient of the consumer's output.
-   * 2: the consumer's consumer too (consumer2_op); 3: and consumer3_op. */
+   * 2: the consumer's consumer too (consumer[1]); 3: and consumer[2]. */
   int absorb_consumer;
   /* bit k: told so (sp_op_args.d_param_fresh), backward overwrites
    * d_param[k], so sp_plan_backward_fresh need not zero it first. */

@@ -114,8 +114,8 @@ static void taken_where_it_applies(void **st) {
     sp_conv2d_attr at = {1, 1, pad, pad, 1, 1, 1};
     sp_op_prep p = cmp_conv_prep(&sp_op_conv2d, &at, sp_shape4(2, 32, 20, 20), sp_shape4(2, 7, 20, 20),
                                  sp_shape4(7, 32, cases[t].kernel, cases[t].kernel), 1, cases[t].bf16, &md);
-    p.consumer_op = cases[t].softargmax ? &sp_op_softargmax : &sp_op_relu;
-    p.consumer_attr = cases[t].softargmax ? (const void *)&sam : NULL;
+    p.consumer[0].op = cases[t].softargmax ? &sp_op_softargmax : &sp_op_relu;
+    p.consumer[0].attr = cases[t].softargmax ? (const void *)&sam : NULL;
     assert_int_equal(cpu_conv_prepare(&p), 0);
     if (cpu_conv_is_softargmax(p.state) != cases[t].want)
       fail_msg("case %zu: fused path %s", t, cases[t].want ? "not taken" : "taken");

@@ -137,7 +137,7 @@ static const cpu_vt add_relu_vt = {add_relu_forward, add_relu_backward, NULL, NU
 
 int cpu_add_relu_prepare(sp_op_prep *p) {
   dnnl_memory_desc_t m0, m1;
-  if (p->consumer_op != &sp_op_relu || p->consumer_out_plain || p->out_plain || cpu_md_input(&m0, p, 0) ||
+  if (p->consumer[0].op != &sp_op_relu || p->consumer[0].out_plain || p->out_plain || cpu_md_input(&m0, p, 0) ||
       cpu_md_input(&m1, p, 1) || (m0.data_type != dnnl_f32 && m0.data_type != dnnl_bf16) || !cpu_md_equal(&m0, &m1))
     return 1; /* not this case */
   add_relu_node *s = cpu_node_new(sizeof *s, &add_relu_vt);

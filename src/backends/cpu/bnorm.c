@@ -159,13 +159,13 @@ static const cpu_vt bn_vt = {bn_forward, bn_backward, bn_bind, NULL};
  * gradient before it): the add's would still be due, for the other input. */
 int cpu_bnorm_fuse_add = 1;
 static int residual_fits(const sp_op_prep *p, const dnnl_memory_desc_t *md) {
-  if (!cpu_bnorm_fuse_add || p->consumer_op != &sp_op_add || p->consumer_n_in != 2 || p->consumer_out_plain ||
-      p->consumer2_op != &sp_op_relu || p->consumer2_out_plain || (p->training && !p->run_backward))
+  if (!cpu_bnorm_fuse_add || p->consumer[0].op != &sp_op_add || p->consumer[0].n_in != 2 || p->consumer[0].out_plain ||
+      p->consumer[1].op != &sp_op_relu || p->consumer[1].out_plain || (p->training && !p->run_backward))
     return 0;
   dnnl_memory_desc_t other;
-  if (p->consumer_other_layout)
-    other = *(const dnnl_memory_desc_t *)p->consumer_other_layout;
-  else if (cpu_md_plain(&other, &p->consumer_other_shape, cpu_dt(p->consumer_other_dtype)))
+  if (p->consumer[0].other_layout)
+    other = *(const dnnl_memory_desc_t *)p->consumer[0].other_layout;
+  else if (cpu_md_plain(&other, &p->consumer[0].other_shape, cpu_dt(p->consumer[0].other_dtype)))
     return 0;
   return cpu_md_equal(&other, md);
 }
@@ -202,11 +202,11 @@ static int bn_setup(sp_op_prep *p, bn_node *s) {
   if (cpu_md_input(&s->md, p, 0) || cpu_md_plain(&s->stat_md, &cs, dnnl_f32)) return -1;
   if (p->out_plain && !(cpu_md_is_plain(&s->md) && s->md.data_type == dnnl_f32))
     return sp_error_set("a blocked batchnorm cannot write a plain graph output");
-  s->fused_relu = p->consumer_op == &sp_op_relu && !p->consumer_out_plain;
+  s->fused_relu = p->consumer[0].op == &sp_op_relu && !p->consumer[0].out_plain;
   s->eps = eps;
   if (!cpu_bnorm_use_onednn && cpu_bn_geom_of(&s->geom, &s->md, &p->in_shape[0]) == 0) {
     s->fused_add = residual_fits(p, &s->md);
-    s->other = p->consumer_other;
+    s->other = p->consumer[0].other;
     return own_setup(p, s);
   }
   unsigned flags = (s->affine ? dnnl_use_scale | dnnl_use_shift : 0) | (s->batch_stats ? 0 : dnnl_use_global_stats) |

@@ -370,15 +370,15 @@ static int choose_fwd(sp_op_prep *p, conv_node *s, const dnnl_conv_geom *g, cons
  * instead of conv out, add in/out and ReLU in/out (resunet50 bf16 batch 64:
  * the separate adds took 100 of 1400 ms). */
 static int post_add_fits(const sp_op_prep *p, conv_node *s, dnnl_data_type_t dt) {
-  if (!s->fold_bn || p->consumer2_op != &sp_op_add || p->consumer2_n_in != 2 || p->consumer2_out_plain ||
-      !sp_shape_equal(&p->consumer2_other_shape, &p->out_shape))
+  if (!s->fold_bn || p->consumer[1].op != &sp_op_add || p->consumer[1].n_in != 2 || p->consumer[1].out_plain ||
+      !sp_shape_equal(&p->consumer[1].other_shape, &p->out_shape))
     return 0;
-  if (p->consumer2_other_layout)
-    s->add_md = *(const dnnl_memory_desc_t *)p->consumer2_other_layout;
-  else if (cpu_md_plain(&s->add_md, &p->consumer2_other_shape, cpu_dt(p->consumer2_other_dtype)))
+  if (p->consumer[1].other_layout)
+    s->add_md = *(const dnnl_memory_desc_t *)p->consumer[1].other_layout;
+  else if (cpu_md_plain(&s->add_md, &p->consumer[1].other_shape, cpu_dt(p->consumer[1].other_dtype)))
     return 0;
   if (s->add_md.data_type != dt) return 0;
-  s->add_other = p->consumer2_other;
+  s->add_other = p->consumer[1].other;
   return 1;
 }
 
@@ -624,13 +624,13 @@ static int conv_setup(sp_op_prep *p, conv_node *s, const dnnl_conv_geom *g) {
    * oneDNN 2.6 runs its bias and post-ops as a generic pass (ResUNet-50's
    * last up-layer, bf16 batch 64: 32 ms plain, 1.9 s with bias and ReLU,
    * 5.3 s with the shift as a binary post-op). */
-  s->fold_bn = p->frozen && !p->training && !p->run_backward && !g->deconv && p->consumer_op == &sp_op_batchnorm &&
-               p->consumer_n_state >= 2 && !p->consumer_out_plain;
+  s->fold_bn = p->frozen && !p->training && !p->run_backward && !g->deconv && p->consumer[0].op == &sp_op_batchnorm &&
+               p->consumer[0].n_state >= 2 && !p->consumer[0].out_plain;
   /* ... and the ReLU after that batch norm runs as the conv's post-op. */
-  s->post_relu = s->fold_bn && p->consumer2_op == &sp_op_relu && !p->consumer2_out_plain;
+  s->post_relu = s->fold_bn && p->consumer[1].op == &sp_op_relu && !p->consumer[1].out_plain;
   /* ... or the residual add after it, and the ReLU after that. */
   s->post_add = !s->post_relu && post_add_fits(p, s, dt);
-  if (s->post_add) s->post_relu = p->consumer3_op == &sp_op_relu && !p->consumer3_out_plain;
+  if (s->post_add) s->post_relu = p->consumer[2].op == &sp_op_relu && !p->consumer[2].out_plain;
   s->need_dx = p->run_backward && p->need_d_in[0];
   s->need_dw = p->run_backward && (p->param_grad[0] || (s->has_bias && p->param_grad[1]));
   if (cpu_md_input(&s->x_md, p, 0) || cpu_md_any(&src_any, &p->in_shape[0], dt) ||

@@ -453,7 +453,7 @@ static int applies(const sp_op_prep *p, const dnnl_memory_desc_t *x) {
   const sp_conv2d_attr *at = p->attr;
   const sp_shape *w = &p->param_shape[0];
   cpu_bn_geom g;
-  return cpu_conv_use_softargmax && p->consumer_op == &sp_op_softargmax && !p->out_plain && p->consumer_attr &&
+  return cpu_conv_use_softargmax && p->consumer[0].op == &sp_op_softargmax && !p->out_plain && p->consumer[0].attr &&
          p->in_shape[0].ndim == 4 && at->groups == 1 && w->d[2] == 1 && w->d[3] == 1 && at->stride_h == 1 &&
          at->stride_w == 1 && at->pad_h == 0 && at->pad_w == 0 && at->dil_h == 1 && at->dil_w == 1 &&
          p->in_shape[0].d[1] <= MAX_CHANNELS && w->d[0] <= MAX_HEATMAPS - 16 &&
@@ -538,7 +538,7 @@ static int setup(sp_op_prep *p, csam_node *s, const dnnl_memory_desc_t *x) {
   s->in_place = s->g.blocks == 1; /* channels-last */
   s->n = in->d[0], s->c = in->d[1], s->h = in->d[2], s->w = in->d[3], s->hw = s->h * s->w;
   s->k = p->param_shape[0].d[0], s->kp = (s->k + 15) / 16 * 16;
-  s->scale = ((const sp_softargmax_attr *)p->consumer_attr)->scale;
+  s->scale = ((const sp_softargmax_attr *)p->consumer[0].attr)->scale;
   s->has_bias = p->n_param > 1;
   s->need_dx = p->run_backward && p->need_d_in[0];
   s->need_dw = p->run_backward && (p->param_grad[0] || (s->has_bias && p->param_grad[1]));
