@@ -19,11 +19,18 @@ test: all
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
 # Unit tests under AddressSanitizer + UndefinedBehaviorSanitizer.
+# oneDNN is capped below AMX here: oneDNN 2.6's AMX brgemm micro-kernel
+# generator reads one element past the end of a vector of its own
+# (skipped_bd_mask in jit_brgemm_amx_uker.cpp; the value is never used).
+# Behind glibc's malloc the next bytes are always mapped; ASan's allocator ends
+# some chunks on the last mapped byte of a region, and then the read is a
+# SIGSEGV inside oneDNN (tests/backends/test_cpu_ops, l1_loss, on AMX machines).
+# The release `make test` runs the AMX kernels; without AMX the cap does nothing.
 asan: deps
 	@test -f build-asan/CMakeCache.txt || cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DSPRY_SANITIZE=ON >/dev/null
 	cmake --build build-asan -j $(JOBS)
 	cd build-asan && SPRY_SANITIZED=1 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-	  ctest --output-on-failure -j $(JOBS)
+	  ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16 ctest --output-on-failure -j $(JOBS)
 
 demo: all
 	bash scripts/demo.sh
