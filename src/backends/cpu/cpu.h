@@ -324,6 +324,9 @@ extern int cpu_bww_use_packed;
 /* conv.c: 0 keeps oneDNN's convolution backward for 1x1 convolutions
  * (tests compare the two paths; benchmarks measure them). */
 extern int cpu_conv_use_matmul;
+/* conv.c: 0 keeps f32 3x3 convolutions on oneDNN's direct kernels instead
+ * of its Winograd ones (tests compare the two). */
+extern int cpu_conv_winograd;
 /* conv.c: input channels from which the weight gradient of a non-1x1 bf16
  * convolution runs as im2col + matmul (64; tests lower it). */
 extern int64_t cpu_conv_bww_min_channels;
@@ -332,6 +335,7 @@ int cpu_conv_uses_matmul(const void *state);
 int cpu_conv_uses_thin_dw(const void *state);    /* its weight gradient by conv_thin_dw.c */
 int cpu_conv_bww_packed(const void *state);      /* ... by conv_bww_mm.c with col packed */
 int cpu_conv_uses_dw_blocked(const void *state); /* ... by conv_dw_blocked.c */
+int cpu_conv_winograd_passes(const void *state); /* bit 0 forward, 1 backward data, 2 weights: on Winograd */
 int cpu_conv_src_lanes(const void *state);       /* cpu_md_lanes of the layout its forward reads */
 int cpu_conv_dst_lanes(const void *state);       /* ... and writes */
 /* deconv_mm.c: a bf16 channels-last transposed convolution with kernel =
