@@ -57,6 +57,8 @@ typedef struct {
   int dwb_threads;   /* the team its scratch was sized for */
   char *dwb_scratch; /* from the start of backward scratch */
   cpu_bww_mm bwwmm;
+  int s2dx; /* the input gradient runs as a 2x2 forward convolution + shuffle (conv_s2_dx.c) */
+  cpu_s2dx s2;
 } conv_node;
 
 int cpu_conv_use_matmul = 1;
@@ -72,6 +74,7 @@ int cpu_conv_winograd_passes(const void *state) {
     if (pd[i] && strstr(cpu_pd_impl(pd[i]), "wino")) passes |= 1 << i;
   return passes;
 }
+int cpu_conv_uses_s2_dx(const void *state) { return ((const conv_node *)state)->s2dx; }
 int cpu_conv_src_lanes(const void *state) { return cpu_md_lanes(&((const conv_node *)state)->src_md); }
 int cpu_conv_dst_lanes(const void *state) { return cpu_md_lanes(&((const conv_node *)state)->dst_md); }
 int cpu_conv_bww_packed(const void *state) {
@@ -116,6 +119,7 @@ static void conv_backward(cpu_node *n, const sp_op_args *a) {
     cpu_mm1x1_backward(&s->mm1x1, a);
     return;
   }
+  if (s->s2dx && a->d_in[0]) cpu_s2dx_run(&s->s2, a->param[0]->data, !(a->d_in_fresh & 1u));
   if (s->need_dx && a->d_in[0]) {
     if (s->reorder_wei_bd) cpu_exec_run(&s->w_bd);
     cpu_exec_run(&s->dx);
@@ -163,6 +167,7 @@ static int conv_bind(cpu_node *n, const sp_op_args *a, char *fs, char *bs) {
     return -1;
   if (!s->run_backward) return 0;
   if (s->mm) return cpu_mm1x1_bind(&s->mm1x1, n, a, bs);
+  if (s->s2dx && a->d_in[0] && cpu_s2dx_bind(&s->s2, n, a->d_out->data, a->d_in[0]->data, bs)) return -1;
   if (s->need_dx && a->d_in[0]) {
     /* Straight into the input's gradient when layouts match and nothing was
      * accumulated there yet; else through scratch and an (accumulating) reorder. */
@@ -482,6 +487,19 @@ static int mm_applies(const sp_op_prep *p, const conv_node *s, const dnnl_conv_g
          cpu_md_lanes(&s->src_md) == CPU_LANES_NHWC && cpu_md_lanes(&s->dst_md) == CPU_LANES_NHWC;
 }
 
+/* The input gradient as a 2x2 forward convolution (conv_s2_dx.c): bf16
+ * training, 3x3, stride 2, padding 1, one group, channels-last input (as the
+ * gradient is written) and output. */
+static int s2dx_applies(const sp_op_prep *p, const conv_node *s, const dnnl_conv_geom *g) {
+  const sp_shape *w = &p->param_shape[0], *in = &p->in_shape[0], *out = &p->out_shape;
+  return s->need_dx && p->bf16 && !g->deconv && g->groups == 1 && in->ndim == 4 && w->d[2] == 3 && w->d[3] == 3 &&
+         g->strides[0] == 2 && g->strides[1] == 2 && g->dil[0] == 0 && g->dil[1] == 0 && g->pad_l[0] == 1 &&
+         g->pad_l[1] == 1 && cpu_md_equal(&s->x_md, &s->src_md) && s->src_md.data_type == dnnl_bf16 &&
+         s->dst_md.data_type == dnnl_bf16 && cpu_md_lanes(&s->src_md) == CPU_LANES_NHWC &&
+         cpu_md_lanes(&s->dst_md) == CPU_LANES_NHWC &&
+         cpu_s2dx_fits(in->d[2], in->d[3], out->d[2], out->d[3], in->d[1], out->d[1]);
+}
+
 /* The weight gradient as im2col + matmul (conv_bww_mm.c): bf16 training,
  * channels-last input and output, one group, no bias, and at least 64 input
  * channels: narrower layers (the stem, ResUNet's 32-channel decoder at full
@@ -674,6 +692,16 @@ static int conv_setup(sp_op_prep *p, conv_node *s, const dnnl_conv_geom *g) {
           cpu_mm1x1_prepare(&s->mm1x1, &s->base, sp_shape_numel(&p->in_shape[0]) / p->in_shape[0].d[1],
                             p->in_shape[0].d[1], p->out_shape.d[1], s->need_dx, s->need_dw, s->has_bias, &mm_bwd) == 0;
   if (s->mm) s->need_dx = s->need_dw = 0; /* the products do both */
+  size_t s2dx_bwd = 0;
+  if (s2dx_applies(p, s, g)) {
+    const sp_shape *in = &p->in_shape[0];
+    s->s2dx =
+        cpu_s2dx_prepare(&s->s2, &s->base, in->d[0], in->d[1], p->out_shape.d[1], in->d[2], in->d[3], &s2dx_bwd) == 0;
+    if (s->s2dx)
+      s->need_dx = 0;
+    else
+      sp_error_clear(); /* oneDNN's backward-data kernel then */
+  }
   size_t bww_bwd = 0;
   if (s->need_dw && bww_applies(p, s, g)) {
     const sp_shape *in = &p->in_shape[0], *out = &p->out_shape, *w = &p->param_shape[0];
@@ -692,6 +720,7 @@ static int conv_setup(sp_op_prep *p, conv_node *s, const dnnl_conv_geom *g) {
   }
   if (choose_backward(s, g, &src_any, &wei_any)) return -1;
 
+  if (s2dx_bwd > bww_bwd) bww_bwd = s2dx_bwd; /* before the weight gradient, from the same scratch */
   place_buffers(p, s, mm_bwd, bww_bwd);
   cpu_report(p, &s->base);
   return 0;

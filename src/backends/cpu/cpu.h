@@ -318,6 +318,27 @@ int cpu_bww_mm_prepare(cpu_bww_mm *m, cpu_node *n, const cpu_conv_shape *c, size
 int cpu_bww_mm_bind(cpu_bww_mm *m, const void *x, const void *dy, float *dw, char *bwd_scratch);
 void cpu_bww_mm_run(const cpu_bww_mm *m, int fresh); /* fresh: write dW instead of adding */
 void cpu_bww_mm_release(cpu_bww_mm *m);
+/* conv_s2_dx.c: the input gradient of a bf16 channels-last 3x3, stride-2,
+ * padding-1 convolution (even input size) as a 2x2 forward convolution of
+ * dY into the four parity phases of dX, then a shuffle into dX. */
+extern int cpu_conv_use_s2_dx;
+extern int64_t cpu_conv_s2_dx_max_channels;
+typedef struct {
+  int64_t n, ic, oc, ih, iw, oh, ow;
+  dnnl_memory_desc_t dy_md, d_md, w_plain_md, w_md;
+  dnnl_primitive_desc_t pd, re_pd;
+  dnnl_primitive_t prim, re;
+  size_t w_plain_off, w_off, d_off; /* in backward scratch */
+  uint16_t *w_plain, *d, *dx;
+  cpu_exec w_re, conv;
+} cpu_s2dx;
+/* The geometry fits (the caller checks kernel, stride, padding, layouts). */
+int cpu_s2dx_fits(int64_t ih, int64_t iw, int64_t oh, int64_t ow, int64_t ic, int64_t oc);
+/* -1 (error set) where oneDNN has no brgemm kernel for the 2x2 product. */
+int cpu_s2dx_prepare(cpu_s2dx *m, cpu_node *n, int64_t batch, int64_t ic, int64_t oc, int64_t ih, int64_t iw,
+                     size_t *bwd_scratch);
+int cpu_s2dx_bind(cpu_s2dx *m, cpu_node *n, const void *dy, void *dx, char *bwd_scratch);
+void cpu_s2dx_run(const cpu_s2dx *m, const float *w, int accumulate); /* w: the plain f32 master weights */
 /* conv_bww_mm.c: 0 builds col plain and lets the matmul pack it (tests
  * compare the two). */
 extern int cpu_bww_use_packed;
@@ -336,6 +357,7 @@ int cpu_conv_uses_thin_dw(const void *state);    /* its weight gradient by conv_
 int cpu_conv_bww_packed(const void *state);      /* ... by conv_bww_mm.c with col packed */
 int cpu_conv_uses_dw_blocked(const void *state); /* ... by conv_dw_blocked.c */
 int cpu_conv_winograd_passes(const void *state); /* bit 0 forward, 1 backward data, 2 weights: on Winograd */
+int cpu_conv_uses_s2_dx(const void *state);      /* its input gradient by conv_s2_dx.c */
 int cpu_conv_src_lanes(const void *state);       /* cpu_md_lanes of the layout its forward reads */
 int cpu_conv_dst_lanes(const void *state);       /* ... and writes */
 /* deconv_mm.c: a bf16 channels-last transposed convolution with kernel =
