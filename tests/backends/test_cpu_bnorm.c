@@ -187,7 +187,8 @@ static void every_layout(void **st) {
 /* The residual add + ReLU fused in: every layout, both dtypes, r's gradient
  * written, added into or not wanted, dx fresh and accumulated; batch and
  * running statistics; two positions per vector (8 channels-last lanes),
- * the 4- and 8-group walks (72 and 256 channels) and a scalar tail. */
+ * the 2-, 4- and 8-group walks (32 and 40, 72, 256 channels) and a scalar
+ * tail. */
 static void residual_add(void **st) {
   (void)st;
   cmp_require_cpu();
@@ -200,8 +201,8 @@ static void residual_add(void **st) {
           bn_case k = {tags[t], bf16, 1, 1, (ci + res) & 1, 3, chans[ci], 7, 9, 0.0f, res};
           run_case(&k);
         }
-  const int64_t wide[3] = {8, 72, 256};
-  for (int wi = 0; wi < 3; wi++)
+  const int64_t wide[5] = {8, 32, 40, 72, 256};
+  for (int wi = 0; wi < 5; wi++)
     for (int bf16 = 0; bf16 < 2; bf16++) {
       bn_case k = {dnnl_acdb, bf16, 1, 1, 0, 2, wide[wi], 5, 7, 0.0f, 1 + wi % 2};
       run_case(&k);

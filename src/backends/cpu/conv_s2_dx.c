@@ -66,10 +66,14 @@ int cpu_s2dx_prepare(cpu_s2dx *m, cpu_node *n, int64_t batch, int64_t ic, int64_
   DNNL_TRY(dnnl_convolution_forward_desc_init(&d, dnnl_forward_inference, dnnl_convolution_direct, &m->dy_md, &w_any,
                                               NULL, &m->d_md, one, pad_l, pad_r));
   if (cpu_pd(&d, NULL, NULL, &m->pd)) return -1;
-  if (!strstr(cpu_pd_impl(m->pd), "brg")) {
+  /* AMX only: with AVX512-BF16 alone (oneDNN capped at AVX512_CORE_BF16
+   * here) the brgemm forward kernel saves nothing once the shuffle is
+   * counted (64, 8 -> 16 at 112: 3.7 ms + shuffle against 4.2 for backward
+   * data) or is much slower (16, 128 at 56: 29.0 against 16.3). */
+  if (!strstr(cpu_pd_impl(m->pd), "brg") || !strstr(cpu_pd_impl(m->pd), "amx")) {
     dnnl_primitive_desc_destroy(m->pd);
     m->pd = NULL;
-    return sp_error_set("stride-2 input gradient: no brgemm forward kernel for the 2x2 product");
+    return sp_error_set("stride-2 input gradient: no AMX brgemm forward kernel for the 2x2 product");
   }
   if (cpu_adopt(n, m->pd, &m->prim)) return -1;
   m->w_md = *cpu_pd_md(m->pd, dnnl_query_weights_md, 0);
