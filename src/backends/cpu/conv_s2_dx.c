@@ -18,9 +18,10 @@
  * GFLOP/s here, a third of its forward kernels' rate, while its brgemm
  * forward convolution runs this 2x2 problem (16/9 of the products, the
  * zeros) at 1.2-2.6 TFLOP/s. Per call (batch, channels, input size; ms,
- * 2 threads, Xeon with AMX): vgg-face's 64, 8 -> 16, 112: 2.87 -> 0.54 +
- * the shuffle; ResNet-50's 16, 128, 56: 3.98 -> 2.28; 16, 256, 28: 3.84 ->
- * 1.70. Not for 512 channels (16, 512, 14: 3.63 -> 2.21): W2 is built from
+ * 2 threads, Xeon with AMX; inputs cache-resident, so the memory side is
+ * understated, and the step figures below are the ones that decide):
+ * vgg-face's 64, 8 -> 16, 112: 2.87 -> 0.54 + the shuffle; ResNet-50's 16,
+ * 128, 56: 3.98 -> 2.28; 16, 256, 28: 3.84 -> 1.70. Not for 512 channels (16, 512, 14: 3.63 -> 2.21): W2 is built from
  * the master weights every step, 16 OC IC values, which at 512 channels
  * costs what the product saves. Without AMX the forward kernel is no faster
  * than the backward one (and oneDNN picks blocked layouts there), and f32
