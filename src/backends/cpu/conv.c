@@ -487,19 +487,6 @@ static int mm_applies(const sp_op_prep *p, const conv_node *s, const dnnl_conv_g
          cpu_md_lanes(&s->src_md) == CPU_LANES_NHWC && cpu_md_lanes(&s->dst_md) == CPU_LANES_NHWC;
 }
 
-/* The input gradient as a 2x2 forward convolution (conv_s2_dx.c): bf16
- * training, 3x3, stride 2, padding 1, one group, channels-last input (as the
- * gradient is written) and output. */
-static int s2dx_applies(const sp_op_prep *p, const conv_node *s, const dnnl_conv_geom *g) {
-  const sp_shape *w = &p->param_shape[0], *in = &p->in_shape[0], *out = &p->out_shape;
-  return s->need_dx && p->bf16 && !g->deconv && g->groups == 1 && in->ndim == 4 && w->d[2] == 3 && w->d[3] == 3 &&
-         g->strides[0] == 2 && g->strides[1] == 2 && g->dil[0] == 0 && g->dil[1] == 0 && g->pad_l[0] == 1 &&
-         g->pad_l[1] == 1 && cpu_md_equal(&s->x_md, &s->src_md) && s->src_md.data_type == dnnl_bf16 &&
-         s->dst_md.data_type == dnnl_bf16 && cpu_md_lanes(&s->src_md) == CPU_LANES_NHWC &&
-         cpu_md_lanes(&s->dst_md) == CPU_LANES_NHWC &&
-         cpu_s2dx_fits(in->d[2], in->d[3], out->d[2], out->d[3], in->d[1], out->d[1]);
-}
-
 /* The weight gradient as im2col + matmul (conv_bww_mm.c): bf16 training,
  * channels-last input and output, one group, no bias, and at least 64 input
  * channels: narrower layers (the stem, ResUNet's 32-channel decoder at full
@@ -692,22 +679,17 @@ static int conv_setup(sp_op_prep *p, conv_node *s, const dnnl_conv_geom *g) {
           cpu_mm1x1_prepare(&s->mm1x1, &s->base, sp_shape_numel(&p->in_shape[0]) / p->in_shape[0].d[1],
                             p->in_shape[0].d[1], p->out_shape.d[1], s->need_dx, s->need_dw, s->has_bias, &mm_bwd) == 0;
   if (s->mm) s->need_dx = s->need_dw = 0; /* the products do both */
-  size_t s2dx_bwd = 0;
-  if (s2dx_applies(p, s, g)) {
-    const sp_shape *in = &p->in_shape[0];
-    s->s2dx =
-        cpu_s2dx_prepare(&s->s2, &s->base, in->d[0], in->d[1], p->out_shape.d[1], in->d[2], in->d[3], &s2dx_bwd) == 0;
-    if (s->s2dx)
-      s->need_dx = 0;
-    else
-      sp_error_clear(); /* oneDNN's backward-data kernel then */
-  }
-  size_t bww_bwd = 0;
+  const sp_shape *in = &p->in_shape[0], *out = &p->out_shape, *w = &p->param_shape[0];
+  const cpu_conv_shape cs = {in->d[0],      in->d[2],    in->d[3],    in->d[1],      out->d[2],
+                             out->d[3],     out->d[1],   w->d[2],     w->d[3],       g->strides[0],
+                             g->strides[1], g->pad_l[0], g->pad_l[1], g->dil[0] + 1, g->dil[1] + 1};
+  size_t s2dx_bwd = 0, bww_bwd = 0; /* s2dx: the input gradient as a 2x2 forward convolution (conv_s2_dx.c) */
+  const int s2dx = s->need_dx && !g->deconv && g->groups == 1 && cpu_md_equal(&s->x_md, &s->src_md)
+                       ? cpu_s2dx_prepare(&s->s2, &s->base, &cs, &s->src_md, &s->dst_md, &s2dx_bwd)
+                       : 1;
+  if (s2dx < 0) return -1;
+  if ((s->s2dx = s2dx == 0)) s->need_dx = 0;
   if (s->need_dw && bww_applies(p, s, g)) {
-    const sp_shape *in = &p->in_shape[0], *out = &p->out_shape, *w = &p->param_shape[0];
-    const cpu_conv_shape cs = {in->d[0],      in->d[2],    in->d[3],    in->d[1],      out->d[2],
-                               out->d[3],     out->d[1],   w->d[2],     w->d[3],       g->strides[0],
-                               g->strides[1], g->pad_l[0], g->pad_l[1], g->dil[0] + 1, g->dil[1] + 1};
     s->bww = cpu_bww_mm_prepare(&s->bwwmm, &s->base, &cs, &bww_bwd) == 0;
     if (s->bww) s->need_dw = 0; /* the products do it */
   }
@@ -720,8 +702,7 @@ static int conv_setup(sp_op_prep *p, conv_node *s, const dnnl_conv_geom *g) {
   }
   if (choose_backward(s, g, &src_any, &wei_any)) return -1;
 
-  if (s2dx_bwd > bww_bwd) bww_bwd = s2dx_bwd; /* before the weight gradient, from the same scratch */
-  place_buffers(p, s, mm_bwd, bww_bwd);
+  place_buffers(p, s, mm_bwd, bww_bwd > s2dx_bwd ? bww_bwd : s2dx_bwd); /* one after the other, same scratch */
   cpu_report(p, &s->base);
   return 0;
 }

@@ -47,13 +47,20 @@ enum { MAX_IC = 512 };
 int cpu_conv_use_s2_dx = 1;
 int64_t cpu_conv_s2_dx_max_channels = 256;
 
-int cpu_s2dx_fits(int64_t ih, int64_t iw, int64_t oh, int64_t ow, int64_t ic, int64_t oc) {
-  return cpu_conv_use_s2_dx && ih % 2 == 0 && iw % 2 == 0 && oh == ih / 2 && ow == iw / 2 && ic % 8 == 0 &&
-         ic <= MAX_IC && ic <= cpu_conv_s2_dx_max_channels && oc <= cpu_conv_s2_dx_max_channels;
+/* bf16 channels-last in and out, 3x3, stride 2, padding 1, no dilation, an
+ * even input size, channels a multiple of 8 and at most the limit. */
+static int fits(const cpu_conv_shape *c, const dnnl_memory_desc_t *src, const dnnl_memory_desc_t *dst) {
+  return cpu_conv_use_s2_dx && src->data_type == dnnl_bf16 && dst->data_type == dnnl_bf16 &&
+         cpu_md_lanes(src) == CPU_LANES_NHWC && cpu_md_lanes(dst) == CPU_LANES_NHWC && c->kh == 3 && c->kw == 3 &&
+         c->sh == 2 && c->sw == 2 && c->pt == 1 && c->pl == 1 && c->dh == 1 && c->dw == 1 && c->ih % 2 == 0 &&
+         c->iw % 2 == 0 && c->oh == c->ih / 2 && c->ow == c->iw / 2 && c->ic % 8 == 0 && c->ic <= MAX_IC &&
+         c->ic <= cpu_conv_s2_dx_max_channels && c->oc <= cpu_conv_s2_dx_max_channels;
 }
 
-int cpu_s2dx_prepare(cpu_s2dx *m, cpu_node *n, int64_t batch, int64_t ic, int64_t oc, int64_t ih, int64_t iw,
-                     size_t *bwd_scratch) {
+int cpu_s2dx_prepare(cpu_s2dx *m, cpu_node *n, const cpu_conv_shape *c, const dnnl_memory_desc_t *src,
+                     const dnnl_memory_desc_t *dst, size_t *bwd_scratch) {
+  if (!fits(c, src, dst)) return 1;
+  const int64_t batch = c->n, ic = c->ic, oc = c->oc, ih = c->ih, iw = c->iw;
   memset(m, 0, sizeof *m);
   m->n = batch, m->ic = ic, m->oc = oc, m->ih = ih, m->iw = iw, m->oh = ih / 2, m->ow = iw / 2;
   const dnnl_dims_t dy_d = {batch, oc, m->oh, m->ow}, d_d = {batch, 4 * ic, m->oh, m->ow}, w_d = {4 * ic, oc, 2, 2};
@@ -66,7 +73,7 @@ int cpu_s2dx_prepare(cpu_s2dx *m, cpu_node *n, int64_t batch, int64_t ic, int64_
   dnnl_convolution_desc_t d;
   DNNL_TRY(dnnl_convolution_forward_desc_init(&d, dnnl_forward_inference, dnnl_convolution_direct, &m->dy_md, &w_any,
                                               NULL, &m->d_md, one, pad_l, pad_r));
-  if (cpu_pd(&d, NULL, NULL, &m->pd)) return -1;
+  if (cpu_pd(&d, NULL, NULL, &m->pd)) return sp_error_clear(), 1;
   /* AMX only: with AVX512-BF16 alone (oneDNN capped at AVX512_CORE_BF16
    * here) the brgemm forward kernel saves nothing once the shuffle is
    * counted (64, 8 -> 16 at 112: 3.7 ms + shuffle against 4.2 for backward
@@ -74,7 +81,7 @@ int cpu_s2dx_prepare(cpu_s2dx *m, cpu_node *n, int64_t batch, int64_t ic, int64_
   if (!strstr(cpu_pd_impl(m->pd), "brg") || !strstr(cpu_pd_impl(m->pd), "amx")) {
     dnnl_primitive_desc_destroy(m->pd);
     m->pd = NULL;
-    return sp_error_set("stride-2 input gradient: no AMX brgemm forward kernel for the 2x2 product");
+    return 1;
   }
   if (cpu_adopt(n, m->pd, &m->prim)) return -1;
   m->w_md = *cpu_pd_md(m->pd, dnnl_query_weights_md, 0);

@@ -332,11 +332,10 @@ typedef struct {
   uint16_t *w_plain, *d, *dx;
   cpu_exec w_re, conv;
 } cpu_s2dx;
-/* The geometry fits (the caller checks kernel, stride, padding, layouts). */
-int cpu_s2dx_fits(int64_t ih, int64_t iw, int64_t oh, int64_t ow, int64_t ic, int64_t oc);
-/* -1 (error set) where oneDNN has no brgemm kernel for the 2x2 product. */
-int cpu_s2dx_prepare(cpu_s2dx *m, cpu_node *n, int64_t batch, int64_t ic, int64_t oc, int64_t ih, int64_t iw,
-                     size_t *bwd_scratch);
+/* 0: taken (its backward scratch bytes in *bwd_scratch); 1: not (the shape,
+ * the layouts src / dst or no AMX kernel for the product); -1: error set. */
+int cpu_s2dx_prepare(cpu_s2dx *m, cpu_node *n, const cpu_conv_shape *c, const dnnl_memory_desc_t *src,
+                     const dnnl_memory_desc_t *dst, size_t *bwd_scratch);
 int cpu_s2dx_bind(cpu_s2dx *m, cpu_node *n, const void *dy, void *dx, char *bwd_scratch);
 void cpu_s2dx_run(const cpu_s2dx *m, const float *w, int accumulate); /* w: the plain f32 master weights */
 /* conv_bww_mm.c: 0 builds col plain and lets the matmul pack it (tests
