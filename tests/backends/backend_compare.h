@@ -329,6 +329,28 @@ static inline sp_op_prep cmp_conv_prep(const sp_op_def *op, const void *attr, sp
   return p;
 }
 
+#ifdef SPRY_HAVE_DNNL
+#include "backends/cpu/cpu.h"
+
+/* A conv2d node prepared on the cpu backend as a training plan would
+ * (cmp_conv_prep): a square kernel k with padding k / 2, the input
+ * [n, ic, h, w] in `tag` of the plan's dtype. Tests ask the returned state
+ * which path it took, then cpu_node_free it. */
+static inline void *cmp_conv_node(int64_t n, int64_t ic, int64_t oc, int64_t h, int64_t w, int k, int stride, int bias,
+                                  int bf16, dnnl_format_tag_t tag) {
+  dnnl_memory_desc_t md;
+  dnnl_dims_t dims = {n, ic, h, w};
+  assert_int_equal(dnnl_memory_desc_init_by_tag(&md, 4, dims, bf16 ? dnnl_bf16 : dnnl_f32, tag), dnnl_success);
+  const int pad = k / 2;
+  const int64_t oh = (h + 2 * pad - k) / stride + 1, ow = (w + 2 * pad - k) / stride + 1;
+  sp_conv2d_attr at = {stride, stride, pad, pad, 1, 1, 1};
+  sp_op_prep p = cmp_conv_prep(&sp_op_conv2d, &at, sp_shape4(n, ic, h, w), sp_shape4(n, oc, oh, ow),
+                               sp_shape4(oc, ic, k, k), bias, bf16, &md);
+  assert_int_equal(cpu_conv_prepare(&p), 0);
+  return p.state;
+}
+#endif
+
 /* main() of a test of the cpu backend's own paths: its tests, or a SKIP
  * line in a build without oneDNN (the test functions then do not exist:
  * macro arguments that are not used are never compiled). */

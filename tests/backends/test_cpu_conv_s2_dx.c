@@ -58,16 +58,9 @@ static int amx(void) { return dnnl_get_effective_cpu_isa() >= dnnl_cpu_isa_avx51
 /* Whether a training convolution of this shape, its input channels-last in
  * the given dtype, takes the phase path. */
 static int taken(int ic, int oc, int h, int w, int k, int stride, int bf16) {
-  dnnl_memory_desc_t md;
-  dnnl_dims_t dims = {2, ic, h, w};
-  assert_int_equal(dnnl_memory_desc_init_by_tag(&md, 4, dims, bf16 ? dnnl_bf16 : dnnl_f32, dnnl_acdb), dnnl_success);
-  const int pad = k / 2, oh = (h + 2 * pad - k) / stride + 1, ow = (w + 2 * pad - k) / stride + 1;
-  sp_conv2d_attr at = {stride, stride, pad, pad, 1, 1, 1};
-  sp_op_prep p = cmp_conv_prep(&sp_op_conv2d, &at, sp_shape4(2, ic, h, w), sp_shape4(2, oc, oh, ow),
-                               sp_shape4(oc, ic, k, k), 0, bf16, &md);
-  assert_int_equal(cpu_conv_prepare(&p), 0);
-  const int r = cpu_conv_uses_s2_dx(p.state);
-  cpu_node_free(p.state);
+  void *state = cmp_conv_node(2, ic, oc, h, w, k, stride, 0, bf16, dnnl_acdb);
+  const int r = cpu_conv_uses_s2_dx(state);
+  cpu_node_free(state);
   return r;
 }
 

@@ -193,16 +193,9 @@ static int outcome(const void *state, int ok_layouts) {
  * the channels fit and its layouts are blocks; not with a bias or 16 input
  * channels. */
 static int taken_if(int ic, int oc, int k, int stride, int bias, int ok_layouts) {
-  dnnl_memory_desc_t md;
-  const int64_t h = 9, w = 7, oh = (h - 1) / stride + 1, ow = (w - 1) / stride + 1;
-  dnnl_dims_t dims = {2, ic, h, w};
-  assert_int_equal(dnnl_memory_desc_init_by_tag(&md, 4, dims, dnnl_bf16, dnnl_aBcd16b), dnnl_success);
-  sp_conv2d_attr at = {stride, stride, k / 2, k / 2, 1, 1, 1};
-  sp_op_prep p = cmp_conv_prep(&sp_op_conv2d, &at, sp_shape4(2, ic, h, w), sp_shape4(2, oc, oh, ow),
-                               sp_shape4(oc, ic, k, k), bias, 1, &md);
-  assert_int_equal(cpu_conv_prepare(&p), 0);
-  const int r = outcome(p.state, ok_layouts);
-  cpu_node_free(p.state);
+  void *state = cmp_conv_node(2, ic, oc, 9, 7, k, stride, bias, 1, dnnl_aBcd16b);
+  const int r = outcome(state, ok_layouts);
+  cpu_node_free(state);
   return r;
 }
 static int taken(int ic, int oc, int k, int stride, int bias) { return taken_if(ic, oc, k, stride, bias, 1); }

@@ -76,16 +76,9 @@ static void frozen_plans_follow_weight_changes(void **st) {
 /* Which passes run on Winograd (bit 0 forward, 1 backward data, 2 backward
  * weights) for a training convolution of the given shape. */
 static int passes(int n, int ic, int oc, int hw, int k, int stride, int bf16) {
-  dnnl_memory_desc_t md;
-  dnnl_dims_t dims = {n, ic, hw, hw};
-  assert_int_equal(dnnl_memory_desc_init_by_tag(&md, 4, dims, bf16 ? dnnl_bf16 : dnnl_f32, dnnl_nChw16c), dnnl_success);
-  const int pad = k / 2, out = (hw + 2 * pad - k) / stride + 1;
-  sp_conv2d_attr at = {stride, stride, pad, pad, 1, 1, 1};
-  sp_op_prep p = cmp_conv_prep(&sp_op_conv2d, &at, sp_shape4(n, ic, hw, hw), sp_shape4(n, oc, out, out),
-                               sp_shape4(oc, ic, k, k), 0, bf16, &md);
-  assert_int_equal(cpu_conv_prepare(&p), 0);
-  const int r = cpu_conv_winograd_passes(p.state);
-  cpu_node_free(p.state);
+  void *state = cmp_conv_node(n, ic, oc, hw, hw, k, stride, 0, bf16, dnnl_nChw16c);
+  const int r = cpu_conv_winograd_passes(state);
+  cpu_node_free(state);
   return r;
 }
 
