@@ -36,6 +36,18 @@ static sp_value b_two_heads(sp_graph *g, sp_value x) {
   return sp_add(g, a, b);
 }
 
+/* 64 channels into two heads of 68 and 33 heatmaps (the seed's 68; 33: a
+ * pair of heatmaps and a block cut short) on one input: two steps of 32
+ * channels, heatmap rows past the real ones, the second head's input
+ * gradient added in place. */
+static sp_value b_wide_heads(sp_graph *g, sp_value x) {
+  x = sp_relu(g, sp_conv2d(g, x, "pre", (sp_conv_args){.out_ch = 64, .kernel = 3, .pad = 1}));
+  sp_value a =
+      sp_softargmax(g, sp_conv2d(g, x, "head_a", (sp_conv_args){.out_ch = 68, .kernel = 1, .bias = head_bias}), 0.5f);
+  sp_value b = sp_softargmax(g, sp_conv2d(g, x, "head_b", (sp_conv_args){.out_ch = 33, .kernel = 1}), 1.0f);
+  return sp_concat(g, 2, (sp_value[]){a, b});
+}
+
 static void against_ref(cmp_build_fn body, const char *label, int n, int h, int w) {
   cmp_case k = {label, body, n, 3, h, w, 1, SP_PLAN_BF16, 6e-2, 0};
   cmp_run(&k); /* training */
@@ -62,9 +74,33 @@ static void two_heads_against_ref(void **st) {
   (void)st;
   cmp_require_cpu();
   against_ref(b_two_heads, "two heads, shared input, short last tile", 2, 41, 37);
+  against_ref(b_wide_heads, "wide heads, 64 channels, 68 and 33 heatmaps", 2, 32, 32);
 }
 
 static void fused_or_apart(int path) { cpu_conv_use_softargmax = path == 0; }
+static void amx_or_matmul(int path) { cpu_conv_use_softargmax_amx = path == 0; }
+
+/* Where AMX is usable: the tile products (softargmax_amx.c) against oneDNN's
+ * matmuls, one bf16 training step. Only the products' summation order
+ * differs (dL is rounded by the same code), so the tolerance is tight. 32 x
+ * 32 positions: one whole tile (input gradient in place, written and then
+ * added); 41 x 37: a tile of 768 rows and a short one of 749 (through the
+ * thread's buffers). */
+static void amx_matches_matmul(void **st) {
+  (void)st;
+  cmp_require_cpu();
+  if (!cpu_amx_usable()) {
+    printf("# no AMX here (or ONEDNN_MAX_CPU_ISA caps it): the tile products are not run\n");
+    skip();
+  }
+  const cmp_case cases[] = {{"head, amx", b_head, 3, 3, 41, 37, 1, SP_PLAN_BF16, 2e-3, 0},
+                            {"two heads, amx", b_two_heads, 2, 3, 41, 37, 1, SP_PLAN_BF16, 2e-3, 0},
+                            {"wide heads, amx, whole tile", b_wide_heads, 2, 3, 32, 32, 1, SP_PLAN_BF16, 2e-3, 0},
+                            {"wide heads, amx, short tile", b_wide_heads, 2, 3, 41, 37, 1, SP_PLAN_BF16, 2e-3, 0}};
+  const cmp_two_opts opts = {.shift_free = "head"};
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+    cmp_two_paths_with(&cases[c], amx_or_matmul, cases[c].tol, &opts);
+}
 
 /* One training step fused and one with the two ops apart, bf16 and f32. */
 static void fused_matches_apart(void **st) {
@@ -99,32 +135,38 @@ static void taken_where_it_applies(void **st) {
   (void)st;
   cmp_require_cpu();
   const sp_softargmax_attr sam = {1.0f};
+  /* amx: 1 where the tile products run when AMX is usable (bf16,
+   * channels-last, channels a multiple of 32). */
   struct {
     int bf16, kernel;
     dnnl_format_tag_t tag;
-    int softargmax, want;
-  } cases[] = {{1, 1, dnnl_acdb, 1, 1}, {0, 1, dnnl_acdb, 1, 1}, {0, 1, dnnl_aBcd16b, 1, 1}, {1, 1, dnnl_aBcd16b, 1, 1},
-               {1, 3, dnnl_acdb, 1, 0}, {0, 1, dnnl_abcd, 1, 0}, {1, 1, dnnl_acdb, 0, 0}};
+    int softargmax, want, channels, amx;
+  } cases[] = {{1, 1, dnnl_acdb, 1, 1, 32, 1},    {0, 1, dnnl_acdb, 1, 1, 32, 0}, {0, 1, dnnl_aBcd16b, 1, 1, 32, 0},
+               {1, 1, dnnl_aBcd16b, 1, 1, 32, 0}, {1, 3, dnnl_acdb, 1, 0, 32, 0}, {0, 1, dnnl_abcd, 1, 0, 32, 0},
+               {1, 1, dnnl_acdb, 0, 0, 32, 0},    {1, 1, dnnl_acdb, 1, 1, 64, 1}, {1, 1, dnnl_acdb, 1, 1, 48, 0}};
   for (size_t t = 0; t < sizeof cases / sizeof cases[0]; t++) {
     dnnl_memory_desc_t md;
-    dnnl_dims_t dims = {2, 32, 20, 20};
+    const int ch = cases[t].channels;
+    dnnl_dims_t dims = {2, ch, 20, 20};
     assert_int_equal(dnnl_memory_desc_init_by_tag(&md, 4, dims, cases[t].bf16 ? dnnl_bf16 : dnnl_f32, cases[t].tag),
                      dnnl_success);
     const int pad = cases[t].kernel / 2;
     sp_conv2d_attr at = {1, 1, pad, pad, 1, 1, 1};
-    sp_op_prep p = cmp_conv_prep(&sp_op_conv2d, &at, sp_shape4(2, 32, 20, 20), sp_shape4(2, 7, 20, 20),
-                                 sp_shape4(7, 32, cases[t].kernel, cases[t].kernel), 1, cases[t].bf16, &md);
+    sp_op_prep p = cmp_conv_prep(&sp_op_conv2d, &at, sp_shape4(2, ch, 20, 20), sp_shape4(2, 7, 20, 20),
+                                 sp_shape4(7, ch, cases[t].kernel, cases[t].kernel), 1, cases[t].bf16, &md);
     p.consumer[0].op = cases[t].softargmax ? &sp_op_softargmax : &sp_op_relu;
     p.consumer[0].attr = cases[t].softargmax ? (const void *)&sam : NULL;
     assert_int_equal(cpu_conv_prepare(&p), 0);
     if (cpu_conv_is_softargmax(p.state) != cases[t].want)
       fail_msg("case %zu: fused path %s", t, cases[t].want ? "not taken" : "taken");
     if (cases[t].want && p.absorb_consumer != 1) fail_msg("case %zu: soft-argmax not absorbed", t);
+    if (cases[t].want && cpu_conv_uses_softargmax_amx(p.state) != (cases[t].amx && cpu_amx_usable()))
+      fail_msg("case %zu: AMX tile products %s", t, cases[t].amx && cpu_amx_usable() ? "not taken" : "taken");
     cpu_node_free(p.state);
   }
 }
 #endif
 
 CMP_CPU_MAIN(cmocka_unit_test(head_against_ref), cmocka_unit_test(two_heads_against_ref),
-             cmocka_unit_test(fused_matches_apart), cmocka_unit_test(frozen_plans_follow_weight_changes),
-             cmocka_unit_test(taken_where_it_applies))
+             cmocka_unit_test(fused_matches_apart), cmocka_unit_test(amx_matches_matmul),
+             cmocka_unit_test(frozen_plans_follow_weight_changes), cmocka_unit_test(taken_where_it_applies))

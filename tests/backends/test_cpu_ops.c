@@ -4,29 +4,67 @@
 #include <math.h>
 #include "backend_compare.h"
 
-static sp_value pre(sp_graph *g, sp_value x, int c) { return sp_conv2d(g, x, "pre", (sp_conv_args){.out_ch = c, .kernel = 3, .pad = 1}); }
-static sp_value post(sp_graph *g, sp_value x, int c) { return sp_conv2d(g, x, "post", (sp_conv_args){.out_ch = c, .kernel = 1, .bias = 1}); }
+static sp_value pre(sp_graph *g, sp_value x, int c) {
+  return sp_conv2d(g, x, "pre", (sp_conv_args){.out_ch = c, .kernel = 3, .pad = 1});
+}
+static sp_value post(sp_graph *g, sp_value x, int c) {
+  return sp_conv2d(g, x, "post", (sp_conv_args){.out_ch = c, .kernel = 1, .bias = 1});
+}
 
-static sp_value b_conv3(sp_graph *g, sp_value x) { return sp_conv2d(g, x, "c", (sp_conv_args){.out_ch = 16, .kernel = 3, .pad = 1}); }
-static sp_value b_conv_s2(sp_graph *g, sp_value x) { return post(g, sp_conv2d(g, pre(g, x, 8), "c", (sp_conv_args){.out_ch = 24, .kernel = 3, .stride = 2, .pad = 1, .bias = 1}), 5); }
-static sp_value b_conv_groups(sp_graph *g, sp_value x) { return post(g, sp_conv2d(g, pre(g, x, 8), "c", (sp_conv_args){.out_ch = 16, .kernel = 3, .pad = 1, .groups = 2}), 4); }
-static sp_value b_conv_dil(sp_graph *g, sp_value x) { return post(g, sp_conv2d(g, pre(g, x, 16), "c", (sp_conv_args){.out_ch = 16, .kernel = 3, .pad = 2, .dilation = 2}), 4); }
-static sp_value b_conv_stem(sp_graph *g, sp_value x) { return post(g, sp_conv2d(g, x, "c", (sp_conv_args){.out_ch = 32, .kernel = 7, .stride = 2, .pad = 3}), 3); }
-static sp_value b_conv_floor(sp_graph *g, sp_value x) { return post(g, sp_conv2d(g, pre(g, x, 16), "c", (sp_conv_args){.out_ch = 32, .kernel = 1, .stride = 2}), 3); }
-static sp_value b_deconv(sp_graph *g, sp_value x) { return post(g, sp_conv_transpose2d(g, pre(g, x, 16), "d", (sp_deconv_args){.out_ch = 16, .kernel = 2, .stride = 2}), 3); }
-static sp_value b_deconv_pad(sp_graph *g, sp_value x) { return post(g, sp_conv_transpose2d(g, pre(g, x, 16), "d", (sp_deconv_args){.out_ch = 8, .kernel = 3, .stride = 2, .pad = 1, .out_pad = 1, .bias = 1}), 3); }
+static sp_value b_conv3(sp_graph *g, sp_value x) {
+  return sp_conv2d(g, x, "c", (sp_conv_args){.out_ch = 16, .kernel = 3, .pad = 1});
+}
+static sp_value b_conv_s2(sp_graph *g, sp_value x) {
+  return post(
+      g, sp_conv2d(g, pre(g, x, 8), "c", (sp_conv_args){.out_ch = 24, .kernel = 3, .stride = 2, .pad = 1, .bias = 1}),
+      5);
+}
+static sp_value b_conv_groups(sp_graph *g, sp_value x) {
+  return post(g, sp_conv2d(g, pre(g, x, 8), "c", (sp_conv_args){.out_ch = 16, .kernel = 3, .pad = 1, .groups = 2}), 4);
+}
+static sp_value b_conv_dil(sp_graph *g, sp_value x) {
+  return post(g, sp_conv2d(g, pre(g, x, 16), "c", (sp_conv_args){.out_ch = 16, .kernel = 3, .pad = 2, .dilation = 2}),
+              4);
+}
+static sp_value b_conv_stem(sp_graph *g, sp_value x) {
+  return post(g, sp_conv2d(g, x, "c", (sp_conv_args){.out_ch = 32, .kernel = 7, .stride = 2, .pad = 3}), 3);
+}
+static sp_value b_conv_floor(sp_graph *g, sp_value x) {
+  return post(g, sp_conv2d(g, pre(g, x, 16), "c", (sp_conv_args){.out_ch = 32, .kernel = 1, .stride = 2}), 3);
+}
+static sp_value b_deconv(sp_graph *g, sp_value x) {
+  return post(g, sp_conv_transpose2d(g, pre(g, x, 16), "d", (sp_deconv_args){.out_ch = 16, .kernel = 2, .stride = 2}),
+              3);
+}
+static sp_value b_deconv_pad(sp_graph *g, sp_value x) {
+  return post(
+      g,
+      sp_conv_transpose2d(g, pre(g, x, 16), "d",
+                          (sp_deconv_args){.out_ch = 8, .kernel = 3, .stride = 2, .pad = 1, .out_pad = 1, .bias = 1}),
+      3);
+}
 static sp_value b_bn(sp_graph *g, sp_value x) { return post(g, sp_batchnorm(g, pre(g, x, 16), "bn"), 4); }
-static sp_value b_bn_relu(sp_graph *g, sp_value x) { return post(g, sp_relu(g, sp_batchnorm(g, pre(g, x, 8), "bn")), 4); }
+static sp_value b_bn_relu(sp_graph *g, sp_value x) {
+  return post(g, sp_relu(g, sp_batchnorm(g, pre(g, x, 8), "bn")), 4);
+}
 static sp_value b_relu(sp_graph *g, sp_value x) { return post(g, sp_relu(g, pre(g, x, 16)), 4); }
-static sp_value b_maxpool(sp_graph *g, sp_value x) { return post(g, sp_maxpool2d(g, pre(g, x, 16), (sp_pool_args){.kernel = 3, .stride = 2, .pad = 1}), 4); }
+static sp_value b_maxpool(sp_graph *g, sp_value x) {
+  return post(g, sp_maxpool2d(g, pre(g, x, 16), (sp_pool_args){.kernel = 3, .stride = 2, .pad = 1}), 4);
+}
 static sp_value b_maxpool_ceil(sp_graph *g, sp_value x) {
   sp_pool2d_attr a = {2, 2, 2, 2, 0, 0, 1, 1};
   x = pre(g, x, 16);
   return post(g, sp_graph_node(g, &sp_op_maxpool2d, &a, sizeof a, "mp", 1, &x, 0, NULL, 0, NULL, 16), 4);
 }
-static sp_value b_avgpool(sp_graph *g, sp_value x) { return post(g, sp_avgpool2d(g, pre(g, x, 16), (sp_pool_args){.kernel = 2, .stride = 2}), 4); }
-static sp_value b_avgpool_excl(sp_graph *g, sp_value x) { return post(g, sp_avgpool2d(g, pre(g, x, 16), (sp_pool_args){.kernel = 3, .pad = 1, .exclude_pad = 1}), 4); }
-static sp_value b_avgpool_ceil(sp_graph *g, sp_value x) { return post(g, sp_avgpool2d(g, pre(g, x, 16), (sp_pool_args){.kernel = 2, .stride = 2, .ceil_mode = 1}), 4); }
+static sp_value b_avgpool(sp_graph *g, sp_value x) {
+  return post(g, sp_avgpool2d(g, pre(g, x, 16), (sp_pool_args){.kernel = 2, .stride = 2}), 4);
+}
+static sp_value b_avgpool_excl(sp_graph *g, sp_value x) {
+  return post(g, sp_avgpool2d(g, pre(g, x, 16), (sp_pool_args){.kernel = 3, .pad = 1, .exclude_pad = 1}), 4);
+}
+static sp_value b_avgpool_ceil(sp_graph *g, sp_value x) {
+  return post(g, sp_avgpool2d(g, pre(g, x, 16), (sp_pool_args){.kernel = 2, .stride = 2, .ceil_mode = 1}), 4);
+}
 static sp_value b_gap_linear(sp_graph *g, sp_value x) {
   x = sp_flatten(g, sp_global_avgpool(g, pre(g, x, 32)));
   return sp_linear(g, x, "fc", 32, 10, 1);
@@ -53,7 +91,8 @@ static sp_value b_add_self(sp_graph *g, sp_value x) {
 }
 static sp_value b_concat(sp_graph *g, sp_value x) {
   x = pre(g, x, 16);
-  sp_value parts[3] = {sp_conv2d(g, x, "a", (sp_conv_args){.out_ch = 16, .kernel = 1}), x, sp_conv2d(g, x, "b", (sp_conv_args){.out_ch = 32, .kernel = 3, .pad = 1})};
+  sp_value parts[3] = {sp_conv2d(g, x, "a", (sp_conv_args){.out_ch = 16, .kernel = 1}), x,
+                       sp_conv2d(g, x, "b", (sp_conv_args){.out_ch = 32, .kernel = 3, .pad = 1})};
   return post(g, sp_concat(g, 3, parts), 4);
 }
 static sp_value b_concat_odd(sp_graph *g, sp_value x) {
@@ -73,7 +112,8 @@ static sp_value b_adapted(sp_graph *g, sp_value x) {
  * and the shift accumulates into it; without, the shift writes it fresh. */
 static sp_value tsm_residual(sp_graph *g, sp_value x, int c, int segments, float ratio) {
   x = pre(g, x, c);
-  sp_value y = sp_conv2d(g, sp_tshift(g, x, segments, ratio, ratio), "c", (sp_conv_args){.out_ch = c, .kernel = 3, .pad = 1});
+  sp_value y =
+      sp_conv2d(g, sp_tshift(g, x, segments, ratio, ratio), "c", (sp_conv_args){.out_ch = c, .kernel = 3, .pad = 1});
   return post(g, sp_add(g, y, x), 4);
 }
 /* Folds of 2 channels: the first 16-channel block mixes three sources. */
@@ -82,18 +122,23 @@ static sp_value b_tshift_lanes(sp_graph *g, sp_value x) { return tsm_residual(g,
 static sp_value b_tshift_blocks(sp_graph *g, sp_value x) { return tsm_residual(g, x, 64, 4, 0.25f); }
 /* 20 channels: padding lanes in the second block stay zero. */
 static sp_value b_tshift_padded(sp_graph *g, sp_value x) { return tsm_residual(g, x, 20, 4, 0.125f); }
-static sp_value b_tshift_fresh(sp_graph *g, sp_value x) { return post(g, sp_tshift(g, pre(g, x, 16), 4, 0.25f, 0.125f), 4); }
+static sp_value b_tshift_fresh(sp_graph *g, sp_value x) {
+  return post(g, sp_tshift(g, pre(g, x, 16), 4, 0.25f, 0.125f), 4);
+}
 
 /* Soft-argmax in the conv's layout (backends/cpu/softargmax.c): 16 heatmaps
  * (one block), 20 (padding lanes in the second block), and after an
  * adapted op (hardswish's reference kernel writes plain). The scale maps columns to pixels as the keypoint heads do. */
 static sp_value b_softargmax16(sp_graph *g, sp_value x) { return sp_softargmax(g, pre(g, x, 16), 4.0f); }
 static sp_value b_softargmax_padded(sp_graph *g, sp_value x) { return sp_softargmax(g, pre(g, x, 20), 1.0f); }
-static sp_value b_softargmax_plain(sp_graph *g, sp_value x) { return sp_softargmax(g, sp_hardswish(g, pre(g, x, 5)), 2.0f); }
+static sp_value b_softargmax_plain(sp_graph *g, sp_value x) {
+  return sp_softargmax(g, sp_hardswish(g, pre(g, x, 5)), 2.0f);
+}
 /* Its gradient flows into a shortcut too (accumulating, not overwriting). */
 static sp_value b_softargmax_shared(sp_graph *g, sp_value x) {
   x = pre(g, x, 16);
-  sp_value y = sp_softargmax(g, x, 1.0f), z = sp_softargmax(g, sp_conv2d(g, x, "c", (sp_conv_args){.out_ch = 16, .kernel = 1}), 1.0f);
+  sp_value y = sp_softargmax(g, x, 1.0f),
+           z = sp_softargmax(g, sp_conv2d(g, x, "c", (sp_conv_args){.out_ch = 16, .kernel = 1}), 1.0f);
   return sp_add(g, y, z);
 }
 
@@ -114,7 +159,8 @@ static sp_value b_blurpool_shared(sp_graph *g, sp_value x) {
  * and 20 channels (padding lanes). */
 static sp_value b_add_relu(sp_graph *g, sp_value x) {
   x = pre(g, x, 16);
-  return post(g, sp_relu(g, sp_add(g, sp_conv2d(g, x, "c", (sp_conv_args){.out_ch = 16, .kernel = 3, .pad = 1}), x)), 4);
+  return post(g, sp_relu(g, sp_add(g, sp_conv2d(g, x, "c", (sp_conv_args){.out_ch = 16, .kernel = 3, .pad = 1}), x)),
+              4);
 }
 static sp_value b_add_relu_self(sp_graph *g, sp_value x) {
   x = pre(g, x, 16);
@@ -132,7 +178,10 @@ static sp_value b_add_relu_padded(sp_graph *g, sp_value x) {
  * harness's MSE as a [1] output; their targets come from a second branch. */
 static sp_value points_of(sp_graph *g, sp_value x, const char *name) {
   int64_t dims[3] = {-1, 6, 2};
-  return sp_reshape(g, sp_flatten(g, sp_global_avgpool(g, sp_conv2d(g, x, name, (sp_conv_args){.out_ch = 12, .kernel = 3, .pad = 1}))), 3, dims);
+  return sp_reshape(
+      g,
+      sp_flatten(g, sp_global_avgpool(g, sp_conv2d(g, x, name, (sp_conv_args){.out_ch = 12, .kernel = 3, .pad = 1}))),
+      3, dims);
 }
 static sp_value b_hardswish(sp_graph *g, sp_value x) { return post(g, sp_hardswish(g, pre(g, x, 16)), 4); }
 static sp_value b_dropout(sp_graph *g, sp_value x) { return post(g, sp_dropout(g, pre(g, x, 16), 0.25f), 4); }
@@ -183,19 +232,19 @@ static sp_value b_bn_sync(sp_graph *g, sp_value x) {
 #define BF16_TOL 6e-2
 
 #define CASE(name, body, n, c, h, w) CASE_CLASSES(name, body, n, c, h, w, 0)
-#define CASE_CLASSES(name, body, n, c, h, w, classes) \
-  static void name(void **s) {       \
-    (void)s;                         \
-    cmp_require_cpu();               \
+#define CASE_CLASSES(name, body, n, c, h, w, classes)         \
+  static void name(void **s) {                                \
+    (void)s;                                                  \
+    cmp_require_cpu();                                        \
     cmp_case k = {#name, body, n, c, h, w, 1, 0, 0, classes}; \
-    cmp_run(&k);                     \
-    k.training = 0;                  \
-    cmp_run(&k);                     \
-    k.flags = SP_PLAN_BF16;          \
-    k.tol = BF16_TOL;                \
-    cmp_run(&k);                     \
-    k.training = 1;                  \
-    cmp_run(&k);                     \
+    cmp_run(&k);                                              \
+    k.training = 0;                                           \
+    cmp_run(&k);                                              \
+    k.flags = SP_PLAN_BF16;                                   \
+    k.tol = BF16_TOL;                                         \
+    cmp_run(&k);                                              \
+    k.training = 1;                                           \
+    cmp_run(&k);                                              \
   }
 
 CASE(conv3x3, b_conv3, 2, 3, 9, 11)
@@ -286,8 +335,10 @@ static void tshift_keeps_blocked_layout(void **s) {
       p.need_d_in[0] = 1;
       assert_int_equal(cpu_tshift_prepare(&p), 0);
       int plain_f32 = tags[gi] == dnnl_abcd && types[ti] == dnnl_f32;
-      if (plain_f32) assert_null(p.out_layout); /* plain f32 is reported as NULL */
-      else assert_true(p.out_layout && cpu_md_equal(p.out_layout, &md));
+      if (plain_f32)
+        assert_null(p.out_layout); /* plain f32 is reported as NULL */
+      else
+        assert_true(p.out_layout && cpu_md_equal(p.out_layout, &md));
       assert_int_equal(p.fwd_scratch_bytes + p.bwd_scratch_bytes + p.saved_bytes, 0);
       cpu_node_free(p.state);
     }
@@ -331,16 +382,19 @@ static size_t check_channels_last(const sp_op_def *op, int (*prepare)(sp_op_prep
   assert_int_equal(prepare(&p), 0);
   const int64_t ni = sp_shape_numel(&in), no = sp_shape_numel(&out);
   size_t ref_saved = op->saved_bytes ? op->saved_bytes(attr, 1, &in, &out) : 0;
-  float *x = calloc((size_t)ni, 4), *xn = calloc((size_t)ni, 4), *dx = calloc((size_t)ni, 4), *dxn = calloc((size_t)ni, 4);
-  float *y = calloc((size_t)no, 4), *yn = calloc((size_t)no, 4), *dy = calloc((size_t)no, 4), *dyn = calloc((size_t)no, 4);
+  float *x = calloc((size_t)ni, 4), *xn = calloc((size_t)ni, 4), *dx = calloc((size_t)ni, 4),
+        *dxn = calloc((size_t)ni, 4);
+  float *y = calloc((size_t)no, 4), *yn = calloc((size_t)no, 4), *dy = calloc((size_t)no, 4),
+        *dyn = calloc((size_t)no, 4);
   void *saved = calloc(ref_saved + 1, 1), *saved_n = calloc(p.saved_bytes + 1, 1);
   sp_test_rng rng = {5};
   sp_test_fill_uniform(&rng, x, ni, -3, 3);
   sp_test_fill_uniform(&rng, dy, no, -1, 1);
   to_channels_last(&in, x, xn);
   to_channels_last(&out, dy, dyn);
-  sp_tensor tx = sp_tensor_view(SP_F32, in, x), tdx = sp_tensor_view(SP_F32, in, dx), nx = sp_tensor_view(SP_F32, in, xn),
-            ndx = sp_tensor_view(SP_F32, in, dxn), ty = sp_tensor_view(SP_F32, out, y), ny = sp_tensor_view(SP_F32, out, yn),
+  sp_tensor tx = sp_tensor_view(SP_F32, in, x), tdx = sp_tensor_view(SP_F32, in, dx),
+            nx = sp_tensor_view(SP_F32, in, xn), ndx = sp_tensor_view(SP_F32, in, dxn),
+            ty = sp_tensor_view(SP_F32, out, y), ny = sp_tensor_view(SP_F32, out, yn),
             tdy = sp_tensor_view(SP_F32, out, dy), ndy = sp_tensor_view(SP_F32, out, dyn);
   sp_op_args r = {.attr = attr, .n_in = 1, .training = 1}, c = r;
   r.in[0] = &tx, r.out = &ty, r.d_out = &tdy, r.d_in[0] = &tdx, r.saved = saved;
@@ -354,8 +408,9 @@ static size_t check_channels_last(const sp_op_def *op, int (*prepare)(sp_op_prep
     node->vt->forward(node, &c);
     node->vt->backward(node, &c);
     double ey = cl_error(&out, yn, y), ed = cl_error(&in, dxn, dx);
-    if (!(ey <= tol && ed <= tol)) fail_msg("[%s channels-last, %s] output error %.3g, gradient error %.3g > %.1g", op->name,
-                                            fresh ? "fresh" : "accumulated", ey, ed, tol);
+    if (!(ey <= tol && ed <= tol))
+      fail_msg("[%s channels-last, %s] output error %.3g, gradient error %.3g > %.1g", op->name,
+               fresh ? "fresh" : "accumulated", ey, ed, tol);
   }
   size_t bytes = p.saved_bytes;
   cpu_node_free(node);
@@ -388,6 +443,18 @@ static void blurpool_channels_last(void **s) {
   cmp_require_cpu();
   sp_blurpool_attr at = {3, 2};
   check_channels_last(&sp_op_blurpool, cpu_blurpool_prepare, &at, sp_shape4(2, 5, 7, 6), sp_shape4(2, 5, 4, 3), 1e-6);
+  /* 32 channels: the register kernels (a gather in backward). Filters 3, 5
+   * and 7 at stride 2 over odd and even sizes (reflected taps that name the
+   * same output twice), 4 and 7 at stride 1 (the most terms per input). */
+  const struct {
+    int f, stride, h, w;
+  } cases[] = {{3, 2, 7, 6}, {3, 2, 8, 9}, {5, 2, 9, 7}, {7, 2, 8, 8}, {4, 1, 6, 7}, {7, 1, 9, 8}};
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    const sp_blurpool_attr a = {cases[k].f, cases[k].stride};
+    const int64_t ho = (cases[k].h - 1) / a.stride + 1, wo = (cases[k].w - 1) / a.stride + 1; /* as ops/blurpool.c */
+    check_channels_last(&sp_op_blurpool, cpu_blurpool_prepare, &a, sp_shape4(2, 32, cases[k].h, cases[k].w),
+                        sp_shape4(2, 32, ho, wo), 1e-6);
+  }
 }
 
 /* The graph-level cases above reach soft-argmax and BlurPool's own kernels
@@ -473,29 +540,67 @@ static void own_kernels_take_bf16(void **s) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(conv3x3),        cmocka_unit_test(conv_stride2_bias),   cmocka_unit_test(conv_groups),
-      cmocka_unit_test(conv_dilation),  cmocka_unit_test(conv_stem7x7),        cmocka_unit_test(conv_floor_drops_rows),
-      cmocka_unit_test(deconv_k2s2),    cmocka_unit_test(deconv_out_pad),      cmocka_unit_test(batchnorm),
-      cmocka_unit_test(batchnorm_relu), cmocka_unit_test(relu),                cmocka_unit_test(maxpool),
-      cmocka_unit_test(maxpool_ceil),   cmocka_unit_test(avgpool),             cmocka_unit_test(avgpool_exclude_pad),
-      cmocka_unit_test(avgpool_ceil),   cmocka_unit_test(global_avgpool_linear), cmocka_unit_test(linear_bn1d), cmocka_unit_test(linear_shared_input),
-      cmocka_unit_test(upsample_nearest), cmocka_unit_test(upsample_bilinear), cmocka_unit_test(add),
-      cmocka_unit_test(add_same_input), cmocka_unit_test(concat),              cmocka_unit_test(concat_unaligned),
-      cmocka_unit_test(adapted_ref_ops), cmocka_unit_test(tshift_lanes),       cmocka_unit_test(tshift_blocks),
-      cmocka_unit_test(tshift_padded),  cmocka_unit_test(tshift_fresh), cmocka_unit_test(tshift_streamed),
-      cmocka_unit_test(softargmax_block), cmocka_unit_test(softargmax_padded), cmocka_unit_test(softargmax_plain),
+      cmocka_unit_test(conv3x3),
+      cmocka_unit_test(conv_stride2_bias),
+      cmocka_unit_test(conv_groups),
+      cmocka_unit_test(conv_dilation),
+      cmocka_unit_test(conv_stem7x7),
+      cmocka_unit_test(conv_floor_drops_rows),
+      cmocka_unit_test(deconv_k2s2),
+      cmocka_unit_test(deconv_out_pad),
+      cmocka_unit_test(batchnorm),
+      cmocka_unit_test(batchnorm_relu),
+      cmocka_unit_test(relu),
+      cmocka_unit_test(maxpool),
+      cmocka_unit_test(maxpool_ceil),
+      cmocka_unit_test(avgpool),
+      cmocka_unit_test(avgpool_exclude_pad),
+      cmocka_unit_test(avgpool_ceil),
+      cmocka_unit_test(global_avgpool_linear),
+      cmocka_unit_test(linear_bn1d),
+      cmocka_unit_test(linear_shared_input),
+      cmocka_unit_test(upsample_nearest),
+      cmocka_unit_test(upsample_bilinear),
+      cmocka_unit_test(add),
+      cmocka_unit_test(add_same_input),
+      cmocka_unit_test(concat),
+      cmocka_unit_test(concat_unaligned),
+      cmocka_unit_test(adapted_ref_ops),
+      cmocka_unit_test(tshift_lanes),
+      cmocka_unit_test(tshift_blocks),
+      cmocka_unit_test(tshift_padded),
+      cmocka_unit_test(tshift_fresh),
+      cmocka_unit_test(tshift_streamed),
+      cmocka_unit_test(softargmax_block),
+      cmocka_unit_test(softargmax_padded),
+      cmocka_unit_test(softargmax_plain),
       cmocka_unit_test(softargmax_shared_input),
-      cmocka_unit_test(hardswish), cmocka_unit_test(dropout), cmocka_unit_test(reshape),
-      cmocka_unit_test(spatial_softmax), cmocka_unit_test(l1_loss), cmocka_unit_test(mse_loss),
-      cmocka_unit_test(l2_loss), cmocka_unit_test(euclidean_loss), cmocka_unit_test(structure_loss),
-      cmocka_unit_test(cross_entropy), cmocka_unit_test(batchnorm_sync),
-      cmocka_unit_test(blurpool_block), cmocka_unit_test(blurpool_padded), cmocka_unit_test(blurpool_even_filter),
+      cmocka_unit_test(hardswish),
+      cmocka_unit_test(dropout),
+      cmocka_unit_test(reshape),
+      cmocka_unit_test(spatial_softmax),
+      cmocka_unit_test(l1_loss),
+      cmocka_unit_test(mse_loss),
+      cmocka_unit_test(l2_loss),
+      cmocka_unit_test(euclidean_loss),
+      cmocka_unit_test(structure_loss),
+      cmocka_unit_test(cross_entropy),
+      cmocka_unit_test(batchnorm_sync),
+      cmocka_unit_test(blurpool_block),
+      cmocka_unit_test(blurpool_padded),
+      cmocka_unit_test(blurpool_even_filter),
       cmocka_unit_test(blurpool_shared_input),
-      cmocka_unit_test(add_relu), cmocka_unit_test(add_relu_same_input), cmocka_unit_test(add_relu_padded), cmocka_unit_test(add_relu_tail),
+      cmocka_unit_test(add_relu),
+      cmocka_unit_test(add_relu_same_input),
+      cmocka_unit_test(add_relu_padded),
+      cmocka_unit_test(add_relu_tail),
 #ifdef SPRY_HAVE_DNNL
-      cmocka_unit_test(tshift_keeps_blocked_layout), cmocka_unit_test(tshift_channels_last),
-      cmocka_unit_test(softargmax_channels_last), cmocka_unit_test(blurpool_channels_last),
-      cmocka_unit_test(own_kernels_keep_blocked_layout), cmocka_unit_test(own_kernels_take_bf16),
+      cmocka_unit_test(tshift_keeps_blocked_layout),
+      cmocka_unit_test(tshift_channels_last),
+      cmocka_unit_test(softargmax_channels_last),
+      cmocka_unit_test(blurpool_channels_last),
+      cmocka_unit_test(own_kernels_keep_blocked_layout),
+      cmocka_unit_test(own_kernels_take_bf16),
 #endif
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

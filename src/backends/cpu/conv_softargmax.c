@@ -50,6 +50,7 @@
 #include "ops/ops.h"
 
 int cpu_conv_use_softargmax = 1;
+int cpu_conv_use_softargmax_amx = 1;
 
 enum { TILE_ROWS = 1024, MAX_CHANNELS = 512, MAX_HEATMAPS = 1024 };
 
@@ -66,12 +67,15 @@ typedef struct {
   int64_t n, c, k, kp, h, w, hw; /* kp: k rounded up to 16 (the per-heatmap arrays' stride) */
   int64_t rows, tiles;           /* positions per tile; tiles per image (the last may be shorter) */
   int64_t rt;                    /* the column and row tables' length: rows + 16 */
+  int64_t ldl, ldd;              /* row strides of the logits and of dL (elements) */
   float scale;
   int has_bias, need_dx, need_dw, threads;
   int f32;       /* the plan computes in f32 (else bf16) */
   size_t es;     /* bytes per activation element: 4 or 2 */
   cpu_bn_geom g; /* the input's layout (lanes, blocks, strides) */
   int in_place;  /* channels-last: a full tile's rows are a matrix in x and dx */
+  int amx;       /* the products on AMX tiles (softargmax_amx.c), not oneDNN matmuls */
+  int64_t kp32;  /* amx: k rounded up to 32 (dL's rows, W's heatmap pairs) */
   /* Frozen inference plans: W and the bias prepared once, again only when
    * the parameters change (sp_plan_params_changed). */
   void *w_kept;
@@ -84,6 +88,7 @@ typedef struct {
    * thread. */
   size_t o_w, o_part, o_coef, o_stats, o_threads, thread_bytes;
   size_t t_l, t_x, t_dl, t_dx, t_dw, t_db, t_ij, t_pad; /* inside a thread's region */
+  size_t t_amx, t_xp; /* amx: operand buffers (B, A and C of a step), dW's position pairs */
 } csam_node;
 
 /* Per heatmap, saved for backward: the max and 1/sum of exp(L - max), and the
@@ -92,9 +97,16 @@ typedef struct {
   float max, inv_sum, ex, ey;
 } csam_stat;
 
+/* Elements of the prepared weights: W [K, C]; on AMX W [kp, C] (zero rows
+ * past K) and then its heatmap pairs for dX. */
+static int64_t w_elems(const csam_node *s) { return s->amx ? (s->kp + s->kp32) * s->c : s->k * s->c; }
+
 /* W[k, c] in the plan's precision from the f32 master weights [K, C, 1, 1]. */
 static void prepare_weights(const csam_node *s, const float *w, void *wk) {
   for (int64_t i = 0; i < s->k * s->c; i++) sp_stf(wk, i, w[i], !s->f32);
+  if (!s->amx) return;
+  memset((uint16_t *)wk + s->k * s->c, 0, sizeof(uint16_t) * (size_t)((s->kp - s->k) * s->c));
+  cpu_amx_head_w_pairs(wk, s->k, s->c, s->kp32, (uint16_t *)wk + s->kp * s->c);
 }
 
 /* One product on the calling thread: its memory objects pointed at this
@@ -114,6 +126,14 @@ static void run(const csam_node *s, const tile_exec *te, dnnl_primitive_t prim, 
                                    {DNNL_ARG_DST, te->m[m_dst]},
                                    {DNNL_ARG_SCRATCHPAD, te->m[M_PAD]}};
   DNNL_RUN(dnnl_primitive_execute(prim, te->stream, 4, args));
+}
+
+/* A tile's logits Lt = W X_tile^T into l ([kp or K, rows] f32). */
+static void logits(const csam_node *s, int t, const void *wk, const void *xt, float *l, char *ts) {
+  if (s->amx)
+    cpu_amx_head_logits(wk, xt, l, s->ldl, s->c, s->kp, s->rows, (uint16_t *)(ts + s->t_amx));
+  else
+    run(s, &s->te[t], s->fwd, wk, xt, l, ts + s->t_pad);
 }
 
 /* Element offset of (image, channel block, position) in the input's layout. */
@@ -212,7 +232,7 @@ static void tile_sums(const csam_node *s, const float *lt, const float *b, const
   const int64_t kp = s->kp, full = np / 16 * 16;
   const vi16 tail = first_lanes(np - full);
   for (int64_t k = 0; k < s->k; k++) {
-    const float *row = lt + k * s->rows;
+    const float *row = lt + k * s->ldl;
     const vf16 bk = splat16(b[k]);
     /* Four running maxima: one would wait on itself every vector. */
     vf16 m0 = splat16(-INFINITY), m1 = m0, m2 = m0, m3 = m0;
@@ -288,7 +308,7 @@ static void csam_forward(cpu_node *nd, const sp_op_args *a) {
     for (int64_t u = 0; u < s->n * s->tiles; u++) {
       int64_t p0, np;
       const void *xt = tile_rows(s, x, u, &p0, &np, ts + s->t_x);
-      run(s, &s->te[t], s->fwd, wk, xt, l, ts + s->t_pad);
+      logits(s, t, wk, xt, l, ts);
       tile_coords(s, p0, jc, ic);
       tile_sums(s, l, b, jc, ic, np, part + u * 4 * s->kp);
     }
@@ -323,8 +343,8 @@ static void tile_grad(const csam_node *s, const float *lt, const float *b, const
   const int64_t kp = s->kp, full = np / 16 * 16;
   const vi16 tail = first_lanes(np - full);
   for (int64_t k = 0; k < s->k; k++) {
-    const float *row = lt + k * s->rows;
-    const int64_t at = k * s->rows;
+    const float *row = lt + k * s->ldl;
+    const int64_t at = k * s->ldd;
     const vf16 bm = splat16(b[k]), mx = splat16(cf[3 * kp + k]), inv = splat16(cf[4 * kp + k]);
     const vf16 ca = splat16(cf[k]), cb = splat16(cf[kp + k]), cc = splat16(cf[2 * kp + k]);
     vf16 fs = splat16(0.0f);
@@ -377,20 +397,40 @@ static void put_rows(const csam_node *s, void *dx, const char *tmp, int64_t img,
   }
 }
 
+/* A tile's input and weight gradients from dL on AMX: dX straight into a
+ * full channels-last tile's rows, else through the thread's buffer. */
+static void amx_grads(const csam_node *s, const sp_op_args *a, char *ts, const void *wk, const void *xt, int64_t img,
+                      int64_t p0, int64_t np, int dx, int dw, int accumulate) {
+  const uint16_t *dl = (const uint16_t *)(ts + s->t_dl);
+  uint16_t *bufs = (uint16_t *)(ts + s->t_amx);
+  if (dx) {
+    const int whole = s->in_place && np == s->rows;
+    char *to = whole ? (char *)a->d_in[0]->data + at_of(s, img, 0, p0) * s->es : ts + s->t_dx;
+    cpu_amx_head_dx(dl, s->ldd, (const uint16_t *)wk + s->kp * s->c, (uint16_t *)to, s->c, s->kp32, s->rows,
+                    whole && accumulate, bufs, (float *)(bufs + (s->kp32 / 32) * 512));
+    if (!whole) put_rows(s, a->d_in[0]->data, ts + s->t_dx, img, p0, np, accumulate);
+  }
+  if (dw) cpu_amx_head_dw(dl, s->ldd, xt, (float *)(ts + s->t_dw), s->c, s->kp, s->rows, (uint16_t *)(ts + s->t_xp));
+}
+
 /* One tile of backward: the logits again, their gradient, then the input
  * gradient and the thread's weight gradient. */
 static void backward_tile(const csam_node *s, const sp_op_args *a, int t, int64_t u, const void *wk, const float *b,
                           const float *coef, int dx, int dw, int accumulate) {
   char *ts = thread_region(s, a->scratch, t);
-  const tile_exec *te = &s->te[t];
   float *l = (float *)(ts + s->t_l), *jc = (float *)(ts + s->t_ij), *ic = jc + s->rt;
   void *dl = ts + s->t_dl;
   int64_t p0, np;
   const int64_t img = u / s->tiles;
   const void *xt = tile_rows(s, a->in[0]->data, u, &p0, &np, ts + s->t_x);
-  run(s, te, s->fwd, wk, xt, l, ts + s->t_pad);
+  logits(s, t, wk, xt, l, ts);
   tile_coords(s, p0, jc, ic);
   tile_grad(s, l, b, coef + img * 5 * s->kp, jc, ic, np, dl, (double *)(ts + s->t_db));
+  if (s->amx) {
+    amx_grads(s, a, ts, wk, xt, img, p0, np, dx, dw, accumulate);
+    return;
+  }
+  const tile_exec *te = &s->te[t];
   if (dx) {
     if (s->in_place && np == s->rows) {
       char *at = (char *)a->d_in[0]->data + at_of(s, img, 0, p0) * s->es;
@@ -415,12 +455,14 @@ static void csam_backward(cpu_node *nd, const sp_op_args *a) {
   prepare_weights(s, a->param[0]->data, wk);
   bias_of(s, a, b);
   backward_coefs(s, a->saved, a->d_out->data, coef);
-  const int64_t wn = s->k * s->c;
+  const int64_t wn = (s->amx ? s->kp : s->k) * s->c;
 #pragma omp parallel num_threads(s->threads)
   {
     const int t = omp_get_thread_num();
     char *ts = thread_region(s, sc, t);
     memset(ts + s->t_dw, 0, sizeof(float) * (size_t)wn);
+    if (s->amx) /* dL's rows past the heatmaps: read by the products, never written */
+      memset(ts + s->t_dl + s->es * (size_t)(s->k * s->ldd), 0, s->es * (size_t)((s->kp32 - s->k) * s->ldd));
     memset(ts + s->t_db, 0, sizeof(double) * (size_t)s->kp);
 #pragma omp for schedule(static)
     for (int64_t u = 0; u < s->n * s->tiles; u++) backward_tile(s, a, t, u, wk, b, coef, dx, dw, accumulate);
@@ -513,21 +555,26 @@ static int make_tile_execs(csam_node *s) {
  * positions' columns and rows, and the products' scratchpad. */
 static void place_scratch(csam_node *s) {
   size_t used = 0, t = 0;
-  s->o_w = cpu_take(&used, s->es * (size_t)(s->c * s->k));
+  s->o_w = cpu_take(&used, s->es * (size_t)w_elems(s));
   s->o_part = cpu_take(&used, sizeof(float) * (size_t)(s->n * s->tiles * 4 * s->kp));
   s->o_coef = cpu_take(&used, sizeof(float) * (size_t)(s->n * 5 * s->kp));
   s->o_stats = cpu_take(&used, sizeof(csam_stat) * (size_t)(s->n * s->kp));
   s->o_threads = cpu_take(&used, 0);
   /* A row's last vector may read (and dLt's write) up to 15 values into the
    * next row, or past the last one: 16 values of slack. */
-  s->t_l = cpu_take(&t, sizeof(float) * (size_t)(s->rows * s->k + 16));
+  s->t_l = cpu_take(&t, sizeof(float) * (size_t)(s->ldl * (s->amx ? s->kp : s->k) + 16));
   s->t_x = cpu_take(&t, s->es * (size_t)(s->rows * s->c));
-  s->t_dl = cpu_take(&t, s->es * (size_t)(s->rows * s->k + 16));
+  s->t_dl = cpu_take(&t, s->es * (size_t)(s->ldd * (s->amx ? s->kp32 : s->k) + 16));
   s->t_dx = cpu_take(&t, s->es * (size_t)(s->rows * s->c));
   s->t_dw = cpu_take(&t, sizeof(float) * (size_t)(s->kp * s->c));
   s->t_db = cpu_take(&t, sizeof(double) * (size_t)s->kp);
   s->t_ij = cpu_take(&t, sizeof(float) * (size_t)(2 * s->rt));
-  s->t_pad = cpu_take(&t, cpu_md_bytes(&s->pad_md));
+  s->t_pad = cpu_take(&t, s->amx ? 0 : cpu_md_bytes(&s->pad_md));
+  if (s->amx) { /* the logits' B for 32 positions; or dX's A and its C rows */
+    const size_t b = 2048 * (size_t)(s->c / 32), adx = 1024 * (size_t)(s->kp32 / 32) + 64 * (size_t)s->c;
+    s->t_amx = cpu_take(&t, b > adx ? b : adx);
+    s->t_xp = cpu_take(&t, sizeof(uint16_t) * (size_t)(s->rows * s->c));
+  }
   s->thread_bytes = cpu_take(&t, 0);
 }
 
@@ -545,11 +592,23 @@ static int setup(sp_op_prep *p, csam_node *s, const dnnl_memory_desc_t *x) {
   s->threads = omp_get_max_threads();
   s->tiles = (s->hw + TILE_ROWS - 1) / TILE_ROWS;
   s->rows = (s->hw + s->tiles - 1) / s->tiles; /* as even as the tiles can be */
+  s->amx = cpu_conv_use_softargmax_amx && !s->f32 && s->in_place && s->c % 32 == 0 && cpu_amx_usable();
+  if (s->amx) { /* whole steps of 32 positions; the rounding may leave fewer tiles */
+    s->kp32 = (s->k + 31) / 32 * 32;
+    s->rows = (s->rows + 31) / 32 * 32;
+    s->tiles = (s->hw + s->rows - 1) / s->rows;
+  }
   s->rt = s->rows + 16;
-  if (make_products(s) || make_tile_execs(s)) return -1;
+  /* The logits' and dL's rows one cache line apart from a multiple of 4 KB:
+   * at 1024 positions a tile's 16 rows all fell in one L1 set (the tile
+   * stores and loads of a step took 3-4x longer). oneDNN's matmuls want
+   * them dense. */
+  s->ldl = s->amx ? s->rows + 16 : s->rows;
+  s->ldd = s->amx ? s->rows + 32 : s->rows;
+  if (!s->amx && (make_products(s) || make_tile_execs(s))) return -1;
   place_scratch(s);
   if (p->frozen && !p->run_backward) {
-    size_t used = 0, at_w = cpu_take(&used, s->es * (size_t)(s->c * s->k)),
+    size_t used = 0, at_w = cpu_take(&used, s->es * (size_t)w_elems(s)),
            at_b = cpu_take(&used, sizeof(float) * (size_t)s->kp);
     char *kept = cpu_node_keep(&s->base, used);
     s->w_kept = kept + at_w, s->b_kept = (float *)(kept + at_b);
@@ -575,4 +634,8 @@ int cpu_conv_softargmax_prepare(sp_op_prep *p) {
 }
 
 int cpu_conv_is_softargmax(const void *state) { return ((const cpu_node *)state)->vt == &csam_vt; }
+
+int cpu_conv_uses_softargmax_amx(const void *state) {
+  return cpu_conv_is_softargmax(state) && ((const csam_node *)state)->amx;
+}
 #endif

@@ -379,6 +379,21 @@ int cpu_deconv_uses_matmul(const void *state);
 int cpu_conv_softargmax_prepare(sp_op_prep *p);
 int cpu_conv_is_softargmax(const void *state);
 extern int cpu_conv_use_softargmax;
+/* softargmax_amx.c: its per-tile products on AMX tiles (bf16, channels-last,
+ * C % 32 == 0; the shapes and zero rows the file's top describes).
+ * cpu_amx_usable: AMX-BF16 here, allowed by ONEDNN_MAX_CPU_ISA and by the
+ * kernel. cpu_conv_uses_softargmax_amx: the node runs them; the switch (1)
+ * lets tests compare them with oneDNN's matmuls. */
+int cpu_amx_usable(void);
+void cpu_amx_head_logits(const uint16_t *w, const uint16_t *x, float *l, int64_t ldl, int64_t c, int64_t kp,
+                         int64_t rows, uint16_t *bt);
+void cpu_amx_head_dw(const uint16_t *dl, int64_t ldd, const uint16_t *x, float *dw, int64_t c, int64_t kp, int64_t rows,
+                     uint16_t *xp);
+void cpu_amx_head_w_pairs(const uint16_t *w, int64_t k, int64_t c, int64_t kp32, uint16_t *wv);
+void cpu_amx_head_dx(const uint16_t *dl, int64_t ldd, const uint16_t *wv, uint16_t *dx, int64_t c, int64_t kp32,
+                     int64_t rows, int accumulate, uint16_t *at, float *ct);
+int cpu_conv_uses_softargmax_amx(const void *state);
+extern int cpu_conv_use_softargmax_amx;
 
 /* ---- ops (one file each) -------------------------------------------------------- */
 int cpu_adapter_prepare(sp_op_prep *p); /* adapter.c: the reference kernel on plain f32 */
