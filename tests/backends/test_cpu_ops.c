@@ -100,6 +100,14 @@ static sp_value b_concat_odd(sp_graph *g, sp_value x) {
   sp_value parts[2] = {sp_conv2d(g, x, "a", (sp_conv_args){.out_ch = 5, .kernel = 1}), x};
   return post(g, sp_concat(g, 2, parts), 4);
 }
+/* x is concatenated and also added after the concat: backward reaches the
+ * add first, so the concat adds its part of x's gradient onto the add's. */
+static sp_value b_concat_adds(sp_graph *g, sp_value x) {
+  x = pre(g, x, 16);
+  sp_value parts[2] = {sp_conv2d(g, x, "a", (sp_conv_args){.out_ch = 16, .kernel = 1}), x};
+  sp_value y = sp_conv2d(g, sp_concat(g, 2, parts), "c", (sp_conv_args){.out_ch = 16, .kernel = 1});
+  return post(g, sp_add(g, y, x), 4);
+}
 /* Ops that run the reference kernel after a reorder to plain. */
 static sp_value b_adapted(sp_graph *g, sp_value x) {
   x = sp_hardswish(g, pre(g, x, 16));
@@ -272,6 +280,7 @@ CASE(add, b_add, 2, 3, 6, 6)
 CASE(add_same_input, b_add_self, 2, 3, 6, 6)
 CASE(concat, b_concat, 2, 3, 6, 6)
 CASE(concat_unaligned, b_concat_odd, 2, 3, 6, 6)
+CASE(concat_adds_gradient, b_concat_adds, 2, 3, 6, 6)
 CASE(adapted_ref_ops, b_adapted, 4, 3, 8, 8)
 CASE(tshift_lanes, b_tshift_lanes, 4, 3, 5, 6)
 CASE(tshift_blocks, b_tshift_blocks, 8, 3, 5, 5)
@@ -457,6 +466,55 @@ static void blurpool_channels_last(void **s) {
   }
 }
 
+static void concat_rows_or_onednn(int path) { cpu_concat_use_rows = path == 0; }
+
+/* concat_rows.c against oneDNN's concat and gradient reorders, one training
+ * step: copies and one-rounding adds on both sides, so equal to 1e-6. The
+ * concatenated input x also feeds two convolutions (the concat's gradient
+ * written first), or an add after the concat (added onto the add's). f32 plans: 16-channel
+ * blocks; bf16: channels-last (the odd case: 10- and 16-byte runs). */
+static void concat_rows_matches_onednn(void **s) {
+  (void)s;
+  cmp_require_cpu();
+  const cmp_case cases[] = {{"concat f32", b_concat, 2, 3, 6, 7, 1, 0, 1e-6, 0},
+                            {"concat bf16", b_concat, 2, 3, 6, 7, 1, SP_PLAN_BF16, 1e-6, 0},
+                            {"concat odd bf16", b_concat_odd, 2, 3, 6, 7, 1, SP_PLAN_BF16, 1e-6, 0},
+                            {"concat adds f32", b_concat_adds, 2, 3, 6, 7, 1, 0, 1e-6, 0},
+                            {"concat adds bf16", b_concat_adds, 2, 3, 6, 7, 1, SP_PLAN_BF16, 1e-6, 0}};
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) cmp_two_paths(&cases[c], concat_rows_or_onednn, 1e-6);
+}
+
+/* Taken where all inputs share channels-last, or plain / blocked layouts in
+ * whole blocks; not for a padded block or mixed layouts. */
+static void concat_rows_taken_where_it_applies(void **s) {
+  (void)s;
+  cmp_require_cpu();
+  const struct {
+    dnnl_format_tag_t tag0, tag1;
+    int bf16, c0, c1, want;
+  } cases[] = {{dnnl_acdb, dnnl_acdb, 1, 16, 32, 1},       {dnnl_acdb, dnnl_acdb, 1, 5, 8, 1},
+               {dnnl_aBcd16b, dnnl_aBcd16b, 0, 16, 32, 1}, {dnnl_abcd, dnnl_abcd, 0, 5, 8, 1},
+               {dnnl_aBcd16b, dnnl_aBcd16b, 0, 5, 16, 0},  {dnnl_acdb, dnnl_aBcd16b, 0, 16, 16, 0},
+               {dnnl_aBcd8b, dnnl_aBcd8b, 0, 8, 16, 1}};
+  for (size_t t = 0; t < sizeof cases / sizeof cases[0]; t++) {
+    dnnl_memory_desc_t md[2];
+    const int c[2] = {cases[t].c0, cases[t].c1};
+    const dnnl_format_tag_t tag[2] = {cases[t].tag0, cases[t].tag1};
+    sp_op_prep p = {.op = &sp_op_concat, .n_in = 2, .training = 1, .run_backward = 1, .bf16 = cases[t].bf16};
+    for (int k = 0; k < 2; k++) {
+      dnnl_dims_t dims = {2, c[k], 5, 6};
+      assert_int_equal(dnnl_memory_desc_init_by_tag(&md[k], 4, dims, cases[t].bf16 ? dnnl_bf16 : dnnl_f32, tag[k]),
+                       dnnl_success);
+      p.in_shape[k] = sp_shape4(2, c[k], 5, 6), p.in_dtype[k] = SP_F32, p.in_layout[k] = &md[k], p.need_d_in[k] = 1;
+    }
+    p.out_shape = sp_shape4(2, c[0] + c[1], 5, 6);
+    assert_int_equal(cpu_concat_prepare(&p), 0);
+    if (cpu_concat_is_rows(p.state) != cases[t].want)
+      fail_msg("case %zu: the copy kernel %s", t, cases[t].want ? "not taken" : "taken");
+    cpu_node_free(p.state);
+  }
+}
+
 /* The graph-level cases above reach soft-argmax and BlurPool's own kernels
  * only if prepare takes the blocked layouts (else the adapter runs and the
  * comparison still passes): both keep nChw16c / nChw8c, with no scratch. */
@@ -565,6 +623,9 @@ int main(void) {
       cmocka_unit_test(add_same_input),
       cmocka_unit_test(concat),
       cmocka_unit_test(concat_unaligned),
+      cmocka_unit_test(concat_adds_gradient),
+      cmocka_unit_test(concat_rows_matches_onednn),
+      cmocka_unit_test(concat_rows_taken_where_it_applies),
       cmocka_unit_test(adapted_ref_ops),
       cmocka_unit_test(tshift_lanes),
       cmocka_unit_test(tshift_blocks),

@@ -415,6 +415,12 @@ int cpu_global_avgpool_prepare(sp_op_prep *p);
 int cpu_upsample_prepare(sp_op_prep *p);
 int cpu_add_prepare(sp_op_prep *p);
 int cpu_concat_prepare(sp_op_prep *p);
+/* concat_rows.c: concat as copies where every input and the output share a
+ * layout with whole runs per row (channels-last, or unpadded blocks); 1 when
+ * that does not apply. The switch (1) lets tests compare it with oneDNN's. */
+int cpu_concat_rows_prepare(sp_op_prep *p);
+int cpu_concat_is_rows(const void *state);
+extern int cpu_concat_use_rows;
 int cpu_tshift_prepare(sp_op_prep *p); /* tshift.c: in the blocked layout */
 /* tshift.c: fresh outputs of at least this many bytes bypass the cache
  * (non-temporal stores); tests lower it to cover that path. */

@@ -174,6 +174,8 @@ static int concat_setup(sp_op_prep *p, join_node *s) {
 }
 
 int cpu_concat_prepare(sp_op_prep *p) {
+  const int rows = cpu_concat_rows_prepare(p); /* concat_rows.c: one layout, whole runs per row */
+  if (rows <= 0) return rows;
   join_node *s = cpu_node_new(sizeof *s, &join_vt);
   if (concat_setup(p, s) != 0) return cpu_fallback(p, &s->base);
   return 0;
