@@ -31,7 +31,6 @@ enum { MAX_F = 7 };
 typedef struct {
   int32_t *start, *out;
   float *wt;
-  int most; /* the largest entry count of one index */
 } bp_inverse;
 
 typedef struct {
@@ -42,8 +41,10 @@ typedef struct {
   int f;
   float taps[MAX_F];
   int32_t *row, *col;  /* row[oh * f + i]: the input row tap i of output row oh reads (reflected); col alike */
-  int nhwc;            /* channels-last, C a multiple of VW: the register kernels below */
-  bp_inverse rin, cin; /* nhwc: per input row (column), the output rows (columns) reading it */
+  int nhwc;            /* channels-last, C a multiple of VW: forward_nhwc */
+  int gather;          /* nhwc, or blocks of VW lanes: backward_gather */
+  bp_inverse rin, cin; /* gather: per input row (column), the output rows (columns) reading it */
+  bp_inverse pin;      /* gather: per input position (h w of them), the output positions reading it */
   int bf16, threads;   /* bf16: values and gradients in bf16, sums in f32 scratch */
   size_t fwd_thread_bytes, bwd_thread_bytes;
 } bp_node;
@@ -60,6 +61,27 @@ static void bp_release(cpu_node *n) {
   free(s->col);
   inverse_free(&s->rin);
   inverse_free(&s->cin);
+  inverse_free(&s->pin);
+}
+
+/* Per input position, the products of its row's and its column's entries:
+ * the outputs that read it and their weights, listed once per plan. */
+static void positions_of(bp_inverse *v, const bp_inverse *ri, const bp_inverse *ci, int64_t h, int64_t w, int64_t wo) {
+  const int64_t total = (int64_t)ri->start[h] * ci->start[w];
+  v->start = sp_xmalloc(sizeof(int32_t) * (size_t)(h * w + 1));
+  v->out = sp_xmalloc(sizeof(int32_t) * (size_t)total);
+  v->wt = sp_xmalloc(sizeof(float) * (size_t)total);
+  int32_t at = 0;
+  for (int64_t ih = 0; ih < h; ih++)
+    for (int64_t iw = 0; iw < w; iw++) {
+      v->start[ih * w + iw] = at;
+      for (int32_t a = ri->start[ih]; a < ri->start[ih + 1]; a++)
+        for (int32_t b = ci->start[iw]; b < ci->start[iw + 1]; b++) {
+          v->out[at] = (int32_t)(ri->out[a] * wo + ci->out[b]);
+          v->wt[at++] = ri->wt[a] * ci->wt[b];
+        }
+    }
+  v->start[h * w] = at;
 }
 
 /* The inverse of tab (n_out x f input indices) over n_in inputs. */
@@ -68,11 +90,7 @@ static void inverse_of(bp_inverse *v, const int32_t *tab, int64_t n_in, int64_t 
   v->out = sp_xmalloc(sizeof(int32_t) * (size_t)(n_out * f));
   v->wt = sp_xmalloc(sizeof(float) * (size_t)(n_out * f));
   for (int64_t e = 0; e < n_out * f; e++) v->start[tab[e] + 1]++;
-  v->most = 0;
-  for (int64_t i = 0; i < n_in; i++) {
-    if (v->start[i + 1] > v->most) v->most = v->start[i + 1];
-    v->start[i + 1] += v->start[i];
-  }
+  for (int64_t i = 0; i < n_in; i++) v->start[i + 1] += v->start[i];
   int32_t *fill = sp_xmalloc(sizeof(int32_t) * (size_t)n_in);
   memcpy(fill, v->start, sizeof(int32_t) * (size_t)n_in);
   for (int64_t o = 0; o < n_out; o++)
@@ -84,15 +102,14 @@ static void inverse_of(bp_inverse *v, const int32_t *tab, int64_t n_in, int64_t 
 }
 
 /* Channels-last, C a multiple of VW. Forward: per output position, each VW
- * channels summed over the f x f taps in one register. Backward gathers:
- * per input position, the outputs that read it (the inverse tables), so each
- * input gradient is written (or added) once, with no f32 copy of the image:
- * the scatter below kept one per image in scratch, 3.2 MB for a 256-channel
- * 56 x 56 image, beyond L2 (ResUNet-50 bf16, batch 16: 8.7 ms forward and
- * 11.2 backward a step over its three BlurPools before; see
- * bench/README_train.md for after). */
-enum { MAX_TERMS = 4 * MAX_F * MAX_F };
-
+ * channels summed over the f x f taps in one register. Backward (also for
+ * blocks of VW lanes) gathers: per input position, the outputs that read it
+ * (the inverse tables), so each input gradient is written (or added) once.
+ * The scatter below kept an f32 copy of each image in scratch for bf16,
+ * 3.2 MB for a 256-channel 56 x 56 image, beyond L2 (ResUNet-50 bf16, batch
+ * 16: 8.7 ms forward and 11.2 backward a step over its three BlurPools
+ * before, 2.6 and 4.3 after), and for f32 blocks read and wrote each input
+ * gradient f x f times. */
 INLINE void forward_nhwc(const bp_node *s, const void *x, void *y, int bf16) {
   const int64_t C = s->lanes;
   const int f = s->f;
@@ -117,25 +134,19 @@ INLINE void forward_nhwc(const bp_node *s, const void *x, void *y, int bf16) {
   }
 }
 
-INLINE void backward_nhwc(const bp_node *s, const void *dy, void *dx, int fresh, int bf16) {
-  const int64_t C = s->lanes;
-  const bp_inverse *ri = &s->rin, *ci = &s->cin;
+INLINE void backward_gather(const bp_node *s, const void *dy, void *dx, int fresh, int bf16) {
+  const int64_t C = s->pos_stride; /* lanes at a position: all C channels-last, VW in blocks */
+  const bp_inverse *pi = &s->pin;
 #pragma omp parallel for schedule(static) num_threads(s->threads)
-  for (int64_t q = 0; q < s->n * s->h; q++) {
-    const int64_t img = q / s->h, ih = q % s->h;
-    int64_t at[MAX_TERMS];
-    float wt[MAX_TERMS];
+  for (int64_t q = 0; q < s->n * s->blocks * s->h; q++) {
+    const int64_t u = q / s->h, ih = q % s->h, img = u / s->blocks, blk = u % s->blocks;
+    const int64_t in_base = img * s->in_image + blk * s->in_block, out_base = img * s->out_image + blk * s->out_block;
     for (int64_t iw = 0; iw < s->w; iw++) {
-      int nt = 0;
-      for (int32_t a = ri->start[ih]; a < ri->start[ih + 1]; a++)
-        for (int32_t b = ci->start[iw]; b < ci->start[iw + 1]; b++) {
-          at[nt] = img * s->out_image + ((int64_t)ri->out[a] * s->wo + ci->out[b]) * C;
-          wt[nt++] = ri->wt[a] * ci->wt[b];
-        }
-      const int64_t xo = img * s->in_image + (ih * s->w + iw) * C;
+      const int64_t pos = ih * s->w + iw, xo = in_base + pos * C;
+      const int32_t t0 = pi->start[pos], t1 = pi->start[pos + 1];
       for (int64_t c = 0; c < C; c += VW) {
         vfw acc = fresh ? vbcastw(0.0f) : vldw(dx, xo + c, bf16, VW);
-        for (int t = 0; t < nt; t++) acc += vbcastw(wt[t]) * vldw(dy, at[t] + c, bf16, VW);
+        for (int32_t t = t0; t < t1; t++) acc += vbcastw(pi->wt[t]) * vldw(dy, out_base + pi->out[t] * C + c, bf16, VW);
         vstw(dx, xo + c, acc, bf16, VW);
       }
     }
@@ -252,10 +263,10 @@ static void bp_backward(cpu_node *n, const sp_op_args *a) {
   if (!a->d_in[0]) return;
   const bp_node *s = (const bp_node *)n;
   const int fresh = a->d_in_fresh & 1u;
-  if (s->nhwc && s->bf16)
-    backward_nhwc(s, a->d_out->data, a->d_in[0]->data, fresh, 1);
-  else if (s->nhwc)
-    backward_nhwc(s, a->d_out->data, a->d_in[0]->data, fresh, 0);
+  if (s->gather && s->bf16)
+    backward_gather(s, a->d_out->data, a->d_in[0]->data, fresh, 1);
+  else if (s->gather)
+    backward_gather(s, a->d_out->data, a->d_in[0]->data, fresh, 0);
   else if (s->bf16)
     backward_impl(s, a->d_out->data, a->d_in[0]->data, fresh, a->scratch, 1);
   else
@@ -308,14 +319,16 @@ int cpu_blurpool_prepare(sp_op_prep *p) {
   }
   s->bf16 = md.data_type == dnnl_bf16;
   s->threads = omp_get_max_threads();
-  if (lanes == CPU_LANES_NHWC && c % VW == 0) {
+  if ((lanes == CPU_LANES_NHWC && c % VW == 0) || lanes == VW) {
     inverse_of(&s->rin, s->row, s->h, s->ho, s->f, s->taps);
     inverse_of(&s->cin, s->col, s->w, s->wo, s->f, s->taps);
-    s->nhwc = s->rin.most * s->cin.most <= MAX_TERMS;
+    positions_of(&s->pin, &s->rin, &s->cin, s->h, s->w, s->wo);
+    s->gather = 1;
+    s->nhwc = lanes == CPU_LANES_NHWC;
   }
   s->fwd_thread_bytes = s->bf16 && !s->nhwc ? ((sizeof(float) * (size_t)s->lanes + 63) & ~(size_t)63) : 0;
   s->bwd_thread_bytes =
-      s->bf16 && !s->nhwc ? ((sizeof(float) * (size_t)(s->h * s->w * s->pos_stride) + 63) & ~(size_t)63) : 0;
+      s->bf16 && !s->gather ? ((sizeof(float) * (size_t)(s->h * s->w * s->pos_stride) + 63) & ~(size_t)63) : 0;
   p->saved_bytes = 0;
   p->fwd_scratch_bytes = (size_t)s->threads * s->fwd_thread_bytes;
   p->bwd_scratch_bytes = p->run_backward ? (size_t)s->threads * s->bwd_thread_bytes : 0;
