@@ -23,7 +23,7 @@
 #include "core/bf16.h"
 #include "ops/ops.h"
 
-enum { MAX_F = 7 };
+enum { MAX_F = 7, MAX_GATHER = 1 << 22 };
 
 /* Which outputs read input index i along one axis: entries start[i] to
  * start[i + 1] - 1 of (out, tap weight); a reflected tap and a direct one
@@ -319,12 +319,14 @@ int cpu_blurpool_prepare(sp_op_prep *p) {
   }
   s->bf16 = md.data_type == dnnl_bf16;
   s->threads = omp_get_max_threads();
-  if ((lanes == CPU_LANES_NHWC && c % VW == 0) || lanes == VW) {
+  s->nhwc = lanes == CPU_LANES_NHWC && c % VW == 0;
+  /* The gather's lists hold (ho f) (wo f) entries: 113 K for a 224 x 224
+   * input at stride 2; past MAX_GATHER (a very large image) the scatter. */
+  if ((s->nhwc || lanes == VW) && (int64_t)(s->ho * s->f) * (s->wo * s->f) <= MAX_GATHER) {
     inverse_of(&s->rin, s->row, s->h, s->ho, s->f, s->taps);
     inverse_of(&s->cin, s->col, s->w, s->wo, s->f, s->taps);
     positions_of(&s->pin, &s->rin, &s->cin, s->h, s->w, s->wo);
     s->gather = 1;
-    s->nhwc = lanes == CPU_LANES_NHWC;
   }
   s->fwd_thread_bytes = s->bf16 && !s->nhwc ? ((sizeof(float) * (size_t)s->lanes + 63) & ~(size_t)63) : 0;
   s->bwd_thread_bytes =
