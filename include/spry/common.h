@@ -58,7 +58,9 @@ void sp_remove_empty_dirs(const char *path, const char *top);
  * it was and never a partial one. 0, or -1 with an error naming path. */
 int sp_write_file_atomic(const char *path, const void *data, size_t n);
 
-/* 64-byte aligned allocation (AVX-512 lines); free with sp_aligned_free. */
+/* 64-byte aligned allocation (AVX-512 lines); from 4 MB on, 2 MB aligned in
+ * whole 2 MB pages with transparent huge pages asked for (Linux;
+ * SPRY_HUGE_PAGES=0: not). Free with sp_aligned_free. */
 void *sp_aligned_alloc(size_t n);
 void sp_aligned_free(void *p);
 
