@@ -147,13 +147,17 @@ AMX_FN void cpu_amx_head_logits(const uint16_t *w, const uint16_t *x, float *l, 
 
 /* Up to six accumulators (tiles 0-5) per pass over the positions; tile 6
  * holds A, tile 7 B. */
-#define DW_TILE(i)                                        \
-  if (g > i) {                                            \
-    _tile_loadd(6, dl + (m + 16 * i) * ldd + p, ldd * 2); \
-    _tile_dpbf16ps(i, 6, 7);                              \
-  }
-#define DW_MOVE(op, i) \
-  if (g > i) op(i, dw + (m + 16 * i) * c + cb * 16, c * 4);
+#define DW_TILE(i)                                          \
+  do {                                                      \
+    if (g > i) {                                            \
+      _tile_loadd(6, dl + (m + 16 * i) * ldd + p, ldd * 2); \
+      _tile_dpbf16ps(i, 6, 7);                              \
+    }                                                       \
+  } while (0)
+#define DW_MOVE(op, i)                                        \
+  do {                                                        \
+    if (g > i) op(i, dw + (m + 16 * i) * c + cb * 16, c * 4); \
+  } while (0)
 
 AMX_FN void cpu_amx_head_dw(const uint16_t *dl, int64_t ldd, const uint16_t *x, float *dw, int64_t c, int64_t kp,
                             int64_t rows, uint16_t *xp) {
@@ -168,15 +172,27 @@ AMX_FN void cpu_amx_head_dw(const uint16_t *dl, int64_t ldd, const uint16_t *x, 
   for (int64_t cb = 0; cb < c / 16; cb++)
     for (int64_t m = 0; m < kp; m += 96) {
       const int64_t g = (kp - m) / 16 < 6 ? (kp - m) / 16 : 6;
-      DW_MOVE(_tile_loadd, 0)
-      DW_MOVE(_tile_loadd, 1) DW_MOVE(_tile_loadd, 2) DW_MOVE(_tile_loadd, 3) DW_MOVE(_tile_loadd, 4)
-          DW_MOVE(_tile_loadd, 5) for (int64_t p = 0; p < rows; p += 32) {
+      DW_MOVE(_tile_loadd, 0);
+      DW_MOVE(_tile_loadd, 1);
+      DW_MOVE(_tile_loadd, 2);
+      DW_MOVE(_tile_loadd, 3);
+      DW_MOVE(_tile_loadd, 4);
+      DW_MOVE(_tile_loadd, 5);
+      for (int64_t p = 0; p < rows; p += 32) {
         _tile_loadd(7, xp + (cb * pairs + p / 2) * 32, 64);
-        DW_TILE(0) DW_TILE(1) DW_TILE(2) DW_TILE(3) DW_TILE(4) DW_TILE(5)
+        DW_TILE(0);
+        DW_TILE(1);
+        DW_TILE(2);
+        DW_TILE(3);
+        DW_TILE(4);
+        DW_TILE(5);
       }
-      DW_MOVE(_tile_stored, 0)
-      DW_MOVE(_tile_stored, 1) DW_MOVE(_tile_stored, 2) DW_MOVE(_tile_stored, 3) DW_MOVE(_tile_stored, 4)
-          DW_MOVE(_tile_stored, 5)
+      DW_MOVE(_tile_stored, 0);
+      DW_MOVE(_tile_stored, 1);
+      DW_MOVE(_tile_stored, 2);
+      DW_MOVE(_tile_stored, 3);
+      DW_MOVE(_tile_stored, 4);
+      DW_MOVE(_tile_stored, 5);
     }
   _tile_release();
 }
