@@ -37,7 +37,12 @@
  * memory objects, whose data handles move from tile to tile. Channels-last
  * rows are a matrix in place; blocked ones (nChw16c, f32 plans) are gathered
  * into the thread's [P, C] buffer and their input gradient scattered back,
- * and so is an image's last tile when it is shorter (zero rows after it). */
+ * and so is an image's last tile when it is shorter (zero rows after it).
+ *
+ * Where AMX is usable (bf16, channels-last, C a multiple of 32) the three
+ * products run on tiles of our own instead (softargmax_amx.c): tiles of a
+ * multiple of 32 rows, heatmaps padded to kp (16s) and kp32 (32s) with zero
+ * rows, and the logits' and dL's rows a cache line past a 4 KB multiple. */
 #ifdef SPRY_HAVE_DNNL
 #include <math.h>
 #include <omp.h>
