@@ -40,12 +40,11 @@ typedef struct {
   int64_t pos_stride, in_block, out_block, in_image, out_image;
   int f;
   float taps[MAX_F];
-  int32_t *row, *col;  /* row[oh * f + i]: the input row tap i of output row oh reads (reflected); col alike */
-  int nhwc;            /* channels-last, C a multiple of VW: forward_nhwc */
-  int gather;          /* nhwc, or blocks of VW lanes: backward_gather */
-  bp_inverse rin, cin; /* gather: per input row (column), the output rows (columns) reading it */
-  bp_inverse pin;      /* gather: per input position (h w of them), the output positions reading it */
-  int bf16, threads;   /* bf16: values and gradients in bf16, sums in f32 scratch */
+  int32_t *row, *col; /* row[oh * f + i]: the input row tap i of output row oh reads (reflected); col alike */
+  int nhwc;           /* channels-last, C a multiple of VW: forward_nhwc */
+  int gather;         /* nhwc, or blocks of VW lanes: backward_gather */
+  bp_inverse pin;     /* gather: per input position (h w of them), the output positions reading it */
+  int bf16, threads;  /* bf16: values and gradients in bf16, sums in f32 scratch */
   size_t fwd_thread_bytes, bwd_thread_bytes;
 } bp_node;
 
@@ -59,8 +58,6 @@ static void bp_release(cpu_node *n) {
   bp_node *s = (bp_node *)n;
   free(s->row);
   free(s->col);
-  inverse_free(&s->rin);
-  inverse_free(&s->cin);
   inverse_free(&s->pin);
 }
 
@@ -323,9 +320,12 @@ int cpu_blurpool_prepare(sp_op_prep *p) {
   /* The gather's lists hold (ho f) (wo f) entries: 113 K for a 224 x 224
    * input at stride 2; past MAX_GATHER (a very large image) the scatter. */
   if ((s->nhwc || lanes == VW) && (int64_t)(s->ho * s->f) * (s->wo * s->f) <= MAX_GATHER) {
-    inverse_of(&s->rin, s->row, s->h, s->ho, s->f, s->taps);
-    inverse_of(&s->cin, s->col, s->w, s->wo, s->f, s->taps);
-    positions_of(&s->pin, &s->rin, &s->cin, s->h, s->w, s->wo);
+    bp_inverse rin, cin; /* per input row (column), the output rows (columns) reading it */
+    inverse_of(&rin, s->row, s->h, s->ho, s->f, s->taps);
+    inverse_of(&cin, s->col, s->w, s->wo, s->f, s->taps);
+    positions_of(&s->pin, &rin, &cin, s->h, s->w, s->wo);
+    inverse_free(&rin);
+    inverse_free(&cin);
     s->gather = 1;
   }
   s->fwd_thread_bytes = s->bf16 && !s->nhwc ? ((sizeof(float) * (size_t)s->lanes + 63) & ~(size_t)63) : 0;
