@@ -76,6 +76,7 @@ int cpu_conv_winograd_passes(const void *state) {
 }
 int cpu_conv_uses_s2_dx(const void *state) { return ((const conv_node *)state)->s2dx; }
 int cpu_conv_src_lanes(const void *state) { return cpu_md_lanes(&((const conv_node *)state)->src_md); }
+int cpu_conv_reorders_src(const void *state) { return ((const conv_node *)state)->reorder_src; }
 int cpu_conv_dst_lanes(const void *state) { return cpu_md_lanes(&((const conv_node *)state)->dst_md); }
 int cpu_conv_bww_packed(const void *state) {
   const conv_node *s = state;

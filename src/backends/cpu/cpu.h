@@ -358,6 +358,7 @@ int cpu_conv_uses_dw_blocked(const void *state); /* ... by conv_dw_blocked.c */
 int cpu_conv_winograd_passes(const void *state); /* bit 0 forward, 1 backward data, 2 weights: on Winograd */
 int cpu_conv_uses_s2_dx(const void *state);      /* its input gradient by conv_s2_dx.c */
 int cpu_conv_src_lanes(const void *state);       /* cpu_md_lanes of the layout its forward reads */
+int cpu_conv_reorders_src(const void *state);    /* 1: its input is copied into that layout each forward */
 int cpu_conv_dst_lanes(const void *state);       /* ... and writes */
 /* deconv_mm.c: a bf16 channels-last transposed convolution with kernel =
  * stride as matrix products; 1 when the case does not apply (then oneDNN's
@@ -403,6 +404,13 @@ int cpu_linear_prepare(sp_op_prep *p);
 /* linear_gemm.c: f32 on a plain input as sgemm calls on the plain weights;
  * 1 when the case does not apply (bf16, frozen plans, a blocked input). */
 int cpu_linear_gemm_prepare(sp_op_prep *p);
+/* linear_dw.c: the f32 weight gradient dW[n][k] (+)= sum_m dy[m][n] x[m][k]
+ * for few rows m (AVX-512 builds, m <= cpu_linear_dw_max_rows; tests move
+ * the bound to take either path). */
+extern int cpu_linear_dw_max_rows;
+int cpu_linear_dw_applies(int64_t rows);
+void cpu_linear_dw_f32(const float *dy, const float *x, float *dw, int64_t m, int64_t n, int64_t k, int accumulate,
+                       int threads);
 int cpu_bnorm_prepare(sp_op_prep *p);
 /* bnorm.c: 1 runs oneDNN's batch norm even where our kernels walk the layout
  * (tests compare the two; benchmarks measure them). */

@@ -14,8 +14,10 @@
  * The forward product runs as a matmul primitive on the same plain weights
  * (a transposed stride view) with the bias as its own: sgemm's N x T case
  * took 5.7 ms on vgg-face's fc1 (batch 64, 6272 -> 1024, 2 threads, Zen 5),
- * the brgemm matmul 3.4. */
+ * the brgemm matmul 3.4. With up to 128 rows the weight gradient is a
+ * kernel of our own (linear_dw.c): sgemm ran it at half the speed. */
 #ifdef SPRY_HAVE_DNNL
+#include <omp.h>
 #include <string.h>
 
 #include "backends/cpu/cpu.h"
@@ -23,7 +25,7 @@
 typedef struct {
   cpu_node base;
   int64_t n, in, out;
-  int has_bias;
+  int has_bias, own_dw, threads;
   dnnl_memory_desc_t x_md, wt_md, b_md, y_md;
   dnnl_primitive_desc_t fwd_pd;
   dnnl_primitive_t fwd;
@@ -40,7 +42,10 @@ static void gemm_backward(cpu_node *node, const sp_op_args *a) {
     DNNL_RUN(dnnl_sgemm('N', 'N', s->n, s->in, s->out, 1.0f, dy, s->out, a->param[0]->data, s->in, beta,
                         a->d_in[0]->data, s->in));
   }
-  if (a->d_param[0])
+  if (a->d_param[0] && s->own_dw) /* few rows: linear_dw.c */
+    cpu_linear_dw_f32(dy, a->in[0]->data, a->d_param[0]->data, s->n, s->out, s->in, !(a->d_param_fresh & 1u),
+                      s->threads);
+  else if (a->d_param[0])
     DNNL_RUN(dnnl_sgemm('T', 'N', s->out, s->in, s->n, 1.0f, dy, s->out, a->in[0]->data, s->in,
                         (a->d_param_fresh & 1u) ? 0.0f : 1.0f, a->d_param[0]->data, s->in));
   if (s->has_bias && a->d_param[1]) {
@@ -87,6 +92,8 @@ int cpu_linear_gemm_prepare(sp_op_prep *p) {
   s->in = p->in_shape[0].d[1];
   s->out = p->out_shape.d[1];
   s->has_bias = p->n_param > 1;
+  s->own_dw = cpu_linear_dw_applies(s->n);
+  s->threads = omp_get_max_threads();
   if (cpu_md_plain(&s->base.out_md, &p->out_shape, dnnl_f32)) {
     cpu_node_free(&s->base);
     return -1;
