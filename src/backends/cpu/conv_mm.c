@@ -65,7 +65,8 @@ int cpu_mm1x1_prepare(cpu_mm1x1 *m, cpu_node *n, int64_t rows, int64_t ic, int64
       if (cpu_scratchpad_bytes(m->dx_pd[k]) > pad) pad = cpu_scratchpad_bytes(m->dx_pd[k]);
   }
   m->thin_dw = need_dw && cpu_thin_dw_fits(oc, ic);
-  if (need_dw && !m->thin_dw) {
+  m->amx_dw = need_dw && !m->thin_dw && cpu_dw_amx_fits(rows, oc, ic);
+  if (need_dw && !m->thin_dw && !m->amx_dw) {
     for (int k = 0; k < 2; k++) {
       if (matmul_pd(n, &m->dyt_md, &m->x_md, &m->dw_md, k, &m->dw_pd[k], &m->dw_prim[k])) return -1;
       if (cpu_scratchpad_bytes(m->dw_pd[k]) > pad) pad = cpu_scratchpad_bytes(m->dw_pd[k]);
@@ -75,6 +76,7 @@ int cpu_mm1x1_prepare(cpu_mm1x1 *m, cpu_node *n, int64_t rows, int64_t ic, int64
   if (need_dx) m->wh_off = cpu_take(&used, sizeof(uint16_t) * (size_t)(oc * ic));
   if (need_dw && has_bias) m->bias_off = cpu_take(&used, sizeof(double) * (size_t)(oc * m->threads));
   if (m->thin_dw) m->thin_off = cpu_take(&used, cpu_thin_dw_scratch_bytes(oc, ic, m->threads));
+  if (m->amx_dw) m->amx_off = cpu_take(&used, cpu_dw_amx_scratch_bytes(oc, ic, m->threads));
   *bwd_scratch = used;
   return 0;
 }
@@ -93,9 +95,10 @@ int cpu_mm1x1_bind(cpu_mm1x1 *m, cpu_node *n, const sp_op_args *a, char *bs) {
   if (m->need_dw) {
     m->bias_acc = m->has_bias ? (double *)(bs + m->bias_off) : NULL;
     m->thin_acc = m->thin_dw ? (double *)(bs + m->thin_off) : NULL;
+    m->amx_scratch = m->amx_dw ? bs + m->amx_off : NULL;
     for (int k = 0; k < 2; k++) {
       cpu_exec_init(&m->dw[k], NULL);
-      if (!a->d_param[0] || m->thin_dw) continue;
+      if (!a->d_param[0] || m->thin_dw || m->amx_dw) continue;
       cpu_exec_init(&m->dw[k], m->dw_prim[k]);
       if (cpu_exec_arg(&m->dw[k], n, DNNL_ARG_SRC, &m->dyt_md, a->d_out->data) ||
           cpu_exec_arg(&m->dw[k], n, DNNL_ARG_WEIGHTS, &m->x_md, a->in[0]->data) ||
@@ -148,6 +151,9 @@ void cpu_mm1x1_backward(const cpu_mm1x1 *m, const sp_op_args *a) {
     if (m->thin_dw && a->d_param[0])
       cpu_thin_dw(a->d_out->data, a->in[0]->data, m->rows, m->oc, m->ic, a->d_param[0]->data, m->thin_acc, m->threads,
                   w_fresh);
+    if (m->amx_dw && a->d_param[0])
+      cpu_dw_amx(a->d_out->data, a->in[0]->data, m->rows, m->oc, m->ic, a->d_param[0]->data, !w_fresh, m->amx_scratch,
+                 m->threads);
     cpu_exec_run(&m->dw[w_fresh ? 0 : 1]);
     if (m->has_bias && a->n_param > 1 && a->d_param[1]) bias_grad(m, a->d_out->data, a->d_param[1]->data, b_fresh);
   }

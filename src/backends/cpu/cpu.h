@@ -241,12 +241,14 @@ typedef struct {
   int64_t rows, ic, oc; /* rows = N H W */
   int need_dx, need_dw, has_bias, threads;
   int thin_dw; /* the weight gradient by conv_thin_dw.c, not a matmul */
+  int amx_dw;  /* ... or by dw_amx.c */
   dnnl_memory_desc_t dy_md, x_md, wh_md, dw_md, dyt_md;
   dnnl_primitive_desc_t dx_pd[2], dw_pd[2]; /* [0] writes, [1] adds */
   dnnl_primitive_t dx_prim[2], dw_prim[2];
-  size_t wh_off, bias_off, thin_off; /* in backward scratch, after the largest matmul scratchpad */
-  uint16_t *wh;                      /* bound: the bf16 weights backward data reads */
+  size_t wh_off, bias_off, thin_off, amx_off; /* in backward scratch, after the largest matmul scratchpad */
+  uint16_t *wh;                               /* bound: the bf16 weights backward data reads */
   double *bias_acc, *thin_acc;
+  char *amx_scratch;
   cpu_exec dx, dw[2];
 } cpu_mm1x1;
 /* Creates the products (owned by n) and sizes their backward scratch; -1
@@ -264,6 +266,14 @@ int cpu_thin_dw_fits(int64_t oc, int64_t ic);
 size_t cpu_thin_dw_scratch_bytes(int64_t oc, int64_t ic, int threads);
 void cpu_thin_dw(const uint16_t *dy, const uint16_t *x, int64_t rows, int64_t oc, int64_t ic, float *dw,
                  double *scratch, int threads, int fresh); /* fresh: write dw instead of adding */
+/* dw_amx.c: the same weight gradient on AMX tiles for long thin products
+ * (many rows, at most 256 K gradient values, channels in 16s); fits: 0
+ * without usable AMX, for other shapes and with the switch off. */
+extern int cpu_conv_use_dw_amx, cpu_dw_amx_min_rows;
+int cpu_dw_amx_fits(int64_t rows, int64_t oc, int64_t ic);
+size_t cpu_dw_amx_scratch_bytes(int64_t oc, int64_t ic, int threads);
+void cpu_dw_amx(const uint16_t *dy, const uint16_t *x, int64_t rows, int64_t oc, int64_t ic, float *dw, int accumulate,
+                char *scratch, int threads);
 /* conv_dw_blocked.c: the weight gradient of a bf16 convolution (or kernel =
  * stride transposed convolution) on 16-channel blocked activations
  * (aBcd16b) into the plain f32 dW, with AVX512-BF16 dot products:

@@ -12,7 +12,8 @@
  *                      values then copied to their output pixels;
  *   backward           G[M, kkOC] gathered from dY the same way;
  *                      dX[M, IC] (=|+=) G Wt^T;   dWt[IC, kkOC] = X^T G,
- *                      added into the plain master gradient [IC, OC, k, k].
+ *                      added into the plain master gradient [IC, OC, k, k]
+ *                      (dWt on AMX tiles by dw_amx.c where it fits).
  *
  * Why: oneDNN 2.6's AMX deconvolution kernels ran ResUNet-50's decoder
  * layers at 100-450 GFLOP/s (the 2048 -> 512 layer at 7x7, batch 16: 15 ms
@@ -25,6 +26,7 @@
  * 93-95 from 64). Activations in blocked layouts (f32 plans) do not apply:
  * their rows are no matrix. */
 #ifdef SPRY_HAVE_DNNL
+#include <omp.h>
 #include <string.h>
 
 #include "backends/cpu/cpu.h"
@@ -36,15 +38,16 @@ int64_t cpu_deconv_mm_min_channels = 128;
 
 typedef struct {
   cpu_node base;
-  int64_t n, h, w, ic, oc, k, m, cols; /* m = n h w rows, cols = k k oc */
-  int need_dx, need_dw;
-  uint16_t *wt_kept; /* frozen plans: Wt prepared once, again only when the parameters change */
+  int64_t n, h, w, ic, oc, k, m, cols;   /* m = n h w rows, cols = k k oc */
+  int need_dx, need_dw, amx_dw, threads; /* amx_dw: dWt by dw_amx.c, not a matmul */
+  uint16_t *wt_kept;                     /* frozen plans: Wt prepared once, again only when the parameters change */
   dnnl_memory_desc_t x_md, wt_md, y2_md, wtt_md, xt_md, dwt_md;
   dnnl_primitive_desc_t fwd_pd, dx_pd[2], dw_pd; /* dx: [0] writes, [1] adds */
   dnnl_primitive_t fwd, dx_prim[2], dw_prim;
-  size_t wt_off, y2_off, g_off, dwt_off; /* Wt in saved (training) or forward scratch */
+  size_t wt_off, y2_off, g_off, dwt_off, amx_off; /* Wt in saved (training) or forward scratch */
   uint16_t *wt, *y2, *g;
   float *dwt;
+  char *amx_scratch;
   cpu_exec f, dx, dw;
 } deconv_mm_node;
 
@@ -128,6 +131,7 @@ static void deconv_mm_backward(cpu_node *n, const sp_op_args *a) {
   move_rows(s, s->g, a->d_out->data, 1);
   if (dx) cpu_exec_run(&s->dx);
   if (dw) {
+    if (s->amx_dw) cpu_dw_amx(a->in[0]->data, s->g, s->m, s->ic, s->cols, s->dwt, 0, s->amx_scratch, s->threads);
     cpu_exec_run(&s->dw);
     add_weight_grad(s, a->d_param[0]->data, (a->d_param_fresh & 1u) != 0);
   }
@@ -145,6 +149,7 @@ static int deconv_mm_bind(cpu_node *n, const sp_op_args *a, char *fs, char *bs) 
   if (!s->need_dx && !s->need_dw) return 0;
   s->g = (uint16_t *)(bs + s->g_off);
   s->dwt = (float *)(bs + s->dwt_off);
+  s->amx_scratch = bs + s->amx_off;
   cpu_exec_init(&s->dx, NULL);
   cpu_exec_init(&s->dw, NULL);
   if (s->need_dx && a->d_in[0]) {
@@ -156,7 +161,7 @@ static int deconv_mm_bind(cpu_node *n, const sp_op_args *a, char *fs, char *bs) 
         cpu_exec_scratchpad(&s->dx, n, s->dx_pd[k], bs))
       return -1;
   }
-  if (s->need_dw && a->d_param[0]) {
+  if (s->need_dw && a->d_param[0] && !s->amx_dw) {
     cpu_exec_init(&s->dw, s->dw_prim);
     if (cpu_exec_arg(&s->dw, n, DNNL_ARG_SRC, &s->xt_md, a->in[0]->data) ||
         cpu_exec_arg(&s->dw, n, DNNL_ARG_WEIGHTS, &s->y2_md, s->g) ||
@@ -208,7 +213,10 @@ static int setup(sp_op_prep *p, deconv_mm_node *s) {
   if (cpu_matmul_make(&s->base, &s->x_md, &s->wt_md, NULL, &s->y2_md, 0, &s->fwd_pd, &s->fwd)) return -1;
   for (int k = 0; s->need_dx && k < 2; k++)
     if (cpu_matmul_make(&s->base, &s->y2_md, &s->wtt_md, NULL, &s->x_md, k, &s->dx_pd[k], &s->dx_prim[k])) return -1;
-  if (s->need_dw && cpu_matmul_make(&s->base, &s->xt_md, &s->y2_md, NULL, &s->dwt_md, 0, &s->dw_pd, &s->dw_prim))
+  s->threads = omp_get_max_threads();
+  s->amx_dw = s->need_dw && cpu_dw_amx_fits(s->m, s->ic, s->cols);
+  if (s->need_dw && !s->amx_dw &&
+      cpu_matmul_make(&s->base, &s->xt_md, &s->y2_md, NULL, &s->dwt_md, 0, &s->dw_pd, &s->dw_prim))
     return -1;
   dnnl_dims_t od = {s->n, s->oc, s->k * s->h, s->k * s->w};
   DNNL_TRY(dnnl_memory_desc_init_by_tag(&s->base.out_md, 4, od, dnnl_bf16, dnnl_acdb));
@@ -226,6 +234,7 @@ static int setup(sp_op_prep *p, deconv_mm_node *s) {
   if (s->need_dx || s->need_dw) {
     s->g_off = cpu_take(&bwd, sizeof(uint16_t) * (size_t)(s->m * s->cols));
     s->dwt_off = cpu_take(&bwd, s->need_dw ? sizeof(float) * (size_t)(s->ic * s->cols) : 0);
+    s->amx_off = cpu_take(&bwd, s->amx_dw ? cpu_dw_amx_scratch_bytes(s->ic, s->cols, s->threads) : 0);
   }
   p->saved_bytes = saved;
   p->param_grad_overwrites = 1u;
