@@ -4,7 +4,7 @@
  * side, the transposed side swapped, positions not a multiple of 32, one
  * chunk and many, fewer positions than threads need), written fresh and
  * added; in training graphs (1x1 convolutions, a kernel = stride transposed
- * convolution) against oneDNN's matmul and the reference backend; and taken
+ * convolution, kxk convolutions on the packed im2col) against oneDNN's matmul and the reference backend; and taken
  * only where it fits. Skips where AMX is not usable. */
 #include <math.h>
 
@@ -114,6 +114,35 @@ static void deconv_against_matmul_and_ref(void **st) {
   cpu_dw_amx_min_rows = 2048;
 }
 
+/* kxk weight gradients (conv_bww_mm.c) with col packed: the products on the
+ * tiles read col's tiles where they lie. 64 -> 64 3x3, 64 -> 48 3x3 stride
+ * 2, 48 -> 32 dilated 3x3 (48 columns a tap: a 64-column block straddles two
+ * taps). */
+static sp_value b_kxk(sp_graph *g, sp_value x) {
+  x = sp_conv2d(g, x, "pre", (sp_conv_args){.out_ch = 64, .kernel = 3, .pad = 1});
+  x = sp_conv2d(g, x, "c3", (sp_conv_args){.out_ch = 64, .kernel = 3, .pad = 1});
+  x = sp_conv2d(g, x, "s2", (sp_conv_args){.out_ch = 48, .kernel = 3, .stride = 2, .pad = 1});
+  x = sp_conv2d(g, x, "dil", (sp_conv_args){.out_ch = 32, .kernel = 3, .pad = 2, .dilation = 2});
+  return sp_conv2d(g, x, "post", (sp_conv_args){.out_ch = 3, .kernel = 1, .bias = 1});
+}
+
+static void kxk_against_matmul_and_ref(void **st) {
+  (void)st;
+  need_amx();
+  cpu_conv_bww_min_channels = 1;
+  const int sizes[2][2] = {{9, 7}, {23, 19}};
+  for (int i = 0; i < 2; i++) {
+    cmp_case k = {"kxk dW on tiles", b_kxk, 3, 3, sizes[i][0], sizes[i][1], 1, SP_PLAN_BF16, 6e-2, 0};
+    cmp_run(&k);
+    cmp_two_paths(&k, tiles_or_matmul, 1e-4); /* the same bits: oneDNN's brgemm also starts from T's sums */
+  }
+  cpu_conv_use_dw_amx = 1;
+  cpu_conv_bww_min_channels = 64;
+  void *c = cmp_conv_node(2, 64, 64, 9, 7, 3, 1, 0, 1, dnnl_acdb);
+  assert_int_equal(cpu_conv_bww_amx(c), cpu_conv_bww_packed(c));
+  cpu_node_free(c);
+}
+
 static void taken_where_it_fits(void **st) {
   (void)st;
   need_amx();
@@ -130,4 +159,5 @@ static void taken_where_it_fits(void **st) {
 #endif
 
 CMP_CPU_MAIN(cmocka_unit_test(against_double_sums), cmocka_unit_test(graph_against_matmul_and_ref),
-             cmocka_unit_test(deconv_against_matmul_and_ref), cmocka_unit_test(taken_where_it_fits))
+             cmocka_unit_test(deconv_against_matmul_and_ref), cmocka_unit_test(kxk_against_matmul_and_ref),
+             cmocka_unit_test(taken_where_it_fits))

@@ -82,6 +82,10 @@ int cpu_conv_bww_packed(const void *state) {
   const conv_node *s = state;
   return s->bww && s->bwwmm.packed;
 }
+int cpu_conv_bww_amx(const void *state) {
+  const conv_node *s = state;
+  return s->bww && s->bwwmm.amx;
+}
 int cpu_conv_uses_thin_dw(const void *state) {
   const conv_node *s = state;
   return s->mm && s->mm1x1.thin_dw;

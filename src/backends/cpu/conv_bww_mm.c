@@ -15,7 +15,11 @@
  * interleaved) when it picks that layout and ic is a multiple of 16: the
  * matmul then skips its own packing pass over col (bww matmuls 27 ms less
  * per ResNet-50 bf16 step at batch 16; the packed im2col costs ~3 ms more
- * than the plain one, ~8-10 ms net), else plain [rows, k].
+ * than the plain one, ~8-10 ms net), else plain [rows, k]. Where AMX is
+ * usable and OC is in 16s, the products run on the tiles instead
+ * (dw_amx.c): dY^T arranged once per chunk, col's tiles read where they lie
+ * (oneDNN's matmul transposed its dY^T operand block by block). Chunks of
+ * 1 MB stay best there too: 0.25, 0.5, 2, 4 and 8 MB were slower.
  *
  * Threads: one parallel region per step. Each thread takes a static share of
  * the chunks, builds each chunk's im2col rows in its own buffer (about 1 MB,
@@ -120,7 +124,9 @@ int cpu_bww_mm_prepare(cpu_bww_mm *m, cpu_node *n, const cpu_conv_shape *c, size
   m->pad_bytes = round64(pad);
   m->col_bytes = round64(col);
   m->t_bytes = round64(sizeof(float) * (size_t)(c->oc * k));
-  m->thread_bytes = m->pad_bytes + m->col_bytes + m->t_bytes;
+  m->amx = m->packed && cpu_conv_use_dw_amx && cpu_amx_usable() && c->oc % 16 == 0;
+  m->a_bytes = m->amx ? round64(sizeof(uint16_t) * (size_t)(c->oc * ((chunk + 31) / 32 * 32))) : 0;
+  m->thread_bytes = m->pad_bytes + m->col_bytes + m->t_bytes + m->a_bytes;
   *bwd_scratch = (size_t)m->threads * m->thread_bytes + 64;
   m->mems = sp_xcalloc((size_t)m->threads * 2 * 4, sizeof(dnnl_memory_t));
   m->streams = sp_xcalloc((size_t)m->threads, sizeof(dnnl_stream_t));
@@ -265,6 +271,11 @@ void cpu_bww_mm_run(const cpu_bww_mm *m, int fresh) {
         im2col_packed(m, col, r0, count, t);
       else
         im2col(m, col, r0, count);
+      if (m->amx) {
+        cpu_dw_amx_packed_chunk((const uint16_t *)m->dy + r0 * c->oc, c->oc, count, col, m->kblk_stride[t],
+                                m->nblk_stride[t], m->k, t_acc, (uint16_t *)((char *)t_acc + m->t_bytes));
+        continue;
+      }
       DNNL_RUN(dnnl_memory_set_data_handle(mm[0], (uint16_t *)m->dy + r0 * c->oc));
       dnnl_exec_arg_t args[4] = {
           {DNNL_ARG_SRC, mm[0]}, {DNNL_ARG_WEIGHTS, mm[1]}, {DNNL_ARG_DST, mm[2]}, {DNNL_ARG_SCRATCHPAD, mm[3]}};

@@ -274,6 +274,11 @@ int cpu_dw_amx_fits(int64_t rows, int64_t oc, int64_t ic);
 size_t cpu_dw_amx_scratch_bytes(int64_t oc, int64_t ic, int threads);
 void cpu_dw_amx(const uint16_t *dy, const uint16_t *x, int64_t rows, int64_t oc, int64_t ic, float *dw, int accumulate,
                 char *scratch, int threads);
+/* One chunk of conv_bww_mm.c's products on the tiles: t[OC][k] += dY^T col
+ * for count rows of dY (channels-last, OC in 16s) and col in the packed
+ * im2col layout (k in 16s); ap: OC x count rounded to 32 bf16 of scratch. */
+void cpu_dw_amx_packed_chunk(const uint16_t *dy, int64_t oc, int64_t count, const uint16_t *col, int64_t kblk_stride,
+                             int64_t nblk_stride, int64_t k, float *t, uint16_t *ap);
 /* conv_dw_blocked.c: the weight gradient of a bf16 convolution (or kernel =
  * stride transposed convolution) on 16-channel blocked activations
  * (aBcd16b) into the plain f32 dW, with AVX512-BF16 dot products:
@@ -313,13 +318,14 @@ typedef struct {
    * not pack it again; else plain [rows, k]. Element strides of a 32-row
    * block and of a 64-column block, per primitive. */
   int packed;
+  int amx; /* the products on AMX tiles (dw_amx.c) reading the packed col */
   int64_t kblk_stride[2], nblk_stride[2];
   dnnl_memory_desc_t a_md[2], b_md[2], t_md; /* [0]: a full chunk, [1]: the tail */
   dnnl_primitive_desc_t pd[2];
   dnnl_primitive_t prim[2];
-  size_t pad_bytes, col_bytes, t_bytes, thread_bytes; /* per thread in backward scratch */
-  dnnl_memory_t *mems;                                /* per thread and primitive: dY view, col, T, scratchpad */
-  dnnl_stream_t *streams;                             /* one per thread (each runs its products itself) */
+  size_t pad_bytes, col_bytes, t_bytes, a_bytes, thread_bytes; /* per thread in backward scratch */
+  dnnl_memory_t *mems;    /* per thread and primitive: dY view, col, T, scratchpad */
+  dnnl_stream_t *streams; /* one per thread (each runs its products itself) */
   const void *x, *dy;
   float *dw;
   char *base;
@@ -364,6 +370,7 @@ extern int64_t cpu_conv_bww_min_channels;
 int cpu_conv_uses_matmul(const void *state);
 int cpu_conv_uses_thin_dw(const void *state);    /* its weight gradient by conv_thin_dw.c */
 int cpu_conv_bww_packed(const void *state);      /* ... by conv_bww_mm.c with col packed */
+int cpu_conv_bww_amx(const void *state);         /* ... and its products on AMX tiles */
 int cpu_conv_uses_dw_blocked(const void *state); /* ... by conv_dw_blocked.c */
 int cpu_conv_winograd_passes(const void *state); /* bit 0 forward, 1 backward data, 2 weights: on Winograd */
 int cpu_conv_uses_s2_dx(const void *state);      /* its input gradient by conv_s2_dx.c */

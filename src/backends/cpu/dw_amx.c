@@ -93,8 +93,22 @@ AMX_FN static void arrange_b(const uint16_t *b, int64_t ld, int64_t p0, int64_t 
     if (gm > i && gn > j) op(t, c + (mb + 16 * i) * n + nb + 16 * j, n * 4); \
   } while (0)
 
-AMX_FN static void products(const uint16_t *ap, const uint16_t *bp, int64_t m, int64_t n, int64_t steps, float *c,
+/* Where B's tiles lie: tile (16-column block j, step s) at base + s * step +
+ * (j / 4) * blk64 + (j % 4) * in64, rows `row_bytes` apart. arrange_b's
+ * panel and conv_bww_mm.c's packed im2col (32-row blocks of 64 columns, row
+ * pairs interleaved: a tile is 16 of its 256-byte rows) both fit. */
+typedef struct {
+  const uint16_t *base;
+  int64_t step, blk64, in64, row_bytes;
+} b_tiles;
+
+static inline const uint16_t *b_tile(const b_tiles *b, int64_t j, int64_t s) {
+  return b->base + s * b->step + j / 4 * b->blk64 + j % 4 * b->in64;
+}
+
+AMX_FN static void products(const uint16_t *ap, const b_tiles *bt, int64_t m, int64_t n, int64_t steps, float *c,
                             int first) {
+  const int64_t rb = bt->row_bytes;
   for (int64_t mb = 0; mb < m; mb += 32)
     for (int64_t nb = 0; nb < n; nb += 32) {
       const int64_t gm = m - mb >= 32 ? 2 : 1, gn = n - nb >= 32 ? 2 : 1;
@@ -109,13 +123,13 @@ AMX_FN static void products(const uint16_t *ap, const uint16_t *bp, int64_t m, i
         C_MOVE(_tile_loadd, 2, 1, 0);
         C_MOVE(_tile_loadd, 3, 1, 1);
       }
-      const uint16_t *a0 = ap + (mb / 16) * steps * 512, *b0 = bp + (nb / 16) * steps * 512;
+      const uint16_t *a0 = ap + (mb / 16) * steps * 512;
       for (int64_t s = 0; s < steps; s++) {
         _tile_loadd(4, a0 + s * 512, 64);
-        _tile_loadd(6, b0 + s * 512, 64);
+        _tile_loadd(6, b_tile(bt, nb / 16, s), rb);
         _tile_dpbf16ps(0, 4, 6);
         if (gn > 1) {
-          _tile_loadd(7, b0 + (steps + s) * 512, 64);
+          _tile_loadd(7, b_tile(bt, nb / 16 + 1, s), rb);
           _tile_dpbf16ps(1, 4, 7);
         }
         if (gm > 1) {
@@ -142,7 +156,8 @@ AMX_FN static void thread_sums(const uint16_t *a, int64_t lda, int64_t m, const 
     const int64_t end = pc + kc < p1 ? pc + kc : p1, steps = (end - pc + 31) / 32;
     arrange_a(a, lda, pc, end, m, steps, ap);
     arrange_b(b, ldb, pc, end, n, steps, bp);
-    products(ap, bp, m, n, steps, sums, pc == p0);
+    const b_tiles bt = {bp, 512, 4 * steps * 512, steps * 512, 64};
+    products(ap, &bt, m, n, steps, sums, pc == p0);
   }
   _tile_release();
 }
@@ -173,5 +188,14 @@ void cpu_dw_amx(const uint16_t *dy, const uint16_t *x, int64_t rows, int64_t oc,
         dw[o * ic + i] = s;
       }
   }
+}
+AMX_FN void cpu_dw_amx_packed_chunk(const uint16_t *dy, int64_t oc, int64_t count, const uint16_t *col,
+                                    int64_t kblk_stride, int64_t nblk_stride, int64_t k, float *t, uint16_t *ap) {
+  const int64_t steps = (count + 31) / 32;
+  tiles_configure();
+  arrange_a(dy, oc, 0, count, oc, steps, ap);
+  const b_tiles bt = {col, kblk_stride, nblk_stride, 32, 256};
+  products(ap, &bt, oc, k, steps, t, 0);
+  _tile_release();
 }
 #endif
