@@ -4,9 +4,11 @@
  * side, the transposed side swapped, positions not a multiple of 32, one
  * chunk and many, fewer positions than threads need), written fresh and
  * added; in training graphs (1x1 convolutions, a kernel = stride transposed
- * convolution, kxk convolutions on the packed im2col) against oneDNN's matmul and the reference backend; and taken
+ * convolution, kxk convolutions on the packed im2col, chunked and all rows at
+ * once) against oneDNN's matmul and the reference backend; and taken
  * only where it fits. Skips where AMX is not usable. */
 #include <math.h>
+#include <stdint.h>
 
 #include "backend_compare.h"
 
@@ -143,6 +145,33 @@ static void kxk_against_matmul_and_ref(void **st) {
   cpu_node_free(c);
 }
 
+/* The whole-layer form (all rows at once, T's columns split among threads):
+ * forced on the kxk graph's layers, against the chunked form and the
+ * reference; and taken by a 512-channel 3x3 layer at 7x7 (ResNet-50's
+ * layer4), not by one at 28x28. */
+static void whole_or_chunks(int path) { cpu_bww_whole_min_t = path == 0 ? 0 : INT64_MAX; }
+
+static void kxk_whole_layer(void **st) {
+  (void)st;
+  need_amx();
+  cpu_conv_bww_min_channels = 1;
+  const int sizes[2][2] = {{9, 7}, {23, 19}};
+  for (int i = 0; i < 2; i++) {
+    cpu_bww_whole_min_t = 0;
+    cmp_case k = {"kxk dW, whole layer", b_kxk, 3, 3, sizes[i][0], sizes[i][1], 1, SP_PLAN_BF16, 6e-2, 0};
+    cmp_run(&k);
+    cmp_two_paths(&k, whole_or_chunks, 1e-4);
+  }
+  cpu_bww_whole_min_t = 2 << 20;
+  cpu_conv_bww_min_channels = 64;
+  void *c = cmp_conv_node(16, 512, 512, 7, 7, 3, 1, 0, 1, dnnl_acdb);
+  if (cpu_conv_bww_amx(c)) assert_true(cpu_conv_bww_whole(c));
+  cpu_node_free(c);
+  c = cmp_conv_node(2, 128, 128, 28, 28, 3, 1, 0, 1, dnnl_acdb);
+  assert_false(cpu_conv_bww_whole(c));
+  cpu_node_free(c);
+}
+
 static void taken_where_it_fits(void **st) {
   (void)st;
   need_amx();
@@ -160,4 +189,4 @@ static void taken_where_it_fits(void **st) {
 
 CMP_CPU_MAIN(cmocka_unit_test(against_double_sums), cmocka_unit_test(graph_against_matmul_and_ref),
              cmocka_unit_test(deconv_against_matmul_and_ref), cmocka_unit_test(kxk_against_matmul_and_ref),
-             cmocka_unit_test(taken_where_it_fits))
+             cmocka_unit_test(kxk_whole_layer), cmocka_unit_test(taken_where_it_fits))

@@ -86,6 +86,10 @@ int cpu_conv_bww_amx(const void *state) {
   const conv_node *s = state;
   return s->bww && s->bwwmm.amx;
 }
+int cpu_conv_bww_whole(const void *state) {
+  const conv_node *s = state;
+  return s->bww && s->bwwmm.whole;
+}
 int cpu_conv_uses_thin_dw(const void *state) {
   const conv_node *s = state;
   return s->mm && s->mm1x1.thin_dw;

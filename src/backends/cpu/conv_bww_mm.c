@@ -37,6 +37,9 @@
 #include "backends/cpu/vec.h"
 
 enum { CHUNK_BYTES = 1 << 20, MAX_THREADS = 256 };
+/* The whole-layer form (see cpu_bww_mm_prepare). */
+enum { WHOLE_MAX_L2 = 3 << 19, WHOLE_MAX_COL = 32 << 20, WHOLE_PANEL = 256 };
+int64_t cpu_bww_whole_min_t = 2 << 20; /* bytes of T from which (tests take 0) */
 
 int cpu_bww_use_packed = 1;
 
@@ -128,6 +131,21 @@ int cpu_bww_mm_prepare(cpu_bww_mm *m, cpu_node *n, const cpu_conv_shape *c, size
   m->a_bytes = m->amx ? round64(sizeof(uint16_t) * (size_t)(c->oc * ((chunk + 31) / 32 * 32))) : 0;
   m->thread_bytes = m->pad_bytes + m->col_bytes + m->t_bytes + m->a_bytes;
   *bwd_scratch = (size_t)m->threads * m->thread_bytes + 64;
+  /* Few rows and a large T (ResNet-50's 512-channel 3x3 layers at 7x7: 9.4 MB
+   * of sums a thread, stored and loaded again for each of its chunks): col
+   * and dY^T of all rows at once, and each 32 x 32 block of T in tiles over
+   * every row, threads splitting T's columns. Where dY^T and a panel of col
+   * stay in L2 together. */
+  const int64_t steps = (rows + 31) / 32, cols_pad = (k + PACK_COLS - 1) / PACK_COLS * PACK_COLS;
+  const size_t a_all = sizeof(uint16_t) * (size_t)(c->oc * steps * 32),
+               col_all = sizeof(uint16_t) * (size_t)(steps * 32 * cols_pad);
+  m->whole = m->amx && (int64_t)sizeof(float) * c->oc * k > cpu_bww_whole_min_t &&
+             a_all + sizeof(uint16_t) * (size_t)(steps * 32 * WHOLE_PANEL) <= WHOLE_MAX_L2 && col_all <= WHOLE_MAX_COL;
+  if (m->whole) {
+    m->whole_kblk = cols_pad / PACK_COLS * (PACK_ROWS * PACK_COLS);
+    m->whole_off = round64(*bwd_scratch);
+    *bwd_scratch = m->whole_off + col_all + a_all + sizeof(float) * (size_t)(c->oc * k) + 64;
+  }
   m->mems = sp_xcalloc((size_t)m->threads * 2 * 4, sizeof(dnnl_memory_t));
   m->streams = sp_xcalloc((size_t)m->threads, sizeof(dnnl_stream_t));
   for (int t = 0; t < m->threads; t++)
@@ -228,13 +246,14 @@ static inline vu16 widen16(const uint16_t *p) {
 /* Rows [r0, r0 + count) into col in the packed layout of primitive t: each
  * row pair (q, q + 1) is one 32-bit word per column, q's value in the low
  * half. Rows from count to the next multiple of 32 and columns from k to
- * the next multiple of 64 are written as zeros (the product reads them). */
-static void im2col_packed(const cpu_bww_mm *m, uint16_t *col, int64_t r0, int64_t count, int t) {
+ * the next multiple of 64 are written as zeros (the product reads them).
+ * kblk, nblk: element strides of a 32-row and of a 64-column block. */
+static void im2col_packed(const cpu_bww_mm *m, uint16_t *col, int64_t r0, int64_t count, int64_t kblk, int64_t nblk) {
   const cpu_conv_shape *c = &m->c;
   const int64_t rows_padded = (count + PACK_ROWS - 1) / PACK_ROWS * PACK_ROWS;
   const int64_t cols_padded = (m->k + PACK_COLS - 1) / PACK_COLS * PACK_COLS;
   for (int64_t q = 0; q < rows_padded; q += 2) {
-    uint16_t *pair = col + q / PACK_ROWS * m->kblk_stride[t] + q % PACK_ROWS / 2 * (2 * PACK_COLS);
+    uint16_t *pair = col + q / PACK_ROWS * kblk + q % PACK_ROWS / 2 * (2 * PACK_COLS);
     const out_row o0 = out_row_of(m, r0 + q, q < count), o1 = out_row_of(m, r0 + q + 1, q + 1 < count);
     for (int64_t kh = 0; kh < c->kh; kh++)
       for (int64_t kw = 0; kw < c->kw; kw++) {
@@ -245,15 +264,55 @@ static void im2col_packed(const cpu_bww_mm *m, uint16_t *col, int64_t r0, int64_
           vu16 w = {0};
           if (s0) w = widen16(s0 + i);
           if (s1) w |= widen16(s1 + i) << 16;
-          *(vu16 *)((uint32_t *)(pair + nn / PACK_COLS * m->nblk_stride[t]) + nn % PACK_COLS) = w;
+          *(vu16 *)((uint32_t *)(pair + nn / PACK_COLS * nblk) + nn % PACK_COLS) = w;
         }
       }
-    for (int64_t nn = m->k; nn < cols_padded; nn++)
-      ((uint32_t *)(pair + nn / PACK_COLS * m->nblk_stride[t]))[nn % PACK_COLS] = 0;
+    for (int64_t nn = m->k; nn < cols_padded; nn++) ((uint32_t *)(pair + nn / PACK_COLS * nblk))[nn % PACK_COLS] = 0;
+  }
+}
+
+/* dW[o][i][kh][kw] (=|+=) T[o][(kh, kw, i)], rows split among the team. */
+static void t_to_weights(const cpu_bww_mm *m, const float *t, int fresh) {
+  const cpu_conv_shape *c = &m->c;
+  const int64_t khw = c->kh * c->kw;
+#pragma omp for schedule(static)
+  for (int64_t o = 0; o < c->oc; o++)
+    for (int64_t i = 0; i < c->ic; i++)
+      for (int64_t k = 0; k < khw; k++) {
+        float *d = &m->dw[(o * c->ic + i) * khw + k];
+        *d = (fresh ? 0.0f : *d) + t[o * m->k + k * c->ic + i];
+      }
+}
+
+static void run_whole(const cpu_bww_mm *m, int fresh) {
+  const cpu_conv_shape *c = &m->c;
+  const int64_t steps = (m->rows + 31) / 32, panels = (m->k + WHOLE_PANEL - 1) / WHOLE_PANEL;
+  uint16_t *col = (uint16_t *)(m->base + m->whole_off), *ap = col + steps * m->whole_kblk;
+  float *t = (float *)(ap + c->oc * steps * 32);
+#pragma omp parallel num_threads(m->threads)
+  {
+    const int nt = omp_get_num_threads(), th = omp_get_thread_num();
+    const int64_t s0 = steps * th / nt, s1 = steps * (th + 1) / nt;
+    if (s1 > s0) {
+      const int64_t r0 = s0 * 32, end = s1 * 32 < m->rows ? s1 * 32 : m->rows;
+      im2col_packed(m, col + s0 * m->whole_kblk, r0, end - r0, m->whole_kblk, PACK_ROWS * PACK_COLS);
+      cpu_dw_amx_arrange_dy((const uint16_t *)m->dy, c->oc, m->rows, s0, s1, steps, ap);
+    }
+#pragma omp barrier
+#pragma omp for schedule(static)
+    for (int64_t p = 0; p < panels; p++) {
+      const int64_t c0 = p * WHOLE_PANEL, n = m->k - c0 < WHOLE_PANEL ? m->k - c0 : WHOLE_PANEL;
+      cpu_dw_amx_col_panel(ap, c->oc, steps, col, m->whole_kblk, PACK_ROWS * PACK_COLS, c0, n, t, m->k);
+    }
+    t_to_weights(m, t, fresh);
   }
 }
 
 void cpu_bww_mm_run(const cpu_bww_mm *m, int fresh) {
+  if (m->whole) {
+    run_whole(m, fresh);
+    return;
+  }
   const cpu_conv_shape *c = &m->c;
   const int64_t chunks = (m->rows + m->chunk - 1) / m->chunk, tsize = c->oc * m->k;
 #pragma omp parallel num_threads(m->threads)
@@ -268,7 +327,7 @@ void cpu_bww_mm_run(const cpu_bww_mm *m, int fresh) {
       const int t = count == m->chunk ? 0 : 1;
       dnnl_memory_t *mm = mems_of(m, th, t);
       if (m->packed)
-        im2col_packed(m, col, r0, count, t);
+        im2col_packed(m, col, r0, count, m->kblk_stride[t], m->nblk_stride[t]);
       else
         im2col(m, col, r0, count);
       if (m->amx) {

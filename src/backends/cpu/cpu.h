@@ -279,6 +279,15 @@ void cpu_dw_amx(const uint16_t *dy, const uint16_t *x, int64_t rows, int64_t oc,
  * im2col layout (k in 16s); ap: OC x count rounded to 32 bf16 of scratch. */
 void cpu_dw_amx_packed_chunk(const uint16_t *dy, int64_t oc, int64_t count, const uint16_t *col, int64_t kblk_stride,
                              int64_t nblk_stride, int64_t k, float *t, uint16_t *ap);
+/* The whole-layer form (conv_bww_mm.c for few rows and a large T): dY^T of
+ * all rows arranged once (steps s0 .. s1 - 1 of `steps` here, threads share
+ * them), then t[OC][c0 .. c0 + ncols) = dY^T col for a panel of columns
+ * (c0 a multiple of 64, ncols of 16), each 32 x 32 block of T in tiles over
+ * every row. */
+void cpu_dw_amx_arrange_dy(const uint16_t *dy, int64_t oc, int64_t rows, int64_t s0, int64_t s1, int64_t steps,
+                           uint16_t *ap);
+void cpu_dw_amx_col_panel(const uint16_t *ap, int64_t oc, int64_t steps, const uint16_t *col, int64_t kblk_stride,
+                          int64_t nblk_stride, int64_t c0, int64_t ncols, float *t, int64_t ldt);
 /* conv_dw_blocked.c: the weight gradient of a bf16 convolution (or kernel =
  * stride transposed convolution) on 16-channel blocked activations
  * (aBcd16b) into the plain f32 dW, with AVX512-BF16 dot products:
@@ -318,12 +327,15 @@ typedef struct {
    * not pack it again; else plain [rows, k]. Element strides of a 32-row
    * block and of a 64-column block, per primitive. */
   int packed;
-  int amx; /* the products on AMX tiles (dw_amx.c) reading the packed col */
+  int amx;   /* the products on AMX tiles (dw_amx.c) reading the packed col */
+  int whole; /* amx, few rows and a large T: col and dY^T of all rows at once, threads split T's columns */
   int64_t kblk_stride[2], nblk_stride[2];
   dnnl_memory_desc_t a_md[2], b_md[2], t_md; /* [0]: a full chunk, [1]: the tail */
   dnnl_primitive_desc_t pd[2];
   dnnl_primitive_t prim[2];
   size_t pad_bytes, col_bytes, t_bytes, a_bytes, thread_bytes; /* per thread in backward scratch */
+  int64_t whole_kblk;                                          /* whole: col's 32-row block stride (elements) */
+  size_t whole_off;       /* whole: col, dY^T and T in backward scratch from here */
   dnnl_memory_t *mems;    /* per thread and primitive: dY view, col, T, scratchpad */
   dnnl_stream_t *streams; /* one per thread (each runs its products itself) */
   const void *x, *dy;
@@ -366,11 +378,14 @@ extern int cpu_conv_winograd;
 /* conv.c: input channels from which the weight gradient of a non-1x1 bf16
  * convolution runs as im2col + matmul (64; tests lower it). */
 extern int64_t cpu_conv_bww_min_channels;
+extern int64_t
+    cpu_bww_whole_min_t; /* conv_bww_mm.c: T's bytes from which a layer of few rows takes the whole-layer form */
 /* A conv node's state (sp_op_prep.state) runs its backward as products. */
 int cpu_conv_uses_matmul(const void *state);
 int cpu_conv_uses_thin_dw(const void *state);    /* its weight gradient by conv_thin_dw.c */
 int cpu_conv_bww_packed(const void *state);      /* ... by conv_bww_mm.c with col packed */
 int cpu_conv_bww_amx(const void *state);         /* ... and its products on AMX tiles */
+int cpu_conv_bww_whole(const void *state);       /* ... all rows at once (the whole-layer form) */
 int cpu_conv_uses_dw_blocked(const void *state); /* ... by conv_dw_blocked.c */
 int cpu_conv_winograd_passes(const void *state); /* bit 0 forward, 1 backward data, 2 weights: on Winograd */
 int cpu_conv_uses_s2_dx(const void *state);      /* its input gradient by conv_s2_dx.c */

@@ -53,10 +53,11 @@ static inline const uint16_t *row_at(const uint16_t *a, int64_t ld, int64_t p, i
 }
 
 /* A panel: per block of 16 channels mb and step of 32 positions s, the tile
- * A[mb][s] (16 channels x 32 positions, as pairs) at (mb * steps + s) * 512. */
-AMX_FN static void arrange_a(const uint16_t *a, int64_t ld, int64_t p0, int64_t end, int64_t m, int64_t steps,
-                             uint16_t *panel) {
-  for (int64_t s = 0; s < steps; s++)
+ * A[mb][s] (16 channels x 32 positions, as pairs) at (mb * steps + s) * 512;
+ * steps s0 .. s1 - 1 of it here (positions p0 + 32 s on). */
+AMX_FN static void arrange_a_steps(const uint16_t *a, int64_t ld, int64_t p0, int64_t end, int64_t m, int64_t s0,
+                                   int64_t s1, int64_t steps, uint16_t *panel) {
+  for (int64_t s = s0; s < s1; s++)
     for (int64_t mb = 0; mb < m / 16; mb++) {
       __m512i v[16];
       const int64_t p = p0 + 32 * s;
@@ -68,6 +69,11 @@ AMX_FN static void arrange_a(const uint16_t *a, int64_t ld, int64_t p0, int64_t 
 #pragma GCC unroll 16
       for (int r = 0; r < 16; r++) _mm512_store_si512(t + r * 32, v[r]);
     }
+}
+
+AMX_FN static void arrange_a(const uint16_t *a, int64_t ld, int64_t p0, int64_t end, int64_t m, int64_t steps,
+                             uint16_t *panel) {
+  arrange_a_steps(a, ld, p0, end, m, 0, steps, steps, panel);
 }
 
 /* B panel: per block of 16 channels nb and step s, the tile B[nb][s] (16
@@ -88,9 +94,9 @@ AMX_FN static void arrange_b(const uint16_t *b, int64_t ld, int64_t p0, int64_t 
 /* Tiles 0-3 hold a 32 x 32 block of sums (tile 2i + j: rows 16i, columns
  * 16j; fewer at an edge: gm, gn of 1 or 2 tiles), 4-5 A, 6-7 B. The tile
  * number is a literal: the intrinsics paste it into the instruction. */
-#define C_MOVE(op, t, i, j)                                                  \
-  do {                                                                       \
-    if (gm > i && gn > j) op(t, c + (mb + 16 * i) * n + nb + 16 * j, n * 4); \
+#define C_MOVE(op, t, i, j)                                                      \
+  do {                                                                           \
+    if (gm > i && gn > j) op(t, c + (mb + 16 * i) * ldc + nb + 16 * j, ldc * 4); \
   } while (0)
 
 /* Where B's tiles lie: tile (16-column block j, step s) at base + s * step +
@@ -107,7 +113,7 @@ static inline const uint16_t *b_tile(const b_tiles *b, int64_t j, int64_t s) {
 }
 
 AMX_FN static void products(const uint16_t *ap, const b_tiles *bt, int64_t m, int64_t n, int64_t steps, float *c,
-                            int first) {
+                            int64_t ldc, int first) {
   const int64_t rb = bt->row_bytes;
   for (int64_t mb = 0; mb < m; mb += 32)
     for (int64_t nb = 0; nb < n; nb += 32) {
@@ -157,7 +163,7 @@ AMX_FN static void thread_sums(const uint16_t *a, int64_t lda, int64_t m, const 
     arrange_a(a, lda, pc, end, m, steps, ap);
     arrange_b(b, ldb, pc, end, n, steps, bp);
     const b_tiles bt = {bp, 512, 4 * steps * 512, steps * 512, 64};
-    products(ap, &bt, m, n, steps, sums, pc == p0);
+    products(ap, &bt, m, n, steps, sums, n, pc == p0);
   }
   _tile_release();
 }
@@ -195,7 +201,20 @@ AMX_FN void cpu_dw_amx_packed_chunk(const uint16_t *dy, int64_t oc, int64_t coun
   tiles_configure();
   arrange_a(dy, oc, 0, count, oc, steps, ap);
   const b_tiles bt = {col, kblk_stride, nblk_stride, 32, 256};
-  products(ap, &bt, oc, k, steps, t, 0);
+  products(ap, &bt, oc, k, steps, t, k, 0);
+  _tile_release();
+}
+AMX_FN void cpu_dw_amx_arrange_dy(const uint16_t *dy, int64_t oc, int64_t rows, int64_t s0, int64_t s1, int64_t steps,
+                                  uint16_t *ap) {
+  arrange_a_steps(dy, oc, 0, rows, oc, s0, s1, steps, ap);
+}
+
+AMX_FN void cpu_dw_amx_col_panel(const uint16_t *ap, int64_t oc, int64_t steps, const uint16_t *col,
+                                 int64_t kblk_stride, int64_t nblk_stride, int64_t c0, int64_t ncols, float *t,
+                                 int64_t ldt) {
+  tiles_configure();
+  const b_tiles bt = {col + c0 / 64 * nblk_stride, kblk_stride, nblk_stride, 32, 256};
+  products(ap, &bt, oc, ncols, steps, t + c0, ldt, 1);
   _tile_release();
 }
 #endif
