@@ -128,18 +128,26 @@ static sp_value b_kxk(sp_graph *g, sp_value x) {
   return sp_conv2d(g, x, "post", (sp_conv_args){.out_ch = 3, .kernel = 1, .bias = 1});
 }
 
-static void kxk_against_matmul_and_ref(void **st) {
-  (void)st;
-  need_amx();
+/* The kxk graph at two sizes against the reference and two paths against
+ * each other; whole_min_t: cpu_bww_whole_min_t meanwhile. */
+static void kxk_paths(const char *label, void (*choose)(int path), int64_t whole_min_t) {
   cpu_conv_bww_min_channels = 1;
   const int sizes[2][2] = {{9, 7}, {23, 19}};
   for (int i = 0; i < 2; i++) {
-    cmp_case k = {"kxk dW on tiles", b_kxk, 3, 3, sizes[i][0], sizes[i][1], 1, SP_PLAN_BF16, 6e-2, 0};
+    cpu_bww_whole_min_t = whole_min_t;
+    cmp_case k = {label, b_kxk, 3, 3, sizes[i][0], sizes[i][1], 1, SP_PLAN_BF16, 6e-2, 0};
     cmp_run(&k);
-    cmp_two_paths(&k, tiles_or_matmul, 1e-4); /* the same bits: oneDNN's brgemm also starts from T's sums */
+    cmp_two_paths(&k, choose, 1e-4);
   }
   cpu_conv_use_dw_amx = 1;
+  cpu_bww_whole_min_t = 2 << 20;
   cpu_conv_bww_min_channels = 64;
+}
+
+static void kxk_against_matmul_and_ref(void **st) {
+  (void)st;
+  need_amx();
+  kxk_paths("kxk dW on tiles", tiles_or_matmul, 2 << 20); /* the same bits: oneDNN's brgemm also starts from T's sums */
   void *c = cmp_conv_node(2, 64, 64, 9, 7, 3, 1, 0, 1, dnnl_acdb);
   assert_int_equal(cpu_conv_bww_amx(c), cpu_conv_bww_packed(c));
   cpu_node_free(c);
@@ -154,16 +162,7 @@ static void whole_or_chunks(int path) { cpu_bww_whole_min_t = path == 0 ? 0 : IN
 static void kxk_whole_layer(void **st) {
   (void)st;
   need_amx();
-  cpu_conv_bww_min_channels = 1;
-  const int sizes[2][2] = {{9, 7}, {23, 19}};
-  for (int i = 0; i < 2; i++) {
-    cpu_bww_whole_min_t = 0;
-    cmp_case k = {"kxk dW, whole layer", b_kxk, 3, 3, sizes[i][0], sizes[i][1], 1, SP_PLAN_BF16, 6e-2, 0};
-    cmp_run(&k);
-    cmp_two_paths(&k, whole_or_chunks, 1e-4);
-  }
-  cpu_bww_whole_min_t = 2 << 20;
-  cpu_conv_bww_min_channels = 64;
+  kxk_paths("kxk dW, whole layer", whole_or_chunks, 0);
   void *c = cmp_conv_node(16, 512, 512, 7, 7, 3, 1, 0, 1, dnnl_acdb);
   if (cpu_conv_bww_amx(c)) assert_true(cpu_conv_bww_whole(c));
   cpu_node_free(c);

@@ -78,21 +78,12 @@ int cpu_conv_uses_s2_dx(const void *state) { return ((const conv_node *)state)->
 int cpu_conv_src_lanes(const void *state) { return cpu_md_lanes(&((const conv_node *)state)->src_md); }
 int cpu_conv_reorders_src(const void *state) { return ((const conv_node *)state)->reorder_src; }
 int cpu_conv_dst_lanes(const void *state) { return cpu_md_lanes(&((const conv_node *)state)->dst_md); }
-int cpu_conv_bww_packed(const void *state) {
-  const conv_node *s = state;
-  return s->bww && s->bwwmm.packed;
-}
-int cpu_conv_bww_amx(const void *state) {
-  const conv_node *s = state;
-  return s->bww && s->bwwmm.amx;
-}
-int cpu_conv_bww_whole(const void *state) {
-  const conv_node *s = state;
-  return s->bww && s->bwwmm.whole;
-}
+static const cpu_bww_mm *bww_of(const conv_node *s) { return s->bww ? &s->bwwmm : NULL; }
+int cpu_conv_bww_packed(const void *state) { return bww_of(state) && bww_of(state)->packed; }
+int cpu_conv_bww_amx(const void *state) { return bww_of(state) && bww_of(state)->amx; }
+int cpu_conv_bww_whole(const void *state) { return bww_of(state) && bww_of(state)->whole; }
 int cpu_conv_uses_thin_dw(const void *state) {
-  const conv_node *s = state;
-  return s->mm && s->mm1x1.thin_dw;
+  return ((const conv_node *)state)->mm && ((const conv_node *)state)->mm1x1.thin_dw;
 }
 
 /* Folds the absorbed batch norm's running statistics into plain weights and
