@@ -59,6 +59,9 @@ typedef struct {
   cpu_bww_mm bwwmm;
   int s2dx; /* the input gradient runs as a 2x2 forward convolution + shuffle (conv_s2_dx.c) */
   cpu_s2dx s2;
+  int dxfwd,
+      dxfwd_on; /* an input gradient added onto another's: ready / bound as a forward convolution (conv_dx_fwd.c) */
+  cpu_dxfwd dxf;
 } conv_node;
 
 int cpu_conv_use_matmul = 1;
@@ -75,6 +78,7 @@ int cpu_conv_winograd_passes(const void *state) {
   return passes;
 }
 int cpu_conv_uses_s2_dx(const void *state) { return ((const conv_node *)state)->s2dx; }
+int cpu_conv_dx_fwd_ready(const void *state) { return ((const conv_node *)state)->dxfwd; }
 int cpu_conv_src_lanes(const void *state) { return cpu_md_lanes(&((const conv_node *)state)->src_md); }
 int cpu_conv_reorders_src(const void *state) { return ((const conv_node *)state)->reorder_src; }
 int cpu_conv_dst_lanes(const void *state) { return cpu_md_lanes(&((const conv_node *)state)->dst_md); }
@@ -120,7 +124,9 @@ static void conv_backward(cpu_node *n, const sp_op_args *a) {
     return;
   }
   if (s->s2dx && a->d_in[0]) cpu_s2dx_run(&s->s2, a->param[0]->data, !(a->d_in_fresh & 1u));
-  if (s->need_dx && a->d_in[0]) {
+  if (s->dxfwd_on) {
+    cpu_dxfwd_run(&s->dxf);
+  } else if (s->need_dx && a->d_in[0]) {
     if (s->reorder_wei_bd) cpu_exec_run(&s->w_bd);
     cpu_exec_run(&s->dx);
     cpu_exec_run(&s->dx_out);
@@ -168,7 +174,9 @@ static int conv_bind(cpu_node *n, const sp_op_args *a, char *fs, char *bs) {
   if (!s->run_backward) return 0;
   if (s->mm) return cpu_mm1x1_bind(&s->mm1x1, n, a, bs);
   if (s->s2dx && a->d_in[0] && cpu_s2dx_bind(&s->s2, n, a->d_out->data, a->d_in[0]->data, bs)) return -1;
-  if (s->need_dx && a->d_in[0]) {
+  s->dxfwd_on = s->dxfwd && s->need_dx && a->d_in[0] && !(a->d_in_fresh & 1u);
+  if (s->dxfwd_on && cpu_dxfwd_bind(&s->dxf, n, a->param[0]->data, a->d_out->data, a->d_in[0]->data, bs)) return -1;
+  if (s->need_dx && a->d_in[0] && !s->dxfwd_on) {
     /* Straight into the input's gradient when layouts match and nothing was
      * accumulated there yet; else through scratch and an (accumulating) reorder. */
     int fresh = (a->d_in_fresh & 1u) != 0, direct = fresh && cpu_md_equal(&s->dsrc_md, &s->x_md);
@@ -701,50 +709,22 @@ static int conv_setup(sp_op_prep *p, conv_node *s, const dnnl_conv_geom *g) {
     bww_bwd = cpu_dw_blocked_scratch_bytes(&s->dwb, s->dwb_threads);
   }
   if (choose_backward(s, g, &src_any, &wei_any)) return -1;
-
+  size_t dxf_bwd = 0; /* in place of backward data where the gradient is added (known at bind) */
+  const int dxf = s->need_dx && !g->deconv && g->groups == 1
+                      ? cpu_dxfwd_prepare(&s->dxf, &s->base, &cs, &s->x_md, &s->dst_md, &dxf_bwd)
+                      : 1;
+  if (dxf < 0) return -1;
+  s->dxfwd = dxf == 0;
+  if (dxf_bwd > s2dx_bwd) s2dx_bwd = dxf_bwd;
   place_buffers(p, s, mm_bwd, bww_bwd > s2dx_bwd ? bww_bwd : s2dx_bwd); /* one after the other, same scratch */
   cpu_report(p, &s->base);
   return 0;
 }
 
-/* Winograd F(4x4, 3x3) (oneDNN's jit_wino_4x3; F(2x2, 3x3) for batch-1
- * inference) for f32 3x3 stride-1 convolutions: 4x fewer products (2.25x) in
- * exchange for input/output transforms. Measured one oneDNN kernel at a
- * time (Xeon with AMX, 2 threads, nChw16c, ms, direct -> Winograd):
- *
- *   batch 16,  64 ch 56x56   fwd 7.9 -> 4.0, bwd data 8.9 -> 4.0, bwd weights 8.8 -> 4.3
- *   batch 16, 256 ch 14x14   8.1 -> 3.9, 8.4 -> 4.7, 8.4 -> 5.1
- *   batch 16, 512 ch 7x7     7.7 -> 3.8, 7.7 -> 7.0, 10.6 -> 6.4
- *   batch 16,  32 ch 112x112 8.1 -> 5.5, 8.2 -> 5.5, 9.1 -> 5.0
- *   batch 1,   64 ch 56x56   0.53 -> 0.30, 0.54 -> 0.32, 0.54 -> 0.38
- *   batch 1,  256 ch 14x14   0.50 -> 0.33, 0.50 -> 1.05, 0.52 -> 0.86
- *   batch 1,   32 ch 112x112 0.49 -> 0.53 forward;  8 ch 224x224 0.27 -> 1.01
- *
- * with every output within 1e-5 of the direct kernel's largest (relative).
- * So: from 32 channels in and out (64 for batch 1, where forward inference
- * takes the 2x3 kernel), and backward only from 64 output tiles of 4x4 over
- * the batch, where its transforms have enough work to spread. (In a
- * training plan the weights are transformed on every call: inside resunet50
- * f32 b16 the 512-channel 7x7 layers, 64 tiles, come out even with the
- * direct kernels, 28-30 ms a step each; the 256-channel 14x14 ones went
- * from 26 to 16.8-17.8 ms, the 64-channel 56x56 ones from 27 to 14.) oneDNN has
- * no bf16 Winograd kernel. Whole models, f32, 2 threads, medians of three
- * alternating runs against the direct kernels: training resunet50 b16 +7%,
- * resnet50 b16 +12%, tsm-r50 2x8 frames +12%, vgg-face b64 +6%; frozen
- * inference resunet50 batch 1 / 64 +4% / +17%, vgg-face +0% / +1%. */
-int cpu_conv_winograd = 1;
-
+/* Winograd for f32 3x3 stride-1 convolutions where it pays (conv_winograd.c). */
 static void choose_algorithms(const sp_op_prep *p, dnnl_conv_geom *g) {
-  const sp_shape *w = &p->param_shape[0], *out = &p->out_shape;
-  const int64_t min_channels = out->d[0] == 1 ? 64 : 32;
-  for (int i = 0; i < 3; i++) g->alg[i] = dnnl_convolution_direct;
-  if (!cpu_conv_winograd || p->bf16 || g->deconv || g->groups != 1 || w->d[2] != 3 || w->d[3] != 3 ||
-      g->strides[0] != 1 || g->strides[1] != 1 || g->dil[0] || g->dil[1] || g->pad_l[0] != 1 || g->pad_l[1] != 1 ||
-      g->pad_r[0] != 1 || g->pad_r[1] != 1 || w->d[0] < min_channels || w->d[1] < min_channels)
-    return;
-  const int64_t tiles = out->d[0] * ((out->d[2] + 3) / 4) * ((out->d[3] + 3) / 4);
-  g->alg[0] = dnnl_convolution_winograd;
-  if (tiles >= 64) g->alg[1] = g->alg[2] = dnnl_convolution_winograd;
+  const int w = cpu_conv_winograd_choice(p, g->groups, g->strides, g->dil, g->pad_l, g->pad_r);
+  for (int i = 0; i < 3; i++) g->alg[i] = (w >> i) & 1 ? dnnl_convolution_winograd : dnnl_convolution_direct;
 }
 
 int cpu_conv_prepare(sp_op_prep *p) {

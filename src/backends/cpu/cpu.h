@@ -366,15 +366,36 @@ int cpu_s2dx_prepare(cpu_s2dx *m, cpu_node *n, const cpu_conv_shape *c, const dn
                      const dnnl_memory_desc_t *dst, size_t *bwd_scratch);
 int cpu_s2dx_bind(cpu_s2dx *m, cpu_node *n, const void *dy, void *dx, char *bwd_scratch);
 void cpu_s2dx_run(const cpu_s2dx *m, const float *w, int accumulate); /* w: the plain f32 master weights */
+/* conv_dx_fwd.c: the input gradient of an f32 1x1 stride-1 convolution
+ * that adds onto one already there, as a forward convolution of dY with W^T
+ * and a sum post-op (oneDNN's backward data takes none). */
+extern int cpu_conv_use_dx_fwd;
+typedef struct {
+  dnnl_memory_desc_t dy_md, dx_md, wt_plain_md, wt_md;
+  dnnl_primitive_desc_t pd, re_pd;
+  dnnl_primitive_t prim, re;
+  size_t wt_off; /* W^T in the primitive's blocks, in backward scratch */
+  cpu_exec wt_re, conv;
+} cpu_dxfwd;
+/* 0: ready (its backward scratch bytes in *bwd_scratch); 1: not (the shape,
+ * the dtype or no real kernel on these layouts); -1: error set. */
+int cpu_dxfwd_prepare(cpu_dxfwd *m, cpu_node *n, const cpu_conv_shape *c, const dnnl_memory_desc_t *x_md,
+                      const dnnl_memory_desc_t *dy_md, size_t *bwd_scratch);
+int cpu_dxfwd_bind(cpu_dxfwd *m, cpu_node *n, const float *w, const void *dy, void *dx, char *bwd_scratch);
+void cpu_dxfwd_run(const cpu_dxfwd *m); /* dX += the product */
+extern long cpu_dxfwd_calls;            /* cpu_dxfwd_run's calls so far (tests check the path ran) */
 /* conv_bww_mm.c: 0 builds col plain and lets the matmul pack it (tests
  * compare the two). */
 extern int cpu_bww_use_packed;
 /* conv.c: 0 keeps oneDNN's convolution backward for 1x1 convolutions
  * (tests compare the two paths; benchmarks measure them). */
 extern int cpu_conv_use_matmul;
-/* conv.c: 0 keeps f32 3x3 convolutions on oneDNN's direct kernels instead
- * of its Winograd ones (tests compare the two). */
+/* conv_winograd.c: 0 keeps f32 3x3 convolutions on oneDNN's direct kernels
+ * instead of its Winograd ones (tests compare the two); which passes of a
+ * convolution take them (bit 0 forward, 1 backward data, 2 weights). */
 extern int cpu_conv_winograd;
+int cpu_conv_winograd_choice(const sp_op_prep *p, int groups, const int64_t *strides, const int64_t *dil,
+                             const int64_t *pad_l, const int64_t *pad_r);
 /* conv.c: input channels from which the weight gradient of a non-1x1 bf16
  * convolution runs as im2col + matmul (64; tests lower it). */
 extern int64_t cpu_conv_bww_min_channels;
@@ -389,6 +410,7 @@ int cpu_conv_bww_whole(const void *state);       /* ... all rows at once (the wh
 int cpu_conv_uses_dw_blocked(const void *state); /* ... by conv_dw_blocked.c */
 int cpu_conv_winograd_passes(const void *state); /* bit 0 forward, 1 backward data, 2 weights: on Winograd */
 int cpu_conv_uses_s2_dx(const void *state);      /* its input gradient by conv_s2_dx.c */
+int cpu_conv_dx_fwd_ready(const void *state);    /* ... when added onto another's, by conv_dx_fwd.c */
 int cpu_conv_src_lanes(const void *state);       /* cpu_md_lanes of the layout its forward reads */
 int cpu_conv_reorders_src(const void *state);    /* 1: its input is copied into that layout each forward */
 int cpu_conv_dst_lanes(const void *state);       /* ... and writes */
