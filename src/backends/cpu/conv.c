@@ -62,6 +62,9 @@ typedef struct {
   int dxfwd,
       dxfwd_on; /* an input gradient added onto another's: ready / bound as a forward convolution (conv_dx_fwd.c) */
   cpu_dxfwd dxf;
+  int dc1; /* a transposed convolution's forward as 1x1 + shuffle (deconv_1x1.c) */
+  cpu_dc1 d1;
+  size_t dc1_off, dc1_fwd, dc1_kept; /* its scratch in forward scratch; its W' bytes (frozen) */
 } conv_node;
 
 int cpu_conv_use_matmul = 1;
@@ -79,6 +82,7 @@ int cpu_conv_winograd_passes(const void *state) {
 }
 int cpu_conv_uses_s2_dx(const void *state) { return ((const conv_node *)state)->s2dx; }
 int cpu_conv_dx_fwd_ready(const void *state) { return ((const conv_node *)state)->dxfwd; }
+int cpu_conv_deconv_1x1(const void *state) { return ((const conv_node *)state)->dc1; }
 int cpu_conv_src_lanes(const void *state) { return cpu_md_lanes(&((const conv_node *)state)->src_md); }
 int cpu_conv_reorders_src(const void *state) { return ((const conv_node *)state)->reorder_src; }
 int cpu_conv_dst_lanes(const void *state) { return cpu_md_lanes(&((const conv_node *)state)->dst_md); }
@@ -110,6 +114,10 @@ static void fold_bn(conv_node *s, const sp_op_args *a) {
 static void conv_forward(cpu_node *n, const sp_op_args *a) {
   conv_node *s = (conv_node *)n;
   if (s->reorder_src) cpu_exec_run(&s->x_src);
+  if (s->dc1) {
+    cpu_dc1_run(&s->d1, a->param[0]->data, a->params_stale);
+    return;
+  }
   if (!s->wei_kept || a->params_stale) {
     if (s->fold_bn) fold_bn(s, a);
     cpu_exec_run(&s->w_wei);
@@ -171,6 +179,7 @@ static int conv_bind(cpu_node *n, const sp_op_args *a, char *fs, char *bs) {
                                    a->consumer2->in[s->add_other]->data)) ||
       cpu_exec_scratchpad(&s->conv, n, s->fwd_pd, fs))
     return -1;
+  if (s->dc1 && cpu_dc1_bind(&s->d1, n, src, a->out->data, fs + s->dc1_off)) return -1;
   if (!s->run_backward) return 0;
   if (s->mm) return cpu_mm1x1_bind(&s->mm1x1, n, a, bs);
   if (s->s2dx && a->d_in[0] && cpu_s2dx_bind(&s->s2, n, a->d_out->data, a->d_in[0]->data, bs)) return -1;
@@ -570,7 +579,7 @@ static int choose_backward(conv_node *s, const dnnl_conv_geom *g, const dnnl_mem
   dnnl_memory_desc_t dwei_any;
   if (s->need_dx) {
     if (choose_bwd_data(s, g, src_any, wei_any)) return -1;
-    s->reorder_wei_bd = !cpu_md_equal(&s->wei_bd_md, &s->wei_md);
+    s->reorder_wei_bd = s->dc1 || !cpu_md_equal(&s->wei_bd_md, &s->wei_md); /* dc1: forward makes W' instead */
     if ((s->reorder_wei_bd &&
          cpu_make_reorder(&s->base, &s->wplain_md, &s->wei_bd_md, 0, &s->re_pd[R_WEI_BD], &s->re[R_WEI_BD])) ||
         cpu_make_reorder(&s->base, &s->dsrc_md, &s->x_md, 0, &s->re_pd[R_DX_SET], &s->re[R_DX_SET]) ||
@@ -606,15 +615,18 @@ static void place_buffers(sp_op_prep *p, conv_node *s, size_t mm_bwd, size_t bww
   /* A frozen plan keeps the prepared weights in the node's own memory and
    * reorders them only when the parameters changed. */
   if (p->frozen && !s->run_backward) {
-    size_t wb = cpu_md_bytes(&s->wei_md), used = 0;
+    size_t wb = s->dc1 ? 0 : cpu_md_bytes(&s->wei_md), used = 0;
     size_t at_w = cpu_take(&used, wb), at_f = cpu_take(&used, s->fold_bn ? cpu_md_bytes(&s->wplain_md) : 0),
-           at_b = cpu_take(&used, s->fold_bn ? sizeof(float) * (size_t)s->n_bias : 0);
+           at_b = cpu_take(&used, s->fold_bn ? sizeof(float) * (size_t)s->n_bias : 0),
+           at_d1 = cpu_take(&used, s->dc1_kept);
     char *kept = cpu_node_keep(&s->base, used);
     s->wei_kept = kept + at_w;
+    if (s->dc1) cpu_dc1_keep(&s->d1, kept + at_d1);
     if (s->fold_bn) s->wfold = (float *)(kept + at_f), s->bfold = (float *)(kept + at_b);
   } else {
     s->wei_off = cpu_take(k, cpu_md_bytes(&s->wei_md));
   }
+  if (s->dc1) s->dc1_off = cpu_take(&fwd, s->dc1_fwd);
   if (s->need_dx) {
     s->dsrc_off = cpu_take(&bwd, cpu_md_bytes(&s->dsrc_md));
     if (s->reorder_wei_bd) s->wbd_off = cpu_take(&bwd, cpu_md_bytes(&s->wei_bd_md));
@@ -691,6 +703,11 @@ static int conv_setup(sp_op_prep *p, conv_node *s, const dnnl_conv_geom *g) {
   const cpu_conv_shape cs = {in->d[0],      in->d[2],    in->d[3],    in->d[1],      out->d[2],
                              out->d[3],     out->d[1],   w->d[2],     w->d[3],       g->strides[0],
                              g->strides[1], g->pad_l[0], g->pad_l[1], g->dil[0] + 1, g->dil[1] + 1};
+  const int dc1 = g->deconv && !s->has_bias ? cpu_dc1_prepare(&s->d1, &s->base, &cs, &s->src_md, &s->dst_md,
+                                                              p->frozen && !s->run_backward, &s->dc1_fwd, &s->dc1_kept)
+                                            : 1;
+  if (dc1 < 0) return -1;
+  s->dc1 = dc1 == 0;
   size_t s2dx_bwd = 0, bww_bwd = 0; /* s2dx: the input gradient as a 2x2 forward convolution (conv_s2_dx.c) */
   const int s2dx = s->need_dx && !g->deconv && g->groups == 1 && cpu_md_equal(&s->x_md, &s->src_md)
                        ? cpu_s2dx_prepare(&s->s2, &s->base, &cs, &s->src_md, &s->dst_md, &s2dx_bwd)

@@ -384,6 +384,30 @@ int cpu_dxfwd_prepare(cpu_dxfwd *m, cpu_node *n, const cpu_conv_shape *c, const 
 int cpu_dxfwd_bind(cpu_dxfwd *m, cpu_node *n, const float *w, const void *dy, void *dx, char *bwd_scratch);
 void cpu_dxfwd_run(const cpu_dxfwd *m); /* dX += the product */
 extern long cpu_dxfwd_calls;            /* cpu_dxfwd_run's calls so far (tests check the path ran) */
+/* deconv_1x1.c: the forward pass of an f32 transposed convolution with
+ * kernel = stride = 2, no padding, from cpu_deconv_1x1_min_channels input
+ * channels (256; 0 turns it off), as a 1x1 convolution into 4 OC channels and
+ * a shuffle of 16-channel blocks into Y. */
+extern int64_t cpu_deconv_1x1_min_channels;
+typedef struct {
+  int64_t n, ic, oc, h, w;
+  dnnl_memory_desc_t x_md, y2_md, w2_plain_md, w2_md;
+  dnnl_primitive_desc_t pd, re_pd;
+  dnnl_primitive_t prim, re;
+  size_t w2_plain_off, w2_off, y2_off; /* in forward scratch (the W' ones unless kept) */
+  char *kept;                          /* frozen plans: W' plain and blocked there (the node's own memory) */
+  float *w2_plain, *y2, *y;
+  void *w2;
+  cpu_exec w_re, conv;
+} cpu_dc1;
+/* 0: taken (its forward scratch bytes in *fwd_scratch; with keep, the bytes
+ * W' needs in the node's own memory in *kept_bytes, given by cpu_dc1_keep);
+ * 1: not; -1: error set. */
+int cpu_dc1_prepare(cpu_dc1 *m, cpu_node *n, const cpu_conv_shape *c, const dnnl_memory_desc_t *src,
+                    const dnnl_memory_desc_t *dst, int keep, size_t *fwd_scratch, size_t *kept_bytes);
+void cpu_dc1_keep(cpu_dc1 *m, char *kept);
+int cpu_dc1_bind(cpu_dc1 *m, cpu_node *n, const void *x, void *y, char *fwd_scratch);
+void cpu_dc1_run(const cpu_dc1 *m, const float *w, int weights_changed); /* w: the plain f32 weights [IC, OC, 2, 2] */
 /* conv_bww_mm.c: 0 builds col plain and lets the matmul pack it (tests
  * compare the two). */
 extern int cpu_bww_use_packed;
@@ -411,6 +435,7 @@ int cpu_conv_uses_dw_blocked(const void *state); /* ... by conv_dw_blocked.c */
 int cpu_conv_winograd_passes(const void *state); /* bit 0 forward, 1 backward data, 2 weights: on Winograd */
 int cpu_conv_uses_s2_dx(const void *state);      /* its input gradient by conv_s2_dx.c */
 int cpu_conv_dx_fwd_ready(const void *state);    /* ... when added onto another's, by conv_dx_fwd.c */
+int cpu_conv_deconv_1x1(const void *state);      /* a transposed one's forward by deconv_1x1.c */
 int cpu_conv_src_lanes(const void *state);       /* cpu_md_lanes of the layout its forward reads */
 int cpu_conv_reorders_src(const void *state);    /* 1: its input is copied into that layout each forward */
 int cpu_conv_dst_lanes(const void *state);       /* ... and writes */

@@ -1,0 +1,91 @@
+/* f32 transposed convolutions with kernel = stride = 2 whose forward runs as
+ * a 1x1 convolution into 4 OC channels and a block shuffle
+ * (backends/cpu/deconv_1x1.c): against the reference backend in training and
+ * inference plans, against oneDNN's deconvolution on the same values, frozen
+ * plans rebuilding W' when the weights change, and taken only where it
+ * applies. */
+#include "backend_compare.h"
+
+#ifdef SPRY_HAVE_DNNL
+#include "backends/cpu/cpu.h"
+
+/* x -> conv 3x3 (32 channels, 16-channel blocks) -> deconv k2s2 -> BN ->
+ * ReLU -> 1x1 head: a U-Net up-layer. */
+static sp_value b_up(sp_graph *g, sp_value x) {
+  x = sp_relu(g, sp_conv2d(g, x, "pre", (sp_conv_args){.out_ch = 32, .kernel = 3, .pad = 1}));
+  x = sp_conv_transpose2d(g, x, "up", (sp_deconv_args){.out_ch = 48, .kernel = 2, .stride = 2});
+  x = sp_relu(g, sp_batchnorm(g, x, "up_bn"));
+  return sp_conv2d(g, x, "post", (sp_conv_args){.out_ch = 3, .kernel = 1, .bias = 1});
+}
+
+static void against_ref(void **st) {
+  (void)st;
+  cmp_require_cpu();
+  cpu_deconv_1x1_min_channels = 16;
+  cmp_case k = {"deconv as 1x1, training", b_up, 3, 3, 7, 5, 1, 0, 0, 0};
+  cmp_run(&k);
+  k = (cmp_case){"deconv as 1x1, inference", b_up, 2, 3, 6, 9, 0, 0, 0, 0};
+  cmp_run(&k);
+  k.flags = SP_PLAN_FROZEN;
+  k.label = "deconv as 1x1, frozen";
+  cmp_run(&k);
+  cpu_deconv_1x1_min_channels = 256;
+}
+
+static void ours_or_onednn(int path) { cpu_deconv_1x1_min_channels = path == 0 ? 16 : 0; }
+
+/* The same f32 products summed in another order (so the outputs differ in
+ * their last bits: the 1x1 path ran). */
+static void same_as_onednn(void **st) {
+  (void)st;
+  cmp_require_cpu();
+  cmp_case k = {"deconv as 1x1 vs onednn", b_up, 3, 3, 7, 5, 1, 0, 0, 0};
+  const cmp_two_opts o = {.must_differ = 1};
+  cmp_two_paths_with(&k, ours_or_onednn, 1e-5, &o);
+  cpu_deconv_1x1_min_channels = 256;
+}
+
+static void frozen_plans_follow_weight_changes(void **st) {
+  (void)st;
+  cmp_require_cpu();
+  cpu_deconv_1x1_min_channels = 16;
+  cmp_case k = {"deconv as 1x1, frozen", b_up, 2, 3, 7, 5, 0, 0, 0, 0};
+  cmp_frozen_follows_weights(&k, "up.weight", -2.0f);
+  cpu_deconv_1x1_min_channels = 256;
+}
+
+/* Taken for f32 16-channel blocks (an input in another layout is reordered
+ * into them first), kernel = stride = 2, no padding or bias, output channels
+ * in 16s and enough input channels. */
+static void taken_where_it_applies(void **st) {
+  (void)st;
+  cmp_require_cpu();
+  struct {
+    int bf16, pad, bias, ic, oc, k;
+    dnnl_format_tag_t tag;
+    int want;
+  } cases[] = {{0, 0, 0, 256, 32, 2, dnnl_aBcd16b, 1}, {0, 0, 0, 128, 32, 2, dnnl_aBcd16b, 0},
+               {0, 1, 0, 256, 32, 2, dnnl_aBcd16b, 0}, {0, 0, 1, 256, 32, 2, dnnl_aBcd16b, 0},
+               {0, 0, 0, 256, 24, 2, dnnl_aBcd16b, 0}, {0, 0, 0, 256, 32, 3, dnnl_aBcd16b, 0},
+               {0, 0, 0, 256, 32, 2, dnnl_acdb, 1},    {1, 0, 0, 256, 32, 2, dnnl_aBcd16b, 0}};
+  for (size_t t = 0; t < sizeof cases / sizeof cases[0]; t++) {
+    dnnl_memory_desc_t md;
+    dnnl_dims_t dims = {2, cases[t].ic, 7, 7};
+    assert_int_equal(dnnl_memory_desc_init_by_tag(&md, 4, dims, cases[t].bf16 ? dnnl_bf16 : dnnl_f32, cases[t].tag),
+                     dnnl_success);
+    const int k = cases[t].k;
+    sp_conv_transpose2d_attr at = {k, k, cases[t].pad, cases[t].pad, 0, 0, 1, 1, 1};
+    const int64_t out = 7 * k - 2 * cases[t].pad;
+    sp_op_prep p = cmp_conv_prep(&sp_op_conv_transpose2d, &at, sp_shape4(2, cases[t].ic, 7, 7),
+                                 sp_shape4(2, cases[t].oc, out, out), sp_shape4(cases[t].ic, cases[t].oc, k, k),
+                                 cases[t].bias, cases[t].bf16, &md);
+    assert_int_equal(cpu_deconv_prepare(&p), 0);
+    if (cpu_conv_deconv_1x1(p.state) != cases[t].want)
+      fail_msg("case %zu: the 1x1 path %s", t, cases[t].want ? "not taken" : "taken");
+    cpu_node_free(p.state);
+  }
+}
+#endif
+
+CMP_CPU_MAIN(cmocka_unit_test(against_ref), cmocka_unit_test(same_as_onednn),
+             cmocka_unit_test(frozen_plans_follow_weight_changes), cmocka_unit_test(taken_where_it_applies))
