@@ -18,6 +18,13 @@ static sp_value b_up(sp_graph *g, sp_value x) {
   return sp_conv2d(g, x, "post", (sp_conv_args){.out_ch = 3, .kernel = 1, .bias = 1});
 }
 
+/* The same without the batch norm (nothing to fold). */
+static sp_value b_up_plain(sp_graph *g, sp_value x) {
+  x = sp_relu(g, sp_conv2d(g, x, "pre", (sp_conv_args){.out_ch = 32, .kernel = 3, .pad = 1}));
+  x = sp_relu(g, sp_conv_transpose2d(g, x, "up", (sp_deconv_args){.out_ch = 48, .kernel = 2, .stride = 2}));
+  return sp_conv2d(g, x, "post", (sp_conv_args){.out_ch = 3, .kernel = 1, .bias = 1});
+}
+
 static void against_ref(void **st) {
   (void)st;
   cmp_require_cpu();
@@ -27,9 +34,11 @@ static void against_ref(void **st) {
   k = (cmp_case){"deconv as 1x1, inference", b_up, 2, 3, 6, 9, 0, 0, 0, 0};
   cmp_run(&k);
   k.flags = SP_PLAN_FROZEN;
-  k.label = "deconv as 1x1, frozen";
+  k.label = "deconv as 1x1, frozen, batch norm and ReLU folded";
   cmp_run(&k);
-  cpu_deconv_1x1_min_channels = 256;
+  cpu_deconv_1x1_min_channels = 256; /* taken at 32 channels all the same: the batch norm folds */
+  k.label = "deconv as 1x1, frozen, at the default width";
+  cmp_run(&k);
 }
 
 static void ours_or_onednn(int path) { cpu_deconv_1x1_min_channels = path == 0 ? 16 : 0; }
@@ -45,11 +54,13 @@ static void same_as_onednn(void **st) {
   cpu_deconv_1x1_min_channels = 256;
 }
 
+/* A frozen plan keeps W' and rebuilds it after sp_plan_params_changed (its
+ * output bit for bit a plain plan's: no batch norm to fold here). */
 static void frozen_plans_follow_weight_changes(void **st) {
   (void)st;
   cmp_require_cpu();
   cpu_deconv_1x1_min_channels = 16;
-  cmp_case k = {"deconv as 1x1, frozen", b_up, 2, 3, 7, 5, 0, 0, 0, 0};
+  cmp_case k = {"deconv as 1x1, frozen", b_up_plain, 2, 3, 7, 5, 0, 0, 0, 0};
   cmp_frozen_follows_weights(&k, "up.weight", -2.0f);
   cpu_deconv_1x1_min_channels = 256;
 }
@@ -85,7 +96,31 @@ static void taken_where_it_applies(void **st) {
     cpu_node_free(p.state);
   }
 }
+
+/* In a frozen plan with a batch norm (running statistics) after it, taken
+ * below the width limit too: the shuffle replaces the batch norm's pass. */
+static void taken_narrow_when_the_batch_norm_folds(void **st) {
+  (void)st;
+  cmp_require_cpu();
+  for (int frozen = 0; frozen < 2; frozen++) {
+    dnnl_memory_desc_t md;
+    dnnl_dims_t dims = {2, 64, 7, 7};
+    assert_int_equal(dnnl_memory_desc_init_by_tag(&md, 4, dims, dnnl_f32, dnnl_aBcd16b), dnnl_success);
+    sp_conv_transpose2d_attr at = {2, 2, 0, 0, 0, 0, 1, 1, 1};
+    sp_op_prep p = cmp_conv_prep(&sp_op_conv_transpose2d, &at, sp_shape4(2, 64, 7, 7), sp_shape4(2, 32, 14, 14),
+                                 sp_shape4(64, 32, 2, 2), 0, 0, &md);
+    p.training = p.run_backward = p.need_d_in[0] = p.param_grad[0] = 0;
+    p.frozen = frozen;
+    p.consumer[0].op = &sp_op_batchnorm, p.consumer[0].n_state = 2;
+    p.consumer[1].op = &sp_op_relu;
+    assert_int_equal(cpu_deconv_prepare(&p), 0);
+    assert_int_equal(cpu_conv_deconv_1x1(p.state), frozen);
+    assert_int_equal(p.absorb_consumer, frozen ? 2 : 0);
+    cpu_node_free(p.state);
+  }
+}
 #endif
 
 CMP_CPU_MAIN(cmocka_unit_test(against_ref), cmocka_unit_test(same_as_onednn),
-             cmocka_unit_test(frozen_plans_follow_weight_changes), cmocka_unit_test(taken_where_it_applies))
+             cmocka_unit_test(frozen_plans_follow_weight_changes), cmocka_unit_test(taken_where_it_applies),
+             cmocka_unit_test(taken_narrow_when_the_batch_norm_folds))

@@ -115,7 +115,7 @@ static void conv_forward(cpu_node *n, const sp_op_args *a) {
   conv_node *s = (conv_node *)n;
   if (s->reorder_src) cpu_exec_run(&s->x_src);
   if (s->dc1) {
-    cpu_dc1_run(&s->d1, a->param[0]->data, a->params_stale);
+    cpu_dc1_run(&s->d1, a->param[0]->data, s->fold_bn ? a->consumer : NULL, a->params_stale);
     return;
   }
   if (!s->wei_kept || a->params_stale) {
@@ -174,7 +174,7 @@ static int conv_bind(cpu_node *n, const sp_op_args *a, char *fs, char *bs) {
   if (cpu_exec_arg(&s->conv, n, DNNL_ARG_SRC, &s->src_md, src) ||
       cpu_exec_arg(&s->conv, n, DNNL_ARG_WEIGHTS, &s->wei_md, wei) ||
       cpu_exec_arg(&s->conv, n, DNNL_ARG_DST, &s->dst_md, a->out->data) ||
-      (bias && cpu_exec_arg(&s->conv, n, DNNL_ARG_BIAS, &s->bias_md, bias)) ||
+      (bias && !s->dc1 && cpu_exec_arg(&s->conv, n, DNNL_ARG_BIAS, &s->bias_md, bias)) ||
       (s->post_add && cpu_exec_arg(&s->conv, n, DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, &s->add_md,
                                    a->consumer2->in[s->add_other]->data)) ||
       cpu_exec_scratchpad(&s->conv, n, s->fwd_pd, fs))
@@ -346,13 +346,11 @@ static int choose_fwd_with(sp_op_prep *p, conv_node *s, const dnnl_conv_geom *g,
       dnnl_primitive_desc_destroy(pd);
     }
   }
-  /* Channels-last input of fewer than 16 channels (vgg-face's second
-   * layer, after the channels-last stem): channels-last out if oneDNN has a
-   * brgemm kernel for it. Without AMX its own choice reads plain NCHW, so
-   * the input was reordered to NCHW in forward, and its gradient came out in
-   * 16-channel blocks (half padding) and was reordered back in backward:
-   * on Zen 5 at batch 64 in bf16, 5.4 of the layer's 12.8 ms a step;
-   * channels-last the layer's oneDNN time went from 12.0 to 5.6 ms. */
+  /* Channels-last input of fewer than 16 channels (vgg-face's second layer,
+   * after the channels-last stem): channels-last out if oneDNN has a brgemm
+   * kernel for it. Without AMX its own choice reads plain NCHW (the input
+   * reordered there in forward, its gradient back from 16-channel blocks in
+   * backward: on Zen 5, bf16 b64, 5.4 of the layer's 12.8 ms a step). */
   if (s->x_md.data_type == src_any->data_type && cpu_md_lanes(&s->x_md) == CPU_LANES_NHWC && src_any->dims[1] < 16 &&
       !p->out_plain) {
     int r = try_channels_last(p, s, g, &s->x_md, wei_any, dst_any, po);
@@ -616,9 +614,9 @@ static void place_buffers(sp_op_prep *p, conv_node *s, size_t mm_bwd, size_t bww
    * reorders them only when the parameters changed. */
   if (p->frozen && !s->run_backward) {
     size_t wb = s->dc1 ? 0 : cpu_md_bytes(&s->wei_md), used = 0;
-    size_t at_w = cpu_take(&used, wb), at_f = cpu_take(&used, s->fold_bn ? cpu_md_bytes(&s->wplain_md) : 0),
-           at_b = cpu_take(&used, s->fold_bn ? sizeof(float) * (size_t)s->n_bias : 0),
-           at_d1 = cpu_take(&used, s->dc1_kept);
+    const int fold = s->fold_bn && !s->dc1; /* dc1 folds into its own W' */
+    size_t at_w = cpu_take(&used, wb), at_f = cpu_take(&used, fold ? cpu_md_bytes(&s->wplain_md) : 0),
+           at_b = cpu_take(&used, fold ? sizeof(float) * (size_t)s->n_bias : 0), at_d1 = cpu_take(&used, s->dc1_kept);
     char *kept = cpu_node_keep(&s->base, used);
     s->wei_kept = kept + at_w;
     if (s->dc1) cpu_dc1_keep(&s->d1, kept + at_d1);
@@ -703,11 +701,16 @@ static int conv_setup(sp_op_prep *p, conv_node *s, const dnnl_conv_geom *g) {
   const cpu_conv_shape cs = {in->d[0],      in->d[2],    in->d[3],    in->d[1],      out->d[2],
                              out->d[3],     out->d[1],   w->d[2],     w->d[3],       g->strides[0],
                              g->strides[1], g->pad_l[0], g->pad_l[1], g->dil[0] + 1, g->dil[1] + 1};
-  const int dc1 = g->deconv && !s->has_bias ? cpu_dc1_prepare(&s->d1, &s->base, &cs, &s->src_md, &s->dst_md,
-                                                              p->frozen && !s->run_backward, &s->dc1_fwd, &s->dc1_kept)
-                                            : 1;
+  /* Frozen: the batch norm after it folds into the 1x1 form (and the ReLU). */
+  const int bn_next = p->frozen && !p->training && !p->run_backward && p->consumer[0].op == &sp_op_batchnorm &&
+                      p->consumer[0].n_state >= 2 && !p->consumer[0].out_plain;
+  const int fold = bn_next ? 1 + (p->consumer[1].op == &sp_op_relu && !p->consumer[1].out_plain) : 0;
+  const int dc1 = g->deconv && !s->has_bias
+                      ? cpu_dc1_prepare(&s->d1, &s->base, &cs, &s->src_md, &s->dst_md, p->frozen && !s->run_backward,
+                                        fold, &s->dc1_fwd, &s->dc1_kept)
+                      : 1;
   if (dc1 < 0) return -1;
-  s->dc1 = dc1 == 0;
+  if ((s->dc1 = dc1 == 0)) s->fold_bn = fold > 0, s->post_relu = fold == 2;
   size_t s2dx_bwd = 0, bww_bwd = 0; /* s2dx: the input gradient as a 2x2 forward convolution (conv_s2_dx.c) */
   const int s2dx = s->need_dx && !g->deconv && g->groups == 1 && cpu_md_equal(&s->x_md, &s->src_md)
                        ? cpu_s2dx_prepare(&s->s2, &s->base, &cs, &s->src_md, &s->dst_md, &s2dx_bwd)

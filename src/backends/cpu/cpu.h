@@ -391,23 +391,25 @@ extern long cpu_dxfwd_calls;            /* cpu_dxfwd_run's calls so far (tests c
 extern int64_t cpu_deconv_1x1_min_channels;
 typedef struct {
   int64_t n, ic, oc, h, w;
-  dnnl_memory_desc_t x_md, y2_md, w2_plain_md, w2_md;
+  int fold; /* frozen: 1 the batch norm after it folded in (W' scaled, a bias), 2 and the ReLU as a post-op */
+  dnnl_memory_desc_t x_md, y2_md, w2_plain_md, w2_md, b2_md;
   dnnl_primitive_desc_t pd, re_pd;
   dnnl_primitive_t prim, re;
-  size_t w2_plain_off, w2_off, y2_off; /* in forward scratch (the W' ones unless kept) */
-  char *kept;                          /* frozen plans: W' plain and blocked there (the node's own memory) */
-  float *w2_plain, *y2, *y;
+  size_t w2_plain_off, w2_off, b2_off, y2_off; /* in forward scratch (W' and its bias unless kept) */
+  char *kept;                                  /* frozen plans: W' plain and blocked there (the node's own memory) */
+  float *w2_plain, *b2, *y2, *y;
   void *w2;
   cpu_exec w_re, conv;
 } cpu_dc1;
 /* 0: taken (its forward scratch bytes in *fwd_scratch; with keep, the bytes
- * W' needs in the node's own memory in *kept_bytes, given by cpu_dc1_keep);
- * 1: not; -1: error set. */
+ * W' needs in the node's own memory in *kept_bytes, given by cpu_dc1_keep;
+ * fold as cpu_dc1.fold); 1: not; -1: error set. */
 int cpu_dc1_prepare(cpu_dc1 *m, cpu_node *n, const cpu_conv_shape *c, const dnnl_memory_desc_t *src,
-                    const dnnl_memory_desc_t *dst, int keep, size_t *fwd_scratch, size_t *kept_bytes);
+                    const dnnl_memory_desc_t *dst, int keep, int fold, size_t *fwd_scratch, size_t *kept_bytes);
 void cpu_dc1_keep(cpu_dc1 *m, char *kept);
 int cpu_dc1_bind(cpu_dc1 *m, cpu_node *n, const void *x, void *y, char *fwd_scratch);
-void cpu_dc1_run(const cpu_dc1 *m, const float *w, int weights_changed); /* w: the plain f32 weights [IC, OC, 2, 2] */
+/* w: the plain f32 weights [IC, OC, 2, 2]; bn: the folded batch norm's args */
+void cpu_dc1_run(const cpu_dc1 *m, const float *w, const struct sp_op_args *bn, int weights_changed);
 /* conv_bww_mm.c: 0 builds col plain and lets the matmul pack it (tests
  * compare the two). */
 extern int cpu_bww_use_packed;
