@@ -654,8 +654,8 @@ static int conv_setup(sp_op_prep *p, conv_node *s, const dnnl_conv_geom *g) {
   /* Inference on fixed weights: a batch norm on running statistics right
    * after the conv is folded into it. Not after a transposed convolution:
    * oneDNN 2.6 runs its bias and post-ops as a generic pass (ResUNet-50's
-   * last up-layer, bf16 batch 64: 32 ms plain, 1.9 s with bias and ReLU,
-   * 5.3 s with the shift as a binary post-op). */
+   * last up-layer, bf16 b64: 32 ms plain, 1.9 s with bias and ReLU, 5.3 s
+   * with the shift as a binary post-op); deconv_1x1.c's form folds it. */
   s->fold_bn = p->frozen && !p->training && !p->run_backward && !g->deconv && p->consumer[0].op == &sp_op_batchnorm &&
                p->consumer[0].n_state >= 2 && !p->consumer[0].out_plain;
   /* ... and the ReLU after that batch norm runs as the conv's post-op. */
