@@ -366,9 +366,9 @@ int cpu_s2dx_prepare(cpu_s2dx *m, cpu_node *n, const cpu_conv_shape *c, const dn
                      const dnnl_memory_desc_t *dst, size_t *bwd_scratch);
 int cpu_s2dx_bind(cpu_s2dx *m, cpu_node *n, const void *dy, void *dx, char *bwd_scratch);
 void cpu_s2dx_run(const cpu_s2dx *m, const float *w, int accumulate); /* w: the plain f32 master weights */
-/* conv_dx_fwd.c: the input gradient of an f32 1x1 stride-1 convolution
- * that adds onto one already there, as a forward convolution of dY with W^T
- * and a sum post-op (oneDNN's backward data takes none). */
+/* conv_dx_fwd.c: the input gradient of a 1x1 stride-1 convolution (f32, or
+ * bf16 in channel blocks) that adds onto one already there, as a forward
+ * convolution of dY with W^T and a sum post-op (backward data takes none). */
 extern int cpu_conv_use_dx_fwd;
 typedef struct {
   dnnl_memory_desc_t dy_md, dx_md, wt_plain_md, wt_md;
