@@ -2,6 +2,7 @@
  * work units in batch order, epoch cancellation, in-order hand-over. */
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 
 #include "data/batch_ring.h"
@@ -93,14 +94,25 @@ sp_batch_ring *sp_batch_ring_new(int workers, int depth, const sp_batch_ring_ops
   pthread_cond_init(&r->work_cv, NULL);
   pthread_cond_init(&r->ready_cv, NULL);
   r->threads = sp_xmalloc(sizeof(pthread_t) * (size_t)workers);
+  /* Workers start with SIGINT / SIGTERM blocked (a thread inherits its
+   * creator's mask): the trainer's stop request then lands on another
+   * thread, and a worker's reads (stdio inside the image libraries) never
+   * return EINTR half way through a file. */
+  sigset_t stop_signals, old;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, &old);
   for (int i = 0; i < workers; i++) {
     if (pthread_create(&r->threads[i], NULL, worker_main, r) != 0) {
+      pthread_sigmask(SIG_SETMASK, &old, NULL);
       sp_batch_ring_free(r);
       sp_error_set("batch ring: cannot start worker thread %d", i);
       return NULL;
     }
     r->n_workers = i + 1;
   }
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
   return r;
 }
 

@@ -421,6 +421,7 @@ int sp_loop_run(const sp_loop_config *cfg, const char *config_text, unsigned run
   stop_requested = 0;
   struct sigaction sa = {0}, old_int, old_term;
   sa.sa_handler = on_signal;
+  sa.sa_flags = SA_RESTART; /* system calls the signal interrupts carry on: the flag is read between steps */
   sigaction(SIGINT, &sa, &old_int);
   sigaction(SIGTERM, &sa, &old_term);
   for (int64_t epoch = from.epoch; rc == 0 && epoch < cfg->epochs; epoch++) {
