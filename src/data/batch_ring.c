@@ -96,8 +96,8 @@ sp_batch_ring *sp_batch_ring_new(int workers, int depth, const sp_batch_ring_ops
   r->threads = sp_xmalloc(sizeof(pthread_t) * (size_t)workers);
   /* Workers start with SIGINT / SIGTERM blocked (a thread inherits its
    * creator's mask): the trainer's stop request then lands on another
-   * thread, and a worker's reads (stdio inside the image libraries) never
-   * return EINTR half way through a file. */
+   * thread (train/stop_signals.c), and a worker's reads (stdio inside the
+   * image libraries) never return EINTR half way through a file. */
   sigset_t stop_signals, old;
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGINT);

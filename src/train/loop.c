@@ -12,7 +12,6 @@
 #include <errno.h>
 #include <math.h>
 #include <omp.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,13 +21,8 @@
 #include "train/dist_config.h"
 #include "train/loop.h"
 #include "train/metrics_log.h"
+#include "train/stop_signals.h"
 #include "train/trainer_internal.h"
-
-static volatile sig_atomic_t stop_requested;
-static void on_signal(int sig) {
-  (void)sig;
-  stop_requested = 1;
-}
 
 static int64_t stop_after_steps;
 void sp_train_stop_after(int64_t steps) { stop_after_steps = steps; }
@@ -187,7 +181,7 @@ static int train_step(sp_loop *l, sp_plan *p, double lr, double *loss_out, int *
   double loss = sp_plan_loss(p);
   /* The loss and a Ctrl-C vote ride with the gradients: every rank gets the
    * global mean loss and stops after the same step. */
-  double totals[2] = {loss, stop_requested ? 1.0 : 0.0};
+  double totals[2] = {loss, sp_stop_signals_requested() ? 1.0 : 0.0};
   if (l->reducer) {
     /* A plan not hooked yet would still be exact (finish launches every
      * bucket), only without overlap. */
@@ -204,7 +198,7 @@ static int train_step(sp_loop *l, sp_plan *p, double lr, double *loss_out, int *
     if (l->cfg->clip_norm > 0) sp_clip_grad_norm(l->n_params, l->params, l->cfg->clip_norm);
     sp_optimizer_step(l->opt, (float)lr);
   }
-  *stop = l->reducer ? totals[1] > 0 : stop_requested;
+  *stop = l->reducer ? totals[1] > 0 : sp_stop_signals_requested();
   *loss_out = l->reducer ? totals[0] / l->world : loss;
   return 0;
 }
@@ -418,12 +412,12 @@ int sp_loop_run(const sp_loop_config *cfg, const char *config_text, unsigned run
   /* metrics.jsonl holds the epochs this run has done: none when fresh. */
   if (rc == 0 && l.rank == 0 && sp_metrics_log_start(l.dir, from.epoch) != 0)
     fprintf(stderr, "spry: warning: %s\n", sp_last_error());
-  stop_requested = 0;
-  struct sigaction sa = {0}, old_int, old_term;
-  sa.sa_handler = on_signal;
-  sa.sa_flags = SA_RESTART; /* system calls the signal interrupts carry on: the flag is read between steps */
-  sigaction(SIGINT, &sa, &old_int);
-  sigaction(SIGTERM, &sa, &old_term);
+  /* Ctrl-C / SIGTERM from here on: stop after the step (stop_signals.c). */
+  const int watching = rc == 0 && sp_stop_signals_begin(cfg->threads) == 0;
+  if (rc == 0 && !watching) {
+    if (l.world > 1) sp_dist_abort("%s", sp_last_error()); /* the other ranks would wait in the first step */
+    rc = -1;
+  }
   for (int64_t epoch = from.epoch; rc == 0 && epoch < cfg->epochs; epoch++) {
     epoch_state e;
     rc = run_epoch(&l, ops, task, epoch, &from, &e);
@@ -452,8 +446,7 @@ int sp_loop_run(const sp_loop_config *cfg, const char *config_text, unsigned run
     rc = ops->validate(task, cfg->epochs, l.world > 1, &v);
     res.validated = rc == 0;
   }
-  sigaction(SIGINT, &old_int, NULL);
-  sigaction(SIGTERM, &old_term, NULL);
+  if (watching) sp_stop_signals_end();
   if (rc == 0) { /* the ranks may share its evaluation; rank 0 writes it */
     int report_rc = ops->report(task, l.dir, l.world > 1);
     if (l.rank == 0 && report_rc == 0)
