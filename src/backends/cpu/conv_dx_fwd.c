@@ -74,16 +74,10 @@ int cpu_dxfwd_prepare(cpu_dxfwd *m, cpu_node *n, const cpu_conv_shape *c, const 
   /* Only a real kernel on exactly these layouts (the reference one, or a
    * layout of its own for dX, would cost more than the reorder saves). */
   if (cpu_pd_is_ref(m->pd) || !cpu_md_equal(cpu_pd_md(m->pd, dnnl_query_dst_md, 0), x_md) ||
-      !cpu_md_equal(cpu_pd_md(m->pd, dnnl_query_src_md, 0), dy_md)) {
-    dnnl_primitive_desc_destroy(m->pd);
-    m->pd = NULL;
-    return 1;
-  }
-  if (cpu_adopt(n, m->pd, &m->prim)) return -1;
-  m->wt_md = *cpu_pd_md(m->pd, dnnl_query_weights_md, 0);
-  if (cpu_make_reorder(n, &m->wt_plain_md, &m->wt_md, 0, &m->re_pd, &m->re)) return -1;
-  size_t used = cpu_scratchpad_bytes(m->pd);
-  if (cpu_scratchpad_bytes(m->re_pd) > used) used = cpu_scratchpad_bytes(m->re_pd);
+      !cpu_md_equal(cpu_pd_md(m->pd, dnnl_query_src_md, 0), dy_md))
+    return cpu_pd_decline(&m->pd);
+  size_t used;
+  if (cpu_adopt_with_weights(n, m->pd, &m->prim, &m->wt_plain_md, &m->wt_md, &m->re_pd, &m->re, &used)) return -1;
   m->wt_off = cpu_take(&used, cpu_md_bytes(&m->wt_md));
   *bwd_scratch = used;
   return 0;

@@ -78,16 +78,9 @@ int cpu_s2dx_prepare(cpu_s2dx *m, cpu_node *n, const cpu_conv_shape *c, const dn
    * here) the brgemm forward kernel saves nothing once the shuffle is
    * counted (64, 8 -> 16 at 112: 3.7 ms + shuffle against 4.2 for backward
    * data) or is much slower (16, 128 at 56: 29.0 against 16.3). */
-  if (!strstr(cpu_pd_impl(m->pd), "brg") || !strstr(cpu_pd_impl(m->pd), "amx")) {
-    dnnl_primitive_desc_destroy(m->pd);
-    m->pd = NULL;
-    return 1;
-  }
-  if (cpu_adopt(n, m->pd, &m->prim)) return -1;
-  m->w_md = *cpu_pd_md(m->pd, dnnl_query_weights_md, 0);
-  if (cpu_make_reorder(n, &m->w_plain_md, &m->w_md, 0, &m->re_pd, &m->re)) return -1;
-  size_t used = cpu_scratchpad_bytes(m->pd);
-  if (cpu_scratchpad_bytes(m->re_pd) > used) used = cpu_scratchpad_bytes(m->re_pd);
+  if (!strstr(cpu_pd_impl(m->pd), "brg") || !strstr(cpu_pd_impl(m->pd), "amx")) return cpu_pd_decline(&m->pd);
+  size_t used;
+  if (cpu_adopt_with_weights(n, m->pd, &m->prim, &m->w_plain_md, &m->w_md, &m->re_pd, &m->re, &used)) return -1;
   m->w_plain_off = cpu_take(&used, cpu_md_bytes(&m->w_plain_md));
   m->w_off = cpu_take(&used, cpu_md_bytes(&m->w_md));
   m->d_off = cpu_take(&used, cpu_md_bytes(&m->d_md));

@@ -267,6 +267,23 @@ int cpu_adopt(cpu_node *n, dnnl_primitive_desc_t pd, dnnl_primitive_t *prim) {
   return keep(n, pd, *prim);
 }
 
+int cpu_pd_decline(dnnl_primitive_desc_t *pd) {
+  dnnl_primitive_desc_destroy(*pd);
+  *pd = NULL;
+  return 1;
+}
+
+int cpu_adopt_with_weights(cpu_node *n, dnnl_primitive_desc_t pd, dnnl_primitive_t *prim,
+                           const dnnl_memory_desc_t *w_plain, dnnl_memory_desc_t *w_md, dnnl_primitive_desc_t *re_pd,
+                           dnnl_primitive_t *re, size_t *scratch) {
+  if (cpu_adopt(n, pd, prim)) return -1;
+  *w_md = *cpu_pd_md(pd, dnnl_query_weights_md, 0);
+  if (cpu_make_reorder(n, w_plain, w_md, 0, re_pd, re)) return -1;
+  *scratch = cpu_scratchpad_bytes(pd);
+  if (cpu_scratchpad_bytes(*re_pd) > *scratch) *scratch = cpu_scratchpad_bytes(*re_pd);
+  return 0;
+}
+
 int cpu_make(cpu_node *n, const void *op_desc, const_dnnl_primitive_desc_t hint, const_dnnl_post_ops_t post_ops,
              dnnl_primitive_desc_t *pd, dnnl_primitive_t *prim) {
   if (cpu_pd(op_desc, hint, post_ops, pd) != 0) return -1;

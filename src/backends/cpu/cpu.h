@@ -150,6 +150,17 @@ int cpu_make_backward_acc(cpu_node *n, const void *bwd_desc, const_dnnl_primitiv
 int cpu_make_reorder(cpu_node *n, const dnnl_memory_desc_t *src, const dnnl_memory_desc_t *dst, int accumulate,
                      dnnl_primitive_desc_t *pd, dnnl_primitive_t *prim);
 size_t cpu_scratchpad_bytes(const_dnnl_primitive_desc_t pd);
+/* A descriptor tried and found wanting: destroyed and cleared; returns 1
+ * (a rewrite's "not taken"). */
+int cpu_pd_decline(dnnl_primitive_desc_t *pd);
+/* For a pass rewritten as another convolution (conv_dx_fwd.c, conv_s2_dx.c,
+ * deconv_1x1.c): n adopts pd, *w_md becomes the weights' layout it chose,
+ * the reorder from w_plain into it is made, and *scratch is the larger of
+ * the two scratchpads (they run one after the other). 0, or -1 with the
+ * error. */
+int cpu_adopt_with_weights(cpu_node *n, dnnl_primitive_desc_t pd, dnnl_primitive_t *prim,
+                           const dnnl_memory_desc_t *w_plain, dnnl_memory_desc_t *w_md, dnnl_primitive_desc_t *re_pd,
+                           dnnl_primitive_t *re, size_t *scratch);
 /* The implementation is oneDNN's reference (slow) kernel: "ref:any". */
 /* oneDNN's name for the implementation (e.g. "brgconv:avx512_core_amx"), "" if none. */
 const char *cpu_pd_impl(const_dnnl_primitive_desc_t pd);

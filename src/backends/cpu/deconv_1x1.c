@@ -77,16 +77,10 @@ int cpu_dc1_prepare(cpu_dc1 *m, cpu_node *n, const cpu_conv_shape *c, const dnnl
   if (po) dnnl_post_ops_destroy(po);
   if (!made) return sp_error_clear(), 1;
   if (cpu_pd_is_ref(m->pd) || !cpu_md_equal(cpu_pd_md(m->pd, dnnl_query_src_md, 0), src) ||
-      !cpu_md_equal(cpu_pd_md(m->pd, dnnl_query_dst_md, 0), &m->y2_md)) {
-    dnnl_primitive_desc_destroy(m->pd);
-    m->pd = NULL;
-    return 1;
-  }
-  if (cpu_adopt(n, m->pd, &m->prim)) return -1;
-  m->w2_md = *cpu_pd_md(m->pd, dnnl_query_weights_md, 0);
-  if (cpu_make_reorder(n, &m->w2_plain_md, &m->w2_md, 0, &m->re_pd, &m->re)) return -1;
-  size_t used = cpu_scratchpad_bytes(m->pd);
-  if (cpu_scratchpad_bytes(m->re_pd) > used) used = cpu_scratchpad_bytes(m->re_pd);
+      !cpu_md_equal(cpu_pd_md(m->pd, dnnl_query_dst_md, 0), &m->y2_md))
+    return cpu_pd_decline(&m->pd);
+  size_t used;
+  if (cpu_adopt_with_weights(n, m->pd, &m->prim, &m->w2_plain_md, &m->w2_md, &m->re_pd, &m->re, &used)) return -1;
   /* Frozen plans keep W' with the node (cpu_dc1_keep) and rebuild it only
    * when the weights change; training builds it in scratch every step. */
   size_t kept = 0;
