@@ -61,7 +61,14 @@ enum {
  * config_text is stored in the checkpoints (so eval can rebuild the model).
  * run_flags: SP_RUN_*. A fresh run into a folder that holds another run's
  * checkpoint is refused unless SP_RUN_OVERWRITE. Returns 0, 130 when stopped
- * by SIGINT/SIGTERM (after saving), or -1 with an error. */
+ * by SIGINT/SIGTERM (after saving), or -1 with an error.
+ * While it runs, SIGINT and SIGTERM are blocked in the calling thread and
+ * its OpenMP threads and taken by a thread of the library's own; the
+ * caller's handlers and mask come back when it returns. A program that
+ * handles other signals should block them in threads that compute, or give
+ * its handlers an alternate stack (sigaltstack, SA_ONSTACK): oneDNN 2.6's
+ * f32 gemm kernels point the stack pointer into the heap while they run, so
+ * a signal frame pushed there corrupts it. */
 int sp_train_run(const sp_train_config *cfg, const char *config_text, int run_flags, sp_train_summary *summary);
 /* ---- scoring a checkpoint (train/kp_eval.c): `spry eval` ---- */
 #include "spry/data.h"

@@ -112,7 +112,7 @@ typedef struct {
   int val_failed; /* test clips that could not be read (left out of the scores) */
 } sp_video_summary;
 
-/* Trains cfg into cfg->out; run_flags as for sp_train_run (SP_RUN_*, spry/train.h).
+/* Trains cfg into cfg->out; run_flags and signals as for sp_train_run (SP_RUN_*, spry/train.h).
  * 0, 130 when stopped by SIGINT/SIGTERM (after saving), or -1 with an error. */
 int sp_video_train_run(const sp_video_config *cfg, const char *config_text, int run_flags, sp_video_summary *summary);
 /* The run's report from its metrics.jsonl: loss.png, accuracy.png, lr.png,
