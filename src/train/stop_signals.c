@@ -29,7 +29,9 @@
 #include "spry/common.h"
 #include "train/stop_signals.h"
 
-static volatile sig_atomic_t requested, quitting;
+/* Set by the handler and the watcher, read by the run's thread: atomics
+ * (lock-free, so the handler may store one). */
+static int requested, quitting;
 static sigset_t stop_set, old_mask;
 static struct sigaction old_int, old_term;
 static pthread_t watcher;
@@ -39,7 +41,7 @@ static int running;
  * run): only the flag, which is async-signal-safe. */
 static void on_signal(int sig) {
   (void)sig;
-  requested = 1;
+  __atomic_store_n(&requested, 1, __ATOMIC_RELEASE);
 }
 
 /* Waits in slices of 100 ms, so that it ends with the run even if the
@@ -47,9 +49,10 @@ static void on_signal(int sig) {
 static void *watch(void *arg) {
   (void)arg;
   const struct timespec slice = {0, 100 * 1000 * 1000};
-  while (!quitting) {
+  while (!__atomic_load_n(&quitting, __ATOMIC_ACQUIRE)) {
     const int sig = sigtimedwait(&stop_set, NULL, &slice);
-    if (sig > 0 && !quitting) requested = 1; /* < 0: the slice ended (EAGAIN) or EINTR */
+    /* < 0: the slice ended (EAGAIN) or EINTR */
+    if (sig > 0 && !__atomic_load_n(&quitting, __ATOMIC_ACQUIRE)) __atomic_store_n(&requested, 1, __ATOMIC_RELEASE);
   }
   return NULL;
 }
@@ -58,7 +61,8 @@ int sp_stop_signals_begin(int threads) {
   sigemptyset(&stop_set);
   sigaddset(&stop_set, SIGINT);
   sigaddset(&stop_set, SIGTERM);
-  requested = 0, quitting = 0;
+  __atomic_store_n(&requested, 0, __ATOMIC_RELEASE);
+  __atomic_store_n(&quitting, 0, __ATOMIC_RELEASE);
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_signal;
@@ -83,11 +87,11 @@ int sp_stop_signals_begin(int threads) {
   return 0;
 }
 
-int sp_stop_signals_requested(void) { return requested != 0; }
+int sp_stop_signals_requested(void) { return __atomic_load_n(&requested, __ATOMIC_ACQUIRE) != 0; }
 
 void sp_stop_signals_end(void) {
   if (!running) return;
-  quitting = 1;
+  __atomic_store_n(&quitting, 1, __ATOMIC_RELEASE);
   pthread_kill(watcher, SIGTERM); /* directed at the watcher: its sigwaitinfo returns */
   pthread_join(watcher, NULL);
   running = 0;
