@@ -1,6 +1,6 @@
 /* Ctrl-C and SIGTERM during training: the run stops after its step, saves
  * last.safetensors and exits 130 (loop.c). The signals are taken by a
- * watcher thread in sigwaitinfo while every computing thread blocks them.
+ * watcher thread in sigtimedwait while every computing thread blocks them.
  *
  * Why not a handler that interrupts whichever thread computes: oneDNN 2.6's
  * f32 "no copy" gemm kernels (what dnnl_sgemm and gemm-based primitives run
@@ -76,7 +76,7 @@ int sp_stop_signals_begin(int threads) {
   const int n = threads > omp_get_max_threads() ? threads : omp_get_max_threads();
 #pragma omp parallel num_threads(n)
   pthread_sigmask(SIG_BLOCK, &stop_set, NULL);
-  int rc = pthread_create(&watcher, NULL, watch, NULL); /* started blocked, as it must be for sigwaitinfo */
+  int rc = pthread_create(&watcher, NULL, watch, NULL); /* started blocked, as it must be for sigtimedwait */
   if (rc != 0) {
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);
@@ -92,7 +92,7 @@ int sp_stop_signals_requested(void) { return __atomic_load_n(&requested, __ATOMI
 void sp_stop_signals_end(void) {
   if (!running) return;
   __atomic_store_n(&quitting, 1, __ATOMIC_RELEASE);
-  pthread_kill(watcher, SIGTERM); /* directed at the watcher: its sigwaitinfo returns */
+  pthread_kill(watcher, SIGTERM); /* directed at the watcher: its sigtimedwait returns */
   pthread_join(watcher, NULL);
   running = 0;
   /* Handlers first: a signal still pending when the mask opens then acts as
