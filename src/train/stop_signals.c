@@ -25,24 +25,43 @@
 #include <signal.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "spry/common.h"
 #include "train/stop_signals.h"
 
 /* Set by the handler and the watcher, read by the run's thread: atomics
- * (lock-free, so the handler may store one). */
-static int requested, quitting;
+ * (lock-free, so the handler may store one). presses: the SIGINTs taken
+ * since the run began. */
+static int requested, quitting, presses;
 static sigset_t stop_set, old_mask;
 static struct sigaction old_int, old_term;
 static pthread_t watcher;
 static int running;
 
-/* For a thread that does not block the signals (one started before the
- * run): only the flag, which is async-signal-safe. */
-static void on_signal(int sig) {
-  (void)sig;
-  __atomic_store_n(&requested, 1, __ATOMIC_RELEASE);
+static void say(const char *msg) {
+  if (write(2, msg, strlen(msg)) < 0) return; /* nothing to do about a closed stderr */
 }
+
+/* One SIGINT or SIGTERM: the first asks the run to stop after its step
+ * (and says so: the step and the save may take a while). A second Ctrl-C
+ * quits at once, for a user who will not wait: the last checkpoint stays,
+ * and one half written is a temporary the next start removes. SIGTERM
+ * never does (mpirun, timeout and service managers send it and follow with
+ * SIGKILL when they will not wait). Async-signal-safe: the handler calls it
+ * too. */
+static void take_stop_signal(int sig) {
+  if (sig == SIGINT && __atomic_add_fetch(&presses, 1, __ATOMIC_ACQ_REL) >= 2) {
+    say("\nspry: quitting at once; --resume continues from the last checkpoint\n");
+    _exit(130);
+  }
+  if (!__atomic_exchange_n(&requested, 1, __ATOMIC_ACQ_REL))
+    say("\nspry: stopping after this step and saving it (Ctrl-C again to quit at once)\n");
+}
+
+/* For a thread that does not block the signals (one started before the
+ * run). */
+static void on_signal(int sig) { take_stop_signal(sig); }
 
 /* Waits in slices of 100 ms, so that it ends with the run even if the
  * signal sp_stop_signals_end sends it were taken elsewhere. */
@@ -52,7 +71,7 @@ static void *watch(void *arg) {
   while (!__atomic_load_n(&quitting, __ATOMIC_ACQUIRE)) {
     const int sig = sigtimedwait(&stop_set, NULL, &slice);
     /* < 0: the slice ended (EAGAIN) or EINTR */
-    if (sig > 0 && !__atomic_load_n(&quitting, __ATOMIC_ACQUIRE)) __atomic_store_n(&requested, 1, __ATOMIC_RELEASE);
+    if (sig > 0 && !__atomic_load_n(&quitting, __ATOMIC_ACQUIRE)) take_stop_signal(sig);
   }
   return NULL;
 }
@@ -63,6 +82,7 @@ int sp_stop_signals_begin(int threads) {
   sigaddset(&stop_set, SIGTERM);
   __atomic_store_n(&requested, 0, __ATOMIC_RELEASE);
   __atomic_store_n(&quitting, 0, __ATOMIC_RELEASE);
+  __atomic_store_n(&presses, 0, __ATOMIC_RELEASE);
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_signal;

@@ -5,7 +5,8 @@
 #define SPRY_TRAIN_STOP_SIGNALS_H
 
 /* From here until sp_stop_signals_end, SIGINT and SIGTERM set the request
- * instead of ending the process. threads: the most OpenMP threads the run
+ * instead of ending the process (the first says so on stderr); a second
+ * SIGINT ends it at once with status 130. threads: the most OpenMP threads the run
  * will compute on (their pool is made to block the signals too). Returns 0,
  * or -1 with sp_last_error() when the watcher cannot start. Not nested. */
 int sp_stop_signals_begin(int threads);

@@ -72,8 +72,8 @@ static void said(const char *want) {
 static void make_checkpoint(void) {
   if (exists(good)) return;
   char cfg[700], text[2048];
-  assert_int_equal(spry_setup("synth faces --count 24 --per-identity 4 --size 48,64 --threads 2 --quiet --out %s", faces),
-                   0);
+  assert_int_equal(
+      spry_setup("synth faces --count 24 --per-identity 4 --size 48,64 --threads 2 --quiet --out %s", faces), 0);
   snprintf(cfg, sizeof cfg, "%s/good.yaml", tmp);
   snprintf(text, sizeof text,
            "model: vgg-face\nout: %s/good\ndata:\n  path: %s\n  val_fraction: 0.34\n  crop_size: 40\n  size: 32\n"
@@ -110,8 +110,9 @@ static void checkpoint_variant(const char *path, change what, const char *config
   }
   /* The C1 reproduction: a head of 500 points and the structure loss. */
   if (what == BIAS_1000)
-    sp_st_writer_meta(w, "config", "model: vgg-face\ndata:\n  size: 32\n  crop_size: 40\n  channels: 1\n"
-                                   "loss:\n  structure_weight: 1\n  neighbours: 8\n");
+    sp_st_writer_meta(w, "config",
+                      "model: vgg-face\ndata:\n  size: 32\n  crop_size: 40\n  channels: 1\n"
+                      "loss:\n  structure_weight: 1\n  neighbours: 8\n");
   assert_int_equal(sp_st_writer_save(w, path), 0);
   sp_st_writer_free(w);
   sp_st_close(f);
@@ -247,8 +248,9 @@ static void bad_training_inputs(void **state) {
   snprintf(data, sizeof data, "%s/cutxml", tmp);
   mkdir(data, 0755);
   snprintf(p, sizeof p, "%s/labels_with_face_landmarks.xml", data);
-  sp_test_write_text(p, "<dataset><images>\n<image file='a.jpg'>\n<box top='1' left='2' width='30' height='40'>\n"
-                        "<part name='00' x='3' y='4'/>\n<par");
+  sp_test_write_text(p,
+                     "<dataset><images>\n<image file='a.jpg'>\n<box top='1' left='2' width='30' height='40'>\n"
+                     "<part name='00' x='3' y='4'/>\n<par");
   snprintf(text, sizeof text, "data:\n  path: %s\n", data);
   train_refuses("cut-xml", text, NULL, "(1 skipped)");
   /* A keypoints.csv with a NUL byte (P8). */
@@ -351,8 +353,10 @@ static pid_t start_train(const char *cfg, const char *resume, int *master) {
     dup2(null, 1);
     dup2(s, 2);
     const char *bin = getenv("SPRY_BIN");
-    if (resume) execl(bin, bin, "train", cfg, "--resume", resume, (char *)NULL);
-    else execl(bin, bin, "train", cfg, (char *)NULL);
+    if (resume)
+      execl(bin, bin, "train", cfg, "--resume", resume, (char *)NULL);
+    else
+      execl(bin, bin, "train", cfg, (char *)NULL);
     _exit(127);
   }
   close(s);
@@ -490,6 +494,34 @@ static void sigterm_through_the_handler(void **state) {
   interrupted_run("term", SIGTERM);
 }
 
+/* A second Ctrl-C quits at once (exit 130, no save); the first epoch's
+ * checkpoint stays and the resumed run ends where an uninterrupted one does. */
+static void second_ctrl_c_quits_at_once(void **state) {
+  (void)state;
+  make_checkpoint();
+  make_reference();
+  char run[700];
+  snprintf(run, sizeof run, "%s/sig-twice", tmp);
+  signal_config(run);
+  int m;
+  pid_t pid = start_train(sig_cfg, NULL, &m);
+  int sent = signal_mid_epoch(pid, m, SIGINT);
+  if (sent) {
+    usleep(20000); /* the watcher has taken the first */
+    kill(pid, SIGINT);
+  }
+  int st = finish(pid, m, out, sizeof out);
+  if (!sent) fail_msg("the run ended before its second epoch was under way:\n%s", out);
+  if (!WIFEXITED(st) || WEXITSTATUS(st) != 130) fail_msg("status %d:\n%s", st, out);
+  if (!strstr(out, "Ctrl-C again to quit at once")) fail_msg("no word of the first Ctrl-C:\n%s", out);
+  /* The step may have ended (and saved) between the two: either way the
+   * run stops, and resuming ends on the reference's weights. */
+  if (!strstr(out, "quitting at once") && !strstr(out, "interrupted at epoch 2")) fail_msg("%s", out);
+  clean_run("the resumed run", run_to_end(sig_cfg, run, out, sizeof out), out);
+  sp_test_assert_same_checkpoint(reference, run);
+  no_temporaries(run);
+}
+
 /* SIGKILL while the crop cache is being written: the temporary is left, the
  * next start removes it, rebuilds, and trains to the reference's weights. */
 static void sigkill_mid_cache_write(void **state) {
@@ -510,8 +542,10 @@ static void sigkill_mid_cache_write(void **state) {
     double t0 = sp_now();
     /* Between the temporary's creation and its rename: poll closely. */
     while (!caught && !exists(done) && sp_now() - t0 < 120) {
-      if (exists(tmpfile)) caught = kill(pid, SIGKILL) == 0;
-      else usleep(50);
+      if (exists(tmpfile))
+        caught = kill(pid, SIGKILL) == 0;
+      else
+        usleep(50);
     }
     if (!caught) kill(pid, SIGKILL); /* missed it: again */
     finish(pid, m, out, sizeof out);
@@ -543,13 +577,10 @@ static int teardown(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(bad_photos_and_checkpoints),
-      cmocka_unit_test(bad_morph_inputs),
-      cmocka_unit_test(bad_training_inputs),
-      cmocka_unit_test(bad_frame_folders_and_lists),
-      cmocka_unit_test(sigkill_mid_epoch_then_resume),
-      cmocka_unit_test(sigint_through_the_handler),
-      cmocka_unit_test(sigterm_through_the_handler),
+      cmocka_unit_test(bad_photos_and_checkpoints),    cmocka_unit_test(bad_morph_inputs),
+      cmocka_unit_test(bad_training_inputs),           cmocka_unit_test(bad_frame_folders_and_lists),
+      cmocka_unit_test(sigkill_mid_epoch_then_resume), cmocka_unit_test(sigint_through_the_handler),
+      cmocka_unit_test(sigterm_through_the_handler),   cmocka_unit_test(second_ctrl_c_quits_at_once),
       cmocka_unit_test(sigkill_mid_cache_write),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
