@@ -63,8 +63,9 @@ enum {
  * checkpoint is refused unless SP_RUN_OVERWRITE. Returns 0, 130 when stopped
  * by SIGINT/SIGTERM (after saving), or -1 with an error.
  * While it runs, SIGINT and SIGTERM are blocked in the calling thread and
- * its OpenMP threads and taken by a thread of the library's own; the
- * caller's handlers and mask come back when it returns. A program that
+ * its OpenMP threads and taken by a thread of the library's own (a second
+ * SIGINT ends the process at once, status 130); the caller's handlers and
+ * mask come back when it returns. A program that
  * handles other signals should block them in threads that compute, or give
  * its handlers an alternate stack (sigaltstack, SA_ONSTACK): oneDNN 2.6's
  * f32 gemm kernels point the stack pointer into the heap while they run, so
