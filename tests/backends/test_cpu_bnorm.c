@@ -26,7 +26,7 @@ typedef struct {
   int bf16, relu, batch, accumulate;
   int64_t n, c, h, w;
   float offset; /* added to x: mean >> std */
-  int residual;  /* 0: none; y = relu(bn(x) + r) with r's gradient 1 written, 2 added into, 3 not wanted */
+  int residual; /* 0: none; y = relu(bn(x) + r) with r's gradient 1 written, 2 added into, 3 not wanted */
 } bn_case;
 
 /* Offset of plain element (img, ch, pos) in the kernel's layout. */
@@ -35,8 +35,10 @@ static int64_t at(const cpu_bn_geom *g, int64_t img, int64_t ch, int64_t pos) {
 }
 
 static void put(const cpu_bn_geom *g, void *buf, int64_t i, float v) {
-  if (g->bf16) ((uint16_t *)buf)[i] = sp_bf16_round(v);
-  else ((float *)buf)[i] = v;
+  if (g->bf16)
+    ((uint16_t *)buf)[i] = sp_bf16_round(v);
+  else
+    ((float *)buf)[i] = v;
 }
 
 static float get(const cpu_bn_geom *g, const void *buf, int64_t i) {
@@ -102,8 +104,8 @@ static void run_case(const bn_case *k) {
 
   /* Reference: forward (training = batch statistics), ReLU by hand. */
   sp_batchnorm_attr attr = {1e-5f, 0.1f};
-  sp_tensor tx = sp_tensor_view(SP_F32, s, px), ty = sp_tensor_view(SP_F32, s, py), tdy = sp_tensor_view(SP_F32, s, pdy),
-            tdx = sp_tensor_view(SP_F32, s, pdx);
+  sp_tensor tx = sp_tensor_view(SP_F32, s, px), ty = sp_tensor_view(SP_F32, s, py),
+            tdy = sp_tensor_view(SP_F32, s, pdy), tdx = sp_tensor_view(SP_F32, s, pdx);
   sp_shape cs = sp_shape1(c);
   sp_tensor tg = sp_tensor_view(SP_F32, cs, gamma), tb = sp_tensor_view(SP_F32, cs, beta),
             tdg = sp_tensor_view(SP_F32, cs, rdg), tdb = sp_tensor_view(SP_F32, cs, rdb),
@@ -128,8 +130,8 @@ static void run_case(const bn_case *k) {
   cpu_bn_residual res = {rb, mask, k->residual == 3 ? NULL : dr, k->residual == 2};
   const cpu_bn_residual *rp = k->residual ? &res : NULL;
   cpu_bn_forward(&g, x, y, mean, var, gamma, beta, 1e-5f, k->batch, k->relu || k->residual, rp, scratch);
-  cpu_bn_backward(&g, x, dy, dx, k->accumulate, mean, var, gamma, beta, 1e-5f, k->batch, k->relu || k->residual, rp,
-                  dg, db, scratch);
+  cpu_bn_backward(&g, x, dy, dx, k->accumulate, mean, var, gamma, beta, 1e-5f, k->batch, k->relu || k->residual, rp, dg,
+                  db, scratch);
 
   err_acc ey = {0, 0}, ed = {0, 0}, eg = {0, 0}, eb = {0, 0}, em = {0, 0}, ev = {0, 0}, er = {0, 0};
   for (int64_t img = 0; img < k->n; img++)
@@ -158,10 +160,11 @@ static void run_case(const bn_case *k) {
   const double tol = k->bf16 ? 1.0 / 256 : 2e-5, ptol = k->bf16 ? 2e-4 : 2e-5;
   const double e[7] = {err_rel(&ey), err_rel(&ed), err_rel(&eg), err_rel(&eb),
                        err_rel(&em), err_rel(&ev), err_rel(&er)};
-  printf("# tag %d bf16 %d relu %d residual %d batch %d acc %d c %lld offset %g: y %.2g dx %.2g dgamma %.2g dbeta %.2g "
-         "mean %.2g inv_std %.2g dr %.2g\n",
-         (int)k->tag, k->bf16, k->relu, k->residual, k->batch, k->accumulate, (long long)c, (double)k->offset, e[0],
-         e[1], e[2], e[3], e[4], e[5], e[6]);
+  printf(
+      "# tag %d bf16 %d relu %d residual %d batch %d acc %d c %lld offset %g: y %.2g dx %.2g dgamma %.2g dbeta %.2g "
+      "mean %.2g inv_std %.2g dr %.2g\n",
+      (int)k->tag, k->bf16, k->relu, k->residual, k->batch, k->accumulate, (long long)c, (double)k->offset, e[0], e[1],
+      e[2], e[3], e[4], e[5], e[6]);
   if (!(e[0] <= tol && e[1] <= tol && e[2] <= ptol && e[3] <= ptol && e[4] <= ptol && e[5] <= ptol && e[6] <= tol))
     fail_msg("batch-norm kernel differs from the reference beyond %.2g / %.2g", tol, ptol);
   free(x), free(y), free(dy), free(dx), free(scratch), free(px), free(py), free(pdy), free(pdx);
@@ -351,7 +354,65 @@ static void bf16_backward_error_is_input_rounding(void **st) {
 /* Graph level: the own kernels and oneDNN's batch norm give the same plan
  * results against the reference (test_cpu_ops.c runs the own kernels). */
 static sp_value b_bn_relu8(sp_graph *gr, sp_value x) {
-  return sp_conv2d(gr, sp_relu(gr, sp_batchnorm(gr, sp_conv2d(gr, x, "pre", (sp_conv_args){.out_ch = 8, .kernel = 3, .pad = 1}), "bn")), "post", (sp_conv_args){.out_ch = 4, .kernel = 1, .bias = 1});
+  return sp_conv2d(
+      gr,
+      sp_relu(gr, sp_batchnorm(gr, sp_conv2d(gr, x, "pre", (sp_conv_args){.out_ch = 8, .kernel = 3, .pad = 1}), "bn")),
+      "post", (sp_conv_args){.out_ch = 4, .kernel = 1, .bias = 1});
+}
+
+/* Outputs past the caches (cpu_bn_stream_bytes; vstw_nt) hold the same
+ * bytes as stored ones: every layout, both dtypes, fused ReLU and residual
+ * add, dx fresh and added into (added: never streamed), aligned runs and
+ * the ones that fall back (8-lane blocks, odd channels-last). */
+static void streamed_outputs_same_bytes(void **st) {
+  (void)st;
+  cmp_require_cpu();
+  const dnnl_format_tag_t tags[4] = {dnnl_abcd, dnnl_aBcd8b, dnnl_aBcd16b, dnnl_acdb};
+  const int64_t chans[3] = {20, 3, 64};
+  for (int t = 0; t < 4; t++)
+    for (int ci = 0; ci < 3; ci++)
+      for (int bf16 = 0; bf16 < 2; bf16++)
+        for (int mode = 0; mode < 3; mode++)
+          for (int acc = 0; acc < 2; acc++) {
+            const dnnl_dims_t d = {3, chans[ci], 7, 9};
+            dnnl_memory_desc_t md;
+            assert_int_equal(dnnl_memory_desc_init_by_tag(&md, 4, d, bf16 ? dnnl_bf16 : dnnl_f32, tags[t]),
+                             dnnl_success);
+            const sp_shape s = sp_shape4(3, chans[ci], 7, 9);
+            const size_t bytes = cpu_md_bytes(&md), c = (size_t)chans[ci];
+            char *in = malloc(3 * bytes), *out[2], *mask[2], *dr[2];
+            sp_test_rng rng = {(uint64_t)(t * 100 + ci * 10 + bf16 + 2 * mode + 5 * acc)};
+            for (size_t i = 0; i < 3 * bytes; i++) in[i] = (char)(sp_test_rng_uniform(&rng, 0, 255));
+            /* Finite values: clear each element's top exponent bit. */
+            for (size_t i = bf16 ? 1 : 3; i < 3 * bytes; i += bf16 ? 2 : 4) in[i] &= (char)0xbf;
+            float gamma[64], beta[64], mean[2][64], var[2][64], dg[2][64] = {{0}}, db[2][64] = {{0}};
+            for (size_t i = 0; i < c; i++) gamma[i] = 0.5f + 0.01f * (float)i, beta[i] = 0.1f - 0.003f * (float)i;
+            for (int k = 0; k < 2; k++) {
+              cpu_bn_stream_bytes = k ? 0 : INT64_MAX;
+              cpu_bn_geom g;
+              assert_int_equal(cpu_bn_geom_of(&g, &md, &s), 0);
+              assert_int_equal(g.stream, k);
+              /* 64-byte aligned, as plans' buffers: whole vectors stream. */
+              out[k] = aligned_alloc(64, (2 * bytes + 63) / 64 * 64), mask[k] = calloc(1, bytes),
+              dr[k] = calloc(1, bytes);
+              memset(out[k], 0, 2 * bytes);
+              if (acc) memcpy(out[k] + bytes, in + bytes, bytes); /* dx added into */
+              char *scratch = malloc(cpu_bn_bwd_scratch_bytes(&g) + cpu_bn_scratch_bytes(&g));
+              cpu_bn_residual res = {in + 2 * bytes, (uint8_t *)mask[k], dr[k], 0};
+              const cpu_bn_residual *rp = mode == 2 ? &res : NULL;
+              cpu_bn_forward(&g, in, out[k], mean[k], var[k], gamma, beta, 1e-5f, 1, mode > 0, rp, scratch);
+              cpu_bn_backward(&g, in, in + bytes, out[k] + bytes, acc, mean[k], var[k], gamma, beta, 1e-5f, 1, mode > 0,
+                              rp, dg[k], db[k], scratch);
+              free(scratch);
+            }
+            cpu_bn_stream_bytes = -1;
+            if (memcmp(out[0], out[1], 2 * bytes) || memcmp(mask[0], mask[1], bytes) || memcmp(dr[0], dr[1], bytes) ||
+                memcmp(dg[0], dg[1], sizeof dg[0]) || memcmp(db[0], db[1], sizeof db[0]))
+              fail_msg("tag %d, %zu channels, bf16 %d, mode %d, acc %d: streamed outputs differ", (int)tags[t], c, bf16,
+                       mode, acc);
+            for (int k = 0; k < 2; k++) free(out[k]), free(mask[k]), free(dr[k]);
+            free(in);
+          }
 }
 
 static void onednn_path_still_matches(void **st) {
@@ -367,6 +428,6 @@ static void onednn_path_still_matches(void **st) {
 #endif
 
 CMP_CPU_MAIN(cmocka_unit_test(every_layout), cmocka_unit_test(residual_add), cmocka_unit_test(running_statistics),
-             cmocka_unit_test(shapes),
-             cmocka_unit_test(large_mean), cmocka_unit_test(bf16_backward_error_is_input_rounding),
-             cmocka_unit_test(onednn_path_still_matches))
+             cmocka_unit_test(shapes), cmocka_unit_test(large_mean),
+             cmocka_unit_test(bf16_backward_error_is_input_rounding), cmocka_unit_test(onednn_path_still_matches),
+             cmocka_unit_test(streamed_outputs_same_bytes))

@@ -211,7 +211,11 @@ typedef struct {
   int64_t n, c, hw, lanes, blocks, img_stride, blk_stride; /* strides in elements */
   int bf16;
   int threads; /* the team the kernels use (the scratch holds one share each) */
+  int stream;  /* y and dx written past the caches (cpu_bn_stream_bytes) */
 } cpu_bn_geom;
+/* Activations (bytes) from which batch norm's outputs bypass the caches;
+ * -1 (the default): half the last-level cache. Tests set 0 and INT64_MAX. */
+extern int64_t cpu_bn_stream_bytes;
 /* 0, or -1 for a layout the kernels do not walk. */
 int cpu_bn_geom_of(cpu_bn_geom *g, const dnnl_memory_desc_t *md, const sp_shape *s);
 size_t cpu_bn_scratch_bytes(const cpu_bn_geom *g);

@@ -111,6 +111,21 @@ INLINE void vstw(void *p, int64_t i, vfw v, int bf16, int n) {
   }
 }
 
+/* vstw, bypassing the caches where the address allows (a whole vector on
+ * its own alignment): for outputs too large to stay in cache, whose lines
+ * a plain store would first read. */
+INLINE void vstw_nt(void *p, int64_t i, vfw v, int bf16, int n) {
+  if (n == VW && !bf16 && ((uintptr_t)((float *)p + i) & 63) == 0) {
+    _mm512_stream_ps((float *)p + i, (__m512)v);
+#ifdef __AVX512BF16__
+  } else if (n == VW && bf16 && ((uintptr_t)((uint16_t *)p + i) & 31) == 0) {
+    _mm256_stream_si256((__m256i *)((uint16_t *)p + i), (__m256i)_mm512_cvtneps_pbh((__m512)v));
+#endif
+  } else {
+    vstw(p, i, v, bf16, n);
+  }
+}
+
 INLINE vfw vbcastw(float f) { return (vfw){f, f, f, f, f, f, f, f, f, f, f, f, f, f, f, f}; }
 
 /* Byte masks (0 or 1 each, as add + ReLU keeps them) as lane masks, all
@@ -138,6 +153,7 @@ typedef vh8 vhw;
 typedef vh8u vhwu;
 INLINE vfw vldw(const void *p, int64_t i, int bf16, int n) { return vld(p, i, bf16); }
 INLINE void vstw(void *p, int64_t i, vfw v, int bf16, int n) { vst(p, i, v, bf16); }
+INLINE void vstw_nt(void *p, int64_t i, vfw v, int bf16, int n) { vst(p, i, v, bf16); }
 INLINE vfw vbcastw(float f) { return vbcast(f); }
 INLINE vfw vtwice8(const float *p) { return vload_f(p); } /* never called: VW is 8 */
 #ifdef __AVX2__
