@@ -58,7 +58,7 @@ static cpu_bn_residual residual_of(const bn_node *s, const sp_op_args *a) {
   const sp_op_args *add = a->consumer;
   const sp_tensor *dr = s->run_backward ? add->d_in[s->other] : NULL;
   return (cpu_bn_residual){add->in[s->other]->data, s->run_backward ? (uint8_t *)a->saved + s->mask_off : NULL,
-                           dr ? dr->data : NULL, !((add->d_in_fresh >> s->other) & 1u)};
+                           dr ? dr->data : NULL, !((add->d_in_fresh >> s->other) & 1u), 0};
 }
 
 static void bn_forward(cpu_node *n, const sp_op_args *a) {

@@ -23,8 +23,8 @@
  * (100 MB), walking wide channels-last rows 4 or 8 groups at a time took a
  * further 15-30% off (see the walk below).
  *
- * Outputs larger than half the last-level cache (y, and dx written fresh)
- * bypass the caches (see cpu_bn_stream_bytes below): the next layer
+ * Outputs larger than half the last-level cache (y; dx and a residual's
+ * gradient when written fresh) bypass the caches (see cpu_bn_stream_bytes below): the next layer
  * finds them in memory either way, and a plain store first reads each line.
  *
  * Statistics are one pass of shifted sums: per channel K = its first value,
@@ -233,7 +233,12 @@ INLINE vfw mask_apply(vfw g, const uint8_t *m, int64_t i, int w) { return (vfw)(
  * into r's gradient. */
 INLINE vfw residual_grad(const cpu_bn_residual *res, int64_t i, vfw gv, int bf16, int w) {
   gv = mask_apply(gv, res->mask, i, w);
-  if (res->dr) vstw(res->dr, i, res->dr_add ? gv + vldw(res->dr, i, bf16, w) : gv, bf16, w);
+  if (res->dr && res->dr_add)
+    vstw(res->dr, i, gv + vldw(res->dr, i, bf16, w), bf16, w);
+  else if (res->dr && res->dr_stream)
+    vstw_nt(res->dr, i, gv, bf16, w);
+  else if (res->dr)
+    vstw(res->dr, i, gv, bf16, w);
   return gv;
 }
 INLINE float residual_grad1(const cpu_bn_residual *res, int64_t i, float gv, int bf16) {
@@ -695,6 +700,11 @@ INLINE void backward_body(const bwd_args *b, int64_t L, int bf16, int relu) {
   const int64_t cp = (int64_t)channels_padded(g);
   /* The ReLU mask's mean / scale / shift, kept apart from the dx coefficients. */
   float *mask = (float *)((char *)s.per_thread + (size_t)g->threads * s.thread_bytes);
+  /* A residual gradient written fresh streams as dx does (read back by the
+   * second pass below from memory either way). */
+  cpu_bn_residual rs = {0};
+  if (b->res) rs = *b->res, rs.dr_stream = g->stream && !b->res->dr_add;
+  const cpu_bn_residual *res = b->res ? &rs : NULL;
 #pragma omp parallel num_threads(g->threads)
   {
 #pragma omp single
@@ -705,16 +715,17 @@ INLINE void backward_body(const bwd_args *b, int64_t L, int bf16, int relu) {
       s.a[c] = mask[c] = real ? (float)(inv_std * (b->gamma ? b->gamma[c] : 1.0f)) : 0.0f;
       s.b[c] = mask[cp + c] = real && b->beta ? b->beta[c] : 0.0f;
     }
-    sum_tiles(g, &t, &s, b->x, b->dy, L, bf16, 1, relu, b->res);
+    sum_tiles(g, &t, &s, b->x, b->dy, L, bf16, 1, relu, res);
+    if (rs.dr_stream) __builtin_ia32_sfence();
 #pragma omp barrier
 #pragma omp single
     finish_backward(b, &s, mask, omp_get_num_threads());
     /* With a residual whose gradient the sums pass wrote (not added), that
      * gradient is the masked dy: read it instead of dy and the mask. */
-    if (b->dx && relu == MODE_ADD_RELU && b->res->dr && !b->res->dr_add)
-      dx_tiles(g, &t, &s, mask, b->x, b->res->dr, b->dx, b->accumulate, L, bf16, MODE_PLAIN, NULL);
+    if (b->dx && relu == MODE_ADD_RELU && res->dr && !res->dr_add)
+      dx_tiles(g, &t, &s, mask, b->x, res->dr, b->dx, b->accumulate, L, bf16, MODE_PLAIN, NULL);
     else if (b->dx)
-      dx_tiles(g, &t, &s, mask, b->x, b->dy, b->dx, b->accumulate, L, bf16, relu, b->res);
+      dx_tiles(g, &t, &s, mask, b->x, b->dy, b->dx, b->accumulate, L, bf16, relu, res);
     if (g->stream) __builtin_ia32_sfence();
   }
 }

@@ -229,6 +229,7 @@ typedef struct {
   uint8_t *mask;
   void *dr;
   int dr_add;
+  int dr_stream; /* the kernels' own: dr written past the caches (callers leave it 0) */
 } cpu_bn_residual;
 /* y = (x - mean) gamma / sqrt(var + eps) + beta (then max(., 0) with relu;
  * + r first with res, relu then required). batch: mean and var (biased) are
