@@ -50,7 +50,7 @@
 #include "backends/cpu/vec.h"
 #include "core/bf16.h"
 
-/* Outputs (y, and dx written fresh) of at least this many bytes bypass the
+/* Outputs (y; dx and a residual gradient written fresh) of at least this many bytes bypass the
  * caches (vstw_nt): too large to be in cache when the next layer reads
  * them, their lines would only be read in first for the store. Measured
  * (AMD Zen 5, 32 MB L3, 2 threads; nChw16c, the pass then a read of its
