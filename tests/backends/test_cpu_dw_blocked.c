@@ -114,6 +114,9 @@ static void kernel_against_double(void **st) {
   check_shape("1x1 8 rows", conv_shape(2, 32, 7, 5, 8, 1, 1, 0, 1));
   check_shape("3x3 8 rows 16 columns", conv_shape(2, 16, 9, 9, 8, 3, 1, 1, 1));
   check_shape("3x3 24 rows", conv_shape(2, 32, 6, 5, 24, 3, 2, 1, 1));
+  /* Threads split the columns (3x3: A's pairs are built at every tap) with
+   * an odd block count: one thread's share ends in a 16-column tile. */
+  check_shape("3x3 80 columns split", conv_shape(2, 80, 5, 6, 256, 3, 1, 1, 1));
   check_shape("deconv 2x2 16 columns", deconv_shape(2, 32, 5, 3, 16, 2));
   /* 8 -> 32, 1x1: the roles swapped (rows: the 8 input channels), dW
    * [OC][IC] written by column, as conv.c builds it. */
