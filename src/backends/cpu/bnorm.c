@@ -19,6 +19,7 @@
  * statistics). The add's other input and its gradient are the absorbed
  * add's (sp_op_args.consumer). */
 #ifdef SPRY_HAVE_DNNL
+#include <math.h>
 #include <string.h>
 
 #include "backends/cpu/cpu.h"
@@ -238,6 +239,15 @@ static int bn_setup(sp_op_prep *p, bn_node *s) {
     s->dshift_off = cpu_take(&bwd, sizeof(float) * (size_t)s->c);
   }
   return cpu_report_scratch(p, &s->base, fwd, bwd);
+}
+
+void cpu_bn_fold(const sp_op_args *bn, int64_t c, float b, float *scale, float *shift) {
+  const sp_batchnorm_attr *at = bn->attr;
+  const float *gamma = bn->n_param == 2 && bn->param[0] ? bn->param[0]->data : NULL;
+  const float *beta = bn->n_param == 2 && bn->param[1] ? bn->param[1]->data : NULL;
+  const float *mean = bn->state[0]->data, *var = bn->state[1]->data;
+  *scale = (gamma ? gamma[c] : 1.0f) / sqrtf(var[c] + at->eps);
+  *shift = (b - mean[c]) * *scale + (beta ? beta[c] : 0.0f);
 }
 
 int cpu_bnorm_prepare(sp_op_prep *p) {

@@ -76,7 +76,7 @@ static int64_t llc_bytes(void) {
   return unit == 'K' ? v << 10 : unit == 'M' ? v << 20 : v;
 }
 
-static int64_t stream_threshold(void) {
+int64_t cpu_stream_threshold(void) {
   if (cpu_bn_stream_bytes >= 0) return cpu_bn_stream_bytes;
   static int64_t half_llc = -1; /* read once (two first callers store the same value) */
   int64_t h = __atomic_load_n(&half_llc, __ATOMIC_RELAXED);
@@ -120,7 +120,7 @@ int cpu_bn_geom_of(cpu_bn_geom *g, const dnnl_memory_desc_t *md, const sp_shape 
   g->blk_stride = g->hw * g->lanes;
   g->img_stride = g->blocks * g->blk_stride;
   g->threads = omp_get_max_threads();
-  g->stream = g->n * g->img_stride * (g->bf16 ? 2 : 4) >= stream_threshold();
+  g->stream = g->n * g->img_stride * (g->bf16 ? 2 : 4) >= cpu_stream_threshold();
   return 0;
 }
 
@@ -203,7 +203,6 @@ INLINE double *thread_acc(const bn_scratch *s, int tid) {
  * bf16 b16, from memory: with the residual add forward 13.8 -> 10.3 ms,
  * backward 14.6 -> 12.4; with the ReLU 8.6 -> 7.5 and 10.5 -> 9.4). */
 enum { GMAX = 8 };
-INLINE vfw vrelu(vfw v) { return (vfw)((viw)v & (viw)(v > 0.0f)); }
 
 /* What follows the normalisation (the kernels' `relu`, a constant in each
  * specialisation): nothing, a ReLU, or a residual add and a ReLU. */

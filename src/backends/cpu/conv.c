@@ -19,7 +19,6 @@
  * batch norm (running statistics) into them: w' = w g / sqrt(v + eps),
  * b' = (b - m) g / sqrt(v + eps) + beta, so the BN pass disappears. */
 #ifdef SPRY_HAVE_DNNL
-#include <math.h>
 #include <omp.h>
 #include <string.h>
 
@@ -97,17 +96,12 @@ int cpu_conv_uses_thin_dw(const void *state) {
 /* Folds the absorbed batch norm's running statistics into plain weights and
  * a bias (the reorder then takes them into the primitive's layout). */
 static void fold_bn(conv_node *s, const sp_op_args *a) {
-  const sp_op_args *bn = a->consumer;
-  const sp_batchnorm_attr *at = bn->attr;
   const float *w = a->param[0]->data, *b = s->has_bias ? a->param[1]->data : NULL;
-  const float *gamma = bn->n_param == 2 && bn->param[0] ? bn->param[0]->data : NULL;
-  const float *beta = bn->n_param == 2 && bn->param[1] ? bn->param[1]->data : NULL;
-  const float *mean = bn->state[0]->data, *var = bn->state[1]->data;
   const int64_t oc = s->n_bias, per = sp_tensor_numel(a->param[0]) / oc;
   for (int64_t o = 0; o < oc; o++) {
-    float scale = (gamma ? gamma[o] : 1.0f) / sqrtf(var[o] + at->eps);
+    float scale;
+    cpu_bn_fold(a->consumer, o, b ? b[o] : 0.0f, &scale, &s->bfold[o]);
     for (int64_t j = 0; j < per; j++) s->wfold[o * per + j] = w[o * per + j] * scale;
-    s->bfold[o] = ((b ? b[o] : 0.0f) - mean[o]) * scale + (beta ? beta[o] : 0.0f);
   }
 }
 

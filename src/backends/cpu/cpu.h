@@ -216,6 +216,9 @@ typedef struct {
 /* Activations (bytes) from which batch norm's outputs bypass the caches;
  * -1 (the default): half the last-level cache. Tests set 0 and INT64_MAX. */
 extern int64_t cpu_bn_stream_bytes;
+/* Output bytes from which kernels write past the caches: cpu_bn_stream_bytes,
+ * or half the last-level cache where that is -1 (bnorm_kernels.c). */
+int64_t cpu_stream_threshold(void);
 /* 0, or -1 for a layout the kernels do not walk. */
 int cpu_bn_geom_of(cpu_bn_geom *g, const dnnl_memory_desc_t *md, const sp_shape *s);
 size_t cpu_bn_scratch_bytes(const cpu_bn_geom *g);
@@ -242,6 +245,10 @@ void cpu_bn_forward(const cpu_bn_geom *g, const void *x, void *y, float *mean, f
 void cpu_bn_backward(const cpu_bn_geom *g, const void *x, const void *dy, void *dx, int accumulate, const float *mean,
                      const float *var, const float *gamma, const float *beta, float eps, int batch, int relu,
                      const cpu_bn_residual *res, float *dgamma, float *dbeta, char *scratch);
+/* The batch norm whose args are bn, on its running statistics, as
+ * y = x scale + shift for channel c, after a bias b: what a frozen plan
+ * folds into the op before it (conv.c, deconv_1x1.c, conv_stem.c). */
+void cpu_bn_fold(const sp_op_args *bn, int64_t c, float b, float *scale, float *shift);
 
 /* ---- matrix products (conv_mm.c, linear_mm.c) ------------------------------------- */
 /* A matmul c = a b (+ bias) owned by n, adding into c with accumulate (sum

@@ -33,7 +33,6 @@
  * shuffle, one run each): 2048 -> 512 at 7x7 138.6 -> 107.9, 64 -> 32 at
  * 112x112 128.3 -> 93.6; the five up-layers 494 -> 373 of a 2986 ms step. */
 #ifdef SPRY_HAVE_DNNL
-#include <math.h>
 #include <omp.h>
 #include <string.h>
 
@@ -115,16 +114,12 @@ int cpu_dc1_bind(cpu_dc1 *m, cpu_node *n, const void *x, void *y, char *fs) {
  * bias b'[t OC + oc] = beta - mean scale; else scale = 1. */
 static void build_w2(const cpu_dc1 *m, const float *w, const sp_op_args *bn) {
   const int64_t ic_n = m->ic, oc_n = m->oc;
-  const sp_batchnorm_attr *at = bn ? bn->attr : NULL;
-  const float *gamma = bn && bn->n_param == 2 && bn->param[0] ? bn->param[0]->data : NULL;
-  const float *beta = bn && bn->n_param == 2 && bn->param[1] ? bn->param[1]->data : NULL;
-  const float *means = bn ? bn->state[0]->data : NULL, *vars = bn ? bn->state[1]->data : NULL;
 #pragma omp parallel for schedule(static)
   for (int64_t oc = 0; oc < oc_n; oc++) {
-    float scale = 1.0f;
+    float scale = 1.0f, shift;
     if (bn) {
-      scale = (gamma ? gamma[oc] : 1.0f) / sqrtf(vars[oc] + (at ? at->eps : 1e-5f));
-      for (int t = 0; t < 4; t++) m->b2[t * oc_n + oc] = -means[oc] * scale + (beta ? beta[oc] : 0.0f);
+      cpu_bn_fold(bn, oc, 0.0f, &scale, &shift);
+      for (int t = 0; t < 4; t++) m->b2[t * oc_n + oc] = shift;
     }
     float *r0 = m->w2_plain + oc * ic_n, *r1 = r0 + oc_n * ic_n, *r2 = r1 + oc_n * ic_n, *r3 = r2 + oc_n * ic_n;
     for (int64_t ic = 0; ic < ic_n; ic++) {

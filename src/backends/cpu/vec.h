@@ -172,4 +172,7 @@ INLINE vhw vmask16(const uint8_t *m, int64_t i) { return -__builtin_convertvecto
 #endif
 #endif
 
+/* max(v, 0). */
+INLINE vfw vrelu(vfw v) { return (vfw)((viw)v & (viw)(v > 0.0f)); }
+
 #endif
