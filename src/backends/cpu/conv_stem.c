@@ -1,5 +1,5 @@
 /* The first convolution of a bf16 training plan, or of an inference plan
- * (f32 or bf16), when it reads the plain f32 image with few channels (grey
+ * (f32 or bf16; 8 output channels: cpu_conv_stem_infer_max_oc), when it reads the plain f32 image with few channels (grey
  * or colour) and has a small window: forward and weight gradient as loops
  * of our own, from a padded copy of the image (bf16 in training, which
  * backward reuses) into channels-last output of the plan's type. A frozen
@@ -47,6 +47,14 @@
 enum { STEM_MAX_IC = 4, STEM_MAX_K = 49, STEM_MAX_OC = 64 };
 
 int cpu_conv_use_stem = 1;
+/* Inference takes the stem up to this many output channels: where it was
+ * measured faster. Batch 64, AMD Zen 5, 2 threads, oneDNN -> here, ms:
+ * vgg-face's grey 1 -> 8 f32 2.45-2.69 -> 1.8-2.35, bf16 (with the image
+ * reorder it saves) 2.3-2.5 -> 1.2-2.3; ResUNet-50's colour 3 -> 32 f32
+ * 11.3-11.8 -> 14.7-16.6, bf16 7.4-7.6 -> 12.2-13.3 (there four groups of
+ * 8 channels each walk the taps again, against oneDNN's kernel at its
+ * best). Tests raise it to cover every case. */
+int64_t cpu_conv_stem_infer_max_oc = 8;
 
 typedef struct {
   cpu_node base;
@@ -472,7 +480,8 @@ static const cpu_vt stem_vt = {stem_forward, stem_backward, stem_bind, NULL};
 static int applies(const sp_op_prep *p) {
   const sp_conv2d_attr *at = p->attr;
   const sp_shape *in = &p->in_shape[0], *w = &p->param_shape[0];
-  const int train = p->bf16 && p->run_backward && !p->need_d_in[0], infer = !p->run_backward && !p->training;
+  const int train = p->bf16 && p->run_backward && !p->need_d_in[0],
+            infer = !p->run_backward && !p->training && w->d[0] <= cpu_conv_stem_infer_max_oc;
   return (train || infer) && !p->out_plain && p->in_layout[0] == NULL && p->in_dtype[0] == SP_F32 && in->ndim == 4 &&
          at->groups == 1 && in->d[1] <= STEM_MAX_IC && in->d[1] * w->d[2] * w->d[3] <= STEM_MAX_K && w->d[0] % 8 == 0 &&
          w->d[0] <= STEM_MAX_OC;

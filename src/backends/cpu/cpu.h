@@ -474,7 +474,8 @@ int cpu_deconv_mm_prepare(sp_op_prep *p);
  * the case does not apply. Whether a node's state is one. */
 int cpu_conv_stem_prepare(sp_op_prep *p);
 int cpu_conv_is_stem(const void *state);
-extern int cpu_conv_use_stem; /* 0: oneDNN's convolution there (tests compare the two) */
+extern int cpu_conv_use_stem;              /* 0: oneDNN's convolution there (tests compare the two) */
+extern int64_t cpu_conv_stem_infer_max_oc; /* inference: the stem up to this many output channels */
 extern int64_t cpu_deconv_mm_min_channels;
 int cpu_deconv_uses_matmul(const void *state);
 /* conv_softargmax.c: a bf16 plan's 1x1 convolution on channels-last input
