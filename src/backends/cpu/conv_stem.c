@@ -1,10 +1,11 @@
 /* The first convolution of a bf16 training plan, or of an inference plan
- * (f32 or bf16; 8 output channels: cpu_conv_stem_infer_max_oc), when it reads the plain f32 image with few channels (grey
- * or colour) and has a small window: forward and weight gradient as loops
- * of our own, from a padded copy of the image (bf16 in training, which
- * backward reuses) into channels-last output of the plan's type. A frozen
- * inference plan folds the batch norm after it and its ReLU in, as conv.c
- * does; inference pads only the rows an output row reads, per thread.
+ * (f32 or bf16, with 8 output channels: cpu_conv_stem_infer_max_oc), when
+ * it reads the plain f32 image with few channels (grey or colour) and has
+ * a small window: forward and weight gradient as loops of our own, from a
+ * padded copy of the image (bf16 in training, which backward reuses) into
+ * channels-last output of the plan's type. A frozen inference plan folds
+ * the batch norm after it and its ReLU in, as conv.c does; inference pads
+ * only the rows an output row reads, per thread.
  *
  * Why: oneDNN 2.6 has no AMX kernel for one input channel; vgg-face's stem
  * (1 -> 8 channels, 3x3, stride 2, 224x224, batch 64) took 3.0 ms forward on
