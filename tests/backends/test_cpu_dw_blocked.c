@@ -73,13 +73,23 @@ static void check_shape(const char *label, cpu_dwb_shape s) {
  * stride transposed one's (columns: output channels), as conv.c builds them. */
 static cpu_dwb_shape conv_shape(int64_t n, int64_t ic, int64_t ih, int64_t iw, int64_t oc, int64_t k, int64_t stride,
                                 int64_t pad, int64_t dil) {
-  const int64_t oh = (ih + 2 * pad - dil * (k - 1) - 1) / stride + 1, ow = (iw + 2 * pad - dil * (k - 1) - 1) / stride + 1;
-  return (cpu_dwb_shape){n, oh, ow, k, k, {NULL, ic, ih, iw, stride, stride, dil, dil, -pad, -pad},
-                         {NULL, oc, oh, ow, 1, 1, 0, 0, 0, 0}, ic * k * k, k * k, 1};
+  const int64_t oh = (ih + 2 * pad - dil * (k - 1) - 1) / stride + 1,
+                ow = (iw + 2 * pad - dil * (k - 1) - 1) / stride + 1;
+  return (cpu_dwb_shape){n,
+                         oh,
+                         ow,
+                         k,
+                         k,
+                         {NULL, ic, ih, iw, stride, stride, dil, dil, -pad, -pad},
+                         {NULL, oc, oh, ow, 1, 1, 0, 0, 0, 0},
+                         ic * k * k,
+                         k * k,
+                         1};
 }
 static cpu_dwb_shape deconv_shape(int64_t n, int64_t ic, int64_t ih, int64_t iw, int64_t oc, int64_t k) {
-  return (cpu_dwb_shape){n, ih, iw, k, k, {NULL, oc, ih * k, iw * k, k, k, 1, 1, 0, 0},
-                         {NULL, ic, ih, iw, 1, 1, 0, 0, 0, 0}, oc * k * k, k * k, 1};
+  return (cpu_dwb_shape){
+      n,          ih,    iw, k, k, {NULL, oc, ih * k, iw * k, k, k, 1, 1, 0, 0}, {NULL, ic, ih, iw, 1, 1, 0, 0, 0, 0},
+      oc * k * k, k * k, 1};
 }
 
 static void kernel_against_double(void **st) {
@@ -117,6 +127,8 @@ static void kernel_against_double(void **st) {
   /* Threads split the columns (3x3: A's pairs are built at every tap) with
    * an odd block count: one thread's share ends in a 16-column tile. */
   check_shape("3x3 80 columns split", conv_shape(2, 80, 5, 6, 256, 3, 1, 1, 1));
+  /* ... and a 1x1 whose sums go straight into dW, split by columns. */
+  check_shape("1x1 columns split, direct", conv_shape(2, 1024, 3, 3, 256, 1, 1, 0, 1));
   check_shape("deconv 2x2 16 columns", deconv_shape(2, 32, 5, 3, 16, 2));
   /* 8 -> 32, 1x1: the roles swapped (rows: the 8 input channels), dW
    * [OC][IC] written by column, as conv.c builds it. */
@@ -239,7 +251,7 @@ static void taken_where_it_applies(void **st) {
   }
   assert_true(taken_if(8, 8, 3, 1, 0, 0) <= 0);   /* 8 input channels, 3x3: oneDNN's */
   assert_true(taken_if(16, 16, 3, 1, 0, 0) <= 0); /* taps over few channels: oneDNN's */
-  assert_true(taken_if(8, 32, 3, 1, 0, 0) <= 0); /* ... and no swap beyond 1x1 */
+  assert_true(taken_if(8, 32, 3, 1, 0, 0) <= 0);  /* ... and no swap beyond 1x1 */
   const int d = taken_deconv(32, 64, 2, 2, 0);
   if (d >= 0) assert_int_equal(d, fits);
   assert_true(taken_deconv(32, 64, 3, 2, 1) <= 0); /* kernel != stride */
