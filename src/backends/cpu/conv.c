@@ -64,6 +64,8 @@ typedef struct {
   int dc1; /* a transposed convolution's forward as 1x1 + shuffle (deconv_1x1.c) */
   cpu_dc1 d1;
   size_t dc1_off, dc1_fwd, dc1_kept; /* its scratch in forward scratch; its W' bytes (frozen) */
+  int dcb;                           /* ... and its backward as 1x1 products on a copy of dY (deconv_1x1_bwd.c) */
+  cpu_dcb db;
 } conv_node;
 
 int cpu_conv_use_matmul = 1;
@@ -82,6 +84,7 @@ int cpu_conv_winograd_passes(const void *state) {
 int cpu_conv_uses_s2_dx(const void *state) { return ((const conv_node *)state)->s2dx; }
 int cpu_conv_dx_fwd_ready(const void *state) { return ((const conv_node *)state)->dxfwd; }
 int cpu_conv_deconv_1x1(const void *state) { return ((const conv_node *)state)->dc1; }
+int cpu_conv_deconv_1x1_bwd(const void *state) { return ((const conv_node *)state)->dcb; }
 int cpu_conv_src_lanes(const void *state) { return cpu_md_lanes(&((const conv_node *)state)->src_md); }
 int cpu_conv_reorders_src(const void *state) { return ((const conv_node *)state)->reorder_src; }
 int cpu_conv_dst_lanes(const void *state) { return cpu_md_lanes(&((const conv_node *)state)->dst_md); }
@@ -125,6 +128,7 @@ static void conv_backward(cpu_node *n, const sp_op_args *a) {
     cpu_mm1x1_backward(&s->mm1x1, a);
     return;
   }
+  if (s->dcb) cpu_dcb_run(&s->db, (a->d_in_fresh & 1u) != 0, (a->d_param_fresh & 1u) != 0);
   if (s->s2dx && a->d_in[0]) cpu_s2dx_run(&s->s2, a->param[0]->data, !(a->d_in_fresh & 1u));
   if (s->dxfwd_on) {
     cpu_dxfwd_run(&s->dxf);
@@ -177,6 +181,9 @@ static int conv_bind(cpu_node *n, const sp_op_args *a, char *fs, char *bs) {
   if (!s->run_backward) return 0;
   if (s->mm) return cpu_mm1x1_bind(&s->mm1x1, n, a, bs);
   if (s->s2dx && a->d_in[0] && cpu_s2dx_bind(&s->s2, n, a->d_out->data, a->d_in[0]->data, bs)) return -1;
+  if (s->dcb && cpu_dcb_bind(&s->db, n, a->param[0]->data, src, a->d_out->data, a->d_in[0] ? a->d_in[0]->data : NULL,
+                             a->d_param[0] ? a->d_param[0]->data : NULL, bs))
+    return -1;
   s->dxfwd_on = s->dxfwd && s->need_dx && a->d_in[0] && !(a->d_in_fresh & 1u);
   if (s->dxfwd_on && cpu_dxfwd_bind(&s->dxf, n, a->param[0]->data, a->d_out->data, a->d_in[0]->data, bs)) return -1;
   if (s->need_dx && a->d_in[0] && !s->dxfwd_on) {
@@ -711,6 +718,13 @@ static int conv_setup(sp_op_prep *p, conv_node *s, const dnnl_conv_geom *g) {
                        : 1;
   if (s2dx < 0) return -1;
   if ((s->s2dx = s2dx == 0)) s->need_dx = 0;
+  size_t dcb_bwd = 0; /* a transposed convolution's backward as 1x1 products (deconv_1x1_bwd.c) */
+  const int dcb = g->deconv && !s->has_bias && (s->need_dx || s->need_dw) && !s->reorder_src
+                      ? cpu_dcb_prepare(&s->db, &s->base, &cs, &s->src_md, &s->dst_md, s->need_dx, s->need_dw, &dcb_bwd)
+                      : 1;
+  if (dcb < 0) return -1;
+  if ((s->dcb = dcb == 0)) s->need_dx = s->need_dw = 0;
+  if (dcb_bwd > s2dx_bwd) s2dx_bwd = dcb_bwd;
   if (s->need_dw && bww_applies(p, s, g)) {
     s->bww = cpu_bww_mm_prepare(&s->bwwmm, &s->base, &cs, &bww_bwd) == 0;
     if (s->bww) s->need_dw = 0; /* the products do it */

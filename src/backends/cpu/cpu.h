@@ -433,6 +433,31 @@ void cpu_dc1_keep(cpu_dc1 *m, char *kept);
 int cpu_dc1_bind(cpu_dc1 *m, cpu_node *n, const void *x, void *y, char *fwd_scratch);
 /* w: the plain f32 weights [IC, OC, 2, 2]; bn: the folded batch norm's args */
 void cpu_dc1_run(const cpu_dc1 *m, const float *w, const struct sp_op_args *bn, int weights_changed);
+/* deconv_1x1_bwd.c: the backward pass of an f32 transposed convolution with
+ * kernel = stride = 2 as 1x1 products on a space-to-depth copy of dY (0:
+ * oneDNN's deconvolution backward, which tests compare it with). */
+extern int cpu_deconv_1x1_bwd;
+extern long cpu_dcb_calls; /* backward passes run (tests) */
+typedef struct {
+  int64_t n, ic, oc, h, w;
+  int dx, dw;         /* prepared for the input gradient / the weight gradient */
+  int run_dx, run_dw; /* ... and bound to one */
+  dnnl_memory_desc_t x_md, dy2_md, w_plain_md, wt_md, dw_plain_md, dw2_md;
+  dnnl_primitive_desc_t dx_pd[2], wt_re_pd, dw_pd, dw_re_pd[2]; /* [0] writes, [1] adds */
+  dnnl_primitive_t dx_prim[2], wt_re_prim, dw_prim, dw_re_prim[2];
+  size_t dy2_off, wt_off, dw2_off; /* in backward scratch, after the primitives' scratchpads */
+  const float *dy;
+  float *dy2;
+  cpu_exec wt_re, dx_run[2], dw_run, dw_out[2];
+} cpu_dcb;
+/* 0: taken (backward scratch bytes in *bwd_scratch); 1: not; -1: error set. */
+int cpu_dcb_prepare(cpu_dcb *m, cpu_node *n, const cpu_conv_shape *c, const dnnl_memory_desc_t *x,
+                    const dnnl_memory_desc_t *dy, int need_dx, int need_dw, size_t *bwd_scratch);
+/* w: the plain weights [IC, OC, 2, 2]; dx or dw NULL: that gradient is not wanted now */
+int cpu_dcb_bind(cpu_dcb *m, cpu_node *n, const float *w, const void *x, const void *dy, void *dx, float *dw,
+                 char *bwd_scratch);
+/* dx_fresh / dw_fresh: write the gradient, else add to it */
+void cpu_dcb_run(const cpu_dcb *m, int dx_fresh, int dw_fresh);
 /* conv_bww_mm.c: 0 builds col plain and lets the matmul pack it (tests
  * compare the two). */
 extern int cpu_bww_use_packed;
@@ -461,6 +486,7 @@ int cpu_conv_winograd_passes(const void *state); /* bit 0 forward, 1 backward da
 int cpu_conv_uses_s2_dx(const void *state);      /* its input gradient by conv_s2_dx.c */
 int cpu_conv_dx_fwd_ready(const void *state);    /* ... when added onto another's, by conv_dx_fwd.c */
 int cpu_conv_deconv_1x1(const void *state);      /* a transposed one's forward by deconv_1x1.c */
+int cpu_conv_deconv_1x1_bwd(const void *state);  /* ... and its backward by deconv_1x1_bwd.c */
 int cpu_conv_src_lanes(const void *state);       /* cpu_md_lanes of the layout its forward reads */
 int cpu_conv_reorders_src(const void *state);    /* 1: its input is copied into that layout each forward */
 int cpu_conv_dst_lanes(const void *state);       /* ... and writes */
