@@ -68,6 +68,33 @@ static void conv_reads_16_channels_in_place(void **st) {
   cpu_node_free(c);
 }
 
+/* f32 inference on the plain image (3 channels, 3x3): read as NCHW, no
+ * copy, written in 16-channel blocks; training keeps oneDNN's choice. */
+static void f32_image_read_in_place(void **st) {
+  (void)st;
+  cmp_require_cpu();
+  if (dnnl_get_effective_cpu_isa() < dnnl_cpu_isa_avx512_core) skip();
+  for (int train = 0; train < 2; train++) {
+    sp_conv2d_attr at = {2, 2, 1, 1, 1, 1, 1};
+    sp_op_prep p = cmp_conv_prep(&sp_op_conv2d, &at, sp_shape4(2, 3, 30, 26), sp_shape4(2, 32, 15, 13),
+                                 sp_shape4(32, 3, 3, 3), 0, 0, NULL);
+    p.training = p.run_backward = p.need_d_in[0] = p.param_grad[0] = train;
+    assert_int_equal(cpu_conv_prepare(&p), 0);
+    if (!train) {
+      assert_false(cpu_conv_reorders_src(p.state));
+      assert_int_equal(cpu_conv_dst_lanes(p.state), 16);
+    }
+    cpu_node_free(p.state);
+  }
+}
+
+/* The same stem, then a stride-1 layer reading its blocks, against the
+ * reference backend (inference and training plans). */
+static sp_value b_colour_stem(sp_graph *g, sp_value x) {
+  x = sp_relu(g, sp_conv2d(g, x, "stem", (sp_conv_args){.out_ch = 32, .kernel = 3, .stride = 2, .pad = 1, .bias = 1}));
+  return sp_conv2d(g, x, "next", (sp_conv_args){.out_ch = 16, .kernel = 3, .pad = 1});
+}
+
 /* 3 -> 8 -> 16 -> 32 channels, stride 2 each, then a stride-1 layer: the
  * 16-channel tensor is written by one kind of kernel and read by another. */
 static sp_value b_vgg_stem(sp_graph *g, sp_value x) {
@@ -91,8 +118,14 @@ static void graph_against_ref(void **st) {
   cmp_run(&k);
   k = (cmp_case){"16-channel hand-over, bf16", b_vgg_stem, 3, 3, 45, 38, 1, SP_PLAN_BF16, 6e-2, 0};
   cmp_run(&k);
+  k = (cmp_case){"f32 image read as NCHW, inference", b_colour_stem, 2, 3, 31, 27, 0, 0, 1e-4, 0};
+  cmp_run(&k);
+  k.flags = SP_PLAN_FROZEN;
+  cmp_run(&k);
+  k.training = 1, k.flags = 0;
+  cmp_run(&k);
 }
 #endif
 
 CMP_CPU_MAIN(cmocka_unit_test(equal_as_memory), cmocka_unit_test(conv_reads_16_channels_in_place),
-             cmocka_unit_test(graph_against_ref))
+             cmocka_unit_test(f32_image_read_in_place), cmocka_unit_test(graph_against_ref))
