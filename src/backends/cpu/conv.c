@@ -242,74 +242,10 @@ static void conv_release(cpu_node *n) { cpu_bww_mm_release(&((conv_node *)n)->bw
 
 static const cpu_vt conv_vt = {conv_forward, conv_backward, conv_bind, conv_release};
 
-typedef struct {
-  int deconv, groups;
-  dnnl_dims_t strides, dil, pad_l, pad_r;
-  dnnl_alg_kind_t alg[3]; /* forward, backward data, backward weights: direct or Winograd (choose_algorithms) */
-} dnnl_conv_geom;
-
-static int init_fwd(const dnnl_conv_geom *g, dnnl_convolution_desc_t *d, dnnl_prop_kind_t prop,
-                    const dnnl_memory_desc_t *src, const dnnl_memory_desc_t *wei, const dnnl_memory_desc_t *bias,
-                    const dnnl_memory_desc_t *dst) {
-  if (g->deconv)
-    DNNL_TRY(dnnl_dilated_deconvolution_forward_desc_init(d, prop, dnnl_deconvolution_direct, src, wei, bias, dst,
-                                                          g->strides, g->dil, g->pad_l, g->pad_r));
-  else
-    DNNL_TRY(dnnl_dilated_convolution_forward_desc_init(d, prop, g->alg[0], src, wei, bias, dst, g->strides, g->dil,
-                                                        g->pad_l, g->pad_r));
-  return 0;
-}
-
-static int init_bwd_data(const dnnl_conv_geom *g, dnnl_convolution_desc_t *d, const dnnl_memory_desc_t *dsrc,
-                         const dnnl_memory_desc_t *wei, const dnnl_memory_desc_t *ddst) {
-  if (g->deconv)
-    DNNL_TRY(dnnl_dilated_deconvolution_backward_data_desc_init(d, dnnl_deconvolution_direct, dsrc, wei, ddst,
-                                                                g->strides, g->dil, g->pad_l, g->pad_r));
-  else
-    DNNL_TRY(dnnl_dilated_convolution_backward_data_desc_init(d, g->alg[1], dsrc, wei, ddst, g->strides, g->dil,
-                                                              g->pad_l, g->pad_r));
-  return 0;
-}
-
-static int init_bwd_wei(const dnnl_conv_geom *g, dnnl_convolution_desc_t *d, const dnnl_memory_desc_t *src,
-                        const dnnl_memory_desc_t *dwei, const dnnl_memory_desc_t *dbias,
-                        const dnnl_memory_desc_t *ddst) {
-  if (g->deconv)
-    DNNL_TRY(dnnl_dilated_deconvolution_backward_weights_desc_init(d, dnnl_deconvolution_direct, src, dwei, dbias, ddst,
-                                                                   g->strides, g->dil, g->pad_l, g->pad_r));
-  else
-    DNNL_TRY(dnnl_dilated_convolution_backward_weights_desc_init(d, g->alg[2], src, dwei, dbias, ddst, g->strides,
-                                                                 g->dil, g->pad_l, g->pad_r));
-  return 0;
-}
-
-/* Plain f32 weights as the graph stores them, in oneDNN's dims: conv
- * [O, I/g, kh, kw] (goihw when grouped); transposed conv stores [I, O, kh, kw],
- * which is oneDNN's (O, I, kh, kw) in iohw order. */
-static int weight_mds(const sp_op_prep *p, const dnnl_conv_geom *g, dnnl_memory_desc_t *plain, dnnl_memory_desc_t *any,
-                      dnnl_data_type_t dt) {
-  const sp_shape *w = &p->param_shape[0];
-  dnnl_dims_t d;
-  if (g->deconv) {
-    d[0] = w->d[1], d[1] = w->d[0], d[2] = w->d[2], d[3] = w->d[3];
-    DNNL_TRY(dnnl_memory_desc_init_by_tag(plain, 4, d, dnnl_f32, dnnl_iohw));
-    DNNL_TRY(dnnl_memory_desc_init_by_tag(any, 4, d, dt, dnnl_format_tag_any));
-  } else if (g->groups > 1) {
-    d[0] = g->groups, d[1] = w->d[0] / g->groups, d[2] = w->d[1], d[3] = w->d[2], d[4] = w->d[3];
-    DNNL_TRY(dnnl_memory_desc_init_by_tag(plain, 5, d, dnnl_f32, dnnl_goihw));
-    DNNL_TRY(dnnl_memory_desc_init_by_tag(any, 5, d, dt, dnnl_format_tag_any));
-  } else {
-    d[0] = w->d[0], d[1] = w->d[1], d[2] = w->d[2], d[3] = w->d[3];
-    DNNL_TRY(dnnl_memory_desc_init_by_tag(plain, 4, d, dnnl_f32, dnnl_oihw));
-    DNNL_TRY(dnnl_memory_desc_init_by_tag(any, 4, d, dt, dnnl_format_tag_any));
-  }
-  return 0;
-}
-
 /* Forward from `src` into channels-last (its dtype), taken only where oneDNN runs
  * it on a brgemm kernel (its fast channels-last one): cpu_adopt's result
  * then, else 1. */
-static int try_channels_last(sp_op_prep *p, conv_node *s, const dnnl_conv_geom *g, const dnnl_memory_desc_t *src,
+static int try_channels_last(sp_op_prep *p, conv_node *s, const cpu_conv_geom *g, const dnnl_memory_desc_t *src,
                              const dnnl_memory_desc_t *wei_any, const dnnl_memory_desc_t *dst_any,
                              const_dnnl_post_ops_t po) {
   dnnl_convolution_desc_t d;
@@ -318,7 +254,7 @@ static int try_channels_last(sp_op_prep *p, conv_node *s, const dnnl_conv_geom *
   const dnnl_memory_desc_t *bias = s->has_bias || s->fold_bn ? &s->bias_md : NULL;
   dnnl_prop_kind_t prop = p->training ? dnnl_forward_training : dnnl_forward_inference;
   if (dnnl_memory_desc_init_by_tag(&dst_cl, 4, dst_any->dims, src->data_type, dnnl_acdb) != dnnl_success ||
-      init_fwd(g, &d, prop, src, wei_any, bias, &dst_cl) != 0 || cpu_pd(&d, NULL, po, &pd) != 0)
+      cpu_conv_init_fwd(g, &d, prop, src, wei_any, bias, &dst_cl) != 0 || cpu_pd(&d, NULL, po, &pd) != 0)
     return 1;
   if (!strstr(cpu_pd_impl(pd), "brg")) {
     dnnl_primitive_desc_destroy(pd);
@@ -329,7 +265,7 @@ static int try_channels_last(sp_op_prep *p, conv_node *s, const dnnl_conv_geom *
 }
 
 /* Forward: the input's own layout if oneDNN has a fast kernel for it. */
-static int choose_fwd_with(sp_op_prep *p, conv_node *s, const dnnl_conv_geom *g, const dnnl_memory_desc_t *src_any,
+static int choose_fwd_with(sp_op_prep *p, conv_node *s, const cpu_conv_geom *g, const dnnl_memory_desc_t *src_any,
                            const dnnl_memory_desc_t *wei_any, const dnnl_memory_desc_t *dst_any,
                            const_dnnl_post_ops_t po) {
   dnnl_convolution_desc_t d;
@@ -339,7 +275,7 @@ static int choose_fwd_with(sp_op_prep *p, conv_node *s, const dnnl_conv_geom *g,
   if (!cpu_md_is_plain(&s->x_md) && s->x_md.data_type == src_any->data_type) {
     x_dt = s->x_md;
     dnnl_primitive_desc_t pd;
-    if (init_fwd(g, &d, prop, &x_dt, wei_any, bias, dst_any) == 0 && cpu_pd(&d, NULL, po, &pd) == 0) {
+    if (cpu_conv_init_fwd(g, &d, prop, &x_dt, wei_any, bias, dst_any) == 0 && cpu_pd(&d, NULL, po, &pd) == 0) {
       if (!cpu_pd_is_ref(pd)) {
         s->fwd_pd = pd;
         return cpu_adopt(&s->base, pd, &s->fwd);
@@ -382,7 +318,7 @@ static int choose_fwd_with(sp_op_prep *p, conv_node *s, const dnnl_conv_geom *g,
   if (src_any->data_type == dnnl_f32 && !p->run_backward && cpu_md_is_plain(&s->x_md) && src_any->dims[1] < 16 &&
       wei_any->dims[2] <= 3 && wei_any->dims[3] <= 3 && !p->out_plain) {
     dnnl_primitive_desc_t pd;
-    if (init_fwd(g, &d, prop, &s->x_md, wei_any, bias, dst_any) == 0 && cpu_pd(&d, NULL, po, &pd) == 0) {
+    if (cpu_conv_init_fwd(g, &d, prop, &s->x_md, wei_any, bias, dst_any) == 0 && cpu_pd(&d, NULL, po, &pd) == 0) {
       if (!cpu_pd_is_ref(pd) && cpu_md_lanes(cpu_pd_md(pd, dnnl_query_dst_md, 0)) == 16) {
         s->fwd_pd = pd;
         return cpu_adopt(&s->base, pd, &s->fwd);
@@ -391,13 +327,13 @@ static int choose_fwd_with(sp_op_prep *p, conv_node *s, const dnnl_conv_geom *g,
     }
     sp_error_clear();
   }
-  if (init_fwd(g, &d, prop, src_any, wei_any, bias, dst_any)) return -1;
+  if (cpu_conv_init_fwd(g, &d, prop, src_any, wei_any, bias, dst_any)) return -1;
   return cpu_make(&s->base, &d, NULL, po, &s->fwd_pd, &s->fwd);
 }
 
 /* The forward primitive, with the ReLU as an eltwise post-op when the
  * frozen plan folds conv + batch norm + ReLU into one node. */
-static int choose_fwd(sp_op_prep *p, conv_node *s, const dnnl_conv_geom *g, const dnnl_memory_desc_t *src_any,
+static int choose_fwd(sp_op_prep *p, conv_node *s, const cpu_conv_geom *g, const dnnl_memory_desc_t *src_any,
                       const dnnl_memory_desc_t *wei_any, const dnnl_memory_desc_t *dst_any) {
   if (!s->post_relu && !s->post_add) return choose_fwd_with(p, s, g, src_any, wei_any, dst_any, NULL);
   dnnl_post_ops_t po;
@@ -437,12 +373,12 @@ static int post_add_fits(const sp_op_prep *p, conv_node *s, dnnl_data_type_t dt)
  * fused into its 1x1 convs: 59 / 63 images/s at batch 1 / 64; apart: 65 /
  * 68). So the add is taken only where the convolution keeps the kernel it
  * has without it. */
-static int same_kernel_without_add(sp_op_prep *p, const conv_node *s, const dnnl_conv_geom *g,
+static int same_kernel_without_add(sp_op_prep *p, const conv_node *s, const cpu_conv_geom *g,
                                    const dnnl_memory_desc_t *wei_any) {
   dnnl_convolution_desc_t d;
   dnnl_primitive_desc_t pd;
   dnnl_prop_kind_t prop = p->training ? dnnl_forward_training : dnnl_forward_inference;
-  if (init_fwd(g, &d, prop, cpu_pd_md(s->fwd_pd, dnnl_query_src_md, 0), wei_any, &s->bias_md, &s->add_md) ||
+  if (cpu_conv_init_fwd(g, &d, prop, cpu_pd_md(s->fwd_pd, dnnl_query_src_md, 0), wei_any, &s->bias_md, &s->add_md) ||
       cpu_pd(&d, NULL, NULL, &pd)) {
     sp_error_clear();
     return 1; /* no other kernel to compare with */
@@ -454,14 +390,15 @@ static int same_kernel_without_add(sp_op_prep *p, const conv_node *s, const dnnl
 
 /* Backward data: write diff_src in the input's layout and read the forward
  * weights if a fast kernel takes them; else oneDNN's choice. */
-static int choose_bwd_data(conv_node *s, const dnnl_conv_geom *g, const dnnl_memory_desc_t *src_any,
+static int choose_bwd_data(conv_node *s, const cpu_conv_geom *g, const dnnl_memory_desc_t *src_any,
                            const dnnl_memory_desc_t *wei_any) {
   dnnl_convolution_desc_t d;
   const dnnl_memory_desc_t *tries[3][2] = {{&s->x_md, &s->wei_md}, {&s->x_md, wei_any}, {src_any, wei_any}};
   for (int t = 0; t < 3; t++) {
     if (tries[t][0]->data_type != src_any->data_type) continue;
     dnnl_primitive_desc_t pd;
-    if (init_bwd_data(g, &d, tries[t][0], tries[t][1], &s->dst_md) || cpu_pd(&d, s->fwd_pd, NULL, &pd)) continue;
+    if (cpu_conv_init_bwd_data(g, &d, tries[t][0], tries[t][1], &s->dst_md) || cpu_pd(&d, s->fwd_pd, NULL, &pd))
+      continue;
     if (t < 2 && cpu_pd_is_ref(pd)) {
       dnnl_primitive_desc_destroy(pd);
       continue;
@@ -478,7 +415,7 @@ static int choose_bwd_data(conv_node *s, const dnnl_conv_geom *g, const dnnl_mem
  * gradient as it is if a fast kernel takes them; else channels-last (oneDNN's
  * brgemm kernels take any channel count there, its blocked kernels do not
  * take 8 input channels); else oneDNN's choice. */
-static int choose_bwd_wei(conv_node *s, const dnnl_conv_geom *g, const dnnl_memory_desc_t *src_any,
+static int choose_bwd_wei(conv_node *s, const cpu_conv_geom *g, const dnnl_memory_desc_t *src_any,
                           const dnnl_memory_desc_t *dwei_any) {
   dnnl_convolution_desc_t d;
   dnnl_memory_desc_t src_nhwc, dst_nhwc, dst_any;
@@ -490,7 +427,7 @@ static int choose_bwd_wei(conv_node *s, const dnnl_conv_geom *g, const dnnl_memo
   for (int t = 0; t < 4; t++) {
     dnnl_primitive_desc_t pd;
     if (tries[t][0]->data_type != src_any->data_type ||
-        init_bwd_wei(g, &d, tries[t][0], dwei_any, s->has_bias ? &s->bias_md : NULL, tries[t][1]) ||
+        cpu_conv_init_bwd_wei(g, &d, tries[t][0], dwei_any, s->has_bias ? &s->bias_md : NULL, tries[t][1]) ||
         cpu_pd(&d, s->fwd_pd, NULL, &pd))
       continue;
     if (t < 3 && cpu_pd_is_ref(pd)) {
@@ -513,7 +450,7 @@ static void grow(size_t *to, const_dnnl_primitive_desc_t pd) {
 /* Backward as matrix products (conv_mm.c): a training 1x1 convolution,
  * stride 1, no padding, one group, whose input and output are bf16
  * channels-last as forward reads and writes them. */
-static int mm_applies(const sp_op_prep *p, const conv_node *s, const dnnl_conv_geom *g) {
+static int mm_applies(const sp_op_prep *p, const conv_node *s, const cpu_conv_geom *g) {
   const sp_shape *w = &p->param_shape[0];
   return cpu_conv_use_matmul && p->run_backward && p->bf16 && !g->deconv && g->groups == 1 && w->d[2] == 1 &&
          w->d[3] == 1 && g->strides[0] == 1 && g->strides[1] == 1 && g->pad_l[0] == 0 && g->pad_l[1] == 0 &&
@@ -528,7 +465,7 @@ static int mm_applies(const sp_op_prep *p, const conv_node *s, const dnnl_conv_g
  * resolution) spend more on the im2col copy than the product saves
  * (measured, alternating with oneDNN's kernel: 64 channels at 56x56 22-25 vs
  * 25-30 ms, 512 at 7x7 66-73 vs 108-278; 32 at 224x224 102-182 vs 87-136). */
-static int bww_applies(const sp_op_prep *p, const conv_node *s, const dnnl_conv_geom *g) {
+static int bww_applies(const sp_op_prep *p, const conv_node *s, const cpu_conv_geom *g) {
   return cpu_conv_use_matmul && p->run_backward && p->bf16 && !g->deconv && g->groups == 1 && !s->has_bias &&
          (cpu_conv_bww_min_channels <= p->in_shape[0].d[1]) && p->param_grad[0] && s->src_md.data_type == dnnl_bf16 &&
          s->dst_md.data_type == dnnl_bf16 && cpu_md_lanes(&s->src_md) == CPU_LANES_NHWC &&
@@ -541,7 +478,7 @@ static int bww_applies(const sp_op_prep *p, const conv_node *s, const dnnl_conv_
  * the matmul paths above apply). Any convolution; transposed ones with
  * kernel = stride and no padding (U-Net's up-layers). False where the
  * channel counts do not fit; else it fills s->dwb but for the tensors. */
-static int dw_blocked_setup(const sp_op_prep *p, conv_node *s, const dnnl_conv_geom *g) {
+static int dw_blocked_setup(const sp_op_prep *p, conv_node *s, const cpu_conv_geom *g) {
   const sp_shape *w = &p->param_shape[0], *in = &p->in_shape[0], *out = &p->out_shape;
   const int64_t kh = w->d[2], kw = w->d[3], kk = kh * kw;
   if (!(p->run_backward && p->bf16 && g->groups == 1 && !s->has_bias && !s->mm && p->param_grad[0] &&
@@ -592,7 +529,7 @@ static int dw_blocked_setup(const sp_op_prep *p, conv_node *s, const dnnl_conv_g
 
 /* The backward data and backward weights primitives conv_setup still needs
  * (need_dx, need_dw) and the reorders around them. */
-static int choose_backward(conv_node *s, const dnnl_conv_geom *g, const dnnl_memory_desc_t *src_any,
+static int choose_backward(conv_node *s, const cpu_conv_geom *g, const dnnl_memory_desc_t *src_any,
                            const dnnl_memory_desc_t *wei_any) {
   dnnl_memory_desc_t dwei_any;
   if (s->need_dx) {
@@ -666,7 +603,7 @@ static void place_buffers(sp_op_prep *p, conv_node *s, size_t mm_bwd, size_t bww
   p->param_grad_overwrites = s->run_backward ? (s->has_bias ? 3u : 1u) : 0u;
 }
 
-static int conv_setup(sp_op_prep *p, conv_node *s, const dnnl_conv_geom *g) {
+static int conv_setup(sp_op_prep *p, conv_node *s, const cpu_conv_geom *g) {
   dnnl_data_type_t dt = p->bf16 ? dnnl_bf16 : dnnl_f32;
   dnnl_memory_desc_t src_any, wei_any, dst_any;
   s->has_bias = p->n_param > 1;
@@ -686,7 +623,7 @@ static int conv_setup(sp_op_prep *p, conv_node *s, const dnnl_conv_geom *g) {
   s->need_dx = p->run_backward && p->need_d_in[0];
   s->need_dw = p->run_backward && (p->param_grad[0] || (s->has_bias && p->param_grad[1]));
   if (cpu_md_input(&s->x_md, p, 0) || cpu_md_any(&src_any, &p->in_shape[0], dt) ||
-      weight_mds(p, g, &s->wplain_md, &wei_any, dt))
+      cpu_conv_weight_mds(p, g, &s->wplain_md, &wei_any, dt))
     return -1;
   if (p->out_plain ? cpu_md_plain(&dst_any, &p->out_shape, dnnl_f32) : cpu_md_any(&dst_any, &p->out_shape, dt))
     return -1;
@@ -768,33 +705,14 @@ static int conv_setup(sp_op_prep *p, conv_node *s, const dnnl_conv_geom *g) {
   return 0;
 }
 
-/* Winograd for f32 3x3 stride-1 convolutions where it pays (conv_winograd.c). */
-static void choose_algorithms(const sp_op_prep *p, dnnl_conv_geom *g) {
-  const int w = cpu_conv_winograd_choice(p, g->groups, g->strides, g->dil, g->pad_l, g->pad_r);
-  for (int i = 0; i < 3; i++) g->alg[i] = (w >> i) & 1 ? dnnl_convolution_winograd : dnnl_convolution_direct;
-}
-
 int cpu_conv_prepare(sp_op_prep *p) {
-  const sp_conv2d_attr *at = p->attr;
   if (p->in_shape[0].ndim != 4) return cpu_adapter_prepare(p);
   int r = cpu_conv_stem_prepare(p); /* bf16 training, on the grey or colour image */
   if (r <= 0) return r;
   r = cpu_conv_softargmax_prepare(p); /* a heatmap head with soft-argmax after it */
   if (r <= 0) return r;
-  dnnl_conv_geom g = {0,
-                      at->groups,
-                      {at->stride_h, at->stride_w},
-                      {at->dil_h - 1, at->dil_w - 1},
-                      {at->pad_h, at->pad_w},
-                      {at->pad_h, at->pad_w},
-                      {dnnl_convolution_direct, dnnl_convolution_direct, dnnl_convolution_direct}};
-  /* oneDNN wants the right padding that reproduces the output size exactly;
-   * PyTorch's floor can drop input rows, which a smaller right pad expresses. */
-  for (int i = 0; i < 2; i++) {
-    int64_t in = p->in_shape[0].d[2 + i], out = p->out_shape.d[2 + i], k = p->param_shape[0].d[2 + i];
-    g.pad_r[i] = (out - 1) * g.strides[i] + (k - 1) * (g.dil[i] + 1) + 1 - in - g.pad_l[i];
-  }
-  choose_algorithms(p, &g);
+  cpu_conv_geom g;
+  cpu_conv_geom_of_conv(p, &g);
   conv_node *s = cpu_node_new(sizeof *s, &conv_vt);
   if (conv_setup(p, s, &g) == 0) return 0;
   if (g.alg[0] != dnnl_convolution_direct) {
@@ -813,13 +731,8 @@ int cpu_deconv_prepare(sp_op_prep *p) {
   if (p->in_shape[0].ndim != 4 || at->groups != 1) return cpu_adapter_prepare(p);
   const int r = cpu_deconv_mm_prepare(p); /* kernel = stride, bf16 channels-last: as matmuls */
   if (r <= 0) return r;
-  dnnl_conv_geom g = {1,
-                      1,
-                      {at->stride_h, at->stride_w},
-                      {at->dil_h - 1, at->dil_w - 1},
-                      {at->pad_h, at->pad_w},
-                      {at->pad_h - at->out_pad_h, at->pad_w - at->out_pad_w},
-                      {dnnl_deconvolution_direct, dnnl_deconvolution_direct, dnnl_deconvolution_direct}};
+  cpu_conv_geom g;
+  cpu_conv_geom_of_deconv(p, &g);
   conv_node *s = cpu_node_new(sizeof *s, &conv_vt);
   if (conv_setup(p, s, &g) != 0) return cpu_fallback(p, &s->base);
   return 0;

@@ -458,6 +458,25 @@ int cpu_dcb_bind(cpu_dcb *m, cpu_node *n, const float *w, const void *x, const v
                  char *bwd_scratch);
 /* dx_fresh / dw_fresh: write the gradient, else add to it */
 void cpu_dcb_run(const cpu_dcb *m, int dx_fresh, int dw_fresh);
+/* conv_desc.c: a (transposed) convolution node's oneDNN descriptors. */
+typedef struct {
+  int deconv, groups;
+  dnnl_dims_t strides, dil, pad_l, pad_r;
+  dnnl_alg_kind_t alg[3]; /* forward, backward data, backward weights: direct or Winograd */
+} cpu_conv_geom;
+void cpu_conv_geom_of_conv(const sp_op_prep *p, cpu_conv_geom *g); /* with the Winograd choice */
+void cpu_conv_geom_of_deconv(const sp_op_prep *p, cpu_conv_geom *g);
+int cpu_conv_init_fwd(const cpu_conv_geom *g, dnnl_convolution_desc_t *d, dnnl_prop_kind_t prop,
+                      const dnnl_memory_desc_t *src, const dnnl_memory_desc_t *wei, const dnnl_memory_desc_t *bias,
+                      const dnnl_memory_desc_t *dst);
+int cpu_conv_init_bwd_data(const cpu_conv_geom *g, dnnl_convolution_desc_t *d, const dnnl_memory_desc_t *dsrc,
+                           const dnnl_memory_desc_t *wei, const dnnl_memory_desc_t *ddst);
+int cpu_conv_init_bwd_wei(const cpu_conv_geom *g, dnnl_convolution_desc_t *d, const dnnl_memory_desc_t *src,
+                          const dnnl_memory_desc_t *dwei, const dnnl_memory_desc_t *dbias,
+                          const dnnl_memory_desc_t *ddst);
+/* The plain f32 weights as the graph stores them and an "any" of dtype dt. */
+int cpu_conv_weight_mds(const sp_op_prep *p, const cpu_conv_geom *g, dnnl_memory_desc_t *plain, dnnl_memory_desc_t *any,
+                        dnnl_data_type_t dt);
 /* conv_bww_mm.c: 0 builds col plain and lets the matmul pack it (tests
  * compare the two). */
 extern int cpu_bww_use_packed;
