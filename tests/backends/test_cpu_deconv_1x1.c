@@ -1,9 +1,10 @@
 /* f32 transposed convolutions with kernel = stride = 2 whose forward runs as
  * a 1x1 convolution into 4 OC channels and a block shuffle
- * (backends/cpu/deconv_1x1.c): against the reference backend in training and
- * inference plans, against oneDNN's deconvolution on the same values, frozen
- * plans rebuilding W' when the weights change, and taken only where it
- * applies. */
+ * (backends/cpu/deconv_1x1.c) and whose backward runs as 1x1 products on a
+ * space-to-depth copy of dY (deconv_1x1_bwd.c): against the reference
+ * backend in training and inference plans, against oneDNN's deconvolution
+ * on the same values, frozen plans rebuilding W' when the weights change,
+ * and taken only where they apply. */
 #include "backend_compare.h"
 
 #ifdef SPRY_HAVE_DNNL
@@ -119,8 +120,129 @@ static void taken_narrow_when_the_batch_norm_folds(void **st) {
     cpu_node_free(p.state);
   }
 }
+
+/* ---- backward (deconv_1x1_bwd.c): dY's space-to-depth copy and two 1x1
+ * products; with the input gradient written and added, the weight gradient
+ * written and added. ---- */
+
+/* Two up-layers read one value: the first's input gradient adds onto the
+ * second's (whose backward runs first). */
+static sp_value b_two_ups(sp_graph *g, sp_value x) {
+  x = sp_relu(g, sp_conv2d(g, x, "pre", (sp_conv_args){.out_ch = 32, .kernel = 3, .pad = 1}));
+  sp_value a = sp_conv_transpose2d(g, x, "up", (sp_deconv_args){.out_ch = 16, .kernel = 2, .stride = 2});
+  sp_value b = sp_conv_transpose2d(g, x, "up2", (sp_deconv_args){.out_ch = 16, .kernel = 2, .stride = 2});
+  return sp_conv2d(g, sp_relu(g, sp_add(g, a, b)), "post", (sp_conv_args){.out_ch = 3, .kernel = 1});
+}
+
+static void bwd_against_ref(void **st) {
+  (void)st;
+  cmp_require_cpu();
+  const long before = cpu_dcb_calls;
+  cmp_case k = {"deconv backward as 1x1", b_up, 3, 3, 7, 5, 1, 0, 0, 0};
+  cmp_run(&k);
+  const long mid = cpu_dcb_calls;
+  k = (cmp_case){"deconv backward as 1x1, input gradient added", b_two_ups, 2, 4, 6, 9, 1, 0, 0, 0};
+  cmp_run(&k);
+  printf("# 1x1-form deconvolution backward passes run: %ld, %ld\n", mid - before, cpu_dcb_calls - mid);
+  assert_true(mid > before);
+  assert_true(cpu_dcb_calls >= mid + 2);
+}
+
+/* A second backward without zero_grad adds the weight gradient onto the
+ * first: twice the first (the accumulating reorder ran). */
+static void bwd_weight_gradient_adds(void **st) {
+  (void)st;
+  cmp_require_cpu();
+  cmp_case k = {"deconv backward as 1x1, twice", b_up, 2, 3, 6, 4, 1, 0, 0, 0};
+  sp_shape ys = cmp_out_shape(&k);
+  sp_value y;
+  sp_graph *g = cmp_graph(&k, &y);
+  sp_plan *p = cmp_plan(&k, g, &ys, SP_BACKEND_CPU, 0);
+  cmp_fill(p, 7, 0);
+  sp_graph_zero_grad(g);
+  const long before = cpu_dcb_calls;
+  assert_int_equal(sp_plan_forward(p), 0);
+  assert_int_equal(sp_plan_backward(p), 0);
+  const sp_tensor *dw = NULL;
+  for (int i = 0; i < sp_graph_param_count(g); i++)
+    if (!strcmp(sp_graph_param_name(g, i), "up.weight")) dw = sp_graph_param_grad(g, i);
+  assert_non_null(dw);
+  const int64_t n = sp_tensor_numel(dw);
+  float *once = malloc(sizeof(float) * (size_t)n);
+  assert_non_null(once);
+  memcpy(once, dw->data, sizeof(float) * (size_t)n);
+  assert_int_equal(sp_plan_forward(p), 0);
+  assert_int_equal(sp_plan_backward(p), 0);
+  assert_int_equal(cpu_dcb_calls, before + 2);
+  double err = 0, mx = 0;
+  for (int64_t i = 0; i < n; i++) {
+    const double want = 2.0 * once[i], got = ((const float *)dw->data)[i];
+    err = fmax(err, fabs(got - want)), mx = fmax(mx, fabs(want));
+  }
+  printf("# up.weight after two backward passes: max |got - 2 once| = %.3g of %.3g\n", err, mx);
+  assert_true(mx > 0);
+  assert_true(err <= 1e-5 * mx);
+  free(once);
+  sp_plan_free(p);
+  sp_graph_free(g);
+}
+
+static void bwd_ours_or_onednn(int path) { cpu_deconv_1x1_bwd = path == 0; }
+
+/* The same f32 products summed in another order: gradients agree closely
+ * (and the 1x1 form ran for the first path only). */
+static void bwd_same_as_onednn(void **st) {
+  (void)st;
+  cmp_require_cpu();
+  const cmp_case cases[] = {{"deconv backward 1x1 vs onednn", b_up, 3, 3, 7, 5, 1, 0, 0, 0},
+                            {"deconv backward 1x1 vs onednn, added", b_two_ups, 2, 4, 6, 9, 1, 0, 0, 0}};
+  for (int c = 0; c < 2; c++) {
+    const long before = cpu_dcb_calls;
+    cmp_two_paths(&cases[c], bwd_ours_or_onednn, 1e-5);
+    assert_int_equal(cpu_dcb_calls - before, c == 0 ? 1 : 2);
+  }
+  cpu_deconv_1x1_bwd = 1;
+}
+
+/* Taken for f32 16-channel blocks, kernel = stride = 2, no padding or bias,
+ * channels in 16s, in training; not where the input is reordered first
+ * (its gradient would then be in another layout than the product's). */
+static void bwd_taken_where_it_applies(void **st) {
+  (void)st;
+  cmp_require_cpu();
+  struct {
+    int bf16, pad, bias, ic, oc, k, backward, need_dx, need_dw;
+    dnnl_format_tag_t tag;
+    int want;
+  } cases[] = {{0, 0, 0, 64, 32, 2, 1, 1, 1, dnnl_aBcd16b, 1}, {0, 0, 0, 64, 32, 2, 1, 1, 0, dnnl_aBcd16b, 1},
+               {0, 0, 0, 64, 32, 2, 1, 0, 1, dnnl_aBcd16b, 1}, {0, 0, 0, 64, 32, 2, 0, 0, 0, dnnl_aBcd16b, 0},
+               {0, 1, 0, 64, 32, 2, 1, 1, 1, dnnl_aBcd16b, 0}, {0, 0, 1, 64, 32, 2, 1, 1, 1, dnnl_aBcd16b, 0},
+               {0, 0, 0, 64, 24, 2, 1, 1, 1, dnnl_aBcd16b, 0}, {0, 0, 0, 40, 32, 2, 1, 1, 1, dnnl_aBcd16b, 0},
+               {0, 0, 0, 64, 32, 3, 1, 1, 1, dnnl_aBcd16b, 0}, {1, 0, 0, 64, 32, 2, 1, 1, 1, dnnl_aBcd16b, 0},
+               {0, 0, 0, 64, 32, 2, 1, 1, 1, dnnl_acdb, 0}};
+  for (size_t t = 0; t < sizeof cases / sizeof cases[0]; t++) {
+    dnnl_memory_desc_t md;
+    dnnl_dims_t dims = {2, cases[t].ic, 7, 5};
+    assert_int_equal(dnnl_memory_desc_init_by_tag(&md, 4, dims, cases[t].bf16 ? dnnl_bf16 : dnnl_f32, cases[t].tag),
+                     dnnl_success);
+    const int k = cases[t].k;
+    sp_conv_transpose2d_attr at = {k, k, cases[t].pad, cases[t].pad, 0, 0, 1, 1, 1};
+    const int64_t oh = 7 * k - 2 * cases[t].pad, ow = 5 * k - 2 * cases[t].pad;
+    sp_op_prep p =
+        cmp_conv_prep(&sp_op_conv_transpose2d, &at, sp_shape4(2, cases[t].ic, 7, 5), sp_shape4(2, cases[t].oc, oh, ow),
+                      sp_shape4(cases[t].ic, cases[t].oc, k, k), cases[t].bias, cases[t].bf16, &md);
+    p.training = p.run_backward = cases[t].backward;
+    p.need_d_in[0] = cases[t].need_dx, p.param_grad[0] = cases[t].need_dw;
+    assert_int_equal(cpu_deconv_prepare(&p), 0);
+    if (cpu_conv_deconv_1x1_bwd(p.state) != cases[t].want)
+      fail_msg("case %zu: the 1x1 backward %s", t, cases[t].want ? "not taken" : "taken");
+    cpu_node_free(p.state);
+  }
+}
 #endif
 
 CMP_CPU_MAIN(cmocka_unit_test(against_ref), cmocka_unit_test(same_as_onednn),
              cmocka_unit_test(frozen_plans_follow_weight_changes), cmocka_unit_test(taken_where_it_applies),
-             cmocka_unit_test(taken_narrow_when_the_batch_norm_folds))
+             cmocka_unit_test(taken_narrow_when_the_batch_norm_folds), cmocka_unit_test(bwd_against_ref),
+             cmocka_unit_test(bwd_weight_gradient_adds), cmocka_unit_test(bwd_same_as_onednn),
+             cmocka_unit_test(bwd_taken_where_it_applies))
