@@ -66,6 +66,19 @@ static void frozen_plans_follow_weight_changes(void **st) {
   cpu_deconv_1x1_min_channels = 256;
 }
 
+/* A kernel-k transposed convolution node's prep as a training plan makes it:
+ * the input [2, ic, 7, w] in `tag`, stride k, padding pad (md and at hold
+ * what the prep points to). */
+static sp_op_prep up_prep(int bf16, int pad, int bias, int ic, int oc, int k, int w, dnnl_format_tag_t tag,
+                          dnnl_memory_desc_t *md, sp_conv_transpose2d_attr *at) {
+  dnnl_dims_t dims = {2, ic, 7, w};
+  assert_int_equal(dnnl_memory_desc_init_by_tag(md, 4, dims, bf16 ? dnnl_bf16 : dnnl_f32, tag), dnnl_success);
+  *at = (sp_conv_transpose2d_attr){k, k, pad, pad, 0, 0, 1, 1, 1};
+  const int64_t oh = 7 * k - 2 * pad, ow = w * k - 2 * pad;
+  return cmp_conv_prep(&sp_op_conv_transpose2d, at, sp_shape4(2, ic, 7, w), sp_shape4(2, oc, oh, ow),
+                       sp_shape4(ic, oc, k, k), bias, bf16, md);
+}
+
 /* Taken for f32 16-channel blocks (an input in another layout is reordered
  * into them first), kernel = stride = 2, no padding or bias, output channels
  * in 16s and enough input channels. */
@@ -82,15 +95,9 @@ static void taken_where_it_applies(void **st) {
                {0, 0, 0, 256, 32, 2, dnnl_acdb, 1},    {1, 0, 0, 256, 32, 2, dnnl_aBcd16b, 0}};
   for (size_t t = 0; t < sizeof cases / sizeof cases[0]; t++) {
     dnnl_memory_desc_t md;
-    dnnl_dims_t dims = {2, cases[t].ic, 7, 7};
-    assert_int_equal(dnnl_memory_desc_init_by_tag(&md, 4, dims, cases[t].bf16 ? dnnl_bf16 : dnnl_f32, cases[t].tag),
-                     dnnl_success);
-    const int k = cases[t].k;
-    sp_conv_transpose2d_attr at = {k, k, cases[t].pad, cases[t].pad, 0, 0, 1, 1, 1};
-    const int64_t out = 7 * k - 2 * cases[t].pad;
-    sp_op_prep p = cmp_conv_prep(&sp_op_conv_transpose2d, &at, sp_shape4(2, cases[t].ic, 7, 7),
-                                 sp_shape4(2, cases[t].oc, out, out), sp_shape4(cases[t].ic, cases[t].oc, k, k),
-                                 cases[t].bias, cases[t].bf16, &md);
+    sp_conv_transpose2d_attr at;
+    sp_op_prep p = up_prep(cases[t].bf16, cases[t].pad, cases[t].bias, cases[t].ic, cases[t].oc, cases[t].k, 7,
+                           cases[t].tag, &md, &at);
     assert_int_equal(cpu_deconv_prepare(&p), 0);
     if (cpu_conv_deconv_1x1(p.state) != cases[t].want)
       fail_msg("case %zu: the 1x1 path %s", t, cases[t].want ? "not taken" : "taken");
@@ -105,11 +112,8 @@ static void taken_narrow_when_the_batch_norm_folds(void **st) {
   cmp_require_cpu();
   for (int frozen = 0; frozen < 2; frozen++) {
     dnnl_memory_desc_t md;
-    dnnl_dims_t dims = {2, 64, 7, 7};
-    assert_int_equal(dnnl_memory_desc_init_by_tag(&md, 4, dims, dnnl_f32, dnnl_aBcd16b), dnnl_success);
-    sp_conv_transpose2d_attr at = {2, 2, 0, 0, 0, 0, 1, 1, 1};
-    sp_op_prep p = cmp_conv_prep(&sp_op_conv_transpose2d, &at, sp_shape4(2, 64, 7, 7), sp_shape4(2, 32, 14, 14),
-                                 sp_shape4(64, 32, 2, 2), 0, 0, &md);
+    sp_conv_transpose2d_attr at;
+    sp_op_prep p = up_prep(0, 0, 0, 64, 32, 2, 7, dnnl_aBcd16b, &md, &at);
     p.training = p.run_backward = p.need_d_in[0] = p.param_grad[0] = 0;
     p.frozen = frozen;
     p.consumer[0].op = &sp_op_batchnorm, p.consumer[0].n_state = 2;
@@ -222,15 +226,9 @@ static void bwd_taken_where_it_applies(void **st) {
                {0, 0, 0, 64, 32, 2, 1, 1, 1, dnnl_acdb, 0}};
   for (size_t t = 0; t < sizeof cases / sizeof cases[0]; t++) {
     dnnl_memory_desc_t md;
-    dnnl_dims_t dims = {2, cases[t].ic, 7, 5};
-    assert_int_equal(dnnl_memory_desc_init_by_tag(&md, 4, dims, cases[t].bf16 ? dnnl_bf16 : dnnl_f32, cases[t].tag),
-                     dnnl_success);
-    const int k = cases[t].k;
-    sp_conv_transpose2d_attr at = {k, k, cases[t].pad, cases[t].pad, 0, 0, 1, 1, 1};
-    const int64_t oh = 7 * k - 2 * cases[t].pad, ow = 5 * k - 2 * cases[t].pad;
-    sp_op_prep p =
-        cmp_conv_prep(&sp_op_conv_transpose2d, &at, sp_shape4(2, cases[t].ic, 7, 5), sp_shape4(2, cases[t].oc, oh, ow),
-                      sp_shape4(cases[t].ic, cases[t].oc, k, k), cases[t].bias, cases[t].bf16, &md);
+    sp_conv_transpose2d_attr at;
+    sp_op_prep p = up_prep(cases[t].bf16, cases[t].pad, cases[t].bias, cases[t].ic, cases[t].oc, cases[t].k, 5,
+                           cases[t].tag, &md, &at);
     p.training = p.run_backward = cases[t].backward;
     p.need_d_in[0] = cases[t].need_dx, p.param_grad[0] = cases[t].need_dw;
     assert_int_equal(cpu_deconv_prepare(&p), 0);
