@@ -364,6 +364,7 @@ void cpu_exec_init(cpu_exec *e, dnnl_primitive_t prim) {
   e->prim = prim;
   e->n_args = 0;
   e->serial = 0;
+  e->w16.on = 0;
 }
 
 int cpu_exec_arg(cpu_exec *e, cpu_node *n, int arg, const dnnl_memory_desc_t *md, void *ptr) {
@@ -400,7 +401,9 @@ void cpu_exec_run(const cpu_exec *e) {
   if (!e->prim) return;
   /* Only when profiling: the kind query is not free. */
   double t0 = reorder_timing && is_reorder(e->prim) ? sp_now() : 0;
-  if (e->serial) {
+  if (e->w16.on) {
+    cpu_w16_run(&e->w16, e->w16_src, e->w16_dst, e->serial);
+  } else if (e->serial) {
     /* oneDNN (OpenMP runtime) sizes each parallel region by
      * omp_get_max_threads() when it runs. */
     const int threads = omp_get_max_threads();
@@ -414,6 +417,23 @@ void cpu_exec_run(const cpu_exec *e) {
   if (t0 > 0) reorder_seconds += sp_now() - t0;
 }
 
+/* 0: a reorder that writes; 1: one that adds (a sum post-op of scale 1, what
+ * cpu_make_reorder makes); -1: anything else. */
+static int reorder_sums(const_dnnl_primitive_desc_t pd) {
+  const_dnnl_primitive_attr_t attr;
+  const_dnnl_post_ops_t po;
+  if (dnnl_primitive_desc_get_attr(pd, &attr) != dnnl_success ||
+      dnnl_primitive_attr_get_post_ops(attr, &po) != dnnl_success)
+    return -1;
+  const int len = dnnl_post_ops_len(po);
+  float scale = 0;
+  if (len == 0) return 0;
+  return len == 1 && dnnl_post_ops_get_kind(po, 0) == dnnl_sum &&
+                 dnnl_post_ops_get_params_sum(po, 0, &scale) == dnnl_success && scale == 1.0f
+             ? 1
+             : -1;
+}
+
 int cpu_bind_reorder(cpu_exec *e, cpu_node *n, const_dnnl_primitive_desc_t pd, dnnl_primitive_t prim, void *src_ptr,
                      void *dst_ptr, char *scratch) {
   cpu_exec_init(e, prim);
@@ -422,6 +442,10 @@ int cpu_bind_reorder(cpu_exec *e, cpu_node *n, const_dnnl_primitive_desc_t pd, d
    * barrier for every thread, which on a shared machine means a descheduled
    * one (measured: 3-4 ms per 16x8x3x3 weight under load). */
   e->serial = cpu_md_bytes(cpu_pd_md(pd, dnnl_query_src_md, 0)) <= cpu_serial_reorder_bytes;
+  int accumulate = reorder_sums(pd);
+  if (accumulate >= 0 &&
+      cpu_w16_of(&e->w16, cpu_pd_md(pd, dnnl_query_src_md, 0), cpu_pd_md(pd, dnnl_query_dst_md, 0), accumulate))
+    e->w16_src = src_ptr, e->w16_dst = dst_ptr;
   if (cpu_exec_arg(e, n, DNNL_ARG_FROM, cpu_pd_md(pd, dnnl_query_src_md, 0), src_ptr) != 0 ||
       cpu_exec_arg(e, n, DNNL_ARG_TO, cpu_pd_md(pd, dnnl_query_dst_md, 0), dst_ptr) != 0)
     return -1;

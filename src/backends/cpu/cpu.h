@@ -53,12 +53,35 @@ typedef struct {
 #define CPU_MAX_MEMS 48
 #define CPU_MAX_ARGS 12
 
+/* reorder_w16.c: an f32 weight reorder between a 16 x 16 blocked layout and
+ * a plain one in which one of the two blocked dims is innermost (or from that
+ * plain f32 into bf16 pair-blocked tiles), as tiles of our own (oneDNN 2.6
+ * runs many of these on a slow generic kernel). */
+enum { W16_TILES = 1, W16_RUNS9 = 2 };
+typedef struct {
+  int on; /* 0, W16_TILES (one of the two dims innermost on the plain side) or W16_RUNS9 (3x3 in oihw / iohw) */
+  int to_plain, transpose, accumulate;
+  int mid_is_row;                 /* W16_RUNS9: the plain dim next to the kernel positions is the tile's row dim */
+  int pairs;                      /* into bf16 tiles whose rows go in pairs (the bf16 kernels' weights) */
+  int64_t nb[2];                  /* blocks along the tile's row dim and column dim */
+  int64_t bstride[2], pstride[2]; /* per block (blocked side) and per element (plain) of those dims */
+  int64_t spatial, bsp, psp;      /* kernel positions, and their stride on either side */
+} cpu_w16;
+extern int cpu_reorder_use_w16; /* 0: oneDNN's reorders for these too (tests compare) */
+/* 1 with *t filled when src -> dst (written, or added with accumulate) is
+ * such a reorder, else 0. */
+int cpu_w16_of(cpu_w16 *t, const dnnl_memory_desc_t *src, const dnnl_memory_desc_t *dst, int accumulate);
+void cpu_w16_run(const cpu_w16 *t, const void *src, void *dst, int serial);
+
 /* One primitive execution with its arguments (bound memory objects). */
 typedef struct {
   dnnl_primitive_t prim;
   int n_args;
   int serial; /* run on this thread alone (small reorders, see cpu_bind_reorder) */
   dnnl_exec_arg_t args[CPU_MAX_ARGS];
+  cpu_w16 w16; /* a reorder run by reorder_w16.c instead of prim (w16.on) */
+  const void *w16_src;
+  void *w16_dst;
 } cpu_exec;
 
 struct cpu_node {
