@@ -2,9 +2,9 @@
  * oneDNN's on the same values: every 16 x 16 blocked layout the convolutions
  * ask for, with plain layouts of either dim innermost (1x1 kernels in oihw
  * or iohw, larger ones channels-last: whole tiles) or the kernel positions
- * innermost (3x3 in oihw / iohw: runs of 144 values permuted), f32 both
+ * innermost (up to 3x3 in oihw / iohw: runs of 16 kernel-size values), f32 both
  * directions, written and added, and f32 into the bf16 pair-blocked
- * layouts. Other kernel sizes in oihw must stay oneDNN's. The bits must be equal: it is the same data movement, and an added
+ * layouts. Larger kernels in oihw must stay oneDNN's. The bits must be equal: it is the same data movement, and an added
  * value is one f32 sum either way. */
 #include "backend_compare.h"
 
@@ -39,7 +39,8 @@ static void fill(float *p, size_t n, uint64_t seed) {
   for (size_t i = 0; i < n; i++) p[i] = sp_test_rng_uniform(&rng, -1, 1);
 }
 
-/* One case both ways, written and added; returns the path ours took. */
+/* One case both ways, written and added; returns the path ours took into
+ * the plain layout. */
 static int both_ways_agree(int ndims, const dnnl_dims_t dims, dnnl_format_tag_t blocked, dnnl_format_tag_t plain) {
   dnnl_memory_desc_t b, p;
   assert_int_equal(dnnl_memory_desc_init_by_tag(&b, ndims, dims, dnnl_f32, blocked), dnnl_success);
@@ -49,7 +50,7 @@ static int both_ways_agree(int ndims, const dnnl_dims_t dims, dnnl_format_tag_t 
                                                                                   : dnnl_memory_desc_get_size(&p)) /
                    sizeof(float);
   float *src = malloc(n * sizeof(float)), *ref = malloc(n * sizeof(float)), *got = malloc(n * sizeof(float));
-  int path = -1;
+  int path[2] = {-1, -1};
   for (int dir = 0; dir < 2; dir++)
     for (int acc = 0; acc < 2; acc++) {
       const dnnl_memory_desc_t *from = dir ? &p : &b, *to = dir ? &b : &p;
@@ -57,12 +58,14 @@ static int both_ways_agree(int ndims, const dnnl_dims_t dims, dnnl_format_tag_t 
       fill(ref, n, 23), fill(got, n, 23); /* what an added reorder adds onto */
       assert_int_equal(reorder(from, to, acc, 0, src, ref), 0);
       const int ours = reorder(from, to, acc, 1, src, got);
-      assert_true(path < 0 || ours == path);
-      path = ours;
+      assert_true(path[dir] < 0 || ours == path[dir]);
+      path[dir] = ours;
       assert_memory_equal(got, ref, n * sizeof(float));
     }
   free(src), free(ref), free(got);
-  return path;
+  /* Plain f32 into f32 blocks by runs stays oneDNN's (it was as fast). */
+  assert_int_equal(path[1], path[0] == W16_RUNS ? 0 : path[0]);
+  return path[0];
 }
 
 static void weights_match_onednn(void **s) {
@@ -73,8 +76,9 @@ static void weights_match_onednn(void **s) {
     dnnl_format_tag_t tag;
     int kernel, ours; /* the path ours must take */
   } plain[] = {{dnnl_abcd, 1, W16_TILES}, {dnnl_bacd, 1, W16_TILES}, {dnnl_acdb, 3, W16_TILES},
-               {dnnl_cdba, 3, W16_TILES}, {dnnl_acdb, 2, W16_TILES}, {dnnl_abcd, 3, W16_RUNS9},
-               {dnnl_bacd, 3, W16_RUNS9}, {dnnl_abcd, 2, 0},         {dnnl_abcd, 5, 0}};
+               {dnnl_cdba, 3, W16_TILES}, {dnnl_acdb, 2, W16_TILES}, {dnnl_abcd, 3, W16_RUNS},
+               {dnnl_bacd, 3, W16_RUNS},  {dnnl_abcd, 2, W16_RUNS},  {dnnl_bacd, 2, W16_RUNS},
+               {dnnl_abcd, 5, 0}};
   for (size_t b = 0; b < sizeof blocked / sizeof *blocked; b++)
     for (size_t q = 0; q < sizeof plain / sizeof *plain; q++) {
       const dnnl_dims_t dims = {32, 48, plain[q].kernel, plain[q].kernel};
@@ -101,7 +105,7 @@ static void large_weights_in_parallel(void **s) {
   const dnnl_dims_t k1 = {512, 256, 1, 1}, k3 = {256, 128, 3, 3};
   assert_int_equal(both_ways_agree(4, k1, dnnl_ABcd16b16a, dnnl_abcd), W16_TILES);
   assert_int_equal(both_ways_agree(4, k3, dnnl_BAcd16a16b, dnnl_acdb), W16_TILES);
-  assert_int_equal(both_ways_agree(4, k3, dnnl_ABcd16b16a, dnnl_abcd), W16_RUNS9);
+  assert_int_equal(both_ways_agree(4, k3, dnnl_ABcd16b16a, dnnl_abcd), W16_RUNS);
 }
 
 /* Plain f32 weights into the bf16 kernels' pair-blocked layouts (rounded
@@ -126,13 +130,14 @@ static void bf16_tiles_match_onednn(void **s) {
   (void)s;
   cmp_require_cpu();
   const dnnl_format_tag_t blocked[] = {dnnl_ABcd8b16a2b, dnnl_BAcd8a16b2a, dnnl_ABcd8a16b2a};
-  const dnnl_dims_t k1 = {32, 64, 1, 1}, k3 = {48, 32, 3, 3}, big = {512, 256, 1, 1};
+  const dnnl_dims_t k1 = {32, 64, 1, 1}, k3 = {48, 32, 3, 3}, k2 = {32, 64, 2, 2}, big = {512, 256, 1, 1};
   for (size_t b = 0; b < sizeof blocked / sizeof *blocked; b++) {
     assert_int_equal(into_bf16_agrees(k1, blocked[b], dnnl_abcd), W16_TILES);
     assert_int_equal(into_bf16_agrees(k1, blocked[b], dnnl_bacd), W16_TILES);
     assert_int_equal(into_bf16_agrees(k3, blocked[b], dnnl_acdb), W16_TILES);
-    assert_int_equal(into_bf16_agrees(k3, blocked[b], dnnl_abcd), W16_RUNS9);
-    assert_int_equal(into_bf16_agrees(k3, blocked[b], dnnl_bacd), W16_RUNS9);
+    assert_int_equal(into_bf16_agrees(k3, blocked[b], dnnl_abcd), W16_RUNS);
+    assert_int_equal(into_bf16_agrees(k3, blocked[b], dnnl_bacd), W16_RUNS);
+    assert_int_equal(into_bf16_agrees(k2, blocked[b], dnnl_bacd), W16_RUNS); /* transposed convolutions */
   }
   assert_int_equal(into_bf16_agrees(big, dnnl_ABcd8b16a2b, dnnl_abcd), W16_TILES);
   /* Never the other way, nor added. */
@@ -146,7 +151,7 @@ static void bf16_tiles_match_onednn(void **s) {
 
 /* What ours leaves to oneDNN: channel counts not in 16s (padded blocks),
  * bf16 gradients, layouts blocked one way, and the switch off (kernels
- * other than 1x1 and 3x3 in oihw: weights_match_onednn). */
+ * larger than 3x3 in oihw: weights_match_onednn). */
 static void other_reorders_stay_onednn(void **s) {
   (void)s;
   cmp_require_cpu();

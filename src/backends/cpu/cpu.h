@@ -57,11 +57,11 @@ typedef struct {
  * a plain one in which one of the two blocked dims is innermost (or from that
  * plain f32 into bf16 pair-blocked tiles), as tiles of our own (oneDNN 2.6
  * runs many of these on a slow generic kernel). */
-enum { W16_TILES = 1, W16_RUNS9 = 2 };
+enum { W16_TILES = 1, W16_RUNS = 2, W16_MAX_RUN = 9 /* kernel positions: 3x3 */ };
 typedef struct {
-  int on; /* 0, W16_TILES (one of the two dims innermost on the plain side) or W16_RUNS9 (3x3 in oihw / iohw) */
+  int on; /* 0, W16_TILES (one of the two dims innermost on the plain side) or W16_RUNS (up to 3x3 in oihw / iohw) */
   int to_plain, transpose, accumulate;
-  int mid_is_row;                 /* W16_RUNS9: the plain dim next to the kernel positions is the tile's row dim */
+  int mid_is_row;                 /* W16_RUNS: the plain dim next to the kernel positions is the tile's row dim */
   int pairs;                      /* into bf16 tiles whose rows go in pairs (the bf16 kernels' weights) */
   int64_t nb[2];                  /* blocks along the tile's row dim and column dim */
   int64_t bstride[2], pstride[2]; /* per block (blocked side) and per element (plain) of those dims */

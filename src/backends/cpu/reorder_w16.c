@@ -5,17 +5,19 @@
  * (ABcd8b16a2b, ...), rounded. Plain layouts with one of the two dims
  * innermost (1x1 kernels, linear layers, channels-last kernels) move as
  * 16 x 16 tiles of 16 vectors, transposed in registers where the plain side
- * runs the other way; 3x3 kernels in oihw / iohw as runs of 144 values
- * (pair_runs9). Block pairs go in the blocked side's memory order.
+ * runs the other way; kernels of up to 3x3 in oihw / iohw as runs of 16
+ * kernel-size values (pair_runs). Block pairs go in the blocked side's
+ * memory order.
  *
  * Why: oneDNN ran a 1x1 weight gradient back to the plain master gradient at
- * 6-9 GB/s (2048x1024: 2.1-3.7 ms; ours 0.54-0.74), and 3x3 weights either
- * way and plain f32 into bf16 tiles at 15-25 GB/s. Standalone, 2 threads,
- * Zen 5, best of 6 over 8 weights (ms, oneDNN -> ours): 512x512x3x3 into oihw
- * 0.64 -> 0.46, added 1.21 -> 0.47, from oihw 0.47 -> 0.43, into bf16 tiles
- * 0.53-0.64 -> 0.32-0.39; 256x256x3x3 into bf16 tiles 0.11-0.14 ->
- * 0.03-0.06. In an f32 ResUNet-50 step at batch 16 these were 32 ms of
- * weight reorders (ONEDNN_VERBOSE). */
+ * 6-9 GB/s (2048x1024: 2.1-3.7 ms; ours 0.54-0.74), and 3x3 weights into
+ * oihw and plain f32 into bf16 tiles at 15-25 GB/s. Standalone, 2 threads,
+ * Zen 5, best of 6 over 8 weights, several runs (ms, oneDNN -> ours):
+ * 512x512x3x3 into oihw 0.62-0.70 -> 0.46-0.57, added 1.17-1.21 ->
+ * 0.47-0.59, into bf16 tiles 0.50-0.64 -> 0.32-0.52; 256x256x3x3 into bf16
+ * tiles 0.11-0.14 -> 0.03-0.06; 512x2048x2x2 (a transposed convolution's)
+ * into bf16 tiles 0.86-1.50 -> 0.75-1.14. In an f32 ResUNet-50 step at
+ * batch 16 these were 32 ms of weight reorders (ONEDNN_VERBOSE). */
 #ifdef SPRY_HAVE_DNNL
 #include <string.h>
 
@@ -89,17 +91,22 @@ int cpu_w16_of(cpu_w16 *t, const dnnl_memory_desc_t *src, const dnnl_memory_desc
     t->transpose = t->pstride[1] != 1;
     return t->on = W16_TILES;
   }
-  /* 3x3 kernels in oihw / iohw: the kernel positions innermost, then one
-   * of the two dims (mid), as 16 runs of 144 values per block pair, one per
-   * value of the other (far) dim. Other sizes stay oneDNN's. Two simpler
-   * ways were slower than oneDNN at 3x3: lines of 16 gathered across a
-   * block pair's tiles (512x512x3x3 into oihw: 1.7 against 0.8 ms) and a
-   * block pair staged through a buffer with scalar moves (from oihw: 1.45
-   * against 0.58 ms). */
-  const int mid_row = t->pstride[0] == 9, mid_col = t->pstride[1] == 9;
-  if (t->spatial != 9 || t->psp != 1 || t->bsp != 256 || !(mid_row || mid_col)) return 0;
+  /* Kernels of up to 3x3 in oihw / iohw: the kernel positions innermost,
+   * then one of the two dims (mid), as 16 runs of 16 x spatial values per
+   * block pair, one per value of the other (far) dim: f32 gradients into
+   * them (written or added), and plain f32 into bf16 tiles. Larger kernels
+   * stay oneDNN's. Two simpler ways were slower than oneDNN at 3x3: lines of 16
+   * gathered across a block pair's tiles (512x512x3x3 into oihw: 1.7
+   * against 0.8 ms) and a block pair staged through a buffer with scalar
+   * moves (from oihw: 1.45 against 0.58 ms). */
+  const int64_t sp = t->spatial;
+  const int mid_row = t->pstride[0] == sp, mid_col = t->pstride[1] == sp;
+  if (sp > W16_MAX_RUN || t->psp != 1 || t->bsp != 256 || !(mid_row || mid_col)) return 0;
+  /* f32 from oihw into f32 blocks: oneDNN's was as fast or faster
+   * (512x512x3x3: 0.49-0.52 ms against 0.54-0.56). */
+  if (!t->to_plain && !t->pairs) return 0;
   t->mid_is_row = mid_row;
-  return t->on = W16_RUNS9;
+  return t->on = W16_RUNS;
 }
 
 /* The 16 x 16 transpose in four steps, each swapping one bit of the row
@@ -180,37 +187,39 @@ static inline void tile(const cpu_w16 *t, void *bt, float *pt) {
     VEC_UNROLL for (int y = 0; y < 16; y++) put((float *)bt + 16 * y, r[y], t->accumulate);
 }
 
-/* One block pair of a 3x3 kernel (bp its 9 tiles, pt its plain origin)
- * through tv, 144 vectors over the far dim, one per run position f = 9 m +
- * s (mid index m, kernel position s): the 16 runs are a 16 x 144 matrix,
- * transposed 16 columns at a time into tv, and tv[9 m + s] for m = 0..15
- * is tile s's rows (mid dim = row dim) or columns (else: one more
- * transpose). A permute network per run instead (each output vector from up
- * to 9 inputs) was slower than oneDNN's reorder. */
-static void pair_runs9(const cpu_w16 *t, char *bp, float *pt, v16 *tv) {
+/* One block pair of a kernel of sp positions (bp its sp tiles, pt its
+ * plain origin) through tv, 16 sp vectors over the far dim, one per run
+ * position f = sp m + s (mid index m, kernel position s): the 16 runs are a
+ * 16 x 16 sp matrix, transposed 16 columns at a time into tv, and
+ * tv[sp m + s] for m = 0..15 is tile s's rows (mid dim = row dim) or
+ * columns (else: one more transpose). A permute network per run instead
+ * (3x3: each output vector from up to 9 inputs) was slower than oneDNN's
+ * reorder. */
+static inline __attribute__((always_inline)) void pair_runs_of(const cpu_w16 *t, char *bp, float *pt, v16 *tv,
+                                                               const int sp) {
   const int es = t->pairs ? 2 : 4;
   const int64_t far = t->mid_is_row ? t->pstride[1] : t->pstride[0];
   v16 r[16];
   if (t->to_plain) {
-    for (int s = 0; s < 9; s++) {
+    for (int s = 0; s < sp; s++) {
       VEC_UNROLL for (int x = 0; x < 16; x++) r[x] = *(const v16u *)((float *)(bp + es * 256 * s) + 16 * x);
       if (!t->mid_is_row) transpose16(r); /* r[m]: over the far (row) dim */
-      VEC_UNROLL for (int m = 0; m < 16; m++) tv[9 * m + s] = r[m];
+      VEC_UNROLL for (int m = 0; m < 16; m++) tv[sp * m + s] = r[m];
     }
-    for (int k = 0; k < 9; k++) {
+    for (int k = 0; k < sp; k++) {
       VEC_UNROLL for (int j = 0; j < 16; j++) r[j] = tv[16 * k + j];
       transpose16(r); /* r[u]: run u's values 16 k .. 16 k + 15 */
       VEC_UNROLL for (int u = 0; u < 16; u++) put(pt + u * far + 16 * k, r[u], t->accumulate);
     }
     return;
   }
-  for (int k = 0; k < 9; k++) {
+  for (int k = 0; k < sp; k++) {
     VEC_UNROLL for (int u = 0; u < 16; u++) r[u] = *(const v16u *)(pt + u * far + 16 * k);
     transpose16(r);
     VEC_UNROLL for (int j = 0; j < 16; j++) tv[16 * k + j] = r[j];
   }
-  for (int s = 0; s < 9; s++) {
-    VEC_UNROLL for (int m = 0; m < 16; m++) r[m] = tv[9 * m + s];
+  for (int s = 0; s < sp; s++) {
+    VEC_UNROLL for (int m = 0; m < 16; m++) r[m] = tv[sp * m + s];
     if (!t->mid_is_row) transpose16(r); /* columns -> rows */
     void *bt = bp + es * 256 * s;
     if (t->pairs)
@@ -218,6 +227,17 @@ static void pair_runs9(const cpu_w16 *t, char *bp, float *pt, v16 *tv) {
     else
       VEC_UNROLL for (int x = 0; x < 16; x++) put((float *)bt + 16 * x, r[x], t->accumulate);
   }
+}
+
+/* The common kernel sizes with the size a constant (the loops unrolled:
+ * 3x3 from oihw took 0.53 ms against 0.43 with a variable size). */
+static void pair_runs(const cpu_w16 *t, char *bp, float *pt, v16 *tv) {
+  if (t->spatial == 9)
+    pair_runs_of(t, bp, pt, tv, 9);
+  else if (t->spatial == 4)
+    pair_runs_of(t, bp, pt, tv, 4);
+  else
+    pair_runs_of(t, bp, pt, tv, (int)t->spatial);
 }
 
 /* Block pair u in the blocked side's memory order (the dim of the larger
@@ -235,16 +255,16 @@ void cpu_w16_run(const cpu_w16 *t, const void *src, void *dst, int serial) {
   char *blk = (char *)(t->to_plain ? src : dst);
   float *pl = (float *)(t->to_plain ? dst : src);
   const int64_t sp = t->spatial, es = t->pairs ? 2 : 4; /* the blocked side's bytes per value */
-  if (t->on == W16_RUNS9) {
+  if (t->on == W16_RUNS) {
 #pragma omp parallel if (!serial)
     {
-      v16 tv[144];
+      v16 tv[16 * W16_MAX_RUN];
 #pragma omp for schedule(static)
       for (int64_t u = 0; u < t->nb[0] * t->nb[1]; u++) {
         int64_t b0, b1;
         pair_of(t, u, &b0, &b1);
-        pair_runs9(t, blk + es * (b0 * t->bstride[0] + b1 * t->bstride[1]),
-                   pl + 16 * (b0 * t->pstride[0] + b1 * t->pstride[1]), tv);
+        pair_runs(t, blk + es * (b0 * t->bstride[0] + b1 * t->bstride[1]),
+                  pl + 16 * (b0 * t->pstride[0] + b1 * t->pstride[1]), tv);
       }
     }
     return;
