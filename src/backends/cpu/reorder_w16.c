@@ -28,7 +28,6 @@ int cpu_reorder_use_w16 = 1;
 
 typedef float v16 __attribute__((vector_size(64)));
 typedef float v16u __attribute__((vector_size(64), aligned(4)));
-typedef int32_t m16 __attribute__((vector_size(64))); /* shuffle masks */
 
 /* Where the 16 x 16 blocking is, as the plan's descriptor says: the tile's
  * row dim and column dim (inner_idxs); 0 if md is not such a layout. The
@@ -112,26 +111,28 @@ int cpu_w16_of(cpu_w16 *t, const dnnl_memory_desc_t *src, const dnnl_memory_desc
 /* The 16 x 16 transpose in four steps, each swapping one bit of the row
  * index with the same bit of the column index: rows i and i + s (bit s of i
  * clear) trade their chunks of s values. */
+/* (Index lists, not mask vectors: __builtin_shufflevector is GCC's and
+ * Clang's alike; the fuzz builds use Clang.) */
+#define W16_LO8 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23
+#define W16_HI8 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31
+#define W16_LO4 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27
+#define W16_HI4 4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31
+#define W16_LO2 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29
+#define W16_HI2 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31
+#define W16_LO1 0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30
+#define W16_HI1 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31
 #define W16_STEP(s, lo, hi)                               \
   VEC_UNROLL for (int i = 0; i < 16; i++) if (!(i & s)) { \
     const v16 a = r[i], b = r[i + s];                     \
-    r[i] = __builtin_shuffle(a, b, lo);                   \
-    r[i + s] = __builtin_shuffle(a, b, hi);               \
+    r[i] = __builtin_shufflevector(a, b, lo);             \
+    r[i + s] = __builtin_shufflevector(a, b, hi);         \
   }
 
 static inline void transpose16(v16 *r) {
-  const m16 lo8 = {0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23};
-  const m16 hi8 = {8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31};
-  const m16 lo4 = {0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27};
-  const m16 hi4 = {4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31};
-  const m16 lo2 = {0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29};
-  const m16 hi2 = {2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31};
-  const m16 lo1 = {0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30};
-  const m16 hi1 = {1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31};
-  W16_STEP(8, lo8, hi8)
-  W16_STEP(4, lo4, hi4)
-  W16_STEP(2, lo2, hi2)
-  W16_STEP(1, lo1, hi1)
+  W16_STEP(8, W16_LO8, W16_HI8)
+  W16_STEP(4, W16_LO4, W16_HI4)
+  W16_STEP(2, W16_LO2, W16_HI2)
+  W16_STEP(1, W16_LO1, W16_HI1)
 }
 
 typedef uint16_t h16 __attribute__((vector_size(32)));
@@ -153,11 +154,12 @@ static inline h16 bf16_of(v16 v) {
 /* A tile's rows r[x] (over the column dim) into a pair-blocked bf16 tile:
  * its row k holds rows 2k and 2k + 1 interleaved. */
 static inline void put_pairs(uint16_t *bt, const v16 *r) {
-  const m16 lo = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23};
-  const m16 hi = {8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
   VEC_UNROLL for (int k = 0; k < 8; k++) {
-    *(h16u *)(bt + 32 * k) = bf16_of(__builtin_shuffle(r[2 * k], r[2 * k + 1], lo));
-    *(h16u *)(bt + 32 * k + 16) = bf16_of(__builtin_shuffle(r[2 * k], r[2 * k + 1], hi));
+    const v16 a = r[2 * k], b = r[2 * k + 1];
+    *(h16u *)(bt + 32 * k) =
+        bf16_of(__builtin_shufflevector(a, b, 0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23));
+    *(h16u *)(bt + 32 * k + 16) =
+        bf16_of(__builtin_shufflevector(a, b, 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31));
   }
 }
 
