@@ -110,9 +110,9 @@ int cpu_w16_of(cpu_w16 *t, const dnnl_memory_desc_t *src, const dnnl_memory_desc
 
 /* The 16 x 16 transpose in four steps, each swapping one bit of the row
  * index with the same bit of the column index: rows i and i + s (bit s of i
- * clear) trade their chunks of s values. */
-/* (Index lists, not mask vectors: __builtin_shufflevector is GCC's and
- * Clang's alike; the fuzz builds use Clang.) */
+ * clear) trade their chunks of s values. Index lists rather than mask
+ * vectors: __builtin_shufflevector is GCC's and Clang's alike (the fuzz
+ * builds use Clang, which has no __builtin_shuffle). */
 #define W16_LO8 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23
 #define W16_HI8 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31
 #define W16_LO4 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27
