@@ -14,7 +14,7 @@
  * oihw and plain f32 into bf16 tiles at 15-25 GB/s. Standalone, 2 threads,
  * Zen 5, best of 6 over 8 weights, several runs (ms, oneDNN -> ours):
  * 512x512x3x3 into oihw 0.62-0.70 -> 0.46-0.57, added 1.17-1.21 ->
- * 0.47-0.59, into bf16 tiles 0.50-0.64 -> 0.32-0.52; 256x256x3x3 into bf16
+ * 0.47-0.77, into bf16 tiles 0.50-0.64 -> 0.32-0.52; 256x256x3x3 into bf16
  * tiles 0.11-0.14 -> 0.03-0.06; 512x2048x2x2 (a transposed convolution's)
  * into bf16 tiles 0.86-1.50 -> 0.75-1.14. In an f32 ResUNet-50 step at
  * batch 16 these were 32 ms of weight reorders (ONEDNN_VERBOSE). */
