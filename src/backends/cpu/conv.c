@@ -709,6 +709,8 @@ int cpu_conv_prepare(sp_op_prep *p) {
   if (p->in_shape[0].ndim != 4) return cpu_adapter_prepare(p);
   int r = cpu_conv_stem_prepare(p); /* bf16 training, on the grey or colour image */
   if (r <= 0) return r;
+  r = cpu_conv_narrow_prepare(p); /* inference, 3x3 on a narrow channels-last input */
+  if (r <= 0) return r;
   r = cpu_conv_softargmax_prepare(p); /* a heatmap head with soft-argmax after it */
   if (r <= 0) return r;
   cpu_conv_geom g;
