@@ -1,5 +1,5 @@
 /* A bf16 inference plan's 3x3 convolution (pad 1, stride 1 or 2) from a
- * narrow channels-last input (8 or 16 channels) into channels-last output in
+ * narrow channels-last input (8 channels) into channels-last output in
  * groups of 16 channels, as a loop of our own; a frozen plan folds the batch
  * norm after it and its ReLU in, as conv.c does. Where: vgg-face's second
  * layer (8 -> 16 channels, 112 -> 56, after the stem).
@@ -8,10 +8,11 @@
  * `vdpbf16ps` peak. Batch 64, AMD Zen 5, 2 threads, in one process:
  * caches flushed before each call, oneDNN 1.82-1.90 ms, here 0.74-0.76 ms
  * (1.04-1.10 without the prefetches below); input warm, 0.92-1.11 against
- * 0.75-0.85. In the model (per-node profile, alternating runs) 1.46-1.59
+ * 0.75-0.85. In the model (per-node profile, alternating runs) 1.46-1.62
  * -> 0.94-1.08 ms, and 2.0 ms for oneDNN on a slower hour.
  *
- * Not taken: in f32 (the same loop with an FMA per input channel: 3.2 ms
+ * Not taken: from 16 channels (vgg-face's third layer, 16 -> 32, stride 2:
+ * 0.84-0.87 ms against oneDNN's 0.63-0.68), in f32 (the same loop with an FMA per input channel: 3.2 ms
  * against oneDNN's 2.9-3.6 in the model, batch 1 0.043-0.062 against
  * 0.027-0.032), and under cpu_conv_narrow_min_positions output positions (vgg-face at
  * batch 1, 3136 positions: 0.017-0.018 ms against 0.013-0.016).
@@ -52,7 +53,7 @@ int64_t cpu_conv_narrow_min_positions = MIN_POSITIONS_DEFAULT;
 long cpu_narrow_calls;
 
 enum {
-  MAX_IC = 16,
+  IC = 8, /* input channels: 4 pairs */
   MAX_OC = 64,
   PG = 16,     /* output positions per group: one accumulator each */
   OB = 16,     /* output channels per accumulator */
@@ -91,7 +92,7 @@ static void prepare_weights(narrow_node *s, const sp_op_args *a) {
 #if defined(__AVX512F__) && defined(__AVX512BF16__)
 /* Output positions ox0 .. ox0 + np - 1 (np <= pg), channels ob .. ob + 15,
  * from the taps of the valid input rows. rows: KS padded rows of row_len
- * positions, ic channels each; ic (8 or 16), the stride and pg (16, or 8
+ * positions, ic channels each; ic (IC), the stride and pg (16, or 8
  * for a short last group) are constants where called. */
 INLINE void group_bf16(const narrow_node *s, const char *rows, const int *valid, uint16_t *out, int64_t ox0, int64_t ob,
                        int64_t np, const int ic, const int sw, const int pg) {
@@ -150,13 +151,10 @@ static void prefetch_ahead(const narrow_node *s, const char *x, char *y, int64_t
   for (int64_t l = 0; l < out_row; l += 64) _mm_prefetch(o + l, _MM_HINT_ET0);
 }
 
-/* One output row's specialisation: input channels, stride. */
+/* One output row's specialisation: the stride. */
 static void run_row(const narrow_node *s, const char *rows, const int *valid, char *out) {
   uint16_t *o = (uint16_t *)out;
-  if (s->ic == 16)
-    s->sw == 2 ? row_bf16(s, rows, valid, o, 16, 2) : row_bf16(s, rows, valid, o, 16, 1);
-  else
-    s->sw == 2 ? row_bf16(s, rows, valid, o, 8, 2) : row_bf16(s, rows, valid, o, 8, 1);
+  s->sw == 2 ? row_bf16(s, rows, valid, o, IC, 2) : row_bf16(s, rows, valid, o, IC, 1);
 }
 #endif
 
@@ -204,7 +202,7 @@ static int narrow_bind(cpu_node *nd, const sp_op_args *a, char *fs, char *bs) {
 static const cpu_vt narrow_vt = {narrow_forward, NULL, narrow_bind, NULL};
 
 /* bf16 inference only, where the build has AVX512-BF16: a channels-last
- * bf16 input with 8 or 16 channels, 16 to 64 output channels in groups of
+ * bf16 input with 8 channels, 16 to 64 output channels in groups of
  * 16, a 3x3 window with pad 1 and stride 1 or 2, and at least
  * cpu_conv_narrow_min_positions output positions. */
 static int applies(const sp_op_prep *p) {
@@ -213,10 +211,10 @@ static int applies(const sp_op_prep *p) {
   const sp_shape *in = &p->in_shape[0], *w = &p->param_shape[0], *out = &p->out_shape;
   const dnnl_memory_desc_t *md = p->in_layout[0];
   return cpu_conv_use_narrow && p->bf16 && !p->run_backward && !p->training && !p->out_plain && md && in->ndim == 4 &&
-         md->data_type == dnnl_bf16 && cpu_md_lanes(md) == CPU_LANES_NHWC && at->groups == 1 && in->d[1] % 8 == 0 &&
-         in->d[1] <= MAX_IC && w->d[0] % OB == 0 && w->d[0] <= MAX_OC && w->d[2] == KS && w->d[3] == KS &&
-         at->pad_h == 1 && at->pad_w == 1 && at->stride_h == at->stride_w && (at->stride_h == 1 || at->stride_h == 2) &&
-         at->dil_h == 1 && at->dil_w == 1 && out->d[0] * out->d[2] * out->d[3] >= cpu_conv_narrow_min_positions;
+         md->data_type == dnnl_bf16 && cpu_md_lanes(md) == CPU_LANES_NHWC && at->groups == 1 && in->d[1] == IC &&
+         w->d[0] % OB == 0 && w->d[0] <= MAX_OC && w->d[2] == KS && w->d[3] == KS && at->pad_h == 1 && at->pad_w == 1 &&
+         at->stride_h == at->stride_w && (at->stride_h == 1 || at->stride_h == 2) && at->dil_h == 1 && at->dil_w == 1 &&
+         out->d[0] * out->d[2] * out->d[3] >= cpu_conv_narrow_min_positions;
 #else
   (void)p;
   return 0;
