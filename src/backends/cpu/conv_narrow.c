@@ -9,13 +9,14 @@
  * caches flushed before each call, oneDNN 1.82-1.90 ms, here 0.74-0.76 ms
  * (1.04-1.10 without the prefetches below); input warm, 0.92-1.11 against
  * 0.75-0.85. In the model (per-node profile, alternating runs) 1.46-1.62
- * -> 0.94-1.08 ms, and 2.0 ms for oneDNN on a slower hour.
+ * -> 0.90-1.08 ms, and 2.0 ms for oneDNN on a slower hour.
  *
- * Not taken: from 16 channels (vgg-face's third layer, 16 -> 32, stride 2:
- * 0.84-0.87 ms against oneDNN's 0.63-0.68), in f32 (the same loop with an FMA per input channel: 3.2 ms
- * against oneDNN's 2.9-3.6 in the model, batch 1 0.043-0.062 against
- * 0.027-0.032), and under cpu_conv_narrow_min_positions output positions (vgg-face at
- * batch 1, 3136 positions: 0.017-0.018 ms against 0.013-0.016).
+ * Not taken where it measured slower: from 16 channels (vgg-face's third
+ * layer, 16 -> 32, stride 2: 0.84-0.87 ms against oneDNN's 0.63-0.68); in
+ * f32 (the same loop with an FMA per input channel: 3.2 ms against
+ * oneDNN's 2.9-3.6 in the model; batch 1 0.043-0.062 against 0.027-0.032);
+ * under cpu_conv_narrow_min_positions output positions (vgg-face at batch
+ * 1, 3136 positions: 0.017-0.018 ms against 0.013-0.016).
  *
  * How: per output row, the KS = 3 input rows it reads are copied into a
  * zero-padded buffer per thread (L1-resident: a 112-wide row of 8 bf16
@@ -92,13 +93,13 @@ static void prepare_weights(narrow_node *s, const sp_op_args *a) {
 #if defined(__AVX512F__) && defined(__AVX512BF16__)
 /* Output positions ox0 .. ox0 + np - 1 (np <= pg), channels ob .. ob + 15,
  * from the taps of the valid input rows. rows: KS padded rows of row_len
- * positions, ic channels each; ic (IC), the stride and pg (16, or 8
- * for a short last group) are constants where called. */
+ * positions of IC channels; the stride and pg (16, or 8 for a short last
+ * group) are constants where called. */
 INLINE void group_bf16(const narrow_node *s, const char *rows, const int *valid, uint16_t *out, int64_t ox0, int64_t ob,
-                       int64_t np, const int ic, const int sw, const int pg) {
-  const int64_t oc = s->oc, pairs = ic / 2;
+                       int64_t np, const int sw, const int pg) {
+  const int64_t oc = s->oc, pairs = IC / 2;
   const uint32_t *wt = (const uint32_t *)s->wt;
-  const size_t row_bytes = 2 * (size_t)(s->row_len * ic);
+  const size_t row_bytes = 2 * (size_t)(s->row_len * IC);
   __m512 acc[PG];
   const __m512 b = _mm512_loadu_ps(s->bias + ob);
   for (int q = 0; q < pg; q++) acc[q] = b;
@@ -120,20 +121,17 @@ INLINE void group_bf16(const narrow_node *s, const char *rows, const int *valid,
   }
 }
 
-INLINE void row_bf16(const narrow_node *s, const char *rows, const int *valid, uint16_t *out, const int ic,
-                     const int sw) {
+INLINE void row_bf16(const narrow_node *s, const char *rows, const int *valid, uint16_t *out, const int sw) {
   for (int64_t ob = 0; ob < s->oc; ob += OB)
     for (int64_t ox0 = 0; ox0 < s->ow; ox0 += PG) {
       const int64_t np = s->ow - ox0 < PG ? s->ow - ox0 : PG;
       if (np > PG / 2)
-        group_bf16(s, rows, valid, out, ox0, ob, np, ic, sw, PG);
+        group_bf16(s, rows, valid, out, ox0, ob, np, sw, PG);
       else
-        group_bf16(s, rows, valid, out, ox0, ob, np, ic, sw, PG / 2);
+        group_bf16(s, rows, valid, out, ox0, ob, np, sw, PG / 2);
     }
 }
-#endif
 
-#if defined(__AVX512F__) && defined(__AVX512BF16__)
 /* The lines of output row `row` + PF_ROWS and of the input rows it reads
  * that the rows before it did not. */
 static void prefetch_ahead(const narrow_node *s, const char *x, char *y, int64_t row) {
@@ -154,7 +152,7 @@ static void prefetch_ahead(const narrow_node *s, const char *x, char *y, int64_t
 /* One output row's specialisation: the stride. */
 static void run_row(const narrow_node *s, const char *rows, const int *valid, char *out) {
   uint16_t *o = (uint16_t *)out;
-  s->sw == 2 ? row_bf16(s, rows, valid, o, IC, 2) : row_bf16(s, rows, valid, o, IC, 1);
+  s->sw == 2 ? row_bf16(s, rows, valid, o, 2) : row_bf16(s, rows, valid, o, 1);
 }
 #endif
 

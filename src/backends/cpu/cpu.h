@@ -545,8 +545,8 @@ int cpu_conv_is_stem(const void *state);
 extern int cpu_conv_use_stem;              /* 0: oneDNN's convolution there (tests compare the two) */
 extern int64_t cpu_conv_stem_infer_max_oc; /* inference: the stem up to this many output channels */
 /* conv_narrow.c: a bf16 inference plan's 3x3 convolution from a
- * channels-last input of 8 or 16 channels into groups of 16, as a loop of
- * our own; 1 when the case does not apply. Whether a node's state is one. */
+ * channels-last input of 8 channels into groups of 16, as a loop of our
+ * own; 1 when the case does not apply. Whether a node's state is one. */
 int cpu_conv_narrow_prepare(sp_op_prep *p);
 int cpu_conv_is_narrow(const void *state);
 extern int cpu_conv_use_narrow;               /* 0: oneDNN's convolution there (tests compare the two) */
