@@ -157,6 +157,18 @@ static inline void cmp_fill(sp_plan *p, uint64_t seed, int classes) {
   }
 }
 
+/* Every parameter of g uniform in [-0.5, 0.5] (parameter i from seed +
+ * i), batch norms' running variances in [0.5, 2]: statistics away from 0
+ * and 1, so that a frozen plan's folding of them is exercised. */
+static inline void cmp_fill_params(sp_graph *g, uint64_t seed) {
+  for (int i = 0; i < sp_graph_param_count(g); i++) {
+    sp_tensor *v = sp_graph_param_value(g, i);
+    sp_test_rng r = {seed + (uint64_t)i};
+    const int var = strstr(sp_graph_param_name(g, i), "running_var") != NULL;
+    sp_test_fill_uniform(&r, v->data, sp_tensor_numel(v), var ? 0.5f : -0.5f, var ? 2.0f : 0.5f);
+  }
+}
+
 /* Relative L2 difference of two f32 tensors of one shape. */
 static inline double cmp_rel_l2(const sp_tensor *a, const sp_tensor *b) {
   double d2 = 0, r2 = 0;

@@ -106,13 +106,7 @@ static void inference_same_as_onednn(void **st) {
           stem_or_onednn(path);
           sp_value y;
           g[path] = cmp_graph(&k, &y);
-          for (int i = 0; i < sp_graph_param_count(g[path]); i++) {
-            sp_tensor *v = sp_graph_param_value(g[path], i);
-            sp_test_rng r = {500u + (uint64_t)i};
-            const char *name = sp_graph_param_name(g[path], i);
-            const float lo = strstr(name, "running_var") ? 0.5f : -0.5f, hi = strstr(name, "running_var") ? 2.0f : 0.5f;
-            sp_test_fill_uniform(&r, v->data, sp_tensor_numel(v), lo, hi);
-          }
+          cmp_fill_params(g[path], 500u);
           p[path] = cmp_plan(&k, g[path], &ys, SP_BACKEND_CPU, k.flags);
           cmp_fill(p[path], 7, 0);
           assert_int_equal(sp_plan_forward(p[path]), 0);
