@@ -287,8 +287,10 @@ INLINE void forward_row(const stem_node *s, const void *const *src, const float 
         VEC_UNROLL /* a[] in registers */
             for (int l = 0; l < 8; l++) a[l] += x * w[l];
       }
-      if (s->relu)
-        for (int l = 0; l < 8; l++) a[l] = vrelu(a[l]);
+      if (s->relu) {
+        VEC_UNROLL /* unrolled, or a[] goes through the stack */
+            for (int l = 0; l < 8; l++) a[l] = vrelu(a[l]);
+      }
       if (bf16)
         store_positions(a, (uint16_t *)out + j * oc + c, np, oc, s->stream);
       else
