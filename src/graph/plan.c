@@ -165,7 +165,7 @@ static void fill_prep(const sp_plan *p, int i, const int *consumer, sp_op_prep *
    * other input comes before i (so i reads it ready, and it is not i's own
    * output, which i's buffer would then hold). */
   int out_plain = pr->out_plain;
-  for (int k = 0, prev = i, c = consumer[i]; k < 3 && c >= 0 && !out_plain; k++, prev = c, c = consumer[c]) {
+  for (int k = 0, prev = i, c = consumer[i]; k < SP_OP_CHAIN && c >= 0 && !out_plain; k++, prev = c, c = consumer[c]) {
     const sp_node *cn = &g->nodes[c];
     const int other = other_input_ready(g, prev, c);
     if (cn->n_in != 1 && !(other >= 0 && cn->in[other] < i)) break;
@@ -175,6 +175,8 @@ static void fill_prep(const sp_plan *p, int i, const int *consumer, sp_op_prep *
     oc->out_plain = out_plain = kept_output(p, cn) || cn->is_loss;
     oc->n_param = cn->n_param;
     oc->n_state = cn->n_state;
+    for (int j = 0; j < cn->n_param; j++) oc->param_shape[j] = g->params[cn->param[j]].value.shape;
+    oc->out_shape = p->nodes[c].shape;
     oc->n_in = cn->n_in;
     if (cn->n_in > 1) {
       const plan_node *o = &p->nodes[cn->in[other]];
@@ -218,10 +220,9 @@ static int prepare_nodes(sp_plan *p) {
       rc = fail_node(g, i, why);
       break;
     }
-    const int c = consumer[i];
-    if (pr.absorb_consumer >= 1 && pr.consumer[0].op) p->nodes[c].absorbed_by = i;
-    if (pr.absorb_consumer >= 2 && pr.consumer[1].op) p->nodes[consumer[c]].absorbed_by = i;
-    if (pr.absorb_consumer == 3 && pr.consumer[2].op) p->nodes[consumer[consumer[c]]].absorbed_by = i;
+    for (int k = 0, c = consumer[i]; k < pr.absorb_consumer && k < SP_OP_CHAIN && pr.consumer[k].op;
+         k++, c = consumer[c])
+      p->nodes[c].absorbed_by = i;
     pn->impl_state = pr.state;
     pn->param_overwrites = pr.param_grad_overwrites;
     pn->layout = pr.out_layout;
@@ -360,16 +361,16 @@ static void wire(sp_plan *p) {
     }
   }
   /* A host reads what it absorbed (a folded batch norm's statistics, a
-   * residual add's other input): its direct consumer, the first absorbed
-   * node in order, and the second. */
+   * residual add's other input, a fused conv's weights): the absorbed nodes
+   * in order, its direct consumer first. */
   for (int i = 0; i < g->n_nodes; i++) {
     const int h = p->nodes[i].absorbed_by;
     if (h < 0) continue;
     sp_op_args *host = &p->nodes[h].args;
-    if (!host->consumer)
-      host->consumer = &p->nodes[i].args;
-    else if (!host->consumer2)
-      host->consumer2 = &p->nodes[i].args;
+    int k = 0;
+    while (k < SP_OP_CHAIN && host->chain[k]) k++;
+    if (k < SP_OP_CHAIN) host->chain[k] = &p->nodes[i].args;
+    host->consumer = host->chain[0], host->consumer2 = host->chain[1];
   }
 }
 

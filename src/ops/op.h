@@ -24,6 +24,9 @@
 
 #define SP_OP_MAX_IN 8
 #define SP_OP_MAX_PARAM 4
+/* Ops after a node that its prepare is told about and may absorb (a conv,
+ * its batch norm and ReLU, and the next conv with its own two). */
+#define SP_OP_CHAIN 5
 
 enum {
   SP_OP_BWD_NEEDS_INPUT = 1u << 0,  /* backward reads in[] (activations kept alive) */
@@ -68,6 +71,9 @@ typedef struct sp_op_args {
   /* The consumer's consumer when absorbed too (a residual add, for its
    * other input); NULL otherwise. */
   const struct sp_op_args *consumer2;
+  /* Every absorbed node in order: chain[0] is consumer, chain[1] consumer2
+   * (a chain of fused convolutions reads the later ones' weights here). */
+  const struct sp_op_args *chain[SP_OP_CHAIN];
 } sp_op_args;
 
 /* A node that consumes the output of another (or of that one's consumer):
@@ -77,6 +83,8 @@ typedef struct {
   const void *attr;
   int out_plain; /* its output must be plain (a graph output or loss) */
   int n_param, n_state;
+  sp_shape param_shape[SP_OP_MAX_PARAM];
+  sp_shape out_shape;
   int n_in, other; /* 1; or 2, the other input being in[other] */
   sp_shape other_shape;
   sp_dtype other_dtype;
@@ -115,13 +123,14 @@ typedef struct sp_op_prep {
    * when it comes right after the node before it and its other input is
    * computed before this node: a ResNet block's end, where a batch norm
    * absorbs the residual add (consumer[0]), or a frozen conv folds its batch
-   * norm and takes the add and the ReLU as post-ops (consumer[1], [2]). */
-  sp_op_consumer consumer[3];
+   * norm and takes the add and the ReLU as post-ops (consumer[1], [2]);
+   * up to SP_OP_CHAIN links (the inference stem computes the next conv). */
+  sp_op_consumer consumer[SP_OP_CHAIN];
   /* reported */
   /* 1: this node also computes its sole consumer (e.g. batchnorm + relu): the
    * plan skips the consumer and gives its output and gradient this node's
    * buffers, so d_out here is the gradient of the consumer's output.
-   * 2: the consumer's consumer too (consumer[1]); 3: and consumer[2]. */
+   * 2: the consumer's consumer too (consumer[1]); k: consumer[0 .. k - 1]. */
   int absorb_consumer;
   /* bit k: told so (sp_op_args.d_param_fresh), backward overwrites
    * d_param[k], so sp_plan_backward_fresh need not zero it first. */

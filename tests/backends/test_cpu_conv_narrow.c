@@ -47,11 +47,16 @@ static const struct {
   double tol;
 } plans[] = {{SP_PLAN_FROZEN, 1e-4}, {SP_PLAN_FROZEN | SP_PLAN_BF16, 6e-2}, {0, 1e-4}, {SP_PLAN_BF16, 6e-2}};
 
-/* These small layers too. */
-static void setup(void) { cpu_conv_narrow_min_positions = 0; }
+/* These small layers too, as a node of their own (the stem would compute
+ * them otherwise: test_cpu_conv_stem_fused.c). */
+static void setup(void) {
+  cpu_conv_narrow_min_positions = 0;
+  cpu_conv_stem_fuse_next = 0;
+}
 static void restore(void) {
   cpu_conv_narrow_min_positions = 8192;
   cpu_conv_use_narrow = 1;
+  cpu_conv_stem_fuse_next = 1;
 }
 
 static void against_ref(void **st) {

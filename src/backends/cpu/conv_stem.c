@@ -19,6 +19,18 @@
  * ms; bf16 1.84-2.05 ms plus a 0.5 ms image reorder -> 1.23-2.25 ms. The
  * f32 output (25.7 MB) streams past the caches.
  *
+ * A frozen inference plan's stem also computes the 3x3 convolution after
+ * its batch norm and ReLU where conv_narrow.h's loops take it (8 -> 16..64
+ * channels; that one's batch norm and ReLU folded in too): per output row
+ * of that layer, the stem rows it reads that a ring of three per thread
+ * does not hold yet, written as the stem's vectors of positions lie
+ * (planar in f32, channel pairs in bf16) and read from there by the
+ * layer's loops. The stem's output (vgg-face batch 64: 25.7 MB in f32) is
+ * never stored, nor transposed (the transposes were most of the f32
+ * stem's time). vgg-face batch 64, AMD Zen 5, 2 threads, stem and layer
+ * together, per-node profile, alternating runs: f32 4.3-5.3 -> 2.9-3.5 ms,
+ * bf16 2.0-2.5 -> 1.7-2.4 ms.
+ *
  * Forward: per PG output positions (the vector width: 16 with AVX-512) and 8
  * output channels, eight vectors of positions summed over the window's taps
  * (one broadcast FMA each), then transposed into channel vectors (word
@@ -40,6 +52,7 @@
 #include <omp.h>
 #include <string.h>
 
+#include "backends/cpu/conv_narrow.h"
 #include "backends/cpu/cpu.h"
 #include "backends/cpu/vec.h"
 #include "core/bf16.h"
@@ -56,6 +69,8 @@ int cpu_conv_use_stem = 1;
  * 8 channels each walk the taps again, against oneDNN's kernel at its
  * best). Tests raise it to cover every case. */
 int64_t cpu_conv_stem_infer_max_oc = 8;
+int cpu_conv_stem_fuse_next = 1;
+long cpu_stem_fused_calls;
 
 typedef struct {
   cpu_node base;
@@ -70,6 +85,14 @@ typedef struct {
   void *img;        /* bound: the padded image (training: saved for backward), or inference's padded rows per thread */
   float *wt, *bias; /* bias: folded (inference) */
   double *acc;
+  /* Inference: the 3x3 convolution after the stem's batch norm and ReLU
+   * (and its own two), computed here row by row from stem rows in a ring
+   * of KS per thread (conv_narrow.h's padded rows): the stem's output is
+   * never stored. */
+  int fused;
+  cpu_narrow next;
+  size_t ring_off;
+  char *ring;
 } stem_node;
 
 /* The image in bf16, zero-padded and split by column phase: padded row
@@ -119,14 +142,22 @@ static void copy_phase_any(void *d, const float *from, int64_t n, int64_t sw, in
 static void pad_row(const stem_node *s, const float *x, int64_t plane, int64_t yp, void *dst) {
   const int64_t sw = s->sw, wq = s->wq, y = yp - s->ph;
   const size_t es = s->bf16 ? 2 : 4;
-  memset(dst, 0, es * (size_t)(sw * wq));
-  if (y < 0 || y >= s->ih) return;
+  if (y < 0 || y >= s->ih) {
+    memset(dst, 0, es * (size_t)(sw * wq));
+    return;
+  }
   const float *src = x + (plane * s->ih + y) * s->iw;
   for (int64_t p = 0; p < sw; p++) {
     /* m sw + p - pw in [0, iw) */
     const int64_t m0 = p >= s->pw ? 0 : (s->pw - p + sw - 1) / sw, m1 = (s->iw + s->pw - p + sw - 1) / sw;
-    const int64_t n = (m1 < wq ? m1 : wq) - m0, first = m0 * sw + p - s->pw; /* >= 0 by the choice of m0 */
-    copy_phase_any((char *)dst + es * (size_t)(p * wq + m0), src + first, n, sw, s->iw - first, s->bf16);
+    const int64_t end = m1 < wq ? m1 : wq, n = end > m0 ? end - m0 : 0; /* m0 < wq: wq > ow + PG */
+    const int64_t first = m0 * sw + p - s->pw;                          /* >= 0 by the choice of m0 */
+    char *phase = (char *)dst + es * (size_t)(p * wq);
+    /* Zeros around the copy only (the whole row first took 1-2% of a
+     * vgg-face inference step). */
+    memset(phase, 0, es * (size_t)m0);
+    memset(phase + es * (size_t)(m0 + n), 0, es * (size_t)(wq - m0 - n));
+    copy_phase_any(phase + es * (size_t)m0, src + first, n, sw, s->iw - first, s->bf16);
   }
 }
 
@@ -139,9 +170,9 @@ static void pad_image(const stem_node *s, const float *x, void *img) {
 /* Where tap (r, c, i) of output row `row` (image n, row oy) reads position
  * 0; position ox is ox values on. Taps in order t = (r kw + c) ic + i. The
  * padded rows are those of the whole image (img: [n ic + i][y], training),
- * or where `rows` is set, only those this output row reads ([r][i], built
- * by the caller: inference). */
-static void tap_rows(const stem_node *s, const void *img, int64_t row, int rows, const void **src) {
+ * or where `slot` is set, those this output row reads, window row r's in
+ * slot[r] ([slot][i], built by the caller: inference). */
+static void tap_rows(const stem_node *s, const void *img, int64_t row, const int64_t *slot, const void **src) {
   const int64_t n = row / s->oh, oy = row % s->oh;
   const size_t es = s->bf16 ? 2 : 4;
   int64_t t = 0;
@@ -149,7 +180,7 @@ static void tap_rows(const stem_node *s, const void *img, int64_t row, int rows,
     for (int64_t c = 0; c < s->kw; c++)
       for (int64_t i = 0; i < s->ic; i++) {
         const int64_t y = oy * s->sh + r * s->dh, off = c * s->dw;
-        const int64_t at = rows ? r * s->ic + i : (n * s->ic + i) * s->hp + y;
+        const int64_t at = slot ? slot[r] * s->ic + i : (n * s->ic + i) * s->hp + y;
         src[t++] = (const char *)img + es * (size_t)((at * s->sw + off % s->sw) * s->wq + off / s->sw);
       }
 }
@@ -375,6 +406,118 @@ static void backward_row(const stem_node *s, const void *const *src, const uint1
     }
 }
 
+#if defined(__AVX512F__) && defined(__AVX512BF16__)
+/* forward_row for the fused conv (stem_node.fused; 8 channels): the eight
+ * vectors of positions go into conv_narrow.h's planar padded row as they
+ * are, from position 1 (0 is the padding), instead of being transposed to
+ * channels-last (in f32 the transposes took most of the stem's time); a
+ * short last group is stored masked, so the tail stays zero. bf16: each
+ * channel pair rounded and interleaved word by word. */
+INLINE void forward_row_planar(const stem_node *s, const void *const *src, const float *bias, char *out,
+                               int64_t row_len, const int bf16) {
+  const __m512i pairs = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21,
+                                         5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  for (int64_t j = 0; j < s->ow; j += PG) {
+    const int64_t np = s->ow - j < PG ? s->ow - j : PG;
+    const __mmask16 m = (__mmask16)((1u << np) - 1u);
+    vfw a[8];
+    VEC_UNROLL
+    for (int l = 0; l < 8; l++) a[l] = vbcastw(bias ? bias[l] : 0.0f);
+    for (int64_t t = 0; t < s->k; t++) {
+      const vfw x = vldw(src[t], j, bf16, VW);
+      const float *w = s->wt + t * 8;
+      VEC_UNROLL
+      for (int l = 0; l < 8; l++) a[l] += x * w[l];
+    }
+    if (s->relu) {
+      VEC_UNROLL
+      for (int l = 0; l < 8; l++) a[l] = vrelu(a[l]);
+    }
+    if (bf16) {
+      VEC_UNROLL
+      for (int p = 0; p < 4; p++) {
+        const __m512i both = (__m512i)_mm512_cvtne2ps_pbh((__m512)a[2 * p + 1], (__m512)a[2 * p]);
+        _mm512_mask_storeu_epi32((uint32_t *)out + p * row_len + 1 + j, m, _mm512_permutexvar_epi16(pairs, both));
+      }
+    } else {
+      VEC_UNROLL
+      for (int l = 0; l < 8; l++) _mm512_mask_storeu_ps((float *)out + l * row_len + 1 + j, m, (__m512)a[l]);
+    }
+  }
+}
+#endif
+
+/* Inference: output row `row` into out, from the image rows it reads,
+ * padded into `pad` (this thread's: a ring of kh padded rows, held[k] the
+ * image row, n hp + y, in slot k; -1 at first); planar_len > 0: into the
+ * fused conv's planar rows of that length (forward_row_planar). Padded row y
+ * sits in slot y % kh, so the next output row finds the rows it shares with
+ * this one (kh - sh at stride sh) padded already; with dilation every row
+ * is padded again into slot r. */
+static void infer_row(const stem_node *s, const float *x, const float *bias, int64_t row, char *pad, int64_t *held,
+                      void *out, int64_t planar_len) {
+  const int64_t n = row / s->oh, oy = row % s->oh;
+  const size_t pad_row_bytes = (s->bf16 ? 2 : 4) * (size_t)(s->sw * s->wq);
+  int64_t slot[STEM_MAX_K];
+  for (int64_t r = 0; r < s->kh; r++) {
+    const int64_t y = oy * s->sh + r * s->dh, k = s->dh == 1 ? y % s->kh : r, key = s->dh == 1 ? n * s->hp + y : -1;
+    slot[r] = k;
+    if (key >= 0 && held[k] == key) continue;
+    for (int64_t i = 0; i < s->ic; i++) pad_row(s, x, n * s->ic + i, y, pad + (k * s->ic + i) * pad_row_bytes);
+    held[k] = key;
+  }
+  const void *src[STEM_MAX_K];
+  tap_rows(s, pad, row, slot, src);
+#if defined(__AVX512F__) && defined(__AVX512BF16__)
+  if (planar_len) {
+    s->bf16 ? forward_row_planar(s, src, bias, out, planar_len, 1)
+            : forward_row_planar(s, src, bias, out, planar_len, 0);
+    return;
+  }
+#endif
+  if (s->bf16)
+    forward_row(s, src, bias, out, 1);
+  else
+    forward_row(s, src, bias, out, 0);
+}
+
+/* The stem and the convolution after it (stem_node.fused): per output row
+ * of that one, the stem rows it reads that the ring does not hold yet (the
+ * next row at stride 2 reads one again), then the row. */
+static void fused_forward(const stem_node *s, const sp_op_args *a, const float *bias) {
+  const cpu_narrow *g = &s->next;
+  const float *x = a->in[0]->data;
+  char *y = a->out->data;
+  const size_t es = s->bf16 ? 2 : 4, ring_row = cpu_narrow_row_bytes(g), out_row = es * (size_t)(g->ow * g->oc);
+  const size_t pad_bytes = (size_t)(s->kh * s->ic) * es * (size_t)(s->sw * s->wq);
+#pragma omp parallel num_threads(s->threads)
+  {
+    const int t = omp_get_thread_num();
+    char *pad = (char *)s->img + (size_t)t * pad_bytes, *ring = s->ring + (size_t)t * CPU_NARROW_KS * ring_row;
+    int64_t held[CPU_NARROW_KS] = {-1, -1, -1}; /* the stem row (n oh + y) in each slot */
+    int64_t padded[STEM_MAX_K];                 /* infer_row's ring */
+    for (int k = 0; k < STEM_MAX_K; k++) padded[k] = -1;
+    memset(ring, 0, CPU_NARROW_KS * ring_row); /* the padding: position 0 and the tail past the row */
+#pragma omp for schedule(static)
+    for (int64_t row = 0; row < g->n * g->oh; row++) {
+      const int64_t n = row / g->oh, oy = row % g->oh;
+      const char *rows[CPU_NARROW_KS];
+      int valid[CPU_NARROW_KS];
+      for (int r = 0; r < CPU_NARROW_KS; r++) {
+        const int64_t iy = oy * g->sw + r - 1, slot = (iy + CPU_NARROW_KS) % CPU_NARROW_KS; /* 3 rows: 3 slots */
+        char *at = ring + slot * ring_row;
+        rows[r] = at;
+        valid[r] = iy >= 0 && iy < g->ih;
+        if (valid[r] && held[slot] != n * s->oh + iy) {
+          infer_row(s, x, bias, n * s->oh + iy, pad, padded, at, g->row_len);
+          held[slot] = n * s->oh + iy;
+        }
+      }
+      cpu_narrow_row(g, rows, valid, y + row * out_row);
+    }
+  }
+}
+
 static void stem_forward(cpu_node *n, const sp_op_args *a) {
   const stem_node *s = (const stem_node *)n;
   const int64_t oc = s->oc;
@@ -398,23 +541,29 @@ static void stem_forward(cpu_node *n, const sp_op_args *a) {
    * rows each output row reads, into a buffer per thread that stays in
    * cache (vgg-face's f32 grey stem, batch 64: 6.2 ms with the whole
    * image padded first, which was out of cache by the time it was read). */
-  if (!s->infer) pad_image(s, a->in[0]->data, s->img);
   const float *bias = b || s->fold ? s->bias : NULL, *x = a->in[0]->data;
+  if (s->fused) {
+    __atomic_add_fetch(&cpu_stem_fused_calls, 1, __ATOMIC_RELAXED);
+    if (!s->kept || a->params_stale) cpu_narrow_weights(&s->next, a->chain[2], a->chain[3]);
+    fused_forward(s, a, bias);
+    return;
+  }
+  if (!s->infer) pad_image(s, a->in[0]->data, s->img);
   char *y = a->out->data;
   const size_t es = s->bf16 ? 2 : 4, out_row = es * (size_t)(s->ow * oc), pad_row_bytes = es * (size_t)(s->sw * s->wq);
 #pragma omp parallel num_threads(s->threads)
   {
     char *rows = (char *)s->img + (size_t)omp_get_thread_num() * (size_t)(s->kh * s->ic) * pad_row_bytes;
+    int64_t padded[STEM_MAX_K]; /* infer_row's ring */
+    for (int k = 0; k < STEM_MAX_K; k++) padded[k] = -1;
 #pragma omp for schedule(static)
     for (int64_t row = 0; row < s->n * s->oh; row++) {
-      const void *src[STEM_MAX_K];
       if (s->infer) {
-        const int64_t n = row / s->oh, oy = row % s->oh;
-        for (int64_t r = 0; r < s->kh; r++)
-          for (int64_t i = 0; i < s->ic; i++)
-            pad_row(s, x, n * s->ic + i, oy * s->sh + r * s->dh, rows + (r * s->ic + i) * pad_row_bytes);
+        infer_row(s, x, bias, row, rows, padded, y + row * out_row, 0);
+        continue;
       }
-      tap_rows(s, s->infer ? rows : s->img, row, s->infer, src);
+      const void *src[STEM_MAX_K];
+      tap_rows(s, s->img, row, NULL, src);
       if (s->bf16)
         forward_row(s, src, bias, y + row * out_row, 1);
       else
@@ -440,7 +589,7 @@ static void stem_backward(cpu_node *n, const sp_op_args *a) {
     const void *src[STEM_MAX_K];
     for (int64_t j = 0; j < per; j++) acc[j] = 0.0;
     for (int64_t row = rows * tid / nt; row < rows * (tid + 1) / nt; row++) {
-      tap_rows(s, s->img, row, 0, src);
+      tap_rows(s, s->img, row, NULL, src);
       backward_row(s, src, dy + row * s->ow * oc, acc);
     }
 #pragma omp barrier
@@ -471,6 +620,11 @@ static int stem_bind(cpu_node *n, const sp_op_args *a, char *fs, char *bs) {
   if (!s->kept) s->wt = (float *)(fs + s->wt_off), s->bias = (float *)(fs + s->bias_off);
   if (s->fold && (!a->consumer || a->consumer->n_state < 2))
     return sp_error_set("conv stem: folded batch norm not wired");
+  if (s->fused) {
+    s->ring = fs + s->ring_off;
+    if (!a->chain[2] || (s->next.fold && (!a->chain[3] || a->chain[3]->n_state < 2)))
+      return sp_error_set("conv stem: the fused convolution not wired");
+  }
   s->acc = (double *)(bs + s->acc_off);
   return 0;
 }
@@ -488,6 +642,25 @@ static int applies(const sp_op_prep *p) {
   return (train || infer) && !p->out_plain && p->in_layout[0] == NULL && p->in_dtype[0] == SP_F32 && in->ndim == 4 &&
          at->groups == 1 && in->d[1] <= STEM_MAX_IC && in->d[1] * w->d[2] * w->d[3] <= STEM_MAX_K && w->d[0] % 8 == 0 &&
          w->d[0] <= STEM_MAX_OC;
+}
+
+/* An inference stem with its batch norm and ReLU folded in, then a 3x3
+ * convolution that conv_narrow.h's loops take (and its batch norm and ReLU,
+ * folded in where they follow): the stem computes it (stem_node.fused).
+ * vgg-face's 1 -> 8 -> 16 channels, 224 -> 112 -> 56, batch 64, where the
+ * stem's output (25.7 MB in f32) went to memory and back. */
+static int fuse_next(stem_node *s, const sp_op_prep *p) {
+  const sp_op_consumer *c = &p->consumer[2], *bn = &p->consumer[3], *relu = &p->consumer[4];
+  if (!cpu_conv_stem_fuse_next || !cpu_conv_use_narrow || !s->relu || c->op != &sp_op_conv2d || c->out_plain ||
+      c->n_param < 1 || c->out_shape.ndim != 4 ||
+      c->out_shape.d[0] * c->out_shape.d[2] * c->out_shape.d[3] < cpu_conv_narrow_min_positions)
+    return 0;
+  const sp_shape in = sp_shape4(s->n, s->oc, s->oh, s->ow);
+  if (cpu_narrow_init(&s->next, c->attr, &in, &c->param_shape[0], &c->out_shape, !s->bf16, c->n_param > 1)) return 0;
+  s->next.planar = 1; /* forward_row_planar writes its rows */
+  s->next.fold = bn->op == &sp_op_batchnorm && bn->n_state >= 2 && !bn->out_plain;
+  s->next.relu = s->next.fold && relu->op == &sp_op_relu && !relu->out_plain;
+  return 1;
 }
 
 int cpu_conv_stem_prepare(sp_op_prep *p) {
@@ -509,7 +682,9 @@ int cpu_conv_stem_prepare(sp_op_prep *p) {
   s->fold = s->infer && p->frozen && p->consumer[0].op == &sp_op_batchnorm && p->consumer[0].n_state >= 2 &&
             !p->consumer[0].out_plain;
   s->relu = s->fold && p->consumer[1].op == &sp_op_relu && !p->consumer[1].out_plain;
+  s->fused = s->infer && fuse_next(s, p);
   dnnl_dims_t od = {s->n, s->oc, s->oh, s->ow};
+  if (s->fused) od[1] = s->next.oc, od[2] = s->next.oh, od[3] = s->next.ow;
   if (dnnl_memory_desc_init_by_tag(&s->base.out_md, 4, od, s->bf16 ? dnnl_bf16 : dnnl_f32, dnnl_acdb) != dnnl_success) {
     cpu_node_free(&s->base);
     return 1;
@@ -521,19 +696,22 @@ int cpu_conv_stem_prepare(sp_op_prep *p) {
   size_t kept = 0, *w_in = (s->kept = s->infer && p->frozen) ? &kept : &fwd;
   s->wt_off = cpu_take(w_in, sizeof(float) * (size_t)(s->k * s->oc));
   s->bias_off = cpu_take(w_in, sizeof(float) * (size_t)s->oc);
+  if (s->fused) cpu_narrow_take(&s->next, w_in);
   if (s->kept) {
     char *mem = cpu_node_keep(&s->base, kept);
     s->wt = (float *)(mem + s->wt_off), s->bias = (float *)(mem + s->bias_off);
+    if (s->fused) cpu_narrow_bind(&s->next, mem);
   }
   if (s->infer) {
     s->img_off = cpu_take(&fwd, es * (size_t)(s->threads * s->kh * s->ic * s->sw * s->wq)); /* rows per thread */
-    s->stream = (int64_t)es * s->n * s->oh * s->ow * s->oc >= cpu_stream_threshold();
+    s->stream = !s->fused && (int64_t)es * s->n * s->oh * s->ow * s->oc >= cpu_stream_threshold();
+    if (s->fused) s->ring_off = cpu_take(&fwd, (size_t)s->threads * CPU_NARROW_KS * cpu_narrow_row_bytes(&s->next));
   } else {
     s->acc_off = cpu_take(&bwd, sizeof(double) * (size_t)((s->k + 1) * s->oc * s->threads));
     p->saved_bytes = img;
     p->param_grad_overwrites = s->has_bias ? 3u : 1u;
   }
-  p->absorb_consumer = s->fold + s->relu;
+  p->absorb_consumer = s->fold + s->relu + (s->fused ? 1 + s->next.fold + s->next.relu : 0);
   return cpu_report_scratch(p, &s->base, fwd, bwd);
 }
 

@@ -1,0 +1,50 @@
+/* The loops of conv_narrow.c (a 3x3 convolution from 8 channels-last input
+ * channels into groups of 16, inference only), for its own node and for the
+ * inference stem (conv_stem.c), which computes this layer from its own rows
+ * while they are in cache. A row at a time: the caller gives the KS padded
+ * input rows an output row reads. */
+#ifndef SPRY_BACKENDS_CPU_CONV_NARROW_H
+#define SPRY_BACKENDS_CPU_CONV_NARROW_H
+
+#include "backends/cpu/cpu.h"
+#include "ops/ops.h"
+
+enum {
+  CPU_NARROW_IC = 8, /* input channels: 4 pairs in bf16 */
+  CPU_NARROW_KS = 3  /* the window */
+};
+
+typedef struct {
+  int64_t n, ic, ih, iw, oc, oh, ow, sw; /* sw: the stride (both ways) */
+  int64_t row_len;                       /* positions of a padded input row (position 0: the left padding) */
+  int f32;                               /* input, weights and output in f32 (else bf16) */
+  /* The padded input rows: channels-last (position-major), or planar
+   * ([IC][row_len] in f32, channel pairs [IC / 2][row_len][2] in bf16:
+   * what the stem writes without transposing its vectors of positions). */
+  int planar;
+  int has_bias, fold, relu; /* fold: the batch norm after it is folded in; relu: and its ReLU */
+  size_t wt_off, bias_off;  /* in the memory cpu_narrow_take sized */
+  void *wt;                 /* bf16 pairs [tap][ic / 2][oc][2], or f32 [tap][ic][oc] */
+  float *bias;              /* the bias, or the folded batch norm's shift */
+} cpu_narrow;
+
+/* The geometry of a convolution (attr, input, weight and output shapes)
+ * whose case the loops take; 1 (g untouched) when they do not: 8 input
+ * channels, 16 to 64 output channels in groups of 16, 3x3, pad 1, stride 1
+ * or 2, no dilation, a build with AVX512-BF16. */
+int cpu_narrow_init(cpu_narrow *g, const sp_conv2d_attr *at, const sp_shape *in, const sp_shape *w, const sp_shape *out,
+                    int f32, int has_bias);
+/* Sizes the weights and bias in *bytes (offsets into the memory bound to
+ * cpu_narrow_bind). */
+void cpu_narrow_take(cpu_narrow *g, size_t *bytes);
+void cpu_narrow_bind(cpu_narrow *g, char *mem);
+/* The weights as the loops read them, from the conv's node (its weight and
+ * bias) and the absorbed batch norm's where g->fold. */
+void cpu_narrow_weights(const cpu_narrow *g, const sp_op_args *conv, const sp_op_args *bn);
+/* Bytes of one padded input row (either layout). */
+size_t cpu_narrow_row_bytes(const cpu_narrow *g);
+/* One output row into out (ow x oc, channels-last) from the KS padded input
+ * rows it reads (rows[r] unread where !valid[r]: the padding). */
+void cpu_narrow_row(const cpu_narrow *g, const char *const *rows, const int *valid, char *out);
+
+#endif

@@ -1,0 +1,230 @@
+/* A frozen inference plan's stem computing the 3x3 convolution after its
+ * batch norm and ReLU (backends/cpu/conv_stem.c with conv_narrow.h's
+ * loops), so that the stem's output is never stored: against the
+ * reference backend, against the same plan with the two apart (equal bits
+ * in bf16, where both run the same loops; summation order in f32, where
+ * oneDNN runs the second), after the weights change, and taken only where
+ * it applies. Cases: grey and colour images, strides 1 and 2, a bias, 16
+ * to 64 output channels, with and without the second batch norm and ReLU,
+ * short and long last groups of positions, batch 1 and 3, f32 and bf16. */
+#include <math.h>
+
+#include "backend_compare.h"
+
+#ifdef SPRY_HAVE_DNNL
+#include "backends/cpu/cpu.h"
+
+enum { TAIL_NONE, TAIL_BN, TAIL_BN_RELU };
+
+/* stem (8 channels) -> BN -> ReLU -> conv -> the tail -> a last conv (the
+ * graph's output must be plain). */
+static sp_value body(sp_graph *g, sp_value x, int oc, int stride, int bias, int tail) {
+  x = sp_conv2d(g, x, "stem", (sp_conv_args){.out_ch = 8, .kernel = 3, .stride = 2, .pad = 1});
+  x = sp_relu(g, sp_batchnorm(g, x, "bn0"));
+  x = sp_conv2d(g, x, "next", (sp_conv_args){.out_ch = oc, .kernel = 3, .stride = stride, .pad = 1, .bias = bias});
+  if (tail >= TAIL_BN) x = sp_batchnorm(g, x, "bn1");
+  if (tail == TAIL_BN_RELU) x = sp_relu(g, x);
+  return sp_conv2d(g, x, "last", (sp_conv_args){.out_ch = 8, .kernel = 3, .stride = 1, .pad = 1});
+}
+static sp_value b_16_s2(sp_graph *g, sp_value x) { return body(g, x, 16, 2, 0, TAIL_BN_RELU); }
+static sp_value b_32_s1_bias(sp_graph *g, sp_value x) { return body(g, x, 32, 1, 1, TAIL_BN_RELU); }
+static sp_value b_64_s2_bias(sp_graph *g, sp_value x) { return body(g, x, 64, 2, 1, TAIL_BN_RELU); }
+static sp_value b_48_s1_none(sp_graph *g, sp_value x) { return body(g, x, 48, 1, 0, TAIL_NONE); }
+static sp_value b_16_s2_bn(sp_graph *g, sp_value x) { return body(g, x, 16, 2, 1, TAIL_BN); }
+
+typedef struct {
+  const char *label;
+  cmp_build_fn body;
+  int n, c, h, w;
+} fused_case;
+
+/* The second conv's output widths: 23 (last group of 7), 12, 38 (last 6),
+ * 26 (last 10), 8; odd image heights leave the stem an odd row count. */
+static const fused_case cases[] = {
+    {"grey 8 -> 16 s2", b_16_s2, 3, 1, 50, 90},
+    {"grey 8 -> 32 s1 bias", b_32_s1_bias, 1, 1, 17, 24},
+    {"colour 8 -> 64 s2 bias", b_64_s2_bias, 3, 3, 31, 150},
+    {"grey 8 -> 48 s1, no batch norm", b_48_s1_none, 1, 1, 9, 51},
+    {"colour 8 -> 16 s2 bias, batch norm without ReLU", b_16_s2_bn, 2, 3, 29, 30},
+};
+
+static const struct {
+  unsigned flags;
+  double tol;
+} plans[] = {{SP_PLAN_FROZEN, 1e-4}, {SP_PLAN_FROZEN | SP_PLAN_BF16, 6e-2}, {0, 1e-4}, {SP_PLAN_BF16, 6e-2}};
+
+/* These small layers too. */
+static void setup(void) { cpu_conv_narrow_min_positions = 0; }
+static void restore(void) {
+  cpu_conv_narrow_min_positions = 8192;
+  cpu_conv_stem_fuse_next = 1;
+}
+
+static cmp_case case_of(const fused_case *f, unsigned flags, double tol) {
+  return (cmp_case){f->label, f->body, f->n, f->c, f->h, f->w, 0, flags, tol, 0};
+}
+
+/* Only frozen plans fuse (the batch norm folds into the stem). */
+static void against_ref(void **st) {
+  (void)st;
+  cmp_require_cpu();
+  setup();
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    for (size_t m = 0; m < sizeof plans / sizeof plans[0]; m++) {
+      const long before = cpu_stem_fused_calls;
+      cmp_case k = case_of(&cases[i], plans[m].flags, plans[m].tol);
+      cmp_run(&k);
+      const int want = (k.flags & SP_PLAN_FROZEN) != 0, ran = cpu_stem_fused_calls != before;
+      if (ran != want) fail_msg("[%s] flags %u: the fused path %s", k.label, k.flags, want ? "did not run" : "ran");
+    }
+  restore();
+}
+
+/* The plan made with fusion on (path 0) or off; same parameters (batch
+ * norm statistics away from 0 and 1) and inputs. */
+static sp_plan *plan_with(const cmp_case *k, int fuse, sp_graph **g, uint64_t seed) {
+  cpu_conv_stem_fuse_next = fuse;
+  sp_shape ys = cmp_out_shape(k);
+  sp_value y;
+  *g = cmp_graph(k, &y);
+  cmp_fill_params(*g, seed);
+  sp_plan *p = cmp_plan(k, *g, &ys, SP_BACKEND_CPU, k->flags);
+  cpu_conv_stem_fuse_next = 1;
+  return p;
+}
+
+static void forward_counted(const cmp_case *k, sp_plan *p, long want) {
+  const long before = cpu_stem_fused_calls;
+  assert_int_equal(sp_plan_forward(p), 0);
+  if (cpu_stem_fused_calls - before != want)
+    fail_msg("[%s] flags %u: %ld fused calls, want %ld", k->label, k->flags, cpu_stem_fused_calls - before, want);
+}
+
+/* bf16: both ways run the stem's rows and conv_narrow's loops on the same
+ * bf16 values, so the bits agree; f32: oneDNN runs the second conv when
+ * apart, summation order only. */
+static void same_as_apart(void **st) {
+  (void)st;
+  cmp_require_cpu();
+  setup();
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+    for (int bf16 = 0; bf16 < 2; bf16++) {
+      cmp_case k = case_of(&cases[c], SP_PLAN_FROZEN | (bf16 ? SP_PLAN_BF16 : 0), 0);
+      sp_graph *g[2];
+      sp_plan *p[2];
+      for (int path = 0; path < 2; path++) {
+        p[path] = plan_with(&k, path == 0, &g[path], 300u);
+        cmp_fill(p[path], 11, 0);
+        forward_counted(&k, p[path], path == 0);
+      }
+      const sp_tensor *a = sp_plan_output(p[0], "y"), *b = sp_plan_output(p[1], "y");
+      const double d = cmp_rel_l2(a, b);
+      printf("# [%s] %s: fused and apart differ by %.3g (relative L2)\n", k.label, bf16 ? "bf16" : "f32", d);
+      if (bf16 ? memcmp(a->data, b->data, sp_tensor_bytes(a)) != 0 : !(d <= 1e-5))
+        fail_msg("[%s] %s: fused and apart differ by %.3g", k.label, bf16 ? "bf16" : "f32", d);
+      for (int path = 0; path < 2; path++) sp_plan_free(p[path]), sp_graph_free(g[path]);
+    }
+  restore();
+}
+
+/* A frozen plan prepares the fused conv's weights once: after the second
+ * conv's weights and its batch norm's variance change and the plan is told,
+ * its output follows (equal to a plan made apart from the new values), and
+ * differs from before. */
+static void follows_weights(void **st) {
+  (void)st;
+  cmp_require_cpu();
+  setup();
+  for (int bf16 = 0; bf16 < 2; bf16++) {
+    cmp_case k = case_of(&cases[0], SP_PLAN_FROZEN | (bf16 ? SP_PLAN_BF16 : 0), 0);
+    sp_graph *g, *g_apart;
+    sp_plan *p = plan_with(&k, 1, &g, 400u);
+    cmp_fill(p, 5, 0);
+    forward_counted(&k, p, 1);
+    const size_t bytes = sp_tensor_bytes(sp_plan_output(p, "y"));
+    float *first = malloc(bytes);
+    memcpy(first, sp_plan_output(p, "y")->data, bytes);
+    const char *changed[] = {"next.weight", "bn1.running_var"};
+    for (int i = 0; i < 2; i++) {
+      sp_tensor *w = sp_graph_param_value(g, sp_graph_param_find(g, changed[i]));
+      for (int64_t j = 0; j < sp_tensor_numel(w); j++) ((float *)w->data)[j] *= 1.5f + 0.25f * (float)(j % 3);
+    }
+    sp_plan_params_changed(p);
+    forward_counted(&k, p, 1);
+    sp_plan *q = plan_with(&k, 0, &g_apart, 400u);
+    for (int i = 0; i < sp_graph_param_count(g); i++)
+      memcpy(sp_graph_param_value(g_apart, i)->data, sp_graph_param_value(g, i)->data,
+             sp_tensor_bytes(sp_graph_param_value(g, i)));
+    cmp_fill(q, 5, 0);
+    forward_counted(&k, q, 0);
+    const double d = cmp_rel_l2(sp_plan_output(p, "y"), sp_plan_output(q, "y"));
+    if (!(d <= (bf16 ? 0.0 : 1e-5))) fail_msg("[%s] after the change: fused and apart differ by %.3g", k.label, d);
+    if (!memcmp(first, sp_plan_output(p, "y")->data, bytes))
+      fail_msg("[%s] the fused plan kept the old weights", k.label);
+    free(first);
+    sp_plan_free(p), sp_plan_free(q);
+    sp_graph_free(g), sp_graph_free(g_apart);
+  }
+  restore();
+}
+
+/* Graphs the stem must not fuse into. */
+static sp_value shared_output(sp_graph *g, sp_value x) { /* the stem's ReLU read twice */
+  x = sp_conv2d(g, x, "stem", (sp_conv_args){.out_ch = 8, .kernel = 3, .stride = 2, .pad = 1});
+  x = sp_relu(g, sp_batchnorm(g, x, "bn0"));
+  sp_value a = sp_conv2d(g, x, "next", (sp_conv_args){.out_ch = 16, .kernel = 3, .stride = 2, .pad = 1});
+  sp_value b = sp_conv2d(g, x, "side", (sp_conv_args){.out_ch = 16, .kernel = 1, .stride = 2, .pad = 0});
+  return sp_add(g, a, b);
+}
+static sp_value no_relu(sp_graph *g, sp_value x) {
+  x = sp_batchnorm(g, sp_conv2d(g, x, "stem", (sp_conv_args){.out_ch = 8, .kernel = 3, .stride = 2, .pad = 1}), "bn0");
+  return sp_conv2d(g, x, "next", (sp_conv_args){.out_ch = 16, .kernel = 3, .stride = 2, .pad = 1});
+}
+static sp_value window5(sp_graph *g, sp_value x) {
+  x = sp_conv2d(g, x, "stem", (sp_conv_args){.out_ch = 8, .kernel = 3, .stride = 2, .pad = 1});
+  x = sp_relu(g, sp_batchnorm(g, x, "bn0"));
+  return sp_conv2d(g, x, "next", (sp_conv_args){.out_ch = 16, .kernel = 5, .stride = 2, .pad = 2});
+}
+static sp_value next_is_output(sp_graph *g, sp_value x) { /* its output must be plain */
+  x = sp_conv2d(g, x, "stem", (sp_conv_args){.out_ch = 8, .kernel = 3, .stride = 2, .pad = 1});
+  x = sp_relu(g, sp_batchnorm(g, x, "bn0"));
+  return sp_conv2d(g, x, "next", (sp_conv_args){.out_ch = 16, .kernel = 3, .stride = 2, .pad = 1});
+}
+
+/* Not fused in those graphs, nor under cpu_conv_narrow_min_positions or
+ * with either switch off; still right against the reference backend. */
+static void taken_where_it_applies(void **st) {
+  (void)st;
+  cmp_require_cpu();
+  struct {
+    const char *label;
+    cmp_build_fn body;
+    int64_t min_positions;
+    int use_narrow, fuse, want;
+  } t[] = {{"the usual case", b_16_s2, 0, 1, 1, 1},
+           {"the stem's output read twice", shared_output, 0, 1, 1, 0},
+           {"no ReLU after the stem", no_relu, 0, 1, 1, 0},
+           {"a 5x5 window", window5, 0, 1, 1, 0},
+           {"the conv's output is the graph's", next_is_output, 0, 1, 1, 0},
+           {"under the minimum of positions (3 x 13 x 23 = 897)", b_16_s2, 900, 1, 1, 0},
+           {"at the minimum", b_16_s2, 897, 1, 1, 1},
+           {"cpu_conv_use_narrow off", b_16_s2, 0, 0, 1, 0},
+           {"cpu_conv_stem_fuse_next off", b_16_s2, 0, 1, 0, 0}};
+  for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+    for (int bf16 = 0; bf16 < 2; bf16++) {
+      cpu_conv_narrow_min_positions = t[i].min_positions;
+      cpu_conv_use_narrow = t[i].use_narrow, cpu_conv_stem_fuse_next = t[i].fuse;
+      cmp_case k = {t[i].label,         t[i].body, 3, 1, 50, 90, 0, SP_PLAN_FROZEN | (bf16 ? SP_PLAN_BF16 : 0),
+                    bf16 ? 6e-2 : 1e-4, 0};
+      const long before = cpu_stem_fused_calls;
+      cmp_run(&k);
+      cpu_conv_use_narrow = 1;
+      if ((cpu_stem_fused_calls != before) != t[i].want)
+        fail_msg("[%s] %s: the fused path %s", k.label, bf16 ? "bf16" : "f32", t[i].want ? "did not run" : "ran");
+    }
+  restore();
+}
+#endif
+
+CMP_CPU_MAIN(cmocka_unit_test(against_ref), cmocka_unit_test(same_as_apart), cmocka_unit_test(follows_weights),
+             cmocka_unit_test(taken_where_it_applies))
