@@ -474,6 +474,8 @@ static void infer_row(const stem_node *s, const float *x, const float *bias, int
             : forward_row_planar(s, src, bias, out, planar_len, 0);
     return;
   }
+#else
+  (void)planar_len; /* never fused without AVX512-BF16 (conv_narrow.h) */
 #endif
   if (s->bf16)
     forward_row(s, src, bias, out, 1);
