@@ -200,7 +200,9 @@ void sp_plan_free(sp_plan *p);
 /* An input's tensor: it keeps what the caller wrote across forwards. */
 sp_tensor *sp_plan_input(sp_plan *p, const char *name);
 /* A node's output tensor; valid after forward for outputs and losses (others
- * may have been reused). */
+ * may have been reused). NULL (sp_last_error says why) for a node the
+ * backend fused with the ones next to it (a conv and its batch norm in a
+ * frozen plan): mark it a graph output to keep it. */
 const sp_tensor *sp_plan_value(const sp_plan *p, sp_value v);
 const sp_tensor *sp_plan_output(const sp_plan *p, const char *name);
 const sp_shape *sp_plan_shape(const sp_plan *p, sp_value v);

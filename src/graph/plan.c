@@ -128,8 +128,8 @@ static int other_input_ready(const sp_graph *g, int i, int c) {
 }
 
 /* What node i's backend is told in prepare: shapes, layouts and dtypes of its
- * inputs, which gradients are wanted, and the up to three ops after it that
- * it may absorb. */
+ * inputs, which gradients are wanted, and the up to SP_OP_CHAIN ops after it
+ * that it may absorb. */
 static void fill_prep(const sp_plan *p, int i, const int *consumer, sp_op_prep *pr) {
   const sp_graph *g = p->g;
   const sp_node *nd = &g->nodes[i];
@@ -462,8 +462,19 @@ sp_tensor *sp_plan_input(sp_plan *p, const char *name) {
   return NULL;
 }
 
+/* A node computed inside another (absorbed), or one that computes others
+ * after it, shares one buffer holding the last one's output, in its layout
+ * and size: no value of its own to hand out. */
 const sp_tensor *sp_plan_value(const sp_plan *p, sp_value v) {
-  return v >= 0 && v < p->g->n_nodes ? &p->nodes[v].act : NULL;
+  if (v < 0 || v >= p->g->n_nodes) return NULL;
+  int host = p->nodes[v].absorbed_by >= 0;
+  for (int i = v + 1; i < p->g->n_nodes && !host; i++) host = p->nodes[i].absorbed_by == v;
+  if (host) {
+    sp_error_set("value of node %d ('%s') is fused with the nodes next to it; mark it a graph output to keep it", v,
+                 p->g->nodes[v].name);
+    return NULL;
+  }
+  return &p->nodes[v].act;
 }
 
 const sp_tensor *sp_plan_output(const sp_plan *p, const char *name) {

@@ -132,6 +132,9 @@ typedef struct sp_op_prep {
    * buffers, so d_out here is the gradient of the consumer's output.
    * 2: the consumer's consumer too (consumer[1]); k: consumer[0 .. k - 1]. */
   int absorb_consumer;
+  /* With absorbed nodes, out_layout and out_bytes describe the last one's
+   * output (the host's buffer holds only that: a stem computing the conv
+   * after it reports that conv's smaller output). */
   /* bit k: told so (sp_op_args.d_param_fresh), backward overwrites
    * d_param[k], so sp_plan_backward_fresh need not zero it first. */
   unsigned param_grad_overwrites;

@@ -14,23 +14,39 @@
 #ifdef SPRY_HAVE_DNNL
 #include "backends/cpu/cpu.h"
 
+/* The loops exist only in builds with AVX512-BF16 (conv_narrow.h): skipped
+ * elsewhere, where the stem never fuses. */
+static void require_loops(void) {
+#if !(defined(__AVX512F__) && defined(__AVX512BF16__))
+  skip();
+#endif
+}
+
 enum { TAIL_NONE, TAIL_BN, TAIL_BN_RELU };
 
-/* stem (8 channels) -> BN -> ReLU -> conv -> the tail -> a last conv (the
- * graph's output must be plain). */
-static sp_value body(sp_graph *g, sp_value x, int oc, int stride, int bias, int tail) {
-  x = sp_conv2d(g, x, "stem", (sp_conv_args){.out_ch = 8, .kernel = 3, .stride = 2, .pad = 1});
+/* stem (8 channels; k x k, stride s, a bias or not) -> BN -> ReLU -> conv ->
+ * the tail -> a last conv (the graph's output must be plain). */
+static sp_value body_stem(sp_graph *g, sp_value x, int k, int s, int stem_bias, int oc, int stride, int bias,
+                          int tail) {
+  x = sp_conv2d(g, x, "stem", (sp_conv_args){.out_ch = 8, .kernel = k, .stride = s, .pad = k / 2, .bias = stem_bias});
   x = sp_relu(g, sp_batchnorm(g, x, "bn0"));
   x = sp_conv2d(g, x, "next", (sp_conv_args){.out_ch = oc, .kernel = 3, .stride = stride, .pad = 1, .bias = bias});
   if (tail >= TAIL_BN) x = sp_batchnorm(g, x, "bn1");
   if (tail == TAIL_BN_RELU) x = sp_relu(g, x);
   return sp_conv2d(g, x, "last", (sp_conv_args){.out_ch = 8, .kernel = 3, .stride = 1, .pad = 1});
 }
+static sp_value body(sp_graph *g, sp_value x, int oc, int stride, int bias, int tail) {
+  return body_stem(g, x, 3, 2, 0, oc, stride, bias, tail);
+}
 static sp_value b_16_s2(sp_graph *g, sp_value x) { return body(g, x, 16, 2, 0, TAIL_BN_RELU); }
 static sp_value b_32_s1_bias(sp_graph *g, sp_value x) { return body(g, x, 32, 1, 1, TAIL_BN_RELU); }
 static sp_value b_64_s2_bias(sp_graph *g, sp_value x) { return body(g, x, 64, 2, 1, TAIL_BN_RELU); }
 static sp_value b_48_s1_none(sp_graph *g, sp_value x) { return body(g, x, 48, 1, 0, TAIL_NONE); }
 static sp_value b_16_s2_bn(sp_graph *g, sp_value x) { return body(g, x, 16, 2, 1, TAIL_BN); }
+/* Stems of stride 1 (the next row shares two padded image rows), 5x5, with
+ * a bias. */
+static sp_value b_stem5_s1_bias(sp_graph *g, sp_value x) { return body_stem(g, x, 5, 1, 1, 16, 2, 0, TAIL_BN_RELU); }
+static sp_value b_stem3_s1(sp_graph *g, sp_value x) { return body_stem(g, x, 3, 1, 0, 32, 1, 1, TAIL_BN_RELU); }
 
 typedef struct {
   const char *label;
@@ -39,13 +55,16 @@ typedef struct {
 } fused_case;
 
 /* The second conv's output widths: 23 (last group of 7), 12, 38 (last 6),
- * 26 (last 10), 8; odd image heights leave the stem an odd row count. */
+ * 26 (last 10), 8, 32 and 48 (whole groups; the stem's rows too); odd
+ * image heights leave the stem an odd row count. */
 static const fused_case cases[] = {
     {"grey 8 -> 16 s2", b_16_s2, 3, 1, 50, 90},
     {"grey 8 -> 32 s1 bias", b_32_s1_bias, 1, 1, 17, 24},
     {"colour 8 -> 64 s2 bias", b_64_s2_bias, 3, 3, 31, 150},
     {"grey 8 -> 48 s1, no batch norm", b_48_s1_none, 1, 1, 9, 51},
     {"colour 8 -> 16 s2 bias, batch norm without ReLU", b_16_s2_bn, 2, 3, 29, 30},
+    {"grey 5x5 stride-1 stem with a bias, 8 -> 16 s2", b_stem5_s1_bias, 2, 1, 21, 64},
+    {"colour stride-1 stem, 8 -> 32 s1 bias", b_stem3_s1, 1, 3, 14, 48},
 };
 
 static const struct {
@@ -68,6 +87,7 @@ static cmp_case case_of(const fused_case *f, unsigned flags, double tol) {
 static void against_ref(void **st) {
   (void)st;
   cmp_require_cpu();
+  require_loops();
   setup();
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
     for (size_t m = 0; m < sizeof plans / sizeof plans[0]; m++) {
@@ -106,6 +126,7 @@ static void forward_counted(const cmp_case *k, sp_plan *p, long want) {
 static void same_as_apart(void **st) {
   (void)st;
   cmp_require_cpu();
+  require_loops();
   setup();
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
     for (int bf16 = 0; bf16 < 2; bf16++) {
@@ -134,6 +155,7 @@ static void same_as_apart(void **st) {
 static void follows_weights(void **st) {
   (void)st;
   cmp_require_cpu();
+  require_loops();
   setup();
   for (int bf16 = 0; bf16 < 2; bf16++) {
     cmp_case k = case_of(&cases[0], SP_PLAN_FROZEN | (bf16 ? SP_PLAN_BF16 : 0), 0);
@@ -168,6 +190,40 @@ static void follows_weights(void **st) {
   restore();
 }
 
+/* sp_plan_value has nothing to hand out for the fused nodes (their buffer
+ * holds the second conv's output, smaller than the stem's), and says why;
+ * the graph's output it does. */
+static void fused_values_refused(void **st) {
+  (void)st;
+  cmp_require_cpu();
+  require_loops();
+  setup();
+  sp_graph *g = sp_graph_new(7);
+  sp_value x = sp_graph_input(g, "x", SP_F32, 1);
+  sp_value stem = sp_conv2d(g, x, "stem", (sp_conv_args){.out_ch = 8, .kernel = 3, .stride = 2, .pad = 1});
+  sp_value relu = sp_relu(g, sp_batchnorm(g, stem, "bn0"));
+  sp_value next = sp_conv2d(g, relu, "next", (sp_conv_args){.out_ch = 16, .kernel = 3, .stride = 2, .pad = 1});
+  sp_value y = sp_conv2d(g, sp_relu(g, sp_batchnorm(g, next, "bn1")), "last",
+                         (sp_conv_args){.out_ch = 8, .kernel = 3, .stride = 1, .pad = 1});
+  sp_graph_output(g, y, "y");
+  sp_input_shape in[1] = {{"x", sp_shape4(2, 1, 40, 40)}};
+  sp_plan *p = sp_plan_new(g, 1, in, SP_BACKEND_CPU, 0, SP_PLAN_FROZEN);
+  assert_non_null(p);
+  cmp_fill_params(g, 7u);
+  const long before = cpu_stem_fused_calls;
+  assert_int_equal(sp_plan_forward(p), 0);
+  assert_int_equal(cpu_stem_fused_calls - before, 1);
+  const sp_value fused[] = {stem, relu, next};
+  for (int i = 0; i < 3; i++) {
+    if (sp_plan_value(p, fused[i])) fail_msg("node %d: a value handed out", fused[i]);
+    if (!strstr(sp_last_error(), "fused")) fail_msg("node %d: %s", fused[i], sp_last_error());
+  }
+  assert_non_null(sp_plan_value(p, y));
+  sp_plan_free(p);
+  sp_graph_free(g);
+  restore();
+}
+
 /* Graphs the stem must not fuse into. */
 static sp_value shared_output(sp_graph *g, sp_value x) { /* the stem's ReLU read twice */
   x = sp_conv2d(g, x, "stem", (sp_conv_args){.out_ch = 8, .kernel = 3, .stride = 2, .pad = 1});
@@ -185,6 +241,9 @@ static sp_value window5(sp_graph *g, sp_value x) {
   x = sp_relu(g, sp_batchnorm(g, x, "bn0"));
   return sp_conv2d(g, x, "next", (sp_conv_args){.out_ch = 16, .kernel = 5, .stride = 2, .pad = 2});
 }
+static sp_value oc24(sp_graph *g, sp_value x) { /* not whole groups of 16 */
+  return body(g, x, 24, 2, 0, TAIL_BN_RELU);
+}
 static sp_value next_is_output(sp_graph *g, sp_value x) { /* its output must be plain */
   x = sp_conv2d(g, x, "stem", (sp_conv_args){.out_ch = 8, .kernel = 3, .stride = 2, .pad = 1});
   x = sp_relu(g, sp_batchnorm(g, x, "bn0"));
@@ -196,6 +255,7 @@ static sp_value next_is_output(sp_graph *g, sp_value x) { /* its output must be 
 static void taken_where_it_applies(void **st) {
   (void)st;
   cmp_require_cpu();
+  require_loops();
   struct {
     const char *label;
     cmp_build_fn body;
@@ -205,6 +265,7 @@ static void taken_where_it_applies(void **st) {
            {"the stem's output read twice", shared_output, 0, 1, 1, 0},
            {"no ReLU after the stem", no_relu, 0, 1, 1, 0},
            {"a 5x5 window", window5, 0, 1, 1, 0},
+           {"24 output channels", oc24, 0, 1, 1, 0},
            {"the conv's output is the graph's", next_is_output, 0, 1, 1, 0},
            {"under the minimum of positions (3 x 13 x 23 = 897)", b_16_s2, 900, 1, 1, 0},
            {"at the minimum", b_16_s2, 897, 1, 1, 1},
@@ -227,4 +288,4 @@ static void taken_where_it_applies(void **st) {
 #endif
 
 CMP_CPU_MAIN(cmocka_unit_test(against_ref), cmocka_unit_test(same_as_apart), cmocka_unit_test(follows_weights),
-             cmocka_unit_test(taken_where_it_applies))
+             cmocka_unit_test(fused_values_refused), cmocka_unit_test(taken_where_it_applies))

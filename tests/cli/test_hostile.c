@@ -528,9 +528,11 @@ static void second_ctrl_c_quits_at_once(void **state) {
   size_t have = 0;
   /* The second once the run has taken the first (sent at once, a loaded
    * machine may deliver both as one). */
-  if (sent && read_until(m, "Ctrl-C again", out, sizeof out, &have)) kill(pid, SIGINT);
+  const int took = sent && read_until(m, "Ctrl-C again", out, sizeof out, &have);
+  if (took) kill(pid, SIGINT);
   int st = finish_from(pid, m, out, sizeof out, have);
   if (!sent) fail_msg("the run ended before its second epoch was under way:\n%s", out);
+  if (!took) fail_msg("the run never said it took the first Ctrl-C:\n%s", out);
   if (!WIFEXITED(st) || WEXITSTATUS(st) != 130) fail_msg("status %d:\n%s", st, out);
   if (!strstr(out, "Ctrl-C again to quit at once")) fail_msg("no word of the first Ctrl-C:\n%s", out);
   /* The step may have ended (and saved) between the two: either way the

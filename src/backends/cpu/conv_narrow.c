@@ -2,7 +2,10 @@
  * narrow channels-last input (8 channels) into channels-last output in
  * groups of 16 channels, as a loop of our own; a frozen plan folds the batch
  * norm after it and its ReLU in, as conv.c does. Where: vgg-face's second
- * layer (8 -> 16 channels, 112 -> 56, after the stem).
+ * layer (8 -> 16 channels, 112 -> 56, after the stem), which in a frozen
+ * plan the stem now computes with these loops (conv_stem.c); this node
+ * runs it where the stem does not (plans not frozen, under the minimum of
+ * positions, the fusion switched off).
  *
  * Why: oneDNN 2.6 runs it on brgconv at a fifth to a tenth of the
  * `vdpbf16ps` peak. Batch 64, AMD Zen 5, 2 threads, in one process:
@@ -187,7 +190,7 @@ INLINE void row_of(const cpu_narrow *g, const char *const *rows, const int *vali
 void cpu_narrow_row(const cpu_narrow *g, const char *const *rows, const int *valid, char *out) {
 #if defined(__AVX512F__) && defined(__AVX512BF16__)
   if (g->f32)
-    g->planar ? ROW_OF(1, 1) : ROW_OF(1, 0);
+    ROW_OF(1, 1); /* f32 rows are planar (conv_narrow.h) */
   else
     g->planar ? ROW_OF(0, 1) : ROW_OF(0, 0);
 #else

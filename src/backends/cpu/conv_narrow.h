@@ -1,8 +1,8 @@
-/* The loops of conv_narrow.c (a 3x3 convolution from 8 channels-last input
- * channels into groups of 16, inference only), for its own node and for the
- * inference stem (conv_stem.c), which computes this layer from its own rows
- * while they are in cache. A row at a time: the caller gives the KS padded
- * input rows an output row reads. */
+/* The loops of conv_narrow.c (a 3x3 convolution from 8 input channels into
+ * groups of 16, inference only), for its own node (channels-last bf16 rows)
+ * and for the inference stem (conv_stem.c), which computes this layer from
+ * its own rows while they are in cache (planar rows, f32 or bf16). A row at
+ * a time: the caller gives the KS padded input rows an output row reads. */
 #ifndef SPRY_BACKENDS_CPU_CONV_NARROW_H
 #define SPRY_BACKENDS_CPU_CONV_NARROW_H
 
@@ -18,9 +18,10 @@ typedef struct {
   int64_t n, ic, ih, iw, oc, oh, ow, sw; /* sw: the stride (both ways) */
   int64_t row_len;                       /* positions of a padded input row (position 0: the left padding) */
   int f32;                               /* input, weights and output in f32 (else bf16) */
-  /* The padded input rows: channels-last (position-major), or planar
-   * ([IC][row_len] in f32, channel pairs [IC / 2][row_len][2] in bf16:
-   * what the stem writes without transposing its vectors of positions). */
+  /* The padded input rows: channels-last (position-major; bf16 only), or
+   * planar ([IC][row_len] in f32, channel pairs [IC / 2][row_len][2] in
+   * bf16: what the stem writes without transposing its vectors of
+   * positions). */
   int planar;
   int has_bias, fold, relu; /* fold: the batch norm after it is folded in; relu: and its ReLU */
   size_t wt_off, bias_off;  /* in the memory cpu_narrow_take sized */

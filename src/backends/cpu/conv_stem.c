@@ -82,6 +82,7 @@ typedef struct {
   int stream;            /* inference's output written past the caches (cpu_stream_threshold) */
   int kept;              /* frozen: wt and bias in the node's own memory, made again only when stale */
   size_t wt_off, bias_off, acc_off, img_off; /* in forward / backward scratch (img_off: inference's rows) */
+  size_t pad_slice;                          /* inference: one thread's padded rows, whole cache lines */
   void *img;        /* bound: the padded image (training: saved for backward), or inference's padded rows per thread */
   float *wt, *bias; /* bias: folded (inference) */
   double *acc;
@@ -448,13 +449,13 @@ INLINE void forward_row_planar(const stem_node *s, const void *const *src, const
 #endif
 
 /* Inference: output row `row` into out, from the image rows it reads,
- * padded into `pad` (this thread's: a ring of kh padded rows, held[k] the
+ * padded into `pad` (this thread's: a ring of kh padded rows, pad_held[k] the
  * image row, n hp + y, in slot k; -1 at first); planar_len > 0: into the
  * fused conv's planar rows of that length (forward_row_planar). Padded row y
  * sits in slot y % kh, so the next output row finds the rows it shares with
  * this one (kh - sh at stride sh) padded already; with dilation every row
  * is padded again into slot r. */
-static void infer_row(const stem_node *s, const float *x, const float *bias, int64_t row, char *pad, int64_t *held,
+static void infer_row(const stem_node *s, const float *x, const float *bias, int64_t row, char *pad, int64_t *pad_held,
                       void *out, int64_t planar_len) {
   const int64_t n = row / s->oh, oy = row % s->oh;
   const size_t pad_row_bytes = (s->bf16 ? 2 : 4) * (size_t)(s->sw * s->wq);
@@ -462,9 +463,9 @@ static void infer_row(const stem_node *s, const float *x, const float *bias, int
   for (int64_t r = 0; r < s->kh; r++) {
     const int64_t y = oy * s->sh + r * s->dh, k = s->dh == 1 ? y % s->kh : r, key = s->dh == 1 ? n * s->hp + y : -1;
     slot[r] = k;
-    if (key >= 0 && held[k] == key) continue;
+    if (key >= 0 && pad_held[k] == key) continue;
     for (int64_t i = 0; i < s->ic; i++) pad_row(s, x, n * s->ic + i, y, pad + (k * s->ic + i) * pad_row_bytes);
-    held[k] = key;
+    pad_held[k] = key;
   }
   const void *src[STEM_MAX_K];
   tap_rows(s, pad, row, slot, src);
@@ -483,22 +484,26 @@ static void infer_row(const stem_node *s, const float *x, const float *bias, int
     forward_row(s, src, bias, out, 0);
 }
 
+/* Per-thread slices in whole cache lines, so threads never share one. */
+static size_t line_up(size_t bytes) { return (bytes + 63) & ~(size_t)63; }
+static size_t ring_slice(const stem_node *s) { return line_up(CPU_NARROW_KS * cpu_narrow_row_bytes(&s->next)); }
+
 /* The stem and the convolution after it (stem_node.fused): per output row
  * of that one, the stem rows it reads that the ring does not hold yet (the
- * next row at stride 2 reads one again), then the row. */
+ * next row reads one of them again at stride 2, two at stride 1), then the
+ * row. */
 static void fused_forward(const stem_node *s, const sp_op_args *a, const float *bias) {
   const cpu_narrow *g = &s->next;
   const float *x = a->in[0]->data;
   char *y = a->out->data;
   const size_t es = s->bf16 ? 2 : 4, ring_row = cpu_narrow_row_bytes(g), out_row = es * (size_t)(g->ow * g->oc);
-  const size_t pad_bytes = (size_t)(s->kh * s->ic) * es * (size_t)(s->sw * s->wq);
 #pragma omp parallel num_threads(s->threads)
   {
     const int t = omp_get_thread_num();
-    char *pad = (char *)s->img + (size_t)t * pad_bytes, *ring = s->ring + (size_t)t * CPU_NARROW_KS * ring_row;
+    char *pad = (char *)s->img + (size_t)t * s->pad_slice, *ring = s->ring + (size_t)t * ring_slice(s);
     int64_t held[CPU_NARROW_KS] = {-1, -1, -1}; /* the stem row (n oh + y) in each slot */
-    int64_t padded[STEM_MAX_K];                 /* infer_row's ring */
-    for (int k = 0; k < STEM_MAX_K; k++) padded[k] = -1;
+    int64_t pad_held[STEM_MAX_K];               /* infer_row's ring */
+    for (int k = 0; k < STEM_MAX_K; k++) pad_held[k] = -1;
     memset(ring, 0, CPU_NARROW_KS * ring_row); /* the padding: position 0 and the tail past the row */
 #pragma omp for schedule(static)
     for (int64_t row = 0; row < g->n * g->oh; row++) {
@@ -511,7 +516,7 @@ static void fused_forward(const stem_node *s, const sp_op_args *a, const float *
         rows[r] = at;
         valid[r] = iy >= 0 && iy < g->ih;
         if (valid[r] && held[slot] != n * s->oh + iy) {
-          infer_row(s, x, bias, n * s->oh + iy, pad, padded, at, g->row_len);
+          infer_row(s, x, bias, n * s->oh + iy, pad, pad_held, at, g->row_len);
           held[slot] = n * s->oh + iy;
         }
       }
@@ -552,16 +557,16 @@ static void stem_forward(cpu_node *n, const sp_op_args *a) {
   }
   if (!s->infer) pad_image(s, a->in[0]->data, s->img);
   char *y = a->out->data;
-  const size_t es = s->bf16 ? 2 : 4, out_row = es * (size_t)(s->ow * oc), pad_row_bytes = es * (size_t)(s->sw * s->wq);
+  const size_t es = s->bf16 ? 2 : 4, out_row = es * (size_t)(s->ow * oc);
 #pragma omp parallel num_threads(s->threads)
   {
-    char *rows = (char *)s->img + (size_t)omp_get_thread_num() * (size_t)(s->kh * s->ic) * pad_row_bytes;
-    int64_t padded[STEM_MAX_K]; /* infer_row's ring */
-    for (int k = 0; k < STEM_MAX_K; k++) padded[k] = -1;
+    char *rows = (char *)s->img + (size_t)omp_get_thread_num() * s->pad_slice;
+    int64_t pad_held[STEM_MAX_K]; /* infer_row's ring */
+    for (int k = 0; k < STEM_MAX_K; k++) pad_held[k] = -1;
 #pragma omp for schedule(static)
     for (int64_t row = 0; row < s->n * s->oh; row++) {
       if (s->infer) {
-        infer_row(s, x, bias, row, rows, padded, y + row * out_row, 0);
+        infer_row(s, x, bias, row, rows, pad_held, y + row * out_row, 0);
         continue;
       }
       const void *src[STEM_MAX_K];
@@ -653,8 +658,9 @@ static int applies(const sp_op_prep *p) {
  * stem's output (25.7 MB in f32) went to memory and back. */
 static int fuse_next(stem_node *s, const sp_op_prep *p) {
   const sp_op_consumer *c = &p->consumer[2], *bn = &p->consumer[3], *relu = &p->consumer[4];
-  if (!cpu_conv_stem_fuse_next || !cpu_conv_use_narrow || !s->relu || c->op != &sp_op_conv2d || c->out_plain ||
-      c->n_param < 1 || c->out_shape.ndim != 4 ||
+  /* Frozen (the stem's ReLU implies it): the fused weights live with the node. */
+  if (!cpu_conv_stem_fuse_next || !cpu_conv_use_narrow || !p->frozen || !s->relu || c->op != &sp_op_conv2d ||
+      c->out_plain || c->n_param < 1 || c->out_shape.ndim != 4 ||
       c->out_shape.d[0] * c->out_shape.d[2] * c->out_shape.d[3] < cpu_conv_narrow_min_positions)
     return 0;
   const sp_shape in = sp_shape4(s->n, s->oc, s->oh, s->ow);
@@ -711,9 +717,10 @@ int cpu_conv_stem_prepare(sp_op_prep *p) {
     if (s->fused) cpu_narrow_bind(&s->next, mem);
   }
   if (s->infer) {
-    s->img_off = cpu_take(&fwd, es * (size_t)(s->threads * s->kh * s->ic * s->sw * s->wq)); /* rows per thread */
+    s->pad_slice = line_up(es * (size_t)(s->kh * s->ic * s->sw * s->wq));
+    s->img_off = cpu_take(&fwd, (size_t)s->threads * s->pad_slice); /* rows per thread */
     s->stream = !s->fused && (int64_t)es * s->n * s->oh * s->ow * s->oc >= cpu_stream_threshold();
-    if (s->fused) s->ring_off = cpu_take(&fwd, (size_t)s->threads * CPU_NARROW_KS * cpu_narrow_row_bytes(&s->next));
+    if (s->fused) s->ring_off = cpu_take(&fwd, (size_t)s->threads * ring_slice(s));
   } else {
     s->acc_off = cpu_take(&bwd, sizeof(double) * (size_t)((s->k + 1) * s->oc * s->threads));
     p->saved_bytes = img;
