@@ -310,24 +310,38 @@ INLINE void store_positions(const vfw *a, uint16_t *out, int64_t np, int64_t oc,
  * the taps (one broadcast FMA each), then turned into PG vectors of 8
  * channels, one per position. bf16: the image and the output's type, a
  * constant where called. */
+/* a[l] += the taps' products for channel c + l at positions j.., one FMA a
+ * tap (inlined with a[] in registers: every loop over it unrolled). */
+INLINE void tap_sums(const stem_node *s, const void *const *src, int64_t j, int64_t c, vfw *a, const int bf16) {
+  for (int64_t t = 0; t < s->k; t++) {
+    const vfw x = vldw(src[t], j, bf16, VW);
+    const float *w = s->wt + t * s->oc + c;
+    VEC_UNROLL
+    for (int l = 0; l < 8; l++) a[l] += x * w[l];
+  }
+}
+
+/* a[l] from the bias of channel c + l; then, after the sums, the ReLU
+ * where absorbed (unrolled, or a[] goes through the stack). */
+INLINE void start_sums(const float *bias, int64_t c, vfw *a) {
+  VEC_UNROLL
+  for (int l = 0; l < 8; l++) a[l] = vbcastw(bias ? bias[c + l] : 0.0f);
+}
+INLINE void finish_sums(const stem_node *s, vfw *a) {
+  if (!s->relu) return;
+  VEC_UNROLL
+  for (int l = 0; l < 8; l++) a[l] = vrelu(a[l]);
+}
+
 INLINE void forward_row(const stem_node *s, const void *const *src, const float *bias, void *out, const int bf16) {
   const int64_t oc = s->oc;
   for (int64_t j = 0; j < s->ow; j += PG) {
     const int64_t np = s->ow - j < PG ? s->ow - j : PG;
     for (int64_t c = 0; c < oc; c += 8) {
       vfw a[8];
-      VEC_UNROLL
-      for (int l = 0; l < 8; l++) a[l] = vbcastw(bias ? bias[c + l] : 0.0f);
-      for (int64_t t = 0; t < s->k; t++) {
-        const vfw x = vldw(src[t], j, bf16, VW);
-        const float *w = s->wt + t * oc + c;
-        VEC_UNROLL /* a[] in registers */
-            for (int l = 0; l < 8; l++) a[l] += x * w[l];
-      }
-      if (s->relu) {
-        VEC_UNROLL /* unrolled, or a[] goes through the stack */
-            for (int l = 0; l < 8; l++) a[l] = vrelu(a[l]);
-      }
+      start_sums(bias, c, a);
+      tap_sums(s, src, j, c, a, bf16);
+      finish_sums(s, a);
       if (bf16)
         store_positions(a, (uint16_t *)out + j * oc + c, np, oc, s->stream);
       else
@@ -427,8 +441,7 @@ INLINE void forward_row_planar(const stem_node *s, const void *const *src, const
     const int64_t np = s->ow - j < PG ? s->ow - j : PG;
     const __mmask16 m = (__mmask16)((1u << np) - 1u);
     vfw a[8];
-    VEC_UNROLL
-    for (int l = 0; l < 8; l++) a[l] = vbcastw(bias ? bias[l] : 0.0f);
+    start_sums(bias, 0, a);
     if (bf16) {
       /* Two taps a vdpbf16ps: it adds its high pair's product, then its low
        * one's, each exact (bf16 x bf16) and rounded once, as the FMA per tap
@@ -448,17 +461,9 @@ INLINE void forward_row_planar(const stem_node *s, const void *const *src, const
           a[l] = (vfw)_mm512_dpbf16_ps((__m512)a[l], x, (__m512bh)_mm512_set1_epi32((int)w[l]));
       }
     } else {
-      for (int64_t t = 0; t < s->k; t++) {
-        const vfw x = vldw(src[t], j, bf16, VW);
-        const float *w = s->wt + t * 8;
-        VEC_UNROLL
-        for (int l = 0; l < 8; l++) a[l] += x * w[l];
-      }
+      tap_sums(s, src, j, 0, a, 0); /* 8 channels: the fused stem's */
     }
-    if (s->relu) {
-      VEC_UNROLL
-      for (int l = 0; l < 8; l++) a[l] = vrelu(a[l]);
-    }
+    finish_sums(s, a);
     if (bf16) {
       VEC_UNROLL
       for (int p = 0; p < 4; p++) {
