@@ -37,6 +37,10 @@ int sp_backend_parse(const char *name, sp_backend *out);
 /* The backend a run config gets when it names none: "cpu" (oneDNN) when this
  * build has it, else "ref". */
 const char *sp_backend_default_name(void);
+/* 1 when backend b computes bf16 plans (SP_PLAN_BF16) on this machine; else
+ * 0, with the reason in sp_last_error(): the ref backend computes in f32, and
+ * the cpu backend needs AVX-512 (oneDNN has no bf16 kernels below it). */
+int sp_backend_bf16(sp_backend b);
 
 /* ---- graph ---------------------------------------------------------------- */
 sp_graph *sp_graph_new(uint64_t seed);

@@ -17,6 +17,15 @@ const sp_op_def *sp_backend_op(sp_backend b, const sp_op_def *op);
  * implementation, or its plain adapter around the reference kernel; NULL with
  * an error set when the build has no oneDNN. */
 const sp_op_def *sp_backend_cpu_op(const sp_op_def *op);
+/* 1 when the cpu backend computes bf16 plans on this machine, else 0 with
+ * the reason set (sp_backend_bf16 in spry/graph.h is the public face). */
+int sp_backend_cpu_bf16(void);
+/* 1 when oneDNN runs AVX-512 (avx512_core) kernels here: bf16, and f32
+ * activations in 16-channel blocks (8-channel ones below it); and the
+ * widest instruction set it runs, by name ("AVX2"). Under
+ * ONEDNN_MAX_CPU_ISA both follow the limit. */
+int sp_backend_cpu_avx512(void);
+const char *sp_backend_cpu_isa(void);
 /* The cpu backend's reorder clock (bench train --profile): on/off, and the
  * seconds its layout conversions took since it was turned on. */
 void sp_backend_cpu_time_reorders(int on);

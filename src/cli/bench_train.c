@@ -121,8 +121,8 @@ static int parse(int argc, char **argv, bench_opts *o) {
     fprintf(stderr, "spry bench train: --dtype must be f32 or bf16, got '%s'\n", o->dtype);
     return -1;
   }
-  if (!strcmp(o->dtype, "bf16") && o->backend != SP_BACKEND_CPU) {
-    fprintf(stderr, "spry bench train: --dtype bf16 needs --backend cpu (the ref backend computes in f32)\n");
+  if (!strcmp(o->dtype, "bf16") && !sp_backend_bf16(o->backend)) {
+    fprintf(stderr, "spry bench train: --dtype bf16: %s (use --dtype f32)\n", sp_last_error());
     return -1;
   }
   if (o->channels < 0) o->channels = !strncmp(o->model, "vgg", 3) ? 1 : 3;

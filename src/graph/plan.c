@@ -420,8 +420,7 @@ sp_plan *sp_plan_new(sp_graph *g, int n_inputs, const sp_input_shape *inputs, sp
     sp_plan_free(p);
     return NULL;
   }
-  if ((flags & SP_PLAN_BF16) && backend == SP_BACKEND_REF) {
-    sp_error_set("bf16 plans need the cpu backend (the ref backend computes in f32)");
+  if ((flags & SP_PLAN_BF16) && !sp_backend_bf16(backend)) {
     sp_plan_free(p);
     return NULL;
   }

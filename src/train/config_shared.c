@@ -1,4 +1,5 @@
 /* The keys and checks the keypoint and video run configs share. */
+#include <stdio.h>
 #include <string.h>
 
 #include "spry/common.h"
@@ -17,6 +18,15 @@ int sp_config_check_run(const sp_yaml_reader *r, const sp_opt_config *opt, const
   if (sp_opt_config_check(opt) != 0) return sp_error_push("%s: optimizer", r->file);
   if (!strcmp(precision, "bf16") && strcmp(backend, "cpu"))
     return sp_error_set("%s: precision: bf16 needs backend: cpu (the %s backend computes in f32)", r->file, backend);
+  return 0;
+}
+
+unsigned sp_config_precision_flags(const char *precision, sp_backend b) {
+  static int warned;
+  if (strcmp(precision, "bf16")) return 0;
+  if (sp_backend_bf16(b)) return SP_PLAN_BF16;
+  if (!warned) fprintf(stderr, "spry: precision bf16: %s; training in f32\n", sp_last_error());
+  warned = 1;
   return 0;
 }
 

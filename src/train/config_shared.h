@@ -4,6 +4,7 @@
 #define SPRY_TRAIN_CONFIG_SHARED_H
 
 #include "io/yaml_read.h"
+#include "spry/graph.h"
 #include "spry/optim.h"
 
 /* optimizer.lr, optimizer.weight_decay, optimizer.momentum,
@@ -13,6 +14,12 @@ int sp_config_read_optimizer_keys(sp_yaml_reader *r, sp_opt_config *opt, float *
 /* A run's last checks: the optimizer's settings, and bf16 only on the cpu
  * backend. 0, or -1 with an error naming the file. */
 int sp_config_check_run(const sp_yaml_reader *r, const sp_opt_config *opt, const char *precision, const char *backend);
+
+/* The plan flags for a run's precision on this machine: SP_PLAN_BF16 for
+ * bf16 where backend b computes bf16 here; else 0 (f32), with a warning on
+ * stderr the first time, naming the reason: a config written for a machine
+ * with AVX-512 still trains on one without. */
+unsigned sp_config_precision_flags(const char *precision, sp_backend b);
 
 /* The schedule's figures that come from the run's other keys: base_lr from
  * optimizer.lr, total_epochs from epochs, and the warm-up in epochs. */

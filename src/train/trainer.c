@@ -9,6 +9,7 @@
 
 #include "spry/dist.h"
 #include "spry/train.h"
+#include "train/config_shared.h"
 #include "train/loop.h"
 #include "train/trainer_internal.h"
 
@@ -33,7 +34,7 @@ static sp_plan *train_plan(kp_task *t, int local_batch) {
   sp_input_shape in[2] = {{"image", sp_shape4(local_batch, cfg->data.channels, cfg->data.size, cfg->data.size)},
                           {"points", sp_shape3(local_batch, t->data.k, 2)}};
   /* Training reads only the loss; validation has plans of its own (f32). */
-  unsigned flags = SP_PLAN_LOSS_ONLY | (!strcmp(cfg->precision, "bf16") ? SP_PLAN_BF16 : 0);
+  unsigned flags = SP_PLAN_LOSS_ONLY | sp_config_precision_flags(cfg->precision, t->backend);
   return sp_plan_new(t->g, 2, in, t->backend, 1, flags);
 }
 

@@ -9,6 +9,7 @@
 #include "spry/models.h"
 #include "spry/safetensors.h"
 #include "spry/dist.h"
+#include "train/config_shared.h"
 #include "train/video_internal.h"
 
 int sp_video_cfg_frames(const sp_video_config *cfg) {
@@ -44,7 +45,7 @@ int sp_vnet_init(sp_vnet *n, const sp_video_config *cfg, int num_classes) {
   n->cfg = *cfg;
   n->num_classes = num_classes;
   if (sp_backend_parse(cfg->backend, &n->backend) != 0) return -1;
-  n->plan_flags = !strcmp(cfg->precision, "bf16") ? SP_PLAN_BF16 : 0;
+  n->plan_flags = sp_config_precision_flags(cfg->precision, n->backend);
   n->sync_bn = cfg->dist.sync_bn && sp_dist_world() > 1;
   int frames = sp_video_cfg_frames(cfg);
   sp_graph *g = build(n, frames);

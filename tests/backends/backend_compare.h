@@ -123,6 +123,33 @@ static inline sp_graph *cmp_graph(const cmp_case *c, sp_value *y) {
   return g;
 }
 
+/* 1 when this machine runs bf16 cpu plans; else 0, once saying why (a CPU
+ * without AVX-512: the bf16 halves of the cases are left out there, their
+ * f32 halves still run). */
+static inline int cmp_bf16_here(void) {
+  static int said;
+  if (sp_backend_bf16(SP_BACKEND_CPU)) return 1;
+  if (!said) printf("# bf16 cases left out: %s\n", sp_last_error());
+  said = 1;
+  return 0;
+}
+
+/* Skips the calling test (all of it about bf16) where bf16 does not run. */
+static inline void cmp_require_bf16(void) {
+  if (!cmp_bf16_here()) skip();
+}
+
+/* Skips the calling test where oneDNN runs below AVX-512: a test that a
+ * path of ours is taken, for a path built on AVX-512's 16-channel blocks
+ * (oneDNN's f32 kernels take 8-channel blocks below it, where the path
+ * declines and oneDNN's own runs; the tests against the reference backend
+ * cover that). */
+static inline void cmp_require_avx512(const char *what) {
+  if (sp_backend_cpu_avx512()) return;
+  printf("# %s: built for AVX-512's 16-channel blocks; this CPU runs %s: skipped\n", what, sp_backend_cpu_isa());
+  skip();
+}
+
 static inline sp_plan *cmp_plan(const cmp_case *c, sp_graph *g, const sp_shape *y_shape, sp_backend b,
                                 unsigned flags) {
   sp_input_shape in[3] = {{"x", sp_shape4(c->n, c->c, c->h, c->w)}, {"t", *y_shape}, {"labels", sp_shape1(c->n)}};
@@ -208,6 +235,7 @@ static inline double cmp_rel_l2_floor(const sp_tensor *a, const sp_tensor *b, do
  * every parameter gradient agree within tol, relative L2 (two paths that sum
  * the same bf16 products in f32 differ by summation order only). */
 static inline void cmp_two_paths_with(const cmp_case *k, void (*choose)(int path), double tol, const cmp_two_opts *o) {
+  if ((k->flags & SP_PLAN_BF16) && !cmp_bf16_here()) return;
   sp_shape ys = cmp_out_shape(k);
   sp_graph *g[2];
   sp_plan *p[2];
@@ -250,6 +278,7 @@ static inline void cmp_two_paths(const cmp_case *k, void (*choose)(int path), do
  * equals a plain plan's before and after the parameter `weight` is scaled by
  * `factor`, and the change shows. */
 static inline void cmp_frozen_follows_weights(const cmp_case *k, const char *weight, float factor) {
+  if ((k->flags & SP_PLAN_BF16) && !cmp_bf16_here()) return;
   sp_shape ys = cmp_out_shape(k);
   sp_value y;
   sp_graph *g = cmp_graph(k, &y);
@@ -281,6 +310,7 @@ static inline void cmp_frozen_follows_weights(const cmp_case *k, const char *wei
 
 /* Runs the case on both backends and compares. */
 static inline void cmp_run(const cmp_case *c) {
+  if ((c->flags & SP_PLAN_BF16) && !cmp_bf16_here()) return;
   double tol = c->tol > 0 ? c->tol : 1e-4;
   sp_shape ys = cmp_out_shape(c);
   sp_value y[2];

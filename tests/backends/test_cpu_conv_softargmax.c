@@ -145,6 +145,7 @@ static void taken_where_it_applies(void **st) {
                {1, 1, dnnl_aBcd16b, 1, 1, 32, 0}, {1, 3, dnnl_acdb, 1, 0, 32, 0}, {0, 1, dnnl_abcd, 1, 0, 32, 0},
                {1, 1, dnnl_acdb, 0, 0, 32, 0},    {1, 1, dnnl_acdb, 1, 1, 64, 1}, {1, 1, dnnl_acdb, 1, 1, 48, 0}};
   for (size_t t = 0; t < sizeof cases / sizeof cases[0]; t++) {
+    if (cases[t].bf16 && !cmp_bf16_here()) continue; /* bf16 runs from AVX-512 on */
     dnnl_memory_desc_t md;
     const int ch = cases[t].channels;
     dnnl_dims_t dims = {2, ch, 20, 20};

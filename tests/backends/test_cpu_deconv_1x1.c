@@ -49,6 +49,7 @@ static void ours_or_onednn(int path) { cpu_deconv_1x1_min_channels = path == 0 ?
 static void same_as_onednn(void **st) {
   (void)st;
   cmp_require_cpu();
+  cmp_require_avx512("the 1x1 form of k2s2 transposed convolutions");
   cmp_case k = {"deconv as 1x1 vs onednn", b_up, 3, 3, 7, 5, 1, 0, 0, 0};
   const cmp_two_opts o = {.must_differ = 1};
   cmp_two_paths_with(&k, ours_or_onednn, 1e-5, &o);
@@ -85,6 +86,7 @@ static sp_op_prep up_prep(int bf16, int pad, int bias, int ic, int oc, int k, in
 static void taken_where_it_applies(void **st) {
   (void)st;
   cmp_require_cpu();
+  cmp_require_avx512("the 1x1 form of k2s2 transposed convolutions");
   struct {
     int bf16, pad, bias, ic, oc, k;
     dnnl_format_tag_t tag;
@@ -110,6 +112,7 @@ static void taken_where_it_applies(void **st) {
 static void taken_narrow_when_the_batch_norm_folds(void **st) {
   (void)st;
   cmp_require_cpu();
+  cmp_require_avx512("the 1x1 form of k2s2 transposed convolutions");
   for (int frozen = 0; frozen < 2; frozen++) {
     dnnl_memory_desc_t md;
     sp_conv_transpose2d_attr at;
@@ -148,8 +151,10 @@ static void bwd_against_ref(void **st) {
   k = (cmp_case){"deconv backward as 1x1, input gradient added", b_two_ups, 2, 4, 6, 9, 1, 0, 0, 0};
   cmp_run(&k);
   printf("# 1x1-form deconvolution backward passes run: %ld, %ld\n", mid - before, cpu_dcb_calls - mid);
-  assert_true(mid > before);
-  assert_true(cpu_dcb_calls >= mid + 2);
+  if (sp_backend_cpu_avx512()) { /* the path needs 16-channel blocks */
+    assert_true(mid > before);
+    assert_true(cpu_dcb_calls >= mid + 2);
+  }
 }
 
 /* A second backward without zero_grad adds the weight gradient onto the
@@ -177,7 +182,7 @@ static void bwd_weight_gradient_adds(void **st) {
   memcpy(once, dw->data, sizeof(float) * (size_t)n);
   assert_int_equal(sp_plan_forward(p), 0);
   assert_int_equal(sp_plan_backward(p), 0);
-  assert_int_equal(cpu_dcb_calls, before + 2);
+  if (sp_backend_cpu_avx512()) assert_int_equal(cpu_dcb_calls, before + 2); /* else oneDNN's backward ran */
   double err = 0, mx = 0;
   for (int64_t i = 0; i < n; i++) {
     const double want = 2.0 * once[i], got = ((const float *)dw->data)[i];
@@ -198,6 +203,7 @@ static void bwd_ours_or_onednn(int path) { cpu_deconv_1x1_bwd = path == 0; }
 static void bwd_same_as_onednn(void **st) {
   (void)st;
   cmp_require_cpu();
+  cmp_require_avx512("the 1x1 form of k2s2 transposed convolutions");
   const cmp_case cases[] = {{"deconv backward 1x1 vs onednn", b_up, 3, 3, 7, 5, 1, 0, 0, 0},
                             {"deconv backward 1x1 vs onednn, added", b_two_ups, 2, 4, 6, 9, 1, 0, 0, 0}};
   for (int c = 0; c < 2; c++) {
@@ -214,6 +220,7 @@ static void bwd_same_as_onednn(void **st) {
 static void bwd_taken_where_it_applies(void **st) {
   (void)st;
   cmp_require_cpu();
+  cmp_require_avx512("the 1x1 form of k2s2 transposed convolutions");
   struct {
     int bf16, pad, bias, ic, oc, k, backward, need_dx, need_dw;
     dnnl_format_tag_t tag;

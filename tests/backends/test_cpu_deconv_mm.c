@@ -83,6 +83,7 @@ static void frozen_plans_follow_weight_changes(void **st) {
 static void taken_where_it_applies(void **st) {
   (void)st;
   cmp_require_cpu();
+  cmp_require_bf16(); /* a bf16 path: bf16 runs from AVX-512 on */
   struct { int bf16, pad, bias, ic, want; } cases[] = {
       {1, 0, 0, 256, 1}, {0, 0, 0, 256, 0}, {1, 1, 0, 256, 0}, {1, 0, 1, 256, 0}, {1, 0, 0, 64, 0}};
   for (size_t t = 0; t < sizeof cases / sizeof cases[0]; t++) {

@@ -118,6 +118,7 @@ static const char *const marked[] = {"stem.weight", "stem.bias", "c2.weight", "t
 static void bf16_plans(void **st) {
   (void)st;
   cmp_require_cpu();
+  cmp_require_bf16();
   const int64_t min_channels = cpu_deconv_mm_min_channels;
   cpu_deconv_mm_min_channels = 16; /* "up" as matmuls too */
   check(SP_PLAN_BF16 | SP_PLAN_LOSS_ONLY, "bf16", marked, sizeof marked / sizeof marked[0]);

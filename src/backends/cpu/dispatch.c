@@ -68,7 +68,49 @@ const sp_op_def *sp_backend_cpu_op(const sp_op_def *op) {
 
 void sp_backend_cpu_time_reorders(int on) { cpu_reorder_timing(on); }
 double sp_backend_cpu_reorder_seconds(void) { return cpu_reorder_seconds(); }
+
+/* The widest instruction set oneDNN uses here, by name (its effective ISA:
+ * the CPU's, or less under ONEDNN_MAX_CPU_ISA). */
+static const char *isa_name(dnnl_cpu_isa_t isa) {
+  static const struct {
+    dnnl_cpu_isa_t isa;
+    const char *name;
+  } names[] = {{dnnl_cpu_isa_avx512_core_amx, "AVX-512 with AMX"},
+               {dnnl_cpu_isa_avx512_core_bf16, "AVX-512 with BF16"},
+               {dnnl_cpu_isa_avx512_core_vnni, "AVX-512 with VNNI"},
+               {dnnl_cpu_isa_avx512_core, "AVX-512"},
+               {dnnl_cpu_isa_avx2_vnni, "AVX2 with VNNI"},
+               {dnnl_cpu_isa_avx2, "AVX2"},
+               {dnnl_cpu_isa_avx, "AVX"},
+               {dnnl_cpu_isa_sse41, "SSE4.1"}};
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+    if ((isa & names[i].isa) == names[i].isa) return names[i].name;
+  return "below SSE4.1";
+}
+
+/* oneDNN 2.6 computes bf16 from AVX-512 (avx512_core) on: below it, its
+ * bf16 primitives do not exist, and a bf16 plan would run every convolution
+ * on the reference kernels, with our own bf16 kernels fed layouts they were
+ * never built for. Refused instead, with the reason. */
+int sp_backend_cpu_bf16(void) {
+  if (sp_backend_cpu_avx512()) return 1;
+  sp_error_set("bf16 needs a CPU with AVX-512 (oneDNN has no bf16 kernels below it); this one runs %s",
+               sp_backend_cpu_isa());
+  return 0;
+}
+
+int sp_backend_cpu_avx512(void) {
+  return (dnnl_get_effective_cpu_isa() & dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core;
+}
+const char *sp_backend_cpu_isa(void) { return isa_name(dnnl_get_effective_cpu_isa()); }
 #else
+int sp_backend_cpu_avx512(void) { return 0; }
+const char *sp_backend_cpu_isa(void) { return "none (no oneDNN in this build)"; }
+int sp_backend_cpu_bf16(void) {
+  sp_error_set("backend 'cpu' is not available in this build (oneDNN was not found)");
+  return 0;
+}
+
 void sp_backend_cpu_time_reorders(int on) { (void)on; }
 double sp_backend_cpu_reorder_seconds(void) { return 0; }
 
