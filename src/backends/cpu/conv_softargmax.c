@@ -15,7 +15,8 @@
  *              dW += dLt X_tile, db += row sums of dLt.
  *
  * The logits are kept transposed, a heatmap's positions side by side, so
- * the exponentials run 16 positions to a vector with no lanes wasted on
+ * the exponentials run a vector of positions at a time (16 with AVX-512, 8
+ * with AVX2) with no lanes wasted on
  * padding heatmaps (68 of 80 were real) and the positions' columns and rows
  * come from two per-tile tables instead of a conversion per position. With
  * heatmaps along the vector, the exponential passes took 27 of the head's
@@ -173,28 +174,32 @@ static void bias_of(const csam_node *s, const sp_op_args *a, float *b) {
   for (int64_t k = 0; k < s->kp; k++) b[k] = s->has_bias && k < s->k ? ((const float *)a->param[1]->data)[k] : 0.0f;
 }
 
-/* The tile kernels walk 16 heatmaps at a time (vf16, vec.h: one AVX-512
- * vector) down the tile's rows, so a group's sums stay in registers. */
+/* The tile kernels walk a heatmap's positions VW at a time (vfw, vec.h: one
+ * AVX-512 vector of 16, or one AVX2 vector of 8), so its sums stay in
+ * registers. At 16 lanes on AVX2 (two registers a value), GCC 12 built the
+ * compares of the max lane by lane and moved the sums through the stack and
+ * general registers: the head took 10% of a ResUNet-50 f32 inference step
+ * on AMD Zen 3, most of it in tile_sums. */
 
-static inline vf16 ld16(const float *p) { return *(const vf16u *)p; }
-static inline vf16 splat16(float f) { return (vf16){f, f, f, f, f, f, f, f, f, f, f, f, f, f, f, f}; }
-static inline vf16 max16(vf16 a, vf16 b) {
-  const vi16 m = (vi16)(a > b);
-  return (vf16)(((vi16)a & m) | ((vi16)b & ~m));
+static inline vfw ldw(const float *p) { return *(const vfwu *)p; }
+static inline vfw maxw(vfw a, vfw b) {
+  const viw m = (viw)(a > b);
+  return (vfw)(((viw)a & m) | ((viw)b & ~m));
 }
 
-/* exp_nonpos (exp_nonpos.h) on 16 lanes: the same steps and constants. */
-static inline vf16 exp16(vf16 x) {
-  x = max16(x, splat16(-87.0f));
-  const vf16 t = x * 1.44269504f + EXP_NONPOS_MAGIC, n = t - EXP_NONPOS_MAGIC;
-  const vf16 r = x - n * EXP_NONPOS_LN2_HI - n * EXP_NONPOS_LN2_LO;
-  vf16 p = splat16(exp_nonpos_c[0]);
+/* exp_nonpos (exp_nonpos.h) on VW lanes: the same steps and constants. */
+static inline vfw expw(vfw x) {
+  x = maxw(x, vbcastw(-87.0f));
+  const vfw t = x * 1.44269504f + EXP_NONPOS_MAGIC, n = t - EXP_NONPOS_MAGIC;
+  const vfw r = x - n * EXP_NONPOS_LN2_HI - n * EXP_NONPOS_LN2_LO;
+  vfw p = vbcastw(exp_nonpos_c[0]);
   for (int i = 1; i < 6; i++) p = p * r + exp_nonpos_c[i];
-  const vu16 two_n = ((vu16)t - 0x4B400000u + 127u) << 23;
-  return (p * r * r + r + 1.0f) * (vf16)two_n;
+  const vuw two_n = ((vuw)t - 0x4B400000u + 127u) << 23;
+  return (p * r * r + r + 1.0f) * (vfw)two_n;
 }
 
-/* 16 lanes stored as f32, or rounded to bf16 as sp_bf16_round does. */
+/* 16 lanes stored as f32, or rounded to bf16 as sp_bf16_round does (a
+ * 16-lane bf16 block of the input gradient, put_run). */
 static inline void st16(void *p, int64_t i, vf16 v, int f32) {
   if (f32) {
     *(vf16u *)((float *)p + i) = v;
@@ -212,11 +217,11 @@ static inline void st16(void *p, int64_t i, vf16 v, int f32) {
 /* 16 bf16 values widened to f32. */
 static inline vf16 ld16h(const void *p) { return (vf16)(__builtin_convertvector(*(const vh16u *)p, vu16) << 16); }
 
-/* Lanes [0, n) of a vector set (n <= 16). */
-static inline vi16 first_lanes(int64_t n) {
-  const vi16 iota = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
-  return iota < (vi16){(int)n, (int)n, (int)n, (int)n, (int)n, (int)n, (int)n, (int)n,
-                       (int)n, (int)n, (int)n, (int)n, (int)n, (int)n, (int)n, (int)n};
+/* Lanes [0, n) of a vector set (n <= VW). */
+static inline viw first_lanes(int64_t n) {
+  viw iota;
+  for (int q = 0; q < VW; q++) iota[q] = q;
+  return iota < (viw){0} + (int)n;
 }
 
 /* The tile's positions' columns and rows as floats, rt of each (a last
@@ -234,35 +239,35 @@ static void tile_coords(const csam_node *s, int64_t p0, float *jc, float *ic) {
  * heatmap's lanes sum rows / 16 values in float each, then add in double. */
 static void tile_sums(const csam_node *s, const float *lt, const float *b, const float *jc, const float *ic, int64_t np,
                       float *part) {
-  const int64_t kp = s->kp, full = np / 16 * 16;
-  const vi16 tail = first_lanes(np - full);
+  const int64_t kp = s->kp, full = np / VW * VW;
+  const viw tail = first_lanes(np - full);
   for (int64_t k = 0; k < s->k; k++) {
     const float *row = lt + k * s->ldl;
-    const vf16 bk = splat16(b[k]);
+    const vfw bk = vbcastw(b[k]);
     /* Four running maxima: one would wait on itself every vector. */
-    vf16 m0 = splat16(-INFINITY), m1 = m0, m2 = m0, m3 = m0;
+    vfw m0 = vbcastw(-INFINITY), m1 = m0, m2 = m0, m3 = m0;
     int64_t r = 0;
-    for (; r + 64 <= full; r += 64) {
-      m0 = max16(m0, ld16(row + r) + bk), m1 = max16(m1, ld16(row + r + 16) + bk);
-      m2 = max16(m2, ld16(row + r + 32) + bk), m3 = max16(m3, ld16(row + r + 48) + bk);
+    for (; r + 4 * VW <= full; r += 4 * VW) {
+      m0 = maxw(m0, ldw(row + r) + bk), m1 = maxw(m1, ldw(row + r + VW) + bk);
+      m2 = maxw(m2, ldw(row + r + 2 * VW) + bk), m3 = maxw(m3, ldw(row + r + 3 * VW) + bk);
     }
-    for (; r < full; r += 16) m0 = max16(m0, ld16(row + r) + bk);
-    if (full < np) m1 = max16(m1, (vf16)(((vi16)(ld16(row + full) + bk) & tail) | ((vi16)splat16(-INFINITY) & ~tail)));
-    const vf16 m4 = max16(max16(m0, m1), max16(m2, m3));
+    for (; r < full; r += VW) m0 = maxw(m0, ldw(row + r) + bk);
+    if (full < np) m1 = maxw(m1, (vfw)(((viw)(ldw(row + full) + bk) & tail) | ((viw)vbcastw(-INFINITY) & ~tail)));
+    const vfw m4 = maxw(maxw(m0, m1), maxw(m2, m3));
     float mk = m4[0];
-    for (int q = 1; q < 16; q++) mk = fmaxf(mk, m4[q]);
-    const vf16 mv = splat16(mk);
-    vf16 fs = splat16(0.0f), fx = fs, fy = fs;
-    for (int64_t r = 0; r < full; r += 16) {
-      const vf16 e = exp16(ld16(row + r) + bk - mv);
-      fs += e, fx += e * ld16(jc + r), fy += e * ld16(ic + r);
+    for (int q = 1; q < VW; q++) mk = mk > m4[q] ? mk : m4[q];
+    const vfw mv = vbcastw(mk);
+    vfw fs = vbcastw(0.0f), fx = fs, fy = fs;
+    for (int64_t r = 0; r < full; r += VW) {
+      const vfw e = expw(ldw(row + r) + bk - mv);
+      fs += e, fx += e * ldw(jc + r), fy += e * ldw(ic + r);
     }
     if (full < np) {
-      const vf16 e = (vf16)((vi16)exp16(ld16(row + full) + bk - mv) & tail);
-      fs += e, fx += e * ld16(jc + full), fy += e * ld16(ic + full);
+      const vfw e = (vfw)((viw)expw(ldw(row + full) + bk - mv) & tail);
+      fs += e, fx += e * ldw(jc + full), fy += e * ldw(ic + full);
     }
     double sum = 0, sx = 0, sy = 0;
-    for (int q = 0; q < 16; q++) sum += fs[q], sx += fx[q], sy += fy[q];
+    for (int q = 0; q < VW; q++) sum += fs[q], sx += fx[q], sy += fy[q];
     part[k] = mk;
     part[kp + k] = (float)sum, part[2 * kp + k] = (float)sx, part[3 * kp + k] = (float)sy;
   }
@@ -345,29 +350,28 @@ static void backward_coefs(const csam_node *s, const csam_stat *st, const float 
  * row's start, which that row then writes. */
 static void tile_grad(const csam_node *s, const float *lt, const float *b, const float *cf, const float *jc,
                       const float *ic, int64_t np, void *dl, double *db) {
-  const int64_t kp = s->kp, full = np / 16 * 16;
-  const vi16 tail = first_lanes(np - full);
+  const int64_t kp = s->kp, full = np / VW * VW;
+  const viw tail = first_lanes(np - full);
   for (int64_t k = 0; k < s->k; k++) {
     const float *row = lt + k * s->ldl;
     const int64_t at = k * s->ldd;
-    const vf16 bm = splat16(b[k]), mx = splat16(cf[3 * kp + k]), inv = splat16(cf[4 * kp + k]);
-    const vf16 ca = splat16(cf[k]), cb = splat16(cf[kp + k]), cc = splat16(cf[2 * kp + k]);
-    vf16 fs = splat16(0.0f);
-    for (int64_t r = 0; r < full; r += 16) {
-      const vf16 g = exp16(ld16(row + r) + bm - mx) * inv * (ca * ld16(jc + r) + cb * ld16(ic + r) + cc);
-      st16(dl, at + r, g, s->f32);
+    const vfw bm = vbcastw(b[k]), mx = vbcastw(cf[3 * kp + k]), inv = vbcastw(cf[4 * kp + k]);
+    const vfw ca = vbcastw(cf[k]), cb = vbcastw(cf[kp + k]), cc = vbcastw(cf[2 * kp + k]);
+    vfw fs = vbcastw(0.0f);
+    for (int64_t r = 0; r < full; r += VW) {
+      const vfw g = expw(ldw(row + r) + bm - mx) * inv * (ca * ldw(jc + r) + cb * ldw(ic + r) + cc);
+      vstw(dl, at + r, g, !s->f32, VW);
       fs += g;
     }
     if (full < np) {
-      const vf16 g =
-          (vf16)((vi16)(exp16(ld16(row + full) + bm - mx) * inv * (ca * ld16(jc + full) + cb * ld16(ic + full) + cc)) &
-                 tail);
-      st16(dl, at + full, g, s->f32);
+      const vfw g =
+          (vfw)((viw)(expw(ldw(row + full) + bm - mx) * inv * (ca * ldw(jc + full) + cb * ldw(ic + full) + cc)) & tail);
+      vstw(dl, at + full, g, !s->f32, VW);
       fs += g;
     }
-    for (int64_t r = full + (full < np ? 16 : 0); r < s->rows; r += 16) st16(dl, at + r, splat16(0.0f), s->f32);
+    for (int64_t r = full + (full < np ? VW : 0); r < s->rows; r += VW) vstw(dl, at + r, vbcastw(0.0f), !s->f32, VW);
     double sum = 0;
-    for (int q = 0; q < 16; q++) sum += fs[q];
+    for (int q = 0; q < VW; q++) sum += fs[q];
     db[k] += sum;
   }
 }

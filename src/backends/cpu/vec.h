@@ -148,7 +148,9 @@ INLINE vfw vtwice8(const float *p) {
 #else
 enum { VW = 8 };
 typedef vf8 vfw;
+typedef vf8u vfwu;
 typedef vi8 viw;
+typedef vu8 vuw;
 typedef vh8 vhw;
 typedef vh8u vhwu;
 INLINE vfw vldw(const void *p, int64_t i, int bf16, int n) { return vld(p, i, bf16); }
