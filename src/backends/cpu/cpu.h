@@ -433,11 +433,13 @@ extern long cpu_dxfwd_calls;            /* cpu_dxfwd_run's calls so far (tests c
 /* deconv_1x1.c: the forward pass of an f32 transposed convolution with
  * kernel = stride = 2, no padding, from cpu_deconv_1x1_min_channels input
  * channels (256; 0 turns it off), as a 1x1 convolution into 4 OC channels and
- * a shuffle of 16-channel blocks into Y. */
+ * a shuffle of channel blocks (16 with AVX-512, 8 with AVX2) into Y. */
 extern int64_t cpu_deconv_1x1_min_channels;
+extern long cpu_dc1_calls; /* cpu_dc1_run's calls so far (tests check the path ran) */
 typedef struct {
   int64_t n, ic, oc, h, w;
-  int fold; /* frozen: 1 the batch norm after it folded in (W' scaled, a bias), 2 and the ReLU as a post-op */
+  int64_t lanes; /* channels a block: X's, Y's and Y''s */
+  int fold;      /* frozen: 1 the batch norm after it folded in (W' scaled, a bias), 2 and the ReLU as a post-op */
   dnnl_memory_desc_t x_md, y2_md, w2_plain_md, w2_md, b2_md;
   dnnl_primitive_desc_t pd, re_pd;
   dnnl_primitive_t prim, re;

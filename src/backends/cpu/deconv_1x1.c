@@ -5,9 +5,9 @@
  *   Y'[n, t OC + oc, h, w]          = sum over ic of X[n, ic, h, w] W[ic, oc, ky, kx]   (t = 2 ky + kx)
  *   Y[n, oc, 2 h + ky, 2 w + kx]    = Y'[n, t OC + oc, h, w]
  *
- * In 16-channel blocks (what f32 plans use) a block of Y' at (h, w) is the
- * block of Y at one of its four positions: the shuffle moves 64 bytes at a
- * time.
+ * In channel blocks (what f32 plans use: 16 channels with AVX-512, 8 with
+ * AVX2) a block of Y' at (h, w) is the block of Y at one of its four
+ * positions: the shuffle moves a block (64 or 32 bytes) at a time.
  *
  * Why: oneDNN 2.6's f32 deconvolution kernel runs these layers at 170-240
  * GFLOP/s, its 1x1 kernel the same products at 300-390. Per call (Xeon with
@@ -40,25 +40,27 @@
 #include "ops/ops.h"
 
 int64_t cpu_deconv_1x1_min_channels = 256;
+long cpu_dc1_calls;
 
 static int fits(const cpu_conv_shape *c, const dnnl_memory_desc_t *src, const dnnl_memory_desc_t *dst, int fold) {
-  return cpu_deconv_1x1_min_channels > 0 && (fold || c->ic >= cpu_deconv_1x1_min_channels) && c->oc % 16 == 0 &&
-         src->data_type == dnnl_f32 && dst->data_type == dnnl_f32 && cpu_md_lanes(src) == 16 &&
-         cpu_md_lanes(dst) == 16 && c->kh == 2 && c->kw == 2 && c->sh == 2 && c->sw == 2 && c->pt == 0 && c->pl == 0 &&
-         c->oh == 2 * c->ih && c->ow == 2 * c->iw;
+  const int lanes = cpu_md_lanes(src);
+  return cpu_deconv_1x1_min_channels > 0 && (fold || c->ic >= cpu_deconv_1x1_min_channels) &&
+         (lanes == 16 || lanes == 8) && c->oc % lanes == 0 && src->data_type == dnnl_f32 &&
+         dst->data_type == dnnl_f32 && cpu_md_lanes(dst) == lanes && c->kh == 2 && c->kw == 2 && c->sh == 2 &&
+         c->sw == 2 && c->pt == 0 && c->pl == 0 && c->oh == 2 * c->ih && c->ow == 2 * c->iw;
 }
 
 int cpu_dc1_prepare(cpu_dc1 *m, cpu_node *n, const cpu_conv_shape *c, const dnnl_memory_desc_t *src,
                     const dnnl_memory_desc_t *dst, int keep, int fold, size_t *fwd_scratch, size_t *kept_bytes) {
   memset(m, 0, sizeof *m);
   if (!fits(c, src, dst, fold)) return 1;
-  m->n = c->n, m->ic = c->ic, m->oc = c->oc, m->h = c->ih, m->w = c->iw, m->fold = fold;
+  m->n = c->n, m->ic = c->ic, m->oc = c->oc, m->h = c->ih, m->w = c->iw, m->fold = fold, m->lanes = cpu_md_lanes(src);
   const dnnl_dims_t y2 = {c->n, 4 * c->oc, c->ih, c->iw}, w2 = {4 * c->oc, c->ic, 1, 1}, one = {1, 1}, zero = {0, 0};
   const dnnl_dims_t b2 = {4 * c->oc};
   dnnl_memory_desc_t w_any;
   m->x_md = *src;
   DNNL_TRY(dnnl_memory_desc_init_by_tag(&m->b2_md, 1, b2, dnnl_f32, dnnl_a));
-  DNNL_TRY(dnnl_memory_desc_init_by_tag(&m->y2_md, 4, y2, dnnl_f32, dnnl_aBcd16b));
+  DNNL_TRY(dnnl_memory_desc_init_by_tag(&m->y2_md, 4, y2, dnnl_f32, cpu_lanes_tag((int)m->lanes)));
   DNNL_TRY(dnnl_memory_desc_init_by_tag(&m->w2_plain_md, 4, w2, dnnl_f32, dnnl_oihw));
   DNNL_TRY(dnnl_memory_desc_init_by_tag(&w_any, 4, w2, dnnl_f32, dnnl_format_tag_any));
   dnnl_convolution_desc_t d;
@@ -129,20 +131,28 @@ static void build_w2(const cpu_dc1 *m, const float *w, const sp_op_args *bn) {
   }
 }
 
-/* Y's row 2h + ky, block b: position 2w + kx is Y' block t OC / 16 + b at (h, w). */
-static void shuffle(const cpu_dc1 *m) {
-  const int64_t blocks = m->oc / 16, h_n = m->h, w_n = m->w, plane = h_n * w_n * 16, ow = 2 * w_n;
+/* Y's row 2h + ky, block b: position 2w + kx is Y' block t OC / L + b at (h, w). */
+static inline __attribute__((always_inline)) void shuffle_lanes(const cpu_dc1 *m, const int64_t L) {
+  const int64_t blocks = m->oc / L, h_n = m->h, w_n = m->w, plane = h_n * w_n * L, ow = 2 * w_n;
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < m->n * blocks * 2 * h_n; r++) {
     const int64_t img = r / (blocks * 2 * h_n), b = r / (2 * h_n) % blocks, oy = r % (2 * h_n), h = oy / 2, ky = oy % 2;
-    float *dst = m->y + r * ow * 16;
-    const float *src0 = m->y2 + (img * 4 * blocks + 2 * ky * blocks + b) * plane + h * w_n * 16;
+    float *dst = m->y + r * ow * L;
+    const float *src0 = m->y2 + (img * 4 * blocks + 2 * ky * blocks + b) * plane + h * w_n * L;
     const float *src1 = src0 + blocks * plane;
     for (int64_t x = 0; x < w_n; x++) {
-      memcpy(dst + 2 * x * 16, src0 + x * 16, 64);
-      memcpy(dst + (2 * x + 1) * 16, src1 + x * 16, 64);
+      memcpy(dst + 2 * x * L, src0 + x * L, sizeof(float) * L);
+      memcpy(dst + (2 * x + 1) * L, src1 + x * L, sizeof(float) * L);
     }
   }
+}
+
+/* The block width a constant in each copy: one vector move each, no call. */
+static void shuffle(const cpu_dc1 *m) {
+  if (m->lanes == 16)
+    shuffle_lanes(m, 16);
+  else
+    shuffle_lanes(m, 8);
 }
 
 void cpu_dc1_run(const cpu_dc1 *m, const float *w, const sp_op_args *bn, int weights_changed) {
@@ -152,5 +162,6 @@ void cpu_dc1_run(const cpu_dc1 *m, const float *w, const sp_op_args *bn, int wei
   }
   cpu_exec_run(&m->conv);
   shuffle(m);
+  cpu_dc1_calls++;
 }
 #endif
