@@ -71,30 +71,38 @@ typedef struct {
 int cpu_conv_use_matmul = 1;
 int64_t cpu_conv_bww_min_channels = 64;
 
-int cpu_conv_uses_matmul(const void *state) { return ((const conv_node *)state)->mm; }
-int cpu_conv_uses_dw_blocked(const void *state) { return ((const conv_node *)state)->dw_blocked; }
+/* The accessors below (for tests) read a conv node; a prepare that fell back
+ * to the plain adapter (no oneDNN primitive for the case, e.g. bf16 below
+ * AVX-512) made another kind of node, which reads as a conv node with
+ * every path off. */
+static const cpu_vt conv_vt;
+static const conv_node *conv_of(const void *state) {
+  static const conv_node none;
+  return state && ((const cpu_node *)state)->vt == &conv_vt ? state : &none;
+}
+
+int cpu_conv_uses_matmul(const void *state) { return conv_of(state)->mm; }
+int cpu_conv_uses_dw_blocked(const void *state) { return conv_of(state)->dw_blocked; }
 int cpu_conv_winograd_passes(const void *state) {
-  const conv_node *s = state;
+  const conv_node *s = conv_of(state);
   const_dnnl_primitive_desc_t pd[3] = {s->fwd_pd, s->bwd_data_pd, s->bwd_wei_pd};
   int passes = 0;
   for (int i = 0; i < 3; i++)
     if (pd[i] && strstr(cpu_pd_impl(pd[i]), "wino")) passes |= 1 << i;
   return passes;
 }
-int cpu_conv_uses_s2_dx(const void *state) { return ((const conv_node *)state)->s2dx; }
-int cpu_conv_dx_fwd_ready(const void *state) { return ((const conv_node *)state)->dxfwd; }
-int cpu_conv_deconv_1x1(const void *state) { return ((const conv_node *)state)->dc1; }
-int cpu_conv_deconv_1x1_bwd(const void *state) { return ((const conv_node *)state)->dcb; }
-int cpu_conv_src_lanes(const void *state) { return cpu_md_lanes(&((const conv_node *)state)->src_md); }
-int cpu_conv_reorders_src(const void *state) { return ((const conv_node *)state)->reorder_src; }
-int cpu_conv_dst_lanes(const void *state) { return cpu_md_lanes(&((const conv_node *)state)->dst_md); }
+int cpu_conv_uses_s2_dx(const void *state) { return conv_of(state)->s2dx; }
+int cpu_conv_dx_fwd_ready(const void *state) { return conv_of(state)->dxfwd; }
+int cpu_conv_deconv_1x1(const void *state) { return conv_of(state)->dc1; }
+int cpu_conv_deconv_1x1_bwd(const void *state) { return conv_of(state)->dcb; }
+int cpu_conv_src_lanes(const void *state) { return cpu_md_lanes(&conv_of(state)->src_md); }
+int cpu_conv_reorders_src(const void *state) { return conv_of(state)->reorder_src; }
+int cpu_conv_dst_lanes(const void *state) { return cpu_md_lanes(&conv_of(state)->dst_md); }
 static const cpu_bww_mm *bww_of(const conv_node *s) { return s->bww ? &s->bwwmm : NULL; }
-int cpu_conv_bww_packed(const void *state) { return bww_of(state) && bww_of(state)->packed; }
-int cpu_conv_bww_amx(const void *state) { return bww_of(state) && bww_of(state)->amx; }
-int cpu_conv_bww_whole(const void *state) { return bww_of(state) && bww_of(state)->whole; }
-int cpu_conv_uses_thin_dw(const void *state) {
-  return ((const conv_node *)state)->mm && ((const conv_node *)state)->mm1x1.thin_dw;
-}
+int cpu_conv_bww_packed(const void *state) { return bww_of(conv_of(state)) && bww_of(conv_of(state))->packed; }
+int cpu_conv_bww_amx(const void *state) { return bww_of(conv_of(state)) && bww_of(conv_of(state))->amx; }
+int cpu_conv_bww_whole(const void *state) { return bww_of(conv_of(state)) && bww_of(conv_of(state))->whole; }
+int cpu_conv_uses_thin_dw(const void *state) { return conv_of(state)->mm && conv_of(state)->mm1x1.thin_dw; }
 
 /* Folds the absorbed batch norm's running statistics into plain weights and
  * a bias (the reorder then takes them into the primitive's layout). */
