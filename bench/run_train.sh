@@ -50,7 +50,7 @@ $PY - <<'PY'
 import json, re, torch
 info = open("/proc/cpuinfo").read()
 model = re.search(r"model name\s*:\s*(.*)", info)
-flags = sorted(set(re.findall(r"\b(amx\w*|avx512\w*)\b", info)))
+flags = sorted(set(re.findall(r"\b(amx\w*|avx512\w*|avx2|avx_vnni|fma|f16c)\b", info)))
 print(json.dumps({"bench": "machine", "cpu": model.group(1) if model else None, "flags": flags,
                   "torch": torch.__version__, "torch_threads": torch.get_num_threads()}))
 PY
