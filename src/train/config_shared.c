@@ -30,6 +30,13 @@ unsigned sp_config_precision_flags(const char *precision, sp_backend b) {
   return 0;
 }
 
+const char *sp_config_precision_text(const char *precision, const char *backend) {
+  sp_backend b;
+  if (strcmp(precision, "bf16") || (sp_backend_parse(backend, &b) == 0 && sp_backend_bf16(b))) return precision;
+  sp_error_clear(); /* a query, not a failure */
+  return "f32 (bf16 asked: this CPU has no bf16 kernels)";
+}
+
 void sp_config_set_schedule(sp_lr_schedule *s, float lr, int epochs, double warmup_epochs) {
   s->base_lr = lr;
   s->total_epochs = epochs;

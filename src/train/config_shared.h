@@ -20,6 +20,10 @@ int sp_config_check_run(const sp_yaml_reader *r, const sp_opt_config *opt, const
  * stderr the first time, naming the reason: a config written for a machine
  * with AVX-512 still trains on one without. */
 unsigned sp_config_precision_flags(const char *precision, sp_backend b);
+/* What a run with this precision and backend (by name) computes in, for
+ * reports: the precision, or "f32 (bf16 asked: ...)" where bf16 does not
+ * run on this machine. */
+const char *sp_config_precision_text(const char *precision, const char *backend);
 
 /* The schedule's figures that come from the run's other keys: base_lr from
  * optimizer.lr, total_epochs from epochs, and the warm-up in epochs. */

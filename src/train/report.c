@@ -12,6 +12,7 @@
 #include "spry/dist.h"
 #include "spry/plot.h"
 #include "spry/train.h"
+#include "train/config_shared.h"
 #include "train/metrics_log.h"
 #include "train/trainer_internal.h"
 
@@ -326,7 +327,7 @@ static void index_page(report *r, sp_kp_evaluator *e, const history *h, const sp
   snprintf(v[3], 160, "%d / %d", e->data->train_cache->n, n);
   snprintf(v[4], 160, "%d of %d", h->n, cfg->epochs);
   snprintf(v[5], 160, "%d, %s lr %g", cfg->batch, sp_opt_kind_name(cfg->optimizer.kind), cfg->lr);
-  snprintf(v[6], 160, "%s, %s", cfg->precision, cfg->backend);
+  snprintf(v[6], 160, "%s, %s", sp_config_precision_text(cfg->precision, cfg->backend), cfg->backend);
   snprintf(v[7], 160, "%.0f s", total_s);
   snprintf(v[8], 160, "%.3f (epoch %d)", best, best_epoch);
   snprintf(v[9], 160, "%.3f", m->mean_px);

@@ -339,6 +339,15 @@ static void bf16_precision_trains_in_bf16(void **state) {
   if (!sp_backend_bf16(SP_BACKEND_CPU)) {
     printf("# %s: the bf16 run trained in f32\n", sp_last_error());
     assert_true(b.train_loss == a.train_loss);
+    /* and its report says so, not "bf16" */
+    char path[600], html[1 << 16];
+    snprintf(path, sizeof path, "%s/index.html", bf16_dir);
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    const size_t n = fread(html, 1, sizeof html - 1, f);
+    fclose(f);
+    html[n] = 0;
+    assert_non_null(strstr(html, "f32 (bf16 asked"));
     return;
   }
   assert_true(isfinite(b.train_loss) && b.train_loss != a.train_loss);
