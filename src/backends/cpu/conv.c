@@ -66,6 +66,15 @@ typedef struct {
   size_t dc1_off, dc1_fwd, dc1_kept; /* its scratch in forward scratch; its W' bytes (frozen) */
   int dcb;                           /* ... and its backward as 1x1 products on a copy of dY (deconv_1x1_bwd.c) */
   cpu_dcb db;
+  int wino, wino_dx, wino_dw; /* forward / backward data / weight gradient by our Winograd F(4x4, 3x3) (conv_wino.c) */
+  cpu_wino wf, wb, wd;
+  size_t wd_work_bytes; /* the weight gradient's: from the start of backward scratch */
+  const void *wd_src;
+  size_t wf_u_bytes, wf_work_bytes, wf_u_off, wf_work_off; /* forward: U kept (frozen) or in forward scratch */
+  size_t wb_u_bytes, wb_work_bytes, wb_work_off;           /* backward data: from the start of backward scratch */
+  float *wf_u, *wb_u, *wf_bias;
+  const float *wf_src;
+  char *wf_work, *wb_work, *wb_work_base;
 } conv_node;
 
 int cpu_conv_use_matmul = 1;
@@ -95,6 +104,9 @@ int cpu_conv_uses_s2_dx(const void *state) { return conv_of(state)->s2dx; }
 int cpu_conv_dx_fwd_ready(const void *state) { return conv_of(state)->dxfwd; }
 int cpu_conv_deconv_1x1(const void *state) { return conv_of(state)->dc1; }
 int cpu_conv_deconv_1x1_bwd(const void *state) { return conv_of(state)->dcb; }
+int cpu_conv_wino_own(const void *state) {
+  return conv_of(state)->wino | conv_of(state)->wino_dx << 1 | conv_of(state)->wino_dw << 2;
+}
 int cpu_conv_src_lanes(const void *state) { return cpu_md_lanes(&conv_of(state)->src_md); }
 int cpu_conv_reorders_src(const void *state) { return conv_of(state)->reorder_src; }
 int cpu_conv_dst_lanes(const void *state) { return cpu_md_lanes(&conv_of(state)->dst_md); }
@@ -123,6 +135,14 @@ static void conv_forward(cpu_node *n, const sp_op_args *a) {
     cpu_dc1_run(&s->d1, a->param[0]->data, s->fold_bn ? a->consumer : NULL, a->params_stale);
     return;
   }
+  if (s->wino) {
+    if (!s->wei_kept || a->params_stale) {
+      if (s->fold_bn) fold_bn(s, a);
+      cpu_wino_weights(&s->wf, s->wf_u, s->fold_bn ? s->wfold : a->param[0]->data, NULL);
+    }
+    cpu_wino_run(&s->wf, s->wf_u, s->wf_src, a->out->data, s->wf_bias, s->post_relu, 0, s->wf_work);
+    return;
+  }
   if (!s->wei_kept || a->params_stale) {
     if (s->fold_bn) fold_bn(s, a);
     cpu_exec_run(&s->w_wei);
@@ -137,6 +157,10 @@ static void conv_backward(cpu_node *n, const sp_op_args *a) {
     return;
   }
   if (s->dcb) cpu_dcb_run(&s->db, (a->d_in_fresh & 1u) != 0, (a->d_param_fresh & 1u) != 0);
+  if (s->wino_dx && a->d_in[0]) {
+    cpu_wino_weights(&s->wb, s->wb_u, a->param[0]->data, NULL);
+    cpu_wino_run(&s->wb, s->wb_u, a->d_out->data, a->d_in[0]->data, NULL, 0, !(a->d_in_fresh & 1u), s->wb_work);
+  }
   if (s->s2dx && a->d_in[0]) cpu_s2dx_run(&s->s2, a->param[0]->data, !(a->d_in_fresh & 1u));
   if (s->dxfwd_on) {
     cpu_dxfwd_run(&s->dxf);
@@ -161,6 +185,9 @@ static void conv_backward(cpu_node *n, const sp_op_args *a) {
     cpu_bww_mm_run(&s->bwwmm, (a->d_param_fresh & 1u) != 0);
   } else if (s->dw_blocked && a->d_param[0]) {
     cpu_dw_blocked(&s->dwb, a->d_param[0]->data, s->dwb_scratch, s->dwb_threads, (a->d_param_fresh & 1u) != 0);
+  } else if (s->wino_dw && a->d_param[0]) {
+    cpu_wino_dw_run(&s->wd, s->wd_src, a->d_out->data, a->d_param[0]->data, (a->d_param_fresh & 1u) != 0,
+                    s->wb_work_base);
   }
 }
 
@@ -186,7 +213,13 @@ static int conv_bind(cpu_node *n, const sp_op_args *a, char *fs, char *bs) {
       cpu_exec_scratchpad(&s->conv, n, s->fwd_pd, fs))
     return -1;
   if (s->dc1 && cpu_dc1_bind(&s->d1, n, src, a->out->data, fs + s->dc1_off)) return -1;
+  if (s->wino) {
+    s->wf_src = src, s->wf_bias = bias;
+    s->wf_u = s->wei_kept ? s->wf_u : (float *)(fs + s->wf_u_off), s->wf_work = fs + s->wf_work_off;
+  }
   if (!s->run_backward) return 0;
+  if (s->wino_dx) s->wb_u = (float *)bs, s->wb_work = bs + s->wb_work_off;
+  s->wd_src = src, s->wb_work_base = bs;
   if (s->mm) return cpu_mm1x1_bind(&s->mm1x1, n, a, bs);
   if (s->s2dx && a->d_in[0] && cpu_s2dx_bind(&s->s2, n, a->d_out->data, a->d_in[0]->data, bs)) return -1;
   if (s->dcb && cpu_dcb_bind(&s->db, n, a->param[0]->data, src, a->d_out->data, a->d_in[0] ? a->d_in[0]->data : NULL,
@@ -535,6 +568,18 @@ static int dw_blocked_setup(const sp_op_prep *p, conv_node *s, const cpu_conv_ge
   return 1;
 }
 
+/* Our Winograd F(2x2, 3x3) (conv_wino.c): f32 3x3, stride 1, padding 1,
+ * one group, from 8-channel blocks into 8-channel blocks (what oneDNN picks
+ * below AVX-512, where it has no Winograd kernel of its own). */
+static int wino_fits(const sp_op_prep *p, const cpu_conv_geom *g, const dnnl_memory_desc_t *in,
+                     const dnnl_memory_desc_t *out) {
+  const sp_shape *w = &p->param_shape[0];
+  return !p->bf16 && !g->deconv && g->groups == 1 && w->d[2] == 3 && w->d[3] == 3 && g->strides[0] == 1 &&
+         g->strides[1] == 1 && !g->dil[0] && !g->dil[1] && g->pad_l[0] == 1 && g->pad_l[1] == 1 && g->pad_r[0] == 1 &&
+         g->pad_r[1] == 1 && in->data_type == dnnl_f32 && out->data_type == dnnl_f32 && cpu_md_lanes(in) == 8 &&
+         cpu_md_lanes(out) == 8 && p->in_shape[0].d[2] == p->out_shape.d[2] && p->in_shape[0].d[3] == p->out_shape.d[3];
+}
+
 /* The backward data and backward weights primitives conv_setup still needs
  * (need_dx, need_dw) and the reorders around them. */
 static int choose_backward(conv_node *s, const cpu_conv_geom *g, const dnnl_memory_desc_t *src_any,
@@ -542,7 +587,8 @@ static int choose_backward(conv_node *s, const cpu_conv_geom *g, const dnnl_memo
   dnnl_memory_desc_t dwei_any;
   if (s->need_dx) {
     if (choose_bwd_data(s, g, src_any, wei_any)) return -1;
-    s->reorder_wei_bd = s->dc1 || !cpu_md_equal(&s->wei_bd_md, &s->wei_md); /* dc1: forward makes W' instead */
+    /* dc1, wino: forward makes W' or U instead */
+    s->reorder_wei_bd = s->dc1 || s->wino || !cpu_md_equal(&s->wei_bd_md, &s->wei_md);
     if ((s->reorder_wei_bd &&
          cpu_make_reorder(&s->base, &s->wplain_md, &s->wei_bd_md, 0, &s->re_pd[R_WEI_BD], &s->re[R_WEI_BD])) ||
         cpu_make_reorder(&s->base, &s->dsrc_md, &s->x_md, 0, &s->re_pd[R_DX_SET], &s->re[R_DX_SET]) ||
@@ -578,18 +624,22 @@ static void place_buffers(sp_op_prep *p, conv_node *s, size_t mm_bwd, size_t bww
   /* A frozen plan keeps the prepared weights in the node's own memory and
    * reorders them only when the parameters changed. */
   if (p->frozen && !s->run_backward) {
-    size_t wb = s->dc1 ? 0 : cpu_md_bytes(&s->wei_md), used = 0;
+    size_t wb = s->dc1 || s->wino ? 0 : cpu_md_bytes(&s->wei_md), used = 0;
     const int fold = s->fold_bn && !s->dc1; /* dc1 folds into its own W' */
     size_t at_w = cpu_take(&used, wb), at_f = cpu_take(&used, fold ? cpu_md_bytes(&s->wplain_md) : 0),
-           at_b = cpu_take(&used, fold ? sizeof(float) * (size_t)s->n_bias : 0), at_d1 = cpu_take(&used, s->dc1_kept);
+           at_b = cpu_take(&used, fold ? sizeof(float) * (size_t)s->n_bias : 0), at_d1 = cpu_take(&used, s->dc1_kept),
+           at_u = cpu_take(&used, s->wino ? s->wf_u_bytes : 0);
     char *kept = cpu_node_keep(&s->base, used);
     s->wei_kept = kept + at_w;
+    if (s->wino) s->wf_u = (float *)(kept + at_u);
     if (s->dc1) cpu_dc1_keep(&s->d1, kept + at_d1);
     if (s->fold_bn) s->wfold = (float *)(kept + at_f), s->bfold = (float *)(kept + at_b);
   } else {
     s->wei_off = cpu_take(k, cpu_md_bytes(&s->wei_md));
+    if (s->wino) s->wf_u_off = cpu_take(&fwd, s->wf_u_bytes);
   }
   if (s->dc1) s->dc1_off = cpu_take(&fwd, s->dc1_fwd);
+  if (s->wino) s->wf_work_off = cpu_take(&fwd, s->wf_work_bytes);
   if (s->need_dx) {
     s->dsrc_off = cpu_take(&bwd, cpu_md_bytes(&s->dsrc_md));
     if (s->reorder_wei_bd) s->wbd_off = cpu_take(&bwd, cpu_md_bytes(&s->wei_bd_md));
@@ -689,6 +739,27 @@ static int conv_setup(sp_op_prep *p, conv_node *s, const cpu_conv_geom *g) {
   if (dcb < 0) return -1;
   if ((s->dcb = dcb == 0)) s->need_dx = s->need_dw = 0;
   if (dcb_bwd > s2dx_bwd) s2dx_bwd = dcb_bwd;
+  /* Winograd of our own where oneDNN has none: forward on the blocks it
+   * chose, backward data from dY's into the input's. */
+  s->wino = !s->post_add && wino_fits(p, g, &s->src_md, &s->dst_md) &&
+            cpu_wino_prepare(&s->wf, in->d[0], in->d[2], in->d[3], in->d[1], out->d[1], 0, &s->wf_u_bytes,
+                             &s->wf_work_bytes) == 0;
+  if (s->need_dx && wino_fits(p, g, &s->x_md, &s->dst_md) &&
+      cpu_wino_prepare(&s->wb, in->d[0], in->d[2], in->d[3], out->d[1], in->d[1], 1, &s->wb_u_bytes,
+                       &s->wb_work_bytes) == 0) {
+    s->wino_dx = 1, s->need_dx = 0;
+    size_t used = 0;
+    cpu_take(&used, s->wb_u_bytes);
+    s->wb_work_off = cpu_take(&used, s->wb_work_bytes);
+    if (used > s2dx_bwd) s2dx_bwd = used; /* runs before the weight gradient: the same scratch */
+  }
+  /* ... and the weight gradient from the input as forward read it (no bias:
+   * its gradient would need a pass of its own). */
+  if (s->need_dw && !s->has_bias && p->param_grad[0] && wino_fits(p, g, &s->src_md, &s->dst_md) &&
+      cpu_wino_dw_prepare(&s->wd, in->d[0], in->d[2], in->d[3], in->d[1], out->d[1], &s->wd_work_bytes) == 0) {
+    s->wino_dw = 1, s->need_dw = 0;
+    if (s->wd_work_bytes > s2dx_bwd) s2dx_bwd = s->wd_work_bytes; /* after backward data: the same scratch */
+  }
   if (s->need_dw && bww_applies(p, s, g)) {
     s->bww = cpu_bww_mm_prepare(&s->bwwmm, &s->base, &cs, &bww_bwd) == 0;
     if (s->bww) s->need_dw = 0; /* the products do it */

@@ -464,9 +464,9 @@ void cpu_dc1_run(const cpu_dc1 *m, const float *w, const struct sp_op_args *bn, 
 extern int cpu_deconv_1x1_bwd;
 extern long cpu_dcb_calls; /* backward passes run (tests) */
 typedef struct {
-  int64_t n, ic, oc, h, w;
-  int dx, dw;         /* prepared for the input gradient / the weight gradient */
-  int run_dx, run_dw; /* ... and bound to one */
+  int64_t n, ic, oc, h, w, lanes; /* lanes: dY's channel block, 16 or 8 */
+  int dx, dw;                     /* prepared for the input gradient / the weight gradient */
+  int run_dx, run_dw;             /* ... and bound to one */
   dnnl_memory_desc_t x_md, dy2_md, w_plain_md, wt_md, dw_plain_md, dw2_md;
   dnnl_primitive_desc_t dx_pd[2], wt_re_pd, dw_pd, dw_re_pd[2]; /* [0] writes, [1] adds */
   dnnl_primitive_t dx_prim[2], wt_re_prim, dw_prim, dw_re_prim[2];
@@ -483,6 +483,36 @@ int cpu_dcb_bind(cpu_dcb *m, cpu_node *n, const float *w, const void *x, const v
                  char *bwd_scratch);
 /* dx_fresh / dw_fresh: write the gradient, else add to it */
 void cpu_dcb_run(const cpu_dcb *m, int dx_fresh, int dw_fresh);
+/* conv_wino.c: Winograd F(2x2, 3x3) for f32 3x3 convolutions, stride 1,
+ * padding 1, on 8-channel blocks in and out (below AVX-512, where oneDNN has
+ * no Winograd kernel); forward, and backward data as the same product on the
+ * turned kernel. cpu_wino_own = 0: never taken (tests compare with oneDNN). */
+extern int cpu_wino_own;
+extern long cpu_wino_calls;        /* products run (tests check the path ran) */
+extern int64_t cpu_wino_min_tiles; /* taken from this many 4x4 output tiles (tests lower it) */
+typedef struct {
+  int64_t n, h, w, c_in, c_out; /* the product: c_in channels in, c_out out, both h x w */
+  int64_t th, tw, tiles, chunk; /* 2x2 output tiles a column / row, in all, a chunk */
+  int64_t v_plane, m_plane;     /* floats from one xi's rows to the next's, transformed input / products */
+  int64_t v_floats, m_floats;   /* a thread's transformed input / products */
+  int flip;                     /* backward data: g'[ic][oc] = the kernel [oc][ic] turned by 180 degrees */
+  int threads;                  /* the team the work memory was sized for */
+} cpu_wino;
+/* 0: taken, with the transformed weights' bytes in *u_bytes and the work
+ * memory's in *work_bytes; 1: does not apply (channels: c_in in 8s, c_out in 16s). */
+int cpu_wino_prepare(cpu_wino *m, int64_t n, int64_t h, int64_t w, int64_t c_in, int64_t c_out, int flip,
+                     size_t *u_bytes, size_t *work_bytes);
+/* u from the plain weights [OC][IC][3][3], each product output channel
+ * scaled by scale[o] (a folded batch norm) unless NULL. */
+void cpu_wino_weights(const cpu_wino *m, float *u, const float *w, const float *scale);
+/* y (or y +=, accumulate) = the convolution of x (nChw8c) with u, + bias, ReLU'd. */
+void cpu_wino_run(const cpu_wino *m, const float *u, const float *x, float *y, const float *bias, int relu,
+                  int accumulate, char *work);
+/* The weight gradient of the convolution c_in -> c_out: 0 taken (its work
+ * memory's bytes in *work_bytes), 1 not (as cpu_wino_prepare). */
+int cpu_wino_dw_prepare(cpu_wino *m, int64_t n, int64_t h, int64_t w, int64_t c_in, int64_t c_out, size_t *work_bytes);
+/* dw [OC][IC][3][3] = (fresh) or += the weight gradient from x and dy (nChw8c). */
+void cpu_wino_dw_run(const cpu_wino *m, const float *x, const float *dy, float *dw, int fresh, char *work);
 /* conv_desc.c: a (transposed) convolution node's oneDNN descriptors. */
 typedef struct {
   int deconv, groups;
@@ -531,6 +561,7 @@ int cpu_conv_uses_s2_dx(const void *state);      /* its input gradient by conv_s
 int cpu_conv_dx_fwd_ready(const void *state);    /* ... when added onto another's, by conv_dx_fwd.c */
 int cpu_conv_deconv_1x1(const void *state);      /* a transposed one's forward by deconv_1x1.c */
 int cpu_conv_deconv_1x1_bwd(const void *state);  /* ... and its backward by deconv_1x1_bwd.c */
+int cpu_conv_wino_own(const void *state);        /* passes by conv_wino.c: bit 0 forward, 1 backward data */
 int cpu_conv_src_lanes(const void *state);       /* cpu_md_lanes of the layout its forward reads */
 int cpu_conv_reorders_src(const void *state);    /* 1: its input is copied into that layout each forward */
 int cpu_conv_dst_lanes(const void *state);       /* ... and writes */

@@ -13,13 +13,16 @@
  * iohw order. One copy of dY feeds both products.
  *
  * Channel j = 4 oc + t (not t OC + oc, deconv_1x1.c's order) keeps W and dW
- * as they lie; the copy then moves each dY block's 4-channel groups from
- * four positions into one 16-channel block of dY' (a 4 x 4 transpose of
- * values in registers) instead of whole 64-byte blocks.
+ * as they lie; the copy then moves each dY block's channel groups (4 of 4
+ * channels with AVX-512's 16-channel blocks, 4 of 2 with AVX2's 8) from
+ * four positions into one block of dY' (a transpose of values in
+ * registers) instead of whole blocks.
  *
  * Why: oneDNN 2.6's f32 deconvolution backward kernels run these layers at
  * 170-250 GFLOP/s (data) and 200-340 (weights) on Zen 5, its 1x1 kernels
  * the same products at up to twice that; bench/README_train.md, session 41.
+ * On Zen 3 (AVX2, 8-channel blocks) ResUNet-50 f32 training spent 517 ms of
+ * a 6.1 s batch-16 step in oneDNN's deconvolution backward.
  *
  * Accumulating input gradients (a value read by another layer too) take the
  * forward convolution with a sum post-op, so dX is written once either way.
@@ -34,15 +37,14 @@
 int cpu_deconv_1x1_bwd = 1;
 long cpu_dcb_calls;
 
-/* f32 in 16-channel blocks (what f32 plans use): dY exactly nChw16c, which
- * the copy walks; X as its products accept it. */
+/* f32 in channel blocks (what f32 plans use: 16 channels with AVX-512, 8
+ * with AVX2): dY exactly nChw16c or nChw8c, which the copy walks; X as its
+ * products accept it. */
 static int fits(const cpu_conv_shape *c, const dnnl_memory_desc_t *x, const dnnl_memory_desc_t *dy) {
-  dnnl_memory_desc_t blocked;
-  return cpu_deconv_1x1_bwd && x->data_type == dnnl_f32 && c->ic % 16 == 0 && c->oc % 16 == 0 && c->kh == 2 &&
-         c->kw == 2 && c->sh == 2 && c->sw == 2 && c->pt == 0 && c->pl == 0 && c->oh == 2 * c->ih &&
-         c->ow == 2 * c->iw &&
-         dnnl_memory_desc_init_by_tag(&blocked, 4, dy->dims, dnnl_f32, dnnl_aBcd16b) == dnnl_success &&
-         cpu_md_equal(dy, &blocked);
+  const int lanes = cpu_md_lanes(dy);
+  return cpu_deconv_1x1_bwd && (lanes == 16 || lanes == 8) && x->data_type == dnnl_f32 && dy->data_type == dnnl_f32 &&
+         c->ic % lanes == 0 && c->oc % lanes == 0 && c->kh == 2 && c->kw == 2 && c->sh == 2 && c->sw == 2 &&
+         c->pt == 0 && c->pl == 0 && c->oh == 2 * c->ih && c->ow == 2 * c->iw;
 }
 
 /* Only a real kernel on exactly the given layouts. */
@@ -115,10 +117,10 @@ int cpu_dcb_prepare(cpu_dcb *m, cpu_node *n, const cpu_conv_shape *c, const dnnl
                     const dnnl_memory_desc_t *dy, int need_dx, int need_dw, size_t *bwd_scratch) {
   memset(m, 0, sizeof *m);
   if ((!need_dx && !need_dw) || !fits(c, x, dy)) return 1;
-  m->n = c->n, m->ic = c->ic, m->oc = c->oc, m->h = c->ih, m->w = c->iw;
+  m->n = c->n, m->ic = c->ic, m->oc = c->oc, m->h = c->ih, m->w = c->iw, m->lanes = cpu_md_lanes(dy);
   m->x_md = *x;
   const dnnl_dims_t dy2 = {c->n, 4 * c->oc, c->ih, c->iw}, w = {c->ic, 4 * c->oc, 1, 1};
-  DNNL_TRY(dnnl_memory_desc_init_by_tag(&m->dy2_md, 4, dy2, dnnl_f32, dnnl_aBcd16b));
+  DNNL_TRY(dnnl_memory_desc_init_by_tag(&m->dy2_md, 4, dy2, dnnl_f32, cpu_lanes_tag((int)m->lanes)));
   DNNL_TRY(dnnl_memory_desc_init_by_tag(&m->w_plain_md, 4, w, dnnl_f32, dnnl_oihw));
   size_t used = 0;
   int r;
@@ -166,11 +168,13 @@ int cpu_dcb_bind(cpu_dcb *m, cpu_node *n, const float *w, const void *x, const v
 
 typedef float v16 __attribute__((vector_size(64)));
 typedef float v16u __attribute__((vector_size(64), aligned(4)));
+typedef float v8 __attribute__((vector_size(32)));
+typedef float v8u __attribute__((vector_size(32), aligned(4)));
 
 /* From one dY block of 16 channels at the four positions t (v[t]), the four
  * dY' blocks: block k lane 4 i + t = v[t][4 k + i]. Two rounds of pair
  * shuffles: first pairs of positions per channel, then the pairs joined. */
-INLINE void transpose_groups(const v16 v[4], v16 out[4]) {
+INLINE void transpose_groups16(const v16 v[4], v16 out[4]) {
   /* lo: channel groups k = 0, 1; hi: k = 2, 3; lane 8 k' + 2 i + t' = v[t'][4 k' + i] */
   const v16 lo01 = __builtin_shufflevector(v[0], v[1], 0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
   const v16 hi01 = __builtin_shufflevector(v[0], v[1], 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
@@ -183,30 +187,49 @@ INLINE void transpose_groups(const v16 v[4], v16 out[4]) {
   out[3] = __builtin_shufflevector(hi01, hi23, 8, 9, 24, 25, 10, 11, 26, 27, 12, 13, 28, 29, 14, 15, 30, 31);
 }
 
-/* dY' from dY, both in 16-channel blocks: dY block ob at the four
- * positions of (h, w) gives dY' blocks 4 ob .. 4 ob + 3 at (h, w). */
-static void space_to_depth(const cpu_dcb *m) {
-  const int64_t ob_n = m->oc / 16, h_n = m->h, w_n = m->w, ow = 2 * w_n, plane2 = h_n * w_n * 16;
-  const float *dy = m->dy;
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < m->n * ob_n * h_n; r++) {
-    const int64_t img = r / (ob_n * h_n), ob = r / h_n % ob_n, h = r % h_n;
-    const float *row0 = dy + ((img * ob_n + ob) * 4 * h_n * w_n + 2 * h * ow) * 16, *row1 = row0 + ow * 16;
-    float *out0 = m->dy2 + (img * 4 * ob_n + 4 * ob) * plane2 + h * w_n * 16;
-    for (int64_t x = 0; x < w_n; x++) {
-      v16 v[4], o[4];
-      v[0] = *(const v16u *)(row0 + 2 * x * 16), v[1] = *(const v16u *)(row0 + (2 * x + 1) * 16);
-      v[2] = *(const v16u *)(row1 + 2 * x * 16), v[3] = *(const v16u *)(row1 + (2 * x + 1) * 16);
-      transpose_groups(v, o);
-      for (int k = 0; k < 4; k++) *(v16u *)(out0 + k * plane2 + x * 16) = o[k];
-    }
-  }
+/* The same for 8-channel blocks: block k lane 4 i + t = v[t][2 k + i]. */
+INLINE void transpose_groups8(const v8 v[4], v8 out[4]) {
+  /* lo: channels 0-3, hi: 4-7; lane 2 c + t' = v[t'][c (+ 4)] */
+  const v8 lo01 = __builtin_shufflevector(v[0], v[1], 0, 8, 1, 9, 2, 10, 3, 11);
+  const v8 hi01 = __builtin_shufflevector(v[0], v[1], 4, 12, 5, 13, 6, 14, 7, 15);
+  const v8 lo23 = __builtin_shufflevector(v[2], v[3], 0, 8, 1, 9, 2, 10, 3, 11);
+  const v8 hi23 = __builtin_shufflevector(v[2], v[3], 4, 12, 5, 13, 6, 14, 7, 15);
+  out[0] = __builtin_shufflevector(lo01, lo23, 0, 1, 8, 9, 2, 3, 10, 11);
+  out[1] = __builtin_shufflevector(lo01, lo23, 4, 5, 12, 13, 6, 7, 14, 15);
+  out[2] = __builtin_shufflevector(hi01, hi23, 0, 1, 8, 9, 2, 3, 10, 11);
+  out[3] = __builtin_shufflevector(hi01, hi23, 4, 5, 12, 13, 6, 7, 14, 15);
 }
+
+/* dY' from dY, both in blocks of L channels: dY block ob at the four
+ * positions of (h, w) gives dY' blocks 4 ob .. 4 ob + 3 at (h, w). One copy
+ * per block width, so each takes the machine's own vector moves. */
+#define SPACE_TO_DEPTH(NAME, L, VT, VTU, TRANSPOSE)                                                         \
+  static void NAME(const cpu_dcb *m) {                                                                      \
+    const int64_t ob_n = m->oc / L, h_n = m->h, w_n = m->w, ow = 2 * w_n, plane2 = h_n * w_n * L;           \
+    const float *dy = m->dy;                                                                                \
+    _Pragma("omp parallel for schedule(static)") for (int64_t r = 0; r < m->n * ob_n * h_n; r++) {          \
+      const int64_t img = r / (ob_n * h_n), ob = r / h_n % ob_n, h = r % h_n;                               \
+      const float *row0 = dy + ((img * ob_n + ob) * 4 * h_n * w_n + 2 * h * ow) * L, *row1 = row0 + ow * L; \
+      float *out0 = m->dy2 + (img * 4 * ob_n + 4 * ob) * plane2 + h * w_n * L;                              \
+      for (int64_t x = 0; x < w_n; x++) {                                                                   \
+        VT v[4], o[4];                                                                                      \
+        v[0] = *(const VTU *)(row0 + 2 * x * L), v[1] = *(const VTU *)(row0 + (2 * x + 1) * L);             \
+        v[2] = *(const VTU *)(row1 + 2 * x * L), v[3] = *(const VTU *)(row1 + (2 * x + 1) * L);             \
+        TRANSPOSE(v, o);                                                                                    \
+        for (int k = 0; k < 4; k++) *(VTU *)(out0 + k * plane2 + x * L) = o[k];                             \
+      }                                                                                                     \
+    }                                                                                                       \
+  }
+SPACE_TO_DEPTH(space_to_depth16, 16, v16, v16u, transpose_groups16)
+SPACE_TO_DEPTH(space_to_depth8, 8, v8, v8u, transpose_groups8)
 
 void cpu_dcb_run(const cpu_dcb *m, int dx_fresh, int dw_fresh) {
   if (!m->run_dx && !m->run_dw) return;
   cpu_dcb_calls++;
-  space_to_depth(m);
+  if (m->lanes == 16)
+    space_to_depth16(m);
+  else
+    space_to_depth8(m);
   if (m->run_dx) {
     cpu_exec_run(&m->wt_re);
     cpu_exec_run(&m->dx_run[!dx_fresh]);

@@ -1,0 +1,393 @@
+/* Winograd F(4x4, 3x3) of our own for f32 3x3 convolutions with stride 1
+ * and padding 1, on 8-channel blocks (nChw8c in and out): what f32 plans use
+ * below AVX-512, where oneDNN 2.6 has no Winograd kernel (its jit_wino
+ * kernels need AVX-512; conv_winograd.c picks them there).
+ *
+ * Each 4x4 output tile comes from a 6x6 input tile d and the 3x3 kernel g:
+ *
+ *   V = B^T d B,   U = G g G^T,   M[xi] = sum over input channels U[xi] V[xi],   Y = A^T M A
+ *
+ * with xi the 36 positions of the 6x6 transformed tile. Per xi the sum over
+ * channels is a matrix product: M[xi] [tiles][C_out] = V[xi] [tiles][C_in]
+ * U[xi] [C_in][C_out]. 36 products replace 16 outputs' 144: 4x fewer
+ * multiplications, for transforms of a few additions and scalings per value.
+ *
+ * Work goes in chunks of tiles, one chunk per thread at a time: its V
+ * (36 x chunk x C_in) and M (36 x chunk x C_out) stay in that thread's
+ * scratch, near the core, so the transformed tiles never travel through
+ * memory as a whole. The product runs on a 6-row x 16-column register block
+ * (12 accumulators), U packed in 16-column panels.
+ *
+ * Backward data is the same product: dX = conv(dY, g') with g'[ic][oc] the
+ * kernel turned by 180 degrees (`flip`), written or added into dX.
+ *
+ * Why: on Zen 3 (AVX2, 2 threads) oneDNN's direct f32 kernels ran ResNet's
+ * 3x3 layers at 102-200 GFLOP/s against a 165-177 FMA peak, 31% of a
+ * ResUNet-50 training step. Per call here (batch 16, C in = C out, ms, as
+ * GFLOP/s of the direct product): 64 channels at 56x56 12.7 (292), 128 at
+ * 28x28 12.1 (306), 256 at 14x14 12.5 + 2.0 to transform the weights (295),
+ * 512 at 7x7 18.8 + 6.6 (197: 8x8 of tiles for 7x7). F(2x2, 3x3), tried
+ * first, reached 190-260: its transforms took 40% of the time for 2.25x. */
+#ifdef SPRY_HAVE_DNNL
+#include <omp.h>
+#include <string.h>
+
+#include "backends/cpu/cpu.h"
+#include "backends/cpu/vec.h"
+
+int cpu_wino_own = 1;
+long cpu_wino_calls;
+/* Below this many output tiles the chunks cannot keep two threads busy and
+ * the weights' transform costs what the products save (Zen 3, 2 threads,
+ * ms a call against oneDNN's direct kernel: 512 channels at 7x7, 64 tiles,
+ * 18.8 + 6.6 for the weights against 31-33; 16 tiles 10.1 + 10.8). */
+int64_t cpu_wino_min_tiles = 48;
+
+/* F(4x4, 3x3): OUT x OUT output tiles from T x T input tiles, XI = T^2
+ * products a tile. */
+enum { OUT = 4, T = OUT + 2, XI = T * T, ROWS = 6, PANEL = 16, MAX_CHUNK = 96, PAD = 16 };
+
+int cpu_wino_prepare(cpu_wino *m, int64_t n, int64_t h, int64_t w, int64_t c_in, int64_t c_out, int flip,
+                     size_t *u_bytes, size_t *work_bytes) {
+  memset(m, 0, sizeof *m);
+  if (!cpu_wino_own || c_in % 8 || c_out % PANEL || c_in < 8 || n < 1 || h < 1 || w < 1) return 1;
+  m->n = n, m->h = h, m->w = w, m->c_in = c_in, m->c_out = c_out, m->flip = flip;
+  m->th = (h + OUT - 1) / OUT, m->tw = (w + OUT - 1) / OUT, m->tiles = n * m->th * m->tw;
+  if (m->tiles < cpu_wino_min_tiles) return 1;
+  m->threads = omp_get_max_threads();
+  /* At least four chunks a thread where the tiles allow (the last ones
+   * even out), whole register blocks, at most MAX_CHUNK. */
+  int64_t chunk = (m->tiles + 4 * m->threads - 1) / (4 * m->threads);
+  chunk = (chunk + ROWS - 1) / ROWS * ROWS;
+  m->chunk = chunk < ROWS ? ROWS : chunk > MAX_CHUNK ? MAX_CHUNK : chunk;
+  /* Planes of one xi a cache line more than a whole chunk apart: at
+   * multiples of 4 KiB the 36 planes a tile writes (and the output
+   * transform reads) would share one L1 set of 8 ways. (No difference
+   * measured at 64 channels; it keeps any channel count off that case.) */
+  m->v_plane = m->chunk * c_in + PAD, m->m_plane = m->chunk * c_out + PAD;
+  m->v_floats = XI * m->v_plane;
+  m->m_floats = XI * m->m_plane;
+  *u_bytes = sizeof(float) * XI * (size_t)(c_in * c_out);
+  *work_bytes = sizeof(float) * (size_t)(m->v_floats + m->m_floats) * (size_t)m->threads + 64;
+  return 0;
+}
+
+/* The three 1-D transforms of F(4, 3) (interpolation points 0, 1, -1, 2,
+ * -2 and infinity), applied along rows, then columns:
+ *   B^T  [4 0 -5 0 1 0; 0 -4 -4 1 1 0; 0 4 -4 -1 1 0; 0 -2 -1 2 1 0; 0 2 -1 -2 1 0; 0 4 0 -5 0 1]
+ *   G    [1/4 0 0; -1/6 -1/6 -1/6; -1/6 1/6 -1/6; 1/24 1/12 1/6; 1/24 -1/12 1/6; 0 0 1]
+ *   A^T  [1 1 1 1 1 0; 0 1 -1 2 -2 0; 0 1 1 4 4 0; 0 1 -1 8 -8 1] */
+#define B_T(d, r)                              \
+  do {                                         \
+    r[0] = 4.0f * d[0] - 5.0f * d[2] + d[4];   \
+    r[1] = d[3] + d[4] - 4.0f * (d[1] + d[2]); \
+    r[2] = d[4] - d[3] + 4.0f * (d[1] - d[2]); \
+    r[3] = d[4] - d[2] + 2.0f * (d[3] - d[1]); \
+    r[4] = d[4] - d[2] + 2.0f * (d[1] - d[3]); \
+    r[5] = 4.0f * d[1] - 5.0f * d[3] + d[5];   \
+  } while (0)
+#define A_T(m, o)                                                                                              \
+  do {                                                                                                         \
+    const __typeof__(m[0]) p12 = m[1] + m[2], m12 = m[1] - m[2], p34 = m[3] + m[4], m34 = m[3] - m[4];         \
+    o[0] = m[0] + p12 + p34, o[1] = m12 + 2.0f * m34, o[2] = p12 + 4.0f * p34, o[3] = m12 + 8.0f * m34 + m[5]; \
+  } while (0)
+
+/* G applied to three values: six. */
+#define G_OF(g0, g1, g2, r)                                                                                        \
+  do {                                                                                                             \
+    r[0] = (g0)*0.25f, r[1] = ((g0) + (g1) + (g2)) * (-1.0f / 6.0f), r[2] = ((g0) - (g1) + (g2)) * (-1.0f / 6.0f); \
+    r[3] = (g0) * (1.0f / 24.0f) + (g1) * (1.0f / 12.0f) + (g2) * (1.0f / 6.0f);                                   \
+    r[4] = (g0) * (1.0f / 24.0f) - (g1) * (1.0f / 12.0f) + (g2) * (1.0f / 6.0f), r[5] = (g2);                      \
+  } while (0)
+
+/* U[xi][panel][k][16]: the product's output channel o = 16 panel + lane,
+ * input channel k. w: the convolution's plain weights [OC][IC][3][3]; the
+ * product reads g(o, k) = w[o][k] (forward) or w[k][o] turned (flip). One
+ * (panel, k) at a time, U = G g G^T over 8 lanes at once, so each xi gets a
+ * whole 64-byte row. */
+void cpu_wino_weights(const cpu_wino *m, float *u, const float *w, const float *scale) {
+  const int64_t ci = m->c_in, co = m->c_out, panels = co / PANEL;
+#pragma omp parallel for schedule(static)
+  for (int64_t pk = 0; pk < panels * ci; pk++) {
+    const int64_t panel = pk / ci, k = pk % ci;
+    float gl[9][PANEL], sl[PANEL];
+    for (int lane = 0; lane < PANEL; lane++) {
+      const int64_t o = panel * PANEL + lane;
+      for (int i = 0; i < 9; i++) gl[i][lane] = m->flip ? w[(k * co + o) * 9 + 8 - i] : w[(o * ci + k) * 9 + i];
+      sl[lane] = scale ? scale[o] : 1.0f;
+    }
+    for (int half = 0; half < PANEL / 8; half++) {
+      vf8 g[9], t[T][3], r[T];
+      for (int i = 0; i < 9; i++) g[i] = vload_f(gl[i] + 8 * half);
+      for (int j = 0; j < 3; j++) { /* G g, column by column */
+        G_OF(g[j], g[3 + j], g[6 + j], r);
+        for (int i = 0; i < T; i++) t[i][j] = r[i];
+      }
+      const vf8 sc = vload_f(sl + 8 * half);
+      for (int i = 0; i < T; i++) { /* (G g) G^T, row by row */
+        G_OF(t[i][0], t[i][1], t[i][2], r);
+        for (int j = 0; j < T; j++)
+          *(vf8u *)(u + (((i * T + j) * panels + panel) * ci + k) * PANEL + 8 * half) = r[j] * sc;
+      }
+    }
+  }
+}
+
+/* V[xi][r][k .. k + 7] for the chunk's tile r and input block cb: the 6x6
+ * input tile from rows 4 ty - 1 .. 4 ty + 4 and the same columns (zero
+ * outside), V = B^T d B. */
+static void input_tiles(const cpu_wino *m, const float *x, int64_t t0, int64_t rows, float *v, int64_t stride_xi) {
+  const int64_t ci = m->c_in, cb_n = ci / 8, H = m->h, W = m->w;
+  for (int64_t r = 0; r < rows; r++) {
+    const int64_t t = t0 + r, img = t / (m->th * m->tw), ty = t / m->tw % m->th, tx = t % m->tw;
+    const int64_t y0 = OUT * ty - 1, x0 = OUT * tx - 1;
+    const int inside = y0 >= 0 && x0 >= 0 && y0 + T <= H && x0 + T <= W;
+    for (int64_t cb = 0; cb < cb_n; cb++) {
+      const float *plane = x + (img * cb_n + cb) * H * W * 8;
+      vf8 s[T][T]; /* d B, row by row */
+      for (int i = 0; i < T; i++) {
+        const int64_t yy = y0 + i;
+        vf8 d[T];
+        VEC_UNROLL for (int j = 0; j < T; j++) {
+          const int64_t xx = x0 + j;
+          d[j] = inside || (yy >= 0 && yy < H && xx >= 0 && xx < W) ? vload_f(plane + (yy * W + xx) * 8) : vbcast(0.0f);
+        }
+        B_T(d, s[i]);
+      }
+      float *out = v + r * ci + cb * 8;
+      VEC_UNROLL for (int j = 0; j < T; j++) { /* columns: B^T (d B) */
+        vf8 c[T], o[T];
+        VEC_UNROLL for (int i = 0; i < T; i++) c[i] = s[i][j];
+        B_T(c, o);
+        VEC_UNROLL for (int i = 0; i < T; i++) * (vf8u *)(out + (i * T + j) * stride_xi) = o[i];
+      }
+    }
+  }
+}
+
+/* C[R][16] (+)= A[R][K] B[K][16]: A's value (r, k) at a[r ars + k aks], B's
+ * row k at b + k ldb, C's rows ldc apart; added onto C where accumulate.
+ * R accumulator pairs in registers, one broadcast of A per row and step. */
+INLINE void block_product(const int R, int64_t K, const float *a, int64_t ars, int64_t aks, const float *b, int64_t ldb,
+                          float *c, int64_t ldc, int accumulate) {
+  vf8 acc[ROWS][2];
+  VEC_UNROLL for (int r = 0; r < R; r++) {
+    acc[r][0] = accumulate ? vload_f(c + r * ldc) : vbcast(0.0f);
+    acc[r][1] = accumulate ? vload_f(c + r * ldc + 8) : vbcast(0.0f);
+  }
+  for (int64_t k = 0; k < K; k++) {
+    const vf8 b0 = vload_f(b + k * ldb), b1 = vload_f(b + k * ldb + 8);
+    VEC_UNROLL for (int r = 0; r < R; r++) {
+      const vf8 av = vbcast(a[r * ars + k * aks]);
+      acc[r][0] += av * b0, acc[r][1] += av * b1;
+    }
+  }
+  VEC_UNROLL for (int r = 0; r < R; r++) {
+    *(vf8u *)(c + r * ldc) = acc[r][0];
+    *(vf8u *)(c + r * ldc + 8) = acc[r][1];
+  }
+}
+
+/* Rows [0, rows) of C (16 wide) from A and B as block_product reads them: whole
+ * register blocks, then the rest (R a constant in each copy). */
+static void rows_product(int64_t rows, int64_t K, const float *a, int64_t ars, int64_t aks, const float *b, int64_t ldb,
+                         float *c, int64_t ldc, int accumulate) {
+  int64_t r = 0;
+  for (; r + ROWS <= rows; r += ROWS)
+    block_product(ROWS, K, a + r * ars, ars, aks, b, ldb, c + r * ldc, ldc, accumulate);
+  const float *ar = a + r * ars;
+  float *cr = c + r * ldc;
+  switch (rows - r) {
+    case 5: block_product(5, K, ar, ars, aks, b, ldb, cr, ldc, accumulate); break;
+    case 4: block_product(4, K, ar, ars, aks, b, ldb, cr, ldc, accumulate); break;
+    case 3: block_product(3, K, ar, ars, aks, b, ldb, cr, ldc, accumulate); break;
+    case 2: block_product(2, K, ar, ars, aks, b, ldb, cr, ldc, accumulate); break;
+    case 1: block_product(1, K, ar, ars, aks, b, ldb, cr, ldc, accumulate); break;
+    default: break;
+  }
+}
+
+/* M[xi] = V[xi] U[xi] for the chunk's rows: panel by panel (U's K x 16
+ * panel stays in L1 while the rows pass). */
+static void products(const cpu_wino *m, const float *u, const float *v, float *mm, int64_t rows) {
+  const int64_t ci = m->c_in, co = m->c_out, panels = co / PANEL;
+  for (int xi = 0; xi < XI; xi++) {
+    const float *vx = v + xi * m->v_plane;
+    float *mx = mm + xi * m->m_plane;
+    for (int64_t p = 0; p < panels; p++)
+      rows_product(rows, ci, vx, ci, 1, u + (xi * panels + p) * ci * PANEL, PANEL, mx + p * PANEL, co, 0);
+  }
+}
+
+/* Y's 4x4 tile from M: A^T M A, plus the bias, then ReLU; written, or added
+ * onto what Y holds (accumulate). Tiles past the edge write only their
+ * part inside. */
+static void output_tiles(const cpu_wino *m, const float *mm, int64_t t0, int64_t rows, float *y, const float *bias,
+                         int relu, int accumulate) {
+  const int64_t co = m->c_out, ob_n = co / 8, H = m->h, W = m->w, stride_xi = m->m_plane;
+  for (int64_t r = 0; r < rows; r++) {
+    const int64_t t = t0 + r, img = t / (m->th * m->tw), ty = t / m->tw % m->th, tx = t % m->tw;
+    const int64_t y0 = OUT * ty, x0 = OUT * tx;
+    const int64_t ny = H - y0 < OUT ? H - y0 : OUT, nx = W - x0 < OUT ? W - x0 : OUT;
+    for (int64_t ob = 0; ob < ob_n; ob++) {
+      const float *in = mm + r * co + ob * 8;
+      vf8 s[OUT][T]; /* A^T M, column by column */
+      VEC_UNROLL for (int j = 0; j < T; j++) {
+        vf8 c[T], o[OUT];
+        VEC_UNROLL for (int i = 0; i < T; i++) c[i] = vload_f(in + (i * T + j) * stride_xi);
+        A_T(c, o);
+        VEC_UNROLL for (int i = 0; i < OUT; i++) s[i][j] = o[i];
+      }
+      const vf8 b = bias ? vload_f(bias + ob * 8) : vbcast(0.0f);
+      float *plane = y + (img * ob_n + ob) * H * W * 8;
+      for (int64_t i = 0; i < ny; i++) {
+        vf8 o[OUT];
+        A_T(s[i], o);
+        for (int64_t j = 0; j < nx; j++) {
+          float *at = plane + ((y0 + i) * W + x0 + j) * 8;
+          vf8 val = o[j] + b;
+          if (accumulate) val += vload_f(at);
+          if (relu) val = (vf8)((vi8)val & (vi8)(val > 0.0f));
+          *(vf8u *)at = val;
+        }
+      }
+    }
+  }
+}
+
+void cpu_wino_run(const cpu_wino *m, const float *u, const float *x, float *y, const float *bias, int relu,
+                  int accumulate, char *work) {
+  const int64_t chunks = (m->tiles + m->chunk - 1) / m->chunk;
+  float *base = (float *)(((uintptr_t)work + 63) & ~(uintptr_t)63);
+  cpu_wino_calls++;
+#pragma omp parallel num_threads(m->threads)
+  {
+    float *v = base + (size_t)omp_get_thread_num() * (size_t)(m->v_floats + m->m_floats), *mm = v + m->v_floats;
+#pragma omp for schedule(static)
+    for (int64_t c = 0; c < chunks; c++) {
+      const int64_t t0 = c * m->chunk, rows = m->tiles - t0 < m->chunk ? m->tiles - t0 : m->chunk;
+      input_tiles(m, x, t0, rows, v, m->v_plane);
+      products(m, u, v, mm, rows);
+      output_tiles(m, mm, t0, rows, y, bias, relu, accumulate);
+    }
+  }
+}
+
+/* ---- The weight gradient: dU[xi] = sum over tiles of V[xi]^T dM[xi], with
+ * dM = A dY A^T the output gradient's tiles, then dW = G^T dU G. ----
+ *
+ * Why: oneDNN 2.6's AVX2 weight-gradient kernel ran these layers 3-5x
+ * slower than its forward kernel (Zen 3, ResUNet-50 f32 batch 16: 64
+ * channels at 56x56 50-70 ms a call against 13-14 forward). */
+
+/* A applied to four values: six. A = (A^T)^T, A^T above. */
+#define A_OF(y, r)                                                                                                \
+  do {                                                                                                            \
+    const __typeof__(y[0]) p02 = y[0] + y[2], p13 = y[1] + y[3];                                                  \
+    r[0] = y[0], r[1] = p02 + p13, r[2] = p02 - p13;                                                              \
+    r[3] = y[0] + 2.0f * y[1] + 4.0f * y[2] + 8.0f * y[3], r[4] = y[0] - 2.0f * y[1] + 4.0f * y[2] - 8.0f * y[3]; \
+    r[5] = y[3];                                                                                                  \
+  } while (0)
+
+/* G^T applied to six values: three. */
+#define GT_OF(z, r)                                                                                    \
+  do {                                                                                                 \
+    const __typeof__(z[0]) p12 = z[1] + z[2], m12 = z[2] - z[1], p34 = z[3] + z[4], m34 = z[3] - z[4]; \
+    r[0] = z[0] * 0.25f - p12 * (1.0f / 6.0f) + p34 * (1.0f / 24.0f);                                  \
+    r[1] = m12 * (1.0f / 6.0f) + m34 * (1.0f / 12.0f);                                                 \
+    r[2] = (p34 - p12) * (1.0f / 6.0f) + z[5];                                                         \
+  } while (0)
+
+enum { KC = 256 }; /* tiles a block of the weight-gradient products: B's 16 KiB stay in L1 */
+
+int cpu_wino_dw_prepare(cpu_wino *m, int64_t n, int64_t h, int64_t w, int64_t c_in, int64_t c_out, size_t *work_bytes) {
+  size_t unused;
+  const int r = cpu_wino_prepare(m, n, h, w, c_in, c_out, 0, &unused, work_bytes);
+  if (r) return r;
+  m->v_plane = m->tiles * c_in + PAD, m->m_plane = m->tiles * c_out + PAD;
+  *work_bytes = sizeof(float) * (size_t)(XI * (m->v_plane + m->m_plane + c_in * c_out)) + 64;
+  return 0;
+}
+
+/* dM[xi][r][oc .. oc + 7] for tile r and output block ob: the 4x4 tile of
+ * dY at rows 4 ty .. 4 ty + 3 (zero past the edge), A dY A^T. */
+static void dy_tiles(const cpu_wino *m, const float *dy, int64_t t0, int64_t rows, float *dm, int64_t stride_xi) {
+  const int64_t co = m->c_out, ob_n = co / 8, H = m->h, W = m->w;
+  for (int64_t r = 0; r < rows; r++) {
+    const int64_t t = t0 + r, img = t / (m->th * m->tw), ty = t / m->tw % m->th, tx = t % m->tw;
+    const int64_t y0 = OUT * ty, x0 = OUT * tx;
+    const int64_t ny = H - y0 < OUT ? H - y0 : OUT, nx = W - x0 < OUT ? W - x0 : OUT;
+    for (int64_t ob = 0; ob < ob_n; ob++) {
+      const float *plane = dy + (img * ob_n + ob) * H * W * 8;
+      vf8 s[OUT][T]; /* dY A^T, row by row */
+      VEC_UNROLL for (int i = 0; i < OUT; i++) {
+        vf8 d[OUT];
+        VEC_UNROLL for (int j = 0; j < OUT; j++) d[j] =
+            i < ny && j < nx ? vload_f(plane + ((y0 + i) * W + x0 + j) * 8) : vbcast(0.0f);
+        A_OF(d, s[i]);
+      }
+      float *out = dm + r * co + ob * 8;
+      VEC_UNROLL for (int j = 0; j < T; j++) { /* columns: A (dY A^T) */
+        vf8 c[OUT], o[T];
+        VEC_UNROLL for (int i = 0; i < OUT; i++) c[i] = s[i][j];
+        A_OF(c, o);
+        VEC_UNROLL for (int i = 0; i < T; i++) * (vf8u *)(out + (i * T + j) * stride_xi) = o[i];
+      }
+    }
+  }
+}
+
+/* dW[oc][ic] = G^T dU G for 8 output channels at a time (dU's rows hold
+ * them side by side), written or added. */
+static void weight_gradient_back(const cpu_wino *m, const float *du, float *dw, int fresh) {
+  const int64_t ci = m->c_in, co = m->c_out, ob_n = co / 8;
+#pragma omp for schedule(static)
+  for (int64_t job = 0; job < ci * ob_n; job++) {
+    const int64_t ic = job / ob_n, ob = job % ob_n;
+    vf8 z[T][T], s[3][T];
+    VEC_UNROLL for (int i = 0; i < T; i++) VEC_UNROLL for (int j = 0; j < T; j++) z[i][j] =
+        vload_f(du + ((int64_t)(i * T + j) * ci + ic) * co + ob * 8);
+    VEC_UNROLL for (int j = 0; j < T; j++) { /* columns: G^T dU */
+      vf8 c[T], o[3];
+      VEC_UNROLL for (int i = 0; i < T; i++) c[i] = z[i][j];
+      GT_OF(c, o);
+      VEC_UNROLL for (int a = 0; a < 3; a++) s[a][j] = o[a];
+    }
+    float g[3][3][8];
+    VEC_UNROLL for (int a = 0; a < 3; a++) { /* rows: (G^T dU) G */
+      vf8 o[3];
+      GT_OF(s[a], o);
+      VEC_UNROLL for (int b = 0; b < 3; b++) * (vf8u *)g[a][b] = o[b];
+    }
+    for (int lane = 0; lane < 8; lane++) {
+      float *k = dw + ((ob * 8 + lane) * ci + ic) * 9;
+      for (int i = 0; i < 9; i++) k[i] = fresh ? g[i / 3][i % 3][lane] : k[i] + g[i / 3][i % 3][lane];
+    }
+  }
+}
+
+void cpu_wino_dw_run(const cpu_wino *m, const float *x, const float *dy, float *dw, int fresh, char *work) {
+  const int64_t ci = m->c_in, co = m->c_out, panels = co / PANEL, tiles = m->tiles;
+  const int64_t chunks = (tiles + m->chunk - 1) / m->chunk;
+  float *v = (float *)(((uintptr_t)work + 63) & ~(uintptr_t)63), *dm = v + XI * m->v_plane, *du = dm + XI * m->m_plane;
+  cpu_wino_calls++;
+#pragma omp parallel num_threads(m->threads)
+  {
+#pragma omp for schedule(static)
+    for (int64_t c = 0; c < chunks; c++) {
+      const int64_t t0 = c * m->chunk, rows = tiles - t0 < m->chunk ? tiles - t0 : m->chunk;
+      input_tiles(m, x, t0, rows, v + t0 * ci, m->v_plane);
+      dy_tiles(m, dy, t0, rows, dm + t0 * co, m->m_plane);
+    }
+    /* dU[xi][ic][panel's 16 oc] over all tiles, KC at a time. */
+#pragma omp for schedule(dynamic)
+    for (int64_t job = 0; job < XI * panels; job++) {
+      const int64_t xi = job / panels, p = job % panels;
+      for (int64_t k0 = 0; k0 < tiles; k0 += KC)
+        rows_product(ci, tiles - k0 < KC ? tiles - k0 : KC, v + xi * m->v_plane + k0 * ci, 1, ci,
+                     dm + xi * m->m_plane + k0 * co + p * PANEL, co, du + xi * ci * co + p * PANEL, co, k0 > 0);
+    }
+    weight_gradient_back(m, du, dw, fresh);
+  }
+}
+#endif

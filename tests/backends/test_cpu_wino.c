@@ -1,0 +1,129 @@
+/* Our Winograd F(4x4, 3x3) for f32 3x3 convolutions on 8-channel blocks
+ * (backends/cpu/conv_wino.c), with oneDNN held to AVX2 so that it runs
+ * on any machine: forward and backward data against the reference backend
+ * in training, inference and frozen plans (a batch norm and ReLU folded),
+ * sizes that leave partial tiles at the edges, an input gradient added onto
+ * another's, against oneDNN's direct kernel on the same values, and taken
+ * only where it applies. */
+#include <stdlib.h>
+
+#include "backend_compare.h"
+
+#ifdef SPRY_HAVE_DNNL
+#include "backends/cpu/cpu.h"
+
+static void require_avx2_cpu(void) {
+  cmp_require_cpu();
+  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) {
+    printf("# this CPU has no AVX2 + FMA: skipped\n");
+    skip();
+  }
+}
+
+/* image -> 3x3 (16, not ours: 3 plain channels in) -> BN -> ReLU -> 3x3 32
+ * (ours: forward, input and weight gradients) -> BN -> ReLU -> 3x3 16 (ours
+ * but the weight gradient: it has a bias) -> 1x1 head. */
+static sp_value b_stack(sp_graph *g, sp_value x) {
+  x = sp_relu(g, sp_batchnorm(g, sp_conv2d(g, x, "c0", (sp_conv_args){.out_ch = 16, .kernel = 3, .pad = 1}), "bn0"));
+  x = sp_relu(g, sp_batchnorm(g, sp_conv2d(g, x, "c1", (sp_conv_args){.out_ch = 32, .kernel = 3, .pad = 1}), "bn1"));
+  x = sp_relu(g, sp_conv2d(g, x, "c2", (sp_conv_args){.out_ch = 16, .kernel = 3, .pad = 1, .bias = 1}));
+  return sp_conv2d(g, x, "head", (sp_conv_args){.out_ch = 3, .kernel = 1, .bias = 1});
+}
+
+/* Two 3x3 convolutions read one value: the first's input gradient adds onto
+ * the second's (whose backward runs first). */
+static sp_value b_two_readers(sp_graph *g, sp_value x) {
+  x = sp_relu(g, sp_conv2d(g, x, "pre", (sp_conv_args){.out_ch = 16, .kernel = 3, .pad = 1}));
+  sp_value a = sp_conv2d(g, x, "a", (sp_conv_args){.out_ch = 32, .kernel = 3, .pad = 1});
+  sp_value b = sp_conv2d(g, x, "b", (sp_conv_args){.out_ch = 32, .kernel = 3, .pad = 1});
+  return sp_conv2d(g, sp_relu(g, sp_add(g, a, b)), "post", (sp_conv_args){.out_ch = 3, .kernel = 1});
+}
+
+/* Runs k, checking our products ran at least `at_least` times. */
+static void run_counted(const cmp_case *k, long at_least) {
+  const long before = cpu_wino_calls;
+  cmp_run(k);
+  printf("# [%s] Winograd F(4x4, 3x3) products run: %ld\n", k->label, cpu_wino_calls - before);
+  assert_true(cpu_wino_calls - before >= at_least);
+}
+
+static void against_ref(void **st) {
+  (void)st;
+  require_avx2_cpu();
+  cpu_wino_min_tiles = 1; /* small images: a few tiles */
+  /* Training: c1 and c2 forward and backward data, c1's weight gradient. */
+  cmp_case k = {"wino, training, 7x9", b_stack, 2, 3, 7, 9, 1, 0, 0, 0};
+  run_counted(&k, 5);
+  k = (cmp_case){"wino, training, 8x8", b_stack, 3, 3, 8, 8, 1, 0, 0, 0};
+  run_counted(&k, 5);
+  k = (cmp_case){"wino, inference, 5x6", b_stack, 2, 3, 5, 6, 0, 0, 0, 0};
+  run_counted(&k, 2);
+  k.flags = SP_PLAN_FROZEN;
+  k.label = "wino, frozen, batch norm and ReLU folded";
+  run_counted(&k, 2);
+  k = (cmp_case){"wino, input gradient added", b_two_readers, 2, 3, 9, 7, 1, 0, 0, 0};
+  run_counted(&k, 6); /* a and b: all three passes (pre reads the plain image) */
+  /* At the default threshold, on enough tiles (3 x 4 x 4 = 48 here, some
+   * partial). */
+  cpu_wino_min_tiles = 48;
+  k = (cmp_case){"wino, training, 13x15, default threshold", b_stack, 3, 3, 13, 15, 1, 0, 0, 0};
+  run_counted(&k, 5);
+}
+
+static void ours_or_onednn(int path) { cpu_wino_own = path == 0; }
+
+/* The same convolution summed another way: within f32 rounding of oneDNN's
+ * direct kernel, gradients included. */
+static void same_as_onednn(void **st) {
+  (void)st;
+  require_avx2_cpu();
+  const cmp_two_opts o = {.must_differ = 1};
+  cpu_wino_min_tiles = 1;
+  const cmp_case cases[] = {{"wino vs onednn", b_stack, 2, 3, 7, 9, 1, 0, 0, 0},
+                            {"wino vs onednn, added", b_two_readers, 2, 3, 9, 7, 1, 0, 0, 0}};
+  for (int c = 0; c < 2; c++) cmp_two_paths_with(&cases[c], ours_or_onednn, 2e-5, &o);
+  cpu_wino_own = 1;
+  cpu_wino_min_tiles = 48;
+}
+
+/* f32 3x3, stride 1, padding 1, 8-channel blocks, from 48 output tiles of
+ * 4x4: the forward where input channels come in 8s and output channels in
+ * 16s, the input gradient where the other way round, the weight gradient as
+ * forward; not for strides, other kernels, few tiles, or (the weight
+ * gradient) a bias. Bits: 1 forward, 2 input gradient, 4 weight gradient. */
+static void taken_where_it_applies(void **st) {
+  (void)st;
+  require_avx2_cpu();
+  struct {
+    int ic, oc, k, stride, n, hw, want;
+    int bias;
+  } cases[] = {{16, 32, 3, 1, 2, 28, 7, 0}, {64, 64, 3, 1, 1, 28, 7, 0}, {16, 24, 3, 1, 2, 28, 2, 0},
+               {24, 16, 3, 1, 2, 28, 5, 0}, {16, 32, 3, 2, 2, 28, 0, 0}, {16, 32, 1, 1, 2, 28, 0, 0},
+               {16, 32, 5, 1, 2, 28, 0, 0}, {16, 32, 3, 1, 3, 14, 7, 0}, {16, 32, 3, 1, 2, 14, 0, 0},
+               {16, 32, 3, 1, 2, 28, 3, 1}};
+  for (size_t t = 0; t < sizeof cases / sizeof cases[0]; t++) {
+    void *s = cmp_conv_node(cases[t].n, cases[t].ic, cases[t].oc, cases[t].hw, cases[t].hw, cases[t].k, cases[t].stride,
+                            cases[t].bias, 0, dnnl_aBcd8b);
+    if (cpu_conv_wino_own(s) != cases[t].want)
+      fail_msg("case %zu (%d -> %d, k %d, stride %d): passes %d, want %d", t, cases[t].ic, cases[t].oc, cases[t].k,
+               cases[t].stride, cpu_conv_wino_own(s), cases[t].want);
+    cpu_node_free(s);
+  }
+  cpu_wino_own = 0;
+  void *s = cmp_conv_node(2, 16, 32, 28, 28, 3, 1, 0, 0, dnnl_aBcd8b);
+  assert_int_equal(cpu_conv_wino_own(s), 0);
+  cpu_node_free(s);
+  cpu_wino_own = 1;
+}
+
+int main(void) {
+  /* Before anything asks oneDNN for the CPU's instruction set: 8-channel
+   * blocks on every machine. */
+  setenv("ONEDNN_MAX_CPU_ISA", "AVX2", 1);
+  const struct CMUnitTest tests[] = {cmocka_unit_test(against_ref), cmocka_unit_test(same_as_onednn),
+                                     cmocka_unit_test(taken_where_it_applies)};
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
+#else
+CMP_CPU_MAIN()
+#endif
