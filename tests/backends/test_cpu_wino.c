@@ -3,9 +3,11 @@
  * on any machine: forward and backward data against the reference backend
  * in training, inference and frozen plans (a batch norm and ReLU folded),
  * sizes that leave partial tiles at the edges, an input gradient added onto
- * another's, against oneDNN's direct kernel on the same values, and taken
- * only where it applies. */
+ * another's, a weight gradient added onto the last pass's, against oneDNN's
+ * direct kernel on the same values, and taken only where it applies. */
+#include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "backend_compare.h"
 
@@ -63,11 +65,58 @@ static void against_ref(void **st) {
   run_counted(&k, 2);
   k = (cmp_case){"wino, input gradient added", b_two_readers, 2, 3, 9, 7, 1, 0, 0, 0};
   run_counted(&k, 6); /* a and b: all three passes (pre reads the plain image) */
+  /* The weight gradient's other form (wide layers: every tile transformed
+   * first, whole xi a thread) on the same small layers. */
+  cpu_wino_dw_per_thread_max = 0;
+  k = (cmp_case){"wino, training, weight gradient over all tiles", b_stack, 2, 3, 7, 9, 1, 0, 0, 0};
+  run_counted(&k, 5);
+  cpu_wino_dw_per_thread_max = (size_t)1 << 20;
   /* At the default threshold, on enough tiles (3 x 4 x 4 = 48 here, some
    * partial). */
   cpu_wino_min_tiles = 48;
   k = (cmp_case){"wino, training, 13x15, default threshold", b_stack, 3, 3, 13, 15, 1, 0, 0, 0};
   run_counted(&k, 5);
+}
+
+/* A second backward pass without zero_grad adds the weight gradient onto
+ * the first: twice the first (the adding write ran). */
+static void weight_gradient_adds(void **st) {
+  (void)st;
+  require_avx2_cpu();
+  cpu_wino_min_tiles = 1;
+  cmp_case k = {"wino, weight gradient twice", b_stack, 2, 3, 8, 9, 1, 0, 0, 0};
+  sp_shape ys = cmp_out_shape(&k);
+  sp_value y;
+  sp_graph *g = cmp_graph(&k, &y);
+  sp_plan *p = cmp_plan(&k, g, &ys, SP_BACKEND_CPU, 0);
+  cmp_fill(p, 5, 0);
+  sp_graph_zero_grad(g);
+  const sp_tensor *dw = NULL;
+  for (int i = 0; i < sp_graph_param_count(g); i++)
+    if (!strcmp(sp_graph_param_name(g, i), "c1.weight")) dw = sp_graph_param_grad(g, i);
+  assert_non_null(dw);
+  const long before = cpu_wino_calls;
+  assert_int_equal(sp_plan_forward(p), 0);
+  assert_int_equal(sp_plan_backward(p), 0);
+  const int64_t n = sp_tensor_numel(dw);
+  float *once = malloc(sizeof(float) * (size_t)n);
+  assert_non_null(once);
+  memcpy(once, dw->data, sizeof(float) * (size_t)n);
+  assert_int_equal(sp_plan_forward(p), 0);
+  assert_int_equal(sp_plan_backward(p), 0);
+  assert_int_equal(cpu_wino_calls - before, 10); /* 5 a pass, c1's weight gradient among them */
+  double err = 0, mx = 0;
+  for (int64_t i = 0; i < n; i++) {
+    const double want = 2.0 * once[i], got = ((const float *)dw->data)[i];
+    err = fmax(err, fabs(got - want)), mx = fmax(mx, fabs(want));
+  }
+  printf("# c1.weight after two backward passes: max |got - 2 once| = %.3g of %.3g\n", err, mx);
+  assert_true(mx > 0);
+  assert_true(err <= 1e-5 * mx);
+  free(once);
+  sp_plan_free(p);
+  sp_graph_free(g);
+  cpu_wino_min_tiles = 48;
 }
 
 static void ours_or_onednn(int path) { cpu_wino_own = path == 0; }
@@ -120,8 +169,8 @@ int main(void) {
   /* Before anything asks oneDNN for the CPU's instruction set: 8-channel
    * blocks on every machine. */
   setenv("ONEDNN_MAX_CPU_ISA", "AVX2", 1);
-  const struct CMUnitTest tests[] = {cmocka_unit_test(against_ref), cmocka_unit_test(same_as_onednn),
-                                     cmocka_unit_test(taken_where_it_applies)};
+  const struct CMUnitTest tests[] = {cmocka_unit_test(against_ref), cmocka_unit_test(weight_gradient_adds),
+                                     cmocka_unit_test(same_as_onednn), cmocka_unit_test(taken_where_it_applies)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
 #else
