@@ -404,8 +404,9 @@ static void dw_per_thread(const cpu_wino *m, const float *x, const float *dy, fl
           rows_product(ci, rows, v + xi * m->v_plane, 1, ci, dm + xi * m->m_plane + p * PANEL, co,
                        du + xi * ci * co + p * PANEL, co, 1);
     }
-    /* (past the loop's barrier every thread's dU is complete) */
-    weight_gradient_back(m, base + m->v_floats + m->m_floats, m->threads, per, dw, fresh);
+    /* Past the loop's barrier every thread's dU is complete; the team may be
+     * smaller than asked for (inside another parallel region): its copies only. */
+    weight_gradient_back(m, base + m->v_floats + m->m_floats, omp_get_num_threads(), per, dw, fresh);
   }
 }
 
