@@ -63,15 +63,17 @@ static inline double cmp_max_err(const float *got, const float *want, int64_t n,
  * ||cpu - ref|| / max(||ref||, floor * sqrt(n)): bf16 rounds every value,
  * and a few elements whose sign flips under rounding (a ReLU mask at zero)
  * would dominate a max-element measure without meaning anything. */
-static inline void cmp_tensor_floor(const cmp_case *c, const char *what, const float *got, const float *want,
-                                    int64_t n, double tol, double floor) {
+static inline void cmp_tensor_floor(const cmp_case *c, const char *what, const float *got, const float *want, int64_t n,
+                                    double tol, double floor) {
   int64_t worst;
   double scale, err = cmp_max_err(got, want, n, &worst, &scale);
   if (tol >= 1e-2) {
     double d2 = 0, r2 = 0;
-    for (int64_t i = 0; i < n; i++) d2 += ((double)got[i] - want[i]) * ((double)got[i] - want[i]), r2 += (double)want[i] * want[i];
+    for (int64_t i = 0; i < n; i++)
+      d2 += ((double)got[i] - want[i]) * ((double)got[i] - want[i]), r2 += (double)want[i] * want[i];
     double denom = fmax(sqrt(r2), floor * sqrt((double)n));
-    if (getenv("SPRY_TEST_VERBOSE")) printf("# [%s] %s: relative L2 error %.3g\n", c->label, what, sqrt(d2) / (denom + 1e-30));
+    if (getenv("SPRY_TEST_VERBOSE"))
+      printf("# [%s] %s: relative L2 error %.3g\n", c->label, what, sqrt(d2) / (denom + 1e-30));
     if (!(sqrt(d2) <= tol * denom + 1e-12))
       fail_msg("[%s] %s: relative L2 error %.3g > %.1g (||ref|| %.3g, worst element %lld: cpu %.6g vs ref %.6g)",
                c->label, what, sqrt(d2) / (denom + 1e-30), tol, sqrt(r2), (long long)worst, got[worst], want[worst]);
@@ -150,8 +152,17 @@ static inline void cmp_require_avx512(const char *what) {
   skip();
 }
 
-static inline sp_plan *cmp_plan(const cmp_case *c, sp_graph *g, const sp_shape *y_shape, sp_backend b,
-                                unsigned flags) {
+/* Skips the calling test where the CPU itself is below AVX2 + FMA (tests
+ * that hold oneDNN to AVX2 with ONEDNN_MAX_CPU_ISA: the limit would not bind). */
+static inline void cmp_require_avx2_cpu(void) {
+  cmp_require_cpu();
+  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) {
+    printf("# this CPU has no AVX2 + FMA: skipped\n");
+    skip();
+  }
+}
+
+static inline sp_plan *cmp_plan(const cmp_case *c, sp_graph *g, const sp_shape *y_shape, sp_backend b, unsigned flags) {
   sp_input_shape in[3] = {{"x", sp_shape4(c->n, c->c, c->h, c->w)}, {"t", *y_shape}, {"labels", sp_shape1(c->n)}};
   sp_plan *p = sp_plan_new(g, c->classes > 0 ? 3 : 2, in, b, c->training, SP_PLAN_POISON | flags);
   if (!p) fail_msg("[%s] %s plan: %s", c->label, sp_backend_name(b), sp_last_error());
@@ -180,7 +191,8 @@ static inline void cmp_fill(sp_plan *p, uint64_t seed, int classes) {
   sp_test_fill_uniform(&r, t->data, sp_tensor_numel(t), -1, 1);
   if (classes > 0) {
     sp_tensor *l = sp_plan_input(p, "labels");
-    for (int64_t i = 0; i < sp_tensor_numel(l); i++) ((int32_t *)l->data)[i] = (int32_t)(sp_test_rng_next(&r) % (uint64_t)classes);
+    for (int64_t i = 0; i < sp_tensor_numel(l); i++)
+      ((int32_t *)l->data)[i] = (int32_t)(sp_test_rng_next(&r) % (uint64_t)classes);
   }
 }
 
@@ -260,8 +272,8 @@ static inline void cmp_two_paths_with(const cmp_case *k, void (*choose)(int path
     const sp_tensor *a = sp_graph_param_grad(g[0], i), *b = sp_graph_param_grad(g[1], i);
     if (!a) continue;
     const char *name = sp_graph_param_name(g[0], i);
-    const int shift_free = o && o->shift_free && !strncmp(name, o->shift_free, strlen(o->shift_free)) &&
-                           strstr(name, ".bias");
+    const int shift_free =
+        o && o->shift_free && !strncmp(name, o->shift_free, strlen(o->shift_free)) && strstr(name, ".bias");
     const double d = shift_free ? cmp_rel_l2_floor(a, b, floor) : cmp_rel_l2(a, b), limit = shift_free ? 5e-2 : tol;
     printf("# [%s] grad.%s: the two paths differ by %.3g\n", k->label, name, d);
     if (!(d <= limit)) fail_msg("[%s] grad.%s differs between the two paths (%.3g)", k->label, name, d);
@@ -305,6 +317,41 @@ static inline void cmp_frozen_follows_weights(const cmp_case *k, const char *wei
   free(first);
   sp_plan_free(plain);
   sp_plan_free(frozen);
+  sp_graph_free(g);
+}
+
+/* k's cpu training plan run twice without zero_grad: the gradient of
+ * parameter `param` after the second backward pass must be twice the
+ * first's (a path that wrote instead of adding would leave it once). */
+static inline void cmp_grad_adds_twice(const cmp_case *k, const char *param, uint64_t seed) {
+  sp_shape ys = cmp_out_shape(k);
+  sp_value y;
+  sp_graph *g = cmp_graph(k, &y);
+  sp_plan *p = cmp_plan(k, g, &ys, SP_BACKEND_CPU, 0);
+  cmp_fill(p, seed, 0);
+  sp_graph_zero_grad(g);
+  const sp_tensor *dw = NULL;
+  for (int i = 0; i < sp_graph_param_count(g); i++)
+    if (!strcmp(sp_graph_param_name(g, i), param)) dw = sp_graph_param_grad(g, i);
+  assert_non_null(dw);
+  assert_int_equal(sp_plan_forward(p), 0);
+  assert_int_equal(sp_plan_backward(p), 0);
+  const int64_t n = sp_tensor_numel(dw);
+  float *once = malloc(sizeof(float) * (size_t)n);
+  assert_non_null(once);
+  memcpy(once, dw->data, sizeof(float) * (size_t)n);
+  assert_int_equal(sp_plan_forward(p), 0);
+  assert_int_equal(sp_plan_backward(p), 0);
+  double err = 0, mx = 0;
+  for (int64_t i = 0; i < n; i++) {
+    const double want = 2.0 * once[i], got = ((const float *)dw->data)[i];
+    err = fmax(err, fabs(got - want)), mx = fmax(mx, fabs(want));
+  }
+  printf("# %s after two backward passes: max |got - 2 once| = %.3g of %.3g\n", param, err, mx);
+  assert_true(mx > 0);
+  assert_true(err <= 1e-5 * mx);
+  free(once);
+  sp_plan_free(p);
   sp_graph_free(g);
 }
 
@@ -362,8 +409,8 @@ static inline void cmp_run(const cmp_case *c) {
  * the rest (consumer, run_backward) on the result. */
 static inline sp_op_prep cmp_conv_prep(const sp_op_def *op, const void *attr, sp_shape in, sp_shape out,
                                        sp_shape weight, int bias, int bf16, const void *layout) {
-  sp_op_prep p = {.op = op, .attr = attr, .n_in = 1, .n_param = bias ? 2 : 1, .training = 1, .run_backward = 1,
-                  .bf16 = bf16};
+  sp_op_prep p = {
+      .op = op, .attr = attr, .n_in = 1, .n_param = bias ? 2 : 1, .training = 1, .run_backward = 1, .bf16 = bf16};
   p.in_shape[0] = in, p.out_shape = out;
   p.param_shape[0] = weight, p.param_grad[0] = 1;
   p.param_shape[1] = sp_shape1(out.d[1]), p.param_grad[1] = bias != 0;
@@ -397,16 +444,16 @@ static inline void *cmp_conv_node(int64_t n, int64_t ic, int64_t oc, int64_t h, 
  * line in a build without oneDNN (the test functions then do not exist:
  * macro arguments that are not used are never compiled). */
 #ifdef SPRY_HAVE_DNNL
-#define CMP_CPU_MAIN(...)                                            \
-  int main(void) {                                                   \
-    const struct CMUnitTest tests[] = {__VA_ARGS__};                 \
-    return cmocka_run_group_tests(tests, NULL, NULL);                \
+#define CMP_CPU_MAIN(...)                             \
+  int main(void) {                                    \
+    const struct CMUnitTest tests[] = {__VA_ARGS__};  \
+    return cmocka_run_group_tests(tests, NULL, NULL); \
   }
 #else
-#define CMP_CPU_MAIN(...)                                            \
-  int main(void) {                                                   \
-    printf("1..0 # SKIP oneDNN not in this build\n");                \
-    return 0;                                                        \
+#define CMP_CPU_MAIN(...)                             \
+  int main(void) {                                    \
+    printf("1..0 # SKIP oneDNN not in this build\n"); \
+    return 0;                                         \
   }
 #endif
 

@@ -20,18 +20,9 @@
 #ifdef SPRY_HAVE_DNNL
 #include "train/config_shared.h"
 
-/* Skips where the CPU itself is below AVX2 (the limit would not bind). */
-static void require_avx2_cpu(void) {
-  cmp_require_cpu();
-  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) {
-    printf("# this CPU has no AVX2 + FMA: skipped\n");
-    skip();
-  }
-}
-
 static void bf16_refused_with_the_reason(void **st) {
   (void)st;
-  require_avx2_cpu();
+  cmp_require_avx2_cpu();
   assert_int_equal(sp_backend_cpu_avx512(), 0);
   assert_string_equal(sp_backend_cpu_isa(), "AVX2");
   assert_int_equal(sp_backend_bf16(SP_BACKEND_CPU), 0);
@@ -76,7 +67,7 @@ static sp_value b_head(sp_graph *g, sp_value x) {
 
 static void f32_against_ref(void **st) {
   (void)st;
-  require_avx2_cpu();
+  cmp_require_avx2_cpu();
   for (int training = 1; training >= 0; training--) {
     cmp_case k = {"residual + up-layer, AVX2", b_residual_up, 2, 3, 12, 10, training, 0, 0, 0};
     cmp_run(&k);
@@ -90,8 +81,7 @@ static void f32_against_ref(void **st) {
 int main(void) {
   /* Before anything asks oneDNN for the CPU's instruction set. */
   setenv("ONEDNN_MAX_CPU_ISA", "AVX2", 1);
-  const struct CMUnitTest tests[] = {cmocka_unit_test(bf16_refused_with_the_reason),
-                                     cmocka_unit_test(f32_against_ref)};
+  const struct CMUnitTest tests[] = {cmocka_unit_test(bf16_refused_with_the_reason), cmocka_unit_test(f32_against_ref)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
 #else

@@ -5,22 +5,12 @@
  * sizes that leave partial tiles at the edges, an input gradient added onto
  * another's, a weight gradient added onto the last pass's, against oneDNN's
  * direct kernel on the same values, and taken only where it applies. */
-#include <math.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "backend_compare.h"
 
 #ifdef SPRY_HAVE_DNNL
 #include "backends/cpu/cpu.h"
-
-static void require_avx2_cpu(void) {
-  cmp_require_cpu();
-  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) {
-    printf("# this CPU has no AVX2 + FMA: skipped\n");
-    skip();
-  }
-}
 
 /* image -> 3x3 (16, not ours: 3 plain channels in) -> BN -> ReLU -> 3x3 32
  * (ours: forward, input and weight gradients) -> BN -> ReLU -> 3x3 16 (ours
@@ -51,7 +41,7 @@ static void run_counted(const cmp_case *k, long at_least) {
 
 static void against_ref(void **st) {
   (void)st;
-  require_avx2_cpu();
+  cmp_require_avx2_cpu();
   cpu_wino_min_tiles = 1; /* small images: a few tiles */
   /* Training: c1 and c2 forward and backward data, c1's weight gradient. */
   cmp_case k = {"wino, training, 7x9", b_stack, 2, 3, 7, 9, 1, 0, 0, 0};
@@ -82,40 +72,12 @@ static void against_ref(void **st) {
  * the first: twice the first (the adding write ran). */
 static void weight_gradient_adds(void **st) {
   (void)st;
-  require_avx2_cpu();
+  cmp_require_avx2_cpu();
   cpu_wino_min_tiles = 1;
-  cmp_case k = {"wino, weight gradient twice", b_stack, 2, 3, 8, 9, 1, 0, 0, 0};
-  sp_shape ys = cmp_out_shape(&k);
-  sp_value y;
-  sp_graph *g = cmp_graph(&k, &y);
-  sp_plan *p = cmp_plan(&k, g, &ys, SP_BACKEND_CPU, 0);
-  cmp_fill(p, 5, 0);
-  sp_graph_zero_grad(g);
-  const sp_tensor *dw = NULL;
-  for (int i = 0; i < sp_graph_param_count(g); i++)
-    if (!strcmp(sp_graph_param_name(g, i), "c1.weight")) dw = sp_graph_param_grad(g, i);
-  assert_non_null(dw);
+  const cmp_case k = {"wino, weight gradient twice", b_stack, 2, 3, 8, 9, 1, 0, 0, 0};
   const long before = cpu_wino_calls;
-  assert_int_equal(sp_plan_forward(p), 0);
-  assert_int_equal(sp_plan_backward(p), 0);
-  const int64_t n = sp_tensor_numel(dw);
-  float *once = malloc(sizeof(float) * (size_t)n);
-  assert_non_null(once);
-  memcpy(once, dw->data, sizeof(float) * (size_t)n);
-  assert_int_equal(sp_plan_forward(p), 0);
-  assert_int_equal(sp_plan_backward(p), 0);
+  cmp_grad_adds_twice(&k, "c1.weight", 5);
   assert_int_equal(cpu_wino_calls - before, 10); /* 5 a pass, c1's weight gradient among them */
-  double err = 0, mx = 0;
-  for (int64_t i = 0; i < n; i++) {
-    const double want = 2.0 * once[i], got = ((const float *)dw->data)[i];
-    err = fmax(err, fabs(got - want)), mx = fmax(mx, fabs(want));
-  }
-  printf("# c1.weight after two backward passes: max |got - 2 once| = %.3g of %.3g\n", err, mx);
-  assert_true(mx > 0);
-  assert_true(err <= 1e-5 * mx);
-  free(once);
-  sp_plan_free(p);
-  sp_graph_free(g);
   cpu_wino_min_tiles = 48;
 }
 
@@ -125,7 +87,7 @@ static void ours_or_onednn(int path) { cpu_wino_own = path == 0; }
  * direct kernel, gradients included. */
 static void same_as_onednn(void **st) {
   (void)st;
-  require_avx2_cpu();
+  cmp_require_avx2_cpu();
   const cmp_two_opts o = {.must_differ = 1};
   cpu_wino_min_tiles = 1;
   const cmp_case cases[] = {{"wino vs onednn", b_stack, 2, 3, 7, 9, 1, 0, 0, 0},
@@ -142,7 +104,7 @@ static void same_as_onednn(void **st) {
  * gradient) a bias. Bits: 1 forward, 2 input gradient, 4 weight gradient. */
 static void taken_where_it_applies(void **st) {
   (void)st;
-  require_avx2_cpu();
+  cmp_require_avx2_cpu();
   struct {
     int ic, oc, k, stride, n, hw, want;
     int bias;
