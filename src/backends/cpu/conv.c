@@ -568,7 +568,7 @@ static int dw_blocked_setup(const sp_op_prep *p, conv_node *s, const cpu_conv_ge
   return 1;
 }
 
-/* Our Winograd F(2x2, 3x3) (conv_wino.c): f32 3x3, stride 1, padding 1,
+/* Our Winograd F(4x4, 3x3) (conv_wino.c): f32 3x3, stride 1, padding 1,
  * one group, from 8-channel blocks into 8-channel blocks (what oneDNN picks
  * below AVX-512, where it has no Winograd kernel of its own). */
 static int wino_fits(const sp_op_prep *p, const cpu_conv_geom *g, const dnnl_memory_desc_t *in,
@@ -740,7 +740,7 @@ static int conv_setup(sp_op_prep *p, conv_node *s, const cpu_conv_geom *g) {
   if ((s->dcb = dcb == 0)) s->need_dx = s->need_dw = 0;
   if (dcb_bwd > s2dx_bwd) s2dx_bwd = dcb_bwd;
   /* Winograd of our own where oneDNN has none: forward on the blocks it
-   * chose, backward data from dY's into the input's. */
+   * chose, backward data from dY's blocks into the input's. */
   s->wino = !s->post_add && wino_fits(p, g, &s->src_md, &s->dst_md) &&
             cpu_wino_prepare(&s->wf, in->d[0], in->d[2], in->d[3], in->d[1], out->d[1], 0, &s->wf_u_bytes,
                              &s->wf_work_bytes) == 0;

@@ -483,10 +483,11 @@ int cpu_dcb_bind(cpu_dcb *m, cpu_node *n, const float *w, const void *x, const v
                  char *bwd_scratch);
 /* dx_fresh / dw_fresh: write the gradient, else add to it */
 void cpu_dcb_run(const cpu_dcb *m, int dx_fresh, int dw_fresh);
-/* conv_wino.c: Winograd F(2x2, 3x3) for f32 3x3 convolutions, stride 1,
+/* conv_wino.c: Winograd F(4x4, 3x3) for f32 3x3 convolutions, stride 1,
  * padding 1, on 8-channel blocks in and out (below AVX-512, where oneDNN has
- * no Winograd kernel); forward, and backward data as the same product on the
- * turned kernel. cpu_wino_own = 0: never taken (tests compare with oneDNN). */
+ * no Winograd kernel); forward, backward data as the same product on the
+ * turned kernel, and the weight gradient. cpu_wino_own = 0: never taken
+ * (tests compare with oneDNN). */
 extern int cpu_wino_own;
 extern long cpu_wino_calls;               /* products run (tests check the path ran) */
 extern int64_t cpu_wino_min_tiles;        /* taken from this many 4x4 output tiles (tests lower it) */
