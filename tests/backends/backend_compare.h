@@ -228,6 +228,9 @@ typedef struct {
    * softmax after them ignores a shift): both paths return rounding noise,
    * held to 5e-2 of the bf16 floor of the largest gradient instead. */
   const char *shift_free;
+  /* This parameter's gradient may not be identical (a path that computes
+   * only a weight gradient leaves the output as it was). */
+  const char *grad_differs;
 } cmp_two_opts;
 
 /* Relative L2 difference of a against b, the denominator at least floor per
@@ -277,6 +280,8 @@ static inline void cmp_two_paths_with(const cmp_case *k, void (*choose)(int path
     const double d = shift_free ? cmp_rel_l2_floor(a, b, floor) : cmp_rel_l2(a, b), limit = shift_free ? 5e-2 : tol;
     printf("# [%s] grad.%s: the two paths differ by %.3g\n", k->label, name, d);
     if (!(d <= limit)) fail_msg("[%s] grad.%s differs between the two paths (%.3g)", k->label, name, d);
+    if (o && o->grad_differs && !strcmp(name, o->grad_differs) && !(d > 0))
+      fail_msg("[%s] grad.%s is identical on both paths: the first did not run", k->label, name);
   }
   for (int m = 0; m < 2; m++) sp_plan_free(p[m]), sp_graph_free(g[m]);
 }

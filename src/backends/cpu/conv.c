@@ -56,6 +56,7 @@ int cpu_conv_deconv_1x1_bwd(const void *state) { return conv_of(state)->dcb; }
 int cpu_conv_wino_own(const void *state) {
   return conv_of(state)->wino | conv_of(state)->wino_dx << 1 | conv_of(state)->wino_dw << 2;
 }
+int cpu_conv_s2dw_own(const void *state) { return conv_of(state)->s2dw; }
 int cpu_conv_src_lanes(const void *state) { return cpu_md_lanes(&conv_of(state)->src_md); }
 int cpu_conv_reorders_src(const void *state) { return conv_of(state)->reorder_src; }
 int cpu_conv_dst_lanes(const void *state) { return cpu_md_lanes(&conv_of(state)->dst_md); }
@@ -137,6 +138,8 @@ static void conv_backward(cpu_node *n, const sp_op_args *a) {
   } else if (s->wino_dw && a->d_param[0]) {
     cpu_wino_dw_run(&s->wd, s->wd_src, a->d_out->data, a->d_param[0]->data, (a->d_param_fresh & 1u) != 0,
                     s->wb_work_base);
+  } else if (s->s2dw && a->d_param[0]) {
+    cpu_s2dw_run(&s->sd, s->wd_src, a->d_out->data, a->d_param[0]->data, (a->d_param_fresh & 1u) != 0, s->wb_work_base);
   }
 }
 
@@ -383,6 +386,23 @@ static int wino_fits(const sp_op_prep *p, const cpu_conv_geom *g, const dnnl_mem
          cpu_md_lanes(out) == 8 && p->in_shape[0].d[2] == p->out_shape.d[2] && p->in_shape[0].d[3] == p->out_shape.d[3];
 }
 
+/* The weight gradient of a stride-2 layer by conv_s2_dw.c: f32 3x3, stride
+ * 2, padding 1, an even input (the output half of it), one group, no bias,
+ * from the input as forward read it, in 8-channel blocks like dY. *bwd
+ * grows to its work memory (after the input gradient, from its start). */
+static void s2dw_setup(const sp_op_prep *p, conv_node *s, const cpu_conv_geom *g, size_t *bwd) {
+  const sp_shape *w = &p->param_shape[0], *in = &p->in_shape[0], *out = &p->out_shape;
+  size_t work;
+  if (!s->need_dw || s->has_bias || !p->param_grad[0] || p->bf16 || g->deconv || g->groups != 1 || w->d[2] != 3 ||
+      w->d[3] != 3 || g->strides[0] != 2 || g->strides[1] != 2 || g->dil[0] || g->dil[1] || g->pad_l[0] != 1 ||
+      g->pad_l[1] != 1 || in->d[2] != 2 * out->d[2] || in->d[3] != 2 * out->d[3] || s->dst_md.data_type != dnnl_f32 ||
+      cpu_md_lanes(&s->dst_md) != 8 || s->src_md.data_type != dnnl_f32 || cpu_md_lanes(&s->src_md) != 8 ||
+      cpu_s2dw_prepare(&s->sd, in->d[0], in->d[2], in->d[3], in->d[1], out->d[1], &work))
+    return;
+  s->s2dw = 1, s->need_dw = 0;
+  if (work > *bwd) *bwd = work;
+}
+
 /* The backward data and backward weights primitives conv_setup still needs
  * (need_dx, need_dw) and the reorders around them. */
 static int choose_backward(conv_node *s, const cpu_conv_geom *g, const dnnl_memory_desc_t *src_any,
@@ -563,6 +583,7 @@ static int conv_setup(sp_op_prep *p, conv_node *s, const cpu_conv_geom *g) {
     s->wino_dw = 1, s->need_dw = 0;
     if (s->wd_work_bytes > s2dx_bwd) s2dx_bwd = s->wd_work_bytes; /* after backward data: the same scratch */
   }
+  s2dw_setup(p, s, g, &s2dx_bwd);
   if (s->need_dw && bww_applies(p, s, g)) {
     s->bww = cpu_bww_mm_prepare(&s->bwwmm, &s->base, &cs, &bww_bwd) == 0;
     if (s->bww) s->need_dw = 0; /* the products do it */

@@ -517,6 +517,24 @@ void cpu_wino_run(const cpu_wino *m, const float *u, const float *x, float *y, c
 int cpu_wino_dw_prepare(cpu_wino *m, int64_t n, int64_t h, int64_t w, int64_t c_in, int64_t c_out, size_t *work_bytes);
 /* dw [OC][IC][3][3] = (fresh) or += the weight gradient from x and dy (nChw8c). */
 void cpu_wino_dw_run(const cpu_wino *m, const float *x, const float *dy, float *dw, int fresh, char *work);
+/* conv_s2_dw.c: the weight gradient of f32 3x3 convolutions with stride 2,
+ * padding 1, an even input size and up to cpu_s2dw_max_c_in input
+ * channels, on 8-channel blocks (below AVX-512). cpu_s2dw_own = 0: never
+ * taken (tests compare with oneDNN). */
+extern int cpu_s2dw_own;
+extern long cpu_s2dw_calls;             /* runs (tests check the path ran) */
+extern int64_t cpu_s2dw_max_c_in;       /* taken up to this many input channels */
+extern int64_t cpu_s2dw_band_positions; /* output positions a band (tests lower it) */
+typedef struct {
+  int64_t n, ih, iw, oh, ow, c_in, c_out;
+  int64_t band; /* output rows a pass */
+  int threads;  /* the team the work memory was sized for */
+} cpu_s2dw;
+/* 0: applies (input channels in 8s, output channels in 16s), with its work
+ * memory's bytes; 1: does not. */
+int cpu_s2dw_prepare(cpu_s2dw *m, int64_t n, int64_t ih, int64_t iw, int64_t c_in, int64_t c_out, size_t *work_bytes);
+/* dw [OC][IC][3][3] = (fresh) or += the weight gradient from x and dy (nChw8c). */
+void cpu_s2dw_run(const cpu_s2dw *m, const float *x, const float *dy, float *dw, int fresh, char *work);
 /* conv_desc.c: a (transposed) convolution node's oneDNN descriptors. */
 typedef struct {
   int deconv, groups;
@@ -565,6 +583,7 @@ int cpu_conv_uses_s2_dx(const void *state);      /* its input gradient by conv_s
 int cpu_conv_dx_fwd_ready(const void *state);    /* ... when added onto another's, by conv_dx_fwd.c */
 int cpu_conv_deconv_1x1(const void *state);      /* a transposed one's forward by deconv_1x1.c */
 int cpu_conv_deconv_1x1_bwd(const void *state);  /* ... and its backward by deconv_1x1_bwd.c */
+int cpu_conv_s2dw_own(const void *state);        /* the weight gradient by conv_s2_dw.c */
 int cpu_conv_wino_own(const void *state);        /* passes by conv_wino.c: bit 0 forward, 1 backward data */
 int cpu_conv_src_lanes(const void *state);       /* cpu_md_lanes of the layout its forward reads */
 int cpu_conv_reorders_src(const void *state);    /* 1: its input is copied into that layout each forward */
