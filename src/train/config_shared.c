@@ -27,6 +27,7 @@ unsigned sp_config_precision_flags(const char *precision, sp_backend b) {
   if (sp_backend_bf16(b)) return SP_PLAN_BF16;
   if (!warned) fprintf(stderr, "spry: precision bf16: %s; training in f32\n", sp_last_error());
   warned = 1;
+  sp_error_clear(); /* warned and handled: not an error a later call should report */
   return 0;
 }
 

@@ -38,8 +38,9 @@ static void bf16_refused_with_the_reason(void **st) {
   assert_non_null(p);
   sp_plan_free(p);
   sp_graph_free(g);
-  /* A run config's bf16: f32 plans, once warned. */
+  /* A run config's bf16: f32 plans, once warned, and no error left behind. */
   assert_int_equal(sp_config_precision_flags("bf16", SP_BACKEND_CPU), 0);
+  assert_string_equal(sp_last_error(), "no error recorded");
   assert_int_equal(sp_config_precision_flags("f32", SP_BACKEND_CPU), 0);
 }
 
