@@ -443,6 +443,34 @@ static inline void *cmp_conv_node(int64_t n, int64_t ic, int64_t oc, int64_t h, 
   assert_int_equal(cpu_conv_prepare(&p), 0);
   return p.state;
 }
+
+/* One f32 convolution in 8-channel blocks (cmp_conv_node, h = w = hw) and
+ * what `paths` should answer for its node. */
+typedef struct {
+  int ic, oc, k, stride, n, hw, want, bias;
+} cmp_conv_taken;
+
+/* Each case's node answers `paths` (a cpu_conv_* accessor) with its want. */
+static inline void cmp_conv_taken_check(const cmp_conv_taken *cases, size_t n_cases, int (*paths)(const void *state)) {
+  for (size_t t = 0; t < n_cases; t++) {
+    const cmp_conv_taken *c = &cases[t];
+    void *s = cmp_conv_node(c->n, c->ic, c->oc, c->hw, c->hw, c->k, c->stride, c->bias, 0, dnnl_aBcd8b);
+    const int got = paths(s);
+    cpu_node_free(s);
+    if (got != c->want)
+      fail_msg("case %zu (%d -> %d, k %d, stride %d, %d px, bias %d): %d, want %d", t, c->ic, c->oc, c->k, c->stride,
+               c->hw, c->bias, got, c->want);
+  }
+}
+
+/* main() of a test that holds oneDNN to AVX2 (8-channel blocks on every
+ * machine): set before anything asks oneDNN for the CPU's instruction set. */
+#define CMP_AVX2_MAIN(...)                            \
+  int main(void) {                                    \
+    setenv("ONEDNN_MAX_CPU_ISA", "AVX2", 1);          \
+    const struct CMUnitTest tests[] = {__VA_ARGS__};  \
+    return cmocka_run_group_tests(tests, NULL, NULL); \
+  }
 #endif
 
 /* main() of a test of the cpu backend's own paths: its tests, or a SKIP

@@ -79,12 +79,7 @@ static void f32_against_ref(void **st) {
   cmp_run(&k);
 }
 
-int main(void) {
-  /* Before anything asks oneDNN for the CPU's instruction set. */
-  setenv("ONEDNN_MAX_CPU_ISA", "AVX2", 1);
-  const struct CMUnitTest tests[] = {cmocka_unit_test(bf16_refused_with_the_reason), cmocka_unit_test(f32_against_ref)};
-  return cmocka_run_group_tests(tests, NULL, NULL);
-}
+CMP_AVX2_MAIN(cmocka_unit_test(bf16_refused_with_the_reason), cmocka_unit_test(f32_against_ref))
 #else
 CMP_CPU_MAIN()
 #endif

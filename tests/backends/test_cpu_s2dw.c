@@ -90,21 +90,12 @@ static void same_as_onednn(void **st) {
 static void taken_where_it_applies(void **st) {
   (void)st;
   cmp_require_avx2_cpu();
-  struct {
-    int ic, oc, k, stride, n, hw, want;
-    int bias;
-  } cases[] = {{16, 32, 3, 2, 2, 28, 1, 0}, {8, 16, 3, 2, 1, 56, 1, 0},   {64, 128, 3, 2, 1, 14, 1, 0},
-               {24, 32, 3, 2, 2, 28, 1, 0}, {16, 24, 3, 2, 2, 28, 0, 0},  {16, 32, 3, 1, 2, 28, 0, 0},
-               {16, 32, 3, 2, 2, 27, 0, 0}, {16, 32, 1, 2, 2, 28, 0, 0},  {16, 32, 5, 2, 2, 28, 0, 0},
-               {16, 32, 3, 2, 2, 28, 0, 1}, {128, 128, 3, 2, 1, 28, 0, 0}};
-  for (size_t t = 0; t < sizeof cases / sizeof cases[0]; t++) {
-    void *s = cmp_conv_node(cases[t].n, cases[t].ic, cases[t].oc, cases[t].hw, cases[t].hw, cases[t].k, cases[t].stride,
-                            cases[t].bias, 0, dnnl_aBcd8b);
-    if (cpu_conv_s2dw_own(s) != cases[t].want)
-      fail_msg("case %zu (%d -> %d, k %d, stride %d, %d px, bias %d): %d, want %d", t, cases[t].ic, cases[t].oc,
-               cases[t].k, cases[t].stride, cases[t].hw, cases[t].bias, cpu_conv_s2dw_own(s), cases[t].want);
-    cpu_node_free(s);
-  }
+  const cmp_conv_taken cases[] = {
+      {16, 32, 3, 2, 2, 28, 1, 0}, {8, 16, 3, 2, 1, 56, 1, 0},   {64, 128, 3, 2, 1, 14, 1, 0},
+      {24, 32, 3, 2, 2, 28, 1, 0}, {16, 24, 3, 2, 2, 28, 0, 0},  {16, 32, 3, 1, 2, 28, 0, 0},
+      {16, 32, 3, 2, 2, 27, 0, 0}, {16, 32, 1, 2, 2, 28, 0, 0},  {16, 32, 5, 2, 2, 28, 0, 0},
+      {16, 32, 3, 2, 2, 28, 0, 1}, {128, 128, 3, 2, 1, 28, 0, 0}};
+  cmp_conv_taken_check(cases, sizeof cases / sizeof cases[0], cpu_conv_s2dw_own);
   cpu_s2dw_own = 0;
   void *s = cmp_conv_node(2, 16, 32, 28, 28, 3, 2, 0, 0, dnnl_aBcd8b);
   assert_int_equal(cpu_conv_s2dw_own(s), 0);
@@ -112,14 +103,8 @@ static void taken_where_it_applies(void **st) {
   cpu_s2dw_own = 1;
 }
 
-int main(void) {
-  /* Before anything asks oneDNN for the CPU's instruction set: 8-channel
-   * blocks on every machine. */
-  setenv("ONEDNN_MAX_CPU_ISA", "AVX2", 1);
-  const struct CMUnitTest tests[] = {cmocka_unit_test(against_ref), cmocka_unit_test(weight_gradient_adds),
-                                     cmocka_unit_test(same_as_onednn), cmocka_unit_test(taken_where_it_applies)};
-  return cmocka_run_group_tests(tests, NULL, NULL);
-}
+CMP_AVX2_MAIN(cmocka_unit_test(against_ref), cmocka_unit_test(weight_gradient_adds), cmocka_unit_test(same_as_onednn),
+              cmocka_unit_test(taken_where_it_applies))
 #else
 CMP_CPU_MAIN()
 #endif

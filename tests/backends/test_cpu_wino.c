@@ -105,21 +105,11 @@ static void same_as_onednn(void **st) {
 static void taken_where_it_applies(void **st) {
   (void)st;
   cmp_require_avx2_cpu();
-  struct {
-    int ic, oc, k, stride, n, hw, want;
-    int bias;
-  } cases[] = {{16, 32, 3, 1, 2, 28, 7, 0}, {64, 64, 3, 1, 1, 28, 7, 0}, {16, 24, 3, 1, 2, 28, 2, 0},
-               {24, 16, 3, 1, 2, 28, 5, 0}, {16, 32, 3, 2, 2, 28, 0, 0}, {16, 32, 1, 1, 2, 28, 0, 0},
-               {16, 32, 5, 1, 2, 28, 0, 0}, {16, 32, 3, 1, 3, 14, 7, 0}, {16, 32, 3, 1, 2, 14, 0, 0},
-               {16, 32, 3, 1, 2, 28, 3, 1}};
-  for (size_t t = 0; t < sizeof cases / sizeof cases[0]; t++) {
-    void *s = cmp_conv_node(cases[t].n, cases[t].ic, cases[t].oc, cases[t].hw, cases[t].hw, cases[t].k, cases[t].stride,
-                            cases[t].bias, 0, dnnl_aBcd8b);
-    if (cpu_conv_wino_own(s) != cases[t].want)
-      fail_msg("case %zu (%d -> %d, k %d, stride %d): passes %d, want %d", t, cases[t].ic, cases[t].oc, cases[t].k,
-               cases[t].stride, cpu_conv_wino_own(s), cases[t].want);
-    cpu_node_free(s);
-  }
+  const cmp_conv_taken cases[] = {{16, 32, 3, 1, 2, 28, 7, 0}, {64, 64, 3, 1, 1, 28, 7, 0}, {16, 24, 3, 1, 2, 28, 2, 0},
+                                  {24, 16, 3, 1, 2, 28, 5, 0}, {16, 32, 3, 2, 2, 28, 0, 0}, {16, 32, 1, 1, 2, 28, 0, 0},
+                                  {16, 32, 5, 1, 2, 28, 0, 0}, {16, 32, 3, 1, 3, 14, 7, 0}, {16, 32, 3, 1, 2, 14, 0, 0},
+                                  {16, 32, 3, 1, 2, 28, 3, 1}};
+  cmp_conv_taken_check(cases, sizeof cases / sizeof cases[0], cpu_conv_wino_own);
   cpu_wino_own = 0;
   void *s = cmp_conv_node(2, 16, 32, 28, 28, 3, 1, 0, 0, dnnl_aBcd8b);
   assert_int_equal(cpu_conv_wino_own(s), 0);
@@ -127,14 +117,8 @@ static void taken_where_it_applies(void **st) {
   cpu_wino_own = 1;
 }
 
-int main(void) {
-  /* Before anything asks oneDNN for the CPU's instruction set: 8-channel
-   * blocks on every machine. */
-  setenv("ONEDNN_MAX_CPU_ISA", "AVX2", 1);
-  const struct CMUnitTest tests[] = {cmocka_unit_test(against_ref), cmocka_unit_test(weight_gradient_adds),
-                                     cmocka_unit_test(same_as_onednn), cmocka_unit_test(taken_where_it_applies)};
-  return cmocka_run_group_tests(tests, NULL, NULL);
-}
+CMP_AVX2_MAIN(cmocka_unit_test(against_ref), cmocka_unit_test(weight_gradient_adds), cmocka_unit_test(same_as_onednn),
+              cmocka_unit_test(taken_where_it_applies))
 #else
 CMP_CPU_MAIN()
 #endif
