@@ -444,6 +444,15 @@ static inline void *cmp_conv_node(int64_t n, int64_t ic, int64_t oc, int64_t h, 
   return p.state;
 }
 
+/* cmp_run(k), then checks that a path of ours ran at least `at_least`
+ * times: *calls is its counter, `what` names it in the log. */
+static inline void cmp_run_counted(const cmp_case *k, const long *calls, long at_least, const char *what) {
+  const long before = *calls;
+  cmp_run(k);
+  printf("# [%s] %s run: %ld\n", k->label, what, *calls - before);
+  assert_true(*calls - before >= at_least);
+}
+
 /* One f32 convolution in 8-channel blocks (cmp_conv_node, h = w = hw) and
  * what `paths` should answer for its node. */
 typedef struct {

@@ -34,10 +34,7 @@ static sp_value b_two_readers(sp_graph *g, sp_value x) {
 
 /* Runs k, checking our loops ran at least `at_least` times. */
 static void run_counted(const cmp_case *k, long at_least) {
-  const long before = cpu_s2dw_calls;
-  cmp_run(k);
-  printf("# [%s] stride-2 weight gradients run: %ld\n", k->label, cpu_s2dw_calls - before);
-  assert_true(cpu_s2dw_calls - before >= at_least);
+  cmp_run_counted(k, &cpu_s2dw_calls, at_least, "stride-2 weight gradients");
 }
 
 static void against_ref(void **st) {

@@ -33,10 +33,7 @@ static sp_value b_two_readers(sp_graph *g, sp_value x) {
 
 /* Runs k, checking our products ran at least `at_least` times. */
 static void run_counted(const cmp_case *k, long at_least) {
-  const long before = cpu_wino_calls;
-  cmp_run(k);
-  printf("# [%s] Winograd F(4x4, 3x3) products run: %ld\n", k->label, cpu_wino_calls - before);
-  assert_true(cpu_wino_calls - before >= at_least);
+  cmp_run_counted(k, &cpu_wino_calls, at_least, "Winograd F(4x4, 3x3) products");
 }
 
 static void against_ref(void **st) {
