@@ -36,7 +36,10 @@ static void one_shape(int64_t m, int64_t n, int64_t k, int accumulate, int misal
       want[j * k + c] = accumulate ? s + dw[j * k + c] : s;
       if (fabs(want[j * k + c]) > scale) scale = fabs(want[j * k + c]);
     }
-  cpu_linear_dw_f32(dy, x, dw, m, n, k, accumulate, omp_get_max_threads());
+  float *pack = malloc(cpu_linear_dw_pack_bytes(m, n) + 1);
+  assert_non_null(pack);
+  cpu_linear_dw_f32(dy, x, dw, m, n, k, accumulate, omp_get_max_threads(), pack);
+  free(pack);
   double worst = 0;
   for (int64_t i = 0; i < n * k; i++) worst = fmax(worst, fabs(dw[i] - want[i]));
   if (worst > 1e-5 * scale + 1e-7) {
@@ -49,8 +52,8 @@ static void one_shape(int64_t m, int64_t n, int64_t k, int accumulate, int misal
 
 static void against_double_sums(void **st) {
   (void)st;
-  static const int64_t shapes[][3] = {{1, 1, 1},    {3, 7, 200}, {64, 13, 97},  {8, 64, 288},
-                                      {130, 5, 70}, {64, 6, 64}, {17, 12, 1000}};
+  static const int64_t shapes[][3] = {{1, 1, 1},   {3, 7, 200},    {64, 13, 97}, {8, 64, 288}, {130, 5, 70},
+                                      {64, 6, 64}, {17, 12, 1000}, {64, 19, 35}, {5, 6, 16}};
   for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
     for (int accumulate = 0; accumulate < 2; accumulate++)
       for (int misalign = 0; misalign < 2; misalign++)
@@ -75,7 +78,7 @@ static void graph_both_paths(void **st) {
 
 static void taken_where_it_applies(void **st) {
   (void)st;
-#ifdef __AVX512F__
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
   assert_true(cpu_linear_dw_applies(64));
   assert_true(cpu_linear_dw_applies(128));
 #endif

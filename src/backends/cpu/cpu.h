@@ -644,12 +644,14 @@ int cpu_linear_prepare(sp_op_prep *p);
  * 1 when the case does not apply (bf16, frozen plans, a blocked input). */
 int cpu_linear_gemm_prepare(sp_op_prep *p);
 /* linear_dw.c: the f32 weight gradient dW[n][k] (+)= sum_m dy[m][n] x[m][k]
- * for few rows m (AVX-512 builds, m <= cpu_linear_dw_max_rows; tests move
- * the bound to take either path). */
+ * for few rows m (AVX-512 or AVX2 builds, m <= cpu_linear_dw_max_rows; tests
+ * move the bound to take either path). `pack` is scratch of
+ * cpu_linear_dw_pack_bytes(m, n) (0 where the build reads dy in place). */
 extern int cpu_linear_dw_max_rows;
 int cpu_linear_dw_applies(int64_t rows);
+size_t cpu_linear_dw_pack_bytes(int64_t m, int64_t n);
 void cpu_linear_dw_f32(const float *dy, const float *x, float *dw, int64_t m, int64_t n, int64_t k, int accumulate,
-                       int threads);
+                       int threads, float *pack);
 int cpu_bnorm_prepare(sp_op_prep *p);
 /* bnorm.c: 1 runs oneDNN's batch norm even where our kernels walk the layout
  * (tests compare the two; benchmarks measure them). */

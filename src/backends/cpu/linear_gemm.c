@@ -26,6 +26,7 @@ typedef struct {
   cpu_node base;
   int64_t n, in, out;
   int has_bias, own_dw, threads;
+  float *dw_pack; /* the weight-gradient kernel's packed dy, in backward scratch */
   dnnl_memory_desc_t x_md, wt_md, b_md, y_md;
   dnnl_primitive_desc_t fwd_pd;
   dnnl_primitive_t fwd;
@@ -44,7 +45,7 @@ static void gemm_backward(cpu_node *node, const sp_op_args *a) {
   }
   if (a->d_param[0] && s->own_dw) /* few rows: linear_dw.c */
     cpu_linear_dw_f32(dy, a->in[0]->data, a->d_param[0]->data, s->n, s->out, s->in, !(a->d_param_fresh & 1u),
-                      s->threads);
+                      s->threads, s->dw_pack);
   else if (a->d_param[0])
     DNNL_RUN(dnnl_sgemm('T', 'N', s->out, s->in, s->n, 1.0f, dy, s->out, a->in[0]->data, s->in,
                         (a->d_param_fresh & 1u) ? 0.0f : 1.0f, a->d_param[0]->data, s->in));
@@ -57,7 +58,8 @@ static void gemm_backward(cpu_node *node, const sp_op_args *a) {
 
 static int gemm_bind(cpu_node *n, const sp_op_args *a, char *fs, char *bs) {
   gemm_node *s = (gemm_node *)n;
-  (void)bs; /* backward's sgemm calls read the arena's tensors at each call */
+  /* backward's sgemm calls read the arena's tensors at each call */
+  s->dw_pack = (float *)bs;
   cpu_exec_init(&s->f, s->fwd);
   return cpu_exec_arg(&s->f, n, DNNL_ARG_SRC, &s->x_md, a->in[0]->data) ||
                  cpu_exec_arg(&s->f, n, DNNL_ARG_WEIGHTS, &s->wt_md, a->param[0]->data) ||
@@ -105,6 +107,7 @@ int cpu_linear_gemm_prepare(sp_op_prep *p) {
   }
   p->saved_bytes = 0;
   p->param_grad_overwrites = s->has_bias ? 3u : 1u;
-  return cpu_report_scratch(p, &s->base, cpu_scratchpad_bytes(s->fwd_pd), 0);
+  return cpu_report_scratch(p, &s->base, cpu_scratchpad_bytes(s->fwd_pd),
+                            s->own_dw ? cpu_linear_dw_pack_bytes(s->n, s->out) : 0);
 }
 #endif
