@@ -39,7 +39,7 @@ static void run_counted(const cmp_case *k, long at_least) {
 static void against_ref(void **st) {
   (void)st;
   cmp_require_avx2_cpu();
-  cpu_wino_min_tiles = 1; /* small images: a few tiles */
+  cpu_wino_min_tiles = cpu_wino_min_tiles_frozen = 1; /* small images: a few tiles */
   /* Training: c1 and c2 forward and backward data, c1's weight gradient. */
   cmp_case k = {"wino, training, 7x9", b_stack, 2, 3, 7, 9, 1, 0, 0, 0};
   run_counted(&k, 5);
@@ -63,6 +63,7 @@ static void against_ref(void **st) {
   cpu_wino_min_tiles = 48;
   k = (cmp_case){"wino, training, 13x15, default threshold", b_stack, 3, 3, 13, 15, 1, 0, 0, 0};
   run_counted(&k, 5);
+  cpu_wino_min_tiles_frozen = 16;
 }
 
 /* A second backward pass without zero_grad adds the weight gradient onto
@@ -114,8 +115,54 @@ static void taken_where_it_applies(void **st) {
   cpu_wino_own = 1;
 }
 
+/* A frozen (inference) plan transforms its weights once: it takes the
+ * forward from cpu_wino_min_tiles_frozen tiles (16: 14x14 at batch 1),
+ * where a training plan needs cpu_wino_min_tiles (48). */
+static void frozen_from_fewer_tiles(void **st) {
+  (void)st;
+  cmp_require_avx2_cpu();
+  for (int hw = 7; hw <= 14; hw += 7)
+    for (int frozen = 0; frozen < 2; frozen++) {
+      dnnl_memory_desc_t md;
+      dnnl_dims_t dims = {1, 64, hw, hw};
+      assert_int_equal(dnnl_memory_desc_init_by_tag(&md, 4, dims, dnnl_f32, dnnl_aBcd8b), dnnl_success);
+      sp_conv2d_attr at = {1, 1, 1, 1, 1, 1, 1};
+      sp_op_prep p = cmp_conv_prep(&sp_op_conv2d, &at, sp_shape4(1, 64, hw, hw), sp_shape4(1, 64, hw, hw),
+                                   sp_shape4(64, 64, 3, 3), 0, 0, &md);
+      if (frozen) p.frozen = 1, p.training = 0, p.run_backward = 0, p.param_grad[0] = 0, p.need_d_in[0] = 0;
+      assert_int_equal(cpu_conv_prepare(&p), 0);
+      const int want = frozen && hw == 14; /* 16 tiles; 7x7 has 4 */
+      if ((cpu_conv_wino_own(p.state) & 1) != want)
+        fail_msg("%dx%d frozen %d: forward taken %d", hw, hw, frozen, !want);
+      cpu_node_free(p.state);
+    }
+}
+
+/* Every thread gets its share of the tiles, within a quarter of a chunk
+ * (chunks come in multiples of the threads, at most 96 tiles each). */
+static void chunks_balanced(void **st) {
+  (void)st;
+  static const int64_t shapes[][3] = {{1, 14, 14},  {1, 28, 28}, {64, 7, 7}, {16, 28, 28}, {64, 14, 14},
+                                      {16, 56, 56}, {3, 13, 15}, {1, 8, 8},  {5, 9, 7}};
+  const int64_t saved = cpu_wino_min_tiles;
+  cpu_wino_min_tiles = 1;
+  for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+    cpu_wino m;
+    size_t u, work;
+    assert_int_equal(cpu_wino_prepare(&m, shapes[i][0], shapes[i][1], shapes[i][2], 64, 64, 0, 0, &u, &work), 0);
+    const int64_t chunks = (m.tiles + m.chunk - 1) / m.chunk, most = (chunks + m.threads - 1) / m.threads * m.chunk;
+    const int64_t fair = (m.tiles + m.threads - 1) / m.threads;
+    printf("# %ld tiles, %d threads: chunks of %ld, at most %ld a thread (fair %ld)\n", (long)m.tiles, m.threads,
+           (long)m.chunk, (long)most, (long)fair);
+    assert_true(m.chunk >= 1 && m.chunk <= 96);
+    assert_true(most <= fair + (m.chunk / 4 > 6 ? m.chunk / 4 : 6)); /* the old rounding: 144 of 256, 36 of 49 */
+  }
+  cpu_wino_min_tiles = saved;
+}
+
 CMP_AVX2_MAIN(cmocka_unit_test(against_ref), cmocka_unit_test(weight_gradient_adds), cmocka_unit_test(same_as_onednn),
-              cmocka_unit_test(taken_where_it_applies))
+              cmocka_unit_test(taken_where_it_applies), cmocka_unit_test(frozen_from_fewer_tiles),
+              cmocka_unit_test(chunks_balanced))
 #else
 CMP_CPU_MAIN()
 #endif

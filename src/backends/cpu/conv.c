@@ -565,10 +565,10 @@ static int conv_setup(sp_op_prep *p, conv_node *s, const cpu_conv_geom *g) {
   /* Winograd of our own where oneDNN has none: forward on the blocks it
    * chose, backward data from dY's blocks into the input's. */
   s->wino = !s->post_add && wino_fits(p, g, &s->src_md, &s->dst_md) &&
-            cpu_wino_prepare(&s->wf, in->d[0], in->d[2], in->d[3], in->d[1], out->d[1], 0, &s->wf_u_bytes,
-                             &s->wf_work_bytes) == 0;
+            cpu_wino_prepare(&s->wf, in->d[0], in->d[2], in->d[3], in->d[1], out->d[1], 0,
+                             p->frozen && !s->run_backward, &s->wf_u_bytes, &s->wf_work_bytes) == 0;
   if (s->need_dx && wino_fits(p, g, &s->x_md, &s->dst_md) &&
-      cpu_wino_prepare(&s->wb, in->d[0], in->d[2], in->d[3], out->d[1], in->d[1], 1, &s->wb_u_bytes,
+      cpu_wino_prepare(&s->wb, in->d[0], in->d[2], in->d[3], out->d[1], in->d[1], 1, 0, &s->wb_u_bytes,
                        &s->wb_work_bytes) == 0) {
     s->wino_dx = 1, s->need_dx = 0;
     size_t used = 0;

@@ -42,24 +42,51 @@ long cpu_wino_calls;
  * ms a call against oneDNN's direct kernel: 512 channels at 7x7, 64 tiles,
  * 18.8 + 6.6 for the weights against 31-33; 16 tiles 10.1 + 10.8). */
 int64_t cpu_wino_min_tiles = 48;
+/* A frozen (inference) plan transforms its weights once, so only the
+ * products count: from 16 tiles (14x14 at batch 1) they beat the direct
+ * kernel (Zen 3, 2 threads, per call in ResUNet-50 at batch 1: 256 channels
+ * at 14x14 0.89-1.01 against 1.27-1.35 ms; vgg-face's 64 at 14x14 0.055-0.058
+ * against 0.082-0.083). Not below: at 7x7 (4 tiles) the 512-channel layers
+ * took 2.6-3.0 against 1.5-1.7 ms, U (37.7 MB, four times the kernel) read
+ * from memory. */
+int64_t cpu_wino_min_tiles_frozen = 16;
 
 /* F(4x4, 3x3): OUT x OUT output tiles from T x T input tiles, XI = T^2
  * products a tile. */
 enum { OUT = 4, T = OUT + 2, XI = T * T, ROWS = 6, PANEL = 16, MAX_CHUNK = 96, PAD = 16 };
 
-int cpu_wino_prepare(cpu_wino *m, int64_t n, int64_t h, int64_t w, int64_t c_in, int64_t c_out, int flip,
+/* The most tiles one thread gets when `tiles` go in chunks of `chunk`,
+ * split between the threads as schedule(static) does. */
+static int64_t thread_load(int64_t tiles, int64_t chunk, int threads) {
+  const int64_t chunks = (tiles + chunk - 1) / chunk;
+  return (chunks + threads - 1) / threads * chunk;
+}
+
+/* Tiles a chunk: the same number of chunks for every thread, up to four
+ * where each keeps two register blocks, none over MAX_CHUNK; whole register
+ * blocks where that loads no thread more. Why: rounded to whole blocks
+ * first, as before, 256 tiles (vgg-face's 7x7 layers at batch 64) went in
+ * 8 chunks of 36 and 4: 144 tiles for one thread, 112 for the other; 49
+ * (28x28 at batch 1) 36 against 13. */
+static int64_t balanced_chunk(int64_t tiles, int threads) {
+  int64_t per = (tiles + (int64_t)threads * MAX_CHUNK - 1) / ((int64_t)threads * MAX_CHUNK);
+  int64_t want = tiles / ((int64_t)threads * 2 * ROWS);
+  if (want > 4) want = 4;
+  if (per < want) per = want;
+  if (per < 1) per = 1;
+  const int64_t chunk = (tiles + threads * per - 1) / (threads * per), whole = (chunk + ROWS - 1) / ROWS * ROWS;
+  return whole <= MAX_CHUNK && thread_load(tiles, whole, threads) <= thread_load(tiles, chunk, threads) ? whole : chunk;
+}
+
+int cpu_wino_prepare(cpu_wino *m, int64_t n, int64_t h, int64_t w, int64_t c_in, int64_t c_out, int flip, int frozen,
                      size_t *u_bytes, size_t *work_bytes) {
   memset(m, 0, sizeof *m);
   if (!cpu_wino_own || c_in % 8 || c_out % PANEL || c_in < 8 || n < 1 || h < 1 || w < 1) return 1;
   m->n = n, m->h = h, m->w = w, m->c_in = c_in, m->c_out = c_out, m->flip = flip;
   m->th = (h + OUT - 1) / OUT, m->tw = (w + OUT - 1) / OUT, m->tiles = n * m->th * m->tw;
-  if (m->tiles < cpu_wino_min_tiles) return 1;
+  if (m->tiles < (frozen ? cpu_wino_min_tiles_frozen : cpu_wino_min_tiles)) return 1;
   m->threads = omp_get_max_threads();
-  /* At least four chunks a thread where the tiles allow (the last ones
-   * even out), whole register blocks, at most MAX_CHUNK. */
-  int64_t chunk = (m->tiles + 4 * m->threads - 1) / (4 * m->threads);
-  chunk = (chunk + ROWS - 1) / ROWS * ROWS;
-  m->chunk = chunk < ROWS ? ROWS : chunk > MAX_CHUNK ? MAX_CHUNK : chunk;
+  m->chunk = balanced_chunk(m->tiles, m->threads);
   /* Planes of one xi a cache line more than a whole chunk apart: at
    * multiples of 4 KiB the 36 planes a tile writes (and the output
    * transform reads) would share one L1 set of 8 ways. (No difference
@@ -312,7 +339,7 @@ size_t cpu_wino_dw_per_thread_max = (size_t)1 << 20;
 
 int cpu_wino_dw_prepare(cpu_wino *m, int64_t n, int64_t h, int64_t w, int64_t c_in, int64_t c_out, size_t *work_bytes) {
   size_t unused;
-  const int r = cpu_wino_prepare(m, n, h, w, c_in, c_out, 0, &unused, work_bytes);
+  const int r = cpu_wino_prepare(m, n, h, w, c_in, c_out, 0, 0, &unused, work_bytes);
   if (r) return r;
   m->du_floats = XI * c_in * c_out;
   m->dw_per_thread = sizeof(float) * (size_t)m->du_floats <= cpu_wino_dw_per_thread_max;

@@ -491,6 +491,7 @@ void cpu_dcb_run(const cpu_dcb *m, int dx_fresh, int dw_fresh);
 extern int cpu_wino_own;
 extern long cpu_wino_calls;               /* products run (tests check the path ran) */
 extern int64_t cpu_wino_min_tiles;        /* taken from this many 4x4 output tiles (tests lower it) */
+extern int64_t cpu_wino_min_tiles_frozen; /* ... in frozen plans (weights transformed once) */
 extern size_t cpu_wino_dw_per_thread_max; /* weight gradients with dU up to this many bytes sum it per thread */
 typedef struct {
   int64_t n, h, w, c_in, c_out; /* the product: c_in channels in, c_out out, both h x w */
@@ -503,8 +504,9 @@ typedef struct {
   int threads;                  /* the team the work memory was sized for */
 } cpu_wino;
 /* 0: taken, with the transformed weights' bytes in *u_bytes and the work
- * memory's in *work_bytes; 1: does not apply (channels: c_in in 8s, c_out in 16s). */
-int cpu_wino_prepare(cpu_wino *m, int64_t n, int64_t h, int64_t w, int64_t c_in, int64_t c_out, int flip,
+ * memory's in *work_bytes; 1: does not apply (channels: c_in in 8s, c_out in
+ * 16s; fewer tiles than the bound for a frozen plan or not). */
+int cpu_wino_prepare(cpu_wino *m, int64_t n, int64_t h, int64_t w, int64_t c_in, int64_t c_out, int flip, int frozen,
                      size_t *u_bytes, size_t *work_bytes);
 /* u from the plain weights [OC][IC][3][3], each product output channel
  * scaled by scale[o] (a folded batch norm) unless NULL. */
