@@ -5,6 +5,7 @@
  * sizes that leave partial tiles at the edges, an input gradient added onto
  * another's, a weight gradient added onto the last pass's, against oneDNN's
  * direct kernel on the same values, and taken only where it applies. */
+#include <omp.h>
 #include <stdlib.h>
 
 #include "backend_compare.h"
@@ -58,6 +59,21 @@ static void against_ref(void **st) {
   k = (cmp_case){"wino, training, weight gradient over all tiles", b_stack, 2, 3, 7, 9, 1, 0, 0, 0};
   run_counted(&k, 5);
   cpu_wino_dw_per_thread_max = (size_t)1 << 20;
+  /* Few tiles, two threads: c1's forward splits its two 16-channel panels
+   * between them (by_panels); then the same with chunks of tiles only. */
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(2);
+  k = (cmp_case){"wino, training, 7x9, output channels split", b_stack, 2, 3, 7, 9, 1, 0, 0, 0};
+  run_counted(&k, 5);
+  k.flags = SP_PLAN_FROZEN;
+  k.training = 0;
+  k.label = "wino, frozen, output channels split";
+  run_counted(&k, 2);
+  cpu_wino_by_panels_max_tiles = 0;
+  k = (cmp_case){"wino, training, 7x9, tiles split only", b_stack, 2, 3, 7, 9, 1, 0, 0, 0};
+  run_counted(&k, 5);
+  cpu_wino_by_panels_max_tiles = 64;
+  omp_set_num_threads(threads);
   /* At the default threshold, on enough tiles (3 x 4 x 4 = 48 here, some
    * partial). */
   cpu_wino_min_tiles = 48;
@@ -150,6 +166,11 @@ static void chunks_balanced(void **st) {
     cpu_wino m;
     size_t u, work;
     assert_int_equal(cpu_wino_prepare(&m, shapes[i][0], shapes[i][1], shapes[i][2], 64, 64, 0, 0, &u, &work), 0);
+    if (m.by_panels) { /* the threads split the output channels: every one all tiles */
+      printf("# %ld tiles, %d threads: split by output channels\n", (long)m.tiles, m.threads);
+      assert_true(m.tiles <= cpu_wino_by_panels_max_tiles && m.chunk == m.tiles);
+      continue;
+    }
     const int64_t chunks = (m.tiles + m.chunk - 1) / m.chunk, most = (chunks + m.threads - 1) / m.threads * m.chunk;
     const int64_t fair = (m.tiles + m.threads - 1) / m.threads;
     printf("# %ld tiles, %d threads: chunks of %ld, at most %ld a thread (fair %ld)\n", (long)m.tiles, m.threads,
@@ -160,9 +181,33 @@ static void chunks_balanced(void **st) {
   cpu_wino_min_tiles = saved;
 }
 
+/* With two threads, up to cpu_wino_by_panels_max_tiles tiles (64) split
+ * the output channels where each thread gets a 16-channel panel: 14x14
+ * and 28x28 at batch 1 (16 and 49 tiles), not 56x56 (196) nor 16 output
+ * channels (one panel); never the weight gradient. */
+static void by_panels_where_few_tiles(void **st) {
+  (void)st;
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(2);
+  static const int64_t cases[][5] = {
+      {14, 14, 64, 64, 1}, {28, 28, 64, 64, 1}, {56, 56, 64, 64, 0}, {14, 14, 64, 16, 0}, {13, 15, 32, 32, 1}};
+  const int64_t saved = cpu_wino_min_tiles;
+  cpu_wino_min_tiles = 1;
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    cpu_wino m;
+    size_t u, work;
+    assert_int_equal(cpu_wino_prepare(&m, 1, cases[i][0], cases[i][1], cases[i][2], cases[i][3], 0, 0, &u, &work), 0);
+    if (m.by_panels != cases[i][4]) fail_msg("case %zu: by_panels %d", i, m.by_panels);
+    assert_int_equal(cpu_wino_dw_prepare(&m, 1, cases[i][0], cases[i][1], cases[i][2], cases[i][3], &work), 0);
+    assert_int_equal(m.by_panels, 0);
+  }
+  cpu_wino_min_tiles = saved;
+  omp_set_num_threads(threads);
+}
+
 CMP_AVX2_MAIN(cmocka_unit_test(against_ref), cmocka_unit_test(weight_gradient_adds), cmocka_unit_test(same_as_onednn),
               cmocka_unit_test(taken_where_it_applies), cmocka_unit_test(frozen_from_fewer_tiles),
-              cmocka_unit_test(chunks_balanced))
+              cmocka_unit_test(chunks_balanced), cmocka_unit_test(by_panels_where_few_tiles))
 #else
 CMP_CPU_MAIN()
 #endif

@@ -78,15 +78,25 @@ static int64_t balanced_chunk(int64_t tiles, int threads) {
   return whole <= MAX_CHUNK && thread_load(tiles, whole, threads) <= thread_load(tiles, chunk, threads) ? whole : chunk;
 }
 
-int cpu_wino_prepare(cpu_wino *m, int64_t n, int64_t h, int64_t w, int64_t c_in, int64_t c_out, int flip, int frozen,
-                     size_t *u_bytes, size_t *work_bytes) {
+/* Up to this many tiles, forward and backward data split the output
+ * channels between the threads instead of the tiles (see cpu_wino_run).
+ * ResUNet-50 inference at batch 1 (Zen 3, 2 threads, per-node profile,
+ * alternating runs, ms a layer): 256 channels at 14x14 (16 tiles)
+ * 0.67-0.74 against 0.91-1.03; 128 at 28x28 (49 tiles) 0.46-0.62 against
+ * 0.53-0.68. The next size, 56x56 at batch 1, has 196 tiles. */
+int64_t cpu_wino_by_panels_max_tiles = 64;
+
+static int prepare(cpu_wino *m, int64_t n, int64_t h, int64_t w, int64_t c_in, int64_t c_out, int flip, int frozen,
+                   int by_panels_allowed, size_t *u_bytes, size_t *work_bytes) {
   memset(m, 0, sizeof *m);
   if (!cpu_wino_own || c_in % 8 || c_out % PANEL || c_in < 8 || n < 1 || h < 1 || w < 1) return 1;
   m->n = n, m->h = h, m->w = w, m->c_in = c_in, m->c_out = c_out, m->flip = flip;
   m->th = (h + OUT - 1) / OUT, m->tw = (w + OUT - 1) / OUT, m->tiles = n * m->th * m->tw;
   if (m->tiles < (frozen ? cpu_wino_min_tiles_frozen : cpu_wino_min_tiles)) return 1;
   m->threads = omp_get_max_threads();
-  m->chunk = balanced_chunk(m->tiles, m->threads);
+  m->by_panels = by_panels_allowed && m->threads > 1 && m->tiles <= cpu_wino_by_panels_max_tiles &&
+                 m->tiles <= MAX_CHUNK && c_out / PANEL >= m->threads;
+  m->chunk = m->by_panels ? m->tiles : balanced_chunk(m->tiles, m->threads);
   /* Planes of one xi a cache line more than a whole chunk apart: at
    * multiples of 4 KiB the 36 planes a tile writes (and the output
    * transform reads) would share one L1 set of 8 ways. (No difference
@@ -97,6 +107,11 @@ int cpu_wino_prepare(cpu_wino *m, int64_t n, int64_t h, int64_t w, int64_t c_in,
   *u_bytes = sizeof(float) * XI * (size_t)(c_in * c_out);
   *work_bytes = sizeof(float) * (size_t)(m->v_floats + m->m_floats) * (size_t)m->threads + 64;
   return 0;
+}
+
+int cpu_wino_prepare(cpu_wino *m, int64_t n, int64_t h, int64_t w, int64_t c_in, int64_t c_out, int flip, int frozen,
+                     size_t *u_bytes, size_t *work_bytes) {
+  return prepare(m, n, h, w, c_in, c_out, flip, frozen, 1, u_bytes, work_bytes);
 }
 
 /* The three 1-D transforms of F(4, 3) (interpolation points 0, 1, -1, 2,
@@ -236,12 +251,13 @@ static void rows_product(int64_t rows, int64_t K, const float *a, int64_t ars, i
 
 /* M[xi] = V[xi] U[xi] for the chunk's rows: panel by panel (U's K x 16
  * panel stays in L1 while the rows pass). */
-static void products(const cpu_wino *m, const float *u, const float *v, float *mm, int64_t rows) {
+static void products(const cpu_wino *m, const float *u, const float *v, float *mm, int64_t rows, int64_t p0,
+                     int64_t p1) {
   const int64_t ci = m->c_in, co = m->c_out, panels = co / PANEL;
   for (int xi = 0; xi < XI; xi++) {
     const float *vx = v + xi * m->v_plane;
     float *mx = mm + xi * m->m_plane;
-    for (int64_t p = 0; p < panels; p++)
+    for (int64_t p = p0; p < p1; p++)
       rows_product(rows, ci, vx, ci, 1, u + (xi * panels + p) * ci * PANEL, PANEL, mx + p * PANEL, co, 0);
   }
 }
@@ -249,14 +265,14 @@ static void products(const cpu_wino *m, const float *u, const float *v, float *m
 /* Y's 4x4 tile from M: A^T M A, plus the bias, then ReLU; written, or added
  * onto what Y holds (accumulate). Tiles past the edge write only their
  * part inside. */
-static void output_tiles(const cpu_wino *m, const float *mm, int64_t t0, int64_t rows, float *y, const float *bias,
-                         int relu, int accumulate) {
+static void output_tiles(const cpu_wino *m, const float *mm, int64_t t0, int64_t rows, int64_t ob0, int64_t ob1,
+                         float *y, const float *bias, int relu, int accumulate) {
   const int64_t co = m->c_out, ob_n = co / 8, H = m->h, W = m->w, stride_xi = m->m_plane;
   for (int64_t r = 0; r < rows; r++) {
     const int64_t t = t0 + r, img = t / (m->th * m->tw), ty = t / m->tw % m->th, tx = t % m->tw;
     const int64_t y0 = OUT * ty, x0 = OUT * tx;
     const int64_t ny = H - y0 < OUT ? H - y0 : OUT, nx = W - x0 < OUT ? W - x0 : OUT;
-    for (int64_t ob = 0; ob < ob_n; ob++) {
+    for (int64_t ob = ob0; ob < ob1; ob++) {
       const float *in = mm + r * co + ob * 8;
       vf8 s[OUT][T]; /* A^T M, column by column */
       VEC_UNROLL for (int j = 0; j < T; j++) {
@@ -286,7 +302,25 @@ void cpu_wino_run(const cpu_wino *m, const float *u, const float *x, float *y, c
                   int accumulate, char *work) {
   const int64_t chunks = (m->tiles + m->chunk - 1) / m->chunk;
   float *base = (float *)(((uintptr_t)work + 63) & ~(uintptr_t)63);
+  const int64_t panels = m->c_out / PANEL;
   cpu_wino_calls++;
+  if (m->by_panels) {
+    /* Few tiles (14x14 at batch 1 has 16): chunks of them left a thread
+     * idle or waiting, and each thread read all of U (9.4 MB at 256
+     * channels) for a few rows. Here every thread transforms all the
+     * tiles (a small part of the work at these sizes) and makes its share
+     * of the output channels: U is read once in all. */
+#pragma omp parallel num_threads(m->threads)
+    {
+      const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+      float *v = base + (size_t)t * (size_t)(m->v_floats + m->m_floats), *mm = v + m->v_floats;
+      const int64_t p0 = panels * t / nt, p1 = panels * (t + 1) / nt;
+      input_tiles(m, x, 0, m->tiles, v, m->v_plane);
+      products(m, u, v, mm, m->tiles, p0, p1);
+      output_tiles(m, mm, 0, m->tiles, 2 * p0, 2 * p1, y, bias, relu, accumulate);
+    }
+    return;
+  }
 #pragma omp parallel num_threads(m->threads)
   {
     float *v = base + (size_t)omp_get_thread_num() * (size_t)(m->v_floats + m->m_floats), *mm = v + m->v_floats;
@@ -294,8 +328,8 @@ void cpu_wino_run(const cpu_wino *m, const float *u, const float *x, float *y, c
     for (int64_t c = 0; c < chunks; c++) {
       const int64_t t0 = c * m->chunk, rows = m->tiles - t0 < m->chunk ? m->tiles - t0 : m->chunk;
       input_tiles(m, x, t0, rows, v, m->v_plane);
-      products(m, u, v, mm, rows);
-      output_tiles(m, mm, t0, rows, y, bias, relu, accumulate);
+      products(m, u, v, mm, rows, 0, panels);
+      output_tiles(m, mm, t0, rows, 0, 2 * panels, y, bias, relu, accumulate);
     }
   }
 }
@@ -339,7 +373,7 @@ size_t cpu_wino_dw_per_thread_max = (size_t)1 << 20;
 
 int cpu_wino_dw_prepare(cpu_wino *m, int64_t n, int64_t h, int64_t w, int64_t c_in, int64_t c_out, size_t *work_bytes) {
   size_t unused;
-  const int r = cpu_wino_prepare(m, n, h, w, c_in, c_out, 0, 0, &unused, work_bytes);
+  const int r = prepare(m, n, h, w, c_in, c_out, 0, 0, 0, &unused, work_bytes);
   if (r) return r;
   m->du_floats = XI * c_in * c_out;
   m->dw_per_thread = sizeof(float) * (size_t)m->du_floats <= cpu_wino_dw_per_thread_max;

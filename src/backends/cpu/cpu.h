@@ -489,10 +489,11 @@ void cpu_dcb_run(const cpu_dcb *m, int dx_fresh, int dw_fresh);
  * turned kernel, and the weight gradient. cpu_wino_own = 0: never taken
  * (tests compare with oneDNN). */
 extern int cpu_wino_own;
-extern long cpu_wino_calls;               /* products run (tests check the path ran) */
-extern int64_t cpu_wino_min_tiles;        /* taken from this many 4x4 output tiles (tests lower it) */
-extern int64_t cpu_wino_min_tiles_frozen; /* ... in frozen plans (weights transformed once) */
-extern size_t cpu_wino_dw_per_thread_max; /* weight gradients with dU up to this many bytes sum it per thread */
+extern long cpu_wino_calls;                  /* products run (tests check the path ran) */
+extern int64_t cpu_wino_min_tiles;           /* taken from this many 4x4 output tiles (tests lower it) */
+extern int64_t cpu_wino_min_tiles_frozen;    /* ... in frozen plans (weights transformed once) */
+extern int64_t cpu_wino_by_panels_max_tiles; /* up to this many tiles threads split the output channels */
+extern size_t cpu_wino_dw_per_thread_max;    /* weight gradients with dU up to this many bytes sum it per thread */
 typedef struct {
   int64_t n, h, w, c_in, c_out; /* the product: c_in channels in, c_out out, both h x w */
   int64_t th, tw, tiles, chunk; /* 2x2 output tiles a column / row, in all, a chunk */
@@ -500,6 +501,7 @@ typedef struct {
   int64_t v_floats, m_floats;   /* a thread's transformed input / products */
   int64_t du_floats;            /* the weight gradient's transformed sums */
   int dw_per_thread;            /* ... summed per thread, chunk by chunk (narrow layers) */
+  int by_panels;                /* forward / backward data: threads split the output channels, not the tiles */
   int flip;                     /* backward data: g'[ic][oc] = the kernel [oc][ic] turned by 180 degrees */
   int threads;                  /* the team the work memory was sized for */
 } cpu_wino;
