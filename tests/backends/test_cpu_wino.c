@@ -171,7 +171,15 @@ static void chunks_balanced(void **st) {
       assert_true(m.tiles <= cpu_wino_by_panels_max_tiles && m.chunk == m.tiles);
       continue;
     }
-    const int64_t chunks = (m.tiles + m.chunk - 1) / m.chunk, most = (chunks + m.threads - 1) / m.threads * m.chunk;
+    /* schedule(static): contiguous runs of chunks, the first chunks %
+     * threads threads one more; the last chunk partial */
+    const int64_t chunks = (m.tiles + m.chunk - 1) / m.chunk, q = chunks / m.threads, r = chunks % m.threads;
+    int64_t most = 0;
+    for (int t = 0; t < m.threads; t++) {
+      const int64_t c0 = t * q + (t < r ? t : r), c1 = c0 + q + (t < r);
+      const int64_t t1 = c1 * m.chunk < m.tiles ? c1 * m.chunk : m.tiles;
+      if (t1 - c0 * m.chunk > most) most = t1 - c0 * m.chunk;
+    }
     const int64_t fair = (m.tiles + m.threads - 1) / m.threads;
     printf("# %ld tiles, %d threads: chunks of %ld, at most %ld a thread (fair %ld)\n", (long)m.tiles, m.threads,
            (long)m.chunk, (long)most, (long)fair);

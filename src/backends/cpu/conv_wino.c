@@ -56,10 +56,17 @@ int64_t cpu_wino_min_tiles_frozen = 16;
 enum { OUT = 4, T = OUT + 2, XI = T * T, ROWS = 6, PANEL = 16, MAX_CHUNK = 96, PAD = 16 };
 
 /* The most tiles one thread gets when `tiles` go in chunks of `chunk`,
- * split between the threads as schedule(static) does. */
+ * split between the threads as schedule(static) does (contiguous runs, the
+ * first chunks % threads threads one chunk more; the last chunk partial). */
 static int64_t thread_load(int64_t tiles, int64_t chunk, int threads) {
-  const int64_t chunks = (tiles + chunk - 1) / chunk;
-  return (chunks + threads - 1) / threads * chunk;
+  const int64_t chunks = (tiles + chunk - 1) / chunk, q = chunks / threads, r = chunks % threads;
+  int64_t most = 0;
+  for (int t = 0; t < threads; t++) {
+    const int64_t c0 = t * q + (t < r ? t : r), c1 = c0 + q + (t < r);
+    const int64_t t0 = c0 * chunk < tiles ? c0 * chunk : tiles, t1 = c1 * chunk < tiles ? c1 * chunk : tiles;
+    if (t1 - t0 > most) most = t1 - t0;
+  }
+  return most;
 }
 
 /* Tiles a chunk: the same number of chunks for every thread, up to four
