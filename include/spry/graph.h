@@ -236,6 +236,8 @@ size_t sp_plan_naive_bytes(const sp_plan *p);
 int sp_plan_verify(const sp_plan *p);
 /* FLOPs of one forward pass (conv, deconv and linear; 2 per multiply-add). */
 double sp_plan_forward_flops(const sp_plan *p);
+/* The same for node i alone (0 for ops without products, or out of range). */
+double sp_plan_node_forward_flops(const sp_plan *p, int i);
 /* Gradient-ready hook (data-parallel training): after each node's backward,
  * fn gets the trainable parameters whose gradients that backward made final,
  * so their all-reduce can start while the rest of backward runs. A parameter

@@ -249,6 +249,13 @@ static void print_profile_nodes(const bench_opts *o, int batch, const sp_graph *
     sp_json_key(&j, "out"), sp_json_str(&j, sp_shape_str(sp_plan_shape(p, t[k].node), shape, sizeof shape));
     sp_json_key(&j, "fwd_ms_per_step"), sp_json_f64(&j, 1e3 * t[k].fwd / steps);
     sp_json_key(&j, "bwd_ms_per_step"), sp_json_f64(&j, 1e3 * t[k].bwd / steps);
+    /* Forward products as direct ones (Winograd layers show above the
+     * machine's peak): which layers run far from it. */
+    double gflop = 1e-9 * sp_plan_node_forward_flops(p, t[k].node);
+    if (gflop > 0) {
+      sp_json_key(&j, "fwd_gflop"), sp_json_f64(&j, gflop);
+      if (t[k].fwd > 0) sp_json_key(&j, "fwd_gflops_per_s"), sp_json_f64(&j, gflop * steps / t[k].fwd);
+    }
     sp_json_obj_end(&j);
     printf("%s\n", j.s);
     sp_json_buf_free(&j);

@@ -56,10 +56,19 @@ static const struct {
              {0, 0, 1e-4},
              {0, SP_PLAN_BF16, 6e-2}};
 
+/* The library's default, read before any test changes it and put back
+ * after each test that does. */
+static int f32_infer_default = -1;
+static void remember_default(void) {
+  if (f32_infer_default < 0) f32_infer_default = cpu_conv_stem_f32_infer;
+}
+
 static void against_ref(void **st) {
   (void)st;
   cmp_require_cpu();
+  remember_default();
   cpu_conv_stem_infer_max_oc = 64; /* every case in inference too */
+  cpu_conv_stem_f32_infer = 1;     /* f32 too, where the build would leave it to oneDNN */
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
     for (size_t m = 0; m < sizeof plans / sizeof plans[0]; m++) {
       cmp_case k = {cases[i].label, cases[i].body, 3, cases[i].c, cases[i].h, cases[i].w, plans[m].training,
@@ -67,6 +76,7 @@ static void against_ref(void **st) {
       cmp_run(&k);
     }
   cpu_conv_stem_infer_max_oc = 8;
+  cpu_conv_stem_f32_infer = f32_infer_default;
 }
 
 static void stem_or_onednn(int path) { cpu_conv_use_stem = path == 0; }
@@ -92,7 +102,9 @@ static void inference_same_as_onednn(void **st) {
   cmp_require_cpu();
   /* Outputs from half the last-level cache stream past the caches: here
    * the default (these small ones do not), then every output. */
+  remember_default();
   cpu_conv_stem_infer_max_oc = 64; /* every case */
+  cpu_conv_stem_f32_infer = 1;
   for (int stream = 0; stream < 2; stream++)
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
       for (size_t m = 1; m < sizeof plans / sizeof plans[0]; m++) {
@@ -122,22 +134,31 @@ static void inference_same_as_onednn(void **st) {
       }
   cpu_bn_stream_bytes = -1;
   cpu_conv_stem_infer_max_oc = 8;
+  cpu_conv_stem_f32_infer = f32_infer_default;
 }
 
 /* Taken for a bf16 training plan's conv on the plain image with few
  * channels, a small window and output channels in groups of 8, and for an
- * inference plan's (f32 or bf16) with 8 output channels; not for f32
+ * inference plan's with 8 output channels (bf16; f32 where
+ * cpu_conv_stem_f32_infer: AVX-512 builds, or switched on); not for f32
  * training, a training plan's forward alone, inference with 32 output
  * channels, a wide input, a 7x7 colour window or 12 output channels. */
 static void taken_where_it_applies(void **st) {
   (void)st;
   cmp_require_cpu();
+  remember_default();
+#ifdef __AVX512F__
+  assert_int_equal(f32_infer_default, 1);
+#else
+  assert_int_equal(f32_infer_default, 0);
+#endif
   struct {
-    int bf16, backward, training, ic, kernel, oc, want;
-  } t[] = {{1, 1, 1, 1, 3, 8, 1},  {1, 1, 1, 3, 3, 64, 1}, {0, 1, 1, 1, 3, 8, 0},  {1, 0, 1, 1, 3, 8, 0},
-           {1, 0, 0, 1, 3, 8, 1},  {0, 0, 0, 3, 3, 8, 1},  {0, 0, 0, 3, 3, 32, 0}, {1, 1, 1, 8, 3, 8, 0},
-           {1, 1, 1, 3, 7, 64, 0}, {1, 1, 1, 1, 3, 12, 0}, {0, 0, 0, 1, 3, 12, 0}};
+    int bf16, backward, training, ic, kernel, oc, f32_infer, want;
+  } t[] = {{1, 1, 1, 1, 3, 8, 0, 1}, {1, 1, 1, 3, 3, 64, 0, 1}, {0, 1, 1, 1, 3, 8, 1, 0},  {1, 0, 1, 1, 3, 8, 1, 0},
+           {1, 0, 0, 1, 3, 8, 0, 1}, {0, 0, 0, 3, 3, 8, 1, 1},  {0, 0, 0, 3, 3, 8, 0, 0},  {0, 0, 0, 3, 3, 32, 1, 0},
+           {1, 1, 1, 8, 3, 8, 1, 0}, {1, 1, 1, 3, 7, 64, 1, 0}, {1, 1, 1, 1, 3, 12, 1, 0}, {0, 0, 0, 1, 3, 12, 1, 0}};
   for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+    cpu_conv_stem_f32_infer = t[i].f32_infer;
     sp_conv2d_attr at = {2, 2, 1, 1, 1, 1, 1};
     const int64_t out = (32 + 2 - t[i].kernel) / 2 + 1;
     sp_op_prep p = cmp_conv_prep(&sp_op_conv2d, &at, sp_shape4(2, t[i].ic, 32, 32), sp_shape4(2, t[i].oc, out, out),
@@ -147,6 +168,7 @@ static void taken_where_it_applies(void **st) {
     if (cpu_conv_is_stem(p.state) != t[i].want) fail_msg("case %zu: stem %s", i, t[i].want ? "not taken" : "taken");
     cpu_node_free(p.state);
   }
+  cpu_conv_stem_f32_infer = f32_infer_default;
 }
 #endif
 

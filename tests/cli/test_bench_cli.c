@@ -80,7 +80,8 @@ static void train_profile_accounts_for_the_step(void **state) {
   skip(); /* the reorders are the cpu backend's */
 #endif
   static char out[16384];
-  const char *args = "bench train --model vgg-face --backend cpu --batch 2 --size 32 --steps 2 --warmup 1 --threads 1 --profile";
+  const char *args =
+      "bench train --model vgg-face --backend cpu --batch 2 --size 32 --steps 2 --warmup 1 --threads 1 --profile";
   int rc = sp_test_run_cli(args, 0, out, sizeof out);
   if (rc == -1) skip();
   if (rc != 0) fail_msg("spry %s: exit status %d, output: %s", args, rc, out);
@@ -100,10 +101,14 @@ static void train_profile_accounts_for_the_step(void **state) {
       const char *op = sp_json_as_string(sp_json_get(j, "op"));
       double f = num(j, "fwd_ms_per_step"), b = num(j, "bwd_ms_per_step");
       assert_true(f >= 0 && b >= 0 && isfinite(f) && isfinite(b));
-      if (!strcmp(op, "reorders")) reo_fwd = f, reo_bwd = b;
-      else if (!strcmp(op, "optimizer")) optimizer = b, assert_true(f == 0);
-      else if (!strcmp(op, "zero_grad")) zero = f, assert_true(b == 0);
-      else ops_fwd += f, ops_bwd += b, conv += !strcmp(op, "conv2d");
+      if (!strcmp(op, "reorders"))
+        reo_fwd = f, reo_bwd = b;
+      else if (!strcmp(op, "optimizer"))
+        optimizer = b, assert_true(f == 0);
+      else if (!strcmp(op, "zero_grad"))
+        zero = f, assert_true(b == 0);
+      else
+        ops_fwd += f, ops_bwd += b, conv += !strcmp(op, "conv2d");
     }
     sp_json_free(j);
   }
@@ -125,8 +130,9 @@ static void infer_profile_accounts_for_the_forward(void **state) {
   skip();
 #endif
   static char out[16384];
-  const char *args = "bench train --model vgg-face --backend cpu --size 32 --steps 2 --warmup 1 --threads 1 --infer "
-                     "--profile";
+  const char *args =
+      "bench train --model vgg-face --backend cpu --size 32 --steps 2 --warmup 1 --threads 1 --infer "
+      "--profile";
   int rc = sp_test_run_cli(args, 0, out, sizeof out);
   if (rc == -1) skip();
   if (rc != 0) fail_msg("spry %s: exit status %d, output: %s", args, rc, out);
@@ -145,8 +151,10 @@ static void infer_profile_accounts_for_the_forward(void **state) {
       double f = num(j, "fwd_ms_per_step");
       assert_true(f >= 0 && isfinite(f) && num(j, "bwd_ms_per_step") == 0);
       assert_true(strcmp(op, "optimizer") && strcmp(op, "zero_grad")); /* training only */
-      if (!strcmp(op, "reorders")) reorders = f;
-      else ops += f, conv += !strcmp(op, "conv2d");
+      if (!strcmp(op, "reorders"))
+        reorders = f;
+      else
+        ops += f, conv += !strcmp(op, "conv2d");
     } else {
       assert_string_equal(bench, "infer_profile_total");
       assert_int_equal((int)num(j, "batch"), batch);
@@ -164,11 +172,13 @@ static void infer_profile_accounts_for_the_forward(void **state) {
 }
 
 /* --profile-nodes: the op-kind lines, then a line per node that ran,
- * slowest first, named, whose times add up to the op kinds'. */
+ * slowest first, named, whose times add up to the op kinds'; layers with
+ * products also give their forward GFLOP and rate. */
 static void profile_nodes_add_up(void **state) {
   (void)state;
   static char out[65536];
-  const char *args = "bench train --model vgg-face --batch 2 --size 32 --steps 2 --warmup 1 --threads 1 --profile-nodes";
+  const char *args =
+      "bench train --model vgg-face --batch 2 --size 32 --steps 2 --warmup 1 --threads 1 --profile-nodes";
   int rc = sp_test_run_cli(args, 0, out, sizeof out);
   if (rc == -1) skip();
   if (rc != 0) fail_msg("spry %s: exit status %d, output: %s", args, rc, out);
@@ -190,7 +200,12 @@ static void profile_nodes_add_up(void **state) {
         fc1++;
         assert_string_equal(op, "linear");
         assert_string_equal(sp_json_as_string(sp_json_get(j, "out")), "[2,1024]");
+        /* 2 rows x 128 inputs (32 px: 1x1 after five halvings) x 1024, 2 a multiply-add */
+        assert_true(fabs(num(j, "fwd_gflop") - 2e-9 * 2 * 128 * 1024) <= 1e-12);
+        assert_true(num(j, "fwd_gflops_per_s") > 0);
       }
+      if (!strcmp(op, "batchnorm") || !strcmp(op, "reshape"))
+        assert_null(sp_json_get(j, "fwd_gflop")); /* no products */
     }
     sp_json_free(j);
   }
@@ -293,8 +308,10 @@ static void data_cache_leaves_nothing_behind(void **state) {
   snprintf(args, sizeof args, "bench data --dataset %s --cache --runs 1 --images 8 --batch 4 --size 32 --workers 1",
            faces);
   rc = sp_test_run_cli(args, 0, out, sizeof out);
-  if (old) setenv("TMPDIR", old, 1), free(old);
-  else unsetenv("TMPDIR");
+  if (old)
+    setenv("TMPDIR", old, 1), free(old);
+  else
+    unsetenv("TMPDIR");
   if (rc != 0) fail_msg("spry %s: exit status %d: %s", args, rc, out);
   if (!strstr(out, "\"cache\":\"mmap\"")) fail_msg("spry %s: no cached stage in %s", args, out);
   DIR *d = opendir(tmpdir);
@@ -309,7 +326,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(peak_reports_this_machine),
       cmocka_unit_test(tshift_bench_checks_its_output),
-      cmocka_unit_test(train_profile_accounts_for_the_step), cmocka_unit_test(infer_profile_accounts_for_the_forward),
+      cmocka_unit_test(train_profile_accounts_for_the_step),
+      cmocka_unit_test(infer_profile_accounts_for_the_forward),
       cmocka_unit_test(profile_nodes_add_up),
       cmocka_unit_test(train_under_mpirun_counts_every_rank),
       cmocka_unit_test(bad_options_are_refused),

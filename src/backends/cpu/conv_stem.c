@@ -1,5 +1,6 @@
 /* The first convolution of a bf16 training plan, or of an inference plan
- * (f32 or bf16, with 8 output channels: cpu_conv_stem_infer_max_oc), when
+ * (bf16, or f32 in AVX-512 builds: cpu_conv_stem_f32_infer; with 8 output
+ * channels: cpu_conv_stem_infer_max_oc), when
  * it reads the plain f32 image with few channels (grey or colour) and has
  * a small window: forward and weight gradient as loops of our own, from a
  * padded copy of the image (bf16 in training, which backward reuses) into
@@ -69,6 +70,16 @@ int cpu_conv_use_stem = 1;
  * 8 channels each walk the taps again, against oneDNN's kernel at its
  * best). Tests raise it to cover every case. */
 int64_t cpu_conv_stem_infer_max_oc = 8;
+/* f32 inference plans take the stem only in AVX-512 builds. Below, on 8
+ * lanes, oneDNN's AVX2 kernel was faster: vgg-face's grey 1 -> 8 at batch
+ * 64, AMD Zen 3, 2 threads, per-node profile, alternating runs: 1.98-2.29
+ * ms against the stem's 2.79-2.95 (batch 1: 0.031-0.040 against
+ * 0.051-0.080). Tests switch it on to cover the loops on any machine. */
+#ifdef __AVX512F__
+int cpu_conv_stem_f32_infer = 1;
+#else
+int cpu_conv_stem_f32_infer = 0;
+#endif
 int cpu_conv_stem_fuse_next = 1;
 long cpu_stem_fused_calls;
 
@@ -681,8 +692,9 @@ static const cpu_vt stem_vt = {stem_forward, stem_backward, stem_bind, NULL};
 static int applies(const sp_op_prep *p) {
   const sp_conv2d_attr *at = p->attr;
   const sp_shape *in = &p->in_shape[0], *w = &p->param_shape[0];
-  const int train = p->bf16 && p->run_backward && !p->need_d_in[0],
-            infer = !p->run_backward && !p->training && w->d[0] <= cpu_conv_stem_infer_max_oc;
+  const int train = p->bf16 && p->run_backward && !p->need_d_in[0], infer = !p->run_backward && !p->training &&
+                                                                            w->d[0] <= cpu_conv_stem_infer_max_oc &&
+                                                                            (p->bf16 || cpu_conv_stem_f32_infer);
   return (train || infer) && !p->out_plain && p->in_layout[0] == NULL && p->in_dtype[0] == SP_F32 && in->ndim == 4 &&
          at->groups == 1 && in->d[1] <= STEM_MAX_IC && in->d[1] * w->d[2] * w->d[3] <= STEM_MAX_K && w->d[0] % 8 == 0 &&
          w->d[0] <= STEM_MAX_OC;

@@ -604,6 +604,7 @@ int cpu_conv_stem_prepare(sp_op_prep *p);
 int cpu_conv_is_stem(const void *state);
 extern int cpu_conv_use_stem;              /* 0: oneDNN's convolution there (tests compare the two) */
 extern int64_t cpu_conv_stem_infer_max_oc; /* inference: the stem up to this many output channels */
+extern int cpu_conv_stem_f32_infer;        /* f32 inference takes the stem (default: AVX-512 builds only) */
 extern int cpu_conv_stem_fuse_next;        /* 0: the 3x3 conv after an inference stem runs on its own */
 extern long cpu_stem_fused_calls;          /* forward calls of a stem computing that conv (tests: the path ran) */
 /* conv_narrow.c: a bf16 inference plan's 3x3 convolution from a
