@@ -122,6 +122,20 @@ static size_t utf8_seq(const unsigned char *s, size_t n) {
   return k;
 }
 
+int sp_utf8_valid(const char *s, size_t n) {
+  const unsigned char *u = (const unsigned char *)s;
+  for (size_t i = 0; i < n;) {
+    if (u[i] < 0x80) {
+      i++;
+      continue;
+    }
+    const size_t k = utf8_seq(u + i, n - i);
+    if (!k) return 0;
+    i += k;
+  }
+  return 1;
+}
+
 /* A \uXXXX escape (ps->pos just after the 'u'), surrogate pairs joined,
  * as UTF-8 into o; *n grows by its length. */
 static int unicode_escape(parser *ps, size_t at, char *o, size_t *n) {

@@ -53,6 +53,11 @@ void sp_json_free(sp_json *v);
 
 const char *sp_json_type_name(sp_json_type t);
 
+/* 1 when s[0..n) is well-formed UTF-8 (the check the parser makes on its
+ * strings: no overlong forms, surrogates or code points past U+10FFFF);
+ * else 0. The YAML tree checks --set text with it. */
+int sp_utf8_valid(const char *s, size_t n);
+
 /* Lookups. All accept NULL and return NULL / 0 when the value has the wrong
  * type, so chains like sp_json_get(sp_json_get(doc, "a"), "b") are safe.
  * sp_json_get finds the first key equal to `key` (keys with embedded NULs

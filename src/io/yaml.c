@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <yaml.h>
 
+#include "io/json.h"
 #include "spry/common.h"
 
 static sp_yaml *node_new(sp_yaml_kind kind, int line) {
@@ -252,6 +253,11 @@ static int value_levels(const sp_yaml *v) {
 }
 
 int sp_yaml_set(sp_yaml *root, const char *assignment) {
+  /* The tree is emitted into checkpoints and read back, and libyaml reads
+   * only UTF-8 (found by fuzz_yaml_config: a stray byte 0xCE made a config
+   * whose emitted text did not load). */
+  if (!sp_utf8_valid(assignment, strlen(assignment)))
+    return sp_error_set("--set: '%s' is not valid UTF-8 text", assignment);
   const char *eq = strchr(assignment, '=');
   if (!eq || eq == assignment) return sp_error_set("--set wants key=value, got '%s'", assignment);
   char *path = sp_xmalloc((size_t)(eq - assignment) + 1);
@@ -350,27 +356,54 @@ static void put(text *t, const char *s) {
   t->len += n;
 }
 
-/* Plain when it is safe to read back unchanged, else double-quoted. */
+/* The code point YAML does not allow as a character of the stream
+ * (controls, DEL, the C1 controls, U+FFFE and U+FFFF) at c, with its
+ * length in *len; 0 for the rest (*len 1, or the UTF-8 sequence's length).
+ * Text here is UTF-8 (libyaml read it, or sp_yaml_set checked it). */
+static unsigned not_printable(const unsigned char *c, int *len) {
+  *len = 1;
+  if (*c < 0x20 || *c == 0x7F) return *c == '\t' ? 0 : *c;
+  if (*c == 0xC2 && c[1] >= 0x80 && c[1] <= 0x9F) {
+    *len = 2;
+    return c[1];
+  }
+  if (*c == 0xEF && c[1] == 0xBF && (c[2] == 0xBE || c[2] == 0xBF)) {
+    *len = 3;
+    return c[2] == 0xBE ? 0xFFFE : 0xFFFF;
+  }
+  return 0;
+}
+
+/* Plain when it is safe to read back unchanged, else double-quoted, with
+ * what YAML does not allow raw written as escapes. */
 static void put_scalar(text *t, const char *v) {
   int plain = v[0] && !strchr(" -?:,[]{}#&*!|>'\"%@`", v[0]) && v[strlen(v) - 1] != ' ';
-  for (const char *c = v; plain && *c; c++)
-    if (*c == '#' || *c == '\n' || (*c == ':' && (c[1] == ' ' || !c[1])) || (unsigned char)*c < 32) plain = 0;
+  for (const unsigned char *c = (const unsigned char *)v; plain && *c; c++) {
+    int len;
+    if (*c == '#' || *c == '\n' || *c == '\t' || (*c == ':' && (c[1] == ' ' || !c[1])) || not_printable(c, &len))
+      plain = 0;
+  }
   if (plain) {
     put(t, v);
     return;
   }
   put(t, "\"");
-  for (const char *c = v; *c; c++) {
+  for (const unsigned char *c = (const unsigned char *)v; *c;) {
     char esc[8];
+    int len;
+    const unsigned cp = not_printable(c, &len);
     if (*c == '"' || *c == '\\')
       snprintf(esc, sizeof esc, "\\%c", *c);
     else if (*c == '\n')
       snprintf(esc, sizeof esc, "\\n");
-    else if ((unsigned char)*c < 32)
-      snprintf(esc, sizeof esc, "\\x%02x", (unsigned char)*c);
+    else if (*c == '\t')
+      snprintf(esc, sizeof esc, "\\t");
+    else if (cp)
+      snprintf(esc, sizeof esc, cp > 0xFF ? "\\u%04x" : "\\x%02x", cp);
     else
       snprintf(esc, sizeof esc, "%c", *c);
     put(t, esc);
+    c += cp ? len : 1;
   }
   put(t, "\"");
 }
