@@ -692,9 +692,9 @@ static const cpu_vt stem_vt = {stem_forward, stem_backward, stem_bind, NULL};
 static int applies(const sp_op_prep *p) {
   const sp_conv2d_attr *at = p->attr;
   const sp_shape *in = &p->in_shape[0], *w = &p->param_shape[0];
-  const int train = p->bf16 && p->run_backward && !p->need_d_in[0], infer = !p->run_backward && !p->training &&
-                                                                            w->d[0] <= cpu_conv_stem_infer_max_oc &&
-                                                                            (p->bf16 || cpu_conv_stem_f32_infer);
+  const int train = p->bf16 && p->run_backward && !p->need_d_in[0];
+  const int infer =
+      !p->run_backward && !p->training && w->d[0] <= cpu_conv_stem_infer_max_oc && (p->bf16 || cpu_conv_stem_f32_infer);
   return (train || infer) && !p->out_plain && p->in_layout[0] == NULL && p->in_dtype[0] == SP_F32 && in->ndim == 4 &&
          at->groups == 1 && in->d[1] <= STEM_MAX_IC && in->d[1] * w->d[2] * w->d[3] <= STEM_MAX_K && w->d[0] % 8 == 0 &&
          w->d[0] <= STEM_MAX_OC;

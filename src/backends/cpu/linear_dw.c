@@ -19,6 +19,16 @@
 
 int cpu_linear_dw_max_rows = 128;
 
+/* The kernels below exist from AVX2 + FMA on; without, sgemm. */
+int cpu_linear_dw_applies(int64_t rows) {
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+  return rows >= 1 && rows <= cpu_linear_dw_max_rows;
+#else
+  (void)rows;
+  return 0;
+#endif
+}
+
 #ifdef __AVX512F__
 #include <immintrin.h>
 
@@ -64,8 +74,6 @@ static inline __attribute__((always_inline)) void dw_block(const float *dy, int6
     }
   }
 }
-
-int cpu_linear_dw_applies(int64_t rows) { return rows >= 1 && rows <= cpu_linear_dw_max_rows; }
 
 size_t cpu_linear_dw_pack_bytes(int64_t m, int64_t n) {
   (void)m, (void)n;
@@ -139,7 +147,7 @@ static inline __attribute__((always_inline)) void dw_block(const float *pk, cons
   for (int64_t t = 0; t < m; t++) {
     const float *xr = x + t * k;
     __m256 xv[VECS];
-    UNROLL for (int i = 0; i < VECS; i++) xv[i] = i >= kv                   ? _mm256_setzero_ps()
+    UNROLL for (int i = 0; i < VECS; i++) xv[i] = i >= kv ? _mm256_setzero_ps()
                                                   : i < kv - 1 || tail == 8 ? _mm256_loadu_ps(xr + i * 8)
                                                                             : _mm256_maskload_ps(xr + i * 8, last);
     UNROLL for (int j = 0; j < ROWS; j++) {
@@ -163,8 +171,6 @@ static inline __attribute__((always_inline)) void dw_block(const float *pk, cons
     }
   }
 }
-
-int cpu_linear_dw_applies(int64_t rows) { return rows >= 1 && rows <= cpu_linear_dw_max_rows; }
 
 void cpu_linear_dw_f32(const float *dy, const float *x, float *dw, int64_t m, int64_t n, int64_t k, int accumulate,
                        int threads, float *pack) {
@@ -192,10 +198,6 @@ void cpu_linear_dw_f32(const float *dy, const float *x, float *dw, int64_t m, in
   }
 }
 #else
-int cpu_linear_dw_applies(int64_t rows) {
-  (void)rows;
-  return 0; /* no AVX2 in this build: sgemm */
-}
 
 size_t cpu_linear_dw_pack_bytes(int64_t m, int64_t n) {
   (void)m, (void)n;

@@ -58,7 +58,8 @@ static void gemm_backward(cpu_node *node, const sp_op_args *a) {
 
 static int gemm_bind(cpu_node *n, const sp_op_args *a, char *fs, char *bs) {
   gemm_node *s = (gemm_node *)n;
-  /* backward's sgemm calls read the arena's tensors at each call */
+  /* Backward's sgemm calls read the arena's tensors at each call; only the
+   * weight-gradient kernel's packed dy needs a place (its scratch). */
   s->dw_pack = (float *)bs;
   cpu_exec_init(&s->f, s->fwd);
   return cpu_exec_arg(&s->f, n, DNNL_ARG_SRC, &s->x_md, a->in[0]->data) ||
