@@ -386,6 +386,17 @@ static int wino_fits(const sp_op_prep *p, const cpu_conv_geom *g, const dnnl_mem
          cpu_md_lanes(out) == 8 && p->in_shape[0].d[2] == p->out_shape.d[2] && p->in_shape[0].d[3] == p->out_shape.d[3];
 }
 
+/* ... and with stride 2 (conv_wino_s2.c): the output the standard size for
+ * padding 1, (h - 1) / 2 + 1. */
+static int wino_s2_fits(const sp_op_prep *p, const cpu_conv_geom *g, const dnnl_memory_desc_t *in,
+                        const dnnl_memory_desc_t *out) {
+  const sp_shape *w = &p->param_shape[0], *x = &p->in_shape[0], *y = &p->out_shape;
+  return cpu_wino_s2_on && !p->bf16 && !g->deconv && g->groups == 1 && w->d[2] == 3 && w->d[3] == 3 &&
+         g->strides[0] == 2 && g->strides[1] == 2 && !g->dil[0] && !g->dil[1] && g->pad_l[0] == 1 && g->pad_l[1] == 1 &&
+         in->data_type == dnnl_f32 && out->data_type == dnnl_f32 && cpu_md_lanes(in) == 8 && cpu_md_lanes(out) == 8 &&
+         y->d[2] == (x->d[2] - 1) / 2 + 1 && y->d[3] == (x->d[3] - 1) / 2 + 1;
+}
+
 /* The weight gradient of a stride-2 layer by conv_s2_dw.c: f32 3x3, stride
  * 2, padding 1, an even input (the output half of it), one group, no bias,
  * from the input as forward read it, in 8-channel blocks like dY. *bwd
@@ -567,9 +578,15 @@ static int conv_setup(sp_op_prep *p, conv_node *s, const cpu_conv_geom *g) {
   s->wino = !s->post_add && wino_fits(p, g, &s->src_md, &s->dst_md) &&
             cpu_wino_prepare(&s->wf, in->d[0], in->d[2], in->d[3], in->d[1], out->d[1], 0,
                              p->frozen && !s->run_backward, &s->wf_u_bytes, &s->wf_work_bytes) == 0;
-  if (s->need_dx && wino_fits(p, g, &s->x_md, &s->dst_md) &&
-      cpu_wino_prepare(&s->wb, in->d[0], in->d[2], in->d[3], out->d[1], in->d[1], 1, 0, &s->wb_u_bytes,
-                       &s->wb_work_bytes) == 0) {
+  if (!s->wino && !s->post_add && wino_s2_fits(p, g, &s->src_md, &s->dst_md))
+    s->wino = cpu_wino_s2_prepare(&s->wf, in->d[0], in->d[2], in->d[3], in->d[1], out->d[1], 0, &s->wf_u_bytes,
+                                  &s->wf_work_bytes) == 0;
+  if (s->need_dx && ((wino_fits(p, g, &s->x_md, &s->dst_md) &&
+                      cpu_wino_prepare(&s->wb, in->d[0], in->d[2], in->d[3], out->d[1], in->d[1], 1, 0, &s->wb_u_bytes,
+                                       &s->wb_work_bytes) == 0) ||
+                     (wino_s2_fits(p, g, &s->x_md, &s->dst_md) &&
+                      cpu_wino_s2_prepare(&s->wb, in->d[0], in->d[2], in->d[3], in->d[1], out->d[1], 1, &s->wb_u_bytes,
+                                          &s->wb_work_bytes) == 0))) {
     s->wino_dx = 1, s->need_dx = 0;
     size_t used = 0;
     cpu_take(&used, s->wb_u_bytes);

@@ -34,6 +34,7 @@
 
 #include "backends/cpu/cpu.h"
 #include "backends/cpu/vec.h"
+#include "backends/cpu/wino_product.h"
 
 int cpu_wino_own = 1;
 long cpu_wino_calls;
@@ -53,7 +54,7 @@ int64_t cpu_wino_min_tiles_frozen = 16;
 
 /* F(4x4, 3x3): OUT x OUT output tiles from T x T input tiles, XI = T^2
  * products a tile. */
-enum { OUT = 4, T = OUT + 2, XI = T * T, ROWS = 6, PANEL = 16, MAX_CHUNK = 96, PAD = 16 };
+enum { OUT = 4, T = OUT + 2, XI = T * T, MAX_CHUNK = 96, PAD = 16 };
 
 /* The most tiles one thread gets when `tiles` go in chunks of `chunk`,
  * split between the threads as schedule(static) does (contiguous runs, the
@@ -75,7 +76,7 @@ static int64_t thread_load(int64_t tiles, int64_t chunk, int threads) {
  * first, as before, 256 tiles (vgg-face's 7x7 layers at batch 64) went in
  * 8 chunks of 36 and 4: 144 tiles for one thread, 112 for the other; 49
  * (28x28 at batch 1) 36 against 13. */
-static int64_t balanced_chunk(int64_t tiles, int threads) {
+int64_t cpu_wino_chunk(int64_t tiles, int threads) {
   int64_t per = (tiles + (int64_t)threads * MAX_CHUNK - 1) / ((int64_t)threads * MAX_CHUNK);
   int64_t want = tiles / ((int64_t)threads * 2 * ROWS);
   if (want > 4) want = 4;
@@ -103,7 +104,7 @@ static int prepare(cpu_wino *m, int64_t n, int64_t h, int64_t w, int64_t c_in, i
   m->threads = omp_get_max_threads();
   m->by_panels = by_panels_allowed && m->threads > 1 && m->tiles <= cpu_wino_by_panels_max_tiles &&
                  m->tiles <= MAX_CHUNK && c_out / PANEL >= m->threads;
-  m->chunk = m->by_panels ? m->tiles : balanced_chunk(m->tiles, m->threads);
+  m->chunk = m->by_panels ? m->tiles : cpu_wino_chunk(m->tiles, m->threads);
   /* Planes of one xi a cache line more than a whole chunk apart: at
    * multiples of 4 KiB the 36 planes a tile writes (and the output
    * transform reads) would share one L1 set of 8 ways. (No difference
@@ -155,6 +156,10 @@ int cpu_wino_prepare(cpu_wino *m, int64_t n, int64_t h, int64_t w, int64_t c_in,
  * (panel, k) at a time, U = G g G^T over 8 lanes at once, so each xi gets a
  * whole 64-byte row. */
 void cpu_wino_weights(const cpu_wino *m, float *u, const float *w, const float *scale) {
+  if (m->stride == 2) {
+    cpu_wino_s2_weights(m, u, w);
+    return;
+  }
   const int64_t ci = m->c_in, co = m->c_out, panels = co / PANEL;
 #pragma omp parallel for schedule(static)
   for (int64_t pk = 0; pk < panels * ci; pk++) {
@@ -214,48 +219,6 @@ static void input_tiles(const cpu_wino *m, const float *x, int64_t t0, int64_t r
   }
 }
 
-/* C[R][16] (+)= A[R][K] B[K][16]: A's value (r, k) at a[r ars + k aks], B's
- * row k at b + k ldb, C's rows ldc apart; added onto C where accumulate.
- * R accumulator pairs in registers, one broadcast of A per row and step. */
-INLINE void block_product(const int R, int64_t K, const float *a, int64_t ars, int64_t aks, const float *b, int64_t ldb,
-                          float *c, int64_t ldc, int accumulate) {
-  vf8 acc[ROWS][2];
-  VEC_UNROLL for (int r = 0; r < R; r++) {
-    acc[r][0] = accumulate ? vload_f(c + r * ldc) : vbcast(0.0f);
-    acc[r][1] = accumulate ? vload_f(c + r * ldc + 8) : vbcast(0.0f);
-  }
-  for (int64_t k = 0; k < K; k++) {
-    const vf8 b0 = vload_f(b + k * ldb), b1 = vload_f(b + k * ldb + 8);
-    VEC_UNROLL for (int r = 0; r < R; r++) {
-      const vf8 av = vbcast(a[r * ars + k * aks]);
-      acc[r][0] += av * b0, acc[r][1] += av * b1;
-    }
-  }
-  VEC_UNROLL for (int r = 0; r < R; r++) {
-    *(vf8u *)(c + r * ldc) = acc[r][0];
-    *(vf8u *)(c + r * ldc + 8) = acc[r][1];
-  }
-}
-
-/* Rows [0, rows) of C (16 wide) from A and B as block_product reads them: whole
- * register blocks, then the rest (R a constant in each copy). */
-static void rows_product(int64_t rows, int64_t K, const float *a, int64_t ars, int64_t aks, const float *b, int64_t ldb,
-                         float *c, int64_t ldc, int accumulate) {
-  int64_t r = 0;
-  for (; r + ROWS <= rows; r += ROWS)
-    block_product(ROWS, K, a + r * ars, ars, aks, b, ldb, c + r * ldc, ldc, accumulate);
-  const float *ar = a + r * ars;
-  float *cr = c + r * ldc;
-  switch (rows - r) {
-    case 5: block_product(5, K, ar, ars, aks, b, ldb, cr, ldc, accumulate); break;
-    case 4: block_product(4, K, ar, ars, aks, b, ldb, cr, ldc, accumulate); break;
-    case 3: block_product(3, K, ar, ars, aks, b, ldb, cr, ldc, accumulate); break;
-    case 2: block_product(2, K, ar, ars, aks, b, ldb, cr, ldc, accumulate); break;
-    case 1: block_product(1, K, ar, ars, aks, b, ldb, cr, ldc, accumulate); break;
-    default: break;
-  }
-}
-
 /* M[xi] = V[xi] U[xi] for the chunk's rows: panel by panel (U's K x 16
  * panel stays in L1 while the rows pass). */
 static void products(const cpu_wino *m, const float *u, const float *v, float *mm, int64_t rows, int64_t p0,
@@ -310,6 +273,10 @@ void cpu_wino_run(const cpu_wino *m, const float *u, const float *x, float *y, c
   const int64_t chunks = (m->tiles + m->chunk - 1) / m->chunk;
   float *base = (float *)(((uintptr_t)work + 63) & ~(uintptr_t)63);
   const int64_t panels = m->c_out / PANEL;
+  if (m->stride == 2) {
+    cpu_wino_s2_run(m, u, x, y, bias, relu, accumulate, work);
+    return;
+  }
   cpu_wino_calls++;
   if (m->by_panels) {
     /* Few tiles (14x14 at batch 1 has 16): chunks of them left a thread

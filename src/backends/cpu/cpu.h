@@ -504,7 +504,14 @@ typedef struct {
   int by_panels;                /* forward / backward data: threads split the output channels, not the tiles */
   int flip;                     /* backward data: g'[ic][oc] = the kernel [oc][ic] turned by 180 degrees */
   int threads;                  /* the team the work memory was sized for */
+  /* Stride 2 (conv_wino_s2.c): h x w the input, ho x wo the output; per
+   * transformed position xi of 5 x 5, the product's depth (c_in for each
+   * parity phase of the input that reaches xi) and where its V and U start. */
+  int stride;
+  int64_t ho, wo, k[25], v_off[25], m_off[25], u_off[25];
 } cpu_wino;
+/* Tiles a chunk when `tiles` are shared by `threads` (balanced, at most 96). */
+int64_t cpu_wino_chunk(int64_t tiles, int threads);
 /* 0: taken, with the transformed weights' bytes in *u_bytes and the work
  * memory's in *work_bytes; 1: does not apply (channels: c_in in 8s, c_out in
  * 16s; fewer tiles than the bound for a frozen plan or not). */
@@ -516,6 +523,18 @@ void cpu_wino_weights(const cpu_wino *m, float *u, const float *w, const float *
 /* y (or y +=, accumulate) = the convolution of x (nChw8c) with u, + bias, ReLU'd. */
 void cpu_wino_run(const cpu_wino *m, const float *u, const float *x, float *y, const float *bias, int relu,
                   int accumulate, char *work);
+/* Stride 2, padding 1 (conv_wino_s2.c), the input h x w: as cpu_wino_prepare
+ * (flip: backward data, c_in in 16s and c_out in 8s then); cpu_wino_weights
+ * and cpu_wino_run then take it (bias and ReLU forward only). */
+extern int cpu_wino_s2_on;                                 /* 0: stride-2 layers stay on oneDNN */
+extern int64_t cpu_wino_s2_min_c_in, cpu_wino_s2_max_c_in; /* taken for input channels in this range */
+extern int64_t cpu_wino_s2_min_tiles,
+    cpu_wino_s2_min_tiles_dx; /* ... from this many 4x4 tiles (forward / input gradient) */
+int cpu_wino_s2_prepare(cpu_wino *m, int64_t n, int64_t h, int64_t w, int64_t c_in, int64_t c_out, int flip,
+                        size_t *u_bytes, size_t *work_bytes);
+void cpu_wino_s2_weights(const cpu_wino *m, float *u, const float *w);
+void cpu_wino_s2_run(const cpu_wino *m, const float *u, const float *x, float *y, const float *bias, int relu,
+                     int accumulate, char *work);
 /* The weight gradient of the convolution c_in -> c_out: 0 taken (its work
  * memory's bytes in *work_bytes), 1 not (as cpu_wino_prepare). */
 int cpu_wino_dw_prepare(cpu_wino *m, int64_t n, int64_t h, int64_t w, int64_t c_in, int64_t c_out, size_t *work_bytes);

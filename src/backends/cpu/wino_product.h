@@ -1,0 +1,56 @@
+/* The matrix product both Winograd kernels of our own run per transformed
+ * position (conv_wino.c: stride 1, conv_wino_s2.c: stride 2): C's rows are
+ * tiles, its 16 columns one panel of output channels, in a register block
+ * of ROWS x 16. Included by those two files only. */
+#ifndef SPRY_BACKENDS_CPU_WINO_PRODUCT_H
+#define SPRY_BACKENDS_CPU_WINO_PRODUCT_H
+
+#include <stdint.h>
+
+#include "backends/cpu/vec.h"
+
+enum { ROWS = 6, PANEL = 16 };
+
+/* C[R][16] (+)= A[R][K] B[K][16]: A's value (r, k) at a[r ars + k aks], B's
+ * row k at b + k ldb, C's rows ldc apart; added onto C where accumulate.
+ * R accumulator pairs in registers, one broadcast of A per row and step. */
+INLINE void block_product(const int R, int64_t K, const float *a, int64_t ars, int64_t aks, const float *b, int64_t ldb,
+                          float *c, int64_t ldc, int accumulate) {
+  vf8 acc[ROWS][2];
+  VEC_UNROLL for (int r = 0; r < R; r++) {
+    acc[r][0] = accumulate ? vload_f(c + r * ldc) : vbcast(0.0f);
+    acc[r][1] = accumulate ? vload_f(c + r * ldc + 8) : vbcast(0.0f);
+  }
+  for (int64_t k = 0; k < K; k++) {
+    const vf8 b0 = vload_f(b + k * ldb), b1 = vload_f(b + k * ldb + 8);
+    VEC_UNROLL for (int r = 0; r < R; r++) {
+      const vf8 av = vbcast(a[r * ars + k * aks]);
+      acc[r][0] += av * b0, acc[r][1] += av * b1;
+    }
+  }
+  VEC_UNROLL for (int r = 0; r < R; r++) {
+    *(vf8u *)(c + r * ldc) = acc[r][0];
+    *(vf8u *)(c + r * ldc + 8) = acc[r][1];
+  }
+}
+
+/* Rows [0, rows) of C (16 wide) from A and B as block_product reads them: whole
+ * register blocks, then the rest (R a constant in each copy). */
+static inline void rows_product(int64_t rows, int64_t K, const float *a, int64_t ars, int64_t aks, const float *b,
+                                int64_t ldb, float *c, int64_t ldc, int accumulate) {
+  int64_t r = 0;
+  for (; r + ROWS <= rows; r += ROWS)
+    block_product(ROWS, K, a + r * ars, ars, aks, b, ldb, c + r * ldc, ldc, accumulate);
+  const float *ar = a + r * ars;
+  float *cr = c + r * ldc;
+  switch (rows - r) {
+    case 5: block_product(5, K, ar, ars, aks, b, ldb, cr, ldc, accumulate); break;
+    case 4: block_product(4, K, ar, ars, aks, b, ldb, cr, ldc, accumulate); break;
+    case 3: block_product(3, K, ar, ars, aks, b, ldb, cr, ldc, accumulate); break;
+    case 2: block_product(2, K, ar, ars, aks, b, ldb, cr, ldc, accumulate); break;
+    case 1: block_product(1, K, ar, ars, aks, b, ldb, cr, ldc, accumulate); break;
+    default: break;
+  }
+}
+
+#endif
