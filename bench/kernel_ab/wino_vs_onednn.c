@@ -1,11 +1,12 @@
-/* conv_wino_s2.c's forward and input gradient (stride-2 Winograd) against
- * oneDNN's forward and backward-data primitives on the same f32 3x3
- * stride-2 problem in 8-channel blocks (nChw8c), called alternately, the
- * caches flushed before each call: the median of each (ours without its
- * weight transform, timed apart: a frozen plan runs it once) and the
- * largest difference between the results.
+/* Our Winograd's forward and input gradient against oneDNN's forward and
+ * backward-data primitives (its direct kernels) on the same f32 3x3
+ * problem in 8-channel blocks (nChw8c): stride 2 (conv_wino_s2.c), or
+ * stride 1 with STRIDE=1 (conv_wino.c). Called alternately, the caches
+ * flushed before each call: the median of each (ours without its weight
+ * transform, timed apart: a frozen plan runs it once) and the largest
+ * difference between the results.
  *
- *   wino_s2_vs_onednn N H C_IN C_OUT [calls]     (ab_wino_s2.sh builds and runs it)
+ *   [STRIDE=1] wino_vs_onednn N H C_IN C_OUT [calls]     (ab_wino.sh builds and runs it)
  *
  * Dev-time only: it links build/libspry.a and oneDNN like a test would. */
 #include <dnnl.h>
@@ -42,7 +43,10 @@ int main(int argc, char **argv) {
     fprintf(stderr, "usage: %s N H C_IN C_OUT [calls]\n", argv[0]);
     return 2;
   }
-  const int64_t n = atol(argv[1]), h = atol(argv[2]), ci = atol(argv[3]), co = atol(argv[4]), oh = (h - 1) / 2 + 1;
+  /* STRIDE=1: conv_wino.c's stride-1 kernel (padding 1) on the same terms */
+  const int64_t st1 = getenv("STRIDE") && atoi(getenv("STRIDE")) == 1, sv = st1 ? 1 : 2;
+  const int64_t n = atol(argv[1]), h = atol(argv[2]), ci = atol(argv[3]), co = atol(argv[4]),
+                oh = st1 ? h : (h - 1) / 2 + 1;
   int calls = argc > 5 ? atoi(argv[5]) : 15;
   if (calls < 1 || calls > MAX_CALLS) calls = 15;
   cpu_wino m, mb;
@@ -52,10 +56,13 @@ int main(int argc, char **argv) {
   cpu_wino_s2_max_c_in = 1024;
   cpu_wino_s2_min_tiles = cpu_wino_s2_min_tiles_dx = 1;
   /* the input gradient needs input channels in 16s: not timed where not */
-  const int have_b = cpu_wino_s2_prepare(&mb, n, h, h, ci, co, 1, &ub_bytes, &workb_bytes) == 0;
+  cpu_wino_min_tiles = 1;
+  const int have_b = (st1 ? cpu_wino_prepare(&mb, n, h, h, co, ci, 1, 0, &ub_bytes, &workb_bytes)
+                          : cpu_wino_s2_prepare(&mb, n, h, h, ci, co, 1, &ub_bytes, &workb_bytes)) == 0;
   if (!have_b) ub_bytes = workb_bytes = 64;
-  if (cpu_wino_s2_prepare(&m, n, h, h, ci, co, 0, &u_bytes, &work_bytes)) {
-    fprintf(stderr, "conv_wino_s2.c does not take %ld x %ld at %ld -> %ld\n", (long)n, (long)ci, (long)h, (long)co);
+  if (st1 ? cpu_wino_prepare(&m, n, h, h, ci, co, 0, 0, &u_bytes, &work_bytes)
+          : cpu_wino_s2_prepare(&m, n, h, h, ci, co, 0, &u_bytes, &work_bytes)) {
+    fprintf(stderr, "our Winograd does not take %ld x %ld at %ld -> %ld\n", (long)n, (long)ci, (long)h, (long)co);
     return 1;
   }
   dnnl_engine_t eng;
@@ -63,8 +70,8 @@ int main(int argc, char **argv) {
   CK(dnnl_engine_create(&eng, dnnl_cpu, 0));
   CK(dnnl_stream_create(&st, eng, dnnl_stream_default_flags));
   dnnl_memory_desc_t src, dst, wplain, wany;
-  dnnl_dims_t sd = {n, ci, h, h}, dd = {n, co, oh, oh}, wd = {co, ci, 3, 3}, s = {2, 2}, pl = {1, 1},
-              pr = {(oh - 1) * 2 + 3 - h - 1, (oh - 1) * 2 + 3 - h - 1};
+  dnnl_dims_t sd = {n, ci, h, h}, dd = {n, co, oh, oh}, wd = {co, ci, 3, 3}, s = {sv, sv}, pl = {1, 1},
+              pr = {(oh - 1) * sv + 3 - h - 1, (oh - 1) * sv + 3 - h - 1};
   CK(dnnl_memory_desc_init_by_tag(&src, 4, sd, dnnl_f32, dnnl_nChw8c));
   CK(dnnl_memory_desc_init_by_tag(&dst, 4, dd, dnnl_f32, dnnl_nChw8c));
   CK(dnnl_memory_desc_init_by_tag(&wplain, 4, wd, dnnl_f32, dnnl_oihw));

@@ -1,7 +1,8 @@
 #!/bin/bash
-# ab_wino_s2.sh [calls]: conv_wino_s2.c's forward against oneDNN's kernel on
-# vgg-face's four stride-2 layers (batch 64 and 1) and ResNet-50's three
-# (batch 16), in one process each (wino_s2_vs_onednn.c). Build first (`make`): this
+# ab_wino.sh [calls]: conv_wino_s2.c's forward and input gradient against
+# oneDNN's kernels on vgg-face's four stride-2 layers (batch 64 and 1) and
+# ResNet-50's three (batch 16), in one process each (wino_vs_onednn.c);
+# STRIDE=1 SHAPES=...: conv_wino.c's on stride-1 shapes. Build first (`make`): this
 # links build/libspry.a. On AVX-512 machines oneDNN is held to AVX2, where
 # it chooses the 8-channel blocks this kernel is for.
 set -euo pipefail
@@ -9,7 +10,7 @@ root=$(git rev-parse --show-toplevel)
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 gcc -O2 -march=native -fopenmp -I"$root/src" -I"$root/include" -DSPRY_HAVE_DNNL \
-  "$root/bench/kernel_ab/wino_s2_vs_onednn.c" "$root/build/libspry.a" \
+  "$root/bench/kernel_ab/wino_vs_onednn.c" "$root/build/libspry.a" \
   $(pkg-config --libs libavformat libavcodec libswscale libavutil) -ldnnl -lturbojpeg -lopenblas -lm -lstdc++ \
   -o "$out/ab"
 export ONEDNN_MAX_CPU_ISA=AVX2 OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
