@@ -197,6 +197,14 @@ static sp_value b_reshape(sp_graph *g, sp_value x) {
   int64_t flat[2] = {-1, 8 * 6 * 6};
   return sp_linear(g, sp_reshape(g, pre(g, x, 8), 2, flat), "fc", 8 * 6 * 6, 5, 1);
 }
+/* A reshape's input gradient added onto another reader's (the blocked
+ * conv output is read by the reshape and by a pooling). */
+static sp_value b_reshape_shared_input(sp_graph *g, sp_value x) {
+  int64_t flat[2] = {-1, 8 * 6 * 6};
+  x = pre(g, x, 8);
+  sp_value a = sp_linear(g, sp_reshape(g, x, 2, flat), "fa", 8 * 6 * 6, 5, 1);
+  return sp_add(g, a, sp_linear(g, sp_flatten(g, sp_global_avgpool(g, x)), "fb", 8, 5, 1));
+}
 static sp_value b_spatial_softmax(sp_graph *g, sp_value x) { return post(g, sp_spatial_softmax(g, pre(g, x, 4)), 3); }
 static sp_value b_l1_loss(sp_graph *g, sp_value x) {
   x = pre(g, x, 8);
@@ -301,6 +309,7 @@ CASE(softargmax_shared_input, b_softargmax_shared, 2, 3, 6, 7)
 CASE(hardswish, b_hardswish, 2, 3, 6, 7)
 CASE(dropout, b_dropout, 2, 3, 6, 6)
 CASE(reshape, b_reshape, 2, 3, 6, 6)
+CASE(reshape_shared_input, b_reshape_shared_input, 2, 3, 6, 6)
 CASE(spatial_softmax, b_spatial_softmax, 2, 3, 5, 6)
 CASE(l1_loss, b_l1_loss, 3, 3, 6, 6)
 CASE(mse_loss, b_mse_loss, 3, 3, 6, 6)
@@ -639,6 +648,7 @@ int main(void) {
       cmocka_unit_test(hardswish),
       cmocka_unit_test(dropout),
       cmocka_unit_test(reshape),
+      cmocka_unit_test(reshape_shared_input),
       cmocka_unit_test(spatial_softmax),
       cmocka_unit_test(l1_loss),
       cmocka_unit_test(mse_loss),

@@ -8,11 +8,18 @@
  * the reference backward reads its inputs, else into forward scratch); the
  * output is plain f32. In backward, gradients for such inputs are computed
  * into plain f32 scratch and reordered (accumulating) into the input's layout.
- * When every input is already plain this costs nothing beyond a call. */
+ * When every input is already plain this costs nothing beyond a call.
+ *
+ * A reshape of a blocked input is only its reorder: forward reorders the
+ * input straight into the (plain) output, backward the output's gradient
+ * straight into the input's (written or added). Through the reference it
+ * was a reorder, a copy, a cleared buffer, an add and a reorder: vgg-face's
+ * flatten before fc1 (64 x 128 x 7 x 7) took 0.66 ms a training step. */
 #ifdef SPRY_HAVE_DNNL
 #include <string.h>
 
 #include "backends/cpu/cpu.h"
+#include "ops/ops.h"
 
 typedef struct {
   cpu_node base;
@@ -20,6 +27,7 @@ typedef struct {
   int n_in;
   int reordered[SP_OP_MAX_IN]; /* input k is not plain f32: works on a plain copy */
   int in_saved;                /* plain copies live in saved (the reference backward reads inputs) */
+  int direct;                  /* a reshape of a reordered input: the reorders alone, no reference */
   size_t ref_saved_bytes;
   size_t copy_off[SP_OP_MAX_IN], grad_off[SP_OP_MAX_IN];
   dnnl_memory_desc_t in_md[SP_OP_MAX_IN], plain_md[SP_OP_MAX_IN];
@@ -32,6 +40,10 @@ typedef struct {
 
 static void adapter_forward(cpu_node *n, const sp_op_args *a) {
   adapter_node *s = (adapter_node *)n;
+  if (s->direct) {
+    cpu_exec_run(&s->to_plain[0]);
+    return;
+  }
   for (int k = 0; k < s->n_in; k++)
     if (s->reordered[k]) cpu_exec_run(&s->to_plain[k]);
   s->ref_args.seed = a->seed;
@@ -40,6 +52,10 @@ static void adapter_forward(cpu_node *n, const sp_op_args *a) {
 
 static void adapter_backward(cpu_node *n, const sp_op_args *a) {
   adapter_node *s = (adapter_node *)n;
+  if (s->direct) {
+    if (a->d_in[0]) cpu_exec_run(&s->grad_back[0]);
+    return;
+  }
   for (int k = 0; k < s->n_in; k++) {
     if (!a->d_in[k]) continue;
     if (s->reordered[k])
@@ -60,7 +76,7 @@ static int adapter_bind(cpu_node *n, const sp_op_args *a, char *fwd_scratch, cha
   for (int k = 0; k < s->n_in; k++) {
     if (!s->reordered[k]) continue;
     char *base = s->in_saved ? (char *)a->saved : fwd_scratch;
-    s->copy[k] = sp_tensor_view(SP_F32, a->in[k]->shape, base + s->copy_off[k]);
+    s->copy[k] = sp_tensor_view(SP_F32, a->in[k]->shape, s->direct ? a->out->data : base + s->copy_off[k]);
     s->ref_args.in[k] = &s->copy[k];
     cpu_exec_init(&s->to_plain[k], s->to_plain_prim[k]);
     if (cpu_exec_arg(&s->to_plain[k], n, DNNL_ARG_FROM, &s->in_md[k], a->in[k]->data) != 0 ||
@@ -68,7 +84,8 @@ static int adapter_bind(cpu_node *n, const sp_op_args *a, char *fwd_scratch, cha
         cpu_exec_scratchpad(&s->to_plain[k], n, s->to_plain_pd[k], fwd_scratch) != 0)
       return -1;
     if (!a->d_in[k]) continue;
-    s->grad[k] = sp_tensor_view(SP_F32, a->in[k]->shape, bwd_scratch + s->grad_off[k]);
+    s->grad[k] =
+        sp_tensor_view(SP_F32, a->in[k]->shape, s->direct ? (void *)a->d_out->data : bwd_scratch + s->grad_off[k]);
     s->ref_args.d_in[k] = &s->grad[k];
     int acc = !(a->d_in_fresh & (1u << k));
     cpu_exec_init(&s->grad_back[k], s->grad_prim[k][acc]);
@@ -108,7 +125,8 @@ int cpu_adapter_prepare(sp_op_prep *p) {
     }
   }
   size_t fwd = fwd_pad, bwd = bwd_pad, saved = p->saved_bytes;
-  for (int k = 0; k < p->n_in; k++) {
+  s->direct = p->op == &sp_op_reshape && p->n_in == 1 && s->reordered[0];
+  for (int k = 0; k < p->n_in && !s->direct; k++) {
     if (!s->reordered[k]) continue;
     size_t bytes = cpu_md_bytes(&s->plain_md[k]);
     s->copy_off[k] = s->in_saved ? cpu_take(&saved, bytes) : cpu_take(&fwd, bytes);
