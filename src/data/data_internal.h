@@ -61,6 +61,9 @@ sp_affine sp_affine_rotate_deg(double deg);
  * when planar is 1, else interleaved. */
 void sp_warp_affine_u8(const uint8_t *src, int sw, int sh, int c, uint8_t *dst, int dw, int dh, int planar,
                        const sp_affine *dst_to_src, uint8_t fill);
+/* 0: the warp's inner spans run the scalar loop only (tests compare the
+ * AVX2 paths with it: the same bytes). */
+extern int sp_warp_simd;
 
 /* color_ops.c: RandAugment's pixel ops on a planar image in place. */
 void sp_color_op(sp_ra_op op, uint8_t *chw, int c, int hw, int w, float magnitude_value);
