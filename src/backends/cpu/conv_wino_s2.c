@@ -1,6 +1,18 @@
 /* Winograd for f32 3x3 convolutions with stride 2 and padding 1, on
- * 8-channel blocks (nChw8c in and out), below AVX-512: the stride-2 layers
- * of vgg-face, four of its nine convolutions.
+ * 8-channel blocks (nChw8c in and out), below AVX-512: forward, and the
+ * input gradient as the same construction turned around (dY's tiles in,
+ * the input's four phases out).
+ *
+ * Why, and where: oneDNN 2.6's AVX2 direct kernels ran these layers at
+ * 120-160 GFLOP/s (Zen 3, 2 threads, FMA peak ~204). Kernel A/B, batch 64
+ * / 16, forward: vgg-face's 64 -> 128 at 14x14 1.17-1.65x oneDNN, ResNet's
+ * 128 channels at 56x56 1.28-1.53x; the input gradient 1.10-1.41x and
+ * 1.12-1.27x before its weight transform (every step). 256 and 512
+ * channels gained 1-15%, less than their weights' transform costs; 8-32
+ * input channels lost (0.68-1.13x: the transforms and the 81 values a tile
+ * per input channel through L2 cost what the products save). So plans
+ * take it for 64-128 input channels, forward from cpu_wino_s2_min_tiles
+ * tiles, the input gradient from cpu_wino_s2_min_tiles_dx.
  *
  * Stride 2 splits the input into its four parity phases. Along one axis,
  * output i reads input rows 2i - 1, 2i and 2i + 1 through taps 0, 1, 2:
@@ -39,6 +51,11 @@
 
 int cpu_wino_s2_on = 1;
 int64_t cpu_wino_s2_min_c_in = 64, cpu_wino_s2_max_c_in = 128;
+/* ResNet's 128 channels at 56x56 (kernel A/B, caches flushed): batch 1 (49
+ * tiles) 0.85x oneDNN forward, batch 4 (196) 1.22x. The input gradient
+ * transforms its weights every step, about 54 tiles' worth of products
+ * (0.35-1.3 ms), for a 10-25% gain: from 512 tiles (vgg-face's 64 -> 128
+ * layer at batch 64 has 256 and came out even). */
 int64_t cpu_wino_s2_min_tiles = 192, cpu_wino_s2_min_tiles_dx = 512;
 
 enum { OUT = 4, T = 5, XI = T * T, WIN = 9, PAD = 16 };
