@@ -18,22 +18,12 @@
 #include <time.h>
 
 #include "backends/cpu/cpu.h"
+#include "harness.h"
 
 size_t base_scratch(const cpu_dwb_shape *s, int threads);
 void base_dw(const cpu_dwb_shape *s, float *dw, char *scratch, int threads, int fresh);
 
 enum { THREADS = 2, MAX_CALLS = 64 };
-
-static double now(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static int by_value(const void *a, const void *b) {
-  const double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
 
 /* A convolution's weight gradient as conv.c describes it to the kernel. */
 static cpu_dwb_shape conv_shape(int64_t n, int64_t ic, int64_t ih, int64_t oc, int64_t k, int64_t stride) {

@@ -20,24 +20,7 @@
 #include <time.h>
 
 #include "backends/cpu/cpu.h"
-
-#define CK(x)                                                         \
-  do {                                                                \
-    if ((x) != dnnl_success) {                                        \
-      fprintf(stderr, "oneDNN failed: %s (line %d)\n", #x, __LINE__); \
-      exit(1);                                                        \
-    }                                                                 \
-  } while (0)
-
-static double now(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return t.tv_sec + t.tv_nsec * 1e-9;
-}
-static int by_value(const void *a, const void *b) {
-  const double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
+#include "harness.h"
 
 enum { MAX_CALLS = 101, FLUSH_BYTES = 64 << 20 };
 

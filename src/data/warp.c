@@ -94,17 +94,34 @@ static inline uint8_t sample_slow(const uint8_t *src, int sw, int sh, int c, int
 }
 
 #ifdef __AVX2__
+/* 16.16 positions of eight consecutive output pixels from f, step apart. */
+static inline __m256i lanes_from(int32_t f, int32_t step) {
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  return _mm256_add_epi32(_mm256_set1_epi32(f), _mm256_mullo_epi32(lane, _mm256_set1_epi32(step)));
+}
+
+/* The 2x2 blend of eight pixels' neighbours (a b / c d, each 0..255) with
+ * 8-bit weights wx, wy, rounded, stored as eight bytes: the scalar loop's
+ * arithmetic. */
+static inline void blend_store8(uint8_t *out, __m256i a, __m256i b, __m256i c, __m256i d, __m256i wx, __m256i wy) {
+  const __m256i c256 = _mm256_set1_epi32(256), half = _mm256_set1_epi32(32768);
+  const __m256i iwx = _mm256_sub_epi32(c256, wx), iwy = _mm256_sub_epi32(c256, wy);
+  const __m256i top = _mm256_add_epi32(_mm256_mullo_epi32(a, iwx), _mm256_mullo_epi32(b, wx));
+  const __m256i bot = _mm256_add_epi32(_mm256_mullo_epi32(c, iwx), _mm256_mullo_epi32(d, wx));
+  __m256i v = _mm256_add_epi32(_mm256_add_epi32(_mm256_mullo_epi32(top, iwy), _mm256_mullo_epi32(bot, wy)), half);
+  v = _mm256_srli_epi32(v, 16);
+  const __m128i p16 = _mm_packus_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  _mm_storel_epi64((__m128i *)(void *)out, _mm_packus_epi16(p16, p16));
+}
+
 /* Eight output pixels of an RGB source at a time: 32-bit gathers fetch each
  * 2x2 neighbourhood. The right-hand pixels are gathered from 2 bytes earlier
  * (bytes B,R,G,B) so no gather reads past the pixel it needs: the source
  * needs no padding. Returns the first x not done. */
 static int warp_rgb_planar_avx2(const uint8_t *src, int stride, uint8_t *r0, uint8_t *r1, uint8_t *r2, int x, int xend,
                                 int32_t *fx, int32_t *fy, int32_t dxs, int32_t dys) {
-  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-  const __m256i m255 = _mm256_set1_epi32(255), c256 = _mm256_set1_epi32(256), half = _mm256_set1_epi32(32768);
-  const __m256i vstride = _mm256_set1_epi32(stride);
-  __m256i vfx = _mm256_add_epi32(_mm256_set1_epi32(*fx), _mm256_mullo_epi32(lane, _mm256_set1_epi32(dxs)));
-  __m256i vfy = _mm256_add_epi32(_mm256_set1_epi32(*fy), _mm256_mullo_epi32(lane, _mm256_set1_epi32(dys)));
+  const __m256i m255 = _mm256_set1_epi32(255), vstride = _mm256_set1_epi32(stride);
+  __m256i vfx = lanes_from(*fx, dxs), vfy = lanes_from(*fy, dys);
   const __m256i step_x = _mm256_set1_epi32(dxs * 8), step_y = _mm256_set1_epi32(dys * 8);
   const int *base = (const int *)(const void *)src;
   for (; x + 8 <= xend + 1; x += 8) {
@@ -117,17 +134,10 @@ static int warp_rgb_planar_avx2(const uint8_t *src, int stride, uint8_t *r0, uin
     __m256i g01 = _mm256_srli_epi32(_mm256_i32gather_epi32(base, off2, 1), 8);
     __m256i g10 = _mm256_i32gather_epi32(base, _mm256_add_epi32(off, vstride), 1);
     __m256i g11 = _mm256_srli_epi32(_mm256_i32gather_epi32(base, _mm256_add_epi32(off2, vstride), 1), 8);
-    __m256i iwx = _mm256_sub_epi32(c256, wx), iwy = _mm256_sub_epi32(c256, wy);
     uint8_t *outs[3] = {r0, r1, r2};
     for (int ch = 0; ch < 3; ch++) {
-      __m256i a = _mm256_and_si256(g00, m255), b = _mm256_and_si256(g01, m255);
-      __m256i c = _mm256_and_si256(g10, m255), d = _mm256_and_si256(g11, m255);
-      __m256i top = _mm256_add_epi32(_mm256_mullo_epi32(a, iwx), _mm256_mullo_epi32(b, wx));
-      __m256i bot = _mm256_add_epi32(_mm256_mullo_epi32(c, iwx), _mm256_mullo_epi32(d, wx));
-      __m256i v = _mm256_add_epi32(_mm256_add_epi32(_mm256_mullo_epi32(top, iwy), _mm256_mullo_epi32(bot, wy)), half);
-      v = _mm256_srli_epi32(v, 16);
-      __m128i p16 = _mm_packus_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-      _mm_storel_epi64((__m128i *)(void *)(outs[ch] + x), _mm_packus_epi16(p16, p16));
+      blend_store8(outs[ch] + x, _mm256_and_si256(g00, m255), _mm256_and_si256(g01, m255), _mm256_and_si256(g10, m255),
+                   _mm256_and_si256(g11, m255), wx, wy);
       g00 = _mm256_srli_epi32(g00, 8);
       g01 = _mm256_srli_epi32(g01, 8);
       g10 = _mm256_srli_epi32(g10, 8);
@@ -149,11 +159,8 @@ static int warp_rgb_planar_avx2(const uint8_t *src, int stride, uint8_t *r0, uin
  * stage's time. Returns the first x not done. */
 static int warp_grey_avx2(const uint8_t *src, int stride, uint8_t *out, int x, int xend, int32_t *fx, int32_t *fy,
                           int32_t dxs, int32_t dys) {
-  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-  const __m256i m255 = _mm256_set1_epi32(255), c256 = _mm256_set1_epi32(256), half = _mm256_set1_epi32(32768);
-  const __m256i vstride = _mm256_set1_epi32(stride), two = _mm256_set1_epi32(2);
-  __m256i vfx = _mm256_add_epi32(_mm256_set1_epi32(*fx), _mm256_mullo_epi32(lane, _mm256_set1_epi32(dxs)));
-  __m256i vfy = _mm256_add_epi32(_mm256_set1_epi32(*fy), _mm256_mullo_epi32(lane, _mm256_set1_epi32(dys)));
+  const __m256i m255 = _mm256_set1_epi32(255), vstride = _mm256_set1_epi32(stride), two = _mm256_set1_epi32(2);
+  __m256i vfx = lanes_from(*fx, dxs), vfy = lanes_from(*fy, dys);
   const __m256i step_x = _mm256_set1_epi32(dxs * 8), step_y = _mm256_set1_epi32(dys * 8);
   const int *base = (const int *)(const void *)src;
   for (; x + 8 <= xend + 1; x += 8) {
@@ -163,15 +170,8 @@ static int warp_grey_avx2(const uint8_t *src, int stride, uint8_t *out, int x, i
     __m256i off = _mm256_sub_epi32(_mm256_add_epi32(_mm256_mullo_epi32(y0, vstride), x0), two);
     __m256i top_g = _mm256_i32gather_epi32(base, off, 1),
             bot_g = _mm256_i32gather_epi32(base, _mm256_add_epi32(off, vstride), 1);
-    __m256i a = _mm256_and_si256(_mm256_srli_epi32(top_g, 16), m255), b = _mm256_srli_epi32(top_g, 24);
-    __m256i c = _mm256_and_si256(_mm256_srli_epi32(bot_g, 16), m255), d = _mm256_srli_epi32(bot_g, 24);
-    __m256i iwx = _mm256_sub_epi32(c256, wx), iwy = _mm256_sub_epi32(c256, wy);
-    __m256i top = _mm256_add_epi32(_mm256_mullo_epi32(a, iwx), _mm256_mullo_epi32(b, wx));
-    __m256i bot = _mm256_add_epi32(_mm256_mullo_epi32(c, iwx), _mm256_mullo_epi32(d, wx));
-    __m256i v = _mm256_add_epi32(_mm256_add_epi32(_mm256_mullo_epi32(top, iwy), _mm256_mullo_epi32(bot, wy)), half);
-    v = _mm256_srli_epi32(v, 16);
-    __m128i p16 = _mm_packus_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    _mm_storel_epi64((__m128i *)(void *)(out + x), _mm_packus_epi16(p16, p16));
+    blend_store8(out + x, _mm256_and_si256(_mm256_srli_epi32(top_g, 16), m255), _mm256_srli_epi32(top_g, 24),
+                 _mm256_and_si256(_mm256_srli_epi32(bot_g, 16), m255), _mm256_srli_epi32(bot_g, 24), wx, wy);
     vfx = _mm256_add_epi32(vfx, step_x);
     vfy = _mm256_add_epi32(vfy, step_y);
     *fx += dxs * 8;

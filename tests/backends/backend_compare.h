@@ -472,6 +472,28 @@ static inline void cmp_conv_taken_check(const cmp_conv_taken *cases, size_t n_ca
   }
 }
 
+/* The graphs the stride-2 kernels' tests share (test_cpu_s2dw.c,
+ * test_cpu_wino_s2.c): image -> 3x3 16 (stride 1) -> BN -> ReLU -> 3x3/2 32
+ * -> BN -> ReLU -> 3x3/2 32 with a bias -> ReLU -> 3x3/2 16 -> 1x1 head. */
+static inline sp_value cmp_b_s2_stack(sp_graph *g, sp_value x) {
+  x = sp_relu(g, sp_batchnorm(g, sp_conv2d(g, x, "c0", (sp_conv_args){.out_ch = 16, .kernel = 3, .pad = 1}), "bn0"));
+  x = sp_relu(
+      g,
+      sp_batchnorm(g, sp_conv2d(g, x, "c1", (sp_conv_args){.out_ch = 32, .kernel = 3, .stride = 2, .pad = 1}), "bn1"));
+  x = sp_relu(g, sp_conv2d(g, x, "c2", (sp_conv_args){.out_ch = 32, .kernel = 3, .stride = 2, .pad = 1, .bias = 1}));
+  x = sp_conv2d(g, x, "c3", (sp_conv_args){.out_ch = 16, .kernel = 3, .stride = 2, .pad = 1});
+  return sp_conv2d(g, sp_relu(g, x), "head", (sp_conv_args){.out_ch = 3, .kernel = 1, .bias = 1});
+}
+
+/* ... and two stride-2 convolutions reading one value (the first's input
+ * gradient adds onto the second's). */
+static inline sp_value cmp_b_s2_two_readers(sp_graph *g, sp_value x) {
+  x = sp_relu(g, sp_conv2d(g, x, "pre", (sp_conv_args){.out_ch = 16, .kernel = 3, .pad = 1}));
+  sp_value a = sp_conv2d(g, x, "a", (sp_conv_args){.out_ch = 32, .kernel = 3, .stride = 2, .pad = 1});
+  sp_value b = sp_conv2d(g, x, "b", (sp_conv_args){.out_ch = 32, .kernel = 3, .stride = 2, .pad = 1});
+  return sp_conv2d(g, sp_relu(g, sp_add(g, a, b)), "post", (sp_conv_args){.out_ch = 3, .kernel = 1});
+}
+
 /* main() of a test that holds oneDNN to AVX2 (8-channel blocks on every
  * machine): set before anything asks oneDNN for the CPU's instruction set. */
 #define CMP_AVX2_MAIN(...)                            \

@@ -11,26 +11,8 @@
 #ifdef SPRY_HAVE_DNNL
 #include "backends/cpu/cpu.h"
 
-/* image -> 3x3 16 (stride 1: not ours) -> BN -> ReLU -> 3x3/2 32 (ours) ->
- * BN -> ReLU -> 3x3/2 32 with a bias (not ours: its gradient would need a
- * pass of its own) -> ReLU -> 3x3/2 16 (ours) -> 1x1 head. */
-static sp_value b_stack(sp_graph *g, sp_value x) {
-  x = sp_relu(g, sp_batchnorm(g, sp_conv2d(g, x, "c0", (sp_conv_args){.out_ch = 16, .kernel = 3, .pad = 1}), "bn0"));
-  x = sp_relu(
-      g,
-      sp_batchnorm(g, sp_conv2d(g, x, "c1", (sp_conv_args){.out_ch = 32, .kernel = 3, .stride = 2, .pad = 1}), "bn1"));
-  x = sp_relu(g, sp_conv2d(g, x, "c2", (sp_conv_args){.out_ch = 32, .kernel = 3, .stride = 2, .pad = 1, .bias = 1}));
-  x = sp_conv2d(g, x, "c3", (sp_conv_args){.out_ch = 16, .kernel = 3, .stride = 2, .pad = 1});
-  return sp_conv2d(g, sp_relu(g, x), "head", (sp_conv_args){.out_ch = 3, .kernel = 1, .bias = 1});
-}
-
-/* Two stride-2 convolutions read one value. */
-static sp_value b_two_readers(sp_graph *g, sp_value x) {
-  x = sp_relu(g, sp_conv2d(g, x, "pre", (sp_conv_args){.out_ch = 16, .kernel = 3, .pad = 1}));
-  sp_value a = sp_conv2d(g, x, "a", (sp_conv_args){.out_ch = 32, .kernel = 3, .stride = 2, .pad = 1});
-  sp_value b = sp_conv2d(g, x, "b", (sp_conv_args){.out_ch = 32, .kernel = 3, .stride = 2, .pad = 1});
-  return sp_conv2d(g, sp_relu(g, sp_add(g, a, b)), "post", (sp_conv_args){.out_ch = 3, .kernel = 1});
-}
+/* cmp_b_s2_stack (backend_compare.h): c1 and c3 ours; c2 not (its bias's
+ * gradient would need a pass of its own); c0 stride 1. */
 
 /* Runs k, checking our loops ran at least `at_least` times. */
 static void run_counted(const cmp_case *k, long at_least) {
@@ -42,17 +24,17 @@ static void against_ref(void **st) {
   cmp_require_avx2_cpu();
   /* c1 and c3: rows of 12 / 3 output positions (16 x 24), 20 / 5, 28 / 7;
    * a band holds several images at these sizes. */
-  cmp_case k = {"s2dw, 16x24", b_stack, 2, 3, 16, 24, 1, 0, 0, 0};
+  cmp_case k = {"s2dw, 16x24", cmp_b_s2_stack, 2, 3, 16, 24, 1, 0, 0, 0};
   run_counted(&k, 2);
-  k = (cmp_case){"s2dw, 8x40", b_stack, 3, 3, 8, 40, 1, 0, 0, 0};
+  k = (cmp_case){"s2dw, 8x40", cmp_b_s2_stack, 3, 3, 8, 40, 1, 0, 0, 0};
   run_counted(&k, 2);
-  k = (cmp_case){"s2dw, 24x56", b_stack, 1, 3, 24, 56, 1, 0, 0, 0};
+  k = (cmp_case){"s2dw, 24x56", cmp_b_s2_stack, 1, 3, 24, 56, 1, 0, 0, 0};
   run_counted(&k, 2);
-  k = (cmp_case){"s2dw, two readers", b_two_readers, 2, 3, 8, 16, 1, 0, 0, 0};
+  k = (cmp_case){"s2dw, two readers", cmp_b_s2_two_readers, 2, 3, 8, 16, 1, 0, 0, 0};
   run_counted(&k, 2);
   /* Several bands a thread (a band of one row). */
   cpu_s2dw_band_positions = 1;
-  k = (cmp_case){"s2dw, a band a row", b_stack, 3, 3, 16, 24, 1, 0, 0, 0};
+  k = (cmp_case){"s2dw, a band a row", cmp_b_s2_stack, 3, 3, 16, 24, 1, 0, 0, 0};
   run_counted(&k, 2);
   cpu_s2dw_band_positions = 256;
 }
@@ -62,7 +44,7 @@ static void against_ref(void **st) {
 static void weight_gradient_adds(void **st) {
   (void)st;
   cmp_require_avx2_cpu();
-  const cmp_case k = {"s2dw, weight gradient twice", b_stack, 2, 3, 16, 24, 1, 0, 0, 0};
+  const cmp_case k = {"s2dw, weight gradient twice", cmp_b_s2_stack, 2, 3, 16, 24, 1, 0, 0, 0};
   const long before = cpu_s2dw_calls;
   cmp_grad_adds_twice(&k, "c1.weight", 5);
   assert_int_equal(cpu_s2dw_calls - before, 4); /* two passes of c1 and c3 */
@@ -75,8 +57,8 @@ static void same_as_onednn(void **st) {
   (void)st;
   cmp_require_avx2_cpu();
   const cmp_two_opts o[2] = {{.grad_differs = "c1.weight"}, {.grad_differs = "a.weight"}};
-  const cmp_case cases[] = {{"s2dw vs onednn", b_stack, 2, 3, 16, 24, 1, 0, 0, 0},
-                            {"s2dw vs onednn, two readers", b_two_readers, 2, 3, 8, 16, 1, 0, 0, 0}};
+  const cmp_case cases[] = {{"s2dw vs onednn", cmp_b_s2_stack, 2, 3, 16, 24, 1, 0, 0, 0},
+                            {"s2dw vs onednn, two readers", cmp_b_s2_two_readers, 2, 3, 8, 16, 1, 0, 0, 0}};
   for (int c = 0; c < 2; c++) cmp_two_paths_with(&cases[c], ours_or_onednn, 2e-5, &o[c]);
   cpu_s2dw_own = 1;
 }

@@ -12,26 +12,8 @@
 #ifdef SPRY_HAVE_DNNL
 #include "backends/cpu/cpu.h"
 
-/* image -> 3x3 16 (stride 1) -> BN -> ReLU -> 3x3/2 32 (ours) -> BN -> ReLU
- * -> 3x3/2 32 with a bias (ours) -> ReLU -> 3x3/2 16 (ours) -> 1x1 head. */
-static sp_value b_stack(sp_graph *g, sp_value x) {
-  x = sp_relu(g, sp_batchnorm(g, sp_conv2d(g, x, "c0", (sp_conv_args){.out_ch = 16, .kernel = 3, .pad = 1}), "bn0"));
-  x = sp_relu(
-      g,
-      sp_batchnorm(g, sp_conv2d(g, x, "c1", (sp_conv_args){.out_ch = 32, .kernel = 3, .stride = 2, .pad = 1}), "bn1"));
-  x = sp_relu(g, sp_conv2d(g, x, "c2", (sp_conv_args){.out_ch = 32, .kernel = 3, .stride = 2, .pad = 1, .bias = 1}));
-  x = sp_conv2d(g, x, "c3", (sp_conv_args){.out_ch = 16, .kernel = 3, .stride = 2, .pad = 1});
-  return sp_conv2d(g, sp_relu(g, x), "head", (sp_conv_args){.out_ch = 3, .kernel = 1, .bias = 1});
-}
-
-/* Two stride-2 convolutions read one value: the first's input gradient adds
- * onto the second's. */
-static sp_value b_two_readers(sp_graph *g, sp_value x) {
-  x = sp_relu(g, sp_conv2d(g, x, "pre", (sp_conv_args){.out_ch = 16, .kernel = 3, .pad = 1}));
-  sp_value a = sp_conv2d(g, x, "a", (sp_conv_args){.out_ch = 32, .kernel = 3, .stride = 2, .pad = 1});
-  sp_value b = sp_conv2d(g, x, "b", (sp_conv_args){.out_ch = 32, .kernel = 3, .stride = 2, .pad = 1});
-  return sp_conv2d(g, sp_relu(g, sp_add(g, a, b)), "post", (sp_conv_args){.out_ch = 3, .kernel = 1});
-}
+/* cmp_b_s2_stack (backend_compare.h): c1, c2 (with a bias) and c3 ours,
+ * forward and input gradient; c0 stride 1. */
 
 static void run_counted(const cmp_case *k, long at_least) {
   cmp_run_counted(k, &cpu_wino_calls, at_least, "stride-2 Winograd products");
@@ -49,7 +31,7 @@ static void against_ref(void **st) {
   for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
     char label[3][64];
     snprintf(label[0], sizeof label[0], "wino s2, training, %dx%d", sizes[i][1], sizes[i][2]);
-    cmp_case k = {label[0], b_stack, sizes[i][0], 3, sizes[i][1], sizes[i][2], 1, 0, 0, 0};
+    cmp_case k = {label[0], cmp_b_s2_stack, sizes[i][0], 3, sizes[i][1], sizes[i][2], 1, 0, 0, 0};
     run_counted(&k, 6); /* forward and input gradient of c1, c2, c3 */
     snprintf(label[1], sizeof label[1], "wino s2, inference, %dx%d", sizes[i][1], sizes[i][2]);
     k.label = label[1], k.training = 0;
@@ -58,7 +40,7 @@ static void against_ref(void **st) {
     k.label = label[2], k.flags = SP_PLAN_FROZEN; /* c1's batch norm and ReLU folded */
     run_counted(&k, 3);
   }
-  const cmp_case k = {"wino s2, input gradient added", b_two_readers, 2, 3, 13, 18, 1, 0, 0, 0};
+  const cmp_case k = {"wino s2, input gradient added", cmp_b_s2_two_readers, 2, 3, 13, 18, 1, 0, 0, 0};
   run_counted(&k, 4); /* a and b: forward and input gradient */
   cpu_wino_s2_min_tiles = 192, cpu_wino_s2_min_tiles_dx = 512;
   cpu_wino_s2_min_c_in = 64;
@@ -73,7 +55,7 @@ static void same_as_onednn(void **st) {
   cmp_require_avx2_cpu();
   const cmp_two_opts o = {.must_differ = 1};
   cpu_wino_s2_min_tiles = cpu_wino_s2_min_tiles_dx = 1, cpu_wino_s2_min_c_in = 16;
-  const cmp_case k = {"wino s2 vs onednn", b_stack, 2, 3, 15, 18, 1, 0, 0, 0};
+  const cmp_case k = {"wino s2 vs onednn", cmp_b_s2_stack, 2, 3, 15, 18, 1, 0, 0, 0};
   cmp_two_paths_with(&k, ours_or_onednn, 2e-5, &o);
   cpu_wino_s2_on = 1;
   cpu_wino_s2_min_tiles = 192, cpu_wino_s2_min_tiles_dx = 512, cpu_wino_s2_min_c_in = 64;
