@@ -100,6 +100,14 @@ static inline __m256i lanes_from(int32_t f, int32_t step) {
   return _mm256_add_epi32(_mm256_set1_epi32(f), _mm256_mullo_epi32(lane, _mm256_set1_epi32(step)));
 }
 
+/* Eight 16.16 positions as their integer parts (the top-left neighbour)
+ * and 8-bit fractions (the blend's weights), as the scalar loop takes them. */
+static inline void split_positions(__m256i vfx, __m256i vfy, __m256i *x0, __m256i *y0, __m256i *wx, __m256i *wy) {
+  const __m256i m255 = _mm256_set1_epi32(255);
+  *x0 = _mm256_srai_epi32(vfx, 16), *y0 = _mm256_srai_epi32(vfy, 16);
+  *wx = _mm256_and_si256(_mm256_srai_epi32(vfx, 8), m255), *wy = _mm256_and_si256(_mm256_srai_epi32(vfy, 8), m255);
+}
+
 /* The 2x2 blend of eight pixels' neighbours (a b / c d, each 0..255) with
  * 8-bit weights wx, wy, rounded, stored as eight bytes: the scalar loop's
  * arithmetic. */
@@ -125,9 +133,8 @@ static int warp_rgb_planar_avx2(const uint8_t *src, int stride, uint8_t *r0, uin
   const __m256i step_x = _mm256_set1_epi32(dxs * 8), step_y = _mm256_set1_epi32(dys * 8);
   const int *base = (const int *)(const void *)src;
   for (; x + 8 <= xend + 1; x += 8) {
-    __m256i x0 = _mm256_srai_epi32(vfx, 16), y0 = _mm256_srai_epi32(vfy, 16);
-    __m256i wx = _mm256_and_si256(_mm256_srai_epi32(vfx, 8), m255);
-    __m256i wy = _mm256_and_si256(_mm256_srai_epi32(vfy, 8), m255);
+    __m256i x0, y0, wx, wy;
+    split_positions(vfx, vfy, &x0, &y0, &wx, &wy);
     __m256i off = _mm256_add_epi32(_mm256_mullo_epi32(y0, vstride), _mm256_add_epi32(x0, _mm256_add_epi32(x0, x0)));
     __m256i off2 = _mm256_add_epi32(off, _mm256_set1_epi32(2));
     __m256i g00 = _mm256_i32gather_epi32(base, off, 1);
@@ -164,9 +171,8 @@ static int warp_grey_avx2(const uint8_t *src, int stride, uint8_t *out, int x, i
   const __m256i step_x = _mm256_set1_epi32(dxs * 8), step_y = _mm256_set1_epi32(dys * 8);
   const int *base = (const int *)(const void *)src;
   for (; x + 8 <= xend + 1; x += 8) {
-    __m256i x0 = _mm256_srai_epi32(vfx, 16), y0 = _mm256_srai_epi32(vfy, 16);
-    __m256i wx = _mm256_and_si256(_mm256_srai_epi32(vfx, 8), m255);
-    __m256i wy = _mm256_and_si256(_mm256_srai_epi32(vfy, 8), m255);
+    __m256i x0, y0, wx, wy;
+    split_positions(vfx, vfy, &x0, &y0, &wx, &wy);
     __m256i off = _mm256_sub_epi32(_mm256_add_epi32(_mm256_mullo_epi32(y0, vstride), x0), two);
     __m256i top_g = _mm256_i32gather_epi32(base, off, 1),
             bot_g = _mm256_i32gather_epi32(base, _mm256_add_epi32(off, vstride), 1);

@@ -202,10 +202,7 @@ static void input_tiles(const cpu_wino *m, const float *x, int64_t t0, int64_t r
       for (int i = 0; i < T; i++) {
         const int64_t yy = y0 + i;
         vf8 d[T];
-        VEC_UNROLL for (int j = 0; j < T; j++) {
-          const int64_t xx = x0 + j;
-          d[j] = inside || (yy >= 0 && yy < H && xx >= 0 && xx < W) ? vload_f(plane + (yy * W + xx) * 8) : vbcast(0.0f);
-        }
+        wino_window_row(plane, yy, x0, H, W, inside, T, d);
         B_T(d, s[i]);
       }
       float *out = v + r * ci + cb * 8;

@@ -238,10 +238,7 @@ static void input_tiles(const cpu_wino *m, const float *x, int64_t t0, int64_t r
       for (int rho = 0; rho < WIN; rho++) {
         const int64_t yy = y0 + rho;
         vf8 d[WIN];
-        VEC_UNROLL for (int j = 0; j < WIN; j++) {
-          const int64_t xx = x0 + j;
-          d[j] = inside || (yy >= 0 && yy < H && xx >= 0 && xx < W) ? vload_f(plane + (yy * W + xx) * 8) : vbcast(0.0f);
-        }
+        wino_window_row(plane, yy, x0, H, W, inside, WIN, d);
         const vf8 odd[T] = {d[0], d[2], d[4], d[6], d[8]}, even[OUT] = {d[1], d[3], d[5], d[7]};
         B_T5(odd, s[rho]);
         B_T4(even, (s[rho] + T));
@@ -313,10 +310,7 @@ static void dy_tiles(const cpu_wino *m, const float *dy, int64_t t0, int64_t row
       for (int i = 0; i < T; i++) {
         const int64_t yy = y0 + i;
         vf8 d[T];
-        VEC_UNROLL for (int j = 0; j < T; j++) {
-          const int64_t xx = x0 + j;
-          d[j] = inside || (yy >= 0 && yy < H && xx >= 0 && xx < W) ? vload_f(plane + (yy * W + xx) * 8) : vbcast(0.0f);
-        }
+        wino_window_row(plane, yy, x0, H, W, inside, T, d);
         B_T5(d, s[i]);
       }
       VEC_UNROLL for (int j = 0; j < T; j++) { /* columns: B^T (d B) */

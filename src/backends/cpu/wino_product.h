@@ -1,7 +1,8 @@
-/* The matrix product both Winograd kernels of our own run per transformed
- * position (conv_wino.c: stride 1, conv_wino_s2.c: stride 2): C's rows are
- * tiles, its 16 columns one panel of output channels, in a register block
- * of ROWS x 16. Included by those two files only. */
+/* What both Winograd kernels of our own share (conv_wino.c: stride 1,
+ * conv_wino_s2.c: stride 2): the matrix product per transformed position
+ * (C's rows are tiles, its 16 columns one panel of output channels, in a
+ * register block of ROWS x 16) and the load of one row of a tile's input
+ * window. Included by those two files only. */
 #ifndef SPRY_BACKENDS_CPU_WINO_PRODUCT_H
 #define SPRY_BACKENDS_CPU_WINO_PRODUCT_H
 
@@ -10,6 +11,17 @@
 #include "backends/cpu/vec.h"
 
 enum { ROWS = 6, PANEL = 16 };
+
+/* The N vectors of an 8-channel plane (H x W positions) at row yy, columns
+ * x0 .. x0 + N - 1, zero outside the plane; `inside`: the whole window is
+ * (no checks). N a constant where inlined: the loop unrolls. */
+INLINE void wino_window_row(const float *plane, int64_t yy, int64_t x0, int64_t H, int64_t W, int inside, const int N,
+                            vf8 *d) {
+  VEC_UNROLL for (int j = 0; j < N; j++) {
+    const int64_t xx = x0 + j;
+    d[j] = inside || (yy >= 0 && yy < H && xx >= 0 && xx < W) ? vload_f(plane + (yy * W + xx) * 8) : vbcast(0.0f);
+  }
+}
 
 /* C[R][16] (+)= A[R][K] B[K][16]: A's value (r, k) at a[r ars + k aks], B's
  * row k at b + k ldb, C's rows ldc apart; added onto C where accumulate.
