@@ -6,7 +6,9 @@
  * oneDNN runs the second), after the weights change, and taken only where
  * it applies. Cases: grey and colour images, strides 1 and 2, a bias, 16
  * to 64 output channels, with and without the second batch norm and ReLU,
- * short and long last groups of positions, batch 1 and 3, f32 and bf16. */
+ * short and long last groups of positions, batch 1 and 3, f32 and bf16.
+ * test_cpu_conv_stem_fused_avx2.c runs the same with oneDNN held to AVX2, so
+ * AVX-512 machines test the 8-lane f32 loops too. */
 #include <math.h>
 
 #include "backend_compare.h"
@@ -14,12 +16,37 @@
 #ifdef SPRY_HAVE_DNNL
 #include "backends/cpu/cpu.h"
 
-/* The loops exist only in builds with AVX512-BF16 (conv_narrow.h): skipped
- * elsewhere, where the stem never fuses. */
-static void require_loops(void) {
-#if !(defined(__AVX512F__) && defined(__AVX512BF16__))
-  skip();
+/* Whether a plan of these flags fuses here (conv_narrow.h): bf16 in builds
+ * with AVX512-BF16 where bf16 runs; f32 there on 16 lanes where oneDNN runs
+ * AVX-512, and on 8 lanes into its 8-channel blocks where it runs below
+ * (AVX2 + FMA builds; the _8 variant of this test holds oneDNN there). */
+static int fuses_here(unsigned flags) {
+  if (!(flags & SP_PLAN_FROZEN)) return 0;
+  const int avx512 = sp_backend_cpu_avx512();
+  if (flags & SP_PLAN_BF16) {
+#if defined(__AVX512F__) && defined(__AVX512BF16__)
+    return cmp_bf16_here();
+#else
+    return 0;
 #endif
+  }
+#if defined(__AVX512F__) && defined(__AVX512BF16__)
+  if (avx512) return 1;
+#endif
+#if defined(__AVX2__) && defined(__FMA__)
+  return !avx512;
+#else
+  return 0;
+#endif
+}
+
+/* Skipped where no plan fuses (the _avx2 variant: on a CPU below AVX2 +
+ * FMA, where holding oneDNN there would not bind). */
+static void require_loops(void) {
+#ifdef STEM_FUSED_ON_AVX2
+  cmp_require_avx2_cpu();
+#endif
+  if (!fuses_here(SP_PLAN_FROZEN) && !fuses_here(SP_PLAN_FROZEN | SP_PLAN_BF16)) skip();
 }
 
 enum { TAIL_NONE, TAIL_BN, TAIL_BN_RELU };
@@ -94,7 +121,7 @@ static void against_ref(void **st) {
       const long before = cpu_stem_fused_calls;
       cmp_case k = case_of(&cases[i], plans[m].flags, plans[m].tol);
       cmp_run(&k);
-      const int want = (k.flags & SP_PLAN_FROZEN) != 0, ran = cpu_stem_fused_calls != before;
+      const int want = fuses_here(k.flags), ran = cpu_stem_fused_calls != before;
       if (ran != want) fail_msg("[%s] flags %u: the fused path %s", k.label, k.flags, want ? "did not run" : "ran");
     }
   restore();
@@ -131,6 +158,7 @@ static void same_as_apart(void **st) {
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
     for (int bf16 = 0; bf16 < 2; bf16++) {
       cmp_case k = case_of(&cases[c], SP_PLAN_FROZEN | (bf16 ? SP_PLAN_BF16 : 0), 0);
+      if (!fuses_here(k.flags)) continue;
       sp_graph *g[2];
       sp_plan *p[2];
       for (int path = 0; path < 2; path++) {
@@ -159,6 +187,7 @@ static void follows_weights(void **st) {
   setup();
   for (int bf16 = 0; bf16 < 2; bf16++) {
     cmp_case k = case_of(&cases[0], SP_PLAN_FROZEN | (bf16 ? SP_PLAN_BF16 : 0), 0);
+    if (!fuses_here(k.flags)) continue;
     sp_graph *g, *g_apart;
     sp_plan *p = plan_with(&k, 1, &g, 400u);
     cmp_fill(p, 5, 0);
@@ -197,6 +226,7 @@ static void fused_values_refused(void **st) {
   (void)st;
   cmp_require_cpu();
   require_loops();
+  if (!fuses_here(SP_PLAN_FROZEN)) skip();
   setup();
   sp_graph *g = sp_graph_new(7);
   sp_value x = sp_graph_input(g, "x", SP_F32, 1);
@@ -280,12 +310,19 @@ static void taken_where_it_applies(void **st) {
       const long before = cpu_stem_fused_calls;
       cmp_run(&k);
       cpu_conv_use_narrow = 1;
-      if ((cpu_stem_fused_calls != before) != t[i].want)
-        fail_msg("[%s] %s: the fused path %s", k.label, bf16 ? "bf16" : "f32", t[i].want ? "did not run" : "ran");
+      const int want = t[i].want && fuses_here(k.flags);
+      if ((cpu_stem_fused_calls != before) != want)
+        fail_msg("[%s] %s: the fused path %s", k.label, bf16 ? "bf16" : "f32", want ? "did not run" : "ran");
     }
   restore();
 }
 #endif
 
-CMP_CPU_MAIN(cmocka_unit_test(against_ref), cmocka_unit_test(same_as_apart), cmocka_unit_test(follows_weights),
-             cmocka_unit_test(fused_values_refused), cmocka_unit_test(taken_where_it_applies))
+#define STEM_FUSED_TESTS                                                                                 \
+  cmocka_unit_test(against_ref), cmocka_unit_test(same_as_apart), cmocka_unit_test(follows_weights), \
+      cmocka_unit_test(fused_values_refused), cmocka_unit_test(taken_where_it_applies)
+#if defined(STEM_FUSED_ON_AVX2) && defined(SPRY_HAVE_DNNL)
+CMP_AVX2_MAIN(STEM_FUSED_TESTS)
+#else
+CMP_CPU_MAIN(STEM_FUSED_TESTS)
+#endif

@@ -47,6 +47,7 @@
 #include <omp.h>
 #include <string.h>
 
+#include "backends/backend.h"
 #include "backends/cpu/conv_narrow.h"
 #include "backends/cpu/vec.h"
 #include "core/bf16.h"
@@ -67,30 +68,42 @@ enum {
   KS = CPU_NARROW_KS,
   MAX_OC = 64,
   PG = 16,    /* output positions per group: one accumulator each */
+  PG8 = 6,    /* the same on 8 lanes: two accumulators each (16 channels), 12 of 16 registers */
   OB = 16,    /* output channels per accumulator */
   PF_ROWS = 2 /* output rows ahead whose input and output lines are prefetched */
 };
 
+/* The loops this build has: 16 lanes (bf16 and f32, channels-last), and
+ * 8 lanes (f32 into 8-channel blocks, for oneDNN below AVX-512). */
+#if defined(__AVX512F__) && defined(__AVX512BF16__)
+#define NARROW_WIDE 1
+#endif
+#if defined(__AVX2__) && defined(__FMA__)
+#define NARROW_EIGHT 1
+#endif
+
 int cpu_narrow_init(cpu_narrow *g, const sp_conv2d_attr *at, const sp_shape *in, const sp_shape *w, const sp_shape *out,
                     int f32, int has_bias) {
-#if defined(__AVX512F__) && defined(__AVX512BF16__)
-  if (in->ndim != 4 || at->groups != 1 || in->d[1] != IC || w->d[0] % OB != 0 || w->d[0] > MAX_OC || w->d[2] != KS ||
-      w->d[3] != KS || at->pad_h != 1 || at->pad_w != 1 || at->stride_h != at->stride_w ||
-      (at->stride_h != 1 && at->stride_h != 2) || at->dil_h != 1 || at->dil_w != 1)
+  int wide = 0, eight = 0;
+#ifdef NARROW_WIDE
+  wide = !f32 || sp_backend_cpu_avx512();
+#endif
+#ifdef NARROW_EIGHT
+  eight = !wide && f32 && !sp_backend_cpu_avx512();
+#endif
+  if ((!wide && !eight) || in->ndim != 4 || at->groups != 1 || in->d[1] != IC || w->d[0] % OB != 0 ||
+      w->d[0] > MAX_OC || w->d[2] != KS || w->d[3] != KS || at->pad_h != 1 || at->pad_w != 1 ||
+      at->stride_h != at->stride_w || (at->stride_h != 1 && at->stride_h != 2) || at->dil_h != 1 || at->dil_w != 1)
     return 1;
   memset(g, 0, sizeof *g);
   g->n = in->d[0], g->ic = in->d[1], g->ih = in->d[2], g->iw = in->d[3];
   g->oc = w->d[0], g->oh = out->d[2], g->ow = out->d[3], g->sw = at->stride_h;
-  g->f32 = f32, g->has_bias = has_bias;
-  /* Position 0 is the left padding; the last group of PG positions reads
-   * up to sw (groups PG - 1) + 2, zeros past the row. */
-  const int64_t groups = (g->ow + PG - 1) / PG, reach = g->sw * (groups * PG - 1) + KS;
+  g->f32 = f32, g->has_bias = has_bias, g->blocked8 = eight;
+  /* Position 0 is the left padding; the last group of pg positions reads
+   * up to sw (groups pg - 1) + 2, zeros past the row. */
+  const int64_t pg = eight ? PG8 : PG, groups = (g->ow + pg - 1) / pg, reach = g->sw * (groups * pg - 1) + KS;
   g->row_len = reach > g->iw + 2 ? reach : g->iw + 2;
   return 0;
-#else
-  (void)g, (void)at, (void)in, (void)w, (void)out, (void)f32, (void)has_bias;
-  return 1;
-#endif
 }
 
 static size_t elem(const cpu_narrow *g) { return g->f32 ? 4 : 2; }
@@ -103,6 +116,12 @@ void cpu_narrow_take(cpu_narrow *g, size_t *bytes) {
 void cpu_narrow_bind(cpu_narrow *g, char *mem) { g->wt = mem + g->wt_off, g->bias = (float *)(mem + g->bias_off); }
 
 size_t cpu_narrow_row_bytes(const cpu_narrow *g) { return elem(g) * (size_t)(g->row_len * g->ic); }
+
+size_t cpu_narrow_out_offset(const cpu_narrow *g, int64_t row) {
+  if (!g->blocked8) return elem(g) * (size_t)(row * g->ow * g->oc);
+  const int64_t n = row / g->oh, oy = row % g->oh;
+  return elem(g) * (size_t)(((n * (g->oc / 8)) * g->oh + oy) * g->ow * 8);
+}
 
 /* bf16: rounded as oneDNN's reorder rounds them. */
 void cpu_narrow_weights(const cpu_narrow *g, const sp_op_args *conv, const sp_op_args *bn) {
@@ -123,7 +142,7 @@ void cpu_narrow_weights(const cpu_narrow *g, const sp_op_args *conv, const sp_op
   }
 }
 
-#if defined(__AVX512F__) && defined(__AVX512BF16__)
+#ifdef NARROW_WIDE
 /* Output positions ox0 .. ox0 + np - 1 (np <= pg), channels ob .. ob + 15,
  * from the taps of the valid input rows. rows: KS padded rows of row_len
  * positions of IC channels; f32, the stride and pg (16, or 8 for a short
@@ -183,12 +202,72 @@ INLINE void row_of(const cpu_narrow *g, const char *const *rows, const int *vali
 }
 #endif
 
+#ifdef NARROW_EIGHT
+/* The f32 loops on 8 lanes (blocked8): output positions ox0 .. ox0 + np - 1
+ * (np <= pg), channels ob .. ob + 15 as two vectors of 8, from channels-
+ * last rows (what the stem writes on 8 lanes: conv_stem.c);
+ * an FMA per tap, input channel and accumulator: 2 weight loads and pg
+ * broadcasts feed 2 pg FMAs (pg = 6: 12 accumulators, 2 weights and the
+ * broadcast in the 16 registers). Each position's two vectors go to its
+ * place in two 8-channel blocks. The stride and pg are constants where
+ * called. */
+INLINE void group8(const cpu_narrow *g, const char *const *rows, const int *valid, float *out, int64_t ox0,
+                   int64_t ob, int64_t np, const int sw, const int pg) {
+  const int64_t oc = g->oc, block = g->oh * g->ow * 8;
+  vf8 acc[PG8][2];
+  const vf8 b0 = vload_f(g->bias + ob), b1 = vload_f(g->bias + ob + 8);
+  VEC_UNROLL
+  for (int q = 0; q < pg; q++) acc[q][0] = b0, acc[q][1] = b1;
+  for (int r = 0; r < KS; r++) {
+    if (!valid[r]) continue;
+    for (int c = 0; c < KS; c++) {
+      const float *x = (const float *)rows[r] + (sw * ox0 + c) * IC,
+                  *wt = (const float *)g->wt + (r * KS + c) * IC * oc + ob;
+      for (int k = 0; k < IC; k++) {
+        const vf8 w0 = vload_f(wt + k * oc), w1 = vload_f(wt + k * oc + 8);
+        VEC_UNROLL
+        for (int q = 0; q < pg; q++) {
+          const vf8 v = vbcast(x[q * sw * IC + k]);
+          acc[q][0] += v * w0;
+          acc[q][1] += v * w1;
+        }
+      }
+    }
+  }
+  float *o0 = out + (ob / 8) * block + ox0 * 8, *o1 = o0 + block;
+  for (int64_t q = 0; q < np; q++) {
+    *(vf8u *)(o0 + q * 8) = g->relu ? vrelu8(acc[q][0]) : acc[q][0];
+    *(vf8u *)(o1 + q * 8) = g->relu ? vrelu8(acc[q][1]) : acc[q][1];
+  }
+}
+
+/* A short last group takes the smallest of 6, 4, 2 positions that holds it. */
+INLINE void row_of8(const cpu_narrow *g, const char *const *rows, const int *valid, float *out, const int sw) {
+  for (int64_t ob = 0; ob < g->oc; ob += OB)
+    for (int64_t ox0 = 0; ox0 < g->ow; ox0 += PG8) {
+      const int64_t np = g->ow - ox0 < PG8 ? g->ow - ox0 : PG8;
+      if (np > 4)
+        group8(g, rows, valid, out, ox0, ob, np, sw, PG8);
+      else if (np > 2)
+        group8(g, rows, valid, out, ox0, ob, np, sw, 4);
+      else
+        group8(g, rows, valid, out, ox0, ob, np, sw, 2);
+    }
+}
+#endif
+
 #define ROW_OF(f32, planar) \
   (g->sw == 2 ? row_of(g, rows, valid, out, f32, planar, 2) : row_of(g, rows, valid, out, f32, planar, 1))
 
 /* The specialisations: dtype, layout and stride. */
 void cpu_narrow_row(const cpu_narrow *g, const char *const *rows, const int *valid, char *out) {
-#if defined(__AVX512F__) && defined(__AVX512BF16__)
+#ifdef NARROW_EIGHT
+  if (g->blocked8) {
+    g->sw == 2 ? row_of8(g, rows, valid, (float *)out, 2) : row_of8(g, rows, valid, (float *)out, 1);
+    return;
+  }
+#endif
+#ifdef NARROW_WIDE
   if (g->f32)
     ROW_OF(1, 1); /* f32 rows are planar (conv_narrow.h) */
   else

@@ -24,6 +24,9 @@ typedef struct {
    * positions). */
   int planar;
   int has_bias, fold, relu; /* fold: the batch norm after it is folded in; relu: and its ReLU */
+  /* f32 where oneDNN runs below AVX-512: the output in its 8-channel blocks
+   * (nChw8c, what its AVX2 kernels read next), from loops on 8 lanes. */
+  int blocked8;
   size_t wt_off, bias_off;  /* in the memory cpu_narrow_take sized */
   void *wt;                 /* bf16 pairs [tap][ic / 2][oc][2], or f32 [tap][ic][oc] */
   float *bias;              /* the bias, or the folded batch norm's shift */
@@ -32,7 +35,8 @@ typedef struct {
 /* The geometry of a convolution (attr, input, weight and output shapes)
  * whose case the loops take; 1 (g untouched) when they do not: 8 input
  * channels, 16 to 64 output channels in groups of 16, 3x3, pad 1, stride 1
- * or 2, no dilation, a build with AVX512-BF16. */
+ * or 2, no dilation; a build with AVX512-BF16 where oneDNN runs AVX-512
+ * (bf16 or f32), or f32 on AVX2 + FMA below it (cpu_narrow.blocked8). */
 int cpu_narrow_init(cpu_narrow *g, const sp_conv2d_attr *at, const sp_shape *in, const sp_shape *w, const sp_shape *out,
                     int f32, int has_bias);
 /* Sizes the weights and bias in *bytes (offsets into the memory bound to
@@ -44,7 +48,11 @@ void cpu_narrow_bind(cpu_narrow *g, char *mem);
 void cpu_narrow_weights(const cpu_narrow *g, const sp_op_args *conv, const sp_op_args *bn);
 /* Bytes of one padded input row (either layout). */
 size_t cpu_narrow_row_bytes(const cpu_narrow *g);
-/* One output row into out (ow x oc, channels-last) from the KS padded input
+/* Where output row `row` (image n, row oy: n oh + oy) starts, in bytes
+ * from the output's first: channels-last, or block 0's row in nChw8c. */
+size_t cpu_narrow_out_offset(const cpu_narrow *g, int64_t row);
+/* One output row into out (ow x oc, channels-last, or the row of each
+ * 8-channel block where blocked8: out at cpu_narrow_out_offset) from the KS padded input
  * rows it reads (rows[r] unread where !valid[r]: the padding). */
 void cpu_narrow_row(const cpu_narrow *g, const char *const *rows, const int *valid, char *out);
 

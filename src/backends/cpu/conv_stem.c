@@ -139,13 +139,15 @@ static void copy_phase_any(void *d, const float *from, int64_t n, int64_t sw, in
   int64_t m = 0;
   if (sw == 1)
     for (; m + VW <= n; m += VW) vstw(d, m, vldw(from, m, 0, VW), bf16, VW);
-#ifdef __AVX512F__
   else if (sw == 2)
     for (; 2 * (m + VW) <= avail && m + VW <= n; m += VW) {
       const vfw a = vldw(from, 2 * m, 0, VW), b = vldw(from, 2 * m + VW, 0, VW);
+#ifdef __AVX512F__
       vstw(d, m, __builtin_shufflevector(a, b, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30), bf16, VW);
-    }
+#else
+      vstw(d, m, __builtin_shufflevector(a, b, 0, 2, 4, 6, 8, 10, 12, 14), bf16, VW);
 #endif
+    }
   char *rest = (char *)d + (bf16 ? 2 : 4) * (size_t)m;
   if (sw == 1)
     copy_phase(rest, from + m, n - m, 1, bf16); /* the stride a constant: vectorised */
@@ -489,6 +491,52 @@ INLINE void forward_row_planar(const stem_node *s, const void *const *src, const
 }
 #endif
 
+#if defined(__AVX2__) && defined(__FMA__)
+enum { RING8_PG = 8 }; /* positions per group: 8 chains cover the FMA's latency */
+
+/* The stem's row for the fused conv on 8 lanes (conv_narrow.h's blocked8,
+ * f32): channels-last into its padded row from position 1, as it reads
+ * them. Per RING8_PG positions one accumulator each, the 8 channels across
+ * its lanes: per tap, the tap's 8 weights as one vector against each
+ * position's value broadcast, so nothing is transposed. A short last group
+ * stores only its own positions (the tail stays zero). k (taps) and relu
+ * are constants where called: the loops unrolled, a[] in registers. */
+INLINE void ring8_row(const stem_node *s, const void *const *src, const float *bias, float *out, const int64_t k,
+                      const int relu) {
+  const vf8 b = bias ? vload_f(bias) : vbcast(0.0f);
+  for (int64_t j = 0; j < s->ow; j += RING8_PG) {
+    vf8 a[RING8_PG];
+    VEC_UNROLL
+    for (int q = 0; q < RING8_PG; q++) a[q] = b;
+    VEC_UNROLL
+    for (int64_t t = 0; t < k; t++) { /* the rows run past ow + RING8_PG: the tail reads zeros */
+      const float *x = (const float *)src[t] + j;
+      const vf8 w = vload_f(s->wt + t * 8);
+      VEC_UNROLL
+      for (int q = 0; q < RING8_PG; q++) a[q] += vbcast(x[q]) * w;
+    }
+    if (relu) {
+      VEC_UNROLL
+      for (int q = 0; q < RING8_PG; q++) a[q] = vrelu8(a[q]);
+    }
+    float *at = out + (1 + j) * 8;
+    if (j + RING8_PG <= s->ow) {
+      VEC_UNROLL
+      for (int q = 0; q < RING8_PG; q++) *(vf8u *)(at + q * 8) = a[q];
+    } else {
+      for (int64_t q = 0; q < s->ow - j; q++) *(vf8u *)(at + q * 8) = a[q];
+    }
+  }
+}
+
+static void forward_row_ring8(const stem_node *s, const void *const *src, const float *bias, float *out) {
+  if (s->k == 9) /* a 3x3 grey stem */
+    s->relu ? ring8_row(s, src, bias, out, 9, 1) : ring8_row(s, src, bias, out, 9, 0);
+  else
+    s->relu ? ring8_row(s, src, bias, out, s->k, 1) : ring8_row(s, src, bias, out, s->k, 0);
+}
+#endif
+
 /* Inference: output row `row` into out, from the image rows it reads,
  * padded into `pad` (this thread's: a ring of kh padded rows, pad_held[k] the
  * image row, n hp + y, in slot k; -1 at first); planar_len > 0: into the
@@ -510,15 +558,19 @@ static void infer_row(const stem_node *s, const float *x, const float *bias, int
   }
   const void *src[STEM_MAX_K];
   tap_rows(s, pad, row, slot, src);
+  if (planar_len) { /* the fused conv's row: what conv_narrow.h's loops this build has read */
+#if defined(__AVX2__) && defined(__FMA__)
+    if (s->next.blocked8) {
+      forward_row_ring8(s, src, bias, out);
+      return;
+    }
+#endif
 #if defined(__AVX512F__) && defined(__AVX512BF16__)
-  if (planar_len) {
     s->bf16 ? forward_row_planar(s, src, bias, out, planar_len, 1)
             : forward_row_planar(s, src, bias, out, planar_len, 0);
+#endif
     return;
   }
-#else
-  (void)planar_len; /* never fused without AVX512-BF16 (conv_narrow.h) */
-#endif
   if (s->bf16)
     forward_row(s, src, bias, out, 1);
   else
@@ -537,7 +589,7 @@ static void fused_forward(const stem_node *s, const sp_op_args *a, const float *
   const cpu_narrow *g = &s->next;
   const float *x = a->in[0]->data;
   char *y = a->out->data;
-  const size_t es = s->bf16 ? 2 : 4, ring_row = cpu_narrow_row_bytes(g), out_row = es * (size_t)(g->ow * g->oc);
+  const size_t ring_row = cpu_narrow_row_bytes(g);
 #pragma omp parallel num_threads(s->threads)
   {
     const int t = omp_get_thread_num();
@@ -561,7 +613,7 @@ static void fused_forward(const stem_node *s, const sp_op_args *a, const float *
           held[slot] = n * s->oh + iy;
         }
       }
-      cpu_narrow_row(g, rows, valid, y + row * out_row);
+      cpu_narrow_row(g, rows, valid, y + cpu_narrow_out_offset(g, row));
     }
   }
 }
@@ -693,8 +745,9 @@ static int applies(const sp_op_prep *p) {
   const sp_conv2d_attr *at = p->attr;
   const sp_shape *in = &p->in_shape[0], *w = &p->param_shape[0];
   const int train = p->bf16 && p->run_backward && !p->need_d_in[0];
-  const int infer =
-      !p->run_backward && !p->training && w->d[0] <= cpu_conv_stem_infer_max_oc && (p->bf16 || cpu_conv_stem_f32_infer);
+  /* f32 where cpu_conv_stem_f32_infer, or where it fuses the next layer
+   * (cpu_conv_stem_prepare decides). */
+  const int infer = !p->run_backward && !p->training && w->d[0] <= cpu_conv_stem_infer_max_oc;
   return (train || infer) && !p->out_plain && p->in_layout[0] == NULL && p->in_dtype[0] == SP_F32 && in->ndim == 4 &&
          at->groups == 1 && in->d[1] <= STEM_MAX_IC && in->d[1] * w->d[2] * w->d[3] <= STEM_MAX_K && w->d[0] % 8 == 0 &&
          w->d[0] <= STEM_MAX_OC;
@@ -714,7 +767,7 @@ static int fuse_next(stem_node *s, const sp_op_prep *p) {
     return 0;
   const sp_shape in = sp_shape4(s->n, s->oc, s->oh, s->ow);
   if (cpu_narrow_init(&s->next, c->attr, &in, &c->param_shape[0], &c->out_shape, !s->bf16, c->n_param > 1)) return 0;
-  s->next.planar = 1; /* forward_row_planar writes its rows */
+  s->next.planar = !s->next.blocked8; /* forward_row_planar writes its rows; forward_row_ring8 channels-last */
   s->next.fold = bn->op == &sp_op_batchnorm && bn->n_state >= 2 && !bn->out_plain;
   s->next.relu = s->next.fold && relu->op == &sp_op_relu && !relu->out_plain;
   return 1;
@@ -740,6 +793,10 @@ int cpu_conv_stem_prepare(sp_op_prep *p) {
             !p->consumer[0].out_plain;
   s->relu = s->fold && p->consumer[1].op == &sp_op_relu && !p->consumer[1].out_plain;
   s->fused = s->infer && fuse_next(s, p);
+  if (s->infer && !s->bf16 && !s->fused && !cpu_conv_stem_f32_infer) { /* alone, oneDNN's was faster */
+    cpu_node_free(&s->base);
+    return 1;
+  }
   dnnl_dims_t od = {s->n, s->oc, s->oh, s->ow};
   if (s->fused) od[1] = s->next.oc, od[2] = s->next.oh, od[3] = s->next.ow;
   /* 16 channels channels-last are the same bytes as one 16-channel block:
@@ -747,7 +804,8 @@ int cpu_conv_stem_prepare(sp_op_prep *p) {
    * output needs no reorder for the Winograd layer after it (vgg-face f32
    * batch 64: a 0.41 ms reorder a step gone; that layer 1.46-1.71 ms on
    * brgconv, 1.49-1.68 on the blocked kernel). */
-  const dnnl_format_tag_t tag = s->fused && !s->bf16 && s->next.oc == 16 ? dnnl_aBcd16b : dnnl_acdb;
+  dnnl_format_tag_t tag = s->fused && !s->bf16 && s->next.oc == 16 ? dnnl_aBcd16b : dnnl_acdb;
+  if (s->fused && s->next.blocked8) tag = dnnl_aBcd8b; /* below AVX-512: oneDNN's 8-channel blocks */
   if (dnnl_memory_desc_init_by_tag(&s->base.out_md, 4, od, s->bf16 ? dnnl_bf16 : dnnl_f32, tag) != dnnl_success) {
     cpu_node_free(&s->base);
     return 1;

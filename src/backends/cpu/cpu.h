@@ -676,6 +676,18 @@ int cpu_linear_dw_applies(int64_t rows);
 size_t cpu_linear_dw_pack_bytes(int64_t m, int64_t n);
 void cpu_linear_dw_f32(const float *dy, const float *x, float *dw, int64_t m, int64_t n, int64_t k, int accumulate,
                        int threads, float *pack);
+/* linear_fwd.c: the f32 forward product y = x W^T + b on plain x and the
+ * plain weights, below AVX-512 (cpu_linear_fwd_on: 0 never, 2 on AVX-512
+ * too for tests), from cpu_linear_fwd_min_rows rows and
+ * cpu_linear_fwd_min_weights weights; `scratch` holds
+ * cpu_linear_fwd_scratch_bytes (64-byte aligned inside). */
+extern int cpu_linear_fwd_on;
+extern int64_t cpu_linear_fwd_min_rows, cpu_linear_fwd_min_weights;
+extern long cpu_linear_fwd_calls; /* calls so far (tests) */
+int cpu_linear_fwd_applies(int64_t m, int64_t k, int64_t n);
+size_t cpu_linear_fwd_scratch_bytes(int64_t m, int64_t k, int64_t n);
+void cpu_linear_fwd_f32(const float *x, const float *w, const float *bias, float *y, int64_t m, int64_t k, int64_t n,
+                        int threads, void *scratch);
 int cpu_bnorm_prepare(sp_op_prep *p);
 /* bnorm.c: 1 runs oneDNN's batch norm even where our kernels walk the layout
  * (tests compare the two; benchmarks measure them). */

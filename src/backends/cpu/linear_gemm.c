@@ -15,7 +15,9 @@
  * (a transposed stride view) with the bias as its own: sgemm's N x T case
  * took 5.7 ms on vgg-face's fc1 (batch 64, 6272 -> 1024, 2 threads, Zen 5),
  * the brgemm matmul 3.4. With up to 128 rows the weight gradient is a
- * kernel of our own (linear_dw.c): sgemm ran it at half the speed. */
+ * kernel of our own (linear_dw.c): sgemm ran it at half the speed. Below
+ * AVX-512 the forward product of a large layer is our own too
+ * (linear_fwd.c), in frozen plans as well: it reads the plain weights. */
 #ifdef SPRY_HAVE_DNNL
 #include <omp.h>
 #include <string.h>
@@ -25,15 +27,23 @@
 typedef struct {
   cpu_node base;
   int64_t n, in, out;
-  int has_bias, own_dw, threads;
-  float *dw_pack; /* the weight-gradient kernel's packed dy, in backward scratch */
+  int has_bias, own_dw, own_fwd, threads;
+  float *dw_pack;  /* the weight-gradient kernel's packed dy, in backward scratch */
+  void *fwd_work;  /* own_fwd: linear_fwd.c's packed x and y^T, in forward scratch */
   dnnl_memory_desc_t x_md, wt_md, b_md, y_md;
   dnnl_primitive_desc_t fwd_pd;
   dnnl_primitive_t fwd;
   cpu_exec f;
 } gemm_node;
 
-static void gemm_forward(cpu_node *node, const sp_op_args *a) { cpu_exec_run(&((gemm_node *)node)->f); }
+static void gemm_forward(cpu_node *node, const sp_op_args *a) {
+  gemm_node *s = (gemm_node *)node;
+  if (s->own_fwd)
+    cpu_linear_fwd_f32(a->in[0]->data, a->param[0]->data, s->has_bias ? a->param[1]->data : NULL, a->out->data, s->n,
+                       s->in, s->out, s->threads, s->fwd_work);
+  else
+    cpu_exec_run(&s->f);
+}
 
 static void gemm_backward(cpu_node *node, const sp_op_args *a) {
   gemm_node *s = (gemm_node *)node;
@@ -61,6 +71,10 @@ static int gemm_bind(cpu_node *n, const sp_op_args *a, char *fs, char *bs) {
   /* Backward's sgemm calls read the arena's tensors at each call; only the
    * weight-gradient kernel's packed dy needs a place (its scratch). */
   s->dw_pack = (float *)bs;
+  if (s->own_fwd) {
+    s->fwd_work = fs;
+    return 0;
+  }
   cpu_exec_init(&s->f, s->fwd);
   return cpu_exec_arg(&s->f, n, DNNL_ARG_SRC, &s->x_md, a->in[0]->data) ||
                  cpu_exec_arg(&s->f, n, DNNL_ARG_WEIGHTS, &s->wt_md, a->param[0]->data) ||
@@ -86,8 +100,11 @@ static const cpu_vt gemm_vt = {gemm_forward, gemm_backward, gemm_bind, NULL};
 
 int cpu_linear_gemm_prepare(sp_op_prep *p) {
   /* A frozen plan reorders its weights once and keeps them (linear.c): no
-   * per-step reorder to save, and it must not see weights change. */
-  if (p->bf16 || p->frozen || p->in_shape[0].ndim != 2 || p->in_dtype[0] != SP_F32) return 1;
+   * per-step reorder to save; it comes here only for linear_fwd.c's
+   * product, which reads the plain weights as they are at each call. */
+  if (p->bf16 || p->in_shape[0].ndim != 2 || p->in_dtype[0] != SP_F32) return 1;
+  const int own_fwd = cpu_linear_fwd_applies(p->in_shape[0].d[0], p->in_shape[0].d[1], p->out_shape.d[1]);
+  if (p->frozen && !own_fwd) return 1;
   dnnl_memory_desc_t x_md;
   if (cpu_md_input(&x_md, p, 0) || !cpu_md_is_plain(&x_md) || x_md.data_type != dnnl_f32) return 1;
   gemm_node *s = cpu_node_new(sizeof *s, &gemm_vt);
@@ -96,19 +113,21 @@ int cpu_linear_gemm_prepare(sp_op_prep *p) {
   s->out = p->out_shape.d[1];
   s->has_bias = p->n_param > 1;
   s->own_dw = cpu_linear_dw_applies(s->n);
+  s->own_fwd = own_fwd;
   s->threads = omp_get_max_threads();
   if (cpu_md_plain(&s->base.out_md, &p->out_shape, dnnl_f32)) {
     cpu_node_free(&s->base);
     return -1;
   }
+  p->saved_bytes = 0;
+  p->param_grad_overwrites = s->has_bias ? 3u : 1u;
+  const size_t bwd = s->own_dw ? cpu_linear_dw_pack_bytes(s->n, s->out) : 0;
+  if (own_fwd) return cpu_report_scratch(p, &s->base, cpu_linear_fwd_scratch_bytes(s->n, s->in, s->out), bwd);
   if (make_forward(s)) { /* no fast matmul: the inner product (linear.c) */
     sp_error_clear();
     cpu_node_free(&s->base);
     return 1;
   }
-  p->saved_bytes = 0;
-  p->param_grad_overwrites = s->has_bias ? 3u : 1u;
-  return cpu_report_scratch(p, &s->base, cpu_scratchpad_bytes(s->fwd_pd),
-                            s->own_dw ? cpu_linear_dw_pack_bytes(s->n, s->out) : 0);
+  return cpu_report_scratch(p, &s->base, cpu_scratchpad_bytes(s->fwd_pd), bwd);
 }
 #endif

@@ -174,7 +174,8 @@ INLINE vhw vmask16(const uint8_t *m, int64_t i) { return -__builtin_convertvecto
 #endif
 #endif
 
-/* max(v, 0). */
+/* max(v, 0), at the machine's width and on 8 lanes. */
 INLINE vfw vrelu(vfw v) { return (vfw)((viw)v & (viw)(v > 0.0f)); }
+INLINE vf8 vrelu8(vf8 v) { return (vf8)((vi8)v & (vi8)(v > 0.0f)); }
 
 #endif
