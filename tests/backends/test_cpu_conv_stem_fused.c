@@ -82,8 +82,10 @@ typedef struct {
 } fused_case;
 
 /* The second conv's output widths: 23 (last group of 7), 12, 38 (last 6),
- * 26 (last 10), 8, 32 and 48 (whole groups; the stem's rows too); odd
- * image heights leave the stem an odd row count. */
+ * 26 (last 10), 8, 32 and 48 (whole groups; the stem's rows too), and 19;
+ * on 8 lanes (rows8.h's groups of 6, 7 or 8 left as 4 + 3 or 4 + 4): 23
+ * ends in 5, 26 and 38 in 4 + 4, 19 in 4 + 3. Odd image heights leave the
+ * stem an odd row count. */
 static const fused_case cases[] = {
     {"grey 8 -> 16 s2", b_16_s2, 3, 1, 50, 90},
     {"grey 8 -> 32 s1 bias", b_32_s1_bias, 1, 1, 17, 24},
@@ -92,6 +94,7 @@ static const fused_case cases[] = {
     {"colour 8 -> 16 s2 bias, batch norm without ReLU", b_16_s2_bn, 2, 3, 29, 30},
     {"grey 5x5 stride-1 stem with a bias, 8 -> 16 s2", b_stem5_s1_bias, 2, 1, 21, 64},
     {"colour stride-1 stem, 8 -> 32 s1 bias", b_stem3_s1, 1, 3, 14, 48},
+    {"grey 8 -> 16 s2, 19 wide", b_16_s2, 2, 1, 11, 75},
 };
 
 static const struct {

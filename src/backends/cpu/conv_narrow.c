@@ -49,6 +49,7 @@
 
 #include "backends/backend.h"
 #include "backends/cpu/conv_narrow.h"
+#include "backends/cpu/rows8.h"
 #include "backends/cpu/vec.h"
 #include "core/bf16.h"
 
@@ -68,7 +69,6 @@ enum {
   KS = CPU_NARROW_KS,
   MAX_OC = 64,
   PG = 16,    /* output positions per group: one accumulator each */
-  PG8 = 6,    /* the same on 8 lanes: two accumulators each (16 channels), 12 of 16 registers */
   OB = 16,    /* output channels per accumulator */
   PF_ROWS = 2 /* output rows ahead whose input and output lines are prefetched */
 };
@@ -78,8 +78,8 @@ enum {
 #if defined(__AVX512F__) && defined(__AVX512BF16__)
 #define NARROW_WIDE 1
 #endif
-#if defined(__AVX2__) && defined(__FMA__)
-#define NARROW_EIGHT 1
+#ifdef CPU_ROWS8
+#define NARROW_EIGHT 1 /* rows8.h */
 #endif
 
 int cpu_narrow_init(cpu_narrow *g, const sp_conv2d_attr *at, const sp_shape *in, const sp_shape *w, const sp_shape *out,
@@ -99,10 +99,10 @@ int cpu_narrow_init(cpu_narrow *g, const sp_conv2d_attr *at, const sp_shape *in,
   g->n = in->d[0], g->ic = in->d[1], g->ih = in->d[2], g->iw = in->d[3];
   g->oc = w->d[0], g->oh = out->d[2], g->ow = out->d[3], g->sw = at->stride_h;
   g->f32 = f32, g->has_bias = has_bias, g->blocked8 = eight;
-  /* Position 0 is the left padding; the last group of pg positions reads
-   * up to sw (groups pg - 1) + 2, zeros past the row. */
-  const int64_t pg = eight ? PG8 : PG, groups = (g->ow + pg - 1) / pg, reach = g->sw * (groups * pg - 1) + KS;
-  g->row_len = reach > g->iw + 2 ? reach : g->iw + 2;
+  /* Position 0 is the left padding; the last group of PG positions reads
+   * up to sw (groups PG - 1) + 2, zeros past the row. */
+  const int64_t groups = (g->ow + PG - 1) / PG, reach = g->sw * (groups * PG - 1) + KS;
+  g->row_len = eight ? rows8_row_len(g->iw, g->ow, g->sw) : reach > g->iw + 2 ? reach : g->iw + 2;
   return 0;
 }
 
@@ -202,68 +202,15 @@ INLINE void row_of(const cpu_narrow *g, const char *const *rows, const int *vali
 }
 #endif
 
-#ifdef NARROW_EIGHT
-/* The f32 loops on 8 lanes (blocked8): output positions ox0 .. ox0 + np - 1
- * (np <= pg), channels ob .. ob + 15 as two vectors of 8, from channels-
- * last rows (what the stem writes on 8 lanes: conv_stem.c);
- * an FMA per tap, input channel and accumulator: 2 weight loads and pg
- * broadcasts feed 2 pg FMAs (pg = 6: 12 accumulators, 2 weights and the
- * broadcast in the 16 registers). Each position's two vectors go to its
- * place in two 8-channel blocks. The stride and pg are constants where
- * called. */
-INLINE void group8(const cpu_narrow *g, const char *const *rows, const int *valid, float *out, int64_t ox0,
-                   int64_t ob, int64_t np, const int sw, const int pg) {
-  const int64_t oc = g->oc, block = g->oh * g->ow * 8;
-  vf8 acc[PG8][2];
-  const vf8 b0 = vload_f(g->bias + ob), b1 = vload_f(g->bias + ob + 8);
-  VEC_UNROLL
-  for (int q = 0; q < pg; q++) acc[q][0] = b0, acc[q][1] = b1;
-  for (int r = 0; r < KS; r++) {
-    if (!valid[r]) continue;
-    for (int c = 0; c < KS; c++) {
-      const float *x = (const float *)rows[r] + (sw * ox0 + c) * IC,
-                  *wt = (const float *)g->wt + (r * KS + c) * IC * oc + ob;
-      for (int k = 0; k < IC; k++) {
-        const vf8 w0 = vload_f(wt + k * oc), w1 = vload_f(wt + k * oc + 8);
-        VEC_UNROLL
-        for (int q = 0; q < pg; q++) {
-          const vf8 v = vbcast(x[q * sw * IC + k]);
-          acc[q][0] += v * w0;
-          acc[q][1] += v * w1;
-        }
-      }
-    }
-  }
-  float *o0 = out + (ob / 8) * block + ox0 * 8, *o1 = o0 + block;
-  for (int64_t q = 0; q < np; q++) {
-    *(vf8u *)(o0 + q * 8) = g->relu ? vrelu8(acc[q][0]) : acc[q][0];
-    *(vf8u *)(o1 + q * 8) = g->relu ? vrelu8(acc[q][1]) : acc[q][1];
-  }
-}
-
-/* A short last group takes the smallest of 6, 4, 2 positions that holds it. */
-INLINE void row_of8(const cpu_narrow *g, const char *const *rows, const int *valid, float *out, const int sw) {
-  for (int64_t ob = 0; ob < g->oc; ob += OB)
-    for (int64_t ox0 = 0; ox0 < g->ow; ox0 += PG8) {
-      const int64_t np = g->ow - ox0 < PG8 ? g->ow - ox0 : PG8;
-      if (np > 4)
-        group8(g, rows, valid, out, ox0, ob, np, sw, PG8);
-      else if (np > 2)
-        group8(g, rows, valid, out, ox0, ob, np, sw, 4);
-      else
-        group8(g, rows, valid, out, ox0, ob, np, sw, 2);
-    }
-}
-#endif
-
 #define ROW_OF(f32, planar) \
   (g->sw == 2 ? row_of(g, rows, valid, out, f32, planar, 2) : row_of(g, rows, valid, out, f32, planar, 1))
 
 /* The specialisations: dtype, layout and stride. */
 void cpu_narrow_row(const cpu_narrow *g, const char *const *rows, const int *valid, char *out) {
 #ifdef NARROW_EIGHT
-  if (g->blocked8) {
-    g->sw == 2 ? row_of8(g, rows, valid, (float *)out, 2) : row_of8(g, rows, valid, (float *)out, 1);
+  if (g->blocked8) { /* channels-last f32 rows: one block of 8 */
+    const rows8_args r8 = {g->wt, g->bias, 1, g->row_len * 8, g->oc, g->ow, g->oh * g->ow * 8, g->relu};
+    rows8_row(&r8, (const float *const *)rows, valid, (float *)out, (int)g->sw);
     return;
   }
 #endif
