@@ -129,7 +129,10 @@ INLINE void copy_phase(void *d, const float *from, int64_t n, const int64_t sw, 
 /* Positions per forward group and values per weight-gradient vector: the
  * machine's vector width (16 with AVX-512: one group of 16 positions, or
  * two positions of 8 channels). */
-enum { PG = VW };
+enum {
+  PG = VW,
+  RING8_PG = 8 /* forward_row_ring8's positions per group: 8 chains of FMAs cover their latency (12 measured slower) */
+};
 
 /* n values from[0, sw, 2 sw, ...] into d (rounded to bf16 where bf16);
  * `avail` values may be read from `from`. Strides 1 and 2 a vector at a
@@ -492,7 +495,6 @@ INLINE void forward_row_planar(const stem_node *s, const void *const *src, const
 #endif
 
 #if defined(__AVX2__) && defined(__FMA__)
-enum { RING8_PG = 8 }; /* positions per group: 8 chains cover the FMA's latency */
 
 /* The stem's row for the fused conv on 8 lanes (conv_narrow.h's blocked8,
  * f32): channels-last into its padded row from position 1, as it reads
@@ -811,7 +813,7 @@ int cpu_conv_stem_prepare(sp_op_prep *p) {
     return 1;
   }
   s->hp = s->ih + 2 * s->ph;
-  s->wq = s->ow + PG + (s->kw - 1) * s->dw / s->sw; /* the last group of PG and the widest tap offset */
+  s->wq = s->ow + (PG > RING8_PG ? PG : RING8_PG) + (s->kw - 1) * s->dw / s->sw; /* the last group and the widest tap offset */
   size_t fwd = 0, bwd = 0;
   const size_t es = s->bf16 ? 2 : 4, img = es * (size_t)(s->n * s->ic * s->hp * s->sw * s->wq);
   size_t kept = 0, *w_in = (s->kept = s->infer && p->frozen) ? &kept : &fwd;
