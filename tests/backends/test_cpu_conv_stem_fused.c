@@ -321,7 +321,7 @@ static void taken_where_it_applies(void **st) {
 }
 #endif
 
-#define STEM_FUSED_TESTS                                                                                 \
+#define STEM_FUSED_TESTS                                                                             \
   cmocka_unit_test(against_ref), cmocka_unit_test(same_as_apart), cmocka_unit_test(follows_weights), \
       cmocka_unit_test(fused_values_refused), cmocka_unit_test(taken_where_it_applies)
 #if defined(STEM_FUSED_ON_AVX2) && defined(SPRY_HAVE_DNNL)

@@ -54,8 +54,8 @@ static void require_kernel(void) {
 static void against_double_sums(void **st) {
   (void)st;
   require_kernel();
-  static const int64_t shapes[][3] = {{16, 1, 1},    {17, 13, 7},  {23, 600, 13}, {64, 1100, 37},
-                                      {70, 512, 6},  {33, 513, 5}, {8, 40, 11},   {64, 2048, 64}};
+  static const int64_t shapes[][3] = {{16, 1, 1},   {17, 13, 7},  {23, 600, 13}, {64, 1100, 37},
+                                      {70, 512, 6}, {33, 513, 5}, {8, 40, 11},   {64, 2048, 64}};
   for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
     for (int bias = 0; bias < 2; bias++)
       for (int threads = 1; threads <= 3; threads++) one_shape(shapes[i][0], shapes[i][1], shapes[i][2], bias, threads);
@@ -88,11 +88,11 @@ static void taken_where_it_applies(void **st) {
   (void)st;
   cmp_require_cpu();
   require_kernel();
-  const int here = !sp_backend_cpu_avx512(); /* by default below AVX-512 only */
-  assert_int_equal(cpu_linear_fwd_applies(64, 6272, 1024), here);        /* vgg-face's fc1 at batch 64 */
-  assert_int_equal(cpu_linear_fwd_applies(16, 6272, 1024), here);        /* at the fewest rows */
-  assert_false(cpu_linear_fwd_applies(15, 6272, 1024));                  /* fewer */
-  assert_false(cpu_linear_fwd_applies(64, 1024, 136));                   /* fc2: weights in cache */
+  const int here = !sp_backend_cpu_avx512();                      /* by default below AVX-512 only */
+  assert_int_equal(cpu_linear_fwd_applies(64, 6272, 1024), here); /* vgg-face's fc1 at batch 64 */
+  assert_int_equal(cpu_linear_fwd_applies(16, 6272, 1024), here); /* at the fewest rows */
+  assert_false(cpu_linear_fwd_applies(15, 6272, 1024));           /* fewer */
+  assert_false(cpu_linear_fwd_applies(64, 1024, 136));            /* fc2: weights in cache */
   cpu_linear_fwd_on = 2;
   assert_true(cpu_linear_fwd_applies(64, 6272, 1024));
   cpu_linear_fwd_on = 0;

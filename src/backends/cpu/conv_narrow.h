@@ -27,9 +27,9 @@ typedef struct {
   /* f32 where oneDNN runs below AVX-512: the output in its 8-channel blocks
    * (nChw8c, what its AVX2 kernels read next), from loops on 8 lanes. */
   int blocked8;
-  size_t wt_off, bias_off;  /* in the memory cpu_narrow_take sized */
-  void *wt;                 /* bf16 pairs [tap][ic / 2][oc][2], or f32 [tap][ic][oc] */
-  float *bias;              /* the bias, or the folded batch norm's shift */
+  size_t wt_off, bias_off; /* in the memory cpu_narrow_take sized */
+  void *wt;                /* bf16 pairs [tap][ic / 2][oc][2], or f32 [tap][ic][oc] */
+  float *bias;             /* the bias, or the folded batch norm's shift */
 } cpu_narrow;
 
 /* The geometry of a convolution (attr, input, weight and output shapes)

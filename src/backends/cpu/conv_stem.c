@@ -813,7 +813,8 @@ int cpu_conv_stem_prepare(sp_op_prep *p) {
     return 1;
   }
   s->hp = s->ih + 2 * s->ph;
-  s->wq = s->ow + (PG > RING8_PG ? PG : RING8_PG) + (s->kw - 1) * s->dw / s->sw; /* the last group and the widest tap offset */
+  s->wq = s->ow + (PG > RING8_PG ? PG : RING8_PG) +
+          (s->kw - 1) * s->dw / s->sw; /* the last group and the widest tap offset */
   size_t fwd = 0, bwd = 0;
   const size_t es = s->bf16 ? 2 : 4, img = es * (size_t)(s->n * s->ic * s->hp * s->sw * s->wq);
   size_t kept = 0, *w_in = (s->kept = s->infer && p->frozen) ? &kept : &fwd;

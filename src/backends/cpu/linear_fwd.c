@@ -93,12 +93,12 @@ INLINE void rows_of(const float *xt, int64_t mp, const float *w, int64_t k, cons
 static void rows_any(const float *xt, int64_t mp, const float *w, int64_t k, const float *bias, float *yt, int64_t n0,
                      int nr, int64_t k0, int64_t k1) {
   switch (nr) {
-  case 6: rows_of(xt, mp, w, k, bias, yt, n0, k0, k1, 6); break;
-  case 5: rows_of(xt, mp, w, k, bias, yt, n0, k0, k1, 5); break;
-  case 4: rows_of(xt, mp, w, k, bias, yt, n0, k0, k1, 4); break;
-  case 3: rows_of(xt, mp, w, k, bias, yt, n0, k0, k1, 3); break;
-  case 2: rows_of(xt, mp, w, k, bias, yt, n0, k0, k1, 2); break;
-  default: rows_of(xt, mp, w, k, bias, yt, n0, k0, k1, 1); break;
+    case 6: rows_of(xt, mp, w, k, bias, yt, n0, k0, k1, 6); break;
+    case 5: rows_of(xt, mp, w, k, bias, yt, n0, k0, k1, 5); break;
+    case 4: rows_of(xt, mp, w, k, bias, yt, n0, k0, k1, 4); break;
+    case 3: rows_of(xt, mp, w, k, bias, yt, n0, k0, k1, 3); break;
+    case 2: rows_of(xt, mp, w, k, bias, yt, n0, k0, k1, 2); break;
+    default: rows_of(xt, mp, w, k, bias, yt, n0, k0, k1, 1); break;
   }
 }
 #endif

@@ -28,8 +28,8 @@ typedef struct {
   cpu_node base;
   int64_t n, in, out;
   int has_bias, own_dw, own_fwd, threads;
-  float *dw_pack;  /* the weight-gradient kernel's packed dy, in backward scratch */
-  void *fwd_work;  /* own_fwd: linear_fwd.c's packed x and y^T, in forward scratch */
+  float *dw_pack; /* the weight-gradient kernel's packed dy, in backward scratch */
+  void *fwd_work; /* own_fwd: linear_fwd.c's packed x and y^T, in forward scratch */
   dnnl_memory_desc_t x_md, wt_md, b_md, y_md;
   dnnl_primitive_desc_t fwd_pd;
   dnnl_primitive_t fwd;

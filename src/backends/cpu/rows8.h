@@ -75,7 +75,9 @@ static inline int rows8_pg(int64_t np) { return np > 4 ? ROWS8_PG : np > 2 ? 4 :
 /* Positions of the next group with `left` positions to go: 6 at a time,
  * but 7 or 8 as two groups of 4 (a group of 2 keeps only 4 sums in
  * flight, too few for the FMA's latency). */
-static inline int64_t rows8_next(int64_t left) { return left == 7 || left == 8 ? 4 : left < ROWS8_PG ? left : ROWS8_PG; }
+static inline int64_t rows8_next(int64_t left) {
+  return left == 7 || left == 8 ? 4 : left < ROWS8_PG ? left : ROWS8_PG;
+}
 
 /* rows8_group with pg = rows8_pg(np), a constant in each call. */
 INLINE void rows8_group_any(const rows8_args *a, const float *const *rows, const int *valid, float *out, int64_t ox0,
