@@ -19,7 +19,7 @@
 /* Whether a plan of these flags fuses here (conv_narrow.h): bf16 in builds
  * with AVX512-BF16 where bf16 runs; f32 there on 16 lanes where oneDNN runs
  * AVX-512, and on 8 lanes into its 8-channel blocks where it runs below
- * (AVX2 + FMA builds; the _8 variant of this test holds oneDNN there). */
+ * (AVX2 + FMA builds; the _avx2 variant of this test holds oneDNN there). */
 static int fuses_here(unsigned flags) {
   if (!(flags & SP_PLAN_FROZEN)) return 0;
   const int avx512 = sp_backend_cpu_avx512();

@@ -1,7 +1,7 @@
 /* The f32 forward product of large linear layers below AVX-512
  * (backends/cpu/linear_fwd.c): against a double-precision sum for shapes
  * with every kind of tail (rows not a multiple of 16 or 8, outputs not of
- * 6, inputs past one chunk of 512 and not a multiple of it), with and
+ * 6: 1 to 5 left, inputs past one chunk of 512 and not a multiple of it), with and
  * without a bias, on 1 to 3 threads; in training and frozen graphs against
  * the reference backend (the kernel held to run); a frozen plan follows
  * its weights; and taken only where it applies. */
@@ -54,8 +54,8 @@ static void require_kernel(void) {
 static void against_double_sums(void **st) {
   (void)st;
   require_kernel();
-  static const int64_t shapes[][3] = {{16, 1, 1},   {17, 13, 7},  {23, 600, 13}, {64, 1100, 37},
-                                      {70, 512, 6}, {33, 513, 5}, {8, 40, 11},   {64, 2048, 64}};
+  static const int64_t shapes[][3] = {{16, 1, 1},   {17, 13, 7}, {23, 600, 13},  {64, 1100, 37}, {70, 512, 6},
+                                      {33, 513, 5}, {8, 40, 11}, {64, 2048, 64}, {20, 70, 14},   {40, 515, 9}};
   for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
     for (int bias = 0; bias < 2; bias++)
       for (int threads = 1; threads <= 3; threads++) one_shape(shapes[i][0], shapes[i][1], shapes[i][2], bias, threads);
@@ -80,7 +80,9 @@ static void graphs_against_ref(void **st) {
   cmp_run_counted(&train, &cpu_linear_fwd_calls, 2, "linear_fwd");
   cmp_case frozen = {"linear forward kernel, frozen", b_linear, 20, 3, 9, 7, 0, SP_PLAN_FROZEN, 1e-4, 0};
   cmp_run_counted(&frozen, &cpu_linear_fwd_calls, 2, "linear_fwd");
-  cmp_frozen_follows_weights(&frozen, "fc1.weight", 1.5f);
+  /* Against a plan that is not frozen (the helper adds the flag). */
+  cmp_case plain = {"linear forward kernel, frozen and not", b_linear, 20, 3, 9, 7, 0, 0, 1e-4, 0};
+  cmp_frozen_follows_weights(&plain, "fc1.weight", 1.5f);
   restore();
 }
 
@@ -91,6 +93,7 @@ static void taken_where_it_applies(void **st) {
   const int here = !sp_backend_cpu_avx512();                      /* by default below AVX-512 only */
   assert_int_equal(cpu_linear_fwd_applies(64, 6272, 1024), here); /* vgg-face's fc1 at batch 64 */
   assert_int_equal(cpu_linear_fwd_applies(16, 6272, 1024), here); /* at the fewest rows */
+  assert_false(cpu_linear_fwd_applies(129, 6272, 1024));          /* more than the chunk's share of L2 */
   assert_false(cpu_linear_fwd_applies(15, 6272, 1024));           /* fewer */
   assert_false(cpu_linear_fwd_applies(64, 1024, 136));            /* fc2: weights in cache */
   cpu_linear_fwd_on = 2;

@@ -1,6 +1,7 @@
 /* The first convolution of a bf16 training plan, or of an inference plan
- * (bf16, or f32 in AVX-512 builds: cpu_conv_stem_f32_infer; with 8 output
- * channels: cpu_conv_stem_infer_max_oc), when
+ * (bf16, or f32: alone in AVX-512 builds, cpu_conv_stem_f32_infer, and
+ * below them where it computes the next layer; with 8 output channels:
+ * cpu_conv_stem_infer_max_oc), when
  * it reads the plain f32 image with few channels (grey or colour) and has
  * a small window: forward and weight gradient as loops of our own, from a
  * padded copy of the image (bf16 in training, which backward reuses) into
@@ -25,7 +26,8 @@
  * channels; that one's batch norm and ReLU folded in too): per output row
  * of that layer, the stem rows it reads that a ring of three per thread
  * does not hold yet, written as the stem's vectors of positions lie
- * (planar in f32, channel pairs in bf16) and read from there by the
+ * (planar in f32, channel pairs in bf16; below AVX-512 channels-last on
+ * 8 lanes, for rows8.h) and read from there by the
  * layer's loops. The stem's output (vgg-face batch 64: 25.7 MB in f32) is
  * never stored, nor transposed (the transposes were most of the f32
  * stem's time). vgg-face batch 64, AMD Zen 5, 2 threads, stem and layer
@@ -70,8 +72,9 @@ int cpu_conv_use_stem = 1;
  * 8 channels each walk the taps again, against oneDNN's kernel at its
  * best). Tests raise it to cover every case. */
 int64_t cpu_conv_stem_infer_max_oc = 8;
-/* f32 inference plans take the stem only in AVX-512 builds. Below, on 8
- * lanes, oneDNN's AVX2 kernel was faster: vgg-face's grey 1 -> 8 at batch
+/* f32 inference plans take the stem alone only in AVX-512 builds (below
+ * them, only where it computes the next layer: cpu_conv_stem_prepare).
+ * On 8 lanes, alone, oneDNN's AVX2 kernel was faster: vgg-face's grey 1 -> 8 at batch
  * 64, AMD Zen 3, 2 threads, per-node profile, alternating runs: 1.98-2.29
  * ms against the stem's 2.79-2.95 (batch 1: 0.031-0.040 against
  * 0.051-0.080). Tests switch it on to cover the loops on any machine. */
@@ -795,7 +798,9 @@ int cpu_conv_stem_prepare(sp_op_prep *p) {
             !p->consumer[0].out_plain;
   s->relu = s->fold && p->consumer[1].op == &sp_op_relu && !p->consumer[1].out_plain;
   s->fused = s->infer && fuse_next(s, p);
-  if (s->infer && !s->bf16 && !s->fused && !cpu_conv_stem_f32_infer) { /* alone, oneDNN's was faster */
+  /* f32: alone where cpu_conv_stem_f32_infer says so (oneDNN's was faster
+   * on 8 lanes); fused on 16 lanes likewise, on 8 lanes always. */
+  if (s->infer && !s->bf16 && !cpu_conv_stem_f32_infer && !(s->fused && s->next.blocked8)) {
     cpu_node_free(&s->base);
     return 1;
   }

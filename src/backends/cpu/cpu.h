@@ -623,7 +623,7 @@ int cpu_conv_stem_prepare(sp_op_prep *p);
 int cpu_conv_is_stem(const void *state);
 extern int cpu_conv_use_stem;              /* 0: oneDNN's convolution there (tests compare the two) */
 extern int64_t cpu_conv_stem_infer_max_oc; /* inference: the stem up to this many output channels */
-extern int cpu_conv_stem_f32_infer;        /* f32 inference takes the stem (default: AVX-512 builds only) */
+extern int cpu_conv_stem_f32_infer;        /* f32 inference takes the stem alone (default: AVX-512 builds only) */
 extern int cpu_conv_stem_fuse_next;        /* 0: the 3x3 conv after an inference stem runs on its own */
 extern long cpu_stem_fused_calls;          /* forward calls of a stem computing that conv (tests: the path ran) */
 /* conv_narrow.c: a bf16 inference plan's 3x3 convolution from a
@@ -678,11 +678,11 @@ void cpu_linear_dw_f32(const float *dy, const float *x, float *dw, int64_t m, in
                        int threads, float *pack);
 /* linear_fwd.c: the f32 forward product y = x W^T + b on plain x and the
  * plain weights, below AVX-512 (cpu_linear_fwd_on: 0 never, 2 on AVX-512
- * too for tests), from cpu_linear_fwd_min_rows rows and
+ * too for tests), for cpu_linear_fwd_min_rows to _max_rows rows and from
  * cpu_linear_fwd_min_weights weights; `scratch` holds
  * cpu_linear_fwd_scratch_bytes (64-byte aligned inside). */
 extern int cpu_linear_fwd_on;
-extern int64_t cpu_linear_fwd_min_rows, cpu_linear_fwd_min_weights;
+extern int64_t cpu_linear_fwd_min_rows, cpu_linear_fwd_max_rows, cpu_linear_fwd_min_weights;
 extern long cpu_linear_fwd_calls; /* calls so far (tests) */
 int cpu_linear_fwd_applies(int64_t m, int64_t k, int64_t n);
 size_t cpu_linear_fwd_scratch_bytes(int64_t m, int64_t k, int64_t n);

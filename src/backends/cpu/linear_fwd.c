@@ -1,6 +1,6 @@
 /* The f32 forward product of a linear layer below AVX-512: y[m][n] = b[n] +
  * sum_k x[m][k] W[n][k], with W the plain master weights ([out][in]) as
- * they lie, for linear_gemm.c (training) and linear.c (frozen plans).
+ * they lie, for linear_gemm.c (training and frozen plans).
  *
  * Why: oneDNN 2.6 runs vgg-face's fc1 (batch 64, 6272 -> 1024, 2 threads,
  * AMD Zen 3) at about 135 GFLOP/s, two thirds of the FMA peak, on its
@@ -29,6 +29,9 @@ int cpu_linear_fwd_on = 1;
  * batch 64, 1024 -> 136: 0.21 ms here against its 0.13-0.14): oneDNN's
  * there. */
 int64_t cpu_linear_fwd_min_rows = 16, cpu_linear_fwd_min_weights = 1 << 20;
+/* More rows than this and xT's chunk (KC x rows x 4 bytes) outgrows the
+ * half of L2 the blocking assumes: oneDNN's there (not measured beyond). */
+int64_t cpu_linear_fwd_max_rows = 128;
 long cpu_linear_fwd_calls;
 
 enum {
@@ -42,7 +45,8 @@ static int64_t padded_rows(int64_t m) { return (m + 7) / 8 * 8; }
 int cpu_linear_fwd_applies(int64_t m, int64_t k, int64_t n) {
 #if defined(__AVX2__) && defined(__FMA__)
   if (!cpu_linear_fwd_on || (cpu_linear_fwd_on == 1 && sp_backend_cpu_avx512())) return 0;
-  return m >= cpu_linear_fwd_min_rows && k >= 1 && n >= 1 && k * n >= cpu_linear_fwd_min_weights;
+  return m >= cpu_linear_fwd_min_rows && m <= cpu_linear_fwd_max_rows && k >= 1 && n >= 1 &&
+         k * n >= cpu_linear_fwd_min_weights;
 #else
   (void)m, (void)k, (void)n;
   return 0;

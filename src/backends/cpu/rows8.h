@@ -1,8 +1,8 @@
 /* The f32 loops of a 3x3 padding-1 convolution on 8 lanes, one output row
  * at a time from padded input rows, into oneDNN's 8-channel blocks
- * (nChw8c): what conv_direct8.c runs on its own and conv_narrow.c for the
- * inference stem (conv_stem.c), which computes vgg-face's second layer
- * from rows of its own.
+ * (nChw8c): what conv_narrow.c runs for the inference stem (conv_stem.c)
+ * below AVX-512, which computes vgg-face's second layer from rows of its
+ * own.
  *
  * A padded input row is `blocks` blocks of 8 input channels, each row_len
  * positions x 8 channels (position 0 is the left padding; zeros past the
@@ -10,7 +10,7 @@
  * (two vectors of 8 channels a position) take, for every tap and input
  * channel, two weight vectors against the position's value broadcast: 2
  * loads and 6 broadcasts feed 12 FMAs, and 12 accumulators, 2 weights and
- * the broadcast fill the 16 registers. Each position's two vectors are its
+ * the broadcast take 15 of the 16 registers. Each position's two vectors are its
  * output in two 8-channel blocks: nothing is transposed. */
 #ifndef SPRY_BACKENDS_CPU_ROWS8_H
 #define SPRY_BACKENDS_CPU_ROWS8_H
@@ -67,10 +67,6 @@ INLINE void rows8_group(const rows8_args *a, const float *const *rows, const int
     *(vf8u *)(o1 + q * 8) = a->relu ? vrelu8(acc[q][1]) : acc[q][1];
   }
 }
-
-/* The group size for np positions: the smallest of 6, 4 or 2 that holds
- * them. */
-static inline int rows8_pg(int64_t np) { return np > 4 ? ROWS8_PG : np > 2 ? 4 : 2; }
 
 /* Positions of the next group with `left` positions to go: 6 at a time,
  * but 7 or 8 as two groups of 4 (a group of 2 keeps only 4 sums in
