@@ -15,7 +15,9 @@ int main(int argc, char **argv) {
   const int64_t m = argc > 1 ? atoll(argv[1]) : 64, k = argc > 2 ? atoll(argv[2]) : 6272,
                 n = argc > 3 ? atoll(argv[3]) : 1024;
   const int calls = argc > 4 ? atoi(argv[4]) : 15, threads = omp_get_max_threads();
-  float *x = malloc(sizeof(float) * m * k), *w = malloc(sizeof(float) * n * k), *b = malloc(sizeof(float) * n);
+  /* W as plans hold parameters (sp_aligned_alloc: transparent huge pages where granted). */
+  float *x = malloc(sizeof(float) * m * k), *w = sp_aligned_alloc(sizeof(float) * n * k),
+        *b = malloc(sizeof(float) * n);
   float *y0 = malloc(sizeof(float) * m * n), *y1 = malloc(sizeof(float) * m * n), *y2 = malloc(sizeof(float) * m * n);
   for (int64_t i = 0; i < m * k; i++) x[i] = (float)((i * 7919) % 1000) / 1000.0f - 0.5f;
   for (int64_t i = 0; i < n * k; i++) w[i] = (float)((i * 104729) % 997) / 997.0f - 0.5f;
