@@ -40,28 +40,23 @@
  * permutes of the bf16 results with AVX-512). The copy splits each padded
  * row by column phase (stride), so a tap's consecutive positions are
  * consecutive values; strides 1 and 2 copy a vector at a time.
- * Weight gradient: per group of 8 channels, up to TAP_BLOCK taps at once
- * over the row, each vector holding VW / 8 positions of dy as it lies and
- * x repeated to match.
+ * Weight gradient: conv_stem_dw.c.
  *
  * Values are what the oneDNN path computes: in bf16 the image and the
  * weights are rounded to bf16, products summed in f32, the output rounded to
  * bf16 (the tests find the outputs bit-identical; f32 differs by summation
- * order). The weight gradient sums a row of
- * positions in f32 and rows in double, per thread over a static share of the
- * rows, added in thread order: the same bits for a given thread count. */
+ * order). */
 #ifdef SPRY_HAVE_DNNL
 #include <math.h>
 #include <omp.h>
 #include <string.h>
 
 #include "backends/cpu/conv_narrow.h"
+#include "backends/cpu/conv_stem.h"
 #include "backends/cpu/cpu.h"
 #include "backends/cpu/vec.h"
 #include "core/bf16.h"
 #include "ops/ops.h"
-
-enum { STEM_MAX_IC = 4, STEM_MAX_K = 49, STEM_MAX_OC = 64 };
 
 int cpu_conv_use_stem = 1;
 /* Inference takes the stem up to this many output channels: where it was
@@ -85,35 +80,6 @@ int cpu_conv_stem_f32_infer = 0;
 #endif
 int cpu_conv_stem_fuse_next = 1;
 long cpu_stem_fused_calls;
-
-typedef struct {
-  cpu_node base;
-  int64_t n, ic, ih, iw, oc, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw, k; /* k = ic kh kw taps */
-  int64_t hp, wq; /* the padded image's rows, and values per phase row (pad_image) */
-  int has_bias, threads;
-  int bf16;              /* image copy and output in bf16 (else f32: inference plans only) */
-  int infer, fold, relu; /* an inference plan; the batch norm after it folded in (frozen), and the ReLU */
-  int stream;            /* inference's output written past the caches (cpu_stream_threshold) */
-  int kept;              /* frozen: wt and bias in the node's own memory, made again only when stale */
-  size_t wt_off, bias_off, acc_off, img_off; /* in forward / backward scratch (img_off: inference's rows) */
-  size_t pad_slice;                          /* inference: one thread's padded rows, whole cache lines */
-  void *img;        /* bound: the padded image (training: saved for backward), or inference's padded rows per thread */
-  float *wt, *bias; /* bias: folded (inference) */
-  double *acc;
-  /* Inference: the 3x3 convolution after the stem's batch norm and ReLU
-   * (and its own two), computed here row by row from stem rows in a ring
-   * of KS per thread (conv_narrow.h's padded rows): the stem's output is
-   * never stored. */
-  int fused;
-  cpu_narrow next;
-  size_t ring_off;
-  char *ring;
-  /* bf16, fused: the weights of taps 2p and 2p + 1 as one bf16 pair per
-   * output channel (wpair[8 p + l]: tap 2p in the high half), for
-   * vdpbf16ps; in the node's kept memory. */
-  size_t wpair_off;
-  uint32_t *wpair;
-} stem_node;
 
 /* The image in bf16, zero-padded and split by column phase: padded row
  * (n, i, y) is sw rows of wq values, phase p holding padded columns
@@ -197,7 +163,7 @@ static void pad_image(const stem_node *s, const float *x, void *img) {
  * padded rows are those of the whole image (img: [n ic + i][y], training),
  * or where `slot` is set, those this output row reads, window row r's in
  * slot[r] ([slot][i], built by the caller: inference). */
-static void tap_rows(const stem_node *s, const void *img, int64_t row, const int64_t *slot, const void **src) {
+void cpu_stem_tap_rows(const stem_node *s, const void *img, int64_t row, const int64_t *slot, const void **src) {
   const int64_t n = row / s->oh, oy = row % s->oh;
   const size_t es = s->bf16 ? 2 : 4;
   int64_t t = 0;
@@ -369,82 +335,6 @@ INLINE void forward_row(const stem_node *s, const void *const *src, const float 
   }
 }
 
-/* Weight-gradient vectors hold VW / 8 positions of 8 channels: dy as it
- * lies (channels-last), and each position's x repeated over its 8 lanes. */
-enum { PP = VW / 8 };
-
-/* Positions j.. of the 8 channels from c (a missing second position: 0). */
-INLINE vfw dy_lanes(const uint16_t *dy, int64_t j, int64_t oc, int64_t c, int64_t ow) {
-#ifdef __AVX512F__
-  if (oc == 8 && j + 1 < ow) return vldw(dy, j * 8, 1, VW);
-  const vf8 lo = vld(dy, j * oc + c, 1), hi = j + 1 < ow ? vld(dy, (j + 1) * oc + c, 1) : vbcast(0.0f);
-  return __builtin_shufflevector(lo, hi, VW_ALL);
-#else
-  (void)ow;
-  return vld(dy, j * oc + c, 1);
-#endif
-}
-
-INLINE vfw x_lanes(const uint16_t *x, int64_t j) {
-#ifdef __AVX512F__
-  /* x[j] and x[j+1] as one word pair: lanes 0-7 take the low bf16, 8-15
-   * the high one, each moved to the top of its f32. */
-  uint32_t pair;
-  memcpy(&pair, x + j, sizeof pair);
-  const vu16 u = {pair, pair, pair, pair, pair, pair, pair, pair, pair, pair, pair, pair, pair, pair, pair, pair};
-  const vu16 shift = {16, 16, 16, 16, 16, 16, 16, 16, 0, 0, 0, 0, 0, 0, 0, 0};
-  return (vfw)((u << shift) & 0xffff0000u);
-#else
-  return vbcast(sp_bf16_widen(x[j]));
-#endif
-}
-
-/* The lanes' positions summed: the 8 channels. */
-INLINE vf8 fold(vfw v) {
-#ifdef __AVX512F__
-  return __builtin_shufflevector(v, v, VW_LO8) + __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
-#else
-  return v;
-#endif
-}
-
-enum { TAP_BLOCK = 10 }; /* accumulators per pass over a row: a 3x3 grey stem and its bias in one */
-
-/* nb taps from t0 (tap k: the bias, summing dy) over one row, 8 channels
- * from c: summed in f32 per row, added into dw_row[t][o] in double. */
-INLINE void tap_block(const stem_node *s, const void *const *src, const uint16_t *dy, int64_t c, int64_t t0,
-                      const int nb, double *dw_row) {
-  const int64_t oc = s->oc, ow = s->ow, k = s->k;
-  vfw p[TAP_BLOCK];
-  VEC_UNROLL
-  for (int b = 0; b < nb; b++) p[b] = vbcastw(0.0f);
-  for (int64_t j = 0; j < ow; j += PP) {
-    const vfw d = dy_lanes(dy, j, oc, c, ow);
-    VEC_UNROLL
-    for (int b = 0; b < nb; b++) p[b] += t0 + b < k ? x_lanes((const uint16_t *)src[t0 + b], j) * d : d;
-  }
-  for (int b = 0; b < nb; b++) {
-    const vf8 sum = fold(p[b]);
-    for (int l = 0; l < 8; l++) dw_row[(t0 + b) * oc + c + l] += sum[l];
-  }
-}
-
-/* One output row's weight gradient: per group of 8 output channels, the
- * taps (and the bias row dw_row[k][o], summing dy) TAP_BLOCK at a time. The
- * tap rows are padded with zeros past ow, so a missing second position
- * reads 0 there and its dy is 0 too. */
-static void backward_row(const stem_node *s, const void *const *src, const uint16_t *dy, double *dw_row) {
-  const int64_t taps = s->k + 1;
-  for (int64_t c = 0; c < s->oc; c += 8)
-    for (int64_t t0 = 0; t0 < taps; t0 += TAP_BLOCK) {
-      const int64_t nb = taps - t0 < TAP_BLOCK ? taps - t0 : TAP_BLOCK;
-      if (nb == TAP_BLOCK)
-        tap_block(s, src, dy, c, t0, TAP_BLOCK, dw_row); /* a constant count: unrolled */
-      else
-        tap_block(s, src, dy, c, t0, (int)nb, dw_row);
-    }
-}
-
 #if defined(__AVX512F__) && defined(__AVX512BF16__)
 /* forward_row for the fused conv (stem_node.fused; 8 channels): the eight
  * vectors of positions go into conv_narrow.h's planar padded row as they
@@ -562,7 +452,7 @@ static void infer_row(const stem_node *s, const float *x, const float *bias, int
     pad_held[k] = key;
   }
   const void *src[STEM_MAX_K];
-  tap_rows(s, pad, row, slot, src);
+  cpu_stem_tap_rows(s, pad, row, slot, src);
   if (planar_len) { /* the fused conv's row: what conv_narrow.h's loops this build has read */
 #if defined(__AVX2__) && defined(__FMA__)
     if (s->next.blocked8) {
@@ -675,7 +565,7 @@ static void stem_forward(cpu_node *n, const sp_op_args *a) {
         continue;
       }
       const void *src[STEM_MAX_K];
-      tap_rows(s, s->img, row, NULL, src);
+      cpu_stem_tap_rows(s, s->img, row, NULL, src);
       if (s->bf16)
         forward_row(s, src, bias, y + row * out_row, 1);
       else
@@ -684,45 +574,6 @@ static void stem_forward(cpu_node *n, const sp_op_args *a) {
 #ifdef __SSE2__
     if (s->stream) _mm_sfence(); /* the streamed lines out before the next layer reads them */
 #endif
-  }
-}
-
-/* dW[o][tap] (and dbias[o]) += (or =, where marked fresh) sum over positions of dy[pos][o] x[pos][tap]:
- * rows in f32, added per thread in double, threads in order. */
-static void stem_backward(cpu_node *n, const sp_op_args *a) {
-  const stem_node *s = (const stem_node *)n;
-  if (!a->d_param[0] && !(s->has_bias && a->d_param[1])) return;
-  const int64_t oc = s->oc, k = s->k, per = (k + 1) * oc; /* the last row: the bias */
-  const uint16_t *dy = a->d_out->data;
-#pragma omp parallel num_threads(s->threads)
-  {
-    const int64_t nt = omp_get_num_threads(), tid = omp_get_thread_num(), rows = s->n * s->oh;
-    double *acc = s->acc + tid * per;
-    const void *src[STEM_MAX_K];
-    for (int64_t j = 0; j < per; j++) acc[j] = 0.0;
-    for (int64_t row = rows * tid / nt; row < rows * (tid + 1) / nt; row++) {
-      tap_rows(s, s->img, row, NULL, src);
-      backward_row(s, src, dy + row * s->ow * oc, acc);
-    }
-#pragma omp barrier
-#pragma omp single
-    {
-      float *dw = a->d_param[0] ? a->d_param[0]->data : NULL;
-      float *db = s->has_bias && a->d_param[1] ? a->d_param[1]->data : NULL;
-      const int w_fresh = (a->d_param_fresh & 1u) != 0, b_fresh = (a->d_param_fresh & 2u) != 0;
-      for (int64_t j = 0; j < per; j++) {
-        double sum = 0.0;
-        for (int64_t t = 0; t < nt; t++) sum += s->acc[t * per + j];
-        const int64_t t = j / oc, o = j % oc;
-        if (t == k) {
-          if (db) db[o] = (b_fresh ? 0.0f : db[o]) + (float)sum;
-        } else if (dw) {
-          const int64_t r = t / (s->kw * s->ic), c = t / s->ic % s->kw, i = t % s->ic;
-          float *d = &dw[((o * s->ic + i) * s->kh + r) * s->kw + c];
-          *d = (w_fresh ? 0.0f : *d) + (float)sum;
-        }
-      }
-    }
   }
 }
 
@@ -741,7 +592,7 @@ static int stem_bind(cpu_node *n, const sp_op_args *a, char *fs, char *bs) {
   return 0;
 }
 
-static const cpu_vt stem_vt = {stem_forward, stem_backward, stem_bind, NULL};
+static const cpu_vt stem_vt = {stem_forward, cpu_stem_backward, stem_bind, NULL};
 
 /* A conv on the plain f32 image, output channels-last: in a bf16 training
  * plan, whose input gradient nobody needs, or in an inference plan (f32 or
