@@ -2,7 +2,8 @@
  * trained 5 steps with AdamW (losses per step, final parameters), the
  * residual BlurPool / soft-argmax net and the TSM block of
  * tests/models/test_torch_parity.c (loss and every gradient), and bitwise
- * run-to-run reproducibility; frozen inference plans (weights prepared once). */
+ * run-to-run reproducibility; frozen inference plans (weights prepared once),
+ * and the VGG's on 16 real IMM photos at batch 16. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +12,7 @@
 #ifdef SPRY_HAVE_DNNL
 #include "backends/cpu/cpu.h"
 #endif
+#include "spry/data.h"
 #include "spry/models.h"
 #include "spry/optim.h"
 #include "spry/train.h"
@@ -23,7 +25,8 @@ static sp_value vgg(sp_graph *g, sp_value x, sp_value t) {
 }
 
 static sp_value conv_bn(sp_graph *g, sp_value x, const char *conv, const char *bn, int out, int k, int s, int pad) {
-  return sp_batchnorm(g, sp_conv2d(g, x, conv, (sp_conv_args){.out_ch = out, .kernel = k, .stride = s, .pad = pad}), bn);
+  return sp_batchnorm(g, sp_conv2d(g, x, conv, (sp_conv_args){.out_ch = out, .kernel = k, .stride = s, .pad = pad}),
+                      bn);
 }
 
 static sp_value residual(sp_graph *g, sp_value x, sp_value t) {
@@ -93,7 +96,8 @@ typedef struct {
 static const model_case vgg_case = {"vgg-face", vgg, 1, 58, SP_F32, {4, {4, 1, 64, 64}}, {3, {4, 58, 2}}};
 static const model_case residual_case = {"residual", residual, 3, 5, SP_F32, {4, {2, 3, 12, 12}}, {3, {2, 5, 2}}};
 static const model_case resunet50_case = {"resunet50", resunet50, 3, 5, SP_F32, {4, {1, 3, 96, 96}}, {3, {1, 5, 2}}};
-static const model_case bottleneck6_case = {"bottleneck-6x6", bottleneck6, 64, 5, SP_F32, {4, {1, 64, 6, 6}}, {3, {1, 5, 2}}};
+static const model_case bottleneck6_case = {"bottleneck-6x6",   bottleneck6,   64, 5, SP_F32,
+                                            {4, {1, 64, 6, 6}}, {3, {1, 5, 2}}};
 static const model_case head_case = {"heatmap-head", heatmap_head, 3, 5, SP_F32, {4, {2, 3, 16, 16}}, {3, {2, 5, 2}}};
 static const model_case tsm_case = {"tsm", tsm, 16, -1, SP_I32, {4, {8, 16, 6, 6}}, {1, {2}}};
 
@@ -200,7 +204,8 @@ static void loss_only_training_plan(void **s) {
   cpu_conv_use_softargmax = 0; /* apart: the heatmaps' buffer is reused once soft-argmax has read it */
 #endif
   gradients_match(&head_case, SP_PLAN_LOSS_ONLY, 1e-4);
-  run kept = make_run(&head_case, SP_BACKEND_CPU, 0, NULL), dropped = make_run(&head_case, SP_BACKEND_CPU, SP_PLAN_LOSS_ONLY, NULL);
+  run kept = make_run(&head_case, SP_BACKEND_CPU, 0, NULL),
+      dropped = make_run(&head_case, SP_BACKEND_CPU, SP_PLAN_LOSS_ONLY, NULL);
   assert_non_null(sp_plan_output(kept.p, "heatmaps"));
   assert_null(sp_plan_output(dropped.p, "heatmaps"));
   assert_non_null(strstr(sp_last_error(), "SP_PLAN_LOSS_ONLY"));
@@ -259,7 +264,6 @@ static void plans_of_several_sizes(void **s) {
   free_run(&cpu);
 }
 
-
 /* The same with the whole TSM-R18 (width 16) that Multigrid trains on the
  * synthetic set, at its three short-cycle sizes (32, 48, 64 px: layer4 meets
  * 1x1, 2x2 and 2x2 maps, oneDNN picks other kernels per size). */
@@ -278,7 +282,8 @@ static void tsm_r18_plans_of_several_sizes(void **s) {
   const int sizes[3][2] = {{32, 4}, {48, 2}, {64, 1}}; /* H = W, clips of 4 frames */
   sp_plan *rp[3], *cp[3];
   for (int k = 0; k < 3; k++) {
-    sp_input_shape in[2] = {{"x", sp_shape4(sizes[k][1] * 4, 3, sizes[k][0], sizes[k][0])}, {"t", sp_shape1(sizes[k][1])}};
+    sp_input_shape in[2] = {{"x", sp_shape4(sizes[k][1] * 4, 3, sizes[k][0], sizes[k][0])},
+                            {"t", sp_shape1(sizes[k][1])}};
     rp[k] = sp_plan_new(ref.g, 2, in, SP_BACKEND_REF, 1, 0);
     cp[k] = sp_plan_new(cpu.g, 2, in, SP_BACKEND_CPU, 1, 0);
     assert_non_null(rp[k]);
@@ -517,11 +522,87 @@ static void frozen_inference(void **s) {
   free_run(&r);
 }
 
+/* The seed's VGG at 96 px on 16 real photos of ../shared/data/imm_face_db
+ * (the whole photo, grey), as `spry predict` or `spry eval` run it at batch
+ * 16: a frozen cpu plan's predictions against the ref backend's. At this
+ * size the frozen f32 stem computes the second layer (9216 positions) and
+ * fc1 (1152 -> 1024, 16 rows) runs linear_fwd.c; below AVX-512 both must
+ * have run. */
+static void real_faces_frozen_vgg(void **s) {
+  (void)s;
+  cmp_require_cpu();
+  enum { N = 16, S = 96, K = 58 };
+  char path[4096], name[64];
+  if (!sp_test_data_path("imm_face_db/01-1m.jpg", path, sizeof path)) {
+    printf("# ../shared/data absent: skipped\n");
+    skip();
+  }
+  sp_graph *g[2];
+  sp_plan *p[2];
+  sp_input_shape in[1] = {{"x", sp_shape4(N, 1, S, S)}};
+  for (int b = 0; b < 2; b++) {
+    g[b] = sp_graph_new(9);
+    sp_value x = sp_graph_input(g[b], "x", SP_F32, 1);
+    sp_graph_output(g[b], sp_model_vgg(g[b], x, S, S, K), "y");
+    assert_null(sp_graph_error(g[b]));
+  }
+  /* Trained-looking batch norms and biases (every 1-D tensor in [0.5, 1.5)), the same in both. */
+  sp_test_rng rng = {23};
+  for (int i = 0; i < sp_graph_param_count(g[0]); i++) {
+    sp_tensor *t = sp_graph_param_value(g[0], i);
+    if (t->shape.ndim == 1) sp_test_fill_uniform(&rng, t->data, sp_tensor_numel(t), 0.5f, 1.5f);
+    memcpy(sp_graph_param_value(g[1], i)->data, t->data, sp_tensor_bytes(t));
+  }
+  p[0] = sp_plan_new(g[0], 1, in, SP_BACKEND_REF, 0, 0);
+  p[1] = sp_plan_new(g[1], 1, in, SP_BACKEND_CPU, 0, SP_PLAN_FROZEN);
+  assert_non_null(p[0]);
+  assert_non_null(p[1]);
+  for (int i = 0; i < N; i++) {
+    sp_image im;
+    snprintf(name, sizeof name, "imm_face_db/%02d-1m.jpg", i + 1); /* the first photo of person i + 1 (m or f) */
+    if (!sp_test_data_path(name, path, sizeof path)) snprintf(name, sizeof name, "imm_face_db/%02d-1f.jpg", i + 1);
+    if (!sp_test_data_path(name, path, sizeof path) || sp_image_load(path, 1, &im) != 0)
+      fail_msg("%s: missing or unreadable (%s)", name, sp_last_error());
+    uint8_t px[S * S];
+    sp_image_crop(&im, sp_crop_rect_whole(im.w, im.h), S, 1, px);
+    sp_image_free(&im);
+    for (int b = 0; b < 2; b++) {
+      float *x = (float *)sp_plan_input(p[b], "x")->data + (size_t)i * S * S;
+      for (int j = 0; j < S * S; j++) x[j] = (float)px[j] / 127.5f - 1.0f;
+    }
+  }
+#ifdef SPRY_HAVE_DNNL
+  const long fused = cpu_stem_fused_calls, linear = cpu_linear_fwd_calls;
+#endif
+  for (int b = 0; b < 2; b++) assert_int_equal(sp_plan_forward(p[b]), 0);
+  const sp_tensor *want = sp_plan_output(p[0], "y"), *got = sp_plan_output(p[1], "y");
+  cmp_case c = {"vgg-face 96 on IMM photos, frozen", NULL, 0, 0, 0, 0, 0, SP_PLAN_FROZEN, 1e-4, 0};
+  cmp_tensor(&c, "predictions", got->data, want->data, sp_tensor_numel(want), 1e-4);
+#ifdef SPRY_HAVE_DNNL
+  printf("# fused stem calls %ld, linear_fwd calls %ld\n", cpu_stem_fused_calls - fused, cpu_linear_fwd_calls - linear);
+#if defined(__AVX2__) && defined(__FMA__)
+  if (!sp_backend_cpu_avx512()) {
+    assert_int_equal(cpu_stem_fused_calls - fused, 1);
+    assert_int_equal(cpu_linear_fwd_calls - linear, 1);
+  }
+#endif
+#endif
+  for (int b = 0; b < 2; b++) sp_plan_free(p[b]), sp_graph_free(g[b]);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(frozen_inference), cmocka_unit_test(plans_of_several_sizes), cmocka_unit_test(tsm_r18_plans_of_several_sizes),
-      cmocka_unit_test(residual_net_f32),     cmocka_unit_test(loss_only_training_plan), cmocka_unit_test(tsm_block_f32), cmocka_unit_test(vgg_gradients_f32),
-      cmocka_unit_test(vgg_training_5_steps), cmocka_unit_test(reproducible_f32), cmocka_unit_test(models_bf16),
+      cmocka_unit_test(real_faces_frozen_vgg),
+      cmocka_unit_test(frozen_inference),
+      cmocka_unit_test(plans_of_several_sizes),
+      cmocka_unit_test(tsm_r18_plans_of_several_sizes),
+      cmocka_unit_test(residual_net_f32),
+      cmocka_unit_test(loss_only_training_plan),
+      cmocka_unit_test(tsm_block_f32),
+      cmocka_unit_test(vgg_gradients_f32),
+      cmocka_unit_test(vgg_training_5_steps),
+      cmocka_unit_test(reproducible_f32),
+      cmocka_unit_test(models_bf16),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
