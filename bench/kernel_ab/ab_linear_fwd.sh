@@ -4,13 +4,8 @@
 # and 16, and fc2 at 64. Build first (`make`): this links build/libspry.a.
 # SHAPES="M K N, ...": other shapes.
 set -euo pipefail
-root=$(git rev-parse --show-toplevel)
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
-gcc -O2 -march=native -fopenmp -I"$root/src" -I"$root/include" -DSPRY_HAVE_DNNL \
-  "$root/bench/kernel_ab/linear_fwd_ab.c" "$root/build/libspry.a" \
-  $(pkg-config --libs libavformat libavcodec libswscale libavutil) -ldnnl -lturbojpeg -lopenblas -lm -lstdc++ \
-  -o "$out/ab"
+# shellcheck source=bench/kernel_ab/build.sh
+source "$(dirname "$0")/build.sh" linear_fwd_ab.c
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 IFS=, read -ra shapes <<<"${SHAPES:-64 6272 1024,16 6272 1024,64 1024 136}"
 for shape in "${shapes[@]}"; do

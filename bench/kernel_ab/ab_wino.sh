@@ -6,13 +6,8 @@
 # links build/libspry.a. On AVX-512 machines oneDNN is held to AVX2, where
 # it chooses the 8-channel blocks this kernel is for.
 set -euo pipefail
-root=$(git rev-parse --show-toplevel)
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
-gcc -O2 -march=native -fopenmp -I"$root/src" -I"$root/include" -DSPRY_HAVE_DNNL \
-  "$root/bench/kernel_ab/wino_vs_onednn.c" "$root/build/libspry.a" \
-  $(pkg-config --libs libavformat libavcodec libswscale libavutil) -ldnnl -lturbojpeg -lopenblas -lm -lstdc++ \
-  -o "$out/ab"
+# shellcheck source=bench/kernel_ab/build.sh
+source "$(dirname "$0")/build.sh" wino_vs_onednn.c
 export ONEDNN_MAX_CPU_ISA=AVX2 OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 # SHAPES="N H C_IN C_OUT, ...": other shapes
 IFS=, read -ra shapes <<<"${SHAPES:-64 112 8 16,64 56 16 32,64 28 32 64,64 14 64 128,1 112 8 16,1 56 16 32,1 28 32 64,1 14 64 128,16 56 128 128,16 28 256 256,16 14 512 512}"

@@ -14,20 +14,15 @@
 
 #include "backends/cpu/cpu.h"
 
-static float unit(uint32_t *s) {
-  *s = *s * 1664525u + 1013904223u;
-  return (float)(*s >> 8) / (float)(1u << 24) - 0.5f;
-}
-
 static void one_shape(int64_t m, int64_t k, int64_t n, int bias, int threads) {
-  uint32_t seed = (uint32_t)(m * 131 + n * 17 + k);
+  sp_test_rng rng = {(uint64_t)(m * 131 + n * 17 + k)};
   float *x = malloc(sizeof(float) * (size_t)(m * k)), *w = malloc(sizeof(float) * (size_t)(n * k));
   float *b = malloc(sizeof(float) * (size_t)n), *y = malloc(sizeof(float) * (size_t)(m * n));
   void *scratch = malloc(cpu_linear_fwd_scratch_bytes(m, k, n));
   assert_non_null(x), assert_non_null(w), assert_non_null(b), assert_non_null(y), assert_non_null(scratch);
-  for (int64_t i = 0; i < m * k; i++) x[i] = unit(&seed);
-  for (int64_t i = 0; i < n * k; i++) w[i] = unit(&seed);
-  for (int64_t i = 0; i < n; i++) b[i] = unit(&seed);
+  sp_test_fill_uniform(&rng, x, m * k, -0.5f, 0.5f);
+  sp_test_fill_uniform(&rng, w, n * k, -0.5f, 0.5f);
+  sp_test_fill_uniform(&rng, b, n, -0.5f, 0.5f);
   for (int64_t i = 0; i < m * n; i++) y[i] = NAN; /* every value must be written */
   cpu_linear_fwd_f32(x, w, bias ? b : NULL, y, m, k, n, threads, scratch);
   double worst = 0, scale = 0;
