@@ -3,7 +3,8 @@
  * residual BlurPool / soft-argmax net and the TSM block of
  * tests/models/test_torch_parity.c (loss and every gradient), and bitwise
  * run-to-run reproducibility; frozen inference plans (weights prepared once),
- * and the VGG's on 16 real IMM photos at batch 16. */
+ * and the VGG's on 16 real IMM photos at batch 16 (inference and a training
+ * step). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -372,10 +373,12 @@ static void vgg_training_5_steps(void **s) {
    * gives the same loss to 9 digits and a first-layer gradient 16% apart.
    * The direct kernels happen to round like the reference in both builds;
    * Winograd (f32 3x3 from 32 channels) rounds otherwise, and is held to
-   * the reference one step at a time in test_cpu_winograd.c. */
-  cpu_conv_winograd = 0;
+   * the reference one step at a time in test_cpu_winograd.c; so does the
+   * fused stem + batch norm (test_cpu_conv_stem_bn.c). */
+  const int stem_bn = cpu_stem_bn_on; /* the fused stem + batch norm (conv_stem_bn.c) sums in other orders too */
+  cpu_conv_winograd = 0, cpu_stem_bn_on = 0;
   train_5_steps(SP_OPT_ADAMW, 1e-3f, 1);
-  cpu_conv_winograd = 1;
+  cpu_conv_winograd = 1, cpu_stem_bn_on = stem_bn;
 }
 
 /* Same seed, same thread count: bitwise the same loss and gradients. */
@@ -528,15 +531,36 @@ static void frozen_inference(void **s) {
  * size the frozen f32 stem computes the second layer (9216 positions) and
  * fc1 (1152 -> 1024, 16 rows) runs linear_fwd.c; below AVX-512 both must
  * have run. */
-static void real_faces_frozen_vgg(void **s) {
-  (void)s;
-  cmp_require_cpu();
-  enum { N = 16, S = 96, K = 58 };
+enum { IMM_N = 16, IMM_S = 96, IMM_K = 58 };
+
+/* The first photo of IMM persons 1..16, whole, grey, IMM_S x IMM_S, scaled
+ * to [-1, 1], into each of the n inputs x[b] ([IMM_N, 1, IMM_S, IMM_S]). 0,
+ * or -1 (SKIP printed) where ../shared/data is absent. */
+static int load_imm_photos(float *const *x, int n) {
   char path[4096], name[64];
   if (!sp_test_data_path("imm_face_db/01-1m.jpg", path, sizeof path)) {
     printf("# ../shared/data absent: skipped\n");
-    skip();
+    return -1;
   }
+  for (int i = 0; i < IMM_N; i++) {
+    sp_image im;
+    snprintf(name, sizeof name, "imm_face_db/%02d-1m.jpg", i + 1); /* the first photo of person i + 1 (m or f) */
+    if (!sp_test_data_path(name, path, sizeof path)) snprintf(name, sizeof name, "imm_face_db/%02d-1f.jpg", i + 1);
+    if (!sp_test_data_path(name, path, sizeof path) || sp_image_load(path, 1, &im) != 0)
+      fail_msg("%s: missing or unreadable (%s)", name, sp_last_error());
+    uint8_t px[IMM_S * IMM_S];
+    sp_image_crop(&im, sp_crop_rect_whole(im.w, im.h), IMM_S, 1, px);
+    sp_image_free(&im);
+    for (int b = 0; b < n; b++)
+      for (int j = 0; j < IMM_S * IMM_S; j++) x[b][(size_t)i * IMM_S * IMM_S + j] = (float)px[j] / 127.5f - 1.0f;
+  }
+  return 0;
+}
+
+static void real_faces_frozen_vgg(void **s) {
+  (void)s;
+  cmp_require_cpu();
+  enum { N = IMM_N, S = IMM_S, K = IMM_K };
   sp_graph *g[2];
   sp_plan *p[2];
   sp_input_shape in[1] = {{"x", sp_shape4(N, 1, S, S)}};
@@ -557,19 +581,10 @@ static void real_faces_frozen_vgg(void **s) {
   p[1] = sp_plan_new(g[1], 1, in, SP_BACKEND_CPU, 0, SP_PLAN_FROZEN);
   assert_non_null(p[0]);
   assert_non_null(p[1]);
-  for (int i = 0; i < N; i++) {
-    sp_image im;
-    snprintf(name, sizeof name, "imm_face_db/%02d-1m.jpg", i + 1); /* the first photo of person i + 1 (m or f) */
-    if (!sp_test_data_path(name, path, sizeof path)) snprintf(name, sizeof name, "imm_face_db/%02d-1f.jpg", i + 1);
-    if (!sp_test_data_path(name, path, sizeof path) || sp_image_load(path, 1, &im) != 0)
-      fail_msg("%s: missing or unreadable (%s)", name, sp_last_error());
-    uint8_t px[S * S];
-    sp_image_crop(&im, sp_crop_rect_whole(im.w, im.h), S, 1, px);
-    sp_image_free(&im);
-    for (int b = 0; b < 2; b++) {
-      float *x = (float *)sp_plan_input(p[b], "x")->data + (size_t)i * S * S;
-      for (int j = 0; j < S * S; j++) x[j] = (float)px[j] / 127.5f - 1.0f;
-    }
+  float *const x[2] = {sp_plan_input(p[0], "x")->data, sp_plan_input(p[1], "x")->data};
+  if (load_imm_photos(x, 2) != 0) {
+    for (int b = 0; b < 2; b++) sp_plan_free(p[b]), sp_graph_free(g[b]);
+    skip();
   }
 #ifdef SPRY_HAVE_DNNL
   const long fused = cpu_stem_fused_calls, linear = cpu_linear_fwd_calls;
@@ -590,9 +605,59 @@ static void real_faces_frozen_vgg(void **s) {
   for (int b = 0; b < 2; b++) sp_plan_free(p[b]), sp_graph_free(g[b]);
 }
 
+static sp_value vgg96(sp_graph *g, sp_value x, sp_value t) {
+  return sp_l1_loss(g, sp_model_vgg(g, x, IMM_S, IMM_S, IMM_K), t);
+}
+
+/* One f32 training step of the seed's VGG at 96 px on the same 16 photos
+ * (batch statistics of real images), cpu against ref: the loss and every
+ * gradient. On the cpu backend the stem, its batch norm and ReLU run as
+ * one node (conv_stem_bn.c, switched on with AVX-512 too). */
+static void real_faces_training_vgg(void **s) {
+  (void)s;
+  cmp_require_cpu();
+  static const model_case m = {"vgg-face 96 on IMM photos, training", vgg96, 1, IMM_K, SP_F32,
+                               {4, {IMM_N, 1, IMM_S, IMM_S}}, {3, {IMM_N, IMM_K, 2}}};
+#ifdef SPRY_HAVE_DNNL
+  const int on = cpu_stem_bn_on;
+  cpu_stem_bn_on = 2;
+  const long calls = cpu_stem_bn_calls;
+#endif
+  run ref = make_run(&m, SP_BACKEND_REF, 0, NULL), cpu = make_run(&m, SP_BACKEND_CPU, 0, ref.g);
+  fill(&m, &ref, 5);
+  fill(&m, &cpu, 5);
+  float *const x[2] = {sp_plan_input(ref.p, "x")->data, sp_plan_input(cpu.p, "x")->data};
+  if (load_imm_photos(x, 2) != 0) {
+    free_run(&ref), free_run(&cpu);
+    skip();
+  }
+  float l_ref = step(&ref), l_cpu = step(&cpu);
+  cmp_case c = {m.label, NULL, 0, 0, 0, 0, 1, 0, 1e-4, 0};
+  printf("# %s: loss ref %.7f cpu %.7f\n", m.label, l_ref, l_cpu);
+  cmp_tensor(&c, "loss", &l_cpu, &l_ref, 1, 1e-4);
+  const double floor = cmp_grad_floor(ref.g);
+  char what[600];
+  for (int i = 0; i < sp_graph_param_count(ref.g); i++) {
+    const sp_tensor *gr = sp_graph_param_grad(ref.g, i);
+    if (!gr) continue;
+    snprintf(what, sizeof what, "grad.%s", sp_graph_param_name(ref.g, i));
+    cmp_tensor_floor(&c, what, sp_graph_param_grad(cpu.g, i)->data, gr->data, sp_tensor_numel(gr), 1e-4, floor);
+  }
+#ifdef SPRY_HAVE_DNNL
+  printf("# fused stem + batch norm calls %ld\n", cpu_stem_bn_calls - calls);
+#if defined(__AVX2__) && defined(__FMA__)
+  assert_int_equal(cpu_stem_bn_calls - calls, 1);
+#endif
+  cpu_stem_bn_on = on;
+#endif
+  free_run(&ref);
+  free_run(&cpu);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(real_faces_frozen_vgg),
+      cmocka_unit_test(real_faces_training_vgg),
       cmocka_unit_test(frozen_inference),
       cmocka_unit_test(plans_of_several_sizes),
       cmocka_unit_test(tsm_r18_plans_of_several_sizes),

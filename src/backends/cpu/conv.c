@@ -627,7 +627,9 @@ static int conv_setup(sp_op_prep *p, conv_node *s, const cpu_conv_geom *g) {
 
 int cpu_conv_prepare(sp_op_prep *p) {
   if (p->in_shape[0].ndim != 4) return cpu_adapter_prepare(p);
-  int r = cpu_conv_stem_prepare(p); /* bf16 training, on the grey or colour image */
+  int r = cpu_conv_stem_bn_prepare(p); /* f32 training: the stem with its batch norm and ReLU */
+  if (r <= 0) return r;
+  r = cpu_conv_stem_prepare(p); /* bf16 training, on the grey or colour image */
   if (r <= 0) return r;
   r = cpu_conv_narrow_prepare(p); /* inference, 3x3 on a narrow channels-last input */
   if (r <= 0) return r;

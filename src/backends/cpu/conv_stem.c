@@ -390,14 +390,17 @@ INLINE void forward_row_planar(const stem_node *s, const void *const *src, const
 #if defined(__AVX2__) && defined(__FMA__)
 
 /* The stem's row for the fused conv on 8 lanes (conv_narrow.h's blocked8,
- * f32): channels-last into its padded row from position 1, as it reads
+ * f32): channels-last, position ox's 8 channels at out + 8 ox, as it reads
  * them. Per RING8_PG positions one accumulator each, the 8 channels across
  * its lanes: per tap, the tap's 8 weights as one vector against each
  * position's value broadcast, so nothing is transposed. A short last group
- * stores only its own positions (the tail stays zero). k (taps) and relu
- * are constants where called: the loops unrolled, a[] in registers. */
+ * stores only its own positions (a padded row's tail stays zero). With
+ * `ss` (scale, shift) each sum becomes sum scale + shift first (a batch
+ * norm), then the ReLU where `relu`; `stream` stores past the caches. k
+ * (taps), relu and stream are constants where called: the loops unrolled,
+ * a[] in registers. */
 INLINE void ring8_row(const stem_node *s, const void *const *src, const float *bias, float *out, const int64_t k,
-                      const int relu) {
+                      const int relu, const vf8 *ss, const int stream) {
   const vf8 b = bias ? vload_f(bias) : vbcast(0.0f);
   for (int64_t j = 0; j < s->ow; j += RING8_PG) {
     vf8 a[RING8_PG];
@@ -410,14 +413,23 @@ INLINE void ring8_row(const stem_node *s, const void *const *src, const float *b
       VEC_UNROLL
       for (int q = 0; q < RING8_PG; q++) a[q] += vbcast(x[q]) * w;
     }
+    if (ss) {
+      VEC_UNROLL
+      for (int q = 0; q < RING8_PG; q++) a[q] = a[q] * ss[0] + ss[1];
+    }
     if (relu) {
       VEC_UNROLL
       for (int q = 0; q < RING8_PG; q++) a[q] = vrelu8(a[q]);
     }
-    float *at = out + (1 + j) * 8;
+    float *at = out + j * 8;
     if (j + RING8_PG <= s->ow) {
       VEC_UNROLL
-      for (int q = 0; q < RING8_PG; q++) *(vf8u *)(at + q * 8) = a[q];
+      for (int q = 0; q < RING8_PG; q++) {
+        if (stream)
+          _mm256_stream_ps(at + q * 8, (__m256)a[q]);
+        else
+          *(vf8u *)(at + q * 8) = a[q];
+      }
     } else {
       for (int64_t q = 0; q < s->ow - j; q++) *(vf8u *)(at + q * 8) = a[q];
     }
@@ -425,22 +437,46 @@ INLINE void ring8_row(const stem_node *s, const void *const *src, const float *b
 }
 
 static void forward_row_ring8(const stem_node *s, const void *const *src, const float *bias, float *out) {
+  out += 8;      /* position 0 of the ring's padded row is the padding */
   if (s->k == 9) /* a 3x3 grey stem */
-    s->relu ? ring8_row(s, src, bias, out, 9, 1) : ring8_row(s, src, bias, out, 9, 0);
+    s->relu ? ring8_row(s, src, bias, out, 9, 1, NULL, 0) : ring8_row(s, src, bias, out, 9, 0, NULL, 0);
   else
-    s->relu ? ring8_row(s, src, bias, out, s->k, 1) : ring8_row(s, src, bias, out, s->k, 0);
+    s->relu ? ring8_row(s, src, bias, out, s->k, 1, NULL, 0) : ring8_row(s, src, bias, out, s->k, 0, NULL, 0);
+}
+
+/* Training's stem with its batch norm (conv_stem_bn.c): see conv_stem.h. */
+void cpu_stem_row8(const stem_node *s, const float *x, int64_t row, char *pad, int64_t *pad_held, float *out,
+                   const void **src) {
+  cpu_stem_window(s, x, row, pad, pad_held, src);
+  const float *bias = s->has_bias ? s->bias : NULL;
+  if (s->k == 9)
+    ring8_row(s, src, bias, out + 8, 9, 0, NULL, 0);
+  else
+    ring8_row(s, src, bias, out + 8, s->k, 0, NULL, 0);
+}
+
+void cpu_stem_row8_bn(const stem_node *s, const float *x, int64_t row, char *pad, int64_t *pad_held, float *out,
+                      const vf8 *ss, int relu, int stream) {
+  const void *src[STEM_MAX_K];
+  cpu_stem_window(s, x, row, pad, pad_held, src);
+  const float *bias = s->has_bias ? s->bias : NULL;
+  const int k9 = s->k == 9; /* a 3x3 grey stem: its taps unrolled */
+  if (relu && stream)
+    k9 ? ring8_row(s, src, bias, out, 9, 1, ss, 1) : ring8_row(s, src, bias, out, s->k, 1, ss, 1);
+  else if (relu)
+    k9 ? ring8_row(s, src, bias, out, 9, 1, ss, 0) : ring8_row(s, src, bias, out, s->k, 1, ss, 0);
+  else
+    stream ? ring8_row(s, src, bias, out, s->k, 0, ss, 1) : ring8_row(s, src, bias, out, s->k, 0, ss, 0);
 }
 #endif
 
-/* Inference: output row `row` into out, from the image rows it reads,
- * padded into `pad` (this thread's: a ring of kh padded rows, pad_held[k] the
- * image row, n hp + y, in slot k; -1 at first); planar_len > 0: into the
- * fused conv's planar rows of that length (forward_row_planar). Padded row y
+/* The image rows output row `row` reads, padded into `pad` (this thread's:
+ * a ring of kh padded rows, pad_held[k] the image row, n hp + y, in slot k;
+ * -1 at first), and where each tap reads position 0 (src). Padded row y
  * sits in slot y % kh, so the next output row finds the rows it shares with
  * this one (kh - sh at stride sh) padded already; with dilation every row
  * is padded again into slot r. */
-static void infer_row(const stem_node *s, const float *x, const float *bias, int64_t row, char *pad, int64_t *pad_held,
-                      void *out, int64_t planar_len) {
+void cpu_stem_window(const stem_node *s, const float *x, int64_t row, char *pad, int64_t *pad_held, const void **src) {
   const int64_t n = row / s->oh, oy = row % s->oh;
   const size_t pad_row_bytes = (s->bf16 ? 2 : 4) * (size_t)(s->sw * s->wq);
   int64_t slot[STEM_MAX_K];
@@ -451,8 +487,16 @@ static void infer_row(const stem_node *s, const float *x, const float *bias, int
     for (int64_t i = 0; i < s->ic; i++) pad_row(s, x, n * s->ic + i, y, pad + (k * s->ic + i) * pad_row_bytes);
     pad_held[k] = key;
   }
-  const void *src[STEM_MAX_K];
   cpu_stem_tap_rows(s, pad, row, slot, src);
+}
+
+/* Inference: output row `row` into out, from the image rows it reads
+ * (cpu_stem_window); planar_len > 0: into the fused conv's planar rows of that
+ * length (forward_row_planar). */
+static void infer_row(const stem_node *s, const float *x, const float *bias, int64_t row, char *pad, int64_t *pad_held,
+                      void *out, int64_t planar_len) {
+  const void *src[STEM_MAX_K];
+  cpu_stem_window(s, x, row, pad, pad_held, src);
   if (planar_len) { /* the fused conv's row: what conv_narrow.h's loops this build has read */
 #if defined(__AVX2__) && defined(__FMA__)
     if (s->next.blocked8) {
@@ -513,6 +557,22 @@ static void fused_forward(const stem_node *s, const sp_op_args *a, const float *
   }
 }
 
+void cpu_stem_weights(const stem_node *s, const float *w, const float *b, const sp_op_args *fold) {
+  const int64_t oc = s->oc;
+  for (int64_t o = 0; o < oc; o++) {
+    float scale = 1.0f, shift = b ? b[o] : 0.0f;
+    if (fold) cpu_bn_fold(fold, o, shift, &scale, &shift);
+    s->bias[o] = shift;
+    for (int64_t i = 0; i < s->ic; i++)
+      for (int64_t r = 0; r < s->kh; r++)
+        for (int64_t c = 0; c < s->kw; c++) {
+          float v = w[((o * s->ic + i) * s->kh + r) * s->kw + c];
+          if (fold) v *= scale;
+          s->wt[((r * s->kw + c) * s->ic + i) * oc + o] = s->bf16 ? sp_bf16_widen(sp_bf16_round(v)) : v;
+        }
+  }
+}
+
 static void stem_forward(cpu_node *n, const sp_op_args *a) {
   const stem_node *s = (const stem_node *)n;
   const int64_t oc = s->oc;
@@ -520,18 +580,7 @@ static void stem_forward(cpu_node *n, const sp_op_args *a) {
   /* [oc][ic][kh][kw] -> [tap][oc], tap = (r kw + c) ic + i, with the batch
    * norm folded in where absorbed (as conv.c folds it), in bf16 values in a
    * bf16 plan; a frozen plan keeps them until its parameters change. */
-  for (int64_t o = 0; o < oc && (!s->kept || a->params_stale); o++) {
-    float scale = 1.0f, shift = b ? b[o] : 0.0f;
-    if (s->fold) cpu_bn_fold(a->consumer, o, shift, &scale, &shift);
-    s->bias[o] = shift;
-    for (int64_t i = 0; i < s->ic; i++)
-      for (int64_t r = 0; r < s->kh; r++)
-        for (int64_t c = 0; c < s->kw; c++) {
-          float v = w[((o * s->ic + i) * s->kh + r) * s->kw + c];
-          if (s->fold) v *= scale;
-          s->wt[((r * s->kw + c) * s->ic + i) * oc + o] = s->bf16 ? sp_bf16_widen(sp_bf16_round(v)) : v;
-        }
-  }
+  if (!s->kept || a->params_stale) cpu_stem_weights(s, w, b, s->fold ? a->consumer : NULL);
   if (s->wpair && (!s->kept || a->params_stale))
     for (int64_t t = 0; t < s->k; t += 2)
       for (int l = 0; l < 8; l++) {
@@ -629,11 +678,9 @@ static int fuse_next(stem_node *s, const sp_op_prep *p) {
   return 1;
 }
 
-int cpu_conv_stem_prepare(sp_op_prep *p) {
-  if (!cpu_conv_use_stem || !applies(p)) return 1;
+void cpu_stem_geometry(stem_node *s, const sp_op_prep *p) {
   const sp_conv2d_attr *at = p->attr;
   const sp_shape *in = &p->in_shape[0], *w = &p->param_shape[0];
-  stem_node *s = cpu_node_new(sizeof *s, &stem_vt);
   s->n = in->d[0], s->ic = in->d[1], s->ih = in->d[2], s->iw = in->d[3];
   s->oc = w->d[0], s->oh = p->out_shape.d[2], s->ow = p->out_shape.d[3], s->kh = w->d[2], s->kw = w->d[3];
   s->sh = at->stride_h, s->sw = at->stride_w, s->ph = at->pad_h, s->pw = at->pad_w, s->dh = at->dil_h,
@@ -642,6 +689,19 @@ int cpu_conv_stem_prepare(sp_op_prep *p) {
   s->has_bias = p->n_param > 1;
   s->threads = omp_get_max_threads();
   s->bf16 = p->bf16;
+  s->hp = s->ih + 2 * s->ph;
+  s->wq = s->ow + (PG > RING8_PG ? PG : RING8_PG) +
+          (s->kw - 1) * s->dw / s->sw; /* the last group and the widest tap offset */
+}
+
+size_t cpu_stem_pad_slice(const stem_node *s) {
+  return line_up((s->bf16 ? 2 : 4) * (size_t)(s->kh * s->ic * s->sw * s->wq));
+}
+
+int cpu_conv_stem_prepare(sp_op_prep *p) {
+  if (!cpu_conv_use_stem || !applies(p)) return 1;
+  stem_node *s = cpu_node_new(sizeof *s, &stem_vt);
+  cpu_stem_geometry(s, p);
   s->infer = !p->run_backward;
   /* A frozen inference plan folds the batch norm after it (and the ReLU
    * after that), as conv.c does. */
@@ -668,9 +728,6 @@ int cpu_conv_stem_prepare(sp_op_prep *p) {
     cpu_node_free(&s->base);
     return 1;
   }
-  s->hp = s->ih + 2 * s->ph;
-  s->wq = s->ow + (PG > RING8_PG ? PG : RING8_PG) +
-          (s->kw - 1) * s->dw / s->sw; /* the last group and the widest tap offset */
   size_t fwd = 0, bwd = 0;
   const size_t es = s->bf16 ? 2 : 4, img = es * (size_t)(s->n * s->ic * s->hp * s->sw * s->wq);
   size_t kept = 0, *w_in = (s->kept = s->infer && p->frozen) ? &kept : &fwd;
@@ -685,7 +742,7 @@ int cpu_conv_stem_prepare(sp_op_prep *p) {
     if (s->fused && s->bf16) s->wpair = (uint32_t *)(mem + s->wpair_off);
   }
   if (s->infer) {
-    s->pad_slice = line_up(es * (size_t)(s->kh * s->ic * s->sw * s->wq));
+    s->pad_slice = cpu_stem_pad_slice(s);
     s->img_off = cpu_take(&fwd, (size_t)s->threads * s->pad_slice); /* rows per thread */
     s->stream = !s->fused && (int64_t)es * s->n * s->oh * s->ow * s->oc >= cpu_stream_threshold();
     if (s->fused) s->ring_off = cpu_take(&fwd, (size_t)s->threads * ring_slice(s));

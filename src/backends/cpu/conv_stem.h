@@ -1,11 +1,13 @@
-/* What conv_stem.c (the stem's forward, its plans) and conv_stem_dw.c (its
- * weight gradient) share: the node's state and where a tap reads the
- * padded image. Private to those two files. */
+/* What conv_stem.c (the stem's forward, its plans), conv_stem_dw.c (its
+ * weight gradient) and conv_stem_bn.c (f32 training's stem with its batch
+ * norm) share: the node's state, where a tap reads the padded image, and
+ * the row loops. Private to those files. */
 #ifndef SPRY_BACKENDS_CPU_CONV_STEM_H
 #define SPRY_BACKENDS_CPU_CONV_STEM_H
 
 #include "backends/cpu/conv_narrow.h"
 #include "backends/cpu/cpu.h"
+#include "backends/cpu/vec.h"
 
 enum { STEM_MAX_IC = 4, STEM_MAX_K = 49, STEM_MAX_OC = 64 };
 
@@ -42,6 +44,31 @@ typedef struct {
  * into src[t]; position ox is ox values on. img: the whole padded image
  * (training), or with `slot` this row's padded rows (inference). */
 void cpu_stem_tap_rows(const stem_node *s, const void *img, int64_t row, const int64_t *slot, const void **src);
+/* The geometry of the stem prep describes (its shapes and attributes, the
+ * padded rows' length), and one thread's ring of padded image rows. */
+void cpu_stem_geometry(stem_node *s, const sp_op_prep *p);
+size_t cpu_stem_pad_slice(const stem_node *s);
+/* s->wt ([tap][oc]) and s->bias from the weights [oc][ic][kh][kw] and bias
+ * (NULL: none), with the batch norm `fold` folded in (NULL: none). */
+void cpu_stem_weights(const stem_node *s, const float *w, const float *b, const sp_op_args *fold);
+/* The image rows output row `row` reads, padded into this thread's ring
+ * (pad: cpu_stem_pad_slice bytes; pad_held: -1 at first), and where each
+ * tap reads position 0 of them (src; consecutive positions are consecutive
+ * values, valid up to ow + 8). */
+void cpu_stem_window(const stem_node *s, const float *x, int64_t row, char *pad, int64_t *pad_held, const void **src);
+#if defined(__AVX2__) && defined(__FMA__)
+/* f32, 8 output channels: output row `row` (bias in, no ReLU) channels-last
+ * into out from position 1 (out + 8: position 0 is left free), from the
+ * image rows cpu_stem_window pads (src as it gives). */
+void cpu_stem_row8(const stem_node *s, const float *x, int64_t row, char *pad, int64_t *pad_held, float *out,
+                   const void **src);
+/* ... normalised (each value y scale + shift, ss = {scale, shift}), then
+ * the ReLU where `relu`, position p's 8 channels at out + 8 p (stream: past
+ * the caches; out 32-byte aligned); the value before the ReLU is computed
+ * as y * ss[0] + ss[1] from the row cpu_stem_row8 gives, bit for bit. */
+void cpu_stem_row8_bn(const stem_node *s, const float *x, int64_t row, char *pad, int64_t *pad_held, float *out,
+                      const vf8 *ss, int relu, int stream);
+#endif
 /* The weight gradient (conv_stem_dw.c): the stem node's backward. */
 void cpu_stem_backward(cpu_node *n, const sp_op_args *a);
 

@@ -620,6 +620,12 @@ int cpu_deconv_mm_prepare(sp_op_prep *p);
  * image with few channels and a small window, as loops of our own; 1 when
  * the case does not apply. Whether a node's state is one. */
 int cpu_conv_stem_prepare(sp_op_prep *p);
+/* conv_stem_bn.c: an f32 training plan's stem (8 output channels, below
+ * AVX-512) with the batch norm and ReLU after it; 1 when it does not apply. */
+int cpu_conv_stem_bn_prepare(sp_op_prep *p);
+int cpu_conv_is_stem_bn(const void *state);
+extern int cpu_stem_bn_on;     /* 0 never; 1 below AVX-512; 2 also with AVX-512 (tests) */
+extern long cpu_stem_bn_calls; /* its forward calls (tests: the path ran) */
 int cpu_conv_is_stem(const void *state);
 extern int cpu_conv_use_stem;              /* 0: oneDNN's convolution there (tests compare the two) */
 extern int64_t cpu_conv_stem_infer_max_oc; /* inference: the stem up to this many output channels */

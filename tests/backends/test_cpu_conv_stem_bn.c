@@ -1,0 +1,166 @@
+/* An f32 training plan's stem with its batch norm and ReLU as one node
+ * (backends/cpu/conv_stem_bn.c): against the reference backend (output,
+ * loss, every gradient, the running statistics), against oneDNN's
+ * convolution and bnorm.c's batch norm on the same values, over grey and
+ * colour images, strides 1-3, padding, dilation, a bias, widths that end
+ * in a partial vector and a batch norm without a ReLU after it; and taken
+ * only where it applies. The node is switched on with AVX-512 too
+ * (cpu_stem_bn_on = 2), where plans leave it off. */
+#include "backend_compare.h"
+
+#ifdef SPRY_HAVE_DNNL
+#include "backends/cpu/cpu.h"
+
+/* Each stem feeds its batch norm (and ReLU), then a 3x3 stride-2 conv, as
+ * in vgg-face. */
+static sp_value tail(sp_graph *g, sp_value x) {
+  return sp_conv2d(g, x, "c2", (sp_conv_args){.out_ch = 16, .kernel = 3, .stride = 2, .pad = 1});
+}
+static sp_value bn_relu(sp_graph *g, sp_value x) { return tail(g, sp_relu(g, sp_batchnorm(g, x, "bn"))); }
+static sp_value b_grey_s2(sp_graph *g, sp_value x) {
+  return bn_relu(g, sp_conv2d(g, x, "stem", (sp_conv_args){.out_ch = 8, .kernel = 3, .stride = 2, .pad = 1}));
+}
+static sp_value b_grey_bias_no_relu(sp_graph *g, sp_value x) {
+  x = sp_conv2d(g, x, "stem", (sp_conv_args){.out_ch = 8, .kernel = 3, .pad = 1, .bias = 1});
+  return tail(g, sp_batchnorm(g, x, "bn"));
+}
+static sp_value b_colour_s2(sp_graph *g, sp_value x) {
+  return bn_relu(g, sp_conv2d(g, x, "stem", (sp_conv_args){.out_ch = 8, .kernel = 3, .stride = 2, .pad = 1}));
+}
+static sp_value b_grey_k5_s3(sp_graph *g, sp_value x) {
+  return bn_relu(g, sp_conv2d(g, x, "stem", (sp_conv_args){.out_ch = 8, .kernel = 5, .stride = 3, .pad = 2}));
+}
+static sp_value b_two_dilated(sp_graph *g, sp_value x) {
+  return bn_relu(
+      g, sp_conv2d(g, x, "stem", (sp_conv_args){.out_ch = 8, .kernel = 3, .stride = 2, .pad = 2, .dilation = 2}));
+}
+
+typedef struct {
+  const char *label;
+  cmp_build_fn body;
+  int n, c, h, w;
+} stem_case;
+
+static const stem_case cases[] = {
+    {"grey 3x3 s2, 19 wide", b_grey_s2, 3, 1, 23, 37},
+    {"grey 3x3 s2, 24 wide", b_grey_s2, 2, 1, 16, 48},
+    {"grey 3x3 bias, no relu", b_grey_bias_no_relu, 2, 1, 9, 21},
+    {"colour 3x3 s2", b_colour_s2, 2, 3, 17, 30},
+    {"grey 5x5 s3", b_grey_k5_s3, 2, 1, 20, 29},
+    {"two channels dilated", b_two_dilated, 2, 2, 17, 21},
+};
+
+static int on_default = -1;
+static void force_on(void) {
+  if (on_default < 0) on_default = cpu_stem_bn_on;
+  cpu_stem_bn_on = 2;
+}
+static void put_back(void) { cpu_stem_bn_on = on_default; }
+
+static void require_avx2_build(void) {
+#if !(defined(__AVX2__) && defined(__FMA__))
+  printf("# built without AVX2 + FMA: the node does not exist here: skipped\n");
+  skip();
+#endif
+}
+
+static void against_ref(void **st) {
+  (void)st;
+  cmp_require_cpu();
+  require_avx2_build();
+  force_on();
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    cmp_case k = {cases[i].label, cases[i].body, cases[i].n, cases[i].c, cases[i].h, cases[i].w, 1, 0, 1e-4, 0};
+    cmp_run_counted(&k, &cpu_stem_bn_calls, 1, "stem + batch norm");
+  }
+  put_back();
+}
+
+static void fused_or_apart(int path) { cpu_stem_bn_on = path == 0 ? 2 : 0; }
+
+/* One training step fused and one apart (oneDNN's convolution, bnorm.c's
+ * batch norm), same parameters and inputs: the output and every gradient
+ * agree to summation order (the statistics come from the image's sums, the
+ * weight gradient from three sums per tap). */
+static void same_as_apart(void **st) {
+  (void)st;
+  cmp_require_cpu();
+  require_avx2_build();
+  force_on();
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    cmp_case k = {cases[c].label, cases[c].body, cases[c].n, cases[c].c, cases[c].h, cases[c].w, 1, 0, 0, 0};
+    const long before = cpu_stem_bn_calls;
+    /* The stem's bias before the batch norm has no true gradient: noise on both paths. */
+    const cmp_two_opts o = {.shift_free = "stem"};
+    cmp_two_paths_with(&k, fused_or_apart, 2e-5, &o);
+    assert_true(cpu_stem_bn_calls > before);
+  }
+  put_back();
+}
+
+/* Without sp_plan_zero_grad between two steps the stem's and the batch
+ * norm's gradients add (the node writes them only when told they are
+ * fresh, which tests/backends/test_cpu_zero_grad.c covers). */
+static void gradients_add(void **st) {
+  (void)st;
+  cmp_require_cpu();
+  require_avx2_build();
+  force_on();
+  cmp_case k = {cases[0].label, cases[0].body, cases[0].n, cases[0].c, cases[0].h, cases[0].w, 1, 0, 0, 0};
+  cmp_grad_adds_twice(&k, "stem.weight", 3);
+  cmp_grad_adds_twice(&k, "bn.weight", 3);
+  cmp_grad_adds_twice(&k, "bn.bias", 3);
+  put_back();
+}
+
+/* Taken for an f32 training plan's conv on the plain image (up to 4
+ * channels, a small window, 8 output channels, no input gradient) whose
+ * sole consumer is a batch norm; by default only below AVX-512. */
+static void taken_where_it_applies(void **st) {
+  (void)st;
+  cmp_require_cpu();
+  require_avx2_build();
+  force_on();
+  sp_batchnorm_attr bn_at = {1e-5f, 0.1f};
+  struct {
+    int bf16, backward, training, need_dx, ic, kernel, oc, bn, bn_plain, relu, on, want;
+  } t[] = {
+      {0, 1, 1, 0, 1, 3, 8, 1, 0, 1, 2, 1},  /* vgg-face's stem */
+      {0, 1, 1, 0, 3, 3, 8, 1, 0, 0, 2, 1},  /* colour, no ReLU */
+      {0, 1, 1, 0, 1, 3, 8, 1, 0, 1, 0, 0},  /* switched off */
+      {1, 1, 1, 0, 1, 3, 8, 1, 0, 1, 2, 0},  /* bf16: conv_stem.c's */
+      {0, 0, 1, 0, 1, 3, 8, 1, 0, 1, 2, 0},  /* no backward */
+      {0, 0, 0, 0, 1, 3, 8, 1, 0, 1, 2, 0},  /* inference */
+      {0, 1, 1, 1, 1, 3, 8, 1, 0, 1, 2, 0},  /* the image's gradient wanted */
+      {0, 1, 1, 0, 1, 3, 16, 1, 0, 1, 2, 0}, /* 16 channels */
+      {0, 1, 1, 0, 8, 3, 8, 1, 0, 1, 2, 0},  /* 8 input channels */
+      {0, 1, 1, 0, 1, 3, 8, 0, 0, 1, 2, 0},  /* no batch norm after it */
+      {0, 1, 1, 0, 1, 3, 8, 1, 1, 1, 2, 0},  /* the batch norm's output a graph output */
+  };
+  for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+    cpu_stem_bn_on = t[i].on;
+    sp_conv2d_attr at = {2, 2, 1, 1, 1, 1, 1};
+    const int64_t out = (32 + 2 - t[i].kernel) / 2 + 1;
+    sp_op_prep p = cmp_conv_prep(&sp_op_conv2d, &at, sp_shape4(2, t[i].ic, 32, 32), sp_shape4(2, t[i].oc, out, out),
+                                 sp_shape4(t[i].oc, t[i].ic, t[i].kernel, t[i].kernel), 0, t[i].bf16, NULL);
+    p.run_backward = t[i].backward, p.training = t[i].training, p.need_d_in[0] = t[i].need_dx;
+    if (t[i].bn) {
+      p.consumer[0] = (sp_op_consumer){.op = &sp_op_batchnorm, .attr = &bn_at, .out_plain = t[i].bn_plain,
+                                       .n_param = 2, .n_state = 2, .n_in = 1};
+      p.consumer[0].out_shape = p.out_shape;
+      if (t[i].relu) p.consumer[1] = (sp_op_consumer){.op = &sp_op_relu, .n_in = 1, .out_shape = p.out_shape};
+    }
+    assert_int_equal(cpu_conv_prepare(&p), 0);
+    const int got = cpu_conv_is_stem_bn(p.state);
+    if (got != t[i].want) fail_msg("case %zu: the fused stem %s", i, t[i].want ? "not taken" : "taken");
+    if (got) assert_int_equal(p.absorb_consumer, 1 + t[i].relu);
+    cpu_node_free(p.state);
+  }
+  /* The default: on below AVX-512 only. */
+  put_back();
+  assert_int_equal(on_default, 1);
+}
+#endif
+
+CMP_CPU_MAIN(cmocka_unit_test(against_ref), cmocka_unit_test(same_as_apart), cmocka_unit_test(gradients_add),
+             cmocka_unit_test(taken_where_it_applies))
