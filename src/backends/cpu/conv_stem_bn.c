@@ -207,13 +207,8 @@ static void sbn_forward(cpu_node *n, const sp_op_args *a) {
     if (stream) _mm_sfence(); /* the streamed lines out before the next layer reads them */
   }
   if (!s->update_running) return;
-  float *rm = bn->state[0]->data, *rv = bn->state[1]->data;
-  const float mom = s->momentum;
-  const double unbias = s->m > 1 ? (double)s->m / (double)(s->m - 1) : 1.0;
-  for (int c = 0; c < C; c++) {
-    rm[c] = (1 - mom) * rm[c] + mom * mean[c];
-    rv[c] = (float)((1 - mom) * rv[c] + mom * (var[c] * unbias));
-  }
+  for (int c = 0; c < C; c++) /* as the reference moves them */
+    sp_bn_running_update(bn->state[0]->data, bn->state[1]->data, c, mean[c], var[c], (double)s->m, s->momentum);
 }
 
 /* dy at position j of the row: dz where the ReLU passed it (all of dz
