@@ -64,15 +64,21 @@ static void require_avx2_build(void) {
 #endif
 }
 
+/* Outputs from half the last-level cache stream past the caches (vgg-face
+ * at batch 64): these small ones do not, so each case runs with the
+ * threshold at 0 too. */
 static void against_ref(void **st) {
   (void)st;
   cmp_require_cpu();
   require_avx2_build();
   force_on();
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    cmp_case k = {cases[i].label, cases[i].body, cases[i].n, cases[i].c, cases[i].h, cases[i].w, 1, 0, 1e-4, 0};
-    cmp_run_counted(&k, &cpu_stem_bn_calls, 1, "stem + batch norm");
-  }
+  for (int stream = 0; stream < 2; stream++)
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+      cpu_bn_stream_bytes = stream ? 0 : -1;
+      cmp_case k = {cases[i].label, cases[i].body, cases[i].n, cases[i].c, cases[i].h, cases[i].w, 1, 0, 1e-4, 0};
+      cmp_run_counted(&k, &cpu_stem_bn_calls, 1, stream ? "stem + batch norm, streamed" : "stem + batch norm");
+    }
+  cpu_bn_stream_bytes = -1;
   put_back();
 }
 
