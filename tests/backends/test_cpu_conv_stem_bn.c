@@ -44,6 +44,7 @@ typedef struct {
 static const stem_case cases[] = {
     {"grey 3x3 s2, 19 wide", b_grey_s2, 3, 1, 23, 37},
     {"grey 3x3 s2, 24 wide", b_grey_s2, 2, 1, 16, 48},
+    {"grey 3x3 s2, 5 wide", b_grey_s2, 3, 1, 11, 9},
     {"grey 3x3 bias, no relu", b_grey_bias_no_relu, 2, 1, 9, 21},
     {"colour 3x3 s2", b_colour_s2, 2, 3, 17, 30},
     {"grey 5x5 s3", b_grey_k5_s3, 2, 1, 20, 29},
