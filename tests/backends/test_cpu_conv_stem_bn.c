@@ -6,6 +6,10 @@
  * in a partial vector and a batch norm without a ReLU after it; and taken
  * only where it applies. The node is switched on with AVX-512 too
  * (cpu_stem_bn_on = 2), where plans leave it off. */
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+
 #include "backend_compare.h"
 
 #ifdef SPRY_HAVE_DNNL
@@ -35,6 +39,16 @@ static sp_value b_two_dilated(sp_graph *g, sp_value x) {
       g, sp_conv2d(g, x, "stem", (sp_conv_args){.out_ch = 8, .kernel = 3, .stride = 2, .pad = 2, .dilation = 2}));
 }
 
+static sp_value b_grey_k7_s2(sp_graph *g, sp_value x) {
+  return bn_relu(g, sp_conv2d(g, x, "stem", (sp_conv_args){.out_ch = 8, .kernel = 7, .stride = 2, .pad = 3}));
+}
+static sp_value b_grey_no_pad(sp_graph *g, sp_value x) {
+  return bn_relu(g, sp_conv2d(g, x, "stem", (sp_conv_args){.out_ch = 8, .kernel = 3}));
+}
+static sp_value b_four_s1(sp_graph *g, sp_value x) {
+  return bn_relu(g, sp_conv2d(g, x, "stem", (sp_conv_args){.out_ch = 8, .kernel = 3, .pad = 1}));
+}
+
 typedef struct {
   const char *label;
   cmp_build_fn body;
@@ -49,6 +63,9 @@ static const stem_case cases[] = {
     {"colour 3x3 s2", b_colour_s2, 2, 3, 17, 30},
     {"grey 5x5 s3", b_grey_k5_s3, 2, 1, 20, 29},
     {"two channels dilated", b_two_dilated, 2, 2, 17, 21},
+    {"grey 7x7 s2 (49 taps)", b_grey_k7_s2, 2, 1, 21, 26},
+    {"four channels 3x3 s1", b_four_s1, 2, 4, 10, 13},
+    {"grey 3x3 s1, no padding", b_grey_no_pad, 2, 1, 20, 27},
 };
 
 static int on_default = -1;
@@ -120,6 +137,124 @@ static void gradients_add(void **st) {
   put_back();
 }
 
+/* One training step of k on ref and on cpu (same parameters, as cmp_run
+ * sets them), the image x = offset + scale u (u uniform in [-1, 1]);
+ * the cpu step run from inside a parallel region (its node's team of one,
+ * smaller than the threads its plan was made for) where `team_of_one`, and
+ * after sp_plan_zero_grad with every gradient NaN where `nan_grads` (a
+ * gradient the node is told to overwrite is never read). Output, loss,
+ * parameters (running statistics included) and, where `grads`, every
+ * gradient within 1e-4 of ref. */
+static void step_against_ref(const cmp_case *k, float offset, float scale, int team_of_one, int nan_grads,
+                             int grads) {
+  sp_shape ys = cmp_out_shape(k);
+  sp_value y[2];
+  sp_graph *g[2] = {cmp_graph(k, &y[0]), cmp_graph(k, &y[1])};
+  sp_plan *p[2] = {cmp_plan(k, g[0], &ys, SP_BACKEND_REF, 0), cmp_plan(k, g[1], &ys, SP_BACKEND_CPU, 0)};
+  const long before = cpu_stem_bn_calls;
+  for (int b = 0; b < 2; b++) /* before either runs: a step moves the running statistics */
+    for (int i = 0; i < sp_graph_param_count(g[b]); i++) {
+      sp_tensor *v = sp_graph_param_value(g[b], i);
+      sp_test_rng r = {1000u + (uint64_t)i};
+      if (strstr(sp_graph_param_name(g[b], i), "running_var"))
+        sp_test_fill_uniform(&r, v->data, sp_tensor_numel(v), 0.5f, 1.5f);
+      else if (b == 1)
+        memcpy(v->data, sp_graph_param_value(g[0], i)->data, sp_tensor_bytes(v));
+    }
+  for (int b = 0; b < 2; b++) {
+    cmp_fill(p[b], 99, 0);
+    sp_tensor *x = sp_plan_input(p[b], "x");
+    for (int64_t i = 0; i < sp_tensor_numel(x); i++) ((float *)x->data)[i] = offset + scale * ((float *)x->data)[i];
+    if (b == 1 && nan_grads) {
+      for (int i = 0; i < sp_graph_param_count(g[b]); i++) {
+        sp_tensor *gr = sp_graph_param_grad(g[b], i);
+        for (int64_t j = 0; gr && j < sp_tensor_numel(gr); j++) ((float *)gr->data)[j] = NAN;
+      }
+      sp_plan_zero_grad(p[b]);
+    } else {
+      sp_graph_zero_grad(g[b]);
+    }
+    int rc = 0;
+    if (b == 1 && team_of_one) {
+      /* A step with every thread first, so each thread's scratch holds sums:
+       * the step with one may not add the others' (the parameters, running
+       * statistics included, put back after it). */
+      const int np = sp_graph_param_count(g[b]);
+      float **keep = malloc(sizeof(float *) * (size_t)np);
+      for (int i = 0; i < np; i++) {
+        const sp_tensor *v = sp_graph_param_value(g[b], i);
+        keep[i] = malloc(sp_tensor_bytes(v));
+        memcpy(keep[i], v->data, sp_tensor_bytes(v));
+      }
+      assert_int_equal(sp_plan_forward(p[b]) || sp_plan_backward(p[b]), 0);
+      for (int i = 0; i < np; i++) {
+        sp_tensor *v = sp_graph_param_value(g[b], i);
+        memcpy(v->data, keep[i], sp_tensor_bytes(v));
+        free(keep[i]);
+      }
+      free(keep);
+      sp_graph_zero_grad(g[b]);
+      /* Inside an active region the node's own gets one thread (no nesting). */
+#pragma omp parallel num_threads(2)
+#pragma omp single
+      rc = sp_plan_forward(p[b]) || sp_plan_backward(p[b]);
+    } else {
+      rc = sp_plan_forward(p[b]) || sp_plan_backward(p[b]);
+    }
+    assert_int_equal(rc, 0);
+  }
+  assert_true(cpu_stem_bn_calls > before);
+  cmp_tensor(k, "y", sp_plan_output(p[1], "y")->data, sp_plan_output(p[0], "y")->data,
+             sp_tensor_numel(sp_plan_output(p[0], "y")), 1e-4);
+  const double floor = cmp_grad_floor(g[0]);
+  char what[600];
+  for (int i = 0; i < sp_graph_param_count(g[0]); i++) {
+    const char *name = sp_graph_param_name(g[0], i);
+    cmp_tensor(k, name, sp_graph_param_value(g[1], i)->data, sp_graph_param_value(g[0], i)->data,
+               sp_tensor_numel(sp_graph_param_value(g[0], i)), 1e-4);
+    if (!grads || !sp_graph_param_grad(g[0], i)) continue;
+    snprintf(what, sizeof what, "grad.%s", name);
+    cmp_tensor_floor(k, what, sp_graph_param_grad(g[1], i)->data, sp_graph_param_grad(g[0], i)->data,
+                     sp_tensor_numel(sp_graph_param_grad(g[0], i)), 1e-4, floor);
+  }
+  for (int b = 0; b < 2; b++) sp_plan_free(p[b]), sp_graph_free(g[b]);
+}
+
+/* Images as a user may feed them, 0..255 and not normalised, and 998..1002:
+ * the image's sums are taken around its mean (gram_row's shift), so the
+ * statistics keep their digits. Without the shift the stem without padding
+ * fails on the second (0.7% in the variance; padding's zeros next to 1000
+ * make the other stems' variances large). That one's gradients are not
+ * compared: summing dy0 x with x near 1000 in f32 leaves every path 7-15% of
+ * the largest apart (oneDNN's convolution and bnorm.c's too). */
+static void image_far_from_zero(void **st) {
+  (void)st;
+  cmp_require_cpu();
+  require_avx2_build();
+  force_on();
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    cmp_case k = {cases[i].label, cases[i].body, cases[i].n, cases[i].c, cases[i].h, cases[i].w, 1, 0, 1e-4, 0};
+    step_against_ref(&k, 128.0f, 100.0f, 0, 0, 1);
+    step_against_ref(&k, 1000.0f, 2.0f, 0, 0, 0); /* a constant far from zero, and little else */
+  }
+  put_back();
+}
+
+/* Fewer threads than the plan was made for (a nested call), and gradients
+ * left NaN for their first writer. */
+static void small_team_and_stale_gradients(void **st) {
+  (void)st;
+  cmp_require_cpu();
+  require_avx2_build();
+  force_on();
+  for (size_t i = 0; i < 3; i++) {
+    cmp_case k = {cases[i].label, cases[i].body, cases[i].n, cases[i].c, cases[i].h, cases[i].w, 1, 0, 1e-4, 0};
+    step_against_ref(&k, 0.0f, 1.0f, 1, 0, 1);
+    step_against_ref(&k, 0.0f, 1.0f, 0, 1, 1);
+  }
+  put_back();
+}
+
 /* Taken for an f32 training plan's conv on the plain image (up to 4
  * channels, a small window, 8 output channels, no input gradient) whose
  * sole consumer is a batch norm; by default only below AVX-512. */
@@ -170,4 +305,5 @@ static void taken_where_it_applies(void **st) {
 #endif
 
 CMP_CPU_MAIN(cmocka_unit_test(against_ref), cmocka_unit_test(same_as_apart), cmocka_unit_test(gradients_add),
+             cmocka_unit_test(image_far_from_zero), cmocka_unit_test(small_team_and_stale_gradients),
              cmocka_unit_test(taken_where_it_applies))

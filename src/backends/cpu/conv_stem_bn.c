@@ -8,7 +8,7 @@
  *              alone (gram_row: the stem is linear in its taps); pass B:
  *              each stem row computed (conv_stem.c's 8-lane loops),
  *              normalised and ReLU'd in registers into the output. The
- *              running statistics move as bnorm.c moves them.
+ *              running statistics move as the reference moves them.
  *   backward   one pass: each row computed again into a row buffer (L1),
  *              with dz (the gradient after the ReLU) dy, the sums of dy and
  *              dy xhat and, per tap, of dy times the image; the weight
@@ -24,9 +24,11 @@
  * batch norm 8.9-9.2 -> 7.0-7.2 ms a step (forward about even, backward
  * 5.1 -> 3.1), the step 2-3% faster.
  *
- * Sums: per row in f32, per thread in double, threads added in thread
- * order (the same bits for a given thread count). The ReLU's mask in
- * backward is the forward's expression on the same row, bit for bit. */
+ * Sums: of the image shifted by its mean (gram_row), per row in f32, per
+ * thread in double, the threads that ran added in thread order (the same
+ * bits for a given thread count). The ReLU's mask in backward is the
+ * forward's expression on the same row, bit for bit. A bias before the
+ * batch norm gets no gradient (it has none). */
 #ifdef SPRY_HAVE_DNNL
 #include <math.h>
 #include <omp.h>
@@ -54,7 +56,7 @@ typedef struct {
   int stream;
   size_t wt_off, bias_off, pad_off, row_off, part_off; /* forward and backward scratch alike */
   size_t dw_off;                                       /* backward scratch: per-thread sums (sbn_backward) */
-  size_t gram_off;                                     /* in saved, after the mean and variance: G, G1 */
+  size_t shift_off, gram_off; /* in saved, after the mean and variance: the taps' shifts; G, G1 (gram_row) */
   size_t pad_slice, row_slice, part_slice, dw_slice;
 } stem_bn_node;
 
@@ -101,16 +103,21 @@ static bn_coef coef_of(const float *mean, const float *var, const float *gamma, 
 INLINE vf8 pre_relu(const bn_coef *k, vf8 y) { return y * k->scale + k->shift; }
 
 /* The batch statistics without the rows. With x_t[p] the value tap t reads
- * at position p, y_c[p] = b_c + sum_t w_tc x_t[p], so
- *   sum_p y_c - M b_c = sum_t w_tc G1[t]          G1[t]   = sum_p x_t[p]
- *   sum_p (y_c - b_c)^2 = sum_t,u w_tc w_uc G[t][u]   G[t][u] = sum_p x_t[p] x_u[p]
+ * at position p and x'_t = x_t - s_t (s_t: a shift per input channel, near
+ * the image's mean), y_c[p] = b_c + S_c + sum_t w_tc x'_t[p] with S_c =
+ * sum_t w_tc s_t, so
+ *   sum_p y_c = sum_t w_tc G1[t] + M (b_c + S_c)    G1[t]   = sum_p x'_t[p]
+ *   M var_c = w_c^T G w_c - (w_c . G1)^2 / M        G[t][u] = sum_p x'_t[p] x'_u[p]
  * G and G1 depend on the image alone: per position k (k + 1) / 2 + k
  * products and sums (54 for a 3x3 grey stem) against the row's 72 FMAs
- * and 72 broadcasts, from the padded rows in L1. Sums per row in f32
- * (ow values), per thread in double; the variance as E[u^2] - E[u]^2 in
- * double (u = y - b), which loses digits only where the mean is 10^4 or
- * more standard deviations from zero. */
-INLINE void gram_row(const void *const *src, int64_t ow, const int64_t k, double *g, double *g1) {
+ * and 72 broadcasts, from the padded rows in L1 (the padding's zeros
+ * shifted too, so the identities hold at the borders). Sums per row in
+ * f32 (ow values), per thread in double. The shift keeps a large mean out
+ * of G; what remains is the quadratic form's own cancellation where var_c
+ * is small against the image's variance (a zero-sum filter on a smooth
+ * image): about 1e-7 times their ratio, in the variance (1e-5 for a
+ * Laplacian on a smooth photo in [0, 1], emulated). */
+INLINE void gram_row(const void *const *src, int64_t ow, const int64_t k, const float *shift, double *g, double *g1) {
   vi8 iota;
   for (int l = 0; l < 8; l++) iota[l] = l;
   const vi8 tail = iota < (vi8){0} + (int)(ow % 8); /* the last vector's lanes inside the row */
@@ -118,15 +125,16 @@ INLINE void gram_row(const void *const *src, int64_t ow, const int64_t k, double
   VEC_UNROLL
   for (int64_t t = 0; t < k; t++) {
     const float *xt = src[t];
-    vf8 a[STEM_MAX_K + 1]; /* a[u - t]: x_t x_u; a[k - t]: x_t */
+    const vf8 st = vbcast(shift[t]);
+    vf8 a[STEM_MAX_K + 1]; /* a[u - t]: x'_t x'_u; a[k - t]: x'_t */
     VEC_UNROLL
     for (int64_t u = t; u <= k; u++) a[u - t] = vbcast(0.0f);
     for (int64_t j = 0; j < ow; j += 8) {
-      vf8 v = vload_f(xt + j);
+      vf8 v = vload_f(xt + j) - st;
       if (j >= full) v = (vf8)((vi8)v & tail); /* past the row: not counted (0 x anything finite) */
       a[k - t] += v;
       VEC_UNROLL
-      for (int64_t u = t; u < k; u++) a[u - t] += v * vload_f((const float *)src[u] + j);
+      for (int64_t u = t; u < k; u++) a[u - t] += v * (vload_f((const float *)src[u] + j) - vbcast(shift[u]));
     }
     VEC_UNROLL
     for (int64_t u = t; u <= k; u++) {
@@ -140,15 +148,33 @@ INLINE void gram_row(const void *const *src, int64_t ow, const int64_t k, double
   }
 }
 
-static void gram_any(const void *const *src, int64_t ow, int64_t k, double *g, double *g1) {
+static void gram_any(const void *const *src, int64_t ow, int64_t k, const float *shift, double *g, double *g1) {
   if (k == 9)
-    gram_row(src, ow, 9, g, g1);
+    gram_row(src, ow, 9, shift, g, g1);
   else
-    gram_row(src, ow, k, g, g1);
+    gram_row(src, ow, k, shift, g, g1);
+}
+
+/* s_t: the mean of the first image's plane that tap t reads (t % ic). */
+static void tap_shifts(const stem_node *st, const float *x, float *shift) {
+  const int64_t plane = st->ih * st->iw;
+  for (int64_t i = 0; i < st->ic; i++) {
+    double sum = 0;
+    for (int64_t p = 0; p < plane; p++) sum += x[i * plane + p];
+    for (int64_t t = i; t < st->k; t += st->ic) shift[t] = (float)(sum / (double)plane);
+  }
+}
+
+/* sum_t w_tc s_t: what the shift takes out of channel c's values. */
+static double shifted_out(const stem_node *st, const float *shift, int c) {
+  double v = 0;
+  for (int64_t t = 0; t < st->k; t++) v += (double)st->wt[t * C + c] * shift[t];
+  return v;
 }
 
 /* Mean and (biased) variance per channel from the sums of all threads. */
-static void stats_of(const stem_node *st, const double *g, const double *g1, double m, float *mean, float *var) {
+static void stats_of(const stem_node *st, const double *g, const double *g1, const float *shift, double m, float *mean,
+                     float *var) {
   const int64_t k = st->k;
   for (int c = 0; c < C; c++) {
     double s1 = 0, s2 = 0;
@@ -159,7 +185,7 @@ static void stats_of(const stem_node *st, const double *g, const double *g1, dou
       for (int64_t u = t + 1; u < k; u++) s2 += 2.0 * wt * st->wt[u * C + c] * g[t * k + u];
     }
     const double mu = s1 / m, v = s2 / m - mu * mu;
-    mean[c] = (float)(mu + (st->has_bias ? st->bias[c] : 0.0f));
+    mean[c] = (float)(mu + shifted_out(st, shift, c) + (st->has_bias ? st->bias[c] : 0.0f));
     var[c] = (float)(v > 0 ? v : 0);
   }
 }
@@ -176,6 +202,8 @@ static void sbn_forward(cpu_node *n, const sp_op_args *a) {
   const int64_t rows = st.n * st.oh, ow = st.ow;
   const int64_t kk = st.k, per = kk * kk + kk; /* per thread: G [k][k] (upper), then G1 [k] */
   bn_coef k;
+  float *shift = (float *)((char *)a->saved + s->shift_off); /* saved for backward */
+  tap_shifts(&st, x, shift);
 #pragma omp parallel num_threads(st.threads)
   {
     const int t = omp_get_thread_num(), nt = omp_get_num_threads();
@@ -186,7 +214,7 @@ static void sbn_forward(cpu_node *n, const sp_op_args *a) {
 #pragma omp for schedule(static)
     for (int64_t row = 0; row < rows; row++) {
       cpu_stem_window(&st, x, row, r.pad, r.pad_held, src);
-      gram_any(src, ow, kk, g, g + kk * kk);
+      gram_any(src, ow, kk, shift, g, g + kk * kk);
     }
 #pragma omp single
     {
@@ -195,7 +223,7 @@ static void sbn_forward(cpu_node *n, const sp_op_args *a) {
         const double *o = (const double *)(sc + s->part_off + (size_t)u * s->part_slice);
         for (int64_t i = 0; i < per; i++) all[i] += o[i];
       }
-      stats_of(&st, all, all + kk * kk, (double)s->m, mean, var);
+      stats_of(&st, all, all + kk * kk, shift, (double)s->m, mean, var);
       memcpy((char *)a->saved + s->gram_off, all, sizeof(double) * (size_t)per); /* for backward */
       k = coef_of(mean, var, gamma, beta, s->eps);
     } /* its barrier: k is set */
@@ -220,7 +248,8 @@ INLINE vf8 dy_at(const stem_bn_node *s, const bn_coef *k, const float *row, cons
 }
 
 /* acc[t0 + q] (per channel) += sum over the row's positions of v[j] times
- * tap t0 + q's image value, nine taps at a time in registers. */
+ * tap t0 + q's image value, nine taps at a time in registers. (Not the
+ * shifted value: a subtraction per FMA made backward 1.3 ms slower.) */
 INLINE void tap_sums(const float *v, const void *const *src, int64_t ow, int64_t taps, double *acc) {
   for (int64_t t0 = 0; t0 < taps; t0 += 9) {
     const int64_t nk = taps - t0 < 9 ? taps - t0 : 9;
@@ -263,12 +292,16 @@ static void sbn_backward(cpu_node *n, const sp_op_args *a) {
               *beta = bn->n_param == 2 ? bn->param[1]->data : NULL, *dz = a->d_out->data;
   const float *mean = a->saved, *var = mean + C;
   const double *g = (const double *)((const char *)a->saved + s->gram_off), *g1 = g + st.k * st.k;
+  const float *shift = (const float *)((const char *)a->saved + s->shift_off);
   const bn_coef k = coef_of(mean, var, gamma, beta, s->eps);
   const int64_t rows = st.n * st.oh, ow = st.ow, taps = st.k;
   const int64_t per = taps * C + N_S * C; /* per thread: [tap][C] of dy x_t, then N_S x C */
+  int team = 1;                           /* the threads that ran (fewer than asked under OMP_THREAD_LIMIT or nested) */
 #pragma omp parallel num_threads(st.threads)
   {
     const int t = omp_get_thread_num();
+#pragma omp single nowait
+    team = omp_get_num_threads();
     thread_rows r = rows_of(s, sc, t);
     const void *src[STEM_MAX_K];
     double *acc = (double *)(sc + s->dw_off + (size_t)t * s->dw_slice), *as = acc + taps * C;
@@ -290,7 +323,7 @@ static void sbn_backward(cpu_node *n, const sp_op_args *a) {
   }
   /* Threads in thread order, then the terms. */
   double tot[STEM_MAX_K * C + N_S * C] = {0};
-  for (int u = 0; u < st.threads; u++) {
+  for (int u = 0; u < team; u++) {
     const double *acc = (const double *)(sc + s->dw_off + (size_t)u * s->dw_slice);
     for (int64_t i = 0; i < per; i++) tot[i] += acc[i];
   }
@@ -299,22 +332,29 @@ static void sbn_backward(cpu_node *n, const sp_op_args *a) {
   float *dbeta = bn->n_param == 2 && bn->d_param[1] ? bn->d_param[1]->data : NULL;
   float *dw = a->d_param[0] ? a->d_param[0]->data : NULL,
         *db = st.has_bias && a->d_param[1] ? a->d_param[1]->data : NULL;
-  /* The plan leaves a gradient we are told to overwrite unzeroed (d_param_fresh). */
-  const float keep_w = a->d_param_fresh & 1u ? 0.0f : 1.0f, keep_b = a->d_param_fresh & 2u ? 0.0f : 1.0f;
+  /* The plan leaves a gradient we are told to overwrite unzeroed (d_param_fresh): its old
+   * value, even a NaN, is not read then. */
+  const int fresh_w = (a->d_param_fresh & 1u) != 0, fresh_b = (a->d_param_fresh & 2u) != 0;
   for (int c = 0; c < C; c++) {
+    /* With x' (gram_row), y - mean = sum_u w_u x'_u - w . G1 / m exactly
+     * (mean = w . G1 / m + S + b), so sum_p (y - mean) x'_t = sum_u w_u
+     * G[u][t] + shift G1[t] with shift = -w . G1 / m: taken in double from
+     * the sums, not from the float mean (which, rounded near a large mean,
+     * would leave sum xh nonzero). Then sum xh x_t = sum xh x'_t, and
+     * sum x_t = G1[t] + m s_t. */
+    double wg1 = 0;
+    for (int64_t q = 0; q < taps; q++) wg1 += st.wt[q * C + c] * g1[q];
     const double istd = k.istd[c], k1 = (double)(gamma ? gamma[c] : 1.0f) * istd, c1 = as[S_DY * C + c] / m,
-                 c2 = as[S_DYXH * C + c] / m, shift = (st.has_bias ? st.bias[c] : 0.0f) - (double)mean[c];
+                 c2 = as[S_DYXH * C + c] / m, shift_c = -wg1 / m;
     if (dgamma) dgamma[c] += (float)as[S_DYXH * C + c];
     if (dbeta) dbeta[c] += (float)as[S_DY * C + c];
-    double sxh = shift * m; /* sum xh / istd = sum_t w_t G1[t] + m (b - mean) */
-    for (int64_t q = 0; q < taps; q++) sxh += st.wt[q * C + c] * g1[q];
-    if (db) db[c] = keep_b * db[c] + (float)(-k1 * c2 * istd * sxh); /* sum dy0: sum dy - m c1 is 0 */
+    if (db) db[c] = fresh_b ? 0.0f : db[c]; /* sum dy0 = 0: a bias before a batch norm has no gradient */
     for (int64_t q = 0; q < taps && dw; q++) {
-      double gw = shift * g1[q]; /* sum xh x_q / istd */
+      double gw = shift_c * g1[q]; /* sum xh x'_q / istd */
       for (int64_t u = 0; u < taps; u++) gw += st.wt[u * C + c] * g[u < q ? u * taps + q : q * taps + u];
       const int64_t rr = q / (st.kw * st.ic), cc = q / st.ic % st.kw, i = q % st.ic;
       float *to = dw + ((c * st.ic + i) * st.kh + rr) * st.kw + cc;
-      *to = keep_w * *to + (float)(k1 * (tot[q * C + c] - c1 * g1[q] - c2 * istd * gw));
+      *to = (fresh_w ? 0.0f : *to) + (float)(k1 * (tot[q * C + c] - c1 * (g1[q] + m * shift[q]) - c2 * istd * gw));
     }
   }
 }
@@ -375,8 +415,9 @@ int cpu_conv_stem_bn_prepare(sp_op_prep *p) {
   size_t bwd = fwd; /* the same places, then the weight gradient's sums */
   s->dw_off = cpu_take(&bwd, (size_t)threads * s->dw_slice);
   s->stream = (int64_t)sizeof(float) * s->m * C >= cpu_stream_threshold();
-  /* The batch's mean and variance, then the image's sums (gram_row). */
-  s->gram_off = sizeof(float) * 2 * C;
+  /* The batch's mean and variance, the taps' shifts, then the image's sums (gram_row). */
+  s->shift_off = sizeof(float) * 2 * C;
+  s->gram_off = s->shift_off + (sizeof(float) * (size_t)s->stem.k + 7) / 8 * 8;
   p->saved_bytes = s->gram_off + sizeof(double) * (size_t)(s->stem.k * s->stem.k + s->stem.k);
   p->param_grad_overwrites = s->stem.has_bias ? 3u : 1u; /* when told (d_param_fresh) */
   p->absorb_consumer = 1 + s->relu;
