@@ -68,6 +68,11 @@ static const stem_case cases[] = {
     {"grey 3x3 s1, no padding", b_grey_no_pad, 2, 1, 20, 27},
 };
 
+/* cases[i] as a training step, held to tol (0: cmp_run's default). */
+static cmp_case training_case(size_t i, double tol) {
+  return (cmp_case){cases[i].label, cases[i].body, cases[i].n, cases[i].c, cases[i].h, cases[i].w, 1, 0, tol, 0};
+}
+
 static int on_default = -1;
 static void force_on(void) {
   if (on_default < 0) on_default = cpu_stem_bn_on;
@@ -93,7 +98,7 @@ static void against_ref(void **st) {
   for (int stream = 0; stream < 2; stream++)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
       cpu_bn_stream_bytes = stream ? 0 : -1;
-      cmp_case k = {cases[i].label, cases[i].body, cases[i].n, cases[i].c, cases[i].h, cases[i].w, 1, 0, 1e-4, 0};
+      cmp_case k = training_case(i, 1e-4);
       cmp_run_counted(&k, &cpu_stem_bn_calls, 1, stream ? "stem + batch norm, streamed" : "stem + batch norm");
     }
   cpu_bn_stream_bytes = -1;
@@ -112,7 +117,7 @@ static void same_as_apart(void **st) {
   require_avx2_build();
   force_on();
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-    cmp_case k = {cases[c].label, cases[c].body, cases[c].n, cases[c].c, cases[c].h, cases[c].w, 1, 0, 0, 0};
+    cmp_case k = training_case(c, 0);
     const long before = cpu_stem_bn_calls;
     /* The stem's bias before the batch norm has no true gradient: noise on both paths. */
     const cmp_two_opts o = {.shift_free = "stem"};
@@ -130,7 +135,7 @@ static void gradients_add(void **st) {
   cmp_require_cpu();
   require_avx2_build();
   force_on();
-  cmp_case k = {cases[0].label, cases[0].body, cases[0].n, cases[0].c, cases[0].h, cases[0].w, 1, 0, 0, 0};
+  cmp_case k = training_case(0, 0);
   cmp_grad_adds_twice(&k, "stem.weight", 3);
   cmp_grad_adds_twice(&k, "bn.weight", 3);
   cmp_grad_adds_twice(&k, "bn.bias", 3);
@@ -233,7 +238,7 @@ static void image_far_from_zero(void **st) {
   require_avx2_build();
   force_on();
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    cmp_case k = {cases[i].label, cases[i].body, cases[i].n, cases[i].c, cases[i].h, cases[i].w, 1, 0, 1e-4, 0};
+    cmp_case k = training_case(i, 1e-4);
     step_against_ref(&k, 128.0f, 100.0f, 0, 0, 1);
     step_against_ref(&k, 1000.0f, 2.0f, 0, 0, 0); /* a constant far from zero, and little else */
   }
@@ -248,7 +253,7 @@ static void small_team_and_stale_gradients(void **st) {
   require_avx2_build();
   force_on();
   for (size_t i = 0; i < 3; i++) {
-    cmp_case k = {cases[i].label, cases[i].body, cases[i].n, cases[i].c, cases[i].h, cases[i].w, 1, 0, 1e-4, 0};
+    cmp_case k = training_case(i, 1e-4);
     step_against_ref(&k, 0.0f, 1.0f, 1, 0, 1);
     step_against_ref(&k, 0.0f, 1.0f, 0, 1, 1);
   }
