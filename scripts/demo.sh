@@ -29,7 +29,7 @@ rm -rf "$out"
 $spry train "$config" "${sets[@]}" --set "out=$out" --set "backend=$backend"
 echo "== evaluating $out/best.safetensors"
 $spry eval --weights "$out/best.safetensors"
-# A photo as a user has it: the first validation image, whole, no box.
+# A photo as a user has it: a validation person's photo (IMM persons 33-40), whole, no box.
 if [ -d "$data_root/imm_face_db" ]; then photo=$data_root/imm_face_db/40-1m.jpg
 else photo=$(ls runs/demo-faces/images/*.jpg | tail -1); fi
 echo "== predicting the points of $photo (no box given)"

@@ -26,6 +26,7 @@ typedef struct {
   sp_cache *c;
   uint8_t *ok;
   atomic_int next;
+  atomic_int no_row; /* images skipped for want of a row in the boxes file */
   pthread_t main;
 } build_job;
 
@@ -88,6 +89,7 @@ static int resolve_box(build_job *job, build_ctx *bc, const sp_kp_sample *s, con
   }
   if (rc == 0) {
   } else if (mode == SP_BOX_FILE) {
+    atomic_fetch_add(&job->no_row, 1);
     return sp_error_set("no row for this image in the boxes file%s", cfg->boxes ? "" : " (data.boxes is not set)");
   } else if (mode == SP_BOX_AUTO && s->has_box) {
     memcpy(box, s->box, sizeof(float) * 4), *src = SP_BOXSRC_ANNOTATION;
@@ -199,7 +201,7 @@ sp_cache *sp_cache_build(const sp_dataset *ds, const sp_crop_config *cfg) {
   c->crop = sp_xmalloc(sizeof(float) * 4 * (size_t)ds->n);
   c->box = sp_xmalloc(sizeof(float) * 4 * (size_t)ds->n);
   c->box_src = sp_xcalloc((size_t)ds->n, 1);
-  build_job job = {ds, cfg, c, sp_xcalloc((size_t)ds->n, 1), 0, pthread_self()};
+  build_job job = {ds, cfg, c, sp_xcalloc((size_t)ds->n, 1), 0, 0, pthread_self()};
   int nt = cfg->threads > 0 ? cfg->threads : sp_default_threads();
   if (nt > ds->n) nt = ds->n;
   pthread_t *th = sp_xmalloc(sizeof(pthread_t) * (size_t)nt);
@@ -244,7 +246,15 @@ sp_cache *sp_cache_build(const sp_dataset *ds, const sp_crop_config *cfg) {
       "spry data: cached %d of %d samples at %dx%d (boxes: %s; %d images skipped, %d annotations skipped) in %.2f s\n",
       n, ds->n, cfg->size, cfg->size, n ? boxes : "none", c->skipped, ds->skipped, sp_now() - t0);
   if (n == 0) {
-    sp_error_set("no image could be decoded (%d skipped)", ds->n);
+    /* Say why: images that decode but have no box row are not "undecodable". */
+    const int no_row = atomic_load(&job.no_row);
+    if (no_row == ds->n)
+      sp_error_set("none of the %d images has a row in the boxes file (data.boxes)", ds->n);
+    else if (no_row > 0)
+      sp_error_set("no image could be used: %d have no row in the boxes file, %d could not be decoded or cropped",
+                   no_row, ds->n - no_row);
+    else
+      sp_error_set("no image could be decoded (%d skipped)", ds->n);
     sp_cache_free(c);
     return NULL;
   }

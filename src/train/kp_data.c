@@ -155,7 +155,15 @@ int sp_kp_data_open(const sp_train_config *cfg, const char *cache_dir, int write
   else
     d->val_cache =
         d->train_cache ? cache(cfg, d, sp_kp_val_box(cfg), cache_dir, write_cache, "cache_val.bin", &d->val) : NULL;
-  if (!d->train_cache || !d->val_cache) return -1;
+  if (!d->train_cache || !d->val_cache) {
+    /* Which part: eval crops the training images too (their points give the
+     * mean shape it compares with), so a boxes file needs rows for them. */
+    const int file = !strcmp(d->train_cache ? sp_kp_val_box(cfg) : cfg->data.box, "file");
+    return sp_error_push("%s, the %s images%s", cfg->data.path, d->train_cache ? "validation" : "training",
+                         file && !d->train_cache ? " (spry eval reads them too, for the mean-shape baseline: the "
+                                                   "boxes file needs their rows as well)"
+                                                 : "");
+  }
   if (d->train_cache->n == 0 || d->val_cache->n == 0)
     return sp_error_set("%s: no image could be decoded", cfg->data.path);
   d->mean_shape = sp_xcalloc((size_t)d->k * 2, sizeof(float));

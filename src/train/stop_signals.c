@@ -52,7 +52,10 @@ static void say(const char *msg) {
  * too. */
 static void take_stop_signal(int sig) {
   if (sig == SIGINT && __atomic_add_fetch(&presses, 1, __ATOMIC_ACQ_REL) >= 2) {
-    say("\nspry: quitting at once; --resume continues from the last checkpoint\n");
+    /* Static text (a signal handler): it cannot know whether a checkpoint
+     * exists yet, so it does not claim one. */
+    say("\nspry: quitting at once without saving; --resume continues from the last checkpoint the run saved, if it "
+        "saved one\n");
     _exit(130);
   }
   if (!__atomic_exchange_n(&requested, 1, __ATOMIC_ACQ_REL))

@@ -171,6 +171,15 @@ static void eval_names_its_boxes(void **state) {
   if (!strstr(out, "boxes.csv line 4") || !strstr(out, "lies outside the"))
     fail_msg("the bad row is not named:\n%s", out);
   assert_int_equal((int)json_number(strrchr(out, '{'), "count"), n - 1);
+  /* A boxes file with a row for no image of the folder: refused, saying
+   * that (not that the images failed to decode). */
+  f = fopen(path, "w");
+  assert_non_null(f);
+  fprintf(f, "image,x,y,w,h\nnot_in_the_folder.jpg,1,2,30,40\n");
+  fclose(f);
+  spry(1, 1, "eval --weights %s/whole/best.safetensors --data %s --boxes %s", dir, faces, path);
+  if (!strstr(out, "has a row in the boxes file") || strstr(out, "could be decoded"))
+    fail_msg("a boxes file without the folder's rows:\n%s", out);
   /* --box on predict: four finite numbers, w and h > 0, on the image. */
   const char *bad[] = {"0,0,inf,inf", "nan,0,10,10", "0,0,0,10", "1,2,3", "0,0,1e30,10", "-100,-100,5,5"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
