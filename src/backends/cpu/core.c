@@ -365,6 +365,7 @@ void cpu_exec_init(cpu_exec *e, dnnl_primitive_t prim) {
   e->n_args = 0;
   e->serial = 0;
   e->w16.on = 0;
+  e->lanes8.on = 0;
 }
 
 int cpu_exec_arg(cpu_exec *e, cpu_node *n, int arg, const dnnl_memory_desc_t *md, void *ptr) {
@@ -402,7 +403,9 @@ void cpu_exec_run(const cpu_exec *e) {
   /* Only when profiling: the kind query is not free. */
   double t0 = reorder_timing && is_reorder(e->prim) ? sp_now() : 0;
   if (e->w16.on) {
-    cpu_w16_run(&e->w16, e->w16_src, e->w16_dst, e->serial);
+    cpu_w16_run(&e->w16, e->own_src, e->own_dst, e->serial);
+  } else if (e->lanes8.on) {
+    cpu_lanes8_run(&e->lanes8, e->own_src, e->own_dst, e->serial);
   } else if (e->serial) {
     /* oneDNN (OpenMP runtime) sizes each parallel region by
      * omp_get_max_threads() when it runs. */
@@ -443,9 +446,9 @@ int cpu_bind_reorder(cpu_exec *e, cpu_node *n, const_dnnl_primitive_desc_t pd, d
    * one (measured: 3-4 ms per 16x8x3x3 weight under load). */
   e->serial = cpu_md_bytes(cpu_pd_md(pd, dnnl_query_src_md, 0)) <= cpu_serial_reorder_bytes;
   int accumulate = reorder_sums(pd);
-  if (accumulate >= 0 &&
-      cpu_w16_of(&e->w16, cpu_pd_md(pd, dnnl_query_src_md, 0), cpu_pd_md(pd, dnnl_query_dst_md, 0), accumulate))
-    e->w16_src = src_ptr, e->w16_dst = dst_ptr;
+  const dnnl_memory_desc_t *from = cpu_pd_md(pd, dnnl_query_src_md, 0), *to = cpu_pd_md(pd, dnnl_query_dst_md, 0);
+  if (accumulate >= 0 && (cpu_w16_of(&e->w16, from, to, accumulate) || cpu_lanes8_of(&e->lanes8, from, to, accumulate)))
+    e->own_src = src_ptr, e->own_dst = dst_ptr;
   if (cpu_exec_arg(e, n, DNNL_ARG_FROM, cpu_pd_md(pd, dnnl_query_src_md, 0), src_ptr) != 0 ||
       cpu_exec_arg(e, n, DNNL_ARG_TO, cpu_pd_md(pd, dnnl_query_dst_md, 0), dst_ptr) != 0)
     return -1;

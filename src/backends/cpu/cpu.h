@@ -73,15 +73,27 @@ extern int cpu_reorder_use_w16; /* 0: oneDNN's reorders for these too (tests com
 int cpu_w16_of(cpu_w16 *t, const dnnl_memory_desc_t *src, const dnnl_memory_desc_t *dst, int accumulate);
 void cpu_w16_run(const cpu_w16 *t, const void *src, void *dst, int serial);
 
+/* reorder_lanes8.c: an activation of 8 channels between one 16-channel
+ * block (half padding) and channels-last, f32 or bf16, written. */
+typedef struct {
+  int on, to_channels_last, esize, stream; /* stream: the output past the caches */
+  int64_t positions;                       /* N H W */
+} cpu_lanes8;
+extern int cpu_reorder_use_lanes8; /* 0: oneDNN's reorders for these too (tests compare) */
+int cpu_lanes8_of(cpu_lanes8 *t, const dnnl_memory_desc_t *src, const dnnl_memory_desc_t *dst, int accumulate);
+void cpu_lanes8_run(const cpu_lanes8 *t, const void *src, void *dst, int serial);
+extern long cpu_lanes8_runs; /* calls so far (tests check where the path is taken) */
+
 /* One primitive execution with its arguments (bound memory objects). */
 typedef struct {
   dnnl_primitive_t prim;
   int n_args;
   int serial; /* run on this thread alone (small reorders, see cpu_bind_reorder) */
   dnnl_exec_arg_t args[CPU_MAX_ARGS];
-  cpu_w16 w16; /* a reorder run by reorder_w16.c instead of prim (w16.on) */
-  const void *w16_src;
-  void *w16_dst;
+  cpu_w16 w16;         /* a reorder run by reorder_w16.c instead of prim (w16.on) */
+  cpu_lanes8 lanes8;   /* ... or by reorder_lanes8.c (lanes8.on) */
+  const void *own_src; /* the reorder's buffers, for either */
+  void *own_dst;
 } cpu_exec;
 
 struct cpu_node {
