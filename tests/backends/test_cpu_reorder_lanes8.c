@@ -63,8 +63,10 @@ static int both_ways_agree(const dnnl_dims_t dims, dnnl_data_type_t dt) {
   assert_int_equal(dnnl_memory_desc_init_by_tag(&cl, 4, dims, dt, dnnl_acdb), dnnl_success);
   const size_t big = dnnl_memory_desc_get_size(&blocked), esize = dt == dnnl_f32 ? 4 : 2;
   assert_int_equal(big, 2 * dnnl_memory_desc_get_size(&cl));
-  /* 64-byte aligned, as plan buffers are (the streamed stores need it). */
-  unsigned char *src = aligned_alloc(64, big), *ref = aligned_alloc(64, big), *got = aligned_alloc(64, big);
+  /* 64-byte aligned, as plan buffers are (the streamed stores need it);
+   * aligned_alloc wants a size in whole alignments. */
+  const size_t alloc = (big + 63) / 64 * 64;
+  unsigned char *src = aligned_alloc(64, alloc), *ref = aligned_alloc(64, alloc), *got = aligned_alloc(64, alloc);
   int ran = 0;
   for (int dir = 0; dir < 2; dir++) {
     const dnnl_memory_desc_t *from = dir ? &cl : &blocked, *to = dir ? &blocked : &cl;
