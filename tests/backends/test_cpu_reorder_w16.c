@@ -9,29 +9,17 @@
 #include "backend_compare.h"
 
 #ifdef SPRY_HAVE_DNNL
-#include "backends/cpu/cpu.h"
+#include "cpu_reorder_run.h"
 
-static const cpu_vt no_vt = {0};
-
-/* src -> dst by oneDNN (own = 0) or by reorder_w16.c (own = 1), through the
- * helpers every node uses; returns the path ours took (cpu_w16 .on). */
+/* src -> dst by oneDNN (own = 0) or by ours (own = 1); returns the path
+ * ours took (cpu_exec .w16.on). */
 static int reorder(const dnnl_memory_desc_t *src, const dnnl_memory_desc_t *dst, int accumulate, int own,
-                   const float *from, float *to) {
+                   const void *from, void *to) {
   cpu_reorder_use_w16 = own;
-  cpu_node *n = cpu_node_new(sizeof(cpu_node), &no_vt);
-  dnnl_primitive_desc_t pd;
-  dnnl_primitive_t prim;
-  assert_int_equal(cpu_make_reorder(n, src, dst, accumulate, &pd, &prim), 0);
-  char *scratch = malloc(cpu_scratchpad_bytes(pd) + 64);
   cpu_exec e;
-  assert_int_equal(cpu_bind_reorder(&e, n, pd, prim, (void *)from, to, scratch), 0);
-  cpu_exec_run(&e);
-  DNNL_RUN(dnnl_stream_wait(cpu_stream()));
-  const int path = e.w16.on;
-  free(scratch);
-  cpu_node_free(n);
+  cpu_reorder_run(src, dst, accumulate, from, to, &e);
   cpu_reorder_use_w16 = 1;
-  return path;
+  return e.w16.on;
 }
 
 static void fill(float *p, size_t n, uint64_t seed) {
