@@ -181,6 +181,7 @@ static void fill_prep(const sp_plan *p, int i, const int *consumer, sp_op_prep *
     if (cn->n_in > 1) {
       const plan_node *o = &p->nodes[cn->in[other]];
       oc->other = other;
+      oc->other_is_in0 = cn->in[other] == nd->in[0];
       oc->other_shape = o->shape;
       oc->other_dtype = o->dtype;
       oc->other_layout = o->layout;

@@ -25,8 +25,10 @@
 #define SP_OP_MAX_IN 8
 #define SP_OP_MAX_PARAM 4
 /* Ops after a node that its prepare is told about and may absorb (a conv,
- * its batch norm and ReLU, and the next conv with its own two). */
-#define SP_OP_CHAIN 5
+ * its batch norm and ReLU, and the next conv with its own two; a frozen
+ * bottleneck block's three convolutions, batch norms, ReLUs and residual add
+ * with the heatmap head and soft-argmax after it: eleven). */
+#define SP_OP_CHAIN 11
 
 enum {
   SP_OP_BWD_NEEDS_INPUT = 1u << 0,  /* backward reads in[] (activations kept alive) */
@@ -85,7 +87,8 @@ typedef struct {
   int n_param, n_state;
   sp_shape param_shape[SP_OP_MAX_PARAM];
   sp_shape out_shape;
-  int n_in, other; /* 1; or 2, the other input being in[other] */
+  int n_in, other;  /* 1; or 2, the other input being in[other] */
+  int other_is_in0; /* that other input is the prepared node's own in[0] (an identity shortcut) */
   sp_shape other_shape;
   sp_dtype other_dtype;
   const void *other_layout;

@@ -70,6 +70,71 @@ static void frozen_plans_follow_weight_changes(void **st) {
   cpu_deconv_1x1_min_channels = 256;
 }
 
+/* ---- the direct form of frozen plans (16-channel blocks, AVX-512 builds):
+ * each output row from its input row, no 1x1 form, no shuffle. ---- */
+
+static int up_ic = 32;
+
+/* x -> conv 3x3 (up_ic channels) -> deconv k2s2 to 48 -> BN -> ReLU -> 1x1. */
+static sp_value b_up_ic(sp_graph *g, sp_value x) {
+  x = sp_relu(g, sp_conv2d(g, x, "pre", (sp_conv_args){.out_ch = up_ic, .kernel = 3, .pad = 1}));
+  x = sp_conv_transpose2d(g, x, "up", (sp_deconv_args){.out_ch = 48, .kernel = 2, .stride = 2});
+  x = sp_relu(g, sp_batchnorm(g, x, "up_bn"));
+  return sp_conv2d(g, x, "post", (sp_conv_args){.out_ch = 3, .kernel = 1, .bias = 1});
+}
+
+/* The frozen plan's output with the direct form allowed up to max_ic input
+ * channels (0: the 1x1 form), random parameters; the direct calls it made. */
+static const sp_tensor *frozen_up(const cmp_case *k, int64_t max_ic, sp_graph **g, sp_plan **p, long *direct) {
+  cpu_deconv_direct_max_ic = max_ic;
+  sp_shape ys = cmp_out_shape(k);
+  sp_value y;
+  *g = cmp_graph(k, &y);
+  cmp_fill_params(*g, 77u);
+  *p = cmp_plan(k, *g, &ys, SP_BACKEND_CPU, SP_PLAN_FROZEN);
+  cpu_deconv_direct_max_ic = 128;
+  cmp_fill(*p, 3, 0);
+  const long before = cpu_dc1_direct_calls;
+  assert_int_equal(sp_plan_forward(*p), 0);
+  *direct = cpu_dc1_direct_calls - before;
+  return sp_plan_output(*p, "y");
+}
+
+/* 32, 64 and 128 input channels; rows of 5 (one short group), 9 (8 + 1) and
+ * 16 positions; outputs in cache and streamed past it. Against the
+ * reference, and against the 1x1 form (summation order only). */
+static void direct_against_ref_and_1x1(void **st) {
+  (void)st;
+  cmp_require_cpu();
+#ifdef __AVX512F__
+  const int direct_here = sp_backend_cpu_avx512();
+#else
+  const int direct_here = 0;
+#endif
+  const struct { int ic, n, h, w; } cases[] = {{32, 2, 6, 5}, {64, 1, 7, 9}, {128, 2, 4, 16}};
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+    for (int stream = 0; stream < 2; stream++) {
+      up_ic = cases[c].ic;
+      cpu_bn_stream_bytes = stream ? 0 : INT64_MAX;
+      cmp_case k = {"deconv direct, frozen", b_up_ic, cases[c].n, 3, cases[c].h, cases[c].w, 0, SP_PLAN_FROZEN, 0, 0};
+      cmp_run(&k);
+      sp_graph *g[2];
+      sp_plan *p[2];
+      long direct[2];
+      const sp_tensor *a = frozen_up(&k, 128, &g[0], &p[0], &direct[0]),
+                      *b = frozen_up(&k, 0, &g[1], &p[1], &direct[1]);
+      const double d = cmp_rel_l2(a, b);
+      printf("# %d channels, %d wide, %s: direct and 1x1 form differ by %.3g (relative L2)\n", cases[c].ic, cases[c].w,
+             stream ? "streamed" : "cached", d);
+      assert_int_equal(direct[0], direct_here);
+      assert_int_equal(direct[1], 0);
+      assert_true(d <= 1e-5);
+      for (int i = 0; i < 2; i++) sp_plan_free(p[i]), sp_graph_free(g[i]);
+    }
+  cpu_bn_stream_bytes = -1;
+  up_ic = 32;
+}
+
 /* A kernel-k transposed convolution node's prep as a training plan makes it:
  * the input [2, ic, 7, w] in `tag`, stride k, padding pad (md and at hold
  * what the prep points to). */
@@ -221,8 +286,8 @@ static void bwd_taken_where_it_applies(void **st) {
 }
 #endif
 
-CMP_CPU_MAIN(cmocka_unit_test(against_ref), cmocka_unit_test(same_as_onednn),
-             cmocka_unit_test(frozen_plans_follow_weight_changes), cmocka_unit_test(taken_where_it_applies),
-             cmocka_unit_test(taken_narrow_when_the_batch_norm_folds), cmocka_unit_test(bwd_against_ref),
-             cmocka_unit_test(bwd_weight_gradient_adds), cmocka_unit_test(bwd_same_as_onednn),
-             cmocka_unit_test(bwd_taken_where_it_applies))
+CMP_CPU_MAIN(cmocka_unit_test(against_ref), cmocka_unit_test(direct_against_ref_and_1x1),
+             cmocka_unit_test(same_as_onednn), cmocka_unit_test(frozen_plans_follow_weight_changes),
+             cmocka_unit_test(taken_where_it_applies), cmocka_unit_test(taken_narrow_when_the_batch_norm_folds),
+             cmocka_unit_test(bwd_against_ref), cmocka_unit_test(bwd_weight_gradient_adds),
+             cmocka_unit_test(bwd_same_as_onednn), cmocka_unit_test(bwd_taken_where_it_applies))

@@ -95,6 +95,11 @@ typedef struct {
   size_t o_w, o_part, o_coef, o_stats, o_threads, thread_bytes;
   size_t t_l, t_x, t_dl, t_dx, t_dw, t_db, t_ij, t_pad; /* inside a thread's region */
   size_t t_amx, t_xp; /* amx: operand buffers (B, A and C of a step), dW's position pairs */
+  /* A bottleneck block computed in front of the head (conv_tail.c), or NULL:
+   * then a tile is a band of `band` image rows, and t_tail its scratch. */
+  cpu_tail *tail;
+  int64_t band;
+  size_t t_tail;
 } csam_node;
 
 /* Per heatmap, saved for backward: the max and 1/sum of exp(L - max), and the
@@ -105,11 +110,14 @@ typedef struct {
 
 /* Elements of the prepared weights: W [K, C]; on AMX W [kp, C] (zero rows
  * past K) and then its heatmap pairs for dX. */
-static int64_t w_elems(const csam_node *s) { return s->amx ? (s->kp + s->kp32) * s->c : s->k * s->c; }
+static int64_t w_elems(const csam_node *s) {
+  return s->amx ? (s->kp + s->kp32) * s->c : s->tail ? s->kp * s->c : s->k * s->c;
+}
 
 /* W[k, c] in the plan's precision from the f32 master weights [K, C, 1, 1]. */
 static void prepare_weights(const csam_node *s, const float *w, void *wk) {
   for (int64_t i = 0; i < s->k * s->c; i++) sp_stf(wk, i, w[i], !s->f32);
+  if (s->tail) memset((float *)wk + s->k * s->c, 0, sizeof(float) * (size_t)((s->kp - s->k) * s->c));
   if (!s->amx) return;
   memset((uint16_t *)wk + s->k * s->c, 0, sizeof(uint16_t) * (size_t)((s->kp - s->k) * s->c));
   cpu_amx_head_w_pairs(wk, s->k, s->c, s->kp32, (uint16_t *)wk + s->kp * s->c);
@@ -304,9 +312,11 @@ static void csam_forward(cpu_node *nd, const sp_op_args *a) {
   char *sc = a->scratch;
   void *wk = s->w_kept ? s->w_kept : sc + s->o_w;
   float *part = (float *)(sc + s->o_part), fresh[MAX_HEATMAPS], *b = s->b_kept ? s->b_kept : fresh;
+  const sp_op_args *ha = s->tail ? cpu_tail_head_args(a) : a; /* the head's parameters */
   if (!s->w_kept || a->params_stale) {
-    prepare_weights(s, a->param[0]->data, wk);
-    bias_of(s, a, b);
+    prepare_weights(s, ha->param[0]->data, wk);
+    bias_of(s, ha, b);
+    if (s->tail) cpu_tail_fold(s->tail, a);
   }
   const void *x = a->in[0]->data;
 #pragma omp parallel num_threads(s->threads)
@@ -317,13 +327,26 @@ static void csam_forward(cpu_node *nd, const sp_op_args *a) {
 #pragma omp for schedule(static)
     for (int64_t u = 0; u < s->n * s->tiles; u++) {
       int64_t p0, np;
-      const void *xt = tile_rows(s, x, u, &p0, &np, ts + s->t_x);
-      logits(s, t, wk, xt, l, ts);
+      if (s->tail) { /* the block's output for a band of rows, then the logits from its planes */
+        const int64_t img = u / s->tiles, y0 = u % s->tiles * s->band, nr = s->h - y0 < s->band ? s->h - y0 : s->band;
+        p0 = y0 * s->w, np = nr * s->w;
+        const float *planes = cpu_tail_band(s->tail, x, &s->g, img, y0, nr, ts + s->t_tail);
+        cpu_tail_next next = {.lines = 0};
+        if (u + 1 < s->n * s->tiles) { /* a thread's tiles run in order (static schedule) */
+          const int64_t y1 = (u + 1) % s->tiles * s->band;
+          cpu_tail_next_of(s->tail, x, &s->g, (u + 1) / s->tiles, y1, s->h - y1 < s->band ? s->h - y1 : s->band, &next);
+        }
+        cpu_tail_logits(s->tail, planes, wk, l, s->ldl, (s->k + 7) / 8 * 8, np, &next);
+      } else {
+        const void *xt = tile_rows(s, x, u, &p0, &np, ts + s->t_x);
+        logits(s, t, wk, xt, l, ts);
+      }
       tile_coords(s, p0, jc, ic);
       tile_sums(s, l, b, jc, ic, np, part + u * 4 * s->kp);
     }
   }
   merge_tiles(s, part, a->out->data, a->saved ? a->saved : (void *)(sc + s->o_stats));
+  if (s->tail) cpu_tail_calls++;
 }
 
 /* Per image and heatmap, dL = p (a j + b i + c) with p = exp(L - max) inv_sum:
@@ -495,6 +518,7 @@ static void csam_release(cpu_node *nd) {
     if (s->te[t].stream) dnnl_stream_destroy(s->te[t].stream);
   }
   free(s->te);
+  free(s->tail);
 }
 
 static const cpu_vt csam_vt = {csam_forward, csam_backward, NULL, csam_release};
@@ -571,7 +595,7 @@ static void place_scratch(csam_node *s) {
   s->o_threads = cpu_take(&used, 0);
   /* A row's last vector may read (and dLt's write) up to 15 values into the
    * next row, or past the last one: 16 values of slack. */
-  s->t_l = cpu_take(&t, sizeof(float) * (size_t)(s->ldl * (s->amx ? s->kp : s->k) + 16));
+  s->t_l = cpu_take(&t, sizeof(float) * (size_t)(s->ldl * (s->amx || s->tail ? s->kp : s->k) + 16));
   s->t_x = cpu_take(&t, s->es * (size_t)(s->rows * s->c));
   s->t_dl = cpu_take(&t, s->es * (size_t)(s->ldd * (s->amx ? s->kp32 : s->k) + 16));
   s->t_dx = cpu_take(&t, s->es * (size_t)(s->rows * s->c));
@@ -584,6 +608,7 @@ static void place_scratch(csam_node *s) {
     s->t_amx = cpu_take(&t, b > adx ? b : adx);
     s->t_xp = cpu_take(&t, sizeof(uint16_t) * (size_t)(s->rows * s->c));
   }
+  if (s->tail) s->t_tail = cpu_take(&t, cpu_tail_thread_bytes(s->tail));
   s->thread_bytes = cpu_take(&t, 0);
 }
 
@@ -607,6 +632,10 @@ static int setup(sp_op_prep *p, csam_node *s, const dnnl_memory_desc_t *x) {
     s->rows = (s->rows + 31) / 32 * 32;
     s->tiles = (s->hw + s->rows - 1) / s->rows;
   }
+  if (s->tail) { /* whole rows: the block's 3x3 reads the rows either side */
+    s->rows = s->w * s->band;
+    s->tiles = (s->h + s->band - 1) / s->band;
+  }
   s->rt = s->rows + 16;
   /* The logits' and dL's rows one cache line apart from a multiple of 4 KB:
    * at 1024 positions a tile's 16 rows all fell in one L1 set (the tile
@@ -614,7 +643,7 @@ static int setup(sp_op_prep *p, csam_node *s, const dnnl_memory_desc_t *x) {
    * them dense. */
   s->ldl = s->amx ? s->rows + 16 : s->rows;
   s->ldd = s->amx ? s->rows + 32 : s->rows;
-  if (!s->amx && (make_products(s) || make_tile_execs(s))) return -1;
+  if (!s->amx && !s->tail && (make_products(s) || make_tile_execs(s))) return -1;
   place_scratch(s);
   if (p->frozen && !p->run_backward) {
     size_t used = 0, at_w = cpu_take(&used, s->es * (size_t)w_elems(s)),
@@ -633,13 +662,33 @@ static int setup(sp_op_prep *p, csam_node *s, const dnnl_memory_desc_t *x) {
 
 int cpu_conv_softargmax_prepare(sp_op_prep *p) {
   dnnl_memory_desc_t x;
-  if (cpu_md_input(&x, p, 0) || !applies(p, &x)) return 1;
+  sp_op_prep head; /* a bottleneck block's conv1 (conv_tail.c): the head after it as a prep of its own */
+  if (cpu_md_input(&x, p, 0)) return 1;
+  const int tail = cpu_tail_match(p, &x, &head);
+  sp_op_prep *hp = tail ? &head : p;
+  if (!applies(hp, &x)) return 1;
   csam_node *s = cpu_node_new(sizeof *s, &csam_vt);
-  if (setup(p, s, &x) != 0) {
+  if (tail) {
+    const int64_t w = hp->in_shape[0].d[3];
+    s->band = cpu_tail_band_positions / w > 0 ? cpu_tail_band_positions / w : 1;
+    if (s->band > hp->in_shape[0].d[2]) s->band = hp->in_shape[0].d[2];
+    if (!(s->tail = cpu_tail_new(p, s->band))) return cpu_node_free(&s->base), 1;
+  }
+  if (setup(hp, s, &x) != 0) {
     cpu_node_free(&s->base);
     return 1; /* no fast matmul: the two ops apart */
   }
+  if (tail) { /* what setup reported, for conv1's node, which absorbs the whole chain */
+    p->absorb_consumer = cpu_tail_links();
+    p->state = head.state, p->out_layout = head.out_layout, p->out_bytes = head.out_bytes;
+    p->saved_bytes = head.saved_bytes, p->param_grad_overwrites = 0;
+    p->fwd_scratch_bytes = head.fwd_scratch_bytes, p->bwd_scratch_bytes = head.bwd_scratch_bytes;
+  }
   return 0;
+}
+
+int cpu_conv_is_tail(const void *state) {
+  return cpu_conv_is_softargmax(state) && ((const csam_node *)state)->tail != NULL;
 }
 
 int cpu_conv_is_softargmax(const void *state) { return ((const cpu_node *)state)->vt == &csam_vt; }

@@ -460,7 +460,15 @@ typedef struct {
   float *w2_plain, *b2, *y2, *y;
   void *w2;
   cpu_exec w_re, conv;
+  /* Frozen, 16-channel blocks, AVX-512 builds, up to cpu_deconv_direct_max_ic
+   * input channels: no 1x1 form, no shuffle; each output row straight from
+   * its input row (deconv_1x1.c's direct_row), W'' [OC/16][ky][IC][kx][16]
+   * with the batch norm folded, kept at w2_off. */
+  int direct, stream;
+  const float *x;
 } cpu_dc1;
+extern int64_t cpu_deconv_direct_max_ic;
+extern long cpu_dc1_direct_calls;
 /* 0: taken (its forward scratch bytes in *fwd_scratch; with keep, the bytes
  * W' needs in the node's own memory in *kept_bytes, given by cpu_dc1_keep;
  * fold as cpu_dc1.fold); 1: not; -1: error set. */
@@ -661,6 +669,40 @@ int cpu_deconv_uses_matmul(const void *state);
 int cpu_conv_softargmax_prepare(sp_op_prep *p);
 int cpu_conv_is_softargmax(const void *state);
 extern int cpu_conv_use_softargmax;
+/* conv_tail.c: a frozen f32 plan's bottleneck block (1x1 to 8 channels,
+ * 3x3, 1x1 back, identity residual, ReLUs, batch norms folded) computed band
+ * by band inside the heatmap head after it (AVX-512 builds). cpu_tail_match:
+ * 1 when conv1's prep p (its chain of cpu_tail_links() consumers) is one,
+ * with head filled as the head's own prep; then the node's state (band: image
+ * rows a tile), its per-thread scratch, the folded weights (from conv1's
+ * args), the head's args among them, one band's block output as planes [C]
+ * [band * W] and the head's logits from them (k8: heatmaps in 8s, W's rows
+ * past K zero). cpu_conv_is_tail: the node runs one; the switch lets tests
+ * compare the paths; cpu_tail_calls counts forwards. */
+typedef struct cpu_tail cpu_tail;
+int cpu_tail_match(const sp_op_prep *p, const dnnl_memory_desc_t *x, sp_op_prep *head);
+int cpu_tail_links(void);
+cpu_tail *cpu_tail_new(const sp_op_prep *p, int64_t band);
+size_t cpu_tail_thread_bytes(const cpu_tail *t);
+void cpu_tail_fold(cpu_tail *t, const sp_op_args *a);
+const sp_op_args *cpu_tail_head_args(const sp_op_args *a);
+const float *cpu_tail_band(const cpu_tail *t, const float *x, const cpu_bn_geom *g, int64_t img, int64_t y0, int64_t nr,
+                           char *buf);
+/* The next band's input (its 16-channel blocks' lines), prefetched while
+ * the logits of this one run. */
+typedef struct {
+  const char *at[4];
+  int64_t lines;
+  int blocks;
+} cpu_tail_next;
+void cpu_tail_next_of(const cpu_tail *t, const float *x, const cpu_bn_geom *g, int64_t img, int64_t y0, int64_t nr,
+                      cpu_tail_next *next);
+void cpu_tail_logits(const cpu_tail *t, const float *y, const float *w, float *l, int64_t ldl, int64_t k8, int64_t np,
+                     const cpu_tail_next *next);
+extern int64_t cpu_tail_band_positions;
+int cpu_conv_is_tail(const void *state);
+extern int cpu_conv_use_tail;
+extern long cpu_tail_calls;
 /* softargmax_amx.c: its per-tile products on AMX tiles (bf16, channels-last,
  * C % 32 == 0; the shapes and zero rows the file's top describes).
  * cpu_amx_usable: AMX-BF16 here, allowed by ONEDNN_MAX_CPU_ISA and by the

@@ -34,13 +34,39 @@
  * 112x112 128.3 -> 93.6; the five up-layers 494 -> 373 of a 2986 ms step. */
 #ifdef SPRY_HAVE_DNNL
 #include <omp.h>
+#include <stdint.h>
 #include <string.h>
+#ifdef __AVX512F__
+#include <immintrin.h>
+#endif
 
 #include "backends/cpu/cpu.h"
 #include "ops/ops.h"
 
 int64_t cpu_deconv_1x1_min_channels = 256;
 long cpu_dc1_calls;
+int64_t cpu_deconv_direct_max_ic = 128;
+long cpu_dc1_direct_calls;
+
+/* The direct form (frozen plans, 16-channel blocks, AVX-512 builds): W''
+ * and the bias kept, nothing in scratch. */
+static int direct_prepare(cpu_dc1 *m, const cpu_conv_shape *c, int keep, size_t *fwd_scratch, size_t *kept_bytes) {
+#ifdef __AVX512F__
+  if (!keep || !m->fold || m->lanes != 16 || c->ic > cpu_deconv_direct_max_ic || c->ic % 16 != 0) return 1;
+  m->direct = 1;
+  size_t kept = 0;
+  m->w2_off = cpu_take(&kept, sizeof(float) * (size_t)(4 * c->ic * c->oc));
+  m->b2_off = cpu_take(&kept, sizeof(float) * (size_t)c->oc);
+  *kept_bytes = kept;
+  *fwd_scratch = 0;
+  /* Outputs past the caches where larger than half the last level. */
+  m->stream = (int64_t)sizeof(float) * c->n * c->oc * c->oh * c->ow >= cpu_stream_threshold();
+  return 0;
+#else
+  (void)m, (void)c, (void)keep, (void)fwd_scratch, (void)kept_bytes;
+  return 1;
+#endif
+}
 
 static int fits(const cpu_conv_shape *c, const dnnl_memory_desc_t *src, const dnnl_memory_desc_t *dst, int fold) {
   const int lanes = cpu_md_lanes(src);
@@ -55,6 +81,7 @@ int cpu_dc1_prepare(cpu_dc1 *m, cpu_node *n, const cpu_conv_shape *c, const dnnl
   memset(m, 0, sizeof *m);
   if (!fits(c, src, dst, fold)) return 1;
   m->n = c->n, m->ic = c->ic, m->oc = c->oc, m->h = c->ih, m->w = c->iw, m->fold = fold, m->lanes = cpu_md_lanes(src);
+  if (direct_prepare(m, c, keep, fwd_scratch, kept_bytes) == 0) return 0;
   const dnnl_dims_t y2 = {c->n, 4 * c->oc, c->ih, c->iw}, w2 = {4 * c->oc, c->ic, 1, 1}, one = {1, 1}, zero = {0, 0};
   const dnnl_dims_t b2 = {4 * c->oc};
   dnnl_memory_desc_t w_any;
@@ -97,6 +124,12 @@ int cpu_dc1_prepare(cpu_dc1 *m, cpu_node *n, const cpu_conv_shape *c, const dnnl
 void cpu_dc1_keep(cpu_dc1 *m, char *kept) { m->kept = kept; }
 
 int cpu_dc1_bind(cpu_dc1 *m, cpu_node *n, const void *x, void *y, char *fs) {
+  if (m->direct) {
+    m->w2 = m->kept + m->w2_off, m->b2 = (float *)(m->kept + m->b2_off);
+    m->x = x, m->y = y;
+    if ((uintptr_t)y & 63) m->stream = 0; /* streaming stores want whole aligned vectors */
+    return 0;
+  }
   char *w2 = m->kept ? m->kept : fs;
   m->w2_plain = (float *)(w2 + m->w2_plain_off), m->w2 = w2 + m->w2_off, m->b2 = (float *)(w2 + m->b2_off);
   m->y2 = (float *)(fs + m->y2_off);
@@ -155,7 +188,99 @@ static void shuffle(const cpu_dc1 *m) {
     shuffle_lanes(m, 8);
 }
 
+#ifdef __AVX512F__
+/* W''[ob][ky][ic][kx][16 oc] = W[ic][oc][ky][kx] scale[oc] and the bias:
+ * what one output row's products read in order. */
+static void build_direct(const cpu_dc1 *m, const float *w, const sp_op_args *bn) {
+  float *wd = m->w2;
+#pragma omp parallel for schedule(static)
+  for (int64_t oc = 0; oc < m->oc; oc++) {
+    float scale, shift;
+    cpu_bn_fold(bn, oc, 0.0f, &scale, &shift);
+    m->b2[oc] = shift;
+    const int64_t ob = oc / 16, l = oc % 16;
+    for (int64_t ic = 0; ic < m->ic; ic++)
+      for (int t = 0; t < 4; t++) /* t = 2 ky + kx */
+        wd[(((ob * 2 + t / 2) * m->ic + ic) * 2 + t % 2) * 16 + l] = w[(ic * m->oc + oc) * 4 + t] * scale;
+  }
+}
+
+typedef float v16 __attribute__((vector_size(64)));
+typedef float v16u __attribute__((vector_size(64), aligned(4)));
+
+/* NX input positions from x0 of one input row into the 2 NX output
+ * positions from 2 x0 of output row 2 y + ky, one 16-channel block: NX x 2
+ * (kx) accumulators, per input channel NX broadcasts and the two taps'
+ * weights. */
+static inline __attribute__((always_inline)) void direct_run(const cpu_dc1 *m, const float *xr, const float *wk,
+                                                             const v16 b, float *yr, int64_t x0, const int nx) {
+  const int64_t plane = m->h * m->w * 16;
+  v16 acc[8][2];
+#pragma GCC unroll 8
+  for (int i = 0; i < nx; i++) acc[i][0] = acc[i][1] = b;
+  for (int64_t ib = 0; ib < m->ic / 16; ib++) {
+    const float *xb = xr + ib * plane + x0 * 16, *wb = wk + ib * 16 * 32;
+    for (int l = 0; l < 16; l++) {
+      const v16 w0 = *(const v16 *)(wb + l * 32), w1 = *(const v16 *)(wb + l * 32 + 16);
+#pragma GCC unroll 8
+      for (int i = 0; i < nx; i++) {
+        const float v = xb[i * 16 + l];
+        const v16 xv = {v, v, v, v, v, v, v, v, v, v, v, v, v, v, v, v};
+        acc[i][0] += xv * w0, acc[i][1] += xv * w1;
+      }
+    }
+  }
+  const __m512 zero = _mm512_setzero_ps();
+#pragma GCC unroll 8
+  for (int i = 0; i < nx; i++)
+    for (int kx = 0; kx < 2; kx++) {
+      __m512 v = (__m512)acc[i][kx];
+      if (m->fold == 2) v = _mm512_max_ps(v, zero);
+      float *at = yr + (2 * (x0 + i) + kx) * 16;
+      if (m->stream)
+        _mm512_stream_ps(at, v);
+      else
+        _mm512_storeu_ps(at, v);
+    }
+}
+
+static void direct(const cpu_dc1 *m) {
+  const int64_t W = m->w, OW = 2 * W, OH = 2 * m->h, IB = m->ic / 16, OB = m->oc / 16, full = W / 8 * 8;
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < m->n * m->h; r++) {
+    const int64_t img = r / m->h, y = r % m->h;
+    const float *xr = m->x + (img * IB * m->h + y) * W * 16;
+    for (int64_t ob = 0; ob < OB; ob++)
+      for (int ky = 0; ky < 2; ky++) {
+        const float *wk = (const float *)m->w2 + (ob * 2 + ky) * m->ic * 32;
+        float *yr = m->y + ((img * OB + ob) * OH + 2 * y + ky) * OW * 16;
+        const v16 b = *(const v16u *)(m->b2 + ob * 16);
+        for (int64_t x0 = 0; x0 < full; x0 += 8) direct_run(m, xr, wk, b, yr, x0, 8);
+        switch (W - full) { /* the row's last positions: the count a constant in each */
+          case 7: direct_run(m, xr, wk, b, yr, full, 7); break;
+          case 6: direct_run(m, xr, wk, b, yr, full, 6); break;
+          case 5: direct_run(m, xr, wk, b, yr, full, 5); break;
+          case 4: direct_run(m, xr, wk, b, yr, full, 4); break;
+          case 3: direct_run(m, xr, wk, b, yr, full, 3); break;
+          case 2: direct_run(m, xr, wk, b, yr, full, 2); break;
+          case 1: direct_run(m, xr, wk, b, yr, full, 1); break;
+          default: break;
+        }
+      }
+  }
+  if (m->stream) _mm_sfence();
+}
+#endif
+
 void cpu_dc1_run(const cpu_dc1 *m, const float *w, const sp_op_args *bn, int weights_changed) {
+#ifdef __AVX512F__
+  if (m->direct) {
+    if (weights_changed) build_direct(m, w, bn); /* the first forward of a frozen plan too */
+    direct(m);
+    cpu_dc1_calls++, cpu_dc1_direct_calls++;
+    return;
+  }
+#endif
   if (!m->kept || weights_changed) {
     build_w2(m, w, m->fold ? bn : NULL);
     cpu_exec_run(&m->w_re);
