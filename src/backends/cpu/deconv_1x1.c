@@ -31,7 +31,20 @@
  * is taken at every width, since the shuffle costs what that pass did.
  * Frozen ResUNet-50 f32, batch 64, ms (deconvolution + batch norm -> 1x1 +
  * shuffle, one run each): 2048 -> 512 at 7x7 138.6 -> 107.9, 64 -> 32 at
- * 112x112 128.3 -> 93.6; the five up-layers 494 -> 373 of a 2986 ms step. */
+ * 112x112 128.3 -> 93.6; the five up-layers 494 -> 373 of a 2986 ms step.
+ *
+ * The direct form (frozen plans, 16-channel blocks, AVX-512 builds, up to
+ * cpu_deconv_direct_max_ic input channels): no Y', no shuffle. Each output
+ * row 2 h + ky of a block comes straight from input row h: 8 positions x 2
+ * taps (kx) x 16 output channels in registers, per input channel 8
+ * broadcasts and 2 weight loads for 16 FMAs, the bias as the start and ReLU
+ * before the store, streamed past the caches when the output is large.
+ * Y' was written, read and written again by the shuffle; this writes Y
+ * once. Frozen ResUNet-50 f32, batch 64 (Xeon with AMX, 2 threads,
+ * per-node profile, ms, 1x1 form -> direct): 64 -> 32 at 112x112 77.8 ->
+ * 40.9, 128 -> 64 at 56x56 56.5 -> 42.2; at 256 channels 45.4 -> 41.6 (in
+ * the noise), at 512 and 2048 the direct form lost (40 -> 53, 81 -> 133:
+ * its weights no longer stay in L1), hence 128. */
 #ifdef SPRY_HAVE_DNNL
 #include <omp.h>
 #include <stdint.h>
