@@ -135,6 +135,59 @@ static void direct_against_ref_and_1x1(void **st) {
   up_ic = 32;
 }
 
+static int skip_c = 32;
+
+/* A U-Net join: the image's features at full resolution (skip_c channels),
+ * down by a stride-2 conv to up_ic, up again to 48, BN, ReLU, concat with
+ * the skip, 1x1. */
+static sp_value b_join(sp_graph *g, sp_value x) {
+  sp_value skip = sp_relu(g, sp_conv2d(g, x, "skip", (sp_conv_args){.out_ch = skip_c, .kernel = 3, .pad = 1}));
+  x = sp_relu(g, sp_conv2d(g, skip, "down", (sp_conv_args){.out_ch = up_ic, .kernel = 3, .stride = 2, .pad = 1}));
+  x = sp_conv_transpose2d(g, x, "up", (sp_deconv_args){.out_ch = 48, .kernel = 2, .stride = 2});
+  x = sp_relu(g, sp_batchnorm(g, x, "up_bn"));
+  x = sp_concat(g, 2, (sp_value[]){x, skip});
+  return sp_conv2d(g, x, "post", (sp_conv_args){.out_ch = 3, .kernel = 1, .bias = 1});
+}
+
+/* The direct form writing into the concat after it (the skip copied in
+ * after its channels): against the reference and the 1x1 form, cached and
+ * streamed; with a skip of 8 channels (not whole blocks) the concat stays
+ * apart. */
+static void direct_concat(void **st) {
+  (void)st;
+  cmp_require_cpu();
+#ifdef __AVX512F__
+  const int direct_here = sp_backend_cpu_avx512();
+#else
+  const int direct_here = 0;
+#endif
+  const struct { int ic, skip, n, h, w; } cases[] = {{32, 32, 2, 10, 18}, {64, 16, 1, 14, 32}, {32, 8, 2, 10, 18}};
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+    for (int stream = 0; stream < 2; stream++) {
+      up_ic = cases[c].ic, skip_c = cases[c].skip;
+      cpu_bn_stream_bytes = stream ? 0 : INT64_MAX;
+      cmp_case k = {
+          "deconv direct + concat, frozen", b_join, cases[c].n, 3, cases[c].h, cases[c].w, 0, SP_PLAN_FROZEN, 0, 0};
+      const long cat_before = cpu_dc1_cat_calls;
+      cmp_run(&k);
+      const long cats = cpu_dc1_cat_calls - cat_before;
+      assert_int_equal(cats, direct_here && cases[c].skip % 16 == 0);
+      sp_graph *g[2];
+      sp_plan *p[2];
+      long direct[2];
+      const sp_tensor *a = frozen_up(&k, 128, &g[0], &p[0], &direct[0]),
+                      *b = frozen_up(&k, 0, &g[1], &p[1], &direct[1]);
+      const double d = cmp_rel_l2(a, b);
+      printf("# join of %d + %d channels, %s: direct and 1x1 form differ by %.3g (relative L2)\n", 48, cases[c].skip,
+             stream ? "streamed" : "cached", d);
+      assert_int_equal(direct[0], direct_here);
+      assert_true(d <= 1e-5);
+      for (int i = 0; i < 2; i++) sp_plan_free(p[i]), sp_graph_free(g[i]);
+    }
+  cpu_bn_stream_bytes = -1;
+  up_ic = 32, skip_c = 32;
+}
+
 /* A kernel-k transposed convolution node's prep as a training plan makes it:
  * the input [2, ic, 7, w] in `tag`, stride k, padding pad (md and at hold
  * what the prep points to). */
@@ -287,7 +340,8 @@ static void bwd_taken_where_it_applies(void **st) {
 #endif
 
 CMP_CPU_MAIN(cmocka_unit_test(against_ref), cmocka_unit_test(direct_against_ref_and_1x1),
-             cmocka_unit_test(same_as_onednn), cmocka_unit_test(frozen_plans_follow_weight_changes),
-             cmocka_unit_test(taken_where_it_applies), cmocka_unit_test(taken_narrow_when_the_batch_norm_folds),
-             cmocka_unit_test(bwd_against_ref), cmocka_unit_test(bwd_weight_gradient_adds),
-             cmocka_unit_test(bwd_same_as_onednn), cmocka_unit_test(bwd_taken_where_it_applies))
+             cmocka_unit_test(direct_concat), cmocka_unit_test(same_as_onednn),
+             cmocka_unit_test(frozen_plans_follow_weight_changes), cmocka_unit_test(taken_where_it_applies),
+             cmocka_unit_test(taken_narrow_when_the_batch_norm_folds), cmocka_unit_test(bwd_against_ref),
+             cmocka_unit_test(bwd_weight_gradient_adds), cmocka_unit_test(bwd_same_as_onednn),
+             cmocka_unit_test(bwd_taken_where_it_applies))

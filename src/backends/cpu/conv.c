@@ -165,6 +165,10 @@ static int conv_bind(cpu_node *n, const sp_op_args *a, char *fs, char *bs) {
       cpu_exec_scratchpad(&s->conv, n, s->fwd_pd, fs))
     return -1;
   if (s->dc1 && cpu_dc1_bind(&s->d1, n, src, a->out->data, fs + s->dc1_off)) return -1;
+  if (s->cat) {
+    if (!a->chain[2] || a->chain[2]->n_in != 2) return sp_error_set("deconv: absorbed concat not wired");
+    cpu_dc1_bind_skip(&s->d1, a->chain[2]->in[1]->data);
+  }
   if (s->wino) {
     s->wf_src = src, s->wf_bias = bias;
     s->wf_u = s->wei_kept ? s->wf_u : (float *)(fs + s->wf_u_off), s->wf_work = fs + s->wf_work_off;
@@ -489,7 +493,7 @@ static void place_buffers(sp_op_prep *p, conv_node *s, size_t mm_bwd, size_t bww
   p->saved_bytes = keep;
   p->fwd_scratch_bytes = fwd;
   p->bwd_scratch_bytes = bwd;
-  p->absorb_consumer = s->post_add ? (s->post_relu ? 3 : 2) : s->post_relu ? 2 : s->fold_bn;
+  p->absorb_consumer = s->post_add ? (s->post_relu ? 3 : 2) : s->post_relu ? 2 + s->cat : s->fold_bn;
   /* Every weight-gradient path (oneDNN's with its reorder, conv_mm.c,
    * conv_bww_mm.c) writes the parameter gradients when told. */
   p->param_grad_overwrites = s->run_backward ? (s->has_bias ? 3u : 1u) : 0u;
@@ -560,6 +564,9 @@ static int conv_setup(sp_op_prep *p, conv_node *s, const cpu_conv_geom *g) {
                       : 1;
   if (dc1 < 0) return -1;
   if ((s->dc1 = dc1 == 0)) s->fold_bn = fold > 0, s->post_relu = fold == 2;
+  /* ... and in its direct form the concat after the ReLU (U-Net's skip join):
+   * written in place, the skip copied after it. */
+  s->cat = s->dc1 && cpu_dc1_concat_prepare(&s->d1, p, &s->base.out_md) == 0;
   size_t s2dx_bwd = 0, bww_bwd = 0; /* s2dx: the input gradient as a 2x2 forward convolution (conv_s2_dx.c) */
   const int s2dx = s->need_dx && !g->deconv && g->groups == 1 && cpu_md_equal(&s->x_md, &s->src_md)
                        ? cpu_s2dx_prepare(&s->s2, &s->base, &cs, &s->src_md, &s->dst_md, &s2dx_bwd)

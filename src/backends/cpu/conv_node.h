@@ -44,6 +44,7 @@ typedef struct {
   cpu_dxfwd dxf;
   int dc1; /* a transposed convolution's forward as 1x1 + shuffle (deconv_1x1.c) */
   cpu_dc1 d1;
+  int cat; /* ... in its direct form, with the concat after its batch norm and ReLU absorbed */
   size_t dc1_off, dc1_fwd, dc1_kept; /* its scratch in forward scratch; its W' bytes (frozen) */
   int dcb;                           /* ... and its backward as 1x1 products on a copy of dY (deconv_1x1_bwd.c) */
   cpu_dcb db;

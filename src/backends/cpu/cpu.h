@@ -466,9 +466,21 @@ typedef struct {
    * with the batch norm folded, kept at w2_off. */
   int direct, stream;
   const float *x;
+  /* The direct form with the concat after its batch norm and ReLU absorbed
+   * (U-Net's skip join, cpu_dc1_concat_prepare): Y is the concat's first oc
+   * channels of out_c; the skip (skip_c channels, 16-channel blocks) is
+   * copied after them. */
+  int64_t out_c, skip_c;
+  const float *skip;
 } cpu_dc1;
+/* 0: the direct form m also computes p->consumer[2], a concat of its ReLU's
+ * output and an earlier value in the same blocks (*out_md: the concat's);
+ * 1: not. cpu_dc1_bind_skip: that value's address. */
+int cpu_dc1_concat_prepare(cpu_dc1 *m, const sp_op_prep *p, dnnl_memory_desc_t *out_md);
+void cpu_dc1_bind_skip(cpu_dc1 *m, const void *skip);
+extern int cpu_dc1_use_concat; /* the switch tests and benchmarks compare with (1) */
 extern int64_t cpu_deconv_direct_max_ic;
-extern long cpu_dc1_direct_calls;
+extern long cpu_dc1_direct_calls, cpu_dc1_cat_calls; /* direct forwards; those with a concat */
 /* 0: taken (its forward scratch bytes in *fwd_scratch; with keep, the bytes
  * W' needs in the node's own memory in *kept_bytes, given by cpu_dc1_keep;
  * fold as cpu_dc1.fold); 1: not; -1: error set. */

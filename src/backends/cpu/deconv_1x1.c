@@ -59,7 +59,8 @@
 int64_t cpu_deconv_1x1_min_channels = 256;
 long cpu_dc1_calls;
 int64_t cpu_deconv_direct_max_ic = 128;
-long cpu_dc1_direct_calls;
+long cpu_dc1_direct_calls, cpu_dc1_cat_calls;
+int cpu_dc1_use_concat = 1;
 
 /* The direct form (frozen plans, 16-channel blocks, AVX-512 builds): W''
  * and the bias kept, nothing in scratch. */
@@ -88,6 +89,27 @@ static int fits(const cpu_conv_shape *c, const dnnl_memory_desc_t *src, const dn
          dst->data_type == dnnl_f32 && cpu_md_lanes(dst) == lanes && c->kh == 2 && c->kw == 2 && c->sh == 2 &&
          c->sw == 2 && c->pt == 0 && c->pl == 0 && c->oh == 2 * c->ih && c->ow == 2 * c->iw;
 }
+
+int cpu_dc1_concat_prepare(cpu_dc1 *m, const sp_op_prep *p, dnnl_memory_desc_t *out_md) {
+  const sp_op_consumer *cat = &p->consumer[2];
+  if (!cpu_dc1_use_concat || !m->direct || m->fold != 2 || cat->op != &sp_op_concat || cat->n_in != 2 ||
+      cat->other != 1 || cat->out_plain || cat->other_dtype != SP_F32 || !cat->other_layout ||
+      cat->other_shape.ndim != 4 || cat->other_shape.d[1] % 16)
+    return 1;
+  const sp_shape *o = &cat->other_shape;
+  const int64_t oh = 2 * m->h, ow = 2 * m->w;
+  dnnl_memory_desc_t skip_md;
+  const dnnl_dims_t sd = {o->d[0], o->d[1], o->d[2], o->d[3]}, cd = {m->n, m->oc + o->d[1], oh, ow};
+  if (o->d[0] != m->n || o->d[2] != oh || o->d[3] != ow ||
+      dnnl_memory_desc_init_by_tag(&skip_md, 4, sd, dnnl_f32, dnnl_aBcd16b) != dnnl_success ||
+      !cpu_md_equal(&skip_md, cat->other_layout) ||
+      dnnl_memory_desc_init_by_tag(out_md, 4, cd, dnnl_f32, dnnl_aBcd16b) != dnnl_success)
+    return 1;
+  m->skip_c = o->d[1], m->out_c = m->oc + o->d[1];
+  return 0;
+}
+
+void cpu_dc1_bind_skip(cpu_dc1 *m, const void *skip) { m->skip = skip; }
 
 int cpu_dc1_prepare(cpu_dc1 *m, cpu_node *n, const cpu_conv_shape *c, const dnnl_memory_desc_t *src,
                     const dnnl_memory_desc_t *dst, int keep, int fold, size_t *fwd_scratch, size_t *kept_bytes) {
@@ -259,6 +281,7 @@ static inline __attribute__((always_inline)) void direct_run(const cpu_dc1 *m, c
 
 static void direct(const cpu_dc1 *m) {
   const int64_t W = m->w, OW = 2 * W, OH = 2 * m->h, IB = m->ic / 16, OB = m->oc / 16, full = W / 8 * 8;
+  const int64_t YB = (m->out_c ? m->out_c : m->oc) / 16; /* Y's image: its blocks, then a concat's skip */
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < m->n * m->h; r++) {
     const int64_t img = r / m->h, y = r % m->h;
@@ -266,7 +289,7 @@ static void direct(const cpu_dc1 *m) {
     for (int64_t ob = 0; ob < OB; ob++)
       for (int ky = 0; ky < 2; ky++) {
         const float *wk = (const float *)m->w2 + (ob * 2 + ky) * m->ic * 32;
-        float *yr = m->y + ((img * OB + ob) * OH + 2 * y + ky) * OW * 16;
+        float *yr = m->y + ((img * YB + ob) * OH + 2 * y + ky) * OW * 16;
         const v16 b = *(const v16u *)(m->b2 + ob * 16);
         for (int64_t x0 = 0; x0 < full; x0 += 8) direct_run(m, xr, wk, b, yr, x0, 8);
         switch (W - full) { /* the row's last positions: the count a constant in each */
@@ -281,6 +304,20 @@ static void direct(const cpu_dc1 *m) {
         }
       }
   }
+  if (m->skip) { /* the skip's blocks after Y's in each image: one run each, in pieces for the threads */
+    const int64_t run = m->skip_c * OH * OW, piece = 1 << 16, pieces = (run + piece - 1) / piece;
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < m->n * pieces; t++) {
+      const int64_t img = t / pieces, at = t % pieces * piece, len = run - at < piece ? run - at : piece;
+      const float *src = m->skip + img * run + at;
+      float *dst = m->y + (img * YB + OB) * OH * OW * 16 + at;
+      if (m->stream) {
+        for (int64_t i = 0; i < len; i += 16) _mm512_stream_ps(dst + i, _mm512_loadu_ps(src + i));
+      } else {
+        memcpy(dst, src, sizeof(float) * (size_t)len);
+      }
+    }
+  }
   if (m->stream) _mm_sfence();
 }
 #endif
@@ -290,7 +327,7 @@ void cpu_dc1_run(const cpu_dc1 *m, const float *w, const sp_op_args *bn, int wei
   if (m->direct) {
     if (weights_changed) build_direct(m, w, bn); /* the first forward of a frozen plan too */
     direct(m);
-    cpu_dc1_calls++, cpu_dc1_direct_calls++;
+    cpu_dc1_calls++, cpu_dc1_direct_calls++, cpu_dc1_cat_calls += m->skip != NULL;
     return;
   }
 #endif
