@@ -202,8 +202,16 @@ static inline vfw expw(vfw x) {
   const vfw r = x - n * EXP_NONPOS_LN2_HI - n * EXP_NONPOS_LN2_LO;
   vfw p = vbcastw(exp_nonpos_c[0]);
   for (int i = 1; i < 6; i++) p = p * r + exp_nonpos_c[i];
+#ifdef __AVX512F__
+  /* 2^n in one instruction (vscalefps) instead of building its bits, an
+   * add, a shift and a multiply: the same value, since exp(-87) is still a
+   * normal float or rounds alike below it (frozen f32 ResUNet-50, batch 64,
+   * the node with the head: 135-138 -> 127-135 ms, two runs each). */
+  return (vfw)_mm512_scalef_ps((__m512)(p * r * r + r + 1.0f), (__m512)n);
+#else
   const vuw two_n = ((vuw)t - 0x4B400000u + 127u) << 23;
   return (p * r * r + r + 1.0f) * (vfw)two_n;
+#endif
 }
 
 /* 16 lanes stored as f32, or rounded to bf16 as sp_bf16_round does (a
