@@ -15,7 +15,9 @@
  *      the image: conv2's padding);
  *   3. conv2 on the band's rows, its left and right padding as masked lanes;
  *   4. conv3 with bn3 folded, + x, ReLU;
- *   5. the head's logits from those planes (conv_softargmax.c's sums follow).
+ *   5. the head's logits from those planes (conv_softargmax.c's sums follow),
+ *      the next band's input prefetched meanwhile (3% of the node: 139-141
+ *      against 144-146 ms without, alternating runs).
  *
  * Every product keeps a heatmap's (or channel's) positions side by side in a
  * vector, 8 outputs x 32 positions in 16 registers, the weights broadcast:
@@ -26,8 +28,8 @@
  * per-node profile) spent 21 + 36 + 51 ms on the block's three convolutions
  * (the 8-channel maps in half-empty 16-channel blocks, reorders to and from
  * channels-last for oneDNN's 3x3 kernel, the 411 MB output written and read
- * back) and 113 ms on the head: 221 ms of a 2337 ms step. Measurements at
- * the bottom of bench/README_train.md (session 55).
+ * back) and 113 ms on the head: 221 ms of a 2337 ms step. Fused: 127-145 ms
+ * (bench/README_train.md, session 55).
  *
  * AVX-512 builds (16 lanes), input in 16-channel blocks, C a multiple of 16
  * up to 64, widths a multiple of 32, no bias on the block's convolutions. */
