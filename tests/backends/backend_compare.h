@@ -208,6 +208,21 @@ static inline void cmp_fill_params(sp_graph *g, uint64_t seed) {
   }
 }
 
+/* k's cpu plan (k->flags) made with choose(path) in force and choose(0)
+ * after (path 0: the path under test, on by default); parameters from
+ * cmp_fill_params(seed), so two plans of one seed compare. */
+static inline sp_plan *cmp_plan_path(const cmp_case *k, void (*choose)(int path), int path, sp_graph **g,
+                                     uint64_t seed) {
+  choose(path);
+  sp_shape ys = cmp_out_shape(k);
+  sp_value y;
+  *g = cmp_graph(k, &y);
+  cmp_fill_params(*g, seed);
+  sp_plan *p = cmp_plan(k, *g, &ys, SP_BACKEND_CPU, k->flags);
+  choose(0);
+  return p;
+}
+
 /* Relative L2 difference of two f32 tensors of one shape. */
 static inline double cmp_rel_l2(const sp_tensor *a, const sp_tensor *b) {
   double d2 = 0, r2 = 0;

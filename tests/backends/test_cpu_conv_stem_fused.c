@@ -130,17 +130,13 @@ static void against_ref(void **st) {
   restore();
 }
 
-/* The plan made with fusion on (path 0) or off; same parameters (batch
- * norm statistics away from 0 and 1) and inputs. */
+/* Fusion on (path 0) or off. */
+static void fuse_or_apart(int path) { cpu_conv_stem_fuse_next = path == 0; }
+
+/* The plan made with fusion on or off; same parameters (batch norm
+ * statistics away from 0 and 1) and inputs. */
 static sp_plan *plan_with(const cmp_case *k, int fuse, sp_graph **g, uint64_t seed) {
-  cpu_conv_stem_fuse_next = fuse;
-  sp_shape ys = cmp_out_shape(k);
-  sp_value y;
-  *g = cmp_graph(k, &y);
-  cmp_fill_params(*g, seed);
-  sp_plan *p = cmp_plan(k, *g, &ys, SP_BACKEND_CPU, k->flags);
-  cpu_conv_stem_fuse_next = 1;
-  return p;
+  return cmp_plan_path(k, fuse_or_apart, !fuse, g, seed);
 }
 
 static void forward_counted(const cmp_case *k, sp_plan *p, long want) {

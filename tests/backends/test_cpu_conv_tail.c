@@ -85,17 +85,13 @@ static void against_ref(void **st) {
   }
 }
 
-/* The plan with the block fused (path 0) or apart; parameters with batch
- * norm statistics away from 0 and 1. */
+/* The block fused (path 0) or apart. */
+static void fused_or_apart(int path) { cpu_conv_use_tail = path == 0; }
+
+/* The plan with the block fused or apart; parameters with batch norm
+ * statistics away from 0 and 1. */
 static sp_plan *plan_with(const cmp_case *k, int fuse, sp_graph **g, uint64_t seed) {
-  cpu_conv_use_tail = fuse;
-  sp_shape ys = cmp_out_shape(k);
-  sp_value y;
-  *g = cmp_graph(k, &y);
-  cmp_fill_params(*g, seed);
-  sp_plan *p = cmp_plan(k, *g, &ys, SP_BACKEND_CPU, k->flags);
-  cpu_conv_use_tail = 1;
-  return p;
+  return cmp_plan_path(k, fused_or_apart, !fuse, g, seed);
 }
 
 static double fused_vs_apart(const cmp_case *k, uint64_t seed, const char *scale_param, float factor) {

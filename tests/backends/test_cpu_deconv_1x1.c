@@ -100,17 +100,37 @@ static const sp_tensor *frozen_up(const cmp_case *k, int64_t max_ic, sp_graph **
   return sp_plan_output(*p, "y");
 }
 
+/* Whether frozen plans take the direct form here: AVX-512 builds where
+ * oneDNN runs AVX-512 (16-channel blocks). */
+static int direct_here(void) {
+#ifdef __AVX512F__
+  return sp_backend_cpu_avx512();
+#else
+  return 0;
+#endif
+}
+
+/* The frozen plan with the direct form (where it runs here) against the 1x1
+ * form, same parameters and inputs: summation order only. */
+static void direct_matches_1x1(const cmp_case *k, const char *what) {
+  sp_graph *g[2];
+  sp_plan *p[2];
+  long direct[2];
+  const sp_tensor *a = frozen_up(k, 128, &g[0], &p[0], &direct[0]), *b = frozen_up(k, 0, &g[1], &p[1], &direct[1]);
+  const double d = cmp_rel_l2(a, b);
+  printf("# %s: direct and 1x1 form differ by %.3g (relative L2)\n", what, d);
+  assert_int_equal(direct[0], direct_here());
+  assert_int_equal(direct[1], 0);
+  assert_true(d <= 1e-5);
+  for (int i = 0; i < 2; i++) sp_plan_free(p[i]), sp_graph_free(g[i]);
+}
+
 /* 32, 64 and 128 input channels; rows of 5 (one short group), 9 (8 + 1) and
  * 16 positions; outputs in cache and streamed past it. Against the
  * reference, and against the 1x1 form (summation order only). */
 static void direct_against_ref_and_1x1(void **st) {
   (void)st;
   cmp_require_cpu();
-#ifdef __AVX512F__
-  const int direct_here = sp_backend_cpu_avx512();
-#else
-  const int direct_here = 0;
-#endif
   const struct { int ic, n, h, w; } cases[] = {{32, 2, 6, 5}, {64, 1, 7, 9}, {128, 2, 4, 16}};
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
     for (int stream = 0; stream < 2; stream++) {
@@ -118,18 +138,9 @@ static void direct_against_ref_and_1x1(void **st) {
       cpu_bn_stream_bytes = stream ? 0 : INT64_MAX;
       cmp_case k = {"deconv direct, frozen", b_up_ic, cases[c].n, 3, cases[c].h, cases[c].w, 0, SP_PLAN_FROZEN, 0, 0};
       cmp_run(&k);
-      sp_graph *g[2];
-      sp_plan *p[2];
-      long direct[2];
-      const sp_tensor *a = frozen_up(&k, 128, &g[0], &p[0], &direct[0]),
-                      *b = frozen_up(&k, 0, &g[1], &p[1], &direct[1]);
-      const double d = cmp_rel_l2(a, b);
-      printf("# %d channels, %d wide, %s: direct and 1x1 form differ by %.3g (relative L2)\n", cases[c].ic, cases[c].w,
-             stream ? "streamed" : "cached", d);
-      assert_int_equal(direct[0], direct_here);
-      assert_int_equal(direct[1], 0);
-      assert_true(d <= 1e-5);
-      for (int i = 0; i < 2; i++) sp_plan_free(p[i]), sp_graph_free(g[i]);
+      char what[96];
+      snprintf(what, sizeof what, "%d channels, %d wide, %s", cases[c].ic, cases[c].w, stream ? "streamed" : "cached");
+      direct_matches_1x1(&k, what);
     }
   cpu_bn_stream_bytes = -1;
   up_ic = 32;
@@ -156,11 +167,6 @@ static sp_value b_join(sp_graph *g, sp_value x) {
 static void direct_concat(void **st) {
   (void)st;
   cmp_require_cpu();
-#ifdef __AVX512F__
-  const int direct_here = sp_backend_cpu_avx512();
-#else
-  const int direct_here = 0;
-#endif
   const struct { int ic, skip, n, h, w; } cases[] = {{32, 32, 2, 10, 18}, {64, 16, 1, 14, 32}, {32, 8, 2, 10, 18}};
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
     for (int stream = 0; stream < 2; stream++) {
@@ -170,19 +176,10 @@ static void direct_concat(void **st) {
           "deconv direct + concat, frozen", b_join, cases[c].n, 3, cases[c].h, cases[c].w, 0, SP_PLAN_FROZEN, 0, 0};
       const long cat_before = cpu_dc1_cat_calls;
       cmp_run(&k);
-      const long cats = cpu_dc1_cat_calls - cat_before;
-      assert_int_equal(cats, direct_here && cases[c].skip % 16 == 0);
-      sp_graph *g[2];
-      sp_plan *p[2];
-      long direct[2];
-      const sp_tensor *a = frozen_up(&k, 128, &g[0], &p[0], &direct[0]),
-                      *b = frozen_up(&k, 0, &g[1], &p[1], &direct[1]);
-      const double d = cmp_rel_l2(a, b);
-      printf("# join of %d + %d channels, %s: direct and 1x1 form differ by %.3g (relative L2)\n", 48, cases[c].skip,
-             stream ? "streamed" : "cached", d);
-      assert_int_equal(direct[0], direct_here);
-      assert_true(d <= 1e-5);
-      for (int i = 0; i < 2; i++) sp_plan_free(p[i]), sp_graph_free(g[i]);
+      assert_int_equal(cpu_dc1_cat_calls - cat_before, direct_here() && cases[c].skip % 16 == 0);
+      char what[96];
+      snprintf(what, sizeof what, "join of 48 + %d channels, %s", cases[c].skip, stream ? "streamed" : "cached");
+      direct_matches_1x1(&k, what);
     }
   cpu_bn_stream_bytes = -1;
   up_ic = 32, skip_c = 32;

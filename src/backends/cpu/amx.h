@@ -9,6 +9,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "backends/cpu/vec.h"
+
 #define AMX_FN __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512bf16")))
 
 typedef struct {
@@ -28,30 +30,16 @@ AMX_FN static inline void tiles_configure(void) {
   __asm__ volatile("ldtilecfg %0" ::"m"(cfg));
 }
 
-/* v[i] dword j -> v[j] dword i. Four rounds; the round of width b swaps the
- * off-diagonal b x b blocks of every 2b x 2b block. */
+/* v[i] dword j -> v[j] dword i (vec.h's vtranspose16; each vector converted
+ * as a value: a float vector's store through an __m512i object's address
+ * would break the aliasing rules). */
 AMX_FN static inline void transpose16(__m512i v[16]) {
-  static const int32_t idx[4][2][16]
-      __attribute__((aligned(64))) = {{{0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23},
-                                       {8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31}},
-                                      {{0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27},
-                                       {4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31}},
-                                      {{0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29},
-                                       {2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31}},
-                                      {{0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30},
-                                       {1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31}}};
-#pragma GCC unroll 4
-  for (int q = 0; q < 4; q++) {
-    const int b = 8 >> q;
-    const __m512i lo = _mm512_load_si512(idx[q][0]), hi = _mm512_load_si512(idx[q][1]);
+  vf16 r[16];
 #pragma GCC unroll 16
-    for (int r = 0; r < 16; r++)
-      if (!(r & b)) {
-        const __m512i a = v[r], c = v[r + b];
-        v[r] = _mm512_permutex2var_epi32(a, lo, c);
-        v[r + b] = _mm512_permutex2var_epi32(a, hi, c);
-      }
-  }
+  for (int i = 0; i < 16; i++) r[i] = (vf16)v[i];
+  vtranspose16(r);
+#pragma GCC unroll 16
+  for (int i = 0; i < 16; i++) v[i] = (__m512i)r[i];
 }
 
 /* 16 bf16 of a and 16 of b interleaved: a0 b0 a1 b1 ... (one VNNI row). */

@@ -155,34 +155,12 @@ static inline vf16 relu(vf16 v) { return (vf16)_mm512_max_ps((__m512)v, _mm512_s
 
 /* 16 positions x 16 channels of a 16-channel block (a position's channels a
  * row, rows ss floats apart) into 16 planes (a channel's positions a row,
- * rows ds floats apart). Four rounds, each swapping the off-diagonal halves
- * of every 2b x 2b block (b = 8, 4, 2, 1) between row pairs (i, i + b). */
-static const int32_t swap_idx[4][2][16]
-    __attribute__((aligned(64))) = {{{0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23},
-                                     {8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31}},
-                                    {{0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27},
-                                     {4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31}},
-                                    {{0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29},
-                                     {2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31}},
-                                    {{0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30},
-                                     {1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31}}};
-
+ * rows ds floats apart). */
 static void transpose16(const float *src, int64_t ss, float *dst, int64_t ds) {
-  __m512 r[16];
-  VEC_UNROLL for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_ps(src + i * ss);
-  /* swap_idx[s]: b = 8 >> s; [0] row i keeps its left half and takes row i
-   * + b's left half as its right; [1] row i + b the two right halves. */
-  VEC_UNROLL for (int s = 0; s < 4; s++) {
-    const int b = 8 >> s;
-    const __m512i il = _mm512_load_si512(swap_idx[s][0]), ih = _mm512_load_si512(swap_idx[s][1]);
-    VEC_UNROLL for (int i = 0; i < 16; i++) {
-      if (i & b) continue;
-      const __m512 a = r[i], c = r[i + b];
-      r[i] = _mm512_permutex2var_ps(a, il, c);
-      r[i + b] = _mm512_permutex2var_ps(a, ih, c);
-    }
-  }
-  VEC_UNROLL for (int i = 0; i < 16; i++) _mm512_storeu_ps(dst + i * ds, r[i]);
+  vf16 r[16];
+  VEC_UNROLL for (int i = 0; i < 16; i++) r[i] = ld(src + i * ss);
+  vtranspose16(r);
+  VEC_UNROLL for (int i = 0; i < 16; i++) st(dst + i * ds, r[i]);
 }
 
 /* out[k][p] (rows ldo apart) = sum over c < cn of w[k][c] in[c][p] (rows ldi

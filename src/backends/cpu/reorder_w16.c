@@ -108,32 +108,8 @@ int cpu_w16_of(cpu_w16 *t, const dnnl_memory_desc_t *src, const dnnl_memory_desc
   return t->on = W16_RUNS;
 }
 
-/* The 16 x 16 transpose in four steps, each swapping one bit of the row
- * index with the same bit of the column index: rows i and i + s (bit s of i
- * clear) trade their chunks of s values. Index lists rather than mask
- * vectors: __builtin_shufflevector is GCC's and Clang's alike (the fuzz
- * builds use Clang, which has no __builtin_shuffle). */
-#define W16_LO8 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23
-#define W16_HI8 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31
-#define W16_LO4 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27
-#define W16_HI4 4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31
-#define W16_LO2 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29
-#define W16_HI2 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31
-#define W16_LO1 0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30
-#define W16_HI1 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31
-#define W16_STEP(s, lo, hi)                               \
-  VEC_UNROLL for (int i = 0; i < 16; i++) if (!(i & s)) { \
-    const v16 a = r[i], b = r[i + s];                     \
-    r[i] = __builtin_shufflevector(a, b, lo);             \
-    r[i + s] = __builtin_shufflevector(a, b, hi);         \
-  }
-
-static inline void transpose16(v16 *r) {
-  W16_STEP(8, W16_LO8, W16_HI8)
-  W16_STEP(4, W16_LO4, W16_HI4)
-  W16_STEP(2, W16_LO2, W16_HI2)
-  W16_STEP(1, W16_LO1, W16_HI1)
-}
+/* The 16 x 16 transpose: vtranspose16 (vec.h). */
+static inline void transpose16(v16 *r) { vtranspose16(r); }
 
 typedef uint16_t h16 __attribute__((vector_size(32)));
 typedef uint16_t h16u __attribute__((vector_size(32), aligned(2)));

@@ -76,6 +76,34 @@ typedef uint32_t vu16 __attribute__((vector_size(64)));
 typedef uint16_t vh16 __attribute__((vector_size(32)));
 typedef uint16_t vh16u __attribute__((vector_size(32), aligned(2)));
 
+/* A 16 x 16 block of 32-bit lanes transposed in registers (r[i] lane j ->
+ * r[j] lane i), in any build: four rounds, each swapping one bit of the row
+ * index with the same bit of the column index (rows i and i + b, bit b of i
+ * clear, trade their chunks of b values). Index lists rather than mask
+ * vectors: __builtin_shufflevector is GCC's and Clang's alike (the fuzz
+ * builds use Clang). reorder_w16.c's weight tiles, conv_tail.c's activation
+ * rows, the AMX kernels' operands (amx.h). */
+#define VT16_LO8 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23
+#define VT16_HI8 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31
+#define VT16_LO4 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27
+#define VT16_HI4 4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31
+#define VT16_LO2 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29
+#define VT16_HI2 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31
+#define VT16_LO1 0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30
+#define VT16_HI1 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31
+#define VT16_ROUND(b, lo, hi)                             \
+  VEC_UNROLL for (int i = 0; i < 16; i++) if (!(i & b)) { \
+    const vf16 a_ = r[i], b_ = r[i + b];                  \
+    r[i] = __builtin_shufflevector(a_, b_, lo);           \
+    r[i + b] = __builtin_shufflevector(a_, b_, hi);       \
+  }
+INLINE void vtranspose16(vf16 *r) {
+  VT16_ROUND(8, VT16_LO8, VT16_HI8)
+  VT16_ROUND(4, VT16_LO4, VT16_HI4)
+  VT16_ROUND(2, VT16_LO2, VT16_HI2)
+  VT16_ROUND(1, VT16_LO1, VT16_HI1)
+}
+
 #ifdef __AVX512F__
 enum { VW = 16 };
 typedef vf16 vfw;
