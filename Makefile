@@ -55,7 +55,7 @@ install: all
 
 # libFuzzer harnesses of every reader (tests/fuzz/README.md), built with clang
 # (-fsanitize=fuzzer,address,undefined) into build-fuzz/fuzz, each run for
-# FUZZ_SECONDS from its seed corpus; CI runs a 20 s smoke per harness.
+# FUZZ_SECONDS from its seed corpus; CI runs a 15 s smoke per harness.
 FUZZ_SECONDS ?= 60
 FUZZ_NAMES ?=
 fuzz:

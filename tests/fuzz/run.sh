@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every libFuzzer harness of BIN_DIR for SECONDS each (make fuzz; CI's
-# smoke uses 20), FUZZ_JOBS at a time (default: one per core), from its seed corpus in
+# smoke uses 15), FUZZ_JOBS at a time (default: one per core), from its seed corpus in
 # tests/fuzz/corpus/NAME. New inputs go to WORK/corpus/NAME, never into the
 # repository; a crash leaves WORK/artifacts/NAME-crash-* and fails the run.
 # FUZZ_RUNS=N stops each harness after N executions instead (SECONDS stays

@@ -215,7 +215,10 @@ static void predict_finds_every_face_of_group_photos(void **state) {
   train_68_model();
   const char *xmls[] = {"training_with_face_landmarks.xml", "testing_with_face_landmarks.xml"};
   int total = 0;
-  for (int x = 0; x < 2; x++) {
+  /* Under the sanitizers the first file only (5 photos, 18 faces): each
+   * predict there is a Debug build's detector and model, seconds a photo. */
+  const int files = sp_test_sanitized() ? 1 : 2;
+  for (int x = 0; x < files; x++) {
     sp_dataset ds;
     char path[1200];
     snprintf(path, sizeof path, "%s/%s", d68, xmls[x]);
@@ -246,7 +249,7 @@ static void predict_finds_every_face_of_group_photos(void **state) {
     }
     sp_dataset_free(&ds);
   }
-  assert_int_equal(total, 18 + 25);
+  assert_int_equal(total, files == 2 ? 18 + 25 : 18);
   /* A photo with no face beside one with faces: "faces":[] and a note, and
    * the other photo is still predicted; exit 0. */
   char blank[700];
