@@ -52,7 +52,6 @@ int cpu_conv_winograd_passes(const void *state) {
 int cpu_conv_uses_s2_dx(const void *state) { return conv_of(state)->s2dx; }
 int cpu_conv_dx_fwd_ready(const void *state) { return conv_of(state)->dxfwd; }
 int cpu_conv_deconv_1x1(const void *state) { return conv_of(state)->dc1; }
-int cpu_conv_own_1x1(const void *state) { return conv_of(state)->c1; }
 int cpu_conv_deconv_1x1_bwd(const void *state) { return conv_of(state)->dcb; }
 int cpu_conv_wino_own(const void *state) {
   return conv_of(state)->wino | conv_of(state)->wino_dx << 1 | conv_of(state)->wino_dw << 2;
@@ -84,14 +83,6 @@ static void conv_forward(cpu_node *n, const sp_op_args *a) {
   if (s->reorder_src) cpu_exec_run(&s->x_src);
   if (s->dc1) {
     cpu_dc1_run(&s->d1, a->param[0]->data, s->fold_bn ? a->consumer : NULL, a->params_stale);
-    return;
-  }
-  if (s->c1) {
-    if (a->params_stale) {
-      if (s->fold_bn) fold_bn(s, a);
-      cpu_c1_weights(&s->o1, s->wei_kept, s->fold_bn ? s->wfold : a->param[0]->data);
-    }
-    cpu_c1_run(&s->o1, s->wei_kept, s->c1_x, s->c1_bias, s->c1_res, a->out->data);
     return;
   }
   if (s->wino) {
@@ -164,10 +155,6 @@ static int conv_bind(cpu_node *n, const sp_op_args *a, char *fs, char *bs) {
   if (s->post_add && !a->consumer2) return sp_error_set("conv: absorbed residual add not wired");
   if (cpu_bind_reorder(&s->w_wei, n, s->re_pd[R_WEI], s->re[R_WEI], wsrc, wei, fs)) return -1;
   void *bias = s->fold_bn ? (void *)s->bfold : s->has_bias ? a->param[1]->data : NULL;
-  if (s->c1) {
-    s->c1_x = src, s->c1_bias = bias, s->c1_res = s->post_add ? a->consumer2->in[s->add_other]->data : NULL;
-    return 0; /* frozen: no backward */
-  }
   cpu_exec_init(&s->conv, s->fwd);
   if (cpu_exec_arg(&s->conv, n, DNNL_ARG_SRC, &s->src_md, src) ||
       cpu_exec_arg(&s->conv, n, DNNL_ARG_WEIGHTS, &s->wei_md, wei) ||
@@ -475,7 +462,7 @@ static void place_buffers(sp_op_prep *p, conv_node *s, size_t mm_bwd, size_t bww
   /* A frozen plan keeps the prepared weights in the node's own memory and
    * reorders them only when the parameters changed. */
   if (p->frozen && !s->run_backward) {
-    size_t wb = s->dc1 || s->wino ? 0 : s->c1 ? cpu_c1_weight_bytes(&s->o1) : cpu_md_bytes(&s->wei_md), used = 0;
+    size_t wb = s->dc1 || s->wino ? 0 : cpu_md_bytes(&s->wei_md), used = 0;
     const int fold = s->fold_bn && !s->dc1; /* dc1 folds into its own W' */
     size_t at_w = cpu_take(&used, wb), at_f = cpu_take(&used, fold ? cpu_md_bytes(&s->wplain_md) : 0),
            at_b = cpu_take(&used, fold ? sizeof(float) * (size_t)s->n_bias : 0), at_d1 = cpu_take(&used, s->dc1_kept),
@@ -580,17 +567,6 @@ static int conv_setup(sp_op_prep *p, conv_node *s, const cpu_conv_geom *g) {
   /* ... and in its direct form the concat after the ReLU (U-Net's skip join):
    * written in place, the skip copied after it. */
   s->cat = s->dc1 && cpu_dc1_concat_prepare(&s->d1, p, &s->base.out_md) == 0;
-  /* Frozen f32 1x1 on 16-channel blocks: our own product, which also takes
-   * the residual add where oneDNN's kernel would have been slower with it
-   * (conv_setup dropped it above). */
-  if (!g->deconv && p->frozen && !p->training && !s->run_backward && !p->bf16 && g->groups == 1 && cs.dh == 1 &&
-      cs.dw == 1 && !p->out_plain) {
-    const int took_add = !s->post_add && !s->post_relu && cpu_conv_post_add_fits(p, s, dt) &&
-                         cpu_md_equal(&s->add_md, &s->dst_md);
-    if (took_add) s->post_add = 1, s->post_relu = p->consumer[2].op == &sp_op_relu && !p->consumer[2].out_plain;
-    s->c1 = cpu_c1_prepare(&s->o1, &cs, &s->src_md, &s->dst_md, s->post_relu, s->post_add ? &s->add_md : NULL) == 0;
-    if (!s->c1 && took_add) s->post_add = s->post_relu = 0;
-  }
   size_t s2dx_bwd = 0, bww_bwd = 0; /* s2dx: the input gradient as a 2x2 forward convolution (conv_s2_dx.c) */
   const int s2dx = s->need_dx && !g->deconv && g->groups == 1 && cpu_md_equal(&s->x_md, &s->src_md)
                        ? cpu_s2dx_prepare(&s->s2, &s->base, &cs, &s->src_md, &s->dst_md, &s2dx_bwd)

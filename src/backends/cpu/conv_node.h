@@ -48,9 +48,6 @@ typedef struct {
   size_t dc1_off, dc1_fwd, dc1_kept; /* its scratch in forward scratch; its W' bytes (frozen) */
   int dcb;                           /* ... and its backward as 1x1 products on a copy of dY (deconv_1x1_bwd.c) */
   cpu_dcb db;
-  int c1; /* frozen f32 1x1: our own product (conv_1x1.c), W packed in wei_kept */
-  cpu_c1 o1;
-  const float *c1_x, *c1_bias, *c1_res;
   int wino, wino_dx, wino_dw; /* forward / backward data / weight gradient by our Winograd F(4x4, 3x3) (conv_wino.c) */
   cpu_wino wf, wb, wd;
   size_t wd_work_bytes; /* the weight gradient's: from the start of backward scratch */

@@ -490,28 +490,6 @@ void cpu_dc1_keep(cpu_dc1 *m, char *kept);
 int cpu_dc1_bind(cpu_dc1 *m, cpu_node *n, const void *x, void *y, char *fwd_scratch);
 /* w: the plain f32 weights [IC, OC, 2, 2]; bn: the folded batch norm's args */
 void cpu_dc1_run(const cpu_dc1 *m, const float *w, const struct sp_op_args *bn, int weights_changed);
-/* conv_1x1.c: a frozen f32 plan's 1x1 stride-1 convolution on 16-channel
- * blocks in and out, of our own (AVX-512 builds): the folded batch norm's
- * bias, the residual add (same layout as Y) and the ReLU in its stores.
- * cpu_c1_prepare: 0 taken, 1 not (shape, layouts, switch). Weights packed by
- * cpu_c1_weights from plain [OC][IC] into cpu_c1_weight_bytes. */
-typedef struct {
-  int64_t n, hw, ic, oc;
-  int nv;                /* output vectors a register block: 4, 2 or 1 */
-  int relu, add, stream; /* stream: Y written past the caches */
-  int64_t tile, tiles;   /* positions a tile, tiles an image */
-  int64_t chunk;         /* input-channel blocks a pass (partial sums in Y between passes) */
-  int64_t group_chunks, per_chunk; /* output-channel groups split for small batches */
-} cpu_c1;
-int cpu_c1_prepare(cpu_c1 *c, const cpu_conv_shape *s, const dnnl_memory_desc_t *src, const dnnl_memory_desc_t *dst,
-                   int relu, const dnnl_memory_desc_t *add);
-size_t cpu_c1_weight_bytes(const cpu_c1 *c);
-void cpu_c1_weights(const cpu_c1 *c, float *wp, const float *w);
-/* bias may be NULL; res (the residual, Y's layout) NULL unless c->add. */
-void cpu_c1_run(const cpu_c1 *c, const float *wp, const float *x, const float *bias, const float *res, float *y);
-extern int cpu_conv_use_own_1x1; /* the switch tests and benchmarks compare with (1) */
-extern int64_t cpu_c1_tile_floats, cpu_c1_chunk_bytes;
-extern long cpu_c1_calls; /* forwards run (tests) */
 /* deconv_1x1_bwd.c: the backward pass of an f32 transposed convolution with
  * kernel = stride = 2 as 1x1 products on a space-to-depth copy of dY (0:
  * oneDNN's deconvolution backward, which tests compare it with). */
@@ -659,7 +637,6 @@ int cpu_conv_winograd_passes(const void *state); /* bit 0 forward, 1 backward da
 int cpu_conv_uses_s2_dx(const void *state);      /* its input gradient by conv_s2_dx.c */
 int cpu_conv_dx_fwd_ready(const void *state);    /* ... when added onto another's, by conv_dx_fwd.c */
 int cpu_conv_deconv_1x1(const void *state);      /* a transposed one's forward by deconv_1x1.c */
-int cpu_conv_own_1x1(const void *state);         /* a frozen f32 1x1 by conv_1x1.c */
 int cpu_conv_deconv_1x1_bwd(const void *state);  /* ... and its backward by deconv_1x1_bwd.c */
 int cpu_conv_s2dw_own(const void *state);        /* the weight gradient by conv_s2_dw.c */
 int cpu_conv_wino_own(const void *state);        /* passes by conv_wino.c: bit 0 forward, 1 backward data */
