@@ -81,7 +81,7 @@ else:
     peer, layout = b["images_per_s"], b.get("layout")
 if not peer:
     sys.exit(0)
-if a.get("dtype") == "bf16":
+if a.get("computes", a.get("dtype")) == "bf16":  # "computes": f32 where bf16 is slower here
     key = "amx_bf16_gflops_per_s" if peak.get("amx_bf16_gflops_per_s") else "bf16_gflops_per_s"
 else:
     key = "fp32_gflops_per_s"
@@ -91,7 +91,7 @@ print(json.dumps({"bench": "ratio", "what": label, "spry_images_per_s": round(a[
                   "torch_images_per_s": round(peer, 2), "torch_variant": layout,
                   "spry_over_torch": round(a["images_per_s"] / peer, 3),
                   "spry_gflops_per_s": round(gf, 1) if isinstance(gf, (int, float)) else None,
-                  "spry_of_peak": of_peak, "peak_key": key}))
+                  "spry_of_peak": of_peak, "peak_key": key, "spry_computes": a.get("computes", a.get("dtype"))}))
 PY
 }
 

@@ -41,6 +41,14 @@ const char *sp_backend_default_name(void);
  * 0, with the reason in sp_last_error(): the ref backend computes in f32, and
  * the cpu backend needs AVX-512 (oneDNN has no bf16 kernels below it). */
 int sp_backend_bf16(sp_backend b);
+/* 1 when bf16 plans on backend b are also faster here than f32 ones: the
+ * cpu backend on AMX, or where the CPU's bf16 dot products (AVX512_BF16) do
+ * at least 1.2x the work of its f32 FMA per second, timed once on first use
+ * (a few milliseconds). Else 0 with the reason in sp_last_error(): a run
+ * config's `precision: bf16` then computes in f32 (faster here), with a
+ * note. The environment variable SPRY_BF16=force makes it 1 wherever
+ * sp_backend_bf16 is, SPRY_BF16=off 0 everywhere. */
+int sp_backend_bf16_pays(sp_backend b);
 
 /* ---- graph ---------------------------------------------------------------- */
 sp_graph *sp_graph_new(uint64_t seed);

@@ -20,6 +20,11 @@ const sp_op_def *sp_backend_cpu_op(const sp_op_def *op);
 /* 1 when the cpu backend computes bf16 plans on this machine, else 0 with
  * the reason set (sp_backend_bf16 in spry/graph.h is the public face). */
 int sp_backend_cpu_bf16(void);
+/* ... and when they are also faster than f32 ones (sp_backend_bf16_pays in
+ * spry/graph.h); sp_backend_cpu_bf16_ratio: the one-thread bf16 dot over
+ * f32 FMA throughput that decided it where AMX is absent (0: not timed). */
+int sp_backend_cpu_bf16_pays(void);
+double sp_backend_cpu_bf16_ratio(void);
 /* 1 when oneDNN runs AVX-512 (avx512_core) kernels here: bf16, and f32
  * activations in 16-channel blocks (8-channel ones below it); and the
  * widest instruction set it runs, by name ("AVX2"). Under

@@ -21,11 +21,14 @@ int sp_config_check_run(const sp_yaml_reader *r, const sp_opt_config *opt, const
   return 0;
 }
 
+/* precision: bf16 is mixed precision for speed: where bf16 kernels would be
+ * slower than f32 ones (no bf16 kernels, or no AMX and slow bf16 dot
+ * products: sp_backend_bf16_pays), the run computes in f32, with a note. */
 unsigned sp_config_precision_flags(const char *precision, sp_backend b) {
   static int warned;
   if (strcmp(precision, "bf16")) return 0;
-  if (sp_backend_bf16(b)) return SP_PLAN_BF16;
-  if (!warned) fprintf(stderr, "spry: precision bf16: %s; training in f32\n", sp_last_error());
+  if (sp_backend_bf16_pays(b)) return SP_PLAN_BF16;
+  if (!warned) fprintf(stderr, "spry: precision bf16: %s; computing in f32\n", sp_last_error());
   warned = 1;
   sp_error_clear(); /* warned and handled: not an error a later call should report */
   return 0;
@@ -33,9 +36,12 @@ unsigned sp_config_precision_flags(const char *precision, sp_backend b) {
 
 const char *sp_config_precision_text(const char *precision, const char *backend) {
   sp_backend b;
-  if (strcmp(precision, "bf16") || (sp_backend_parse(backend, &b) == 0 && sp_backend_bf16(b))) return precision;
+  if (strcmp(precision, "bf16")) return precision;
+  const int parsed = sp_backend_parse(backend, &b) == 0;
+  if (parsed && sp_backend_bf16_pays(b)) return precision;
+  const int kernels = parsed && sp_backend_bf16(b);
   sp_error_clear(); /* a query, not a failure */
-  return "f32 (bf16 asked: this CPU has no bf16 kernels)";
+  return kernels ? "f32 (bf16 asked: slower than f32 on this CPU)" : "f32 (bf16 asked: this CPU has no bf16 kernels)";
 }
 
 void sp_config_set_schedule(sp_lr_schedule *s, float lr, int epochs, double warmup_epochs) {

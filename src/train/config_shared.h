@@ -16,13 +16,14 @@ int sp_config_read_optimizer_keys(sp_yaml_reader *r, sp_opt_config *opt, float *
 int sp_config_check_run(const sp_yaml_reader *r, const sp_opt_config *opt, const char *precision, const char *backend);
 
 /* The plan flags for a run's precision on this machine: SP_PLAN_BF16 for
- * bf16 where backend b computes bf16 here; else 0 (f32), with a warning on
- * stderr the first time, naming the reason: a config written for a machine
- * with AVX-512 still trains on one without. */
+ * bf16 where backend b computes bf16 here and it is faster than f32
+ * (sp_backend_bf16_pays); else 0 (f32), with a note on stderr the first
+ * time, naming the reason: a config written for a machine with AMX still
+ * trains, at its best, on one without. */
 unsigned sp_config_precision_flags(const char *precision, sp_backend b);
 /* What a run with this precision and backend (by name) computes in, for
  * reports: the precision, or "f32 (bf16 asked: ...)" where bf16 does not
- * run on this machine. */
+ * run on this machine or is slower than f32 here. */
 const char *sp_config_precision_text(const char *precision, const char *backend);
 
 /* The schedule's figures that come from the run's other keys: base_lr from

@@ -1,9 +1,11 @@
 /* The cpu backend's op table: which ops run on oneDNN, and the thunks that
  * forward the plan's calls to each node's own vtable (so prepare may choose
  * the oneDNN path or the plain adapter per node). */
+#include <stdlib.h>
 #include <string.h>
 
 #include "backends/backend.h"
+#include "core/cpu_peak.h"
 #include "ops/ops.h"
 
 #ifdef SPRY_HAVE_DNNL
@@ -99,6 +101,37 @@ int sp_backend_cpu_bf16(void) {
   return 0;
 }
 
+/* Without AMX, oneDNN's bf16 convolutions and matmuls run on vdpbf16ps,
+ * whose rate differs by CPU: AMD Zen 4 / 5 do twice the f32 FMA work with it,
+ * while a Xeon whose AMX the hypervisor hides ran it at 0.49-0.56x (spry bench
+ * peak, 2 threads), and its bf16 training at 0.6x its f32 (ResUNet-50 batch
+ * 16: 4.27 against 7.17 images/s). So bf16 is chosen where it pays, timed
+ * once: AMX, or dot products at 1.2x FMA or more. */
+static double bf16_ratio;
+
+double sp_backend_cpu_bf16_ratio(void) { return bf16_ratio; }
+
+int sp_backend_cpu_bf16_pays(void) {
+  const char *env = getenv("SPRY_BF16");
+  if (env && !strcmp(env, "off")) {
+    sp_error_set("bf16 turned off by SPRY_BF16=off");
+    return 0;
+  }
+  if (!sp_backend_cpu_bf16()) return 0;
+  if ((env && !strcmp(env, "force")) || cpu_amx_usable()) return 1;
+  static int known = -1; /* the first caller times it; later ones read the answer */
+  if (known < 0) {
+    bf16_ratio = sp_peak_bf16_over_fp32();
+    known = bf16_ratio >= 1.2;
+  }
+  if (known) return 1;
+  sp_error_set(
+      "bf16 is slower than f32 on this CPU (no AMX; its bf16 dot products do %.2fx the work of f32 FMA "
+      "per second); SPRY_BF16=force keeps bf16",
+      bf16_ratio);
+  return 0;
+}
+
 int sp_backend_cpu_avx512(void) {
   return (dnnl_get_effective_cpu_isa() & dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core;
 }
@@ -110,6 +143,8 @@ int sp_backend_cpu_bf16(void) {
   sp_error_set("backend 'cpu' is not available in this build (oneDNN was not found)");
   return 0;
 }
+int sp_backend_cpu_bf16_pays(void) { return sp_backend_cpu_bf16(); }
+double sp_backend_cpu_bf16_ratio(void) { return 0; }
 
 void sp_backend_cpu_time_reorders(int on) { (void)on; }
 double sp_backend_cpu_reorder_seconds(void) { return 0; }
