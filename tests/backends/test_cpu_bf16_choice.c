@@ -38,7 +38,7 @@ static void pays_only_where_bf16_is_faster(void **st) {
     /* AMX (not timed: r stays 0) or fast dot products */
     assert_true(r == 0 || r >= 1.2);
   } else {
-    assert_true(r > 0 && r < 1.2);
+    assert_true(r >= 0 && r < 1.2); /* 0: AVX-512 without AVX512_BF16, where oneDNN emulates bf16 */
     assert_non_null(strstr(sp_last_error(), "slower than f32"));
     assert_non_null(strstr(sp_last_error(), "SPRY_BF16=force"));
   }

@@ -125,10 +125,13 @@ int sp_backend_cpu_bf16_pays(void) {
     known = bf16_ratio >= 1.2;
   }
   if (known) return 1;
-  sp_error_set(
-      "bf16 is slower than f32 on this CPU (no AMX; its bf16 dot products do %.2fx the work of f32 FMA "
-      "per second); SPRY_BF16=force keeps bf16",
-      bf16_ratio);
+  if (bf16_ratio > 0)
+    sp_error_set(
+        "bf16 is slower than f32 on this CPU (no AMX; its bf16 dot products do %.2fx the work of f32 FMA "
+        "per second); SPRY_BF16=force keeps bf16",
+        bf16_ratio);
+  else /* AVX-512 without AVX512_BF16 (Skylake-SP, Ice Lake): oneDNN converts to f32 in its kernels */
+    sp_error_set("bf16 is slower than f32 on this CPU (no AMX, no AVX512_BF16); SPRY_BF16=force keeps bf16");
   return 0;
 }
 
