@@ -1,6 +1,6 @@
 /* The first convolution of an f32 training plan together with the batch
- * norm after it and the ReLU after that (below AVX-512, 8 output channels,
- * a grey or colour image whose gradient nobody needs): vgg-face's stem.
+ * norm after it and the ReLU after that (8 output channels, a grey or
+ * colour image whose gradient nobody needs): vgg-face's stem.
  * Its output before the batch norm is never stored, nor the gradient
  * there:
  *
@@ -22,7 +22,12 @@
  * three times, the output written once and dz read once. vgg-face batch
  * 64, AMD Zen 3, 2 threads, alternating runs, per-node profile: stem and
  * batch norm 8.9-9.2 -> 7.0-7.2 ms a step (forward about even, backward
- * 5.1 -> 3.1), the step 2-3% faster.
+ * 5.1 -> 3.1), the step 2-3% faster. With AVX-512 (Xeon without AMX, 2
+ * threads, the same loops on 8 lanes, output declared channels-last) the
+ * stem and batch norm took 8.8 ms against 11.2 apart and vgg-face f32 b64
+ * trained 3-5% faster (4 alternating pairs, 72.8-75.7 against 75.8-78.5
+ * ms a step). Declared as 8-channel blocks there, it had lost (81-82
+ * against 75 ms): oneDNN then ran the next two layers on its AVX2 kernels.
  *
  * Sums: of the image shifted by its mean (gram_row), per row in f32, per
  * thread in double, the threads that ran added in thread order (the same
@@ -40,8 +45,8 @@
 #include "backends/cpu/vec.h"
 #include "ops/ops.h"
 
-/* 1: taken where it applies below AVX-512; 2: also with AVX-512 (tests);
- * 0: never (oneDNN's convolution and bnorm.c's batch norm). */
+/* 1: taken where it applies; 0: never (oneDNN's convolution and bnorm.c's
+ * batch norm). */
 int cpu_stem_bn_on = 1;
 long cpu_stem_bn_calls;
 
@@ -375,7 +380,7 @@ static int applies(const sp_op_prep *p) {
   const sp_conv2d_attr *at = p->attr;
   const sp_shape *in = &p->in_shape[0], *w = &p->param_shape[0];
   const sp_op_consumer *bn = &p->consumer[0];
-  if (!cpu_stem_bn_on || (cpu_stem_bn_on == 1 && sp_backend_cpu_avx512())) return 0;
+  if (!cpu_stem_bn_on) return 0;
   return !p->bf16 && p->training && p->run_backward && !p->need_d_in[0] && !p->out_plain && p->in_layout[0] == NULL &&
          p->in_dtype[0] == SP_F32 && in->ndim == 4 && at->groups == 1 && in->d[1] <= STEM_MAX_IC &&
          in->d[1] * w->d[2] * w->d[3] <= STEM_MAX_K && w->d[0] == C && bn->op == &sp_op_batchnorm && !bn->out_plain &&
@@ -396,8 +401,12 @@ int cpu_conv_stem_bn_prepare(sp_op_prep *p) {
   s->m = s->stem.n * s->stem.oh * s->stem.ow;
   const dnnl_dims_t od = {s->stem.n, C, s->stem.oh, s->stem.ow};
   /* 8 channels channels-last are one 8-channel block: oneDNN's AVX2 kernels
-   * read it as it lies. */
-  if (dnnl_memory_desc_init_by_tag(&s->stem.base.out_md, 4, od, dnnl_f32, dnnl_aBcd8b) != dnnl_success) {
+   * read it as it lies. With AVX-512 the same bytes are declared
+   * channels-last, which the next layer's brgemm kernel reads as they lie
+   * (as nChw8c its AVX2 kernel ran, and wrote 8-channel blocks that the
+   * layers after it ran on AVX2 too). */
+  const dnnl_format_tag_t tag = sp_backend_cpu_avx512() ? dnnl_acdb : dnnl_aBcd8b;
+  if (dnnl_memory_desc_init_by_tag(&s->stem.base.out_md, 4, od, dnnl_f32, tag) != dnnl_success) {
     cpu_node_free(&s->stem.base);
     return 1;
   }

@@ -656,7 +656,7 @@ int cpu_conv_stem_prepare(sp_op_prep *p);
  * AVX-512) with the batch norm and ReLU after it; 1 when it does not apply. */
 int cpu_conv_stem_bn_prepare(sp_op_prep *p);
 int cpu_conv_is_stem_bn(const void *state);
-extern int cpu_stem_bn_on;     /* 0 never; 1 below AVX-512; 2 also with AVX-512 (tests) */
+extern int cpu_stem_bn_on;     /* 0 never; 1 where it applies (conv_stem_bn.c) */
 extern long cpu_stem_bn_calls; /* its forward calls (tests: the path ran) */
 int cpu_conv_is_stem(const void *state);
 extern int cpu_conv_use_stem;              /* 0: oneDNN's convolution there (tests compare the two) */
