@@ -480,6 +480,7 @@ int cpu_dc1_concat_prepare(cpu_dc1 *m, const sp_op_prep *p, dnnl_memory_desc_t *
 void cpu_dc1_bind_skip(cpu_dc1 *m, const void *skip);
 extern int cpu_dc1_use_concat; /* the switch tests and benchmarks compare with (1) */
 extern int64_t cpu_deconv_direct_max_ic;
+extern int cpu_deconv_direct_unfolded; /* 1: plans that fold nothing (training) take the direct form too */
 extern long cpu_dc1_direct_calls, cpu_dc1_cat_calls; /* direct forwards; those with a concat */
 /* 0: taken (its forward scratch bytes in *fwd_scratch; with keep, the bytes
  * W' needs in the node's own memory in *kept_bytes, given by cpu_dc1_keep;
