@@ -33,8 +33,9 @@
  * shuffle, one run each): 2048 -> 512 at 7x7 138.6 -> 107.9, 64 -> 32 at
  * 112x112 128.3 -> 93.6; the five up-layers 494 -> 373 of a 2986 ms step.
  *
- * The direct form (frozen plans, 16-channel blocks, AVX-512 builds, up to
- * cpu_deconv_direct_max_ic input channels): no Y', no shuffle. Each output
+ * The direct form (frozen plans, and plans that fold nothing: training's
+ * forward; 16-channel blocks, AVX-512 builds, up to cpu_deconv_direct_max_ic
+ * input channels): no Y', no shuffle. Each output
  * row 2 h + ky of a block comes straight from input row h: 8 positions x 2
  * taps (kx) x 16 output channels in registers, per input channel 8
  * broadcasts and 2 weight loads for 16 FMAs, the bias as the start and ReLU
