@@ -33,9 +33,10 @@
  * shuffle, one run each): 2048 -> 512 at 7x7 138.6 -> 107.9, 64 -> 32 at
  * 112x112 128.3 -> 93.6; the five up-layers 494 -> 373 of a 2986 ms step.
  *
- * The direct form (frozen plans, and plans that fold nothing: training's
- * forward; 16-channel blocks, AVX-512 builds, up to cpu_deconv_direct_max_ic
- * input channels): no Y', no shuffle. Each output
+ * The direct form (frozen plans that fold the batch norm after it, and
+ * plans that fold nothing, training's forward among them; 16-channel
+ * blocks, AVX-512 builds, up to cpu_deconv_direct_max_ic input channels):
+ * no Y', no shuffle. Each output
  * row 2 h + ky of a block comes straight from input row h: 8 positions x 2
  * taps (kx) x 16 output channels in registers, per input channel 8
  * broadcasts and 2 weight loads for 16 FMAs, the bias as the start and ReLU
@@ -70,12 +71,13 @@ long cpu_dc1_direct_calls, cpu_dc1_cat_calls;
 int cpu_dc1_use_concat = 1;
 
 /* The direct form (16-channel blocks, AVX-512 builds): frozen plans keep
- * W'' and the folded bias, nothing in scratch; training plans (nothing
- * folded, a zero bias) build W'' in forward scratch every step, as the 1x1
- * form builds W'. */
+ * W'' and its bias (the folded batch norm's shift, or zero where nothing
+ * folds), nothing in scratch; other plans (training: nothing folded, a
+ * zero bias) build W'' in forward scratch every call, as the 1x1 form
+ * builds W'. */
 static int direct_prepare(cpu_dc1 *m, const cpu_conv_shape *c, int keep, size_t *fwd_scratch, size_t *kept_bytes) {
 #ifdef __AVX512F__
-  const int frozen = keep && m->fold, unfolded = !keep && !m->fold && cpu_deconv_direct_unfolded;
+  const int frozen = keep && m->fold, unfolded = !m->fold && cpu_deconv_direct_unfolded;
   if (!(frozen || unfolded) || m->lanes != 16 || c->ic > cpu_deconv_direct_max_ic || c->ic % 16 != 0) return 1;
   m->direct = 1;
   size_t kept = 0;
@@ -92,23 +94,23 @@ static int direct_prepare(cpu_dc1 *m, const cpu_conv_shape *c, int keep, size_t 
 #endif
 }
 
-/* The direct form where a plan that folds nothing takes it (training):
- * up to cpu_deconv_direct_max_ic input channels, in 16-channel blocks. */
-static int direct_unfolded(const cpu_conv_shape *c, const dnnl_memory_desc_t *src, int keep, int fold) {
+/* The direct form where a plan that folds nothing takes it (training,
+ * frozen plans without a batch norm after it): up to
+ * cpu_deconv_direct_max_ic input channels, in 16-channel blocks. */
+static int direct_unfolded(const cpu_conv_shape *c, const dnnl_memory_desc_t *src, int fold) {
 #ifdef __AVX512F__
-  return cpu_deconv_direct_unfolded && !keep && !fold && cpu_md_lanes(src) == 16 && c->ic <= cpu_deconv_direct_max_ic &&
+  return cpu_deconv_direct_unfolded && !fold && cpu_md_lanes(src) == 16 && c->ic <= cpu_deconv_direct_max_ic &&
          c->ic % 16 == 0;
 #else
-  (void)c, (void)src, (void)keep, (void)fold;
+  (void)c, (void)src, (void)fold;
   return 0;
 #endif
 }
 
-static int fits(const cpu_conv_shape *c, const dnnl_memory_desc_t *src, const dnnl_memory_desc_t *dst, int keep,
-                int fold) {
+static int fits(const cpu_conv_shape *c, const dnnl_memory_desc_t *src, const dnnl_memory_desc_t *dst, int fold) {
   const int lanes = cpu_md_lanes(src);
   return cpu_deconv_1x1_min_channels > 0 &&
-         (fold || c->ic >= cpu_deconv_1x1_min_channels || direct_unfolded(c, src, keep, fold)) &&
+         (fold || c->ic >= cpu_deconv_1x1_min_channels || direct_unfolded(c, src, fold)) &&
          (lanes == 16 || lanes == 8) && c->oc % lanes == 0 && src->data_type == dnnl_f32 &&
          dst->data_type == dnnl_f32 && cpu_md_lanes(dst) == lanes && c->kh == 2 && c->kw == 2 && c->sh == 2 &&
          c->sw == 2 && c->pt == 0 && c->pl == 0 && c->oh == 2 * c->ih && c->ow == 2 * c->iw;
@@ -138,7 +140,7 @@ void cpu_dc1_bind_skip(cpu_dc1 *m, const void *skip) { m->skip = skip; }
 int cpu_dc1_prepare(cpu_dc1 *m, cpu_node *n, const cpu_conv_shape *c, const dnnl_memory_desc_t *src,
                     const dnnl_memory_desc_t *dst, int keep, int fold, size_t *fwd_scratch, size_t *kept_bytes) {
   memset(m, 0, sizeof *m);
-  if (!fits(c, src, dst, keep, fold)) return 1;
+  if (!fits(c, src, dst, fold)) return 1;
   m->n = c->n, m->ic = c->ic, m->oc = c->oc, m->h = c->ih, m->w = c->iw, m->fold = fold, m->lanes = cpu_md_lanes(src);
   if (direct_prepare(m, c, keep, fwd_scratch, kept_bytes) == 0) return 0;
   const dnnl_dims_t y2 = {c->n, 4 * c->oc, c->ih, c->iw}, w2 = {4 * c->oc, c->ic, 1, 1}, one = {1, 1}, zero = {0, 0};
