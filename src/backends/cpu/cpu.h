@@ -460,10 +460,11 @@ typedef struct {
   float *w2_plain, *b2, *y2, *y;
   void *w2;
   cpu_exec w_re, conv;
-  /* Frozen, 16-channel blocks, AVX-512 builds, up to cpu_deconv_direct_max_ic
-   * input channels: no 1x1 form, no shuffle; each output row straight from
-   * its input row (deconv_1x1.c's direct_row), W'' [OC/16][ky][IC][kx][16]
-   * with the batch norm folded, kept at w2_off. */
+  /* 16-channel blocks, AVX-512 builds, up to cpu_deconv_direct_max_ic input
+   * channels, frozen with the batch norm folded or nothing folded: no 1x1
+   * form, no shuffle; each output row straight from its input row
+   * (deconv_1x1.c's direct), W'' [OC/16][ky][IC][kx][16] at w2_off (kept
+   * by frozen plans, in forward scratch otherwise). */
   int direct, stream;
   const float *x;
   /* The direct form with the concat after its batch norm and ReLU absorbed
@@ -480,7 +481,7 @@ int cpu_dc1_concat_prepare(cpu_dc1 *m, const sp_op_prep *p, dnnl_memory_desc_t *
 void cpu_dc1_bind_skip(cpu_dc1 *m, const void *skip);
 extern int cpu_dc1_use_concat; /* the switch tests and benchmarks compare with (1) */
 extern int64_t cpu_deconv_direct_max_ic;
-extern int cpu_deconv_direct_unfolded; /* 1: plans that fold nothing (training) take the direct form too */
+extern int cpu_deconv_direct_unfolded; /* 1: plans that fold nothing (training too) take the direct form */
 extern long cpu_dc1_direct_calls, cpu_dc1_cat_calls; /* direct forwards; those with a concat */
 /* 0: taken (its forward scratch bytes in *fwd_scratch; with keep, the bytes
  * W' needs in the node's own memory in *kept_bytes, given by cpu_dc1_keep;
@@ -653,8 +654,8 @@ int cpu_deconv_mm_prepare(sp_op_prep *p);
  * image with few channels and a small window, as loops of our own; 1 when
  * the case does not apply. Whether a node's state is one. */
 int cpu_conv_stem_prepare(sp_op_prep *p);
-/* conv_stem_bn.c: an f32 training plan's stem (8 output channels, below
- * AVX-512) with the batch norm and ReLU after it; 1 when it does not apply. */
+/* conv_stem_bn.c: an f32 training plan's stem (8 output channels) with the
+ * batch norm and ReLU after it; 1 when it does not apply. */
 int cpu_conv_stem_bn_prepare(sp_op_prep *p);
 int cpu_conv_is_stem_bn(const void *state);
 extern int cpu_stem_bn_on;     /* 0 never; 1 where it applies (conv_stem_bn.c) */
