@@ -13,6 +13,9 @@
 #                            best one (training) or the best eager one and compile (inference);
 #                            0: every variant in every pair
 #     PROFILE=0              no per-op profile of spry's bf16 step
+#     INFER_STEPS=N          timed steps of each inference run, both sides (default: steps,
+#                            at least 12: vgg-face's 17 ms batch-64 step over 4 steps is a 70 ms
+#                            window, and spry's figure moved 2043-3888 img/s between identical runs)
 #     PY=python              a Python with torch (default: bench/.venv-torch, made and
 #                            filled from PyPI with `pip install torch torchvision` if missing)
 #
@@ -32,6 +35,7 @@ MODELS=${MODELS:-"vgg-face resnet50 resunet50 tsm-r50"}
 PARTS=${PARTS:-"train infer"}
 DTYPES=${DTYPES:-"f32 bf16"}
 REPS=${REPS:-3}
+INFER_STEPS=${INFER_STEPS:-$((STEPS > 12 ? STEPS : 12))}
 VARIANTS=${VARIANTS:-nchw,channels_last,compile}
 BEST_ONCE=${BEST_ONCE:-1}
 export MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=1000000000000 OMP_NUM_THREADS=$T
@@ -176,14 +180,14 @@ for m in $MODELS; do
     for dt in $DTYPES; do
       declare -A ivars=([1]=$VARIANTS [64]=$VARIANTS)
       for _ in $(seq "$REPS"); do
-        s=$($SPRY bench train --model "$m" --backend cpu --threads "$T" --dtype "$dt" --infer --steps "$STEPS" --warmup 2)
+        s=$($SPRY bench train --model "$m" --backend cpu --threads "$T" --dtype "$dt" --infer --steps "$INFER_STEPS" --warmup 2)
         echo "$s"
         for ib in 1 64; do
           sl=$(echo "$s" | $PY -c 'import json,sys
 for l in sys.stdin:
     d = json.loads(l)
     if d["batch"] == int(sys.argv[1]): print(l.strip())' "$ib")
-          p=$($PY bench/peers/torch_train.py --model "$m" --batch "$ib" --threads "$T" --dtype "$dt" --infer --steps "$STEPS" \
+          p=$($PY bench/peers/torch_train.py --model "$m" --batch "$ib" --threads "$T" --dtype "$dt" --infer --steps "$INFER_STEPS" \
                 --warmup 2 --variants "${ivars[$ib]}" 2>/dev/null | tail -1)
           echo "$p"
           pair "$sl" "$p" "$m infer $dt b$ib vs eager" eager
