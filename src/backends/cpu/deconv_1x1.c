@@ -63,23 +63,38 @@ long cpu_dc1_calls;
 int64_t cpu_deconv_direct_max_ic = 128;
 /* The direct form where nothing folds too (training plans' forward, frozen
  * plans without a batch norm after the layer): no bias, W'' built every
- * call (kept by frozen plans). ResUNet-50 f32
- * training, batch 16 (Xeon without AMX, 2 threads, per-node profile),
- * oneDNN's deconvolution -> direct: 64 -> 32 at 112x112 20.8 -> 14.6 ms,
- * 128 -> 64 at 56x56 13.8 -> 12.1. */
+ * call (kept by frozen plans). ResUNet-50 f32 training, batch 16 (Xeon
+ * without AMX, 2 threads, per-node profile), oneDNN's deconvolution ->
+ * direct: 64 -> 32 at 112x112 20.8 -> 14.6 ms, 128 -> 64 at 56x56 13.8 ->
+ * 12.1. */
 int cpu_deconv_direct_unfolded = 1;
 long cpu_dc1_direct_calls, cpu_dc1_cat_calls;
 int cpu_dc1_use_concat = 1;
 
-/* The direct form (16-channel blocks, AVX-512 builds): frozen plans keep
- * W'' and its bias (the folded batch norm's shift, or zero where nothing
- * folds), nothing in scratch; other plans (training: nothing folded, a
- * zero bias) build W'' in forward scratch every call, as the 1x1 form
- * builds W'. */
+/* The shapes the direct form takes: 16-channel blocks (AVX-512 builds), up
+ * to cpu_deconv_direct_max_ic input channels in whole blocks. */
+static int direct_shape(const cpu_conv_shape *c, int64_t lanes) {
+#ifdef __AVX512F__
+  return lanes == 16 && c->ic <= cpu_deconv_direct_max_ic && c->ic % 16 == 0;
+#else
+  (void)c, (void)lanes;
+  return 0;
+#endif
+}
+
+/* Where it is taken: frozen plans that fold the batch norm after it, and
+ * (the switch on) plans that fold nothing. */
+static int direct_wanted(const cpu_conv_shape *c, int64_t lanes, int keep, int fold) {
+  return direct_shape(c, lanes) && ((keep && fold) || (!fold && cpu_deconv_direct_unfolded));
+}
+
+/* The direct form: frozen plans keep W'' and its bias (the folded batch
+ * norm's shift, or zero where nothing folds), nothing in scratch; other
+ * plans (training: nothing folded, a zero bias) build W'' in forward
+ * scratch every call, as the 1x1 form builds W'. */
 static int direct_prepare(cpu_dc1 *m, const cpu_conv_shape *c, int keep, size_t *fwd_scratch, size_t *kept_bytes) {
 #ifdef __AVX512F__
-  const int frozen = keep && m->fold, unfolded = !m->fold && cpu_deconv_direct_unfolded;
-  if (!(frozen || unfolded) || m->lanes != 16 || c->ic > cpu_deconv_direct_max_ic || c->ic % 16 != 0) return 1;
+  if (!direct_wanted(c, m->lanes, keep, m->fold)) return 1;
   m->direct = 1;
   size_t kept = 0;
   m->w2_off = cpu_take(&kept, sizeof(float) * (size_t)(4 * c->ic * c->oc));
@@ -95,23 +110,10 @@ static int direct_prepare(cpu_dc1 *m, const cpu_conv_shape *c, int keep, size_t 
 #endif
 }
 
-/* The direct form where a plan that folds nothing takes it (training,
- * frozen plans without a batch norm after it): up to
- * cpu_deconv_direct_max_ic input channels, in 16-channel blocks. */
-static int direct_unfolded(const cpu_conv_shape *c, const dnnl_memory_desc_t *src, int fold) {
-#ifdef __AVX512F__
-  return cpu_deconv_direct_unfolded && !fold && cpu_md_lanes(src) == 16 && c->ic <= cpu_deconv_direct_max_ic &&
-         c->ic % 16 == 0;
-#else
-  (void)c, (void)src, (void)fold;
-  return 0;
-#endif
-}
-
 static int fits(const cpu_conv_shape *c, const dnnl_memory_desc_t *src, const dnnl_memory_desc_t *dst, int fold) {
   const int lanes = cpu_md_lanes(src);
   return cpu_deconv_1x1_min_channels > 0 &&
-         (fold || c->ic >= cpu_deconv_1x1_min_channels || direct_unfolded(c, src, fold)) &&
+         (fold || c->ic >= cpu_deconv_1x1_min_channels || direct_wanted(c, lanes, 0, fold)) &&
          (lanes == 16 || lanes == 8) && c->oc % lanes == 0 && src->data_type == dnnl_f32 &&
          dst->data_type == dnnl_f32 && cpu_md_lanes(dst) == lanes && c->kh == 2 && c->kw == 2 && c->sh == 2 &&
          c->sw == 2 && c->pt == 0 && c->pl == 0 && c->oh == 2 * c->ih && c->ow == 2 * c->iw;
