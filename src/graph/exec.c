@@ -53,6 +53,25 @@ static void grad_ready(sp_plan *p, int node) {
   if (first[node + 1] > first[node]) p->grad_hook(p->grad_hook_user, ids + first[node], first[node + 1] - first[node]);
 }
 
+/* Zeroes the gradients of node i's inputs that i writes first (the grads of
+ * i's inputs whose latest consumer is i), just before `runner`'s backward:
+ * i itself, or the node that adopted it. */
+static void zero_first_writes(sp_plan *p, int i, int runner) {
+  const sp_node *nd = &p->g->nodes[i];
+  if (!nd->op) return;
+  for (int k = 0; k < nd->n_in; k++) {
+    plan_node *src = &p->nodes[nd->in[k]];
+    if (src->grad_buf >= 0 && src->first_writer == i) {
+      int seen = 0; /* the same input twice (x + x): zero once */
+      for (int j = 0; j < k; j++) seen |= nd->in[j] == nd->in[k];
+      /* An implementation that overwrites a fresh gradient needs no zeros,
+       * unless this node's backward does not run at all. */
+      int overwrites = (p->impl[runner]->flags & SP_OP_GRAD_OVERWRITES_FRESH) && p->nodes[runner].run_backward;
+      if (!seen && !overwrites) memset(src->grad.data, 0, p->reqs[src->grad_buf].bytes);
+    }
+  }
+}
+
 int sp_plan_backward(sp_plan *p) {
   const sp_graph *g = p->g;
   if (!p->training) return sp_error_set("backward on a plan made for inference (training = 0)");
@@ -62,24 +81,16 @@ int sp_plan_backward(sp_plan *p) {
   for (int i = n - 1; i >= 0; i--) {
     const sp_node *nd = &g->nodes[i];
     plan_node *pn = &p->nodes[i];
-    /* Buffers first written by node i: the grads of i's inputs whose latest
-     * consumer is i, and i's own grad when it is a loss seeded here. */
     /* A node absorbed by its producer (fusion) shares its gradient buffer:
-     * nothing to zero, nothing to run. */
+     * nothing to zero, nothing to run. An adopted one's backward ran in its
+     * adopter's: its parameters' gradients are complete from here on. */
     if (pn->absorbed_by >= 0) continue;
-    if (nd->op) {
-      for (int k = 0; k < nd->n_in; k++) {
-        plan_node *src = &p->nodes[nd->in[k]];
-        if (src->grad_buf >= 0 && src->first_writer == i) {
-          int seen = 0; /* the same input twice (x + x): zero once */
-          for (int j = 0; j < k; j++) seen |= nd->in[j] == nd->in[k];
-          /* An implementation that overwrites a fresh gradient needs no zeros,
-           * unless this node's backward does not run at all. */
-          int overwrites = (p->impl[i]->flags & SP_OP_GRAD_OVERWRITES_FRESH) && pn->run_backward;
-          if (!seen && !overwrites) memset(src->grad.data, 0, p->reqs[src->grad_buf].bytes);
-        }
-      }
+    if (pn->adopted_by >= 0) {
+      if (pn->run_backward && p->grad_hook) grad_ready(p, i);
+      continue;
     }
+    zero_first_writes(p, i, i);
+    if (pn->adopts >= 0) zero_first_writes(p, pn->adopts, i);
     if (!pn->run_backward) continue;
     if (nd->is_loss) {
       float *d = pn->grad.data;
@@ -115,7 +126,7 @@ void sp_plan_zero_grad(sp_plan *p) {
     plan_node *pn = &p->nodes[i];
     pn->args.d_param_fresh = 0;
     if (!nd->op || !p->training) continue;
-    const int absorbed = pn->absorbed_by >= 0;
+    const int absorbed = pn->absorbed_by >= 0 || pn->adopted_by >= 0; /* its backward runs in another node's */
     if (!absorbed && !pn->run_backward) continue;
     for (int k = 0; k < nd->n_param; k++) {
       const int q = nd->param[k];

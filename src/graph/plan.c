@@ -4,11 +4,13 @@
  * Timeline: forward of node i is step i; backward of node i is step 2N-1-i.
  * A buffer is live over [first step that writes it, last step that reads it]:
  *  - activation of i: from i to its last forward consumer, extended to the
- *    backward of any consumer whose backward reads its inputs, and to i's own
- *    backward when that reads the output; inputs, outputs and losses live
- *    forever;
+ *    backward of any consumer whose backward reads its inputs, to the
+ *    forward and backward of the node that adopted a consumer, and to i's
+ *    own backward when that reads the output; inputs, outputs and losses
+ *    live forever;
  *  - gradient of i: from the backward of its last consumer (the first to
- *    accumulate into it; it is zeroed just before) to i's own backward;
+ *    accumulate into it; it is zeroed just before; where that consumer was
+ *    adopted, its adopter's backward) to i's own backward;
  *  - saved scratch of i: from i's forward to i's backward;
  *  - a fast backend's per-step scratch of i: step i, and step 2N-1-i.
  *
@@ -127,6 +129,26 @@ static int other_input_ready(const sp_graph *g, int i, int c) {
   return cn->in[1 - k] == i && cn->in[k] != i ? k : -1;
 }
 
+/* Whether node j, which computes the other input of i's consumer c, may be
+ * adopted by i (sp_op_prep.adopt_other): c is its only consumer, it
+ * absorbed nothing and nothing adopted it, its output is not kept, its
+ * backward runs as i's does (so what i writes for it is wanted, and its
+ * gradients live while i's backward runs), and it is the only consumer of
+ * each of its inputs (so i, running j's backward early, is still the first
+ * and only writer of their gradients). */
+static int adoptable(const sp_plan *p, const int *consumer, int i, int c, int j) {
+  const sp_node *jn = &p->g->nodes[j];
+  const plan_node *pj = &p->nodes[j];
+  if (!jn->op || consumer[j] != c || kept_output(p, jn) || jn->is_loss || !pj->impl_state || pj->absorbed_by >= 0 ||
+      pj->adopted_by >= 0 || pj->run_backward != p->nodes[i].run_backward)
+    return 0;
+  for (int k = 0; k < jn->n_in; k++)
+    if (consumer[jn->in[k]] != j) return 0;
+  for (int m = j + 1; m < i; m++)
+    if (p->nodes[m].absorbed_by == j) return 0;
+  return 1;
+}
+
 /* What node i's backend is told in prepare: shapes, layouts and dtypes of its
  * inputs, which gradients are wanted, and the up to SP_OP_CHAIN ops after it
  * that it may absorb. */
@@ -185,6 +207,10 @@ static void fill_prep(const sp_plan *p, int i, const int *consumer, sp_op_prep *
       oc->other_shape = o->shape;
       oc->other_dtype = o->dtype;
       oc->other_layout = o->layout;
+      if (k == 0 && adoptable(p, consumer, i, c, cn->in[other])) {
+        oc->other_op = g->nodes[cn->in[other]].op;
+        oc->other_state = p->nodes[cn->in[other]].impl_state;
+      }
     }
   }
 }
@@ -192,7 +218,7 @@ static void fill_prep(const sp_plan *p, int i, const int *consumer, sp_op_prep *
 static int prepare_nodes(sp_plan *p) {
   sp_graph *g = p->g;
   int *consumer = sole_consumers(g);
-  for (int i = 0; i < g->n_nodes; i++) p->nodes[i].absorbed_by = -1;
+  for (int i = 0; i < g->n_nodes; i++) p->nodes[i].absorbed_by = p->nodes[i].adopted_by = p->nodes[i].adopts = -1;
   int rc = 0;
   for (int i = 0; i < g->n_nodes && rc == 0; i++) {
     const sp_node *nd = &g->nodes[i];
@@ -224,6 +250,10 @@ static int prepare_nodes(sp_plan *p) {
     for (int k = 0, c = consumer[i]; k < pr.absorb_consumer && k < SP_OP_CHAIN && pr.consumer[k].op;
          k++, c = consumer[c])
       p->nodes[c].absorbed_by = i;
+    if (pr.adopt_other && pr.absorb_consumer >= 1 && pr.consumer[0].other_state) {
+      const int j = g->nodes[consumer[i]].in[pr.consumer[0].other];
+      p->nodes[j].adopted_by = i, pn->adopts = j;
+    }
     pn->impl_state = pr.state;
     pn->param_overwrites = pr.param_grad_overwrites;
     pn->layout = pr.out_layout;
@@ -259,6 +289,11 @@ static int plan_memory(sp_plan *p) {
         if (cn->in[k] != i) continue;
         if (c > end) end = c;
         if (p->nodes[c].run_backward && (cn->op->flags & SP_OP_BWD_NEEDS_INPUT) && BSTEP(p, c) > end) end = BSTEP(p, c);
+        /* The adopter of c reads c's inputs in its own forward (and in its
+         * backward, which comes before c's). */
+        const int a = p->nodes[c].adopted_by;
+        if (a > end) end = a;
+        if (a >= 0 && p->nodes[a].run_backward && BSTEP(p, a) > end) end = BSTEP(p, a);
       }
     }
     if (pn->run_backward && nd->op && (nd->op->flags & SP_OP_BWD_NEEDS_OUTPUT) && BSTEP(p, i) > end) end = BSTEP(p, i);
@@ -285,7 +320,8 @@ static int plan_memory(sp_plan *p) {
         int uses = 0;
         for (int k = 0; k < cn->n_in; k++) uses |= cn->in[k] == i;
         if (uses && p->nodes[c].run_backward) {
-          first = BSTEP(p, c);
+          /* An adopted node's backward runs in its adopter's, earlier. */
+          first = BSTEP(p, p->nodes[c].adopted_by >= 0 ? p->nodes[c].adopted_by : c);
           pn->first_writer = c;
           break;
         }
@@ -373,6 +409,8 @@ static void wire(sp_plan *p) {
     if (k < SP_OP_CHAIN) host->chain[k] = &p->nodes[i].args;
     host->consumer = host->chain[0], host->consumer2 = host->chain[1];
   }
+  for (int i = 0; i < g->n_nodes; i++)
+    if (p->nodes[i].adopts >= 0) p->nodes[i].args.adopted = &p->nodes[p->nodes[i].adopts].args;
 }
 
 /* Backend state that needs buffer addresses (primitive arguments). */

@@ -20,6 +20,9 @@ typedef struct {
    * of the activation (and gradient) buffer, and per-step scratch buffers. */
   void *impl_state; /* prepare()'s state (sp_op_args.impl) */
   int absorbed_by;  /* >= 0: that node computes this one (fusion); this node shares its buffers and never runs */
+  /* >= 0: that node (later) adopted this one (sp_op_prep.adopt_other): this
+   * node's forward runs, its backward is the adopter's; adopts: the reverse. */
+  int adopted_by, adopts;
   unsigned param_overwrites; /* prepare()'s param_grad_overwrites */
   const void *layout;
   size_t act_bytes;

@@ -76,6 +76,10 @@ typedef struct sp_op_args {
   /* Every absorbed node in order: chain[0] is consumer, chain[1] consumer2
    * (a chain of fused convolutions reads the later ones' weights here). */
   const struct sp_op_args *chain[SP_OP_CHAIN];
+  /* The node this one adopted (sp_op_prep.adopt_other): what it reads of
+   * that node (input, statistics, parameters) and writes for it (its input
+   * and parameter gradients); NULL otherwise. */
+  const struct sp_op_args *adopted;
 } sp_op_args;
 
 /* A node that consumes the output of another (or of that one's consumer):
@@ -92,6 +96,12 @@ typedef struct {
   sp_shape other_shape;
   sp_dtype other_dtype;
   const void *other_layout;
+  /* The node that computes the other input, where it may be adopted
+   * (sp_op_prep.adopt_other): this consumer is its only one, it absorbed
+   * nothing, its output is not kept and its backward runs as the prepared
+   * node's does. Its op and the state its prepare made; NULL otherwise. */
+  const struct sp_op_def *other_op;
+  void *other_state;
 } sp_op_consumer;
 
 /* What a fast backend's prepare() sees and reports for one node. The plan calls
@@ -135,6 +145,14 @@ typedef struct sp_op_prep {
    * buffers, so d_out here is the gradient of the consumer's output.
    * 2: the consumer's consumer too (consumer[1]); k: consumer[0 .. k - 1]. */
   int absorb_consumer;
+  /* 1: having absorbed consumer[0] (two inputs), this node also computes the
+   * part of the other input's producer that only that consumer needed
+   * (consumer[0].other_state, which the backend marks): a batch norm whose
+   * normalised output only the residual add read. The producer's forward
+   * still runs (its statistics) and its output is left unwritten; its
+   * backward is this node's, which writes its input and parameter
+   * gradients (sp_op_args.adopted). */
+  int adopt_other;
   /* With absorbed nodes, out_layout and out_bytes describe the last one's
    * output (the host's buffer holds only that: a stem computing the conv
    * after it reports that conv's smaller output). */

@@ -127,7 +127,7 @@ static void run_case(const bn_case *k) {
     }
   sp_op_batchnorm.backward(&r);
 
-  cpu_bn_residual res = {rb, mask, k->residual == 3 ? NULL : dr, k->residual == 2, 0};
+  cpu_bn_residual res = {rb, mask, k->residual == 3 ? NULL : dr, k->residual == 2, 0, NULL};
   const cpu_bn_residual *rp = k->residual ? &res : NULL;
   cpu_bn_forward(&g, x, y, mean, var, gamma, beta, 1e-5f, k->batch, k->relu || k->residual, rp, scratch);
   cpu_bn_backward(&g, x, dy, dx, k->accumulate, mean, var, gamma, beta, 1e-5f, k->batch, k->relu || k->residual, rp, dg,
@@ -398,7 +398,7 @@ static void streamed_outputs_same_bytes(void **st) {
               memset(out[k], 0, 2 * bytes);
               if (acc) memcpy(out[k] + bytes, in + bytes, bytes); /* dx added into */
               char *scratch = malloc(cpu_bn_bwd_scratch_bytes(&g) + cpu_bn_scratch_bytes(&g));
-              cpu_bn_residual res = {in + 2 * bytes, (uint8_t *)mask[k], dr[k], 0, 0};
+              cpu_bn_residual res = {in + 2 * bytes, (uint8_t *)mask[k], dr[k], 0, 0, NULL};
               const cpu_bn_residual *rp = mode == 2 ? &res : NULL;
               cpu_bn_forward(&g, in, out[k], mean[k], var[k], gamma, beta, 1e-5f, 1, mode > 0, rp, scratch);
               cpu_bn_backward(&g, in, in + bytes, out[k] + bytes, acc, mean[k], var[k], gamma, beta, 1e-5f, 1, mode > 0,

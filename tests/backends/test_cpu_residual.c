@@ -4,7 +4,9 @@
  * training and inference, the residual's gradient written first or added
  * to another consumer's), the same f32 step with the fusion switched off,
  * and the fusion taken only where the add comes right after the batch norm
- * with its other input ready. */
+ * with its other input ready; with a projection shortcut, the main
+ * branch's batch norm adopted by the shortcut's (bnorm_pair.c; the kernels
+ * in test_cpu_bnorm_pair.c), against the two apart and where it is taken. */
 #include "backend_compare.h"
 
 #ifdef SPRY_HAVE_DNNL
@@ -85,6 +87,51 @@ static void same_as_unfused(void **st) {
   }
 }
 
+static void paired_or_not(int path) { cpu_bnorm_fuse_pair = path == 0; }
+
+/* The projection block's two batch norms as one node (the shortcut's
+ * adopting the main branch's, bnorm_pair.c) against the two apart, an f32
+ * training step: the same sums in the same order. (Evaluation, where the
+ * pair reads the main branch's input after that node's last step, is
+ * against_ref's, in a plan that poisons dead buffers.) */
+static void pair_same_as_apart(void **st) {
+  (void)st;
+  cmp_require_cpu();
+  cmp_case k = {"projection pair", projection_block, 3, 5, 12, 12, 1, 0, 0, 0};
+  cmp_two_paths(&k, paired_or_not, 1e-5);
+}
+
+/* The main branch's convolution output read again after the block: its
+ * batch norm is not the only writer of that gradient, so not adopted. */
+static sp_value main_input_shared(sp_graph *g, sp_value x) {
+  x = block_input(g, x);
+  sp_value c3 = sp_conv2d(g, x, "conv3", (sp_conv_args){.out_ch = 32, .kernel = 1});
+  sp_value y = sp_batchnorm(g, c3, "bn3");
+  sp_value s = conv_bn(g, x, "down", "down_bn", 32, 1, 1);
+  sp_value out = sp_relu(g, sp_add(g, y, s));
+  return head(g, sp_add(g, out, c3));
+}
+
+/* How many nodes of a plan of `body` another adopted. */
+static int adopted_nodes(cmp_build_fn body, unsigned flags, int training) {
+  cmp_case k = {"adopted", body, 2, 5, 12, 12, training, flags, 0, 0};
+  sp_shape ys = cmp_out_shape(&k);
+  sp_value y;
+  sp_graph *g = cmp_graph(&k, &y);
+  sp_plan *p = cmp_plan(&k, g, &ys, SP_BACKEND_CPU, flags);
+  int n = 0;
+  for (int i = 0; i < p->g->n_nodes; i++)
+    if (p->nodes[i].adopted_by >= 0) {
+      const int a = p->nodes[i].adopted_by;
+      if (p->g->nodes[i].op != &sp_op_batchnorm || p->g->nodes[a].op != &sp_op_batchnorm || p->nodes[a].adopts != i)
+        fail_msg("node %d adopted by %d: not a batch norm pair", i, a);
+      n++;
+    }
+  sp_plan_free(p);
+  sp_graph_free(g);
+  return n;
+}
+
 /* How many adds of a plan of `body` a batch norm absorbed. */
 static int fused_adds(cmp_build_fn body, unsigned flags) {
   cmp_case k = {"taken", body, 2, 5, 12, 12, 1, flags, 0, 0};
@@ -135,9 +182,23 @@ static void taken_where_it_applies(void **st) {
   }
   cpu_bnorm_fuse_add = 0;
   assert_int_equal(fused_adds(identity_block, cmp_bf16_here() ? SP_PLAN_BF16 : 0), 0);
+  assert_int_equal(adopted_nodes(projection_block, 0, 1), 0); /* no absorbed add, no pair */
   cpu_bnorm_fuse_add = 1;
+  /* The pair: the projection block's end in training, not the identity
+   * block's (its other input is the block's input, no batch norm). */
+  for (int bf16 = 0; bf16 < 1 + cmp_bf16_here(); bf16++) {
+    const unsigned f = bf16 ? SP_PLAN_BF16 : 0;
+    assert_int_equal(adopted_nodes(projection_block, f, 1), 1);
+    assert_int_equal(adopted_nodes(identity_block, f, 1), 0);
+    assert_int_equal(adopted_nodes(shared_input, f, 1), 0);
+    assert_int_equal(fused_adds(main_input_shared, f), 1);
+    assert_int_equal(adopted_nodes(main_input_shared, f, 1), 0);
+  }
+  cpu_bnorm_fuse_pair = 0;
+  assert_int_equal(adopted_nodes(projection_block, 0, 1), 0);
+  cpu_bnorm_fuse_pair = 1;
 }
 #endif
 
 CMP_CPU_MAIN(cmocka_unit_test(against_ref), cmocka_unit_test(same_as_unfused),
-             cmocka_unit_test(taken_where_it_applies))
+             cmocka_unit_test(pair_same_as_apart), cmocka_unit_test(taken_where_it_applies))

@@ -37,6 +37,8 @@ typedef struct {
   int affine, batch_stats, update_running, run_backward, need_dparam, fused_relu, has_ws;
   int fused_add;   /* add + relu absorbed: y = relu(bn(x) + consumer's in[other]) */
   int other;       /* that input's index in the add */
+  int pair;        /* and the batch norm computing that input adopted (bnorm_pair.c) */
+  int adopted;     /* this node was adopted: its forward computes the statistics alone, no backward */
   size_t mask_off; /* in saved (training) */
   int64_t c, m;
   float momentum;
@@ -58,16 +60,41 @@ static const float *param_or_null(const sp_op_args *a, int k) {
 static cpu_bn_residual residual_of(const bn_node *s, const sp_op_args *a) {
   const sp_op_args *add = a->consumer;
   const sp_tensor *dr = s->run_backward ? add->d_in[s->other] : NULL;
-  return (cpu_bn_residual){add->in[s->other]->data, s->run_backward ? (uint8_t *)a->saved + s->mask_off : NULL,
-                           dr ? dr->data : NULL, !((add->d_in_fresh >> s->other) & 1u), 0};
+  return (cpu_bn_residual){add->in[s->other]->data,
+                           s->run_backward ? (uint8_t *)a->saved + s->mask_off : NULL,
+                           dr ? dr->data : NULL,
+                           !((add->d_in_fresh >> s->other) & 1u),
+                           0,
+                           NULL};
+}
+
+/* The adopted batch norm as the kernels read it (a->adopted its args). */
+static cpu_bn_partner partner_of(const sp_op_args *a) {
+  const sp_op_args *b = a->adopted;
+  const bn_node *q = b->impl;
+  const int dparam = q->need_dparam;
+  return (cpu_bn_partner){b->in[0]->data,
+                          q->mean,
+                          q->var,
+                          param_or_null(b, 0),
+                          param_or_null(b, 1),
+                          q->eps,
+                          q->batch_stats,
+                          q->run_backward && b->d_in[0] ? b->d_in[0]->data : NULL,
+                          !(b->d_in_fresh & 1u),
+                          dparam && b->d_param[0] ? b->d_param[0]->data : NULL,
+                          dparam && b->d_param[1] ? b->d_param[1]->data : NULL};
 }
 
 static void bn_forward(cpu_node *n, const sp_op_args *a) {
   bn_node *s = (bn_node *)n;
-  const cpu_bn_residual res = s->fused_add ? residual_of(s, a) : (cpu_bn_residual){0};
+  cpu_bn_residual res = s->fused_add ? residual_of(s, a) : (cpu_bn_residual){0};
+  const cpu_bn_partner q = s->pair ? partner_of(a) : (cpu_bn_partner){0};
+  if (s->pair) res.partner = &q;
   if (s->own)
-    cpu_bn_forward(&s->geom, a->in[0]->data, a->out->data, s->mean, s->var, param_or_null(a, 0), param_or_null(a, 1),
-                   s->eps, s->batch_stats, s->fused_relu || s->fused_add, s->fused_add ? &res : NULL, s->fs);
+    cpu_bn_forward(&s->geom, a->in[0]->data, s->adopted ? NULL : a->out->data, s->mean, s->var, param_or_null(a, 0),
+                   param_or_null(a, 1), s->eps, s->batch_stats, s->fused_relu || s->fused_add,
+                   s->fused_add ? &res : NULL, s->fs);
   else
     cpu_exec_run(&s->f);
   if (!s->update_running) return;
@@ -81,10 +108,13 @@ static void bn_forward(cpu_node *n, const sp_op_args *a) {
 
 static void bn_backward(cpu_node *n, const sp_op_args *a) {
   bn_node *s = (bn_node *)n;
+  if (s->adopted) return; /* its adopter's backward did it (the plan skips it too) */
   if (s->own) {
     float *dg = s->need_dparam && a->d_param[0] ? a->d_param[0]->data : NULL;
     float *db = s->need_dparam && a->d_param[1] ? a->d_param[1]->data : NULL;
-    const cpu_bn_residual res = s->fused_add ? residual_of(s, a) : (cpu_bn_residual){0};
+    cpu_bn_residual res = s->fused_add ? residual_of(s, a) : (cpu_bn_residual){0};
+    const cpu_bn_partner q = s->pair ? partner_of(a) : (cpu_bn_partner){0};
+    if (s->pair) res.partner = &q;
     cpu_bn_backward(&s->geom, a->in[0]->data, a->d_out->data, a->d_in[0] ? a->d_in[0]->data : NULL,
                     !(a->d_in_fresh & 1u), s->mean, s->var, param_or_null(a, 0), param_or_null(a, 1), s->eps,
                     s->batch_stats, s->fused_relu || s->fused_add, s->fused_add ? &res : NULL, dg, db, s->bs);
@@ -171,6 +201,25 @@ static int residual_fits(const sp_op_prep *p, const dnnl_memory_desc_t *md) {
   return cpu_md_equal(&other, md);
 }
 
+/* The batch norm computing the absorbed add's other input, adopted
+ * (sp_op_prep.adopt_other): our kernels on the same layout, no ReLU or add
+ * of its own, its statistics where this node can read them (saved in
+ * training, the running ones otherwise; not its forward scratch), and a
+ * geometry the pair kernels walk. Plans without backward take it too
+ * (evaluation on running statistics). */
+int cpu_bnorm_fuse_pair = 1;
+static bn_node *partner_fits(const sp_op_prep *p, const bn_node *s) {
+  const sp_op_consumer *c = &p->consumer[0];
+  if (!cpu_bnorm_fuse_pair || !s->fused_add || c->other_op != &sp_op_batchnorm || !c->other_state ||
+      ((const cpu_node *)c->other_state)->vt != &bn_vt || !cpu_bn_pair_walks(&s->geom))
+    return NULL;
+  bn_node *q = c->other_state;
+  if (!q->own || q->fused_relu || q->fused_add || q->pair || q->adopted || q->run_backward != s->run_backward ||
+      (q->batch_stats && !q->run_backward) || !cpu_md_equal(&q->md, &s->md))
+    return NULL;
+  return q;
+}
+
 /* Our kernels: statistics in saved (training) or forward scratch, as below;
  * scratch for the per-thread sums. */
 static int own_setup(sp_op_prep *p, bn_node *s) {
@@ -184,6 +233,8 @@ static int own_setup(sp_op_prep *p, bn_node *s) {
   p->fwd_scratch_bytes = fwd;
   p->bwd_scratch_bytes = p->run_backward ? cpu_bn_bwd_scratch_bytes(&s->geom) : 0;
   p->absorb_consumer = s->fused_add ? 2 : s->fused_relu;
+  bn_node *q = partner_fits(p, s);
+  if (q) q->adopted = 1, s->pair = 1, p->adopt_other = 1;
   cpu_report(p, &s->base);
   return 0;
 }

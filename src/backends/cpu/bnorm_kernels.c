@@ -88,12 +88,7 @@ int64_t cpu_stream_threshold(void) {
   return h;
 }
 
-/* Elements per tile: the f32 partial sums run over this many values. */
-enum { TILE_ELEMS = 2048 };
-
-/* y before the ReLU; forward and the ReLU mask in backward use this one
- * expression, so the mask matches the sign forward saw bit for bit. */
-INLINE float affine(float x, float mean, float scale, float shift) { return fmaf(x - mean, scale, shift); }
+#include "backends/cpu/bnorm_walk.h"
 
 int cpu_bn_geom_of(cpu_bn_geom *g, const dnnl_memory_desc_t *md, const sp_shape *s) {
   memset(g, 0, sizeof *g);
@@ -124,109 +119,11 @@ int cpu_bn_geom_of(cpu_bn_geom *g, const dnnl_memory_desc_t *md, const sp_shape 
   return 0;
 }
 
-/* ---- tiles ---- */
-
-typedef struct {
-  int64_t chunk;    /* positions per tile */
-  int64_t per_unit; /* tiles per (image, block) */
-  int64_t count;
-} tiling;
-
-static tiling tiles_of(const cpu_bn_geom *g) {
-  tiling t;
-  t.chunk = TILE_ELEMS / g->lanes;
-  if (t.chunk < 16) t.chunk = 16; /* wide channels-last rows: flush the sums less often */
-  if (t.chunk > g->hw) t.chunk = g->hw;
-  t.per_unit = (g->hw + t.chunk - 1) / t.chunk;
-  t.count = g->n * g->blocks * t.per_unit;
-  return t;
-}
-
-/* Element offset of tile k, its block and its number of positions. */
-INLINE int64_t tile_at(const cpu_bn_geom *g, const tiling *t, int64_t k, int64_t *blk, int64_t *np) {
-  const int64_t unit = k / t->per_unit, p0 = (k % t->per_unit) * t->chunk;
-  *blk = unit % g->blocks;
-  *np = g->hw - p0 < t->chunk ? g->hw - p0 : t->chunk;
-  return (unit / g->blocks) * g->img_stride + *blk * g->blk_stride + p0 * g->lanes;
-}
-
-/* This thread's tiles: a contiguous static share (memory order). */
-INLINE void my_tiles(const tiling *t, int64_t *k0, int64_t *k1) {
-  const int64_t nt = omp_get_num_threads(), tid = omp_get_thread_num();
-  *k0 = t->count * tid / nt;
-  *k1 = t->count * (tid + 1) / nt;
-}
-
-/* Scratch: shared per-channel arrays, then per thread 2 x cp doubles. */
-typedef struct {
-  float *k, *a, *b, *d; /* shift; then forward scale/shift or backward coefficients */
-  char *per_thread;
-  size_t thread_bytes;
-} bn_scratch;
-
-static size_t round64(size_t b) { return (b + 63) & ~(size_t)63; }
-
-static size_t channels_padded(const cpu_bn_geom *g) { return (size_t)(g->blocks * g->lanes); }
-
 size_t cpu_bn_scratch_bytes(const cpu_bn_geom *g) {
   const size_t cp = channels_padded(g);
-  return 4 * round64(cp * sizeof(float)) + (size_t)g->threads * round64(2 * cp * sizeof(double)) + 64;
+  return BN_ARRAYS * round64(cp * sizeof(float)) + (size_t)g->threads * round64(BN_THREAD_SUMS * cp * sizeof(double)) +
+         64;
 }
-
-static bn_scratch scratch_of(const cpu_bn_geom *g, char *base) {
-  base = (char *)(((uintptr_t)base + 63) & ~(uintptr_t)63);
-  const size_t cp = channels_padded(g), arr = round64(cp * sizeof(float));
-  bn_scratch s = {(float *)base,  (float *)(base + arr),           (float *)(base + 2 * arr), (float *)(base + 3 * arr),
-                  base + 4 * arr, round64(2 * cp * sizeof(double))};
-  return s;
-}
-
-INLINE double *thread_acc(const bn_scratch *s, int tid) {
-  return (double *)(s->per_thread + (size_t)tid * s->thread_bytes);
-}
-
-/* Layouts whose lanes are a multiple of 8 walk a tile one lane group (vfw,
- * vec.h: 16 channels with AVX-512, else 8; a last group of 8 when the lanes
- * are 16k + 8) at a time, positions inside, so a group's sums and
- * coefficients stay in registers and the tile (a few KB) stays in L1 across
- * the groups. With 8 lanes in all and 16-lane vectors, one vector holds two
- * positions (the ResUNet's 8-channel layers at full resolution).
- *
- * Each *_group function walks positions [p0, p1) of G lane groups side by
- * side, lanes [j, j + G w): w is VW or 8, or 16 over two positions of 8
- * lanes; w and G are constants where called. Wide channels-last rows go G =
- * 4 groups (64 channels, 128 bytes of bf16) at a time: one group at a time,
- * each position's row was read 32 bytes at a time with a jump of the row
- * width between reads, 25-35% slower from memory than a contiguous layout.
- * Rows of 128 channels and more go 8 groups at a time (256 channels: 13%
- * faster than 4), and 32-channel rows 2 (ResUNet's decoder at 224x224,
- * bf16 b16, from memory: with the residual add forward 13.8 -> 10.3 ms,
- * backward 14.6 -> 12.4; with the ReLU 8.6 -> 7.5 and 10.5 -> 9.4). */
-enum { GMAX = 8 };
-
-/* What follows the normalisation (the kernels' `relu`, a constant in each
- * specialisation): nothing, a ReLU, or a residual add and a ReLU. */
-enum { MODE_PLAIN = 0, MODE_RELU = 1, MODE_ADD_RELU = 2 };
-
-typedef uint8_t vbw __attribute__((vector_size(VW)));
-typedef uint8_t vbwu __attribute__((vector_size(VW), aligned(1)));
-typedef uint8_t vb8 __attribute__((vector_size(8)));
-typedef uint8_t vb8u __attribute__((vector_size(8), aligned(1)));
-
-/* mask[i..i+w) = v > 0, a byte a lane. */
-INLINE void mask_store(uint8_t *m, int64_t i, vfw v, int w) {
-  const viw pos = (viw)(v > 0.0f) & 1;
-#ifdef __AVX512F__
-  if (w == 8) {
-    *(vb8u *)(m + i) = __builtin_convertvector(__builtin_shufflevector(pos, pos, VW_LO8), vb8);
-    return;
-  }
-#endif
-  *(vbwu *)(m + i) = __builtin_convertvector(pos, vbw);
-}
-
-/* g where mask[i..i+w) is set, else 0. */
-INLINE vfw mask_apply(vfw g, const uint8_t *m, int64_t i, int w) { return (vfw)((viw)g & vmask32(m, i, w)); }
 
 /* Backward of the absorbed add + ReLU: dy masked, and written (or added)
  * into r's gradient. */
@@ -245,63 +142,6 @@ INLINE float residual_grad1(const cpu_bn_residual *res, int64_t i, float gv, int
   if (res->dr) sp_stf(res->dr, i, (res->dr_add ? sp_ldf(res->dr, i, bf16) : 0.0f) + gv, bf16);
   return gv;
 }
-INLINE vfw vmask(vfw g, vfw y) { return (vfw)((viw)g & (viw)(y > 0.0f)); }
-INLINE vfw vaffine(vfw x, vfw m, vfw sc, vfw sh) { return (x - m) * sc + sh; }
-
-/* Positions one vector of w lanes covers. */
-INLINE int64_t positions_per_vector(int w, int64_t L) { return w > L ? w / L : 1; }
-
-/* A per-channel constant for lanes [j, j + w): repeated when the vector
- * holds two positions. */
-INLINE vfw vconst(const float *c, int64_t j, int w, int64_t L) {
-  return positions_per_vector(w, L) == 2 ? vtwice8(c + j) : vldw(c + j, 0, 0, w);
-}
-
-/* Calls GROUP(j, w, G, p0, p1) over a tile's np positions and L lanes. */
-#define FOR_EACH_GROUP(L, np, GROUP)                                    \
-  do {                                                                  \
-    if (VW == 16 && (L) == 8) {                                         \
-      const int64_t even_ = (np) & ~(int64_t)1;                         \
-      GROUP(0, 16, 1, 0, even_);                                        \
-      if (even_ < (np)) GROUP(0, 8, 1, even_, np);                      \
-    } else {                                                            \
-      int64_t j_ = 0;                                                   \
-      for (; j_ + 8 * VW <= (L); j_ += 8 * VW) GROUP(j_, VW, 8, 0, np); \
-      for (; j_ + 4 * VW <= (L); j_ += 4 * VW) GROUP(j_, VW, 4, 0, np); \
-      for (; j_ + 2 * VW <= (L); j_ += 2 * VW) GROUP(j_, VW, 2, 0, np); \
-      for (; j_ + VW <= (L); j_ += VW) GROUP(j_, VW, 1, 0, np);         \
-      if (j_ < (L)) GROUP(j_, 8, 1, 0, np);                             \
-    }                                                                   \
-  } while (0)
-
-/* Which walk a geometry takes. */
-enum { WALK_PLAIN, WALK_VEC, WALK_SCALAR };
-INLINE int walk_of(int64_t L) { return L == 1 ? WALK_PLAIN : L % 8 == 0 ? WALK_VEC : WALK_SCALAR; }
-
-/* One lane group's sums, added into a1, a2 (indexed by lane). */
-typedef double vd8u __attribute__((vector_size(64), aligned(8)));
-
-/* a[0..8) (w = 8, or 16 over two positions of 8 lanes) or a[0..16) += s,
- * 8 lanes at a time in double vectors: lane by lane, this cost as much as
- * the 32 positions of a wide channels-last tile it followed. */
-INLINE void add_into_doubles(double *a, vfw s, int w, int64_t L) {
-#if defined(__AVX512F__)
-  const vd8u lo = __builtin_convertvector(__builtin_shufflevector(s, s, 0, 1, 2, 3, 4, 5, 6, 7), vd8u);
-  const vd8u hi = __builtin_convertvector(__builtin_shufflevector(s, s, 8, 9, 10, 11, 12, 13, 14, 15), vd8u);
-  if (w == 8) {
-    *(vd8u *)a += lo;
-  } else if (positions_per_vector(w, L) == 2) {
-    *(vd8u *)a += lo + hi;
-  } else {
-    *(vd8u *)a += lo;
-    *(vd8u *)(a + 8) += hi;
-  }
-#else
-  (void)L;
-  *(vd8u *)a += __builtin_convertvector(s, vd8u);
-#endif
-}
-
 /* One vector's contribution to a lane group's sums (s1, s2). */
 INLINE void sum_step(const void *x, const void *dy, int64_t i, int w, vfw kk, vfw scc, vfw shc, vfw *s1, vfw *s2,
                      int bf16, int backward, int relu, const cpu_bn_residual *res) {
@@ -619,9 +459,16 @@ INLINE void forward_body(const fwd_args *f, int64_t L, int bf16, int relu) {
       sum_tiles(g, &t, &s, f->x, NULL, L, bf16, 0, 0, NULL);
 #pragma omp barrier
     }
+    const cpu_bn_partner *q = relu == MODE_ADD_RELU ? f->res->partner : NULL;
 #pragma omp single
-    finish_forward(f, &s, omp_get_num_threads());
-    normalize_tiles(g, &t, &s, f->x, f->y, L, bf16, relu, f->res);
+    {
+      finish_forward(f, &s, omp_get_num_threads());
+      if (q) cpu_bn_pair_constants(g, &s, q);
+    }
+    if (q && f->y)
+      cpu_bn_pair_normalize(g, &s, f->x, f->y, f->res);
+    else if (f->y)
+      normalize_tiles(g, &t, &s, f->x, f->y, L, bf16, relu, f->res);
     if (g->stream) __builtin_ia32_sfence(); /* the streamed lines out before the region's barrier */
   }
 }
@@ -704,6 +551,7 @@ INLINE void backward_body(const bwd_args *b, int64_t L, int bf16, int relu) {
   cpu_bn_residual rs = {0};
   if (b->res) rs = *b->res, rs.dr_stream = g->stream && !b->res->dr_add;
   const cpu_bn_residual *res = b->res ? &rs : NULL;
+  const cpu_bn_partner *q = relu == MODE_ADD_RELU ? b->res->partner : NULL; /* bnorm_pair.c */
 #pragma omp parallel num_threads(g->threads)
   {
 #pragma omp single
@@ -713,15 +561,24 @@ INLINE void backward_body(const bwd_args *b, int64_t L, int bf16, int relu) {
       s.k[c] = real ? b->mean[c] : 0.0f;
       s.a[c] = mask[c] = real ? (float)(inv_std * (b->gamma ? b->gamma[c] : 1.0f)) : 0.0f;
       s.b[c] = mask[cp + c] = real && b->beta ? b->beta[c] : 0.0f;
+      if (q) s.k2[c] = real ? q->mean[c] : 0.0f;
     }
-    sum_tiles(g, &t, &s, b->x, b->dy, L, bf16, 1, relu, res);
+    if (q)
+      cpu_bn_pair_sums(g, &s, b->x, b->dy, res);
+    else
+      sum_tiles(g, &t, &s, b->x, b->dy, L, bf16, 1, relu, res);
     if (rs.dr_stream) __builtin_ia32_sfence();
 #pragma omp barrier
 #pragma omp single
-    finish_backward(b, &s, mask, omp_get_num_threads());
+    {
+      finish_backward(b, &s, mask, omp_get_num_threads());
+      if (q) cpu_bn_pair_finish(g, &s, q, omp_get_num_threads());
+    }
     /* With a residual whose gradient the sums pass wrote (not added), that
      * gradient is the masked dy: read it instead of dy and the mask. */
-    if (b->dx && relu == MODE_ADD_RELU && res->dr && !res->dr_add)
+    if (q)
+      cpu_bn_pair_dx(g, &s, b->x, b->dy, b->dx, b->accumulate, res);
+    else if (b->dx && relu == MODE_ADD_RELU && res->dr && !res->dr_add)
       dx_tiles(g, &t, &s, mask, b->x, res->dr, b->dx, b->accumulate, L, bf16, MODE_PLAIN, NULL);
     else if (b->dx)
       dx_tiles(g, &t, &s, mask, b->x, b->dy, b->dx, b->accumulate, L, bf16, relu, res);

@@ -258,20 +258,40 @@ int64_t cpu_stream_threshold(void);
 int cpu_bn_geom_of(cpu_bn_geom *g, const dnnl_memory_desc_t *md, const sp_shape *s);
 size_t cpu_bn_scratch_bytes(const cpu_bn_geom *g);
 size_t cpu_bn_bwd_scratch_bytes(const cpu_bn_geom *g);
+/* A second batch norm, adopted by the one that absorbed the residual add
+ * (bnorm.c, bnorm_pair.c): r = bn2(x2) is computed where it is added, from
+ * x2 (in the first's layout) and bn2's statistics, which bn2's own forward
+ * computed (batch) or which are its running ones. Backward writes bn2's
+ * input gradient dx (added into with dx_add; NULL: not wanted) and adds
+ * its parameter gradients (NULL: not wanted). */
+typedef struct {
+  const void *x;
+  const float *mean, *var, *gamma, *beta;
+  float eps;
+  int batch;
+  void *dx;
+  int dx_add;
+  float *dgamma, *dbeta;
+} cpu_bn_partner;
 /* The residual add a batch norm absorbed with the ReLU after it (bnorm.c):
  * y = max(bn(x) + r, 0), r in x's layout. Forward writes mask[i] = y[i] > 0
  * (one byte per element; NULL without backward); backward writes the masked
- * dy into dr (NULL: not wanted), or adds it with dr_add. */
+ * dy into dr (NULL: not wanted), or adds it with dr_add. With partner, r is
+ * bn2(x2) (r and dr unused). */
 typedef struct {
   const void *r;
   uint8_t *mask;
   void *dr;
   int dr_add;
   int dr_stream; /* the kernels' own: dr written past the caches (callers leave it 0) */
+  const cpu_bn_partner *partner;
 } cpu_bn_residual;
+/* Whether the kernels take a partner in this geometry (lanes a multiple of 8). */
+int cpu_bn_pair_walks(const cpu_bn_geom *g);
 /* y = (x - mean) gamma / sqrt(var + eps) + beta (then max(., 0) with relu;
  * + r first with res, relu then required). batch: mean and var (biased) are
- * computed into mean[c], var[c]; else read. */
+ * computed into mean[c], var[c]; else read. y NULL: the statistics alone
+ * (a batch norm another adopted). */
 void cpu_bn_forward(const cpu_bn_geom *g, const void *x, void *y, float *mean, float *var, const float *gamma,
                     const float *beta, float eps, int batch, int relu, const cpu_bn_residual *res, char *scratch);
 /* dx (written, or added into with accumulate; may be NULL), and dgamma,
@@ -766,7 +786,8 @@ int cpu_bnorm_prepare(sp_op_prep *p);
 /* bnorm.c: 1 runs oneDNN's batch norm even where our kernels walk the layout
  * (tests compare the two; benchmarks measure them). */
 extern int cpu_bnorm_use_onednn;
-extern int cpu_bnorm_fuse_add; /* 0: a batch norm never absorbs a residual add (tests compare the two) */
+extern int cpu_bnorm_fuse_add;  /* 0: a batch norm never absorbs a residual add (tests compare the two) */
+extern int cpu_bnorm_fuse_pair; /* 0: an absorbed add never adopts the batch norm computing its other input */
 int cpu_relu_prepare(sp_op_prep *p);
 int cpu_maxpool_prepare(sp_op_prep *p);
 int cpu_avgpool_prepare(sp_op_prep *p);
