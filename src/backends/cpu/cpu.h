@@ -786,7 +786,14 @@ int cpu_bnorm_prepare(sp_op_prep *p);
 /* bnorm.c: 1 runs oneDNN's batch norm even where our kernels walk the layout
  * (tests compare the two; benchmarks measure them). */
 extern int cpu_bnorm_use_onednn;
-extern int cpu_bnorm_fuse_add;  /* 0: a batch norm never absorbs a residual add (tests compare the two) */
+extern int cpu_bnorm_fuse_add; /* 0: a batch norm never absorbs a residual add (tests compare the two) */
+/* conv_mid8.c: f32 3x3 (stride 1, padding 1, no bias) between 8-channel
+ * maps in 16-channel blocks, not frozen; 1 when the case does not apply.
+ * cpu_conv_use_mid8 = 0 leaves it to oneDNN (tests compare the two). */
+int cpu_conv_mid8_prepare(sp_op_prep *p);
+int cpu_conv_is_mid8(const void *state);
+extern int cpu_conv_use_mid8;
+extern long cpu_mid8_calls;
 extern int cpu_bnorm_fuse_pair; /* 0: an absorbed add never adopts the batch norm computing its other input */
 int cpu_relu_prepare(sp_op_prep *p);
 int cpu_maxpool_prepare(sp_op_prep *p);
