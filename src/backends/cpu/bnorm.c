@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "backends/cpu/cpu.h"
+#include "core/bf16.h"
 #include "ops/ops.h"
 
 /* Tests set it to run oneDNN's batch norm where our kernels would run. */
@@ -39,6 +40,8 @@ typedef struct {
   int other;       /* that input's index in the add */
   int pair;        /* and the batch norm computing that input adopted (bnorm_pair.c) */
   int adopted;     /* this node was adopted: its forward computes the statistics alone, no backward */
+  int fused_cat;   /* relu + concat absorbed: y is the first part of the concat's output, the skip copied after */
+  int64_t skip_c;  /* the concat's other input's channels */
   size_t mask_off; /* in saved (training) */
   int64_t c, m;
   float momentum;
@@ -86,6 +89,32 @@ static cpu_bn_partner partner_of(const sp_op_args *a) {
                           dparam && b->d_param[1] ? b->d_param[1]->data : NULL};
 }
 
+/* The absorbed concat's other input (the skip) into, or its gradient out of,
+ * the rest of each image of the concat's output: whole channel blocks, one
+ * run per image. Backward writes the skip's gradient where the concat was
+ * its first writer, else adds into it. */
+static void skip_copy(const bn_node *s, const sp_op_args *a, int backward) {
+  const sp_op_args *cat = a->chain[1];
+  const int64_t hw = s->geom.hw, mine = s->c * hw, skip = s->skip_c * hw;
+  const size_t es = s->geom.bf16 ? 2 : 4;
+  char *all = backward ? (char *)a->d_out->data : (char *)a->out->data;
+  char *part = backward ? (cat->d_in[1] ? (char *)cat->d_in[1]->data : NULL) : (char *)cat->in[1]->data;
+  if (!part) return;
+  const int add = backward && !((cat->d_in_fresh >> 1) & 1u);
+#pragma omp parallel for num_threads(s->geom.threads) schedule(static)
+  for (int64_t img = 0; img < s->geom.n; img++) {
+    char *whole = all + (size_t)(img * (mine + skip) + mine) * es, *own = part + (size_t)(img * skip) * es;
+    if (!backward)
+      memcpy(whole, own, (size_t)skip * es);
+    else if (!add)
+      memcpy(own, whole, (size_t)skip * es);
+    else if (s->geom.bf16)
+      sp_bf16_add((uint16_t *)own, (const uint16_t *)whole, skip);
+    else
+      cpu_add_f32((float *)own, (const float *)whole, (size_t)skip);
+  }
+}
+
 static void bn_forward(cpu_node *n, const sp_op_args *a) {
   bn_node *s = (bn_node *)n;
   cpu_bn_residual res = s->fused_add ? residual_of(s, a) : (cpu_bn_residual){0};
@@ -97,6 +126,7 @@ static void bn_forward(cpu_node *n, const sp_op_args *a) {
                    s->fused_add ? &res : NULL, s->fs);
   else
     cpu_exec_run(&s->f);
+  if (s->fused_cat) skip_copy(s, a, 0);
   if (!s->update_running) return;
   float *rm = a->state[0]->data, *rv = a->state[1]->data, mom = s->momentum;
   double unbias = s->m > 1 ? (double)s->m / (double)(s->m - 1) : 1.0;
@@ -118,6 +148,7 @@ static void bn_backward(cpu_node *n, const sp_op_args *a) {
     cpu_bn_backward(&s->geom, a->in[0]->data, a->d_out->data, a->d_in[0] ? a->d_in[0]->data : NULL,
                     !(a->d_in_fresh & 1u), s->mean, s->var, param_or_null(a, 0), param_or_null(a, 1), s->eps,
                     s->batch_stats, s->fused_relu || s->fused_add, s->fused_add ? &res : NULL, dg, db, s->bs);
+    if (s->fused_cat) skip_copy(s, a, 1);
     return;
   }
   cpu_exec_run(&s->b);
@@ -220,6 +251,40 @@ static bn_node *partner_fits(const sp_op_prep *p, const bn_node *s) {
   return q;
 }
 
+/* A ReLU, then a concat (along channels) whose first input that is and
+ * whose other (U-Net's skip) is in this node's channel blocks, each part
+ * whole blocks: the normalised values are written into the concat's output
+ * (the kernels' y_img_extra) and the skip copied after them per image;
+ * backward reads dy from the concat's gradient and copies the skip's part
+ * out. Apart, the concat read and wrote this node's output once more each
+ * way (ResUNet-50's decoder: 96 MB of up-layer output a step at batch 16,
+ * f32). Our kernels, blocked layouts only (channels-last parts would
+ * interleave per position). */
+int cpu_bnorm_fuse_concat = 1;
+static int concat_fits(const sp_op_prep *p, bn_node *s) {
+  const sp_op_consumer *c = &p->consumer[1];
+  const sp_shape *x = &p->in_shape[0], *o = &c->other_shape;
+  const int64_t lanes = s->geom.lanes;
+  if (!cpu_bnorm_fuse_concat || !s->fused_relu || s->fused_add || (lanes != 8 && lanes != 16) || x->ndim != 4 ||
+      s->c % lanes || c->op != &sp_op_concat || c->n_in != 2 || c->other != 1 || c->out_plain || !c->other_layout ||
+      o->ndim != 4 || o->d[0] != x->d[0] || o->d[2] != x->d[2] || o->d[3] != x->d[3] || o->d[1] % lanes ||
+      c->out_shape.d[1] != x->d[1] + o->d[1])
+    return 0;
+  const dnnl_format_tag_t tag = lanes == 16 ? dnnl_aBcd16b : dnnl_aBcd8b;
+  const dnnl_data_type_t dt = s->md.data_type;
+  const dnnl_dims_t xd = {x->d[0], x->d[1], x->d[2], x->d[3]}, sd = {o->d[0], o->d[1], o->d[2], o->d[3]};
+  const dnnl_dims_t cd = {x->d[0], x->d[1] + o->d[1], x->d[2], x->d[3]};
+  dnnl_memory_desc_t mine, skip, whole;
+  if (dnnl_memory_desc_init_by_tag(&mine, 4, xd, dt, tag) != dnnl_success || !cpu_md_equal(&mine, &s->md) ||
+      dnnl_memory_desc_init_by_tag(&skip, 4, sd, dt, tag) != dnnl_success || !cpu_md_equal(&skip, c->other_layout) ||
+      dnnl_memory_desc_init_by_tag(&whole, 4, cd, dt, tag) != dnnl_success)
+    return 0;
+  s->skip_c = o->d[1];
+  s->geom.y_img_extra = s->skip_c * s->geom.hw;
+  s->base.out_md = whole;
+  return 1;
+}
+
 /* Our kernels: statistics in saved (training) or forward scratch, as below;
  * scratch for the per-thread sums. */
 static int own_setup(sp_op_prep *p, bn_node *s) {
@@ -232,7 +297,8 @@ static int own_setup(sp_op_prep *p, bn_node *s) {
   p->saved_bytes = saved;
   p->fwd_scratch_bytes = fwd;
   p->bwd_scratch_bytes = p->run_backward ? cpu_bn_bwd_scratch_bytes(&s->geom) : 0;
-  p->absorb_consumer = s->fused_add ? 2 : s->fused_relu;
+  s->fused_cat = concat_fits(p, s);
+  p->absorb_consumer = s->fused_add || s->fused_cat ? 2 : s->fused_relu;
   bn_node *q = partner_fits(p, s);
   if (q) q->adopted = 1, s->pair = 1, p->adopt_other = 1;
   cpu_report(p, &s->base);

@@ -191,7 +191,7 @@ INLINE void sum_group(const void *x, const void *dy, int64_t at, int64_t L, int6
  * forward: x - K and (x - K)^2; backward: g and g (x - mean), g = dy masked
  * by the fused ReLU (s->k holds K or the mean, s->a / s->b the mask's scale
  * and shift). L is a constant in the specialised callers. */
-INLINE void sum_tiles(const cpu_bn_geom *g, const tiling *t, const bn_scratch *s, const void *x, const void *dy,
+INLINE void sum_tiles(const cpu_bn_geom *g, const tiling *t, const bn_scratch *s, const void *x, const void *dy_all,
                       int64_t L, int bf16, int backward, int relu, const cpu_bn_residual *res) {
   const int tid = omp_get_thread_num();
   const int64_t cp = g->blocks * L;
@@ -203,6 +203,7 @@ INLINE void sum_tiles(const cpu_bn_geom *g, const tiling *t, const bn_scratch *s
     int64_t blk, np;
     const int64_t at = tile_at(g, t, k, &blk, &np), c0 = blk * L;
     const float *K = s->k + c0, *sc = s->a + c0, *sh = s->b + c0;
+    const void *dy = tile_y(g, t, k, dy_all);
     if (walk_of(L) == WALK_VEC) {
 #define SUM_GROUP(j, w, G, p0, p1) \
   sum_group(x, dy, at, L, j, w, G, p0, p1, K, sc, sh, acc + c0, acc + cp + c0, bf16, backward, relu, res)
@@ -298,13 +299,14 @@ INLINE void normalize_group(const void *x, void *y, int64_t at, int64_t L, int64
 }
 
 /* y = affine(x) (+ ReLU) over this thread's tiles. */
-INLINE void normalize_tiles(const cpu_bn_geom *g, const tiling *t, const bn_scratch *s, const void *x, void *y,
+INLINE void normalize_tiles(const cpu_bn_geom *g, const tiling *t, const bn_scratch *s, const void *x, void *y_all,
                             int64_t L, int bf16, int relu, const cpu_bn_residual *res) {
   int64_t k0, k1;
   my_tiles(t, &k0, &k1);
   for (int64_t k = k0; k < k1; k++) {
     int64_t blk, np;
     const int64_t at = tile_at(g, t, k, &blk, &np), c0 = blk * L;
+    void *y = tile_y(g, t, k, y_all);
     const float *m = s->k + c0, *sc = s->a + c0, *sh = s->b + c0;
     if (walk_of(L) == WALK_VEC) {
 #define NORMALIZE_GROUP(j, w, G, p0, p1) \
@@ -364,7 +366,7 @@ INLINE void dx_group(const void *x, const void *dy, void *dx, int64_t at, int64_
 }
 
 INLINE void dx_tiles(const cpu_bn_geom *g, const tiling *t, const bn_scratch *s, const float *mask, const void *x,
-                     const void *dy, void *dx, int accumulate, int64_t L, int bf16, int relu,
+                     const void *dy_all, void *dx, int accumulate, int64_t L, int bf16, int relu,
                      const cpu_bn_residual *res) {
   const int64_t cp = (int64_t)channels_padded(g);
   int64_t k0, k1;
@@ -372,6 +374,7 @@ INLINE void dx_tiles(const cpu_bn_geom *g, const tiling *t, const bn_scratch *s,
   for (int64_t k = k0; k < k1; k++) {
     int64_t blk, np;
     const int64_t at = tile_at(g, t, k, &blk, &np), c0 = blk * L;
+    const void *dy = tile_y(g, t, k, dy_all);
     const float *m = s->k + c0, *ca = s->a + c0, *cb = s->b + c0, *cd = s->d + c0;
     const float *sc = mask + c0, *sh = mask + cp + c0;
     if (walk_of(L) == WALK_VEC) {

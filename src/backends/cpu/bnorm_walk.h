@@ -46,6 +46,15 @@ INLINE int64_t tile_at(const cpu_bn_geom *g, const tiling *t, int64_t k, int64_t
   return (unit / g->blocks) * g->img_stride + *blk * g->blk_stride + p0 * g->lanes;
 }
 
+/* y (or dy) as tile k of x finds it: shifted by the tile's image's extra
+ * elements where y is part of a wider concat output (y_img_extra), so the
+ * kernels index both with the same offsets. */
+INLINE void *tile_y(const cpu_bn_geom *g, const tiling *t, int64_t k, const void *y) {
+  if (!g->y_img_extra || !y) return (void *)y;
+  const int64_t img = k / t->per_unit / g->blocks;
+  return (char *)y + img * g->y_img_extra * (g->bf16 ? 2 : 4);
+}
+
 /* This thread's tiles: a contiguous static share (memory order). */
 INLINE void my_tiles(const tiling *t, int64_t *k0, int64_t *k1) {
   const int64_t nt = omp_get_num_threads(), tid = omp_get_thread_num();

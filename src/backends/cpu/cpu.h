@@ -247,6 +247,9 @@ typedef struct {
   int bf16;
   int threads; /* the team the kernels use (the scratch holds one share each) */
   int stream;  /* y and dx written past the caches (cpu_bn_stream_bytes) */
+  /* y and dy: elements more per image than x and dx have (a batch norm
+   * writing its part of a wider concat output, bnorm.c); 0 otherwise. */
+  int64_t y_img_extra;
 } cpu_bn_geom;
 /* Activations (bytes) from which batch norm's outputs bypass the caches;
  * -1 (the default): half the last-level cache. Tests set 0 and INT64_MAX. */
@@ -794,7 +797,9 @@ int cpu_conv_mid8_prepare(sp_op_prep *p);
 int cpu_conv_is_mid8(const void *state);
 extern int cpu_conv_use_mid8;
 extern long cpu_mid8_calls;
-extern int cpu_bnorm_fuse_pair; /* 0: an absorbed add never adopts the batch norm computing its other input */
+extern int cpu_bnorm_fuse_pair;
+extern int cpu_bnorm_fuse_concat;
+    /* 0: a batch norm + ReLU never absorbs the concat after it */ /* 0: an absorbed add never adopts the batch norm computing its other input */
 int cpu_relu_prepare(sp_op_prep *p);
 int cpu_maxpool_prepare(sp_op_prep *p);
 int cpu_avgpool_prepare(sp_op_prep *p);
