@@ -797,9 +797,10 @@ int cpu_conv_mid8_prepare(sp_op_prep *p);
 int cpu_conv_is_mid8(const void *state);
 extern int cpu_conv_use_mid8;
 extern long cpu_mid8_calls;
+/* 0: an absorbed add never adopts the batch norm computing its other input */
 extern int cpu_bnorm_fuse_pair;
+/* 0: a batch norm + ReLU never absorbs the concat after it */
 extern int cpu_bnorm_fuse_concat;
-    /* 0: a batch norm + ReLU never absorbs the concat after it */ /* 0: an absorbed add never adopts the batch norm computing its other input */
 int cpu_relu_prepare(sp_op_prep *p);
 int cpu_maxpool_prepare(sp_op_prep *p);
 int cpu_avgpool_prepare(sp_op_prep *p);
