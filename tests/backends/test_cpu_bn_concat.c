@@ -42,7 +42,8 @@ static sp_value skip_first(sp_graph *g, sp_value x) {
   sp_value both[2] = {s, up};
   return conv(g, sp_concat(g, 2, both), "head", 4, 1);
 }
-static sp_value part_block(sp_graph *g, sp_value x) { return conv(g, joined(g, skip_of(g, x), 24), "head", 4, 1); }
+/* 20 channels: a part block in 8- and 16-channel blocks alike. */
+static sp_value part_block(sp_graph *g, sp_value x) { return conv(g, joined(g, skip_of(g, x), 20), "head", 4, 1); }
 static sp_value hardswish_join(sp_graph *g, sp_value x) {
   sp_value s = skip_of(g, x);
   sp_value up = sp_hardswish(g, sp_batchnorm(g, conv(g, s, "up", 16, 1), "up_bn"));
