@@ -265,10 +265,12 @@ static int concat_fits(const sp_op_prep *p, bn_node *s) {
   const sp_op_consumer *c = &p->consumer[1];
   const sp_shape *x = &p->in_shape[0], *o = &c->other_shape;
   const int64_t lanes = s->geom.lanes;
-  if (!cpu_bnorm_fuse_concat || !s->fused_relu || s->fused_add || (lanes != 8 && lanes != 16) || x->ndim != 4 ||
-      s->c % lanes || c->op != &sp_op_concat || c->n_in != 2 || c->other != 1 || c->out_plain || !c->other_layout ||
-      o->ndim != 4 || o->d[0] != x->d[0] || o->d[2] != x->d[2] || o->d[3] != x->d[3] || o->d[1] % lanes ||
-      c->out_shape.d[1] != x->d[1] + o->d[1])
+  /* Not in a training plan where this node's backward does not run: the
+   * concat's would still be due, for the skip (as for the residual add). */
+  if (!cpu_bnorm_fuse_concat || !s->fused_relu || s->fused_add || (p->training && !p->run_backward) ||
+      (lanes != 8 && lanes != 16) || x->ndim != 4 || s->c % lanes || c->op != &sp_op_concat || c->n_in != 2 ||
+      c->other != 1 || c->out_plain || !c->other_layout || o->ndim != 4 || o->d[0] != x->d[0] || o->d[2] != x->d[2] ||
+      o->d[3] != x->d[3] || o->d[1] % lanes || c->out_shape.d[1] != x->d[1] + o->d[1])
     return 0;
   const dnnl_format_tag_t tag = lanes == 16 ? dnnl_aBcd16b : dnnl_aBcd8b;
   const dnnl_data_type_t dt = s->md.data_type;
