@@ -517,10 +517,9 @@ typedef struct {
   char *scratch;
 } bwd_args;
 
-/* Per channel: the parameter gradients, and dx = a g + b (x - mean) + d with
- *   a = gamma inv_std, b = -a inv_std^2 sum(g (x - mean)) / M, d = -a sum(g) / M
- * under batch statistics (b = d = 0 with running statistics). The mask's
- * scale and shift go to `mask` (2 x cp floats). */
+/* Per channel, from the threads' sums: the parameter gradients and dx's
+ * coefficients (bn_backward_channel). The mask's scale and shift go to
+ * `mask` (2 x cp floats). */
 static void finish_backward(const bwd_args *b, const bn_scratch *s, float *mask, int nt) {
   const cpu_bn_geom *g = b->g;
   const int64_t cp = (int64_t)channels_padded(g);
@@ -532,13 +531,8 @@ static void finish_backward(const bwd_args *b, const bn_scratch *s, float *mask,
     }
     double s1 = 0.0, s2 = 0.0;
     for (int t = 0; t < nt; t++) s1 += thread_acc(s, t)[c], s2 += thread_acc(s, t)[cp + c];
-    const double inv_std = 1.0 / sqrt((double)b->var[c] + b->eps), gam = b->gamma ? b->gamma[c] : 1.0f;
-    if (b->dgamma) b->dgamma[c] += (float)(s2 * inv_std);
-    if (b->dbeta) b->dbeta[c] += (float)s1;
-    const double a = gam * inv_std;
-    s->a[c] = (float)a;
-    s->b[c] = b->batch ? (float)(-a * inv_std * inv_std * s2 / m) : 0.0f;
-    s->d[c] = b->batch ? (float)(-a * s1 / m) : 0.0f;
+    bn_backward_channel(s1, s2, m, b->var[c], b->eps, b->gamma ? b->gamma[c] : 1.0f, b->batch,
+                        b->dgamma ? b->dgamma + c : NULL, b->dbeta ? b->dbeta + c : NULL, &s->a[c], &s->b[c], &s->d[c]);
   }
 }
 

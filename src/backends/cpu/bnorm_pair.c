@@ -194,13 +194,9 @@ void cpu_bn_pair_finish(const cpu_bn_geom *g, const bn_scratch *s, const cpu_bn_
     }
     double s1 = 0.0, s3 = 0.0;
     for (int t = 0; t < nt; t++) s1 += thread_acc(s, t)[c], s3 += thread_acc(s, t)[2 * cp + c];
-    const double inv_std = 1.0 / sqrt((double)q->var[c] + q->eps), gam = q->gamma ? q->gamma[c] : 1.0f;
-    if (q->dgamma) q->dgamma[c] += (float)(s3 * inv_std);
-    if (q->dbeta) q->dbeta[c] += (float)s1;
-    const double a = gam * inv_std;
-    s->a2[c] = (float)a;
-    s->b2[c] = q->batch ? (float)(-a * inv_std * inv_std * s3 / m) : 0.0f;
-    s->d2[c] = q->batch ? (float)(-a * s1 / m) : 0.0f;
+    bn_backward_channel(s1, s3, m, q->var[c], q->eps, q->gamma ? q->gamma[c] : 1.0f, q->batch,
+                        q->dgamma ? q->dgamma + c : NULL, q->dbeta ? q->dbeta + c : NULL, &s->a2[c], &s->b2[c],
+                        &s->d2[c]);
   }
 }
 

@@ -199,6 +199,21 @@ INLINE void add_into_doubles(double *a, vfw s, int w, int64_t L) {
 #endif
 }
 
+/* One channel's backward from its sums over m values, s1 = sum of g and
+ * s2 = sum of g (x - mean) (g: dy after the fused ReLU): the parameter
+ * gradients added in (where wanted), and dx = a g + b (x - mean) + d with
+ *   a = gamma inv_std, b = -a inv_std^2 s2 / m, d = -a s1 / m
+ * under batch statistics (b = d = 0 with running statistics). */
+INLINE void bn_backward_channel(double s1, double s2, double m, float var, float eps, float gamma, int batch,
+                                float *dgamma, float *dbeta, float *a, float *b, float *d) {
+  const double inv_std = 1.0 / sqrt((double)var + eps), ga = gamma * inv_std;
+  if (dgamma) *dgamma += (float)(s2 * inv_std);
+  if (dbeta) *dbeta += (float)s1;
+  *a = (float)ga;
+  *b = batch ? (float)(-ga * inv_std * inv_std * s2 / m) : 0.0f;
+  *d = batch ? (float)(-ga * s1 / m) : 0.0f;
+}
+
 /* bnorm_pair.c: an absorbed add whose other input is an adopted batch norm
  * (cpu_bn_residual.partner); bnorm_kernels.c's bodies call these inside
  * their parallel regions, each thread on its share of the tiles. The
