@@ -375,6 +375,20 @@ static inline void cmp_grad_adds_twice(const cmp_case *k, const char *param, uin
   sp_graph_free(g);
 }
 
+/* The cpu plan of case k, for tests that look at what the plan chose
+ * (which nodes absorbed, adopted, took a path); *g is its graph. Free both
+ * with cmp_plan_release. */
+static inline sp_plan *cmp_cpu_plan(const cmp_case *k, sp_graph **g) {
+  sp_shape ys = cmp_out_shape(k);
+  sp_value y;
+  *g = cmp_graph(k, &y);
+  return cmp_plan(k, *g, &ys, SP_BACKEND_CPU, k->flags);
+}
+static inline void cmp_plan_release(sp_plan *p, sp_graph *g) {
+  sp_plan_free(p);
+  sp_graph_free(g);
+}
+
 /* Runs the case on both backends and compares. */
 static inline void cmp_run(const cmp_case *c) {
   if ((c->flags & SP_PLAN_BF16) && !cmp_bf16_here()) return;

@@ -54,18 +54,15 @@ static sp_value hardswish_join(sp_graph *g, sp_value x) {
 /* How many concats of a plan of `body` a batch norm absorbed. */
 static int absorbed(cmp_build_fn body, unsigned flags, int training) {
   cmp_case k = {"taken", body, 2, 5, 12, 12, training, flags, 0, 0};
-  sp_shape ys = cmp_out_shape(&k);
-  sp_value y;
-  sp_graph *g = cmp_graph(&k, &y);
-  sp_plan *p = cmp_plan(&k, g, &ys, SP_BACKEND_CPU, flags);
+  sp_graph *g;
+  sp_plan *p = cmp_cpu_plan(&k, &g);
   int n = 0;
   for (int i = 0; i < p->g->n_nodes; i++)
     if (p->g->nodes[i].op == &sp_op_concat && p->nodes[i].absorbed_by >= 0) {
       if (p->g->nodes[p->nodes[i].absorbed_by].op != &sp_op_batchnorm) continue;
       n++;
     }
-  sp_plan_free(p);
-  sp_graph_free(g);
+  cmp_plan_release(p, g);
   return n;
 }
 

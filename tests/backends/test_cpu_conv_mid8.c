@@ -59,14 +59,11 @@ static sp_value strided(sp_graph *g, sp_value x) {
 /* How many nodes of a plan of `body` ran (or would run) the loops. */
 static int taken(cmp_build_fn body, int training) {
   cmp_case k = {"taken", body, 2, 16, 10, 21, training, 0, 0, 0};
-  sp_shape ys = cmp_out_shape(&k);
-  sp_value y;
-  sp_graph *g = cmp_graph(&k, &y);
-  sp_plan *p = cmp_plan(&k, g, &ys, SP_BACKEND_CPU, 0);
+  sp_graph *g;
+  sp_plan *p = cmp_cpu_plan(&k, &g);
   int n = 0;
   for (int i = 0; i < p->g->n_nodes; i++) n += cpu_conv_is_mid8(p->nodes[i].impl_state);
-  sp_plan_free(p);
-  sp_graph_free(g);
+  cmp_plan_release(p, g);
   return n;
 }
 
