@@ -26,6 +26,7 @@ typedef struct {
   int sync_only;        /* under mpirun: meet once per step, exchange no gradients */
   int profile_nodes;    /* --profile-nodes: and a line per node */
   int bf16;             /* plans compute in bf16: asked, and faster than f32 here (or SPRY_BF16=force) */
+  int batch_given;      /* --batch on the command line: --infer measures that batch alone */
 } bench_opts;
 
 /* Data-parallel figures of the train bench (a world of 1 without mpirun). */
@@ -43,8 +44,9 @@ static void usage(FILE *f) {
           "                        [--sync-bn] [--bucket-mb MB] [--compress none|bf16] [--sync-only]\n"
           "                        (--dtype bf16: what a config's precision: bf16 gets, f32 where that is\n"
           "                        faster on this CPU, \"computes\" in each line; SPRY_BF16=force keeps bf16;\n"
-          "                        --infer: frozen inference at batch 1 and 64, one process; --profile:\n"
-          "                        time per op kind, forward and backward, or forward per batch;\n"
+          "                        --infer: frozen inference at batch 1 and 64 (with --batch: B alone),\n"
+          "                        one process; --profile: time per op kind, forward and backward, or\n"
+          "                        forward per batch;\n"
           "                        --profile-nodes: and a line per node that ran, slowest first;\n"
           "                        under mpirun: --batch is per rank; --sync-only: the ranks meet once\n"
           "                        per step with an 8-byte all-reduce and exchange no gradients, which\n"
@@ -64,7 +66,7 @@ static int parse(int argc, char **argv, bench_opts *o) {
                     8,          0,
                     4.0,        "none",
                     0,          0,
-                    0};
+                    0,          0};
   for (int i = 1; i < argc; i++) {
     const char *size = NULL;
     int r = 0;
@@ -72,6 +74,7 @@ static int parse(int argc, char **argv, bench_opts *o) {
       usage(stdout);
       exit(0);
     }
+    if (!strcmp(argv[i], "--batch")) o->batch_given = 1;
     if ((r = sp_arg_str(argc, argv, &i, "--model", &o->model)) ||
         (r = sp_arg_str(argc, argv, &i, "--backend", &o->backend_name)) ||
         (r = sp_arg_str(argc, argv, &i, "--dtype", &o->dtype)) ||
@@ -449,11 +452,12 @@ static int run_train(const bench_opts *o) {
 }
 
 static int run_infer(const bench_opts *o) {
-  static const int batches[2] = {1, 64};
+  int batches[2] = {1, 64}, n_batches = 2;
+  if (o->batch_given) batches[0] = o->batch, n_batches = 1; /* one size, as asked (a sweep, an A/B) */
   sp_value out;
   sp_graph *g = build(o, &out);
   if (!g) return 1;
-  for (int b = 0; b < 2; b++) {
+  for (int b = 0; b < n_batches; b++) {
     sp_input_shape in[2] = {{"image", sp_shape4(frames_of(o, batches[b]), o->channels, o->height, o->width)},
                             target_shape(o, batches[b])};
     /* As a deployed model runs: weights prepared once (SP_PLAN_FROZEN). */

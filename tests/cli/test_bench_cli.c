@@ -122,6 +122,28 @@ static void train_profile_accounts_for_the_step(void **state) {
   assert_true(share > 0.3 && share <= 1.0 + 1e-9);
 }
 
+/* --infer with --batch: that batch alone, one infer line. */
+static void infer_batch_measures_that_batch(void **state) {
+  (void)state;
+  static char out[4096];
+  const char *args =
+      "bench train --model vgg-face --backend ref --size 32 --steps 1 --warmup 0 --threads 1 --infer --batch 3";
+  int rc = sp_test_run_cli(args, 0, out, sizeof out);
+  if (rc == -1) skip();
+  if (rc != 0) fail_msg("spry %s: exit status %d, output: %s", args, rc, out);
+  int lines = 0;
+  for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
+    sp_json *j = sp_json_parse(line, strlen(line), strlen(line) + 1);
+    if (!j) fail_msg("not JSON: %s", line);
+    assert_string_equal(sp_json_as_string(sp_json_get(j, "bench")), "infer");
+    assert_int_equal((int)num(j, "batch"), 3);
+    assert_true(num(j, "images_per_s") > 0);
+    sp_json_free(j);
+    lines++;
+  }
+  assert_int_equal(lines, 1);
+}
+
 /* --infer --profile: per batch (1, then 64), the infer line, a line per op
  * kind with forward time only, the reorders among them, and the total. */
 static void infer_profile_accounts_for_the_forward(void **state) {
@@ -327,7 +349,7 @@ int main(void) {
       cmocka_unit_test(peak_reports_this_machine),
       cmocka_unit_test(tshift_bench_checks_its_output),
       cmocka_unit_test(train_profile_accounts_for_the_step),
-      cmocka_unit_test(infer_profile_accounts_for_the_forward),
+      cmocka_unit_test(infer_batch_measures_that_batch), cmocka_unit_test(infer_profile_accounts_for_the_forward),
       cmocka_unit_test(profile_nodes_add_up),
       cmocka_unit_test(train_under_mpirun_counts_every_rank),
       cmocka_unit_test(bad_options_are_refused),
