@@ -13,12 +13,17 @@
 #include "io/json.h"
 #include "testkit.h"
 
+/* Runs `spry ARGS` into out, expects exit 0 (skips where the binary cannot run). */
+static void run_ok(const char *args, char *out, size_t size) {
+  int rc = sp_test_run_cli(args, 0, out, size);
+  if (rc == -1) skip();
+  if (rc != 0) fail_msg("spry %s: exit status %d, output: %s", args, rc, out);
+}
+
 /* Runs `spry ARGS`, expects exit 0 and one JSON object on stdout. */
 static sp_json *run_json(const char *args) {
   static char out[8192];
-  int rc = sp_test_run_cli(args, 0, out, sizeof out);
-  if (rc == -1) skip();
-  if (rc != 0) fail_msg("spry %s: exit status %d, output: %s", args, rc, out);
+  run_ok(args, out, sizeof out);
   sp_json *j = sp_json_parse(out, strlen(out), sizeof out);
   if (!j || j->type != SP_JSON_OBJECT) fail_msg("spry %s: not one JSON object: %s", args, out);
   return j;
@@ -82,9 +87,7 @@ static void train_profile_accounts_for_the_step(void **state) {
   static char out[16384];
   const char *args =
       "bench train --model vgg-face --backend cpu --batch 2 --size 32 --steps 2 --warmup 1 --threads 1 --profile";
-  int rc = sp_test_run_cli(args, 0, out, sizeof out);
-  if (rc == -1) skip();
-  if (rc != 0) fail_msg("spry %s: exit status %d, output: %s", args, rc, out);
+  run_ok(args, out, sizeof out);
   double ops_fwd = 0, ops_bwd = 0, reo_fwd = -1, reo_bwd = -1, optimizer = -1, zero = -1, share = -1;
   int lines = 0, conv = 0;
   for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n"), lines++) {
@@ -128,9 +131,7 @@ static void infer_batch_measures_that_batch(void **state) {
   static char out[4096];
   const char *args =
       "bench train --model vgg-face --backend ref --size 32 --steps 1 --warmup 0 --threads 1 --infer --batch 3";
-  int rc = sp_test_run_cli(args, 0, out, sizeof out);
-  if (rc == -1) skip();
-  if (rc != 0) fail_msg("spry %s: exit status %d, output: %s", args, rc, out);
+  run_ok(args, out, sizeof out);
   int lines = 0;
   for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
     sp_json *j = sp_json_parse(line, strlen(line), strlen(line) + 1);
@@ -155,9 +156,7 @@ static void infer_profile_accounts_for_the_forward(void **state) {
   const char *args =
       "bench train --model vgg-face --backend cpu --size 32 --steps 2 --warmup 1 --threads 1 --infer "
       "--profile";
-  int rc = sp_test_run_cli(args, 0, out, sizeof out);
-  if (rc == -1) skip();
-  if (rc != 0) fail_msg("spry %s: exit status %d, output: %s", args, rc, out);
+  run_ok(args, out, sizeof out);
   int batch = 0, infer_lines = 0, totals = 0, conv = 0;
   double ops = 0, reorders = 0;
   for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
@@ -201,9 +200,7 @@ static void profile_nodes_add_up(void **state) {
   static char out[65536];
   const char *args =
       "bench train --model vgg-face --batch 2 --size 32 --steps 2 --warmup 1 --threads 1 --profile-nodes";
-  int rc = sp_test_run_cli(args, 0, out, sizeof out);
-  if (rc == -1) skip();
-  if (rc != 0) fail_msg("spry %s: exit status %d, output: %s", args, rc, out);
+  run_ok(args, out, sizeof out);
   double kinds = 0, nodes = 0, last = INFINITY;
   int n_nodes = 0, fc1 = 0;
   for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
@@ -349,7 +346,8 @@ int main(void) {
       cmocka_unit_test(peak_reports_this_machine),
       cmocka_unit_test(tshift_bench_checks_its_output),
       cmocka_unit_test(train_profile_accounts_for_the_step),
-      cmocka_unit_test(infer_batch_measures_that_batch), cmocka_unit_test(infer_profile_accounts_for_the_forward),
+      cmocka_unit_test(infer_batch_measures_that_batch),
+      cmocka_unit_test(infer_profile_accounts_for_the_forward),
       cmocka_unit_test(profile_nodes_add_up),
       cmocka_unit_test(train_under_mpirun_counts_every_rank),
       cmocka_unit_test(bad_options_are_refused),
