@@ -564,7 +564,7 @@ static int conv_setup(sp_op_prep *p, conv_node *s, const cpu_conv_geom *g) {
                       : 1;
   if (dc1 < 0) return -1;
   if ((s->dc1 = dc1 == 0)) s->fold_bn = fold > 0, s->post_relu = fold == 2;
-  /* ... and in its direct form the concat after the ReLU (U-Net's skip join):
+  /* ... and in either form the concat after the ReLU (U-Net's skip join):
    * written in place, the skip copied after it. */
   s->cat = s->dc1 && cpu_dc1_concat_prepare(&s->d1, p, &s->base.out_md) == 0;
   size_t s2dx_bwd = 0, bww_bwd = 0; /* s2dx: the input gradient as a 2x2 forward convolution (conv_s2_dx.c) */

@@ -423,16 +423,17 @@ typedef struct {
    * by frozen plans, in forward scratch otherwise). */
   int direct, stream;
   const float *x;
-  /* The direct form with the concat after its batch norm and ReLU absorbed
-   * (U-Net's skip join, cpu_dc1_concat_prepare): Y is the concat's first oc
-   * channels of out_c; the skip (skip_c channels, 16-channel blocks) is
-   * copied after them. */
+  /* Frozen plans with the concat after the folded batch norm and ReLU
+   * absorbed (U-Net's skip join, cpu_dc1_concat_prepare; either form): Y is
+   * the concat's first oc channels of out_c; the skip (skip_c channels, in
+   * the same blocks) is copied after them, streamed (stream) when the
+   * concat is large. */
   int64_t out_c, skip_c;
   const float *skip;
 } cpu_dc1;
-/* 0: the direct form m also computes p->consumer[2], a concat of its ReLU's
- * output and an earlier value in the same blocks (*out_md: the concat's);
- * 1: not. cpu_dc1_bind_skip: that value's address. */
+/* 0: m (direct or 1x1 form) also computes p->consumer[2], a concat of its
+ * ReLU's output and an earlier value in the same blocks (*out_md: the
+ * concat's); 1: not. cpu_dc1_bind_skip: that value's address. */
 int cpu_dc1_concat_prepare(cpu_dc1 *m, const sp_op_prep *p, dnnl_memory_desc_t *out_md);
 void cpu_dc1_bind_skip(cpu_dc1 *m, const void *skip);
 extern int cpu_dc1_use_concat; /* the switch tests and benchmarks compare with (1) */

@@ -46,12 +46,19 @@
  * per-node profile, ms, 1x1 form -> direct): 64 -> 32 at 112x112 77.8 ->
  * 40.9, 128 -> 64 at 56x56 56.5 -> 42.2; at 256 channels 45.4 -> 41.6 (in
  * the noise), at 512 and 2048 the direct form lost (40 -> 53, 81 -> 133:
- * its weights no longer stay in L1), hence 128. */
+ * its weights no longer stay in L1), hence 128.
+ *
+ * Frozen plans in either form also write into the U-Net concat after the
+ * ReLU (its first channels) and copy the skip in after them, streamed when
+ * the concat is larger than half the last-level cache: the concat's own pass
+ * read and wrote both again. Frozen ResUNet-50 f32, batch 64 (Xeon without
+ * AMX, 2 threads, profile, the same binary with the 1x1 form's concat on and
+ * off, 3 alternating pairs): up-layers + concat 351-383 -> 318-362 ms. */
 #ifdef SPRY_HAVE_DNNL
 #include <omp.h>
 #include <stdint.h>
 #include <string.h>
-#ifdef __AVX512F__
+#ifdef __AVX__
 #include <immintrin.h>
 #endif
 
@@ -121,20 +128,24 @@ static int fits(const cpu_conv_shape *c, const dnnl_memory_desc_t *src, const dn
 
 int cpu_dc1_concat_prepare(cpu_dc1 *m, const sp_op_prep *p, dnnl_memory_desc_t *out_md) {
   const sp_op_consumer *cat = &p->consumer[2];
-  if (!cpu_dc1_use_concat || !m->direct || m->fold != 2 || cat->op != &sp_op_concat || cat->n_in != 2 ||
-      cat->other != 1 || cat->out_plain || cat->other_dtype != SP_F32 || !cat->other_layout ||
-      cat->other_shape.ndim != 4 || cat->other_shape.d[1] % 16)
+  if (!cpu_dc1_use_concat || m->fold != 2 || cat->op != &sp_op_concat || cat->n_in != 2 || cat->other != 1 ||
+      cat->out_plain || cat->other_dtype != SP_F32 || !cat->other_layout || cat->other_shape.ndim != 4 ||
+      cat->other_shape.d[1] % m->lanes)
     return 1;
   const sp_shape *o = &cat->other_shape;
   const int64_t oh = 2 * m->h, ow = 2 * m->w;
+  const dnnl_format_tag_t tag = cpu_lanes_tag((int)m->lanes);
   dnnl_memory_desc_t skip_md;
   const dnnl_dims_t sd = {o->d[0], o->d[1], o->d[2], o->d[3]}, cd = {m->n, m->oc + o->d[1], oh, ow};
   if (o->d[0] != m->n || o->d[2] != oh || o->d[3] != ow ||
-      dnnl_memory_desc_init_by_tag(&skip_md, 4, sd, dnnl_f32, dnnl_aBcd16b) != dnnl_success ||
+      dnnl_memory_desc_init_by_tag(&skip_md, 4, sd, dnnl_f32, tag) != dnnl_success ||
       !cpu_md_equal(&skip_md, cat->other_layout) ||
-      dnnl_memory_desc_init_by_tag(out_md, 4, cd, dnnl_f32, dnnl_aBcd16b) != dnnl_success)
+      dnnl_memory_desc_init_by_tag(out_md, 4, cd, dnnl_f32, tag) != dnnl_success)
     return 1;
   m->skip_c = o->d[1], m->out_c = m->oc + o->d[1];
+  /* The concat's output past the caches where larger than half the last
+   * level (the 1x1 form's shuffle and the skip's copy stream it too). */
+  m->stream = (int64_t)sizeof(float) * m->n * m->out_c * oh * ow >= cpu_stream_threshold();
   return 0;
 }
 
@@ -199,6 +210,7 @@ int cpu_dc1_bind(cpu_dc1 *m, cpu_node *n, const void *x, void *y, char *fs) {
   m->w2_plain = (float *)(w2 + m->w2_plain_off), m->w2 = w2 + m->w2_off, m->b2 = (float *)(w2 + m->b2_off);
   m->y2 = (float *)(fs + m->y2_off);
   m->y = (float *)y;
+  if ((uintptr_t)y & 63) m->stream = 0;
   if (cpu_bind_reorder(&m->w_re, n, m->re_pd, m->re, m->w2_plain, m->w2, fs)) return -1;
   cpu_exec_init(&m->conv, m->prim);
   return cpu_exec_arg(&m->conv, n, DNNL_ARG_SRC, &m->x_md, (void *)x) ||
@@ -229,18 +241,41 @@ static void build_w2(const cpu_dc1 *m, const float *w, const sp_op_args *bn) {
   }
 }
 
-/* Y's row 2h + ky, block b: position 2w + kx is Y' block t OC / L + b at (h, w). */
+/* n floats (a multiple of L) from src to dst, streamed past the caches
+ * (dst aligned to 64 bytes: cpu_dc1_bind) or copied. */
+static inline __attribute__((always_inline)) void put_floats(float *dst, const float *src, int64_t n, int stream,
+                                                             const int64_t L) {
+#if defined(__AVX512F__)
+  if (stream && L == 16) {
+    for (int64_t i = 0; i < n; i += 16) _mm512_stream_ps(dst + i, _mm512_loadu_ps(src + i));
+    return;
+  }
+#endif
+#if defined(__AVX__)
+  if (stream) {
+    for (int64_t i = 0; i < n; i += 8) _mm256_stream_ps(dst + i, _mm256_loadu_ps(src + i));
+    return;
+  }
+#endif
+  (void)stream, (void)L;
+  memcpy(dst, src, sizeof(float) * (size_t)n);
+}
+
+/* Y's row 2h + ky, block b: position 2w + kx is Y' block t OC / L + b at (h,
+ * w). Y's images are YB blocks apart: its own, then an absorbed concat's
+ * skip. */
 static inline __attribute__((always_inline)) void shuffle_lanes(const cpu_dc1 *m, const int64_t L) {
   const int64_t blocks = m->oc / L, h_n = m->h, w_n = m->w, plane = h_n * w_n * L, ow = 2 * w_n;
+  const int64_t YB = (m->out_c ? m->out_c : m->oc) / L;
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < m->n * blocks * 2 * h_n; r++) {
     const int64_t img = r / (blocks * 2 * h_n), b = r / (2 * h_n) % blocks, oy = r % (2 * h_n), h = oy / 2, ky = oy % 2;
-    float *dst = m->y + r * ow * L;
+    float *dst = m->y + ((img * YB + b) * 2 * h_n + oy) * ow * L;
     const float *src0 = m->y2 + (img * 4 * blocks + 2 * ky * blocks + b) * plane + h * w_n * L;
     const float *src1 = src0 + blocks * plane;
     for (int64_t x = 0; x < w_n; x++) {
-      memcpy(dst + 2 * x * L, src0 + x * L, sizeof(float) * L);
-      memcpy(dst + (2 * x + 1) * L, src1 + x * L, sizeof(float) * L);
+      put_floats(dst + 2 * x * L, src0 + x * L, L, m->stream, L);
+      put_floats(dst + (2 * x + 1) * L, src1 + x * L, L, m->stream, L);
     }
   }
 }
@@ -251,6 +286,18 @@ static void shuffle(const cpu_dc1 *m) {
     shuffle_lanes(m, 16);
   else
     shuffle_lanes(m, 8);
+}
+
+/* An absorbed concat's skip into each image of Y after Y's own blocks: one
+ * run an image, in pieces for the threads. */
+static void copy_skip(const cpu_dc1 *m) {
+  const int64_t OH = 2 * m->h, OW = 2 * m->w, L = m->lanes, YB = m->out_c / L, OB = m->oc / L;
+  const int64_t run = m->skip_c * OH * OW, piece = 1 << 16, pieces = (run + piece - 1) / piece;
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < m->n * pieces; t++) {
+    const int64_t img = t / pieces, at = t % pieces * piece, len = run - at < piece ? run - at : piece;
+    put_floats(m->y + (img * YB + OB) * OH * OW * L + at, m->skip + img * run + at, len, m->stream, L);
+  }
 }
 
 #ifdef __AVX512F__
@@ -334,20 +381,7 @@ static void direct(const cpu_dc1 *m) {
         }
       }
   }
-  if (m->skip) { /* the skip's blocks after Y's in each image: one run each, in pieces for the threads */
-    const int64_t run = m->skip_c * OH * OW, piece = 1 << 16, pieces = (run + piece - 1) / piece;
-#pragma omp parallel for schedule(static)
-    for (int64_t t = 0; t < m->n * pieces; t++) {
-      const int64_t img = t / pieces, at = t % pieces * piece, len = run - at < piece ? run - at : piece;
-      const float *src = m->skip + img * run + at;
-      float *dst = m->y + (img * YB + OB) * OH * OW * 16 + at;
-      if (m->stream) {
-        for (int64_t i = 0; i < len; i += 16) _mm512_stream_ps(dst + i, _mm512_loadu_ps(src + i));
-      } else {
-        memcpy(dst, src, sizeof(float) * (size_t)len);
-      }
-    }
-  }
+  if (m->skip) copy_skip(m);
   if (m->stream) _mm_sfence();
 }
 #endif
@@ -367,6 +401,10 @@ void cpu_dc1_run(const cpu_dc1 *m, const float *w, const sp_op_args *bn, int wei
   }
   cpu_exec_run(&m->conv);
   shuffle(m);
-  cpu_dc1_calls++;
+  if (m->skip) copy_skip(m);
+#if defined(__AVX__)
+  if (m->stream) _mm_sfence();
+#endif
+  cpu_dc1_calls++, cpu_dc1_cat_calls += m->skip != NULL;
 }
 #endif
