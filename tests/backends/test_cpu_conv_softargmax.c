@@ -11,6 +11,7 @@
 
 #ifdef SPRY_HAVE_DNNL
 #include "backends/cpu/cpu.h"
+#include "backends/cpu/exp_nonpos.h"
 
 /* Whether the heads have a bias. A bias before soft-argmax has no effect on
  * its output and no true gradient (the softmax ignores a shift): both
@@ -166,8 +167,30 @@ static void taken_where_it_applies(void **st) {
     cpu_node_free(p.state);
   }
 }
+
+/* The exponential both soft-argmax kernels share (exp_nonpos.h): within
+ * 2.5e-7 of exp in relative terms over [-87, 0] (the degree-5 polynomial's
+ * 1.7e-7 in float, and the range reduction's rounding), exact at 0, the
+ * floor exp(-87) below it (finite, positive: a sum never sees a zero from
+ * one logit far below the rest), and NaN through. */
+static void exp_nonpos_accuracy(void **st) {
+  (void)st;
+  double worst = 0, at = 0;
+  for (int i = 0; i <= 2000000; i++) {
+    const float x = -87.0f * (float)i / 2000000.0f;
+    const double want = exp((double)x), err = fabs((double)exp_nonpos(x) - want) / want;
+    if (err > worst) worst = err, at = x;
+  }
+  printf("# exp_nonpos: worst relative error %.3g at %.6g\n", worst, at);
+  assert_true(worst < 2.5e-7);
+  assert_true(exp_nonpos(0.0f) == 1.0f);
+  const float floor87 = exp_nonpos(-87.0f);
+  assert_true(floor87 > 0 && exp_nonpos(-1e30f) == floor87 && exp_nonpos(-INFINITY) == floor87);
+  assert_true(isnan(exp_nonpos(NAN)));
+}
 #endif
 
-CMP_CPU_MAIN(cmocka_unit_test(head_against_ref), cmocka_unit_test(two_heads_against_ref),
-             cmocka_unit_test(fused_matches_apart), cmocka_unit_test(amx_matches_matmul),
-             cmocka_unit_test(frozen_plans_follow_weight_changes), cmocka_unit_test(taken_where_it_applies))
+CMP_CPU_MAIN(cmocka_unit_test(exp_nonpos_accuracy), cmocka_unit_test(head_against_ref),
+             cmocka_unit_test(two_heads_against_ref), cmocka_unit_test(fused_matches_apart),
+             cmocka_unit_test(amx_matches_matmul), cmocka_unit_test(frozen_plans_follow_weight_changes),
+             cmocka_unit_test(taken_where_it_applies))

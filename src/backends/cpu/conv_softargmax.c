@@ -190,7 +190,15 @@ static void bias_of(const csam_node *s, const sp_op_args *a, float *b) {
  * on AMD Zen 3, most of it in tile_sums. */
 
 static inline vfw ldw(const float *p) { return *(const vfwu *)p; }
+/* a where a > b, else b (b where either is NaN): vmaxps's rule, one
+ * instruction where the vector is one register (GCC 12 built the compare
+ * and a blend). */
 static inline vfw maxw(vfw a, vfw b) {
+#if defined(__AVX512F__)
+  return (vfw)_mm512_max_ps((__m512)a, (__m512)b);
+#elif defined(__AVX__)
+  if (VW == 8) return (vfw)_mm256_max_ps((__m256)a, (__m256)b);
+#endif
   const viw m = (viw)(a > b);
   return (vfw)(((viw)a & m) | ((viw)b & ~m));
 }
@@ -201,16 +209,16 @@ static inline vfw expw(vfw x) {
   const vfw t = x * 1.44269504f + EXP_NONPOS_MAGIC, n = t - EXP_NONPOS_MAGIC;
   const vfw r = x - n * EXP_NONPOS_LN2_HI - n * EXP_NONPOS_LN2_LO;
   vfw p = vbcastw(exp_nonpos_c[0]);
-  for (int i = 1; i < 6; i++) p = p * r + exp_nonpos_c[i];
+  for (int i = 1; i < EXP_NONPOS_TERMS; i++) p = p * r + exp_nonpos_c[i];
 #ifdef __AVX512F__
   /* 2^n in one instruction (vscalefps) instead of building its bits, an
    * add, a shift and a multiply: the same value, since exp(-87) is still a
    * normal float or rounds alike below it (frozen f32 ResUNet-50, batch 64,
    * the node with the head: 135-138 -> 127-135 ms, two runs each). */
-  return (vfw)_mm512_scalef_ps((__m512)(p * r * r + r + 1.0f), (__m512)n);
+  return (vfw)_mm512_scalef_ps((__m512)(p * r + 1.0f), (__m512)n);
 #else
   const vuw two_n = ((vuw)t - 0x4B400000u + 127u) << 23;
-  return (p * r * r + r + 1.0f) * (vfw)two_n;
+  return (p * r + 1.0f) * (vfw)two_n;
 #endif
 }
 
@@ -259,27 +267,28 @@ static void tile_sums(const csam_node *s, const float *lt, const float *b, const
   const viw tail = first_lanes(np - full);
   for (int64_t k = 0; k < s->k; k++) {
     const float *row = lt + k * s->ldl;
-    const vfw bk = vbcastw(b[k]);
-    /* Four running maxima: one would wait on itself every vector. */
+    /* Four running maxima of the logits before the bias (one would wait on
+     * itself every vector); the bias added once after. */
     vfw m0 = vbcastw(-INFINITY), m1 = m0, m2 = m0, m3 = m0;
     int64_t r = 0;
     for (; r + 4 * VW <= full; r += 4 * VW) {
-      m0 = maxw(m0, ldw(row + r) + bk), m1 = maxw(m1, ldw(row + r + VW) + bk);
-      m2 = maxw(m2, ldw(row + r + 2 * VW) + bk), m3 = maxw(m3, ldw(row + r + 3 * VW) + bk);
+      m0 = maxw(m0, ldw(row + r)), m1 = maxw(m1, ldw(row + r + VW));
+      m2 = maxw(m2, ldw(row + r + 2 * VW)), m3 = maxw(m3, ldw(row + r + 3 * VW));
     }
-    for (; r < full; r += VW) m0 = maxw(m0, ldw(row + r) + bk);
-    if (full < np) m1 = maxw(m1, (vfw)(((viw)(ldw(row + full) + bk) & tail) | ((viw)vbcastw(-INFINITY) & ~tail)));
+    for (; r < full; r += VW) m0 = maxw(m0, ldw(row + r));
+    if (full < np) m1 = maxw(m1, (vfw)(((viw)ldw(row + full) & tail) | ((viw)vbcastw(-INFINITY) & ~tail)));
     const vfw m4 = maxw(maxw(m0, m1), maxw(m2, m3));
-    float mk = m4[0];
-    for (int q = 1; q < VW; q++) mk = mk > m4[q] ? mk : m4[q];
-    const vfw mv = vbcastw(mk);
+    float mr = m4[0];
+    for (int q = 1; q < VW; q++) mr = mr > m4[q] ? mr : m4[q];
+    const float mk = mr + b[k];
+    const vfw sh = vbcastw(b[k] - mk); /* exp(l + b - max): one add a vector */
     vfw fs = vbcastw(0.0f), fx = fs, fy = fs;
     for (int64_t r = 0; r < full; r += VW) {
-      const vfw e = expw(ldw(row + r) + bk - mv);
+      const vfw e = expw(ldw(row + r) + sh);
       fs += e, fx += e * ldw(jc + r), fy += e * ldw(ic + r);
     }
     if (full < np) {
-      const vfw e = (vfw)((viw)expw(ldw(row + full) + bk - mv) & tail);
+      const vfw e = (vfw)((viw)expw(ldw(row + full) + sh) & tail);
       fs += e, fx += e * ldw(jc + full), fy += e * ldw(ic + full);
     }
     double sum = 0, sx = 0, sy = 0;
@@ -344,7 +353,7 @@ static void csam_forward(cpu_node *nd, const sp_op_args *a) {
           const int64_t y1 = (u + 1) % s->tiles * s->band;
           cpu_tail_next_of(s->tail, x, &s->g, (u + 1) / s->tiles, y1, s->h - y1 < s->band ? s->h - y1 : s->band, &next);
         }
-        cpu_tail_logits(s->tail, planes, wk, l, s->ldl, (s->k + 7) / 8 * 8, np, &next);
+        cpu_tail_logits(s->tail, planes, wk, l, s->ldl, s->k, np, &next);
       } else {
         const void *xt = tile_rows(s, x, u, &p0, &np, ts + s->t_x);
         logits(s, t, wk, xt, l, ts);

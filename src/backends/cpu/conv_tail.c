@@ -269,23 +269,35 @@ const float *cpu_tail_band(const cpu_tail *t, const float *x, const cpu_bn_geom 
   return y;
 }
 
-void cpu_tail_logits(const cpu_tail *t, const float *y, const float *w, float *l, int64_t ldl, int64_t k8, int64_t np,
-                     const cpu_tail_next *next) {
+/* Heatmaps k0 .. k0 + KB of the band's logits (a group of 8, or the last 4). */
+static inline __attribute__((always_inline)) void logits_group(const cpu_tail *t, const float *y, const float *w,
+                                                               float *l, int64_t ldl, int64_t k0, const int kb,
+                                                               int64_t np, const cpu_tail_next *next, int64_t share,
+                                                               int64_t *line) {
   vf16 acc[8][2];
+  for (int64_t p = 0; p < np; p += PB) {
+    for (int64_t i = 0; i < share && *line < next->lines; i++, ++*line)
+      for (int b = 0; b < next->blocks; b++) _mm_prefetch(next->at[b] + 64 * *line, _MM_HINT_T1);
+    PRODUCT(acc, kb, w + k0 * t->c, t->c, t->c, y, t->ld_b, p);
+    VEC_UNROLL for (int k = 0; k < kb; k++) {
+      st(l + (k0 + k) * ldl + p, acc[k][0]);
+      st(l + (k0 + k) * ldl + p + 16, acc[k][1]);
+    }
+  }
+}
+
+void cpu_tail_logits(const cpu_tail *t, const float *y, const float *w, float *l, int64_t ldl, int64_t k, int64_t np,
+                     const cpu_tail_next *next) {
+  /* Groups of 8 heatmaps, the last of 4 where that covers it (68 = 8 x 8 +
+   * 4: no products for 4 rows nobody reads). */
+  const int64_t full = k / 8, last = k % 8 == 0 ? 0 : k % 8 <= 4 ? 4 : 8, groups = full + (last > 0);
   /* The next band's input lines, a share each step: they arrive from
    * memory while these products run, not while its transposes wait. */
-  const int64_t steps = k8 / 8 * (np / PB), share = next ? (next->lines + steps - 1) / steps : 0;
+  const int64_t steps = groups * (np / PB), share = next ? (next->lines + steps - 1) / steps : 0;
   int64_t line = 0;
-  for (int64_t k0 = 0; k0 < k8; k0 += 8)
-    for (int64_t p = 0; p < np; p += PB) {
-      for (int64_t i = 0; i < share && line < next->lines; i++, line++)
-        for (int b = 0; b < next->blocks; b++) _mm_prefetch(next->at[b] + 64 * line, _MM_HINT_T1);
-      PRODUCT(acc, 8, w + k0 * t->c, t->c, t->c, y, t->ld_b, p);
-      VEC_UNROLL for (int k = 0; k < 8; k++) {
-        st(l + (k0 + k) * ldl + p, acc[k][0]);
-        st(l + (k0 + k) * ldl + p + 16, acc[k][1]);
-      }
-    }
+  for (int64_t g = 0; g < full; g++) logits_group(t, y, w, l, ldl, 8 * g, 8, np, next, share, &line);
+  if (last == 4) logits_group(t, y, w, l, ldl, 8 * full, 4, np, next, share, &line);
+  if (last == 8) logits_group(t, y, w, l, ldl, 8 * full, 8, np, next, share, &line);
 }
 
 void cpu_tail_next_of(const cpu_tail *t, const float *x, const cpu_bn_geom *g, int64_t img, int64_t y0, int64_t nr,
@@ -302,9 +314,9 @@ const float *cpu_tail_band(const cpu_tail *t, const float *x, const cpu_bn_geom 
   (void)t, (void)x, (void)g, (void)img, (void)y0, (void)nr, (void)buf;
   return NULL; /* never matched below AVX-512 */
 }
-void cpu_tail_logits(const cpu_tail *t, const float *y, const float *w, float *l, int64_t ldl, int64_t k8, int64_t np,
+void cpu_tail_logits(const cpu_tail *t, const float *y, const float *w, float *l, int64_t ldl, int64_t k, int64_t np,
                      const cpu_tail_next *next) {
-  (void)t, (void)y, (void)w, (void)l, (void)ldl, (void)k8, (void)np, (void)next;
+  (void)t, (void)y, (void)w, (void)l, (void)ldl, (void)k, (void)np, (void)next;
 }
 void cpu_tail_next_of(const cpu_tail *t, const float *x, const cpu_bn_geom *g, int64_t img, int64_t y0, int64_t nr,
                       cpu_tail_next *next) {

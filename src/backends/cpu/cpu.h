@@ -647,8 +647,8 @@ extern int cpu_conv_use_softargmax;
  * with head filled as the head's own prep; then the node's state (band: image
  * rows a tile), its per-thread scratch, the folded weights (from conv1's
  * args), the head's args among them, one band's block output as planes [C]
- * [band * W] and the head's logits from them (k8: heatmaps in 8s, W's rows
- * past K zero). cpu_conv_is_tail: the node runs one; the switch lets tests
+ * [band * W] and the head's logits from them (k heatmaps, computed in
+ * groups of 8 or a last 4: W's rows past k zero to the next 8). cpu_conv_is_tail: the node runs one; the switch lets tests
  * compare the paths; cpu_tail_calls counts forwards. */
 typedef struct cpu_tail cpu_tail;
 int cpu_tail_match(const sp_op_prep *p, const dnnl_memory_desc_t *x, sp_op_prep *head);
@@ -668,7 +668,7 @@ typedef struct {
 } cpu_tail_next;
 void cpu_tail_next_of(const cpu_tail *t, const float *x, const cpu_bn_geom *g, int64_t img, int64_t y0, int64_t nr,
                       cpu_tail_next *next);
-void cpu_tail_logits(const cpu_tail *t, const float *y, const float *w, float *l, int64_t ldl, int64_t k8, int64_t np,
+void cpu_tail_logits(const cpu_tail *t, const float *y, const float *w, float *l, int64_t ldl, int64_t k, int64_t np,
                      const cpu_tail_next *next);
 extern int64_t cpu_tail_band_positions;
 int cpu_conv_is_tail(const void *state);
