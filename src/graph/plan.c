@@ -149,6 +149,24 @@ static int adoptable(const sp_plan *p, const int *consumer, int i, int c, int j)
   return 1;
 }
 
+/* Whether value o, the other input of node i's chain link c, may be
+ * overwritten by i's output (sp_op_consumer.other_overwritable): no
+ * backward reads it or runs at i, an op computes it (graph inputs are the
+ * caller's), it is not kept, nothing adopted it, and c (which runs inside i)
+ * is its only reader from i on: not i itself (a conv reading the shortcut
+ * it adds), no node between them, none after. */
+static int overwritable(const sp_plan *p, int i, int c, int o) {
+  const sp_graph *g = p->g;
+  const sp_node *on = &g->nodes[o];
+  if (!on->op || kept_output(p, on) || on->is_loss || p->nodes[o].run_backward || p->nodes[i].run_backward ||
+      p->nodes[c].run_backward || p->nodes[o].adopted_by >= 0)
+    return 0;
+  for (int r = o + 1; r < g->n_nodes; r++)
+    for (int k = 0; k < g->nodes[r].n_in; k++)
+      if (g->nodes[r].in[k] == o && ((r >= i && r != c) || p->nodes[r].run_backward)) return 0;
+  return 1;
+}
+
 /* What node i's backend is told in prepare: shapes, layouts and dtypes of its
  * inputs, which gradients are wanted, and the up to SP_OP_CHAIN ops after it
  * that it may absorb. */
@@ -207,6 +225,7 @@ static void fill_prep(const sp_plan *p, int i, const int *consumer, sp_op_prep *
       oc->other_shape = o->shape;
       oc->other_dtype = o->dtype;
       oc->other_layout = o->layout;
+      oc->other_overwritable = overwritable(p, i, c, cn->in[other]);
       if (k == 0 && adoptable(p, consumer, i, c, cn->in[other])) {
         oc->other_op = g->nodes[cn->in[other]].op;
         oc->other_state = p->nodes[cn->in[other]].impl_state;
@@ -218,7 +237,8 @@ static void fill_prep(const sp_plan *p, int i, const int *consumer, sp_op_prep *
 static int prepare_nodes(sp_plan *p) {
   sp_graph *g = p->g;
   int *consumer = sole_consumers(g);
-  for (int i = 0; i < g->n_nodes; i++) p->nodes[i].absorbed_by = p->nodes[i].adopted_by = p->nodes[i].adopts = -1;
+  for (int i = 0; i < g->n_nodes; i++)
+    p->nodes[i].absorbed_by = p->nodes[i].adopted_by = p->nodes[i].adopts = p->nodes[i].over = -1;
   int rc = 0;
   for (int i = 0; i < g->n_nodes && rc == 0; i++) {
     const sp_node *nd = &g->nodes[i];
@@ -250,6 +270,16 @@ static int prepare_nodes(sp_plan *p) {
     for (int k = 0, c = consumer[i]; k < pr.absorb_consumer && k < SP_OP_CHAIN && pr.consumer[k].op;
          k++, c = consumer[c])
       p->nodes[c].absorbed_by = i;
+    const int ov = pr.out_over_other - 1; /* the link whose other input the output overwrites */
+    if (ov >= 0) {
+      int c = consumer[i];
+      for (int k = 0; k < ov && c >= 0; k++) c = consumer[c];
+      if (ov >= pr.absorb_consumer || ov >= SP_OP_CHAIN || !pr.consumer[ov].other_overwritable || c < 0) {
+        rc = fail_node(g, i, "backend wrote its output over an input the plan did not offer");
+        break;
+      }
+      pn->over = g->nodes[c].in[pr.consumer[ov].other];
+    }
     if (pr.adopt_other && pr.absorb_consumer >= 1 && pr.consumer[0].other_state) {
       const int j = g->nodes[consumer[i]].in[pr.consumer[0].other];
       p->nodes[j].adopted_by = i, pn->adopts = j;
@@ -305,6 +335,11 @@ static int plan_memory(sp_plan *p) {
     if (host >= 0) { /* shares the host's buffer: extend its life instead */
       pn->act_buf = p->nodes[host].act_buf;
       if (p->reqs[pn->act_buf].end < end) p->reqs[pn->act_buf].end = end;
+    } else if (pn->over >= 0) { /* written over an input it reads last: that buffer, living on */
+      pn->act_buf = p->nodes[pn->over].act_buf;
+      sp_buffer_req *r = &p->reqs[pn->act_buf];
+      if (r->bytes < bytes) r->bytes = bytes;
+      if (r->end < end) r->end = end;
     } else {
       pn->act_buf = add_req(p, bytes, nd->op ? i : 0, end);
     }

@@ -23,6 +23,7 @@ typedef struct {
   /* >= 0: that node (later) adopted this one (sp_op_prep.adopt_other): this
    * node's forward runs, its backward is the adopter's; adopts: the reverse. */
   int adopted_by, adopts;
+  int over; /* >= 0: this node's output is written over that value's buffer (sp_op_prep.out_over_other) */
   unsigned param_overwrites; /* prepare()'s param_grad_overwrites */
   const void *layout;
   size_t act_bytes;

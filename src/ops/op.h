@@ -102,6 +102,11 @@ typedef struct {
    * node's does. Its op and the state its prepare made; NULL otherwise. */
   const struct sp_op_def *other_op;
   void *other_state;
+  /* 1: the other input's buffer may hold the prepared node's output
+   * (sp_op_prep.out_over_other): no backward runs anywhere near it, it is
+   * computed by an op (not a graph input), not kept, and this consumer is
+   * its last reader. */
+  int other_overwritable;
 } sp_op_consumer;
 
 /* What a fast backend's prepare() sees and reports for one node. The plan calls
@@ -153,6 +158,13 @@ typedef struct sp_op_prep {
    * backward is this node's, which writes its input and parameter
    * gradients (sp_op_args.adopted). */
   int adopt_other;
+  /* k + 1: the node writes its output over consumer[k]'s other input, which
+   * it reads there first (a frozen conv's residual add as a sum post-op:
+   * the add's output is not written to a buffer of its own, which cost a
+   * read of it before the write). Only where that link is absorbed and
+   * other_overwritable; the plan then gives this node that input's buffer.
+   * 0: its own buffer. */
+  int out_over_other;
   /* With absorbed nodes, out_layout and out_bytes describe the last one's
    * output (the host's buffer holds only that: a stem computing the conv
    * after it reports that conv's smaller output). */

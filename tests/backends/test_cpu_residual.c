@@ -6,7 +6,12 @@
  * and the fusion taken only where the add comes right after the batch norm
  * with its other input ready; with a projection shortcut, the main
  * branch's batch norm adopted by the shortcut's (bnorm_pair.c; the kernels
- * in test_cpu_bnorm_pair.c), against the two apart and where it is taken. */
+ * in test_cpu_bnorm_pair.c), against the two apart and where it is taken;
+ * in frozen plans, the block's last conv taking the add as a sum post-op
+ * over the residual's buffer (graph/plan.c's out_over_other) where nothing
+ * reads the residual after the add and the conv does not read it itself,
+ * against the reference with and without
+ * it, and where it is taken. */
 #include "backend_compare.h"
 
 #ifdef SPRY_HAVE_DNNL
@@ -14,8 +19,8 @@
 #include "graph/plan_internal.h"
 
 static sp_value conv_bn(sp_graph *g, sp_value x, const char *conv, const char *bn, int out, int k, int stride) {
-  return sp_batchnorm(g, sp_conv2d(g, x, conv, (sp_conv_args){.out_ch = out, .kernel = k, .stride = stride, .pad = k / 2}),
-                      bn);
+  return sp_batchnorm(
+      g, sp_conv2d(g, x, conv, (sp_conv_args){.out_ch = out, .kernel = k, .stride = stride, .pad = k / 2}), bn);
 }
 
 /* conv0 reads the image; its output layout is the image stem's (channels-
@@ -38,7 +43,9 @@ static sp_value block(sp_graph *g, sp_value x, int out, int stride) {
 }
 /* A head after each case: the graph's output stays plain f32, which a fused
  * node's output could not be. */
-static sp_value head(sp_graph *g, sp_value x) { return sp_conv2d(g, x, "head", (sp_conv_args){.out_ch = 4, .kernel = 1}); }
+static sp_value head(sp_graph *g, sp_value x) {
+  return sp_conv2d(g, x, "head", (sp_conv_args){.out_ch = 4, .kernel = 1});
+}
 static sp_value identity_block(sp_graph *g, sp_value x) { return head(g, block(g, x, 16, 1)); }
 static sp_value projection_block(sp_graph *g, sp_value x) { return head(g, block(g, x, 32, 2)); }
 
@@ -162,6 +169,77 @@ static sp_value hardswish_after(sp_graph *g, sp_value x) {
   return head(g, sp_hardswish(g, sp_add(g, conv_bn(g, x, "conv1", "bn1", 16, 3, 1), x)));
 }
 
+/* Blocks as wide as ResUNet-50's (64 channels in 16-channel blocks, which
+ * oneDNN's direct 1x1 kernel takes with the sum post-op as it does without):
+ * identity shortcut; projection; the input read again after the block. */
+static sp_value wide_input(sp_graph *g, sp_value x) {
+  return conv_bn(g, conv_bn(g, x, "conv0", "bn0", 64, 3, 1), "conv0b", "bn0b", 64, 1, 1);
+}
+static sp_value wide_block(sp_graph *g, sp_value x, int out, int shared) {
+  x = wide_input(g, x);
+  sp_value y = sp_relu(g, conv_bn(g, x, "conv1", "bn1", 16, 1, 1));
+  y = sp_relu(g, conv_bn(g, y, "conv2", "bn2", 16, 3, 1));
+  y = conv_bn(g, y, "conv3", "bn3", out, 1, 1);
+  sp_value s = out != 64 ? conv_bn(g, x, "down", "down_bn", out, 1, 1) : x;
+  y = sp_relu(g, sp_add(g, y, s));
+  return head(g, shared ? sp_add(g, y, x) : y);
+}
+static sp_value wide_identity(sp_graph *g, sp_value x) { return wide_block(g, x, 64, 0); }
+static sp_value wide_projection(sp_graph *g, sp_value x) { return wide_block(g, x, 128, 0); }
+static sp_value wide_shared(sp_graph *g, sp_value x) { return wide_block(g, x, 64, 1); }
+/* The conv reads the residual it adds (a basic block of one 1x1 layer): its
+ * output may not overwrite its own input. */
+static sp_value wide_reads_residual(sp_graph *g, sp_value x) {
+  x = wide_input(g, x);
+  return head(g, sp_relu(g, sp_add(g, conv_bn(g, x, "conv1", "bn1", 64, 1, 1), x)));
+}
+
+/* How many nodes of a frozen plan of `body` write their output over an
+ * input (a conv with its residual add as a sum post-op). */
+static int written_over(cmp_build_fn body, unsigned flags) {
+  cmp_case k = {"over", body, 2, 5, 12, 12, 0, flags | SP_PLAN_FROZEN, 0, 0};
+  sp_graph *g;
+  sp_plan *p = cmp_cpu_plan(&k, &g);
+  int n = 0;
+  for (int i = 0; i < p->g->n_nodes; i++)
+    if (p->nodes[i].over >= 0) {
+      if (p->g->nodes[i].op != &sp_op_conv2d) fail_msg("node %d written over an input: not a conv", i);
+      n++;
+    }
+  cmp_plan_release(p, g);
+  return n;
+}
+
+/* Frozen inference: the block's last conv (or the projection's, whose batch
+ * norm comes right before the add) folds its batch norm and takes the add
+ * as a sum post-op over the residual where the add is its last reader, a
+ * binary post-op into a buffer of its own where the residual is read after
+ * the block (the input shared): against the reference either way, and with
+ * the sum switched off. */
+static void frozen_residual_in_place(void **st) {
+  (void)st;
+  cmp_require_cpu();
+  static const block_case wide[] = {{"wide identity", wide_identity},
+                                    {"wide projection", wide_projection},
+                                    {"wide, input shared", wide_shared},
+                                    {"wide, conv reads the residual", wide_reads_residual}};
+  const int want[] = {1, 1, 0, 0};
+  for (int sum = 1; sum >= 0; sum--) {
+    cpu_conv_use_post_sum = sum;
+    for (size_t i = 0; i < sizeof wide / sizeof wide[0]; i++)
+      for (int bf16 = 0; bf16 < 1 + cmp_bf16_here(); bf16++) {
+        const unsigned f = bf16 ? SP_PLAN_BF16 : 0;
+        cmp_case k = {wide[i].label, wide[i].body, 3, 5, 12, 12, 0, f | SP_PLAN_FROZEN, bf16 ? 6e-2 : 1e-4, 0};
+        cmp_run(&k);
+        const int n = written_over(wide[i].body, f);
+        printf("# [%s%s, sum %s] %d nodes written over their residual\n", wide[i].label, bf16 ? ", bf16" : "",
+               sum ? "on" : "off", n);
+        if (n != (sum ? want[i] : 0)) fail_msg("want %d", sum ? want[i] : 0);
+      }
+  }
+  cpu_conv_use_post_sum = 1;
+}
+
 static void taken_where_it_applies(void **st) {
   (void)st;
   cmp_require_cpu();
@@ -195,4 +273,5 @@ static void taken_where_it_applies(void **st) {
 #endif
 
 CMP_CPU_MAIN(cmocka_unit_test(against_ref), cmocka_unit_test(same_as_unfused),
-             cmocka_unit_test(pair_same_as_apart), cmocka_unit_test(taken_where_it_applies))
+             cmocka_unit_test(frozen_residual_in_place), cmocka_unit_test(pair_same_as_apart),
+             cmocka_unit_test(taken_where_it_applies))

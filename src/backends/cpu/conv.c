@@ -153,6 +153,8 @@ static int conv_bind(cpu_node *n, const sp_op_args *a, char *fs, char *bs) {
   if (s->fold_bn && (!a->consumer || a->consumer->n_state < 2))
     return sp_error_set("conv: folded batch norm not wired");
   if (s->post_add && !a->consumer2) return sp_error_set("conv: absorbed residual add not wired");
+  if (s->post_sum && a->out->data != a->consumer2->in[s->add_other]->data)
+    return sp_error_set("conv: the residual's buffer not given as the output");
   if (cpu_bind_reorder(&s->w_wei, n, s->re_pd[R_WEI], s->re[R_WEI], wsrc, wei, fs)) return -1;
   void *bias = s->fold_bn ? (void *)s->bfold : s->has_bias ? a->param[1]->data : NULL;
   cpu_exec_init(&s->conv, s->fwd);
@@ -160,8 +162,9 @@ static int conv_bind(cpu_node *n, const sp_op_args *a, char *fs, char *bs) {
       cpu_exec_arg(&s->conv, n, DNNL_ARG_WEIGHTS, &s->wei_md, wei) ||
       cpu_exec_arg(&s->conv, n, DNNL_ARG_DST, &s->dst_md, a->out->data) ||
       (bias && !s->dc1 && cpu_exec_arg(&s->conv, n, DNNL_ARG_BIAS, &s->bias_md, bias)) ||
-      (s->post_add && cpu_exec_arg(&s->conv, n, DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, &s->add_md,
-                                   a->consumer2->in[s->add_other]->data)) ||
+      (s->post_add && !s->post_sum &&
+       cpu_exec_arg(&s->conv, n, DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, &s->add_md,
+                    a->consumer2->in[s->add_other]->data)) ||
       cpu_exec_scratchpad(&s->conv, n, s->fwd_pd, fs))
     return -1;
   if (s->dc1 && cpu_dc1_bind(&s->d1, n, src, a->out->data, fs + s->dc1_off)) return -1;
@@ -494,6 +497,7 @@ static void place_buffers(sp_op_prep *p, conv_node *s, size_t mm_bwd, size_t bww
   p->fwd_scratch_bytes = fwd;
   p->bwd_scratch_bytes = bwd;
   p->absorb_consumer = s->post_add ? (s->post_relu ? 3 : 2) : s->post_relu ? 2 + s->cat : s->fold_bn;
+  p->out_over_other = s->post_sum ? 2 : 0; /* the add: consumer[1] */
   /* Every weight-gradient path (oneDNN's with its reorder, conv_mm.c,
    * conv_bww_mm.c) writes the parameter gradients when told. */
   p->param_grad_overwrites = s->run_backward ? (s->has_bias ? 3u : 1u) : 0u;
@@ -527,14 +531,21 @@ static int conv_setup(sp_op_prep *p, conv_node *s, const cpu_conv_geom *g) {
   if (cpu_md_plain(&s->bias_md, &bs, dnnl_f32)) return -1;
   s->n_bias = bs.d[0];
 
-  if (s->post_add && (cpu_conv_choose_fwd(p, s, g, &src_any, &wei_any, &dst_any) || cpu_pd_is_ref(s->fwd_pd) ||
-                      !cpu_md_equal(cpu_pd_md(s->fwd_pd, dnnl_query_dst_md, 0), &s->add_md) ||
-                      !cpu_conv_same_kernel_without_add(p, s, g, &wei_any))) {
+  /* The add as a sum post-op where the plan allows it, else as a binary one:
+   * each only where a fast kernel takes it and keeps the kernel it has
+   * without it. */
+  for (int sum = s->post_sum; s->post_add && sum >= 0; sum--) {
+    s->post_sum = sum;
+    if (cpu_conv_choose_fwd(p, s, g, &src_any, &wei_any, &dst_any) == 0 && !cpu_pd_is_ref(s->fwd_pd) &&
+        cpu_md_equal(cpu_pd_md(s->fwd_pd, dnnl_query_dst_md, 0), &s->add_md) &&
+        cpu_conv_same_kernel_without_add(p, s, g, &wei_any))
+      break;
     /* No fast kernel takes the add, or only a slower one: conv + batch norm
-     * alone (a primitive made on the way stays with the node, which frees it). */
+     * alone at the end (a primitive made on the way stays with the node,
+     * which frees it). */
     sp_error_clear();
     s->fwd_pd = NULL, s->fwd = NULL;
-    s->post_add = s->post_relu = 0;
+    if (sum == 0) s->post_add = s->post_relu = s->post_sum = 0;
   }
   if (!s->fwd_pd && cpu_conv_choose_fwd(p, s, g, &src_any, &wei_any, &dst_any)) return -1;
   s->src_md = *cpu_pd_md(s->fwd_pd, dnnl_query_src_md, 0);

@@ -21,6 +21,7 @@ typedef struct {
   int fold_bn;               /* frozen: the absorbed batch norm is folded in */
   int post_relu;             /* frozen: and the ReLU after it is a post-op */
   int post_add;              /* frozen: then a residual add (binary post-op) and maybe the ReLU after it */
+  int post_sum;              /* ... as a sum post-op, the output written over the add's other input */
   int add_other;             /* the add's other input: its index there */
   dnnl_memory_desc_t add_md; /* ... and its layout */
   float *wfold, *bfold;      /* its plain folded weights and bias (kept) */
@@ -66,7 +67,8 @@ typedef struct {
 int cpu_conv_choose_fwd(sp_op_prep *p, conv_node *s, const cpu_conv_geom *g, const dnnl_memory_desc_t *src_any,
                         const dnnl_memory_desc_t *wei_any, const dnnl_memory_desc_t *dst_any);
 /* Frozen: the residual add after the folded batch norm can be a post-op
- * (fills s->add_md, s->add_other). */
+ * (fills s->add_md, s->add_other; s->post_sum where the plan lets the
+ * output overwrite the add's other input and cpu_conv_use_post_sum). */
 int cpu_conv_post_add_fits(const sp_op_prep *p, conv_node *s, dnnl_data_type_t dt);
 /* ... and oneDNN keeps the kernel it has without the add. */
 int cpu_conv_same_kernel_without_add(sp_op_prep *p, const conv_node *s, const cpu_conv_geom *g,

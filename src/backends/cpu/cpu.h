@@ -574,6 +574,9 @@ extern int cpu_bww_use_packed;
 /* conv.c: 0 keeps oneDNN's convolution backward for 1x1 convolutions
  * (tests compare the two paths; benchmarks measure them). */
 extern int cpu_conv_use_matmul;
+/* 0: a frozen conv's residual add stays a binary post-op into a buffer of
+ * its own (conv_fwd_choice.c; tests compare the two). */
+extern int cpu_conv_use_post_sum;
 /* conv_winograd.c: 0 keeps f32 3x3 convolutions on oneDNN's direct kernels
  * instead of its Winograd ones (tests compare the two); which passes of a
  * convolution take them (bit 0 forward, 1 backward data, 2 weights). */
