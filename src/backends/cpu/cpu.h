@@ -651,8 +651,9 @@ extern int cpu_conv_use_softargmax;
  * rows a tile), its per-thread scratch, the folded weights (from conv1's
  * args), the head's args among them, one band's block output as planes [C]
  * [band * W] and the head's logits from them (k heatmaps, computed in
- * groups of 8 or a last 4: W's rows past k zero to the next 8). cpu_conv_is_tail: the node runs one; the switch lets tests
- * compare the paths; cpu_tail_calls counts forwards. */
+ * groups of 8 or a last 4: W's rows past k zero to the next 8).
+ * cpu_conv_is_tail: the node runs one; the switch lets tests compare the
+ * paths; cpu_tail_calls counts forwards. */
 typedef struct cpu_tail cpu_tail;
 int cpu_tail_match(const sp_op_prep *p, const dnnl_memory_desc_t *x, sp_op_prep *head);
 int cpu_tail_links(void);
