@@ -4,7 +4,9 @@
  * bf16 the fused path keeps the logits in f32 where the two ops round them,
  * and its sums run in another order, which also shows the fused path ran);
  * over images of several tiles with a short last tile; with the input
- * gradient added onto another consumer's; and taken only where it applies. */
+ * gradient added onto another consumer's; the products on planes (f32
+ * 16-channel blocks) and on AMX tiles against oneDNN's matmuls; and taken
+ * only where it applies. */
 #include <math.h>
 
 #include "backend_compare.h"
@@ -103,6 +105,39 @@ static void amx_matches_matmul(void **st) {
     cmp_two_paths_with(&cases[c], amx_or_matmul, cases[c].tol, &opts);
 }
 
+static void planes_or_matmul(int path) { cpu_conv_use_softargmax_planes = path == 0; }
+
+/* f32 on 16-channel blocks (AVX-512 builds): the products on planes
+ * (softargmax_planes.c) against oneDNN's matmuls, one training step. Only
+ * the products' summation order differs. 9 x 7: one tile of 63 positions (a
+ * short group of 16, zero positions to 64); 41 x 37: tiles of 768 and 749
+ * positions; two heads: the second one's input gradient added; the wide
+ * heads: two 16-channel blocks, 68 heatmaps (8 groups of 8 and one of 4),
+ * 33 (a group of 8 with 7 zero rows, dL's rows zero to 36), one whole tile
+ * of 1024 at 32 x 32. */
+static void planes_match_matmul(void **st) {
+  (void)st;
+  cmp_require_cpu();
+  if (!cpu_planes_built()) {
+    printf("# an AVX2 build: f32 heads on 8-channel blocks keep oneDNN's matmuls\n");
+    skip();
+  }
+  const cmp_case cases[] = {{"head, planes, one tile", b_head, 2, 3, 9, 7, 1, 0, 1e-5, 0},
+                            {"head, planes, short tile", b_head, 3, 3, 41, 37, 1, 0, 1e-5, 0},
+                            {"two heads, planes", b_two_heads, 2, 3, 41, 37, 1, 0, 1e-5, 0},
+                            {"wide heads, planes, whole tile", b_wide_heads, 2, 3, 32, 32, 1, 0, 1e-5, 0},
+                            {"wide heads, planes, short tile", b_wide_heads, 2, 3, 41, 37, 1, 0, 1e-5, 0}};
+  /* A forward can come out bit for bit alike (both sum a logit's terms in
+   * order), so the counter shows the planes ran; only the first path has them. */
+  const cmp_two_opts opts = {.shift_free = "head"};
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    const long before = cpu_planes_calls;
+    cmp_two_paths_with(&cases[c], planes_or_matmul, cases[c].tol, &opts);
+    if (cpu_planes_calls < before + 2)
+      fail_msg("[%s] the planes ran %ld passes, not forward and backward", cases[c].label, cpu_planes_calls - before);
+  }
+}
+
 /* One training step fused and one with the two ops apart, bf16 and f32. */
 static void fused_matches_apart(void **st) {
   (void)st;
@@ -164,6 +199,10 @@ static void taken_where_it_applies(void **st) {
     if (cases[t].want && p.absorb_consumer != 1) fail_msg("case %zu: soft-argmax not absorbed", t);
     if (cases[t].want && cpu_conv_uses_softargmax_amx(p.state) != (cases[t].amx && cpu_amx_usable()))
       fail_msg("case %zu: AMX tile products %s", t, cases[t].amx && cpu_amx_usable() ? "not taken" : "taken");
+    /* planes: f32 on 16-channel blocks in AVX-512 builds */
+    const int planes = cases[t].want && !cases[t].bf16 && cases[t].tag == dnnl_aBcd16b && cpu_planes_built();
+    if (cases[t].want && cpu_conv_uses_softargmax_planes(p.state) != planes)
+      fail_msg("case %zu: products on planes %s", t, planes ? "not taken" : "taken");
     cpu_node_free(p.state);
   }
 }
@@ -192,5 +231,5 @@ static void exp_nonpos_accuracy(void **st) {
 
 CMP_CPU_MAIN(cmocka_unit_test(exp_nonpos_accuracy), cmocka_unit_test(head_against_ref),
              cmocka_unit_test(two_heads_against_ref), cmocka_unit_test(fused_matches_apart),
-             cmocka_unit_test(amx_matches_matmul), cmocka_unit_test(frozen_plans_follow_weight_changes),
-             cmocka_unit_test(taken_where_it_applies))
+             cmocka_unit_test(amx_matches_matmul), cmocka_unit_test(planes_match_matmul),
+             cmocka_unit_test(frozen_plans_follow_weight_changes), cmocka_unit_test(taken_where_it_applies))

@@ -39,6 +39,7 @@
 
 #include "backends/cpu/cpu.h"
 #include "backends/cpu/vec.h"
+#include "backends/cpu/planes.h"
 #include "ops/ops.h"
 
 int cpu_conv_use_tail = 1;
@@ -153,31 +154,6 @@ static inline vf16 ld(const float *p) { return *(const vf16u *)p; }
 static inline void st(float *p, vf16 v) { *(vf16u *)p = v; }
 static inline vf16 relu(vf16 v) { return (vf16)_mm512_max_ps((__m512)v, _mm512_setzero_ps()); }
 
-/* 16 positions x 16 channels of a 16-channel block (a position's channels a
- * row, rows ss floats apart) into 16 planes (a channel's positions a row,
- * rows ds floats apart). */
-static void transpose16(const float *src, int64_t ss, float *dst, int64_t ds) {
-  vf16 r[16];
-  VEC_UNROLL for (int i = 0; i < 16; i++) r[i] = ld(src + i * ss);
-  vtranspose16(r);
-  VEC_UNROLL for (int i = 0; i < 16; i++) st(dst + i * ds, r[i]);
-}
-
-/* out[k][p] (rows ldo apart) = sum over c < cn of w[k][c] in[c][p] (rows ldi
- * apart) for kb (a constant) outputs and positions [p, p + 32): the sums,
- * in acc. */
-#define PRODUCT(acc, kb, w, ldw, cn, in, ldi, p)                                            \
-  do {                                                                                      \
-    VEC_UNROLL for (int k_ = 0; k_ < (kb); k_++) acc[k_][0] = acc[k_][1] = (vf16){0};       \
-    for (int64_t c_ = 0; c_ < (cn); c_++) {                                                 \
-      const vf16 x0_ = ld((in) + c_ * (ldi) + (p)), x1_ = ld((in) + c_ * (ldi) + (p) + 16); \
-      VEC_UNROLL for (int k_ = 0; k_ < (kb); k_++) {                                        \
-        const vf16 wk_ = vbcastw((w)[k_ * (ldw) + c_]);                                     \
-        acc[k_][0] += wk_ * x0_, acc[k_][1] += wk_ * x1_;                                   \
-      }                                                                                     \
-    }                                                                                       \
-  } while (0)
-
 /* 1. The band's rows y0 - 1 .. y0 + nr of image img (those in the image)
  * from x's 16-channel blocks into planes, row r - (y0 - 1) of each. */
 static void load_rows(const cpu_tail *t, const float *x, const cpu_bn_geom *g, int64_t img, int64_t ya, int64_t yb,
@@ -186,7 +162,7 @@ static void load_rows(const cpu_tail *t, const float *x, const cpu_bn_geom *g, i
     const float *blk = x + img * g->img_stride + b * g->blk_stride;
     for (int64_t y = ya; y < yb; y++)
       for (int64_t x0 = 0; x0 < t->w; x0 += 16)
-        transpose16(blk + (y * t->w + x0) * 16, 16, xp + b * 16 * t->ld_x + (y - y0 + 1) * t->w + x0, t->ld_x);
+        planes_transpose16(blk + (y * t->w + x0) * 16, 16, xp + b * 16 * t->ld_x + (y - y0 + 1) * t->w + x0, t->ld_x);
   }
 }
 
@@ -195,7 +171,7 @@ static void load_rows(const cpu_tail *t, const float *x, const cpu_bn_geom *g, i
 static void conv1_rows(const cpu_tail *t, const float *xp, float *a, int64_t ra, int64_t rb, int64_t rows) {
   vf16 acc[MID][2];
   for (int64_t p = ra * t->w; p < rb * t->w; p += PB) {
-    PRODUCT(acc, MID, t->w1, t->c, t->c, xp, t->ld_x, p);
+    PLANES_PRODUCT(acc, MID, t->w1, t->c, t->c, xp, t->ld_x, p);
     VEC_UNROLL for (int m = 0; m < MID; m++) {
       const vf16 b = vbcastw(t->b1[m]);
       st(a + m * t->ld_a + p, relu(acc[m][0] + b));
@@ -246,7 +222,7 @@ static void conv3_rows(const cpu_tail *t, const float *bo, const float *xp, floa
   const float *xr = xp + t->w; /* the band's first row */
   for (int64_t c0 = 0; c0 < t->c; c0 += MID)
     for (int64_t p = 0; p < np; p += PB) {
-      PRODUCT(acc, MID, t->w3 + c0 * MID, MID, MID, bo, t->ld_b, p);
+      PLANES_PRODUCT(acc, MID, t->w3 + c0 * MID, MID, MID, bo, t->ld_b, p);
       VEC_UNROLL for (int m = 0; m < MID; m++) {
         const int64_t c = c0 + m;
         const vf16 b = vbcastw(t->b3[c]);
@@ -269,35 +245,9 @@ const float *cpu_tail_band(const cpu_tail *t, const float *x, const cpu_bn_geom 
   return y;
 }
 
-/* Heatmaps k0 .. k0 + KB of the band's logits (a group of 8, or the last 4). */
-static inline __attribute__((always_inline)) void logits_group(const cpu_tail *t, const float *y, const float *w,
-                                                               float *l, int64_t ldl, int64_t k0, const int kb,
-                                                               int64_t np, const cpu_tail_next *next, int64_t share,
-                                                               int64_t *line) {
-  vf16 acc[8][2];
-  for (int64_t p = 0; p < np; p += PB) {
-    for (int64_t i = 0; i < share && *line < next->lines; i++, ++*line)
-      for (int b = 0; b < next->blocks; b++) _mm_prefetch(next->at[b] + 64 * *line, _MM_HINT_T1);
-    PRODUCT(acc, kb, w + k0 * t->c, t->c, t->c, y, t->ld_b, p);
-    VEC_UNROLL for (int k = 0; k < kb; k++) {
-      st(l + (k0 + k) * ldl + p, acc[k][0]);
-      st(l + (k0 + k) * ldl + p + 16, acc[k][1]);
-    }
-  }
-}
-
 void cpu_tail_logits(const cpu_tail *t, const float *y, const float *w, float *l, int64_t ldl, int64_t k, int64_t np,
                      const cpu_tail_next *next) {
-  /* Groups of 8 heatmaps, the last of 4 where that covers it (68 = 8 x 8 +
-   * 4: no products for 4 rows nobody reads). */
-  const int64_t full = k / 8, last = k % 8 == 0 ? 0 : k % 8 <= 4 ? 4 : 8, groups = full + (last > 0);
-  /* The next band's input lines, a share each step: they arrive from
-   * memory while these products run, not while its transposes wait. */
-  const int64_t steps = groups * (np / PB), share = next ? (next->lines + steps - 1) / steps : 0;
-  int64_t line = 0;
-  for (int64_t g = 0; g < full; g++) logits_group(t, y, w, l, ldl, 8 * g, 8, np, next, share, &line);
-  if (last == 4) logits_group(t, y, w, l, ldl, 8 * full, 4, np, next, share, &line);
-  if (last == 8) logits_group(t, y, w, l, ldl, 8 * full, 8, np, next, share, &line);
+  cpu_planes_logits(y, t->ld_b, w, t->c, l, ldl, k, np, next);
 }
 
 void cpu_tail_next_of(const cpu_tail *t, const float *x, const cpu_bn_geom *g, int64_t img, int64_t y0, int64_t nr,

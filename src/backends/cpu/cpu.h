@@ -693,6 +693,33 @@ void cpu_amx_head_dx(const uint16_t *dl, int64_t ldd, const uint16_t *wv, uint16
                      int64_t rows, int accumulate, uint16_t *at, float *ct);
 int cpu_conv_uses_softargmax_amx(const void *state);
 extern int cpu_conv_use_softargmax_amx;
+/* softargmax_planes.c: the head's per-tile products on planes (f32,
+ * 16-channel blocks, AVX-512 builds: cpu_planes_built). gather: np positions
+ * of a tile's blocks (x at its first position, blocks blk_stride apart) into
+ * planes [blocks * 16][ldx], zero from np to np32 (np rounded up to 32);
+ * scatter: planes back into the blocks' np positions, written or added.
+ * logits: l[k][p] from W [k rounded up to 8][c] (zero rows past k), the
+ * tail's next band prefetched meanwhile (next; NULL: nothing); dx:
+ * planes dX[c][p] from dL [k][ldd] and W^T [c][kp]; dw: dwv[k][c][16 lanes]
+ * += per-lane sums of dL[k][p] X[c][p] for k4 (k rounded up to 4, dL's
+ * rows zero past k) heatmaps. np32 positions each. The switch (1) lets
+ * tests compare them with oneDNN's matmuls; cpu_conv_uses_softargmax_planes:
+ * the node runs them; cpu_planes_calls counts the passes (forward or
+ * backward) run on them. */
+int cpu_planes_built(void);
+int cpu_conv_uses_softargmax_planes(const void *state);
+void cpu_planes_gather(const float *x, int64_t blocks, int64_t blk_stride, int64_t np, int64_t np32, float *xp,
+                       int64_t ldx);
+void cpu_planes_scatter(const float *xp, int64_t ldx, int64_t blocks, int64_t blk_stride, int64_t np, float *x,
+                        int accumulate);
+void cpu_planes_logits(const float *xp, int64_t ldx, const float *w, int64_t c, float *l, int64_t ldl, int64_t k,
+                       int64_t np32, const cpu_tail_next *next);
+void cpu_planes_dx(const float *dl, int64_t ldd, const float *wt, int64_t kp, int64_t k, int64_t c, float *dxp,
+                   int64_t ldx, int64_t np32);
+void cpu_planes_dw(const float *dl, int64_t ldd, const float *xp, int64_t ldx, int64_t k4, int64_t c, int64_t np32,
+                   float *dwv);
+extern int cpu_conv_use_softargmax_planes;
+extern long cpu_planes_calls;
 
 /* ---- ops (one file each) -------------------------------------------------------- */
 int cpu_adapter_prepare(sp_op_prep *p); /* adapter.c: the reference kernel on plain f32 */
