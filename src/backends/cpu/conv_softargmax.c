@@ -49,7 +49,7 @@
  * (softargmax_planes.c): tiles of a multiple of 32 positions, W [kp, C] and
  * W^T [C, kp], dL's rows zero to k4, the weight gradient summed per lane.
  * ResUNet-50 f32 training, batch 16 (Xeon without AMX, 2 threads, the head's
- * node in the per-node profile, 3 alternating pairs): 82.8-84.3 -> 76.0-76.2
+ * node in the per-node profile, 3 alternating pairs): 82.8-84.1 -> 75.8-76.3
  * ms forward + backward. */
 #ifdef SPRY_HAVE_DNNL
 #include <math.h>
