@@ -52,13 +52,12 @@
  * node in the per-node profile, 3 alternating pairs): 82.8-84.1 -> 75.8-76.3
  * ms forward + backward. */
 #ifdef SPRY_HAVE_DNNL
-#include <math.h>
 #include <omp.h>
 #include <string.h>
 
+#include "backends/cpu/conv_softargmax.h"
 #include "backends/cpu/cpu.h"
 #include "backends/cpu/vec.h"
-#include "backends/cpu/exp_nonpos.h"
 #include "core/bf16.h"
 #include "ops/ops.h"
 
@@ -66,57 +65,6 @@ int cpu_conv_use_softargmax = 1;
 int cpu_conv_use_softargmax_amx = 1;
 
 enum { TILE_ROWS = 1024, MAX_CHANNELS = 512, MAX_HEATMAPS = 1024, MAX_PLANE_CHANNELS = 128 };
-
-/* What one thread executes with: its stream, and memory objects whose data
- * handles are set per tile. */
-enum { M_X, M_XT, M_L, M_DL, M_W, M_DX, M_DLT, M_DW, M_PAD, N_MEMS };
-typedef struct {
-  dnnl_stream_t stream;
-  dnnl_memory_t m[N_MEMS];
-} tile_exec;
-
-typedef struct {
-  cpu_node base;
-  int64_t n, c, k, kp, h, w, hw; /* kp: k rounded up to 16 (the per-heatmap arrays' stride) */
-  int64_t rows, tiles;           /* positions per tile; tiles per image (the last may be shorter) */
-  int64_t rt;                    /* the column and row tables' length: rows + 16 */
-  int64_t ldl, ldd;              /* row strides of the logits and of dL (elements) */
-  float scale;
-  int has_bias, need_dx, need_dw, threads;
-  int f32;       /* the plan computes in f32 (else bf16) */
-  size_t es;     /* bytes per activation element: 4 or 2 */
-  cpu_bn_geom g; /* the input's layout (lanes, blocks, strides) */
-  int in_place;  /* channels-last: a full tile's rows are a matrix in x and dx */
-  int amx;       /* the products on AMX tiles (softargmax_amx.c), not oneDNN matmuls */
-  int64_t kp32;  /* amx: k rounded up to 32 (dL's rows, W's heatmap pairs) */
-  int planes;    /* f32 16-channel blocks: the products on planes (softargmax_planes.c) */
-  int64_t ldx;   /* planes: row stride of X's and dX's planes */
-  int64_t k4;    /* planes: k rounded up to 4 (dL's rows the weight gradient reads) */
-  /* Frozen inference plans: W and the bias prepared once, again only when
-   * the parameters change (sp_plan_params_changed). */
-  void *w_kept;
-  float *b_kept;
-  dnnl_memory_desc_t x_md, xt_md, l_md, dl_md, w_md, dlt_md, dw_md, pad_md;
-  dnnl_primitive_desc_t fwd_pd, dx_pd[2], dw_pd; /* dx: [0] writes, [1] adds */
-  dnnl_primitive_t fwd, dx_prim[2], dw_prim;
-  tile_exec *te; /* one per thread */
-  /* Scratch (forward and backward alike): shared parts, then one region per
-   * thread. */
-  size_t o_w, o_part, o_coef, o_stats, o_threads, thread_bytes;
-  size_t t_l, t_x, t_dl, t_dx, t_dw, t_db, t_ij, t_pad; /* inside a thread's region */
-  size_t t_amx, t_xp; /* amx: operand buffers (B, A and C of a step), dW's position pairs */
-  /* A bottleneck block computed in front of the head (conv_tail.c), or NULL:
-   * then a tile is a band of `band` image rows, and t_tail its scratch. */
-  cpu_tail *tail;
-  int64_t band;
-  size_t t_tail;
-} csam_node;
-
-/* Per heatmap, saved for backward: the max and 1/sum of exp(L - max), and the
- * unscaled expected column and row. */
-typedef struct {
-  float max, inv_sum, ex, ey;
-} csam_stat;
 
 /* Elements of the prepared weights: W [K, C]; on AMX W [kp, C] (zero rows
  * past K) and then its heatmap pairs for dX; on planes W [kp, C] and W^T
@@ -210,46 +158,6 @@ static void bias_of(const csam_node *s, const sp_op_args *a, float *b) {
   for (int64_t k = 0; k < s->kp; k++) b[k] = s->has_bias && k < s->k ? ((const float *)a->param[1]->data)[k] : 0.0f;
 }
 
-/* The tile kernels walk a heatmap's positions VW at a time (vfw, vec.h: one
- * AVX-512 vector of 16, or one AVX2 vector of 8), so its sums stay in
- * registers. At 16 lanes on AVX2 (two registers a value), GCC 12 built the
- * compares of the max lane by lane and moved the sums through the stack and
- * general registers: the head took 10% of a ResUNet-50 f32 inference step
- * on AMD Zen 3, most of it in tile_sums. */
-
-static inline vfw ldw(const float *p) { return *(const vfwu *)p; }
-/* a where a > b, else b (b where either is NaN): vmaxps's rule, one
- * instruction where the vector is one register (GCC 12 built the compare
- * and a blend). */
-static inline vfw maxw(vfw a, vfw b) {
-#if defined(__AVX512F__)
-  return (vfw)_mm512_max_ps((__m512)a, (__m512)b);
-#elif defined(__AVX__)
-  if (VW == 8) return (vfw)_mm256_max_ps((__m256)a, (__m256)b);
-#endif
-  const viw m = (viw)(a > b);
-  return (vfw)(((viw)a & m) | ((viw)b & ~m));
-}
-
-/* exp_nonpos (exp_nonpos.h) on VW lanes: the same steps and constants. */
-static inline vfw expw(vfw x) {
-  x = maxw(x, vbcastw(-87.0f));
-  const vfw t = x * 1.44269504f + EXP_NONPOS_MAGIC, n = t - EXP_NONPOS_MAGIC;
-  const vfw r = x - n * EXP_NONPOS_LN2_HI - n * EXP_NONPOS_LN2_LO;
-  vfw p = vbcastw(exp_nonpos_c[0]);
-  for (int i = 1; i < EXP_NONPOS_TERMS; i++) p = p * r + exp_nonpos_c[i];
-#ifdef __AVX512F__
-  /* 2^n in one instruction (vscalefps) instead of building its bits, an
-   * add, a shift and a multiply: the same value, since exp(-87) is still a
-   * normal float or rounds alike below it (frozen f32 ResUNet-50, batch 64,
-   * the node with the head: 135-138 -> 127-135 ms, two runs each). */
-  return (vfw)_mm512_scalef_ps((__m512)(p * r + 1.0f), (__m512)n);
-#else
-  const vuw two_n = ((vuw)t - 0x4B400000u + 127u) << 23;
-  return (p * r + 1.0f) * (vfw)two_n;
-#endif
-}
-
 /* 16 lanes stored as f32, or rounded to bf16 as sp_bf16_round does (a
  * 16-lane bf16 block of the input gradient, put_run). */
 static inline void st16(void *p, int64_t i, vf16 v, int f32) {
@@ -268,85 +176,6 @@ static inline void st16(void *p, int64_t i, vf16 v, int f32) {
 
 /* 16 bf16 values widened to f32. */
 static inline vf16 ld16h(const void *p) { return (vf16)(__builtin_convertvector(*(const vh16u *)p, vu16) << 16); }
-
-/* Lanes [0, n) of a vector set (n <= VW). */
-static inline viw first_lanes(int64_t n) {
-  viw iota;
-  for (int q = 0; q < VW; q++) iota[q] = q;
-  return iota < (viw){0} + (int)n;
-}
-
-/* The tile's positions' columns and rows as floats, rt of each (a last
- * vector's lanes past the tile read finite values, masked after). */
-static void tile_coords(const csam_node *s, int64_t p0, float *jc, float *ic) {
-  int64_t i = p0 / s->w, j = p0 % s->w;
-  for (int64_t r = 0; r < s->rt; r++) {
-    jc[r] = (float)j, ic[r] = (float)i;
-    if (++j == s->w) j = 0, i++;
-  }
-}
-
-/* One tile's partial sums per heatmap: part = [max | sum | column sum | row
- * sum], kp floats each, exponentials taken against the tile's own max. A
- * heatmap's lanes sum rows / 16 values in float each, then add in double. */
-static void tile_sums(const csam_node *s, const float *lt, const float *b, const float *jc, const float *ic, int64_t np,
-                      float *part) {
-  const int64_t kp = s->kp, full = np / VW * VW;
-  const viw tail = first_lanes(np - full);
-  for (int64_t k = 0; k < s->k; k++) {
-    const float *row = lt + k * s->ldl;
-    /* Four running maxima of the logits before the bias (one would wait on
-     * itself every vector); the bias added once after. */
-    vfw m0 = vbcastw(-INFINITY), m1 = m0, m2 = m0, m3 = m0;
-    int64_t r = 0;
-    for (; r + 4 * VW <= full; r += 4 * VW) {
-      m0 = maxw(m0, ldw(row + r)), m1 = maxw(m1, ldw(row + r + VW));
-      m2 = maxw(m2, ldw(row + r + 2 * VW)), m3 = maxw(m3, ldw(row + r + 3 * VW));
-    }
-    for (; r < full; r += VW) m0 = maxw(m0, ldw(row + r));
-    if (full < np) m1 = maxw(m1, (vfw)(((viw)ldw(row + full) & tail) | ((viw)vbcastw(-INFINITY) & ~tail)));
-    const vfw m4 = maxw(maxw(m0, m1), maxw(m2, m3));
-    float mr = m4[0];
-    for (int q = 1; q < VW; q++) mr = mr > m4[q] ? mr : m4[q];
-    const float mk = mr + b[k];
-    const vfw sh = vbcastw(b[k] - mk); /* exp(l + b - max): one add a vector */
-    vfw fs = vbcastw(0.0f), fx = fs, fy = fs;
-    for (int64_t r = 0; r < full; r += VW) {
-      const vfw e = expw(ldw(row + r) + sh);
-      fs += e, fx += e * ldw(jc + r), fy += e * ldw(ic + r);
-    }
-    if (full < np) {
-      const vfw e = (vfw)((viw)expw(ldw(row + full) + sh) & tail);
-      fs += e, fx += e * ldw(jc + full), fy += e * ldw(ic + full);
-    }
-    double sum = 0, sx = 0, sy = 0;
-    for (int q = 0; q < VW; q++) sum += fs[q], sx += fx[q], sy += fy[q];
-    part[k] = mk;
-    part[kp + k] = (float)sum, part[2 * kp + k] = (float)sx, part[3 * kp + k] = (float)sy;
-  }
-}
-
-/* Per heatmap: the tiles' partial sums rescaled to the common max, the
- * expected column and row (scaled into y) and what backward needs. */
-static void merge_tiles(const csam_node *s, const float *part, float *y, csam_stat *st) {
-  const int64_t kp = s->kp;
-#pragma omp parallel for schedule(static) num_threads(s->threads)
-  for (int64_t q = 0; q < s->n * s->k; q++) {
-    const int64_t img = q / s->k, k = q % s->k;
-    float mx = -INFINITY;
-    for (int64_t t = 0; t < s->tiles; t++) mx = fmaxf(mx, part[((img * s->tiles + t) * 4) * kp + k]);
-    double sum = 0.0, sx = 0.0, sy = 0.0;
-    for (int64_t t = 0; t < s->tiles; t++) {
-      const float *pt = part + (img * s->tiles + t) * 4 * kp;
-      const double f = exp((double)pt[k] - (double)mx);
-      sum += f * pt[kp + k], sx += f * pt[2 * kp + k], sy += f * pt[3 * kp + k];
-    }
-    const double ex = sx / sum, ey = sy / sum;
-    y[2 * q] = (float)(ex * s->scale);
-    y[2 * q + 1] = (float)(ey * s->scale);
-    st[img * kp + k] = (csam_stat){mx, (float)(1.0 / sum), (float)ex, (float)ey};
-  }
-}
 
 static char *thread_region(const csam_node *s, char *sc, int t) {
   return sc + s->o_threads + (size_t)t * s->thread_bytes;
@@ -390,63 +219,13 @@ static void csam_forward(cpu_node *nd, const sp_op_args *a) {
         const void *xt = tile_rows(s, x, u, &p0, &np, ts + s->t_x);
         logits(s, t, wk, xt, l, ts);
       }
-      tile_coords(s, p0, jc, ic);
-      tile_sums(s, l, b, jc, ic, np, part + u * 4 * s->kp);
+      csam_tile_coords(s, p0, jc, ic);
+      csam_tile_sums(s, l, b, jc, ic, np, part + u * 4 * s->kp);
     }
   }
-  merge_tiles(s, part, a->out->data, a->saved ? a->saved : (void *)(sc + s->o_stats));
+  csam_merge_tiles(s, part, a->out->data, a->saved ? a->saved : (void *)(sc + s->o_stats));
   if (s->tail) cpu_tail_calls++;
   if (s->planes) cpu_planes_calls++;
-}
-
-/* Per image and heatmap, dL = p (a j + b i + c) with p = exp(L - max) inv_sum:
- * coef = [a | b | c | max | inv_sum], kp floats each, zero past the real
- * heatmaps (their dL is 0). */
-static void backward_coefs(const csam_node *s, const csam_stat *st, const float *dy, float *coef) {
-  const int64_t kp = s->kp;
-  for (int64_t img = 0; img < s->n; img++) {
-    float *cf = coef + img * 5 * kp;
-    for (int64_t k = 0; k < kp; k++) {
-      const int real = k < s->k;
-      const csam_stat q = real ? st[img * kp + k] : (csam_stat){0};
-      const float ca = real ? s->scale * dy[2 * (img * s->k + k)] : 0.0f;
-      const float cb = real ? s->scale * dy[2 * (img * s->k + k) + 1] : 0.0f;
-      cf[k] = ca, cf[kp + k] = cb, cf[2 * kp + k] = real ? -(ca * q.ex + cb * q.ey) : 0.0f;
-      cf[3 * kp + k] = real ? q.max : 0.0f, cf[4 * kp + k] = real ? q.inv_sum : 0.0f;
-    }
-  }
-}
-
-/* One tile's logit gradient dLt in the plan's precision (positions past np
- * zero, so the products see no stale values) and its row sums added into
- * db. Rows go in order: a row's last vector may write zeros into the next
- * row's start, which that row then writes. */
-static void tile_grad(const csam_node *s, const float *lt, const float *b, const float *cf, const float *jc,
-                      const float *ic, int64_t np, void *dl, double *db) {
-  const int64_t kp = s->kp, full = np / VW * VW;
-  const viw tail = first_lanes(np - full);
-  for (int64_t k = 0; k < s->k; k++) {
-    const float *row = lt + k * s->ldl;
-    const int64_t at = k * s->ldd;
-    const vfw bm = vbcastw(b[k]), mx = vbcastw(cf[3 * kp + k]), inv = vbcastw(cf[4 * kp + k]);
-    const vfw ca = vbcastw(cf[k]), cb = vbcastw(cf[kp + k]), cc = vbcastw(cf[2 * kp + k]);
-    vfw fs = vbcastw(0.0f);
-    for (int64_t r = 0; r < full; r += VW) {
-      const vfw g = expw(ldw(row + r) + bm - mx) * inv * (ca * ldw(jc + r) + cb * ldw(ic + r) + cc);
-      vstw(dl, at + r, g, !s->f32, VW);
-      fs += g;
-    }
-    if (full < np) {
-      const vfw g =
-          (vfw)((viw)(expw(ldw(row + full) + bm - mx) * inv * (ca * ldw(jc + full) + cb * ldw(ic + full) + cc)) & tail);
-      vstw(dl, at + full, g, !s->f32, VW);
-      fs += g;
-    }
-    for (int64_t r = full + (full < np ? VW : 0); r < s->rows; r += VW) vstw(dl, at + r, vbcastw(0.0f), !s->f32, VW);
-    double sum = 0;
-    for (int q = 0; q < VW; q++) sum += fs[q];
-    db[k] += sum;
-  }
 }
 
 /* n values of a tile's input gradient into dx: written, or added on. */
@@ -508,8 +287,8 @@ static void backward_tile_planes(const csam_node *s, const sp_op_args *a, int t,
   tile_planes(s, a->in[0]->data, u, &p0, &np, xp);
   const int64_t n32 = np32(np);
   cpu_planes_logits(xp, s->ldx, wk, s->c, l, s->ldl, s->k, n32, NULL);
-  tile_coords(s, p0, jc, ic);
-  tile_grad(s, l, b, coef + img * 5 * s->kp, jc, ic, np, dl, (double *)(ts + s->t_db));
+  csam_tile_coords(s, p0, jc, ic);
+  csam_tile_grad(s, l, b, coef + img * 5 * s->kp, jc, ic, np, dl, (double *)(ts + s->t_db));
   if (dx) {
     cpu_planes_dx(dl, s->ldd, wk + s->kp * s->c, s->kp, s->k, s->c, dxp, s->ldx, n32);
     cpu_planes_scatter(dxp, s->ldx, s->g.blocks, s->g.blk_stride, np, (float *)a->d_in[0]->data + at_of(s, img, 0, p0),
@@ -533,8 +312,8 @@ static void backward_tile(const csam_node *s, const sp_op_args *a, int t, int64_
   const int64_t img = u / s->tiles;
   const void *xt = tile_rows(s, a->in[0]->data, u, &p0, &np, ts + s->t_x);
   logits(s, t, wk, xt, l, ts);
-  tile_coords(s, p0, jc, ic);
-  tile_grad(s, l, b, coef + img * 5 * s->kp, jc, ic, np, dl, (double *)(ts + s->t_db));
+  csam_tile_coords(s, p0, jc, ic);
+  csam_tile_grad(s, l, b, coef + img * 5 * s->kp, jc, ic, np, dl, (double *)(ts + s->t_db));
   if (s->amx) {
     amx_grads(s, a, ts, wk, xt, img, p0, np, dx, dw, accumulate);
     return;
@@ -572,7 +351,7 @@ static void csam_backward(cpu_node *nd, const sp_op_args *a) {
   float *coef = (float *)(sc + s->o_coef), b[MAX_HEATMAPS];
   prepare_weights(s, a->param[0]->data, wk);
   bias_of(s, a, b);
-  backward_coefs(s, a->saved, a->d_out->data, coef);
+  csam_backward_coefs(s, a->saved, a->d_out->data, coef);
   const int64_t wn = (s->amx ? s->kp : s->planes ? 16 * s->kp : s->k) * s->c;
 #pragma omp parallel num_threads(s->threads)
   {
