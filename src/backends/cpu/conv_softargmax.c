@@ -119,12 +119,18 @@ static int64_t at_of(const csam_node *s, int64_t img, int64_t blk, int64_t pos) 
   return img * s->g.img_stride + blk * s->g.blk_stride + pos * s->g.lanes;
 }
 
+/* Tile u's first position in its image and its count (an image's last tile
+ * may be shorter). */
+static void tile_span(const csam_node *s, int64_t u, int64_t *p0, int64_t *np) {
+  *p0 = (u % s->tiles) * s->rows;
+  *np = s->hw - *p0 < s->rows ? s->hw - *p0 : s->rows;
+}
+
 /* Tile u's rows of X as a [rows, C] matrix: in place (channels-last, a full
  * tile), or gathered into the thread's buffer with zero rows after np. */
 static const void *tile_rows(const csam_node *s, const void *x, int64_t u, int64_t *p0, int64_t *np, char *buf) {
   const int64_t img = u / s->tiles, L = s->g.lanes;
-  *p0 = (u % s->tiles) * s->rows;
-  *np = s->hw - *p0 < s->rows ? s->hw - *p0 : s->rows;
+  tile_span(s, u, p0, np);
   if (s->in_place && *np == s->rows) return (const char *)x + at_of(s, img, 0, *p0) * s->es;
   for (int64_t b = 0; b < s->g.blocks; b++) {
     const int64_t n = s->c - b * L < L ? s->c - b * L : L; /* a last block's padding lanes stay out */
@@ -149,8 +155,7 @@ static int64_t np32(int64_t np) { return (np + 31) / 32 * 32; }
  * past np to the next 32. */
 static void tile_planes(const csam_node *s, const void *x, int64_t u, int64_t *p0, int64_t *np, float *xp) {
   const int64_t img = u / s->tiles;
-  *p0 = (u % s->tiles) * s->rows;
-  *np = s->hw - *p0 < s->rows ? s->hw - *p0 : s->rows;
+  tile_span(s, u, p0, np);
   cpu_planes_gather((const float *)x + at_of(s, img, 0, *p0), s->g.blocks, s->g.blk_stride, *np, np32(*np), xp, s->ldx);
 }
 
