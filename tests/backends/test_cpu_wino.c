@@ -165,7 +165,7 @@ static void chunks_balanced(void **st) {
   for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
     cpu_wino m;
     size_t u, work;
-    assert_int_equal(cpu_wino_prepare(&m, shapes[i][0], shapes[i][1], shapes[i][2], 64, 64, 0, 0, &u, &work), 0);
+    assert_int_equal(cpu_wino_prepare(&m, shapes[i][0], shapes[i][1], shapes[i][2], 64, 64, 0, 0, 8, &u, &work), 0);
     if (m.by_panels) { /* the threads split the output channels: every one all tiles */
       printf("# %ld tiles, %d threads: split by output channels\n", (long)m.tiles, m.threads);
       assert_true(m.tiles <= cpu_wino_by_panels_max_tiles && m.chunk == m.tiles);
@@ -204,7 +204,8 @@ static void by_panels_where_few_tiles(void **st) {
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     cpu_wino m;
     size_t u, work;
-    assert_int_equal(cpu_wino_prepare(&m, 1, cases[i][0], cases[i][1], cases[i][2], cases[i][3], 0, 0, &u, &work), 0);
+    assert_int_equal(cpu_wino_prepare(&m, 1, cases[i][0], cases[i][1], cases[i][2], cases[i][3], 0, 0, 8, &u, &work),
+                     0);
     if (m.by_panels != cases[i][4]) fail_msg("case %zu: by_panels %d", i, m.by_panels);
     assert_int_equal(cpu_wino_dw_prepare(&m, 1, cases[i][0], cases[i][1], cases[i][2], cases[i][3], &work), 0);
     assert_int_equal(m.by_panels, 0);

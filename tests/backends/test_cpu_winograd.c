@@ -8,6 +8,13 @@
 #ifdef SPRY_HAVE_DNNL
 #include "backends/cpu/cpu.h"
 
+/* These tests are about oneDNN's kernels: the 16-lane Winograd of our own
+ * (test_cpu_wino16.c), which would take the narrow layers, is held off. */
+static void onednn_only(void) {
+  cmp_require_cpu();
+  cpu_wino16_on = 0;
+}
+
 /* oneDNN's Winograd kernels need AVX-512; elsewhere every case runs direct. */
 static int has_winograd(void) { return dnnl_get_effective_cpu_isa() >= dnnl_cpu_isa_avx512_core; }
 
@@ -32,7 +39,7 @@ static sp_value b_wide_3x3(sp_graph *g, sp_value x) {
  * tensor's largest value, against 6.3e-5 on the direct kernels. */
 static void against_ref(void **st) {
   (void)st;
-  cmp_require_cpu();
+  onednn_only();
   cmp_case k = {"winograd 3x3", b_two_3x3, 8, 32, 12, 12, 1, 0, 2e-4, 0};
   cmp_run(&k); /* training */
   k.training = 0;
@@ -45,7 +52,7 @@ static void winograd_or_direct(int path) { cpu_conv_winograd = path == 0; }
  * loss and every gradient agree to f32 rounding. */
 static void same_as_direct(void **st) {
   (void)st;
-  cmp_require_cpu();
+  onednn_only();
   cmp_case k = {"winograd vs direct", b_two_3x3, 8, 32, 12, 12, 1, 0, 0, 0};
   cmp_two_paths(&k, winograd_or_direct, 1e-5);
   cpu_conv_winograd = 1;
@@ -56,7 +63,7 @@ static void same_as_direct(void **st) {
  * batch 1 (oneDNN's F(2x2, 3x3) inference kernel, from 64 channels). */
 static void frozen_against_ref(void **st) {
   (void)st;
-  cmp_require_cpu();
+  onednn_only();
   cmp_case k = {"winograd frozen", b_two_3x3, 8, 32, 12, 12, 0, SP_PLAN_FROZEN, 2e-4, 0};
   cmp_run(&k);
   k = (cmp_case){"winograd frozen, batch 1", b_wide_3x3, 1, 64, 12, 12, 0, SP_PLAN_FROZEN, 2e-4, 0};
@@ -66,7 +73,7 @@ static void frozen_against_ref(void **st) {
 /* ... and prepares its weights again after they change. */
 static void frozen_plans_follow_weight_changes(void **st) {
   (void)st;
-  cmp_require_cpu();
+  onednn_only();
   cmp_case k = {"winograd frozen", b_wide_3x3, 1, 64, 12, 12, 0, 0, 0, 0};
   cmp_frozen_follows_weights(&k, "a.weight", -2.0f);
   k.n = 8;
@@ -84,7 +91,7 @@ static int passes(int n, int ic, int oc, int hw, int k, int stride, int bf16) {
 
 static void taken_where_it_applies(void **st) {
   (void)st;
-  cmp_require_cpu();
+  onednn_only();
   const int all = has_winograd() ? 7 : 0, fwd = has_winograd() ? 1 : 0;
   assert_int_equal(passes(8, 32, 32, 12, 3, 1, 0), all); /* 72 tiles: every pass */
   assert_int_equal(passes(2, 64, 64, 12, 3, 1, 0), fwd); /* 18 tiles: forward only */

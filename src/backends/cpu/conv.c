@@ -382,15 +382,40 @@ static int dw_blocked_setup(const sp_op_prep *p, conv_node *s, const cpu_conv_ge
 }
 
 /* Our Winograd F(4x4, 3x3) (conv_wino.c): f32 3x3, stride 1, padding 1,
- * one group, from 8-channel blocks into 8-channel blocks (what oneDNN picks
- * below AVX-512, where it has no Winograd kernel of its own). */
-static int wino_fits(const sp_op_prep *p, const cpu_conv_geom *g, const dnnl_memory_desc_t *in,
-                     const dnnl_memory_desc_t *out) {
+ * one group, the output the input's size, ... */
+static int wino_geometry(const sp_op_prep *p, const cpu_conv_geom *g, const dnnl_memory_desc_t *in,
+                         const dnnl_memory_desc_t *out) {
   const sp_shape *w = &p->param_shape[0];
   return !p->bf16 && !g->deconv && g->groups == 1 && w->d[2] == 3 && w->d[3] == 3 && g->strides[0] == 1 &&
          g->strides[1] == 1 && !g->dil[0] && !g->dil[1] && g->pad_l[0] == 1 && g->pad_l[1] == 1 && g->pad_r[0] == 1 &&
-         g->pad_r[1] == 1 && in->data_type == dnnl_f32 && out->data_type == dnnl_f32 && cpu_md_lanes(in) == 8 &&
-         cpu_md_lanes(out) == 8 && p->in_shape[0].d[2] == p->out_shape.d[2] && p->in_shape[0].d[3] == p->out_shape.d[3];
+         g->pad_r[1] == 1 && in->data_type == dnnl_f32 && out->data_type == dnnl_f32 &&
+         p->in_shape[0].d[2] == p->out_shape.d[2] && p->in_shape[0].d[3] == p->out_shape.d[3];
+}
+
+/* ... from 8-channel blocks into 8-channel blocks (what oneDNN picks below
+ * AVX-512, where it has no Winograd kernel of its own) ... */
+static int wino_fits(const sp_op_prep *p, const cpu_conv_geom *g, const dnnl_memory_desc_t *in,
+                     const dnnl_memory_desc_t *out) {
+  return wino_geometry(p, g, in, out) && cpu_md_lanes(in) == 8 && cpu_md_lanes(out) == 8;
+}
+
+/* ... or, forward in AVX-512 builds, 16-channel blocks (conv_wino16.c):
+ * from cpu_wino16_min_c channels in and out up to cpu_wino16_max_c where
+ * the weights are transformed once (frozen), cpu_wino16_max_c_train where
+ * on every call, and from cpu_wino16_min_tiles output tiles; the rest stays
+ * on oneDNN's Winograd (conv_winograd.c). */
+static int wino16_fits(const sp_op_prep *p, const cpu_conv_geom *g, const dnnl_memory_desc_t *in,
+                       const dnnl_memory_desc_t *out, int frozen) {
+#ifdef __AVX512F__
+  const int64_t ci = p->param_shape[0].d[1], co = p->param_shape[0].d[0], *y = p->out_shape.d;
+  const int64_t most = frozen ? cpu_wino16_max_c : cpu_wino16_max_c_train;
+  return cpu_wino16_on && wino_geometry(p, g, in, out) && cpu_md_lanes(in) == 16 && cpu_md_lanes(out) == 16 &&
+         ci >= cpu_wino16_min_c && ci <= most && co >= cpu_wino16_min_c && co <= most &&
+         y[0] * ((y[2] + 3) / 4) * ((y[3] + 3) / 4) >= cpu_wino16_min_tiles;
+#else
+  (void)p, (void)g, (void)in, (void)out, (void)frozen;
+  return 0;
+#endif
 }
 
 /* ... and with stride 2 (conv_wino_s2.c): the output the standard size for
@@ -593,15 +618,21 @@ static int conv_setup(sp_op_prep *p, conv_node *s, const cpu_conv_geom *g) {
   if (dcb_bwd > s2dx_bwd) s2dx_bwd = dcb_bwd;
   /* Winograd of our own where oneDNN has none: forward on the blocks it
    * chose, backward data from dY's blocks into the input's. */
-  s->wino = !s->post_add && wino_fits(p, g, &s->src_md, &s->dst_md) &&
-            cpu_wino_prepare(&s->wf, in->d[0], in->d[2], in->d[3], in->d[1], out->d[1], 0,
-                             p->frozen && !s->run_backward, &s->wf_u_bytes, &s->wf_work_bytes) == 0;
+  const int wf_frozen = p->frozen && !s->run_backward;
+  const int wf_lanes = wino_fits(p, g, &s->src_md, &s->dst_md)                ? 8
+                       : wino16_fits(p, g, &s->src_md, &s->dst_md, wf_frozen) ? 16
+                                                                              : 0;
+  s->wino = !s->post_add && wf_lanes &&
+            cpu_wino_prepare(&s->wf, in->d[0], in->d[2], in->d[3], in->d[1], out->d[1], 0, wf_frozen, wf_lanes,
+                             &s->wf_u_bytes, &s->wf_work_bytes) == 0;
   if (!s->wino && !s->post_add && wino_s2_fits(p, g, &s->src_md, &s->dst_md))
     s->wino = cpu_wino_s2_prepare(&s->wf, in->d[0], in->d[2], in->d[3], in->d[1], out->d[1], 0, &s->wf_u_bytes,
                                   &s->wf_work_bytes) == 0;
-  if (s->need_dx && ((wino_fits(p, g, &s->x_md, &s->dst_md) &&
-                      cpu_wino_prepare(&s->wb, in->d[0], in->d[2], in->d[3], out->d[1], in->d[1], 1, 0, &s->wb_u_bytes,
-                                       &s->wb_work_bytes) == 0) ||
+  const int wb_lanes = wino_fits(p, g, &s->x_md, &s->dst_md)                         ? 8
+                       : cpu_wino16_dx && wino16_fits(p, g, &s->x_md, &s->dst_md, 0) ? 16
+                                                                                     : 0;
+  if (s->need_dx && ((wb_lanes && cpu_wino_prepare(&s->wb, in->d[0], in->d[2], in->d[3], out->d[1], in->d[1], 1, 0,
+                                                   wb_lanes, &s->wb_u_bytes, &s->wb_work_bytes) == 0) ||
                      (wino_s2_fits(p, g, &s->x_md, &s->dst_md) &&
                       cpu_wino_s2_prepare(&s->wb, in->d[0], in->d[2], in->d[3], in->d[1], out->d[1], 1, &s->wb_u_bytes,
                                           &s->wb_work_bytes) == 0))) {

@@ -71,20 +71,22 @@ static int64_t thread_load(int64_t tiles, int64_t chunk, int threads) {
 }
 
 /* Tiles a chunk: the same number of chunks for every thread, up to four
- * where each keeps two register blocks, none over MAX_CHUNK; whole register
+ * where each keeps two register blocks, none over max_chunk; whole register
  * blocks where that loads no thread more. Why: rounded to whole blocks
  * first, as before, 256 tiles (vgg-face's 7x7 layers at batch 64) went in
  * 8 chunks of 36 and 4: 144 tiles for one thread, 112 for the other; 49
  * (28x28 at batch 1) 36 against 13. */
-int64_t cpu_wino_chunk(int64_t tiles, int threads) {
-  int64_t per = (tiles + (int64_t)threads * MAX_CHUNK - 1) / ((int64_t)threads * MAX_CHUNK);
-  int64_t want = tiles / ((int64_t)threads * 2 * ROWS);
+static int64_t chunk_of(int64_t tiles, int threads, int64_t block, int64_t max_chunk) {
+  int64_t per = (tiles + (int64_t)threads * max_chunk - 1) / ((int64_t)threads * max_chunk);
+  int64_t want = tiles / ((int64_t)threads * 2 * block);
   if (want > 4) want = 4;
   if (per < want) per = want;
   if (per < 1) per = 1;
-  const int64_t chunk = (tiles + threads * per - 1) / (threads * per), whole = (chunk + ROWS - 1) / ROWS * ROWS;
-  return whole <= MAX_CHUNK && thread_load(tiles, whole, threads) <= thread_load(tiles, chunk, threads) ? whole : chunk;
+  const int64_t chunk = (tiles + threads * per - 1) / (threads * per), whole = (chunk + block - 1) / block * block;
+  return whole <= max_chunk && thread_load(tiles, whole, threads) <= thread_load(tiles, chunk, threads) ? whole : chunk;
 }
+
+int64_t cpu_wino_chunk(int64_t tiles, int threads) { return chunk_of(tiles, threads, ROWS, MAX_CHUNK); }
 
 /* Up to this many tiles, forward and backward data split the output
  * channels between the threads instead of the tiles (see cpu_wino_run).
@@ -95,16 +97,21 @@ int64_t cpu_wino_chunk(int64_t tiles, int threads) {
 int64_t cpu_wino_by_panels_max_tiles = 64;
 
 static int prepare(cpu_wino *m, int64_t n, int64_t h, int64_t w, int64_t c_in, int64_t c_out, int flip, int frozen,
-                   int by_panels_allowed, size_t *u_bytes, size_t *work_bytes) {
+                   int lanes, int by_panels_allowed, size_t *u_bytes, size_t *work_bytes) {
   memset(m, 0, sizeof *m);
-  if (!cpu_wino_own || c_in % 8 || c_out % PANEL || c_in < 8 || n < 1 || h < 1 || w < 1) return 1;
-  m->n = n, m->h = h, m->w = w, m->c_in = c_in, m->c_out = c_out, m->flip = flip;
+  if (!cpu_wino_own || (lanes != 8 && lanes != 16) || c_in % lanes || c_out % PANEL || c_in < lanes || n < 1 || h < 1 ||
+      w < 1)
+    return 1;
+  m->n = n, m->h = h, m->w = w, m->c_in = c_in, m->c_out = c_out, m->flip = flip, m->lanes = lanes;
   m->th = (h + OUT - 1) / OUT, m->tw = (w + OUT - 1) / OUT, m->tiles = n * m->th * m->tw;
-  if (m->tiles < (frozen ? cpu_wino_min_tiles_frozen : cpu_wino_min_tiles)) return 1;
+  /* (16 lanes: conv.c holds those layers to cpu_wino16_min_tiles) */
+  if (lanes == 8 && m->tiles < (frozen ? cpu_wino_min_tiles_frozen : cpu_wino_min_tiles)) return 1;
   m->threads = omp_get_max_threads();
   m->by_panels = by_panels_allowed && m->threads > 1 && m->tiles <= cpu_wino_by_panels_max_tiles &&
                  m->tiles <= MAX_CHUNK && c_out / PANEL >= m->threads;
-  m->chunk = m->by_panels ? m->tiles : cpu_wino_chunk(m->tiles, m->threads);
+  m->chunk = m->by_panels  ? m->tiles
+             : lanes == 16 ? chunk_of(m->tiles, m->threads, CPU_WINO16_ROWS, CPU_WINO16_MAX_CHUNK)
+                           : chunk_of(m->tiles, m->threads, ROWS, MAX_CHUNK);
   /* Planes of one xi a cache line more than a whole chunk apart: at
    * multiples of 4 KiB the 36 planes a tile writes (and the output
    * transform reads) would share one L1 set of 8 ways. (No difference
@@ -118,30 +125,16 @@ static int prepare(cpu_wino *m, int64_t n, int64_t h, int64_t w, int64_t c_in, i
 }
 
 int cpu_wino_prepare(cpu_wino *m, int64_t n, int64_t h, int64_t w, int64_t c_in, int64_t c_out, int flip, int frozen,
-                     size_t *u_bytes, size_t *work_bytes) {
-  return prepare(m, n, h, w, c_in, c_out, flip, frozen, 1, u_bytes, work_bytes);
+                     int lanes, size_t *u_bytes, size_t *work_bytes) {
+  return prepare(m, n, h, w, c_in, c_out, flip, frozen, lanes, 1, u_bytes, work_bytes);
 }
 
 /* The three 1-D transforms of F(4, 3) (interpolation points 0, 1, -1, 2,
- * -2 and infinity), applied along rows, then columns:
+ * -2 and infinity), applied along rows, then columns
+ * (B^T and A^T: wino_product.h):
  *   B^T  [4 0 -5 0 1 0; 0 -4 -4 1 1 0; 0 4 -4 -1 1 0; 0 -2 -1 2 1 0; 0 2 -1 -2 1 0; 0 4 0 -5 0 1]
  *   G    [1/4 0 0; -1/6 -1/6 -1/6; -1/6 1/6 -1/6; 1/24 1/12 1/6; 1/24 -1/12 1/6; 0 0 1]
  *   A^T  [1 1 1 1 1 0; 0 1 -1 2 -2 0; 0 1 1 4 4 0; 0 1 -1 8 -8 1] */
-#define B_T(d, r)                              \
-  do {                                         \
-    r[0] = 4.0f * d[0] - 5.0f * d[2] + d[4];   \
-    r[1] = d[3] + d[4] - 4.0f * (d[1] + d[2]); \
-    r[2] = d[4] - d[3] + 4.0f * (d[1] - d[2]); \
-    r[3] = d[4] - d[2] + 2.0f * (d[3] - d[1]); \
-    r[4] = d[4] - d[2] + 2.0f * (d[1] - d[3]); \
-    r[5] = 4.0f * d[1] - 5.0f * d[3] + d[5];   \
-  } while (0)
-#define A_T(m, o)                                                                                              \
-  do {                                                                                                         \
-    const __typeof__(m[0]) p12 = m[1] + m[2], m12 = m[1] - m[2], p34 = m[3] + m[4], m34 = m[3] - m[4];         \
-    o[0] = m[0] + p12 + p34, o[1] = m12 + 2.0f * m34, o[2] = p12 + 4.0f * p34, o[3] = m12 + 8.0f * m34 + m[5]; \
-  } while (0)
-
 /* G applied to three values: six. */
 #define G_OF(g0, g1, g2, r)                                                                                        \
   do {                                                                                                             \
@@ -203,13 +196,13 @@ static void input_tiles(const cpu_wino *m, const float *x, int64_t t0, int64_t r
         const int64_t yy = y0 + i;
         vf8 d[T];
         wino_window_row(plane, yy, x0, H, W, inside, T, d);
-        B_T(d, s[i]);
+        WINO_B_T(d, s[i]);
       }
       float *out = v + r * ci + cb * 8;
       VEC_UNROLL for (int j = 0; j < T; j++) { /* columns: B^T (d B) */
         vf8 c[T], o[T];
         VEC_UNROLL for (int i = 0; i < T; i++) c[i] = s[i][j];
-        B_T(c, o);
+        WINO_B_T(c, o);
         VEC_UNROLL for (int i = 0; i < T; i++) * (vf8u *)(out + (i * T + j) * stride_xi) = o[i];
       }
     }
@@ -245,14 +238,14 @@ static void output_tiles(const cpu_wino *m, const float *mm, int64_t t0, int64_t
       VEC_UNROLL for (int j = 0; j < T; j++) {
         vf8 c[T], o[OUT];
         VEC_UNROLL for (int i = 0; i < T; i++) c[i] = vload_f(in + (i * T + j) * stride_xi);
-        A_T(c, o);
+        WINO_A_T(c, o);
         VEC_UNROLL for (int i = 0; i < OUT; i++) s[i][j] = o[i];
       }
       const vf8 b = bias ? vload_f(bias + ob * 8) : vbcast(0.0f);
       float *plane = y + (img * ob_n + ob) * H * W * 8;
       for (int64_t i = 0; i < ny; i++) {
         vf8 o[OUT];
-        A_T(s[i], o);
+        WINO_A_T(s[i], o);
         for (int64_t j = 0; j < nx; j++) {
           float *at = plane + ((y0 + i) * W + x0 + j) * 8;
           vf8 val = o[j] + b;
@@ -265,6 +258,19 @@ static void output_tiles(const cpu_wino *m, const float *mm, int64_t t0, int64_t
   }
 }
 
+/* One chunk (tiles t0 .. t0 + rows - 1) through the three steps, for output
+ * panels [p0, p1): at 8 lanes here, at 16 in conv_wino16.c. */
+static void steps(const cpu_wino *m, const float *u, const float *x, float *y, const float *bias, int relu,
+                  int accumulate, float *v, float *mm, int64_t t0, int64_t rows, int64_t p0, int64_t p1) {
+  if (m->lanes == 16) {
+    cpu_wino16_chunk(m, u, x, y, bias, relu, accumulate, v, mm, t0, rows, p0, p1);
+    return;
+  }
+  input_tiles(m, x, t0, rows, v, m->v_plane);
+  products(m, u, v, mm, rows, p0, p1);
+  output_tiles(m, mm, t0, rows, 2 * p0, 2 * p1, y, bias, relu, accumulate);
+}
+
 void cpu_wino_run(const cpu_wino *m, const float *u, const float *x, float *y, const float *bias, int relu,
                   int accumulate, char *work) {
   const int64_t chunks = (m->tiles + m->chunk - 1) / m->chunk;
@@ -275,6 +281,7 @@ void cpu_wino_run(const cpu_wino *m, const float *u, const float *x, float *y, c
     return;
   }
   cpu_wino_calls++;
+  if (m->lanes == 16) cpu_wino16_calls++;
   if (m->by_panels) {
     /* Few tiles (14x14 at batch 1 has 16): chunks of them left a thread
      * idle or waiting, and each thread read all of U (9.4 MB at 256
@@ -286,9 +293,7 @@ void cpu_wino_run(const cpu_wino *m, const float *u, const float *x, float *y, c
       const int t = omp_get_thread_num(), nt = omp_get_num_threads();
       float *v = base + (size_t)t * (size_t)(m->v_floats + m->m_floats), *mm = v + m->v_floats;
       const int64_t p0 = panels * t / nt, p1 = panels * (t + 1) / nt;
-      input_tiles(m, x, 0, m->tiles, v, m->v_plane);
-      products(m, u, v, mm, m->tiles, p0, p1);
-      output_tiles(m, mm, 0, m->tiles, 2 * p0, 2 * p1, y, bias, relu, accumulate);
+      steps(m, u, x, y, bias, relu, accumulate, v, mm, 0, m->tiles, p0, p1);
     }
     return;
   }
@@ -298,9 +303,7 @@ void cpu_wino_run(const cpu_wino *m, const float *u, const float *x, float *y, c
 #pragma omp for schedule(static)
     for (int64_t c = 0; c < chunks; c++) {
       const int64_t t0 = c * m->chunk, rows = m->tiles - t0 < m->chunk ? m->tiles - t0 : m->chunk;
-      input_tiles(m, x, t0, rows, v, m->v_plane);
-      products(m, u, v, mm, rows, 0, panels);
-      output_tiles(m, mm, t0, rows, 0, 2 * panels, y, bias, relu, accumulate);
+      steps(m, u, x, y, bias, relu, accumulate, v, mm, t0, rows, 0, panels);
     }
   }
 }
@@ -344,7 +347,7 @@ size_t cpu_wino_dw_per_thread_max = (size_t)1 << 20;
 
 int cpu_wino_dw_prepare(cpu_wino *m, int64_t n, int64_t h, int64_t w, int64_t c_in, int64_t c_out, size_t *work_bytes) {
   size_t unused;
-  const int r = prepare(m, n, h, w, c_in, c_out, 0, 0, 0, &unused, work_bytes);
+  const int r = prepare(m, n, h, w, c_in, c_out, 0, 0, 8, 0, &unused, work_bytes);
   if (r) return r;
   m->du_floats = XI * c_in * c_out;
   m->dw_per_thread = sizeof(float) * (size_t)m->du_floats <= cpu_wino_dw_per_thread_max;

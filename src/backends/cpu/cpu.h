@@ -495,6 +495,7 @@ typedef struct {
   int by_panels;                /* forward / backward data: threads split the output channels, not the tiles */
   int flip;                     /* backward data: g'[ic][oc] = the kernel [oc][ic] turned by 180 degrees */
   int threads;                  /* the team the work memory was sized for */
+  int lanes;                    /* stride 1: the blocking of input and output, 8 or 16 (conv_wino16.c) */
   /* Stride 2 (conv_wino_s2.c): h x w the input, ho x wo the output; per
    * transformed position xi of 5 x 5, the product's depth (c_in for each
    * parity phase of the input that reaches xi) and where its V and U start. */
@@ -504,16 +505,34 @@ typedef struct {
 /* Tiles a chunk when `tiles` are shared by `threads` (balanced, at most 96). */
 int64_t cpu_wino_chunk(int64_t tiles, int threads);
 /* 0: taken, with the transformed weights' bytes in *u_bytes and the work
- * memory's in *work_bytes; 1: does not apply (channels: c_in in 8s, c_out in
- * 16s; fewer tiles than the bound for a frozen plan or not). */
+ * memory's in *work_bytes; 1: does not apply (channels: c_in in blocks of
+ * `lanes`, 8 or 16 (16: forward only), c_out in 16s; fewer tiles than the
+ * bound for a frozen plan or not). */
 int cpu_wino_prepare(cpu_wino *m, int64_t n, int64_t h, int64_t w, int64_t c_in, int64_t c_out, int flip, int frozen,
-                     size_t *u_bytes, size_t *work_bytes);
+                     int lanes, size_t *u_bytes, size_t *work_bytes);
 /* u from the plain weights [OC][IC][3][3], each product output channel
  * scaled by scale[o] (a folded batch norm) unless NULL. */
 void cpu_wino_weights(const cpu_wino *m, float *u, const float *w, const float *scale);
-/* y (or y +=, accumulate) = the convolution of x (nChw8c) with u, + bias, ReLU'd. */
+/* y (or y +=, accumulate) = the convolution of x (nChw8c, or nChw16c at
+ * 16 lanes) with u, + bias, ReLU'd. */
 void cpu_wino_run(const cpu_wino *m, const float *u, const float *x, float *y, const float *bias, int relu,
                   int accumulate, char *work);
+/* conv_wino16.c: cpu_wino_run's three steps on 16-channel blocks for tiles
+ * t0 .. t0 + rows - 1 and output panels [p0, p1), v and mm the thread's
+ * transformed input and products. The products' register block is
+ * CPU_WINO16_ROWS tiles, a chunk at most CPU_WINO16_MAX_CHUNK.
+ * cpu_wino16_on = 0: AVX-512 builds leave 16-channel layers to oneDNN's
+ * Winograd (conv_winograd.c); taken from cpu_wino16_min_c to
+ * cpu_wino16_max_c channels in and out. */
+#define CPU_WINO16_ROWS 12
+#define CPU_WINO16_MAX_CHUNK 48
+extern int cpu_wino16_on;
+extern int cpu_wino16_dx;     /* 0: input gradients stay on oneDNN */
+extern int cpu_wino16_stream; /* 0: outputs written through the caches, not streamed */
+extern long cpu_wino16_calls; /* calls run on 16 lanes (tests check the path ran) */
+extern int64_t cpu_wino16_min_c, cpu_wino16_max_c, cpu_wino16_max_c_train, cpu_wino16_min_tiles;
+void cpu_wino16_chunk(const cpu_wino *m, const float *u, const float *x, float *y, const float *bias, int relu,
+                      int accumulate, float *v, float *mm, int64_t t0, int64_t rows, int64_t p0, int64_t p1);
 /* Stride 2, padding 1 (conv_wino_s2.c), the input h x w: as cpu_wino_prepare
  * (flip: backward data, c_in in 16s and c_out in 8s then); cpu_wino_weights
  * and cpu_wino_run then take it (bias and ReLU forward only). */

@@ -1,8 +1,9 @@
 /* What both Winograd kernels of our own share (conv_wino.c: stride 1,
  * conv_wino_s2.c: stride 2): the matrix product per transformed position
  * (C's rows are tiles, its 16 columns one panel of output channels, in a
- * register block of ROWS x 16) and the load of one row of a tile's input
- * window. Included by those two files only. */
+ * register block of ROWS x 16), the load of one row of a tile's input
+ * window, and F(4, 3)'s line transforms (also conv_wino16.c's). Included by
+ * those three files only. */
 #ifndef SPRY_BACKENDS_CPU_WINO_PRODUCT_H
 #define SPRY_BACKENDS_CPU_WINO_PRODUCT_H
 
@@ -11,6 +12,24 @@
 #include "backends/cpu/vec.h"
 
 enum { ROWS = 6, PANEL = 16 };
+
+/* F(4, 3)'s input and output transforms along one line (B^T: six values
+ * from six, A^T: four from six; conv_wino.c writes the matrices out), for
+ * vectors of any width (conv_wino.c's 8 lanes, conv_wino16.c's 16). */
+#define WINO_B_T(d, r)                         \
+  do {                                         \
+    r[0] = 4.0f * d[0] - 5.0f * d[2] + d[4];   \
+    r[1] = d[3] + d[4] - 4.0f * (d[1] + d[2]); \
+    r[2] = d[4] - d[3] + 4.0f * (d[1] - d[2]); \
+    r[3] = d[4] - d[2] + 2.0f * (d[3] - d[1]); \
+    r[4] = d[4] - d[2] + 2.0f * (d[1] - d[3]); \
+    r[5] = 4.0f * d[1] - 5.0f * d[3] + d[5];   \
+  } while (0)
+#define WINO_A_T(m, o)                                                                                         \
+  do {                                                                                                         \
+    const __typeof__(m[0]) p12 = m[1] + m[2], m12 = m[1] - m[2], p34 = m[3] + m[4], m34 = m[3] - m[4];         \
+    o[0] = m[0] + p12 + p34, o[1] = m12 + 2.0f * m34, o[2] = p12 + 4.0f * p34, o[3] = m12 + 8.0f * m34 + m[5]; \
+  } while (0)
 
 /* The N vectors of an 8-channel plane (H x W positions) at row yy, columns
  * x0 .. x0 + N - 1, zero outside the plane; `inside`: the whole window is
