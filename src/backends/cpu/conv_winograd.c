@@ -25,7 +25,10 @@
  * no bf16 Winograd kernel. Whole models, f32, 2 threads, medians of three
  * alternating runs against the direct kernels: training resunet50 b16 +7%,
  * resnet50 b16 +12%, tsm-r50 2x8 frames +12%, vgg-face b64 +6%; frozen
- * inference resunet50 batch 1 / 64 +4% / +17%, vgg-face +0% / +1%. */
+ * inference resunet50 batch 1 / 64 +4% / +17%, vgg-face +0% / +1%.
+ * Layers that conv_wino16.c takes (AVX-512 builds: 16 to 256 channels, 128
+ * in training, from 64 tiles) keep these primitives but do not run their
+ * forward and input gradient. */
 #ifdef SPRY_HAVE_DNNL
 #include "backends/cpu/cpu.h"
 
