@@ -13,6 +13,8 @@
  * block (24 accumulators), which a throwaway loop timed at 130-162 GFLOP/s
  * a thread at 128-32 channels: four times fewer products than direct. */
 #ifdef SPRY_HAVE_DNNL
+#include <stdint.h>
+
 #include "backends/cpu/cpu.h"
 #include "backends/cpu/vec.h"
 #include "backends/cpu/wino_product.h"
@@ -128,6 +130,9 @@ static void products(const cpu_wino *m, const float *u, const float *v, float *m
 static void output_tiles(const cpu_wino *m, const float *mm, int64_t t0, int64_t rows, int64_t ob0, int64_t ob1,
                          float *y, const float *bias, int relu, int accumulate) {
   const int64_t co = m->c_out, ob_n = co / L, H = m->h, W = m->w, stride_xi = m->m_plane;
+  /* Streamed where written fresh (an added gradient reads Y) and Y's
+   * vectors are whole cache lines (the store needs 64-byte alignment). */
+  const int stream = cpu_wino16_stream && !accumulate && ((uintptr_t)y & 63) == 0;
   for (int64_t r = 0; r < rows; r++) {
     const int64_t t = t0 + r, img = t / (m->th * m->tw), ty = t / m->tw % m->th, tx = t % m->tw;
     const int64_t y0 = OUT * ty, x0 = OUT * tx;
@@ -152,7 +157,7 @@ static void output_tiles(const cpu_wino *m, const float *mm, int64_t t0, int64_t
           if (accumulate) val += load16(at);
           if (relu) val = (vf16)((vi16)val & (vi16)(val > 0.0f));
 #ifdef __AVX512F__
-          if (cpu_wino16_stream && !accumulate) {
+          if (stream) {
             _mm512_stream_ps(at, (__m512)val);
             continue;
           }
@@ -162,6 +167,9 @@ static void output_tiles(const cpu_wino *m, const float *mm, int64_t t0, int64_t
       }
     }
   }
+#ifdef __AVX512F__
+  if (stream) _mm_sfence(); /* the streamed lines out before the next layer reads them */
+#endif
 }
 void cpu_wino16_chunk(const cpu_wino *m, const float *u, const float *x, float *y, const float *bias, int relu,
                       int accumulate, float *v, float *mm, int64_t t0, int64_t rows, int64_t p0, int64_t p1) {
