@@ -5,13 +5,23 @@
  * do not depend on the blocking) and calls these three steps.
  *
  * Why: oneDNN 2.6's AVX-512 Winograd kernel (conv_winograd.c) ran
- * ResUNet-50's 32- to 128-channel 3x3 layers at 450-740 GFLOP/s counted as
- * direct products, in a frozen batch-64 step (2 threads, Xeon without AMX,
- * FMA peak 345): conv1.3 33 ms, layer1's 22-23.5, layer2's 20-21.5. Here
- * their transformed weights fit the 2 MB L2 (all of U at 64 channels; one
- * xi's 64 KB at 128) and the products run on a 12-row x 32-column register
- * block (24 accumulators), which a throwaway loop timed at 130-162 GFLOP/s
- * a thread at 128-32 channels: four times fewer products than direct. */
+ * ResUNet-50's 32- to 256-channel 3x3 layers at 450-750 GFLOP/s counted as
+ * direct products (2 threads, Xeon without AMX, FMA peak 345). Here the
+ * products run on a 12-tile x 32-channel register block (24 accumulators)
+ * at about a thread's FMA peak, in chunks of at most 48 tiles whose
+ * transformed input and products stay in the 2 MB L2 (96: even to 35%
+ * slower), and the output is streamed past the caches (its write-allocate
+ * reads had made the output transform 2.5x slower than with Y in cache).
+ * Frozen batch 64, per layer, 3 alternating pairs (ms, oneDNN -> ours):
+ * conv1.3 (32 ch, 112x112) 28.3-32.4 -> 20.8-21.9, layer1's 64 ch 20.4-26.6
+ * -> 16.5-19.4, layer2's 128 ch 16.7-20.6 -> 16.3-17.4, layer3's 256 ch
+ * 23.7-29.8 -> 19.8-20.7, decoder.3's 16 ch (direct there) 12.1-17.3 ->
+ * 8.4-8.9; all 3x3 stride-1 layers 356-400 -> 299-315 ms. Left to oneDNN: 512
+ * channels (layer4 at 7x7: 24-31 against 24-27 ms), fewer than 64 tiles
+ * (batch 1's 14x14: 0.64 against 0.50 ms; its 56x56 layers gain, 0.45 ->
+ * 0.33), and the weight gradient. Training batch 16 transforms the weights
+ * every call: up to 128 channels there (256 came out even), forward and input
+ * gradient, some 13 ms a step. */
 #ifdef SPRY_HAVE_DNNL
 #include <stdint.h>
 
@@ -133,6 +143,7 @@ static void output_tiles(const cpu_wino *m, const float *mm, int64_t t0, int64_t
   /* Streamed where written fresh (an added gradient reads Y) and Y's
    * vectors are whole cache lines (the store needs 64-byte alignment). */
   const int stream = cpu_wino16_stream && !accumulate && ((uintptr_t)y & 63) == 0;
+  (void)stream; /* (builds below AVX-512 store through the caches) */
   for (int64_t r = 0; r < rows; r++) {
     const int64_t t = t0 + r, img = t / (m->th * m->tw), ty = t / m->tw % m->th, tx = t % m->tw;
     const int64_t y0 = OUT * ty, x0 = OUT * tx;
