@@ -514,14 +514,18 @@ static inline sp_value cmp_b_s2_stack(sp_graph *g, sp_value x) {
   return sp_conv2d(g, sp_relu(g, x), "head", (sp_conv_args){.out_ch = 3, .kernel = 1, .bias = 1});
 }
 
-/* ... and two stride-2 convolutions reading one value (the first's input
- * gradient adds onto the second's). */
-static inline sp_value cmp_b_s2_two_readers(sp_graph *g, sp_value x) {
+/* ... and two 3x3 convolutions of the given stride reading one value (the
+ * first's input gradient adds onto the second's): stride 2 for the
+ * stride-2 tests, 1 for the stride-1 Winograd ones (test_cpu_wino.c,
+ * test_cpu_wino16.c). */
+static inline sp_value cmp_b_3x3_two_readers_s(sp_graph *g, sp_value x, int stride) {
   x = sp_relu(g, sp_conv2d(g, x, "pre", (sp_conv_args){.out_ch = 16, .kernel = 3, .pad = 1}));
-  sp_value a = sp_conv2d(g, x, "a", (sp_conv_args){.out_ch = 32, .kernel = 3, .stride = 2, .pad = 1});
-  sp_value b = sp_conv2d(g, x, "b", (sp_conv_args){.out_ch = 32, .kernel = 3, .stride = 2, .pad = 1});
+  sp_value a = sp_conv2d(g, x, "a", (sp_conv_args){.out_ch = 32, .kernel = 3, .stride = stride, .pad = 1});
+  sp_value b = sp_conv2d(g, x, "b", (sp_conv_args){.out_ch = 32, .kernel = 3, .stride = stride, .pad = 1});
   return sp_conv2d(g, sp_relu(g, sp_add(g, a, b)), "post", (sp_conv_args){.out_ch = 3, .kernel = 1});
 }
+static inline sp_value cmp_b_s2_two_readers(sp_graph *g, sp_value x) { return cmp_b_3x3_two_readers_s(g, x, 2); }
+static inline sp_value cmp_b_3x3_two_readers(sp_graph *g, sp_value x) { return cmp_b_3x3_two_readers_s(g, x, 1); }
 
 /* main() of a test that holds oneDNN to AVX2 (8-channel blocks on every
  * machine): set before anything asks oneDNN for the CPU's instruction set. */

@@ -23,15 +23,6 @@ static sp_value b_stack(sp_graph *g, sp_value x) {
   return sp_conv2d(g, x, "head", (sp_conv_args){.out_ch = 3, .kernel = 1, .bias = 1});
 }
 
-/* Two 3x3 convolutions read one value: the first's input gradient adds onto
- * the second's (whose backward runs first). */
-static sp_value b_two_readers(sp_graph *g, sp_value x) {
-  x = sp_relu(g, sp_conv2d(g, x, "pre", (sp_conv_args){.out_ch = 16, .kernel = 3, .pad = 1}));
-  sp_value a = sp_conv2d(g, x, "a", (sp_conv_args){.out_ch = 32, .kernel = 3, .pad = 1});
-  sp_value b = sp_conv2d(g, x, "b", (sp_conv_args){.out_ch = 32, .kernel = 3, .pad = 1});
-  return sp_conv2d(g, sp_relu(g, sp_add(g, a, b)), "post", (sp_conv_args){.out_ch = 3, .kernel = 1});
-}
-
 /* Runs k, checking our products ran at least `at_least` times. */
 static void run_counted(const cmp_case *k, long at_least) {
   cmp_run_counted(k, &cpu_wino_calls, at_least, "Winograd F(4x4, 3x3) products");
@@ -51,7 +42,7 @@ static void against_ref(void **st) {
   k.flags = SP_PLAN_FROZEN;
   k.label = "wino, frozen, batch norm and ReLU folded";
   run_counted(&k, 2);
-  k = (cmp_case){"wino, input gradient added", b_two_readers, 2, 3, 9, 7, 1, 0, 0, 0};
+  k = (cmp_case){"wino, input gradient added", cmp_b_3x3_two_readers, 2, 3, 9, 7, 1, 0, 0, 0};
   run_counted(&k, 6); /* a and b: all three passes (pre reads the plain image) */
   /* The weight gradient's other form (wide layers: every tile transformed
    * first, whole xi a thread) on the same small layers. */
@@ -105,7 +96,7 @@ static void same_as_onednn(void **st) {
   const cmp_two_opts o = {.must_differ = 1};
   cpu_wino_min_tiles = 1;
   const cmp_case cases[] = {{"wino vs onednn", b_stack, 2, 3, 7, 9, 1, 0, 0, 0},
-                            {"wino vs onednn, added", b_two_readers, 2, 3, 9, 7, 1, 0, 0, 0}};
+                            {"wino vs onednn, added", cmp_b_3x3_two_readers, 2, 3, 9, 7, 1, 0, 0, 0}};
   for (int c = 0; c < 2; c++) cmp_two_paths_with(&cases[c], ours_or_onednn, 2e-5, &o);
   cpu_wino_own = 1;
   cpu_wino_min_tiles = 48;

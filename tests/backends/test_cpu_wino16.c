@@ -33,15 +33,6 @@ static sp_value b_stack(sp_graph *g, sp_value x) {
   return sp_conv2d(g, x, "head", (sp_conv_args){.out_ch = 3, .kernel = 1, .bias = 1});
 }
 
-/* Two 3x3 convolutions read one value: the first's input gradient adds onto
- * the second's. */
-static sp_value b_two_readers(sp_graph *g, sp_value x) {
-  x = sp_relu(g, sp_conv2d(g, x, "pre", (sp_conv_args){.out_ch = 16, .kernel = 3, .pad = 1}));
-  sp_value a = sp_conv2d(g, x, "a", (sp_conv_args){.out_ch = 32, .kernel = 3, .pad = 1});
-  sp_value b = sp_conv2d(g, x, "b", (sp_conv_args){.out_ch = 32, .kernel = 3, .pad = 1});
-  return sp_conv2d(g, sp_relu(g, sp_add(g, a, b)), "post", (sp_conv_args){.out_ch = 3, .kernel = 1});
-}
-
 static void run_counted(const cmp_case *k, long at_least) {
   cmp_run_counted(k, &cpu_wino16_calls, at_least, "16-lane Winograd calls");
 }
@@ -60,7 +51,7 @@ static void against_ref(void **st) {
   k.flags = SP_PLAN_FROZEN;
   k.label = "wino16, frozen, batch norm and ReLU folded";
   run_counted(&k, 2);
-  k = (cmp_case){"wino16, input gradient added", b_two_readers, 2, 3, 9, 7, 1, 0, 0, 0};
+  k = (cmp_case){"wino16, input gradient added", cmp_b_3x3_two_readers, 2, 3, 9, 7, 1, 0, 0, 0};
   run_counted(&k, 4); /* a and b, forward and input gradient (pre reads 3 channels) */
   /* Outputs through the caches (the stores that streaming replaces). */
   cpu_wino16_stream = 0;
@@ -91,7 +82,7 @@ static void same_as_onednn(void **st) {
   const cmp_two_opts o = {.must_differ = 1};
   cpu_wino16_min_tiles = 1;
   const cmp_case cases[] = {{"wino16 vs onednn", b_stack, 2, 3, 7, 9, 1, 0, 0, 0},
-                            {"wino16 vs onednn, added", b_two_readers, 2, 3, 9, 7, 1, 0, 0, 0}};
+                            {"wino16 vs onednn, added", cmp_b_3x3_two_readers, 2, 3, 9, 7, 1, 0, 0, 0}};
   for (int c = 0; c < 2; c++) cmp_two_paths_with(&cases[c], ours_or_onednn, 2e-5, &o);
   cpu_wino16_on = 1;
   cpu_wino16_min_tiles = 64;
