@@ -259,7 +259,7 @@ static inline double cmp_rel_l2_floor(const sp_tensor *a, const sp_tensor *b, do
   return sqrt(d2) / fmax(sqrt(r2) + 1e-30, floor * sqrt((double)sp_tensor_numel(a)));
 }
 
-/* One training step (or, for an inference case, a forward pass) of the case on the cpu backend twice, choose(0) before
+/* One training step of the case on the cpu backend twice, choose(0) before
  * the first plan is made (the path under test) and choose(1) before the
  * second (the path it replaces), same parameters and inputs: the output and
  * every parameter gradient agree within tol, relative L2 (two paths that sum
@@ -277,7 +277,7 @@ static inline void cmp_two_paths_with(const cmp_case *k, void (*choose)(int path
     cmp_fill(p[m], 99, 0);
     sp_graph_zero_grad(g[m]);
     assert_int_equal(sp_plan_forward(p[m]), 0);
-    if (k->training) assert_int_equal(sp_plan_backward(p[m]), 0);
+    assert_int_equal(sp_plan_backward(p[m]), 0);
   }
   choose(0);
   const double dy = cmp_rel_l2(sp_plan_output(p[0], "y"), sp_plan_output(p[1], "y"));
@@ -286,7 +286,7 @@ static inline void cmp_two_paths_with(const cmp_case *k, void (*choose)(int path
   if (o && o->must_differ && !(dy > 0))
     fail_msg("[%s] the two paths gave identical outputs: the first did not run", k->label);
   const double floor = cmp_grad_floor_for(g[1], SP_PLAN_BF16);
-  for (int i = 0; k->training && i < sp_graph_param_count(g[0]); i++) {
+  for (int i = 0; i < sp_graph_param_count(g[0]); i++) {
     const sp_tensor *a = sp_graph_param_grad(g[0], i), *b = sp_graph_param_grad(g[1], i);
     if (!a) continue;
     const char *name = sp_graph_param_name(g[0], i);

@@ -56,7 +56,6 @@ int cpu_conv_deconv_1x1_bwd(const void *state) { return conv_of(state)->dcb; }
 int cpu_conv_wino_own(const void *state) {
   return conv_of(state)->wino | conv_of(state)->wino_dx << 1 | conv_of(state)->wino_dw << 2;
 }
-int cpu_conv_direct8(const void *state) { return conv_of(state)->direct8; }
 int cpu_conv_s2dw_own(const void *state) { return conv_of(state)->s2dw; }
 int cpu_conv_src_lanes(const void *state) { return cpu_md_lanes(&conv_of(state)->src_md); }
 int cpu_conv_reorders_src(const void *state) { return conv_of(state)->reorder_src; }
@@ -92,14 +91,6 @@ static void conv_forward(cpu_node *n, const sp_op_args *a) {
       cpu_wino_weights(&s->wf, s->wf_u, s->fold_bn ? s->wfold : a->param[0]->data, NULL);
     }
     cpu_wino_run(&s->wf, s->wf_u, s->wf_src, a->out->data, s->wf_bias, s->post_relu, 0, s->wf_work);
-    return;
-  }
-  if (s->direct8) {
-    if (!s->wei_kept || a->params_stale) {
-      if (s->fold_bn) fold_bn(s, a);
-      cpu_direct8_weights(&s->d8, s->wf_u, s->fold_bn ? s->wfold : a->param[0]->data);
-    }
-    cpu_direct8_run(&s->d8, s->wf_u, s->wf_src, a->out->data, s->wf_bias, s->post_relu, s->wf_work);
     return;
   }
   if (!s->wei_kept || a->params_stale) {
@@ -181,7 +172,7 @@ static int conv_bind(cpu_node *n, const sp_op_args *a, char *fs, char *bs) {
     if (!a->chain[2] || a->chain[2]->n_in != 2) return sp_error_set("deconv: absorbed concat not wired");
     cpu_dc1_bind_skip(&s->d1, a->chain[2]->in[1]->data);
   }
-  if (s->wino || s->direct8) {
+  if (s->wino) {
     s->wf_src = src, s->wf_bias = bias;
     s->wf_u = s->wei_kept ? s->wf_u : (float *)(fs + s->wf_u_off), s->wf_work = fs + s->wf_work_off;
   }
@@ -438,22 +429,6 @@ static int wino_s2_fits(const sp_op_prep *p, const cpu_conv_geom *g, const dnnl_
          y->d[2] == (x->d[2] - 1) / 2 + 1 && y->d[3] == (x->d[3] - 1) / 2 + 1;
 }
 
-/* The direct kernel of conv_direct8.c: f32 3x3, padding 1, stride 1 or 2,
- * the output the standard size, 8-channel blocks in and out, up to
- * cpu_direct8_max_positions output positions from cpu_direct8_min_c_in
- * input channels (where oneDNN's direct kernel is slow and the weights are
- * the large operand). */
-static int direct8_fits(const sp_op_prep *p, const cpu_conv_geom *g, const dnnl_memory_desc_t *in,
-                        const dnnl_memory_desc_t *out) {
-  const sp_shape *w = &p->param_shape[0], *x = &p->in_shape[0], *y = &p->out_shape;
-  const int64_t s = g->strides[0];
-  return cpu_direct8_on && !p->bf16 && !g->deconv && g->groups == 1 && w->d[2] == 3 && w->d[3] == 3 &&
-         (s == 1 || s == 2) && g->strides[1] == s && !g->dil[0] && !g->dil[1] && g->pad_l[0] == 1 && g->pad_l[1] == 1 &&
-         in->data_type == dnnl_f32 && out->data_type == dnnl_f32 && cpu_md_lanes(in) == 8 && cpu_md_lanes(out) == 8 &&
-         y->d[2] == (x->d[2] - 1) / s + 1 && y->d[3] == (x->d[3] - 1) / s + 1 &&
-         y->d[0] * y->d[2] * y->d[3] <= cpu_direct8_max_positions && x->d[1] >= cpu_direct8_min_c_in;
-}
-
 /* The weight gradient of a stride-2 layer by conv_s2_dw.c: f32 3x3, stride
  * 2, padding 1, an even input (the output half of it), one group, no bias,
  * from the input as forward read it, in 8-channel blocks like dY. *bwd
@@ -515,14 +490,14 @@ static void place_buffers(sp_op_prep *p, conv_node *s, size_t mm_bwd, size_t bww
   /* A frozen plan keeps the prepared weights in the node's own memory and
    * reorders them only when the parameters changed. */
   if (p->frozen && !s->run_backward) {
-    size_t wb = s->dc1 || s->wino || s->direct8 ? 0 : cpu_md_bytes(&s->wei_md), used = 0;
+    size_t wb = s->dc1 || s->wino ? 0 : cpu_md_bytes(&s->wei_md), used = 0;
     const int fold = s->fold_bn && !s->dc1; /* dc1 folds into its own W' */
     size_t at_w = cpu_take(&used, wb), at_f = cpu_take(&used, fold ? cpu_md_bytes(&s->wplain_md) : 0),
            at_b = cpu_take(&used, fold ? sizeof(float) * (size_t)s->n_bias : 0), at_d1 = cpu_take(&used, s->dc1_kept),
-           at_u = cpu_take(&used, s->wino || s->direct8 ? s->wf_u_bytes : 0);
+           at_u = cpu_take(&used, s->wino ? s->wf_u_bytes : 0);
     char *kept = cpu_node_keep(&s->base, used);
     s->wei_kept = kept + at_w;
-    if (s->wino || s->direct8) s->wf_u = (float *)(kept + at_u);
+    if (s->wino) s->wf_u = (float *)(kept + at_u);
     if (s->dc1) cpu_dc1_keep(&s->d1, kept + at_d1);
     if (s->fold_bn) s->wfold = (float *)(kept + at_f), s->bfold = (float *)(kept + at_b);
   } else {
@@ -530,7 +505,7 @@ static void place_buffers(sp_op_prep *p, conv_node *s, size_t mm_bwd, size_t bww
     if (s->wino) s->wf_u_off = cpu_take(&fwd, s->wf_u_bytes);
   }
   if (s->dc1) s->dc1_off = cpu_take(&fwd, s->dc1_fwd);
-  if (s->wino || s->direct8) s->wf_work_off = cpu_take(&fwd, s->wf_work_bytes);
+  if (s->wino) s->wf_work_off = cpu_take(&fwd, s->wf_work_bytes);
   if (s->need_dx) {
     s->dsrc_off = cpu_take(&bwd, cpu_md_bytes(&s->dsrc_md));
     if (s->reorder_wei_bd) s->wbd_off = cpu_take(&bwd, cpu_md_bytes(&s->wei_bd_md));
@@ -653,10 +628,6 @@ static int conv_setup(sp_op_prep *p, conv_node *s, const cpu_conv_geom *g) {
   if (!s->wino && !s->post_add && wino_s2_fits(p, g, &s->src_md, &s->dst_md))
     s->wino = cpu_wino_s2_prepare(&s->wf, in->d[0], in->d[2], in->d[3], in->d[1], out->d[1], 0, &s->wf_u_bytes,
                                   &s->wf_work_bytes) == 0;
-  /* Frozen, where Winograd does not take it: few positions, many channels. */
-  if (!s->wino && !s->post_add && wf_frozen && direct8_fits(p, g, &s->src_md, &s->dst_md))
-    s->direct8 = cpu_direct8_prepare(&s->d8, in->d[0], in->d[2], in->d[3], in->d[1], out->d[1], g->strides[0],
-                                     &s->wf_u_bytes, &s->wf_work_bytes) == 0;
   const int wb_lanes = wino_fits(p, g, &s->x_md, &s->dst_md)                         ? 8
                        : cpu_wino16_dx && wino16_fits(p, g, &s->x_md, &s->dst_md, 0) ? 16
                                                                                      : 0;

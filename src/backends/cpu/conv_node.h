@@ -55,8 +55,6 @@ typedef struct {
   const void *wd_src;
   int s2dw; /* the weight gradient of a stride-2 layer by our loops (conv_s2_dw.c) */
   cpu_s2dw sd;
-  int direct8;    /* frozen: forward by the direct kernel of conv_direct8.c (its packed weights in wf_u) */
-  cpu_direct8 d8; /* ... its plan */
   size_t wf_u_bytes, wf_work_bytes, wf_u_off, wf_work_off; /* forward: U kept (frozen) or in forward scratch */
   size_t wb_u_bytes, wb_work_bytes, wb_work_off;           /* backward data: from the start of backward scratch */
   float *wf_u, *wb_u, *wf_bias;

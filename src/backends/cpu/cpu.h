@@ -474,8 +474,7 @@ int cpu_dcb_bind(cpu_dcb *m, cpu_node *n, const float *w, const void *x, const v
                  char *bwd_scratch);
 /* dx_fresh / dw_fresh: write the gradient, else add to it */
 void cpu_dcb_run(const cpu_dcb *m, int dx_fresh, int dw_fresh);
-#include "backends/cpu/wino.h"    /* conv_wino.c, conv_wino16.c, conv_wino_s2.c */
-#include "backends/cpu/direct8.h" /* conv_direct8.c */
+#include "backends/cpu/wino.h" /* conv_wino.c, conv_wino16.c, conv_wino_s2.c */
 
 /* conv_s2_dw.c: the weight gradient of f32 3x3 convolutions with stride 2,
  * padding 1, an even input size and up to cpu_s2dw_max_c_in input
@@ -548,7 +547,6 @@ int cpu_conv_deconv_1x1(const void *state);      /* a transposed one's forward b
 int cpu_conv_deconv_1x1_bwd(const void *state);  /* ... and its backward by deconv_1x1_bwd.c */
 int cpu_conv_s2dw_own(const void *state);        /* the weight gradient by conv_s2_dw.c */
 int cpu_conv_wino_own(const void *state);        /* passes by conv_wino.c: bit 0 forward, 1 backward data */
-int cpu_conv_direct8(const void *state);         /* its forward by conv_direct8.c */
 int cpu_conv_src_lanes(const void *state);       /* cpu_md_lanes of the layout its forward reads */
 int cpu_conv_reorders_src(const void *state);    /* 1: its input is copied into that layout each forward */
 int cpu_conv_dst_lanes(const void *state);       /* ... and writes */
