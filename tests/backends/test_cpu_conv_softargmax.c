@@ -5,7 +5,7 @@
  * and its sums run in another order, which also shows the fused path ran);
  * over images of several tiles with a short last tile; with the input
  * gradient added onto another consumer's; the products on planes (f32
- * 16- or 8-channel blocks) and on AMX tiles against oneDNN's matmuls; and taken
+ * 16-channel blocks) and on AMX tiles against oneDNN's matmuls; and taken
  * only where it applies. */
 #include <math.h>
 
@@ -107,21 +107,19 @@ static void amx_matches_matmul(void **st) {
 
 static void planes_or_matmul(int path) { cpu_conv_use_softargmax_planes = path == 0; }
 
-/* f32 on 16-channel blocks (AVX-512 builds) or 8-channel ones (AVX2
- * builds, where oneDNN writes them): the products on planes
+/* f32 on 16-channel blocks (AVX-512 builds): the products on planes
  * (softargmax_planes.c) against oneDNN's matmuls, one training step. Only
  * the products' summation order differs. 9 x 7: one tile of 63 positions (a
- * short group of 16 or 8, zero positions to 64); 41 x 37: tiles of 768 and
- * 749 positions; two heads: the second one's input gradient added; the wide
- * heads: two 16-channel blocks (eight of 8), 68 heatmaps (8 groups of 8 and
- * one of 4; at 8 lanes 11 of 6 and one of 2), 33 (a group of 8 with 7 zero
- * rows, dL's rows zero to 36; 5 of 6 and one of 3), one whole tile of 1024
- * at 32 x 32. */
+ * short group of 16, zero positions to 64); 41 x 37: tiles of 768 and 749
+ * positions; two heads: the second one's input gradient added; the wide
+ * heads: two 16-channel blocks, 68 heatmaps (8 groups of 8 and one of 4),
+ * 33 (a group of 8 with 7 zero rows, dL's rows zero to 36), one whole tile
+ * of 1024 at 32 x 32. */
 static void planes_match_matmul(void **st) {
   (void)st;
   cmp_require_cpu();
   if (!cpu_planes_built()) {
-    printf("# a build below AVX2: the heads keep oneDNN's matmuls\n");
+    printf("# an AVX2 build: f32 heads on 8-channel blocks keep oneDNN's matmuls\n");
     skip();
   }
   const cmp_case cases[] = {{"head, planes, one tile", b_head, 2, 3, 9, 7, 1, 0, 1e-5, 0},
@@ -181,8 +179,7 @@ static void taken_where_it_applies(void **st) {
     int softargmax, want, channels, amx;
   } cases[] = {{1, 1, dnnl_acdb, 1, 1, 32, 1},    {0, 1, dnnl_acdb, 1, 1, 32, 0}, {0, 1, dnnl_aBcd16b, 1, 1, 32, 0},
                {1, 1, dnnl_aBcd16b, 1, 1, 32, 0}, {1, 3, dnnl_acdb, 1, 0, 32, 0}, {0, 1, dnnl_abcd, 1, 0, 32, 0},
-               {1, 1, dnnl_acdb, 0, 0, 32, 0},    {1, 1, dnnl_acdb, 1, 1, 64, 1}, {1, 1, dnnl_acdb, 1, 1, 48, 0},
-               {0, 1, dnnl_aBcd8b, 1, 1, 32, 0}};
+               {1, 1, dnnl_acdb, 0, 0, 32, 0},    {1, 1, dnnl_acdb, 1, 1, 64, 1}, {1, 1, dnnl_acdb, 1, 1, 48, 0}};
   for (size_t t = 0; t < sizeof cases / sizeof cases[0]; t++) {
     if (cases[t].bf16 && !cmp_bf16_here()) continue; /* bf16 runs from AVX-512 on */
     dnnl_memory_desc_t md;
@@ -202,9 +199,8 @@ static void taken_where_it_applies(void **st) {
     if (cases[t].want && p.absorb_consumer != 1) fail_msg("case %zu: soft-argmax not absorbed", t);
     if (cases[t].want && cpu_conv_uses_softargmax_amx(p.state) != (cases[t].amx && cpu_amx_usable()))
       fail_msg("case %zu: AMX tile products %s", t, cases[t].amx && cpu_amx_usable() ? "not taken" : "taken");
-    /* planes: f32 on 16-channel blocks in AVX-512 builds, on 8-channel ones in AVX2 builds */
-    const int blocked = cases[t].tag == dnnl_aBcd16b ? 16 : cases[t].tag == dnnl_aBcd8b ? 8 : 0;
-    const int planes = cases[t].want && !cases[t].bf16 && blocked && blocked == cpu_planes_built();
+    /* planes: f32 on 16-channel blocks in AVX-512 builds */
+    const int planes = cases[t].want && !cases[t].bf16 && cases[t].tag == dnnl_aBcd16b && cpu_planes_built();
     if (cases[t].want && cpu_conv_uses_softargmax_planes(p.state) != planes)
       fail_msg("case %zu: products on planes %s", t, planes ? "not taken" : "taken");
     cpu_node_free(p.state);

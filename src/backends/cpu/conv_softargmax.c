@@ -44,11 +44,10 @@
  * products run on tiles of our own instead (softargmax_amx.c): tiles of a
  * multiple of 32 rows, heatmaps padded to kp (16s) and kp32 (32s) with zero
  * rows, and the logits' and dL's rows a cache line past a 4 KB multiple.
- * f32 on 16-channel blocks (AVX-512 builds; 8-channel blocks in AVX2
- * builds; C a multiple of the block up to 128) turns the tile into planes
- * and runs them as loops of our own (softargmax_planes.c): tiles of a
- * multiple of 32 positions, W [kp, C] and W^T [C, kp], dL's rows zero to k4,
- * the weight gradient summed per lane.
+ * f32 on 16-channel blocks (AVX-512 builds, C a multiple of 16 up to 128)
+ * turns the tile into planes and runs them as loops of our own
+ * (softargmax_planes.c): tiles of a multiple of 32 positions, W [kp, C] and
+ * W^T [C, kp], dL's rows zero to k4, the weight gradient summed per lane.
  * ResUNet-50 f32 training, batch 16 (Xeon without AMX, 2 threads, the head's
  * node in the per-node profile, 3 alternating pairs): 82.8-84.1 -> 75.8-76.3
  * ms forward + backward. */
@@ -510,8 +509,8 @@ static int setup(sp_op_prep *p, csam_node *s, const dnnl_memory_desc_t *x) {
     s->rows = (s->rows + 31) / 32 * 32;
     s->tiles = (s->hw + s->rows - 1) / s->rows;
   }
-  s->planes = !s->amx && !s->tail && cpu_conv_use_softargmax_planes && s->f32 && s->g.lanes == cpu_planes_built() &&
-              s->c % s->g.lanes == 0 && s->c <= MAX_PLANE_CHANNELS;
+  s->planes = !s->amx && !s->tail && cpu_conv_use_softargmax_planes && cpu_planes_built() && s->f32 &&
+              s->g.lanes == 16 && s->c % 16 == 0 && s->c <= MAX_PLANE_CHANNELS;
   if (s->planes) { /* whole product steps of 32 positions */
     s->rows = (s->rows + 31) / 32 * 32;
     s->tiles = (s->hw + s->rows - 1) / s->rows;

@@ -176,6 +176,24 @@ void cpu_stem_tap_rows(const stem_node *s, const void *img, int64_t row, const i
       }
 }
 
+/* Rows of a[] become columns: o[q][l] = a[l][q] (8 x 8, three shuffle stages). */
+INLINE void transpose8(const vf8 *a, vf8 *o) {
+  vf8 t[8], u[8];
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = __builtin_shufflevector(a[i], a[i + 1], 0, 8, 1, 9, 4, 12, 5, 13);
+    t[i + 1] = __builtin_shufflevector(a[i], a[i + 1], 2, 10, 3, 11, 6, 14, 7, 15);
+  }
+  for (int i = 0; i < 8; i += 4)
+    for (int h = 0; h < 2; h++) {
+      u[i + 2 * h] = __builtin_shufflevector(t[i + h], t[i + h + 2], 0, 1, 8, 9, 4, 5, 12, 13);
+      u[i + 2 * h + 1] = __builtin_shufflevector(t[i + h], t[i + h + 2], 2, 3, 10, 11, 6, 7, 14, 15);
+    }
+  for (int q = 0; q < 4; q++) {
+    o[q] = __builtin_shufflevector(u[q], u[q + 4], 0, 1, 2, 3, 8, 9, 10, 11);
+    o[q + 4] = __builtin_shufflevector(u[q], u[q + 4], 4, 5, 6, 7, 12, 13, 14, 15);
+  }
+}
+
 /* Half h of v (positions 8h .. 8h + 7): v itself where VW is 8. */
 INLINE vf8 half8(vfw v, int h) {
 #ifdef __AVX512F__
@@ -194,7 +212,7 @@ INLINE void store_positions_f32(const vfw *a, float *out, int64_t np, int64_t oc
     vf8 in[8], o[8];
     VEC_UNROLL
     for (int l = 0; l < 8; l++) in[l] = half8(a[l], h);
-    vtranspose8(in, o);
+    transpose8(in, o);
     for (int q = 0; q < 8 && 8 * h + q < np; q++) {
       float *at = out + (8 * h + q) * oc;
 #ifdef __AVX2__
@@ -267,7 +285,7 @@ INLINE void store_positions(const vfw *a, uint16_t *out, int64_t np, int64_t oc,
 INLINE void store_positions(const vfw *a, uint16_t *out, int64_t np, int64_t oc, int stream) {
   (void)stream;
   vf8 o[8];
-  vtranspose8(a, o);
+  transpose8(a, o);
   for (int64_t q = 0; q < np; q++) vst(out, q * oc, o[q], 1);
 }
 #endif

@@ -639,15 +639,14 @@ void cpu_amx_head_dx(const uint16_t *dl, int64_t ldd, const uint16_t *wv, uint16
 int cpu_conv_uses_softargmax_amx(const void *state);
 extern int cpu_conv_use_softargmax_amx;
 /* softargmax_planes.c: the head's per-tile products on planes (f32,
- * blocks of cpu_planes_built() channels: 16 in AVX-512 builds, 8 in AVX2
- * ones, 0 below). gather: np positions
+ * 16-channel blocks, AVX-512 builds: cpu_planes_built). gather: np positions
  * of a tile's blocks (x at its first position, blocks blk_stride apart) into
- * planes [blocks * lanes][ldx], zero from np to np32 (np rounded up to 32);
+ * planes [blocks * 16][ldx], zero from np to np32 (np rounded up to 32);
  * scatter: planes back into the blocks' np positions, written or added.
  * logits: l[k][p] from W [k rounded up to 8][c] (zero rows past k), the
  * tail's next band prefetched meanwhile (next; NULL: nothing); dx:
  * planes dX[c][p] from dL [k][ldd] and W^T [c][kp]; dw: dwv[k][c][16 lanes]
- * += per-lane sums of dL[k][p] X[c][p] (8 lanes: the slot's first 8) for k4 (k rounded up to 4, dL's
+ * += per-lane sums of dL[k][p] X[c][p] for k4 (k rounded up to 4, dL's
  * rows zero past k) heatmaps. np32 positions each. The switch (1) lets
  * tests compare them with oneDNN's matmuls; cpu_conv_uses_softargmax_planes:
  * the node runs them; cpu_planes_calls counts the passes (forward or

@@ -1,6 +1,5 @@
 /* The heatmap head's per-tile products (conv_softargmax.c) on planes for
- * f32 plans on 16-channel blocks (AVX-512 builds; 8-channel blocks in AVX2
- * builds, below): the tile's input turned
+ * f32 plans on 16-channel blocks (AVX-512 builds): the tile's input turned
  * into planes (a channel's positions side by side, planes.h), then
  *
  *   logits   L[k][p]  = sum over c of W[k][c] X[c][p]      (8 heatmaps x 32 positions a step)
@@ -141,117 +140,7 @@ void cpu_planes_dw(const float *dl, int64_t ldd, const float *xp, int64_t ldx, i
       }
   }
 }
-#elif defined(__AVX2__) && defined(__FMA__)
-/* The same at 8 lanes, on 8-channel blocks (what oneDNN's AVX2 kernels
- * write): 8 x 8 transposes, products of 6 outputs x 16 positions (12 sums
- * in registers), the weight gradient's per-lane sums in the first 8 of each
- * 16-float slot (the rest stay zero, so the node adds the lanes as at 16).
- * ResUNet-50 on Zen 3, where oneDNN's matmuls ran the head's per-tile
- * products as 3136 short calls a step at about 50 GFLOP/s. */
-enum { PB8 = 16 /* positions a product step */, KB8 = 6 /* outputs a product step */, DW_CHUNK8 = 256 };
-
-static inline vf8 ld(const float *p) { return *(const vf8u *)p; }
-static inline void st(float *p, vf8 v) { *(vf8u *)p = v; }
-
-void cpu_planes_gather(const float *x, int64_t blocks, int64_t blk_stride, int64_t np, int64_t np32, float *xp,
-                       int64_t ldx) {
-  const int64_t full = np / 8 * 8, np8 = (np + 7) / 8 * 8;
-  for (int64_t b = 0; b < blocks; b++) {
-    const float *src = x + b * blk_stride;
-    float *dst = xp + b * 8 * ldx;
-    for (int64_t q = 0; q < full; q += 8) planes_transpose8(src + q * 8, 8, dst + q, ldx);
-    if (full < np) { /* a short last group: through a zeroed block */
-      float tmp[64] __attribute__((aligned(32))) = {0};
-      memcpy(tmp, src + full * 8, sizeof(float) * (size_t)((np - full) * 8));
-      planes_transpose8(tmp, 8, dst + full, ldx);
-    }
-    for (int i = 0; i < 8 && np8 < np32; i++) memset(dst + i * ldx + np8, 0, sizeof(float) * (size_t)(np32 - np8));
-  }
-}
-
-void cpu_planes_scatter(const float *xp, int64_t ldx, int64_t blocks, int64_t blk_stride, int64_t np, float *x,
-                        int accumulate) {
-  for (int64_t b = 0; b < blocks; b++) {
-    const float *src = xp + b * 8 * ldx;
-    float *dst = x + b * blk_stride;
-    for (int64_t q = 0; q < np; q += 8) {
-      const int64_t n = np - q < 8 ? np - q : 8;
-      if (n == 8 && !accumulate) {
-        planes_transpose8(src + q, ldx, dst + q * 8, 8);
-        continue;
-      }
-      float tmp[64] __attribute__((aligned(32)));
-      planes_transpose8(src + q, ldx, tmp, 8);
-      for (int64_t i = 0; i < n; i++)
-        st(dst + (q + i) * 8, accumulate ? ld(dst + (q + i) * 8) + ld(tmp + i * 8) : ld(tmp + i * 8));
-    }
-  }
-}
-
-/* out[o0 .. o0 + kb) x np32 positions = the product of kb rows of w
- * (ldw apart, cn terms) with the planes in (ldi apart). */
-INLINE void product_rows(const float *w, int64_t ldw, int64_t cn, const float *in, int64_t ldi, float *out, int64_t ldo,
-                         int64_t np32, const int kb) {
-  vf8 acc[KB8][2];
-  for (int64_t p = 0; p < np32; p += PB8) {
-    PLANES_PRODUCT8(acc, kb, w, ldw, cn, in, ldi, p);
-    VEC_UNROLL for (int i = 0; i < kb; i++) {
-      st(out + i * ldo + p, acc[i][0]);
-      st(out + i * ldo + p + 8, acc[i][1]);
-    }
-  }
-}
-
-/* Every output row in groups of 6, the last group what is left. */
-static void products(const float *w, int64_t ldw, int64_t rows, int64_t cn, const float *in, int64_t ldi, float *out,
-                     int64_t ldo, int64_t np32) {
-  int64_t r = 0;
-  for (; r + KB8 <= rows; r += KB8) product_rows(w + r * ldw, ldw, cn, in, ldi, out + r * ldo, ldo, np32, KB8);
-  const float *wr = w + r * ldw;
-  float *o = out + r * ldo;
-  switch (rows - r) {
-    case 5: product_rows(wr, ldw, cn, in, ldi, o, ldo, np32, 5); break;
-    case 4: product_rows(wr, ldw, cn, in, ldi, o, ldo, np32, 4); break;
-    case 3: product_rows(wr, ldw, cn, in, ldi, o, ldo, np32, 3); break;
-    case 2: product_rows(wr, ldw, cn, in, ldi, o, ldo, np32, 2); break;
-    case 1: product_rows(wr, ldw, cn, in, ldi, o, ldo, np32, 1); break;
-    default: break;
-  }
-}
-
-void cpu_planes_logits(const float *xp, int64_t ldx, const float *w, int64_t c, float *l, int64_t ldl, int64_t k,
-                       int64_t np32, const cpu_tail_next *next) {
-  (void)next; /* the tail (conv_tail.c) is AVX-512's */
-  products(w, c, k, c, xp, ldx, l, ldl, np32);
-}
-
-void cpu_planes_dx(const float *dl, int64_t ldd, const float *wt, int64_t kp, int64_t k, int64_t c, float *dxp,
-                   int64_t ldx, int64_t np32) {
-  products(wt, kp, c, k, dl, ldd, dxp, ldx, np32);
-}
-
-void cpu_planes_dw(const float *dl, int64_t ldd, const float *xp, int64_t ldx, int64_t k4, int64_t c, int64_t np32,
-                   float *dwv) {
-  for (int64_t p0 = 0; p0 < np32; p0 += DW_CHUNK8) {
-    const int64_t pe = np32 - p0 < DW_CHUNK8 ? np32 : p0 + DW_CHUNK8;
-    for (int64_t k0 = 0; k0 < k4; k0 += 2)
-      for (int64_t c0 = 0; c0 < c; c0 += 4) { /* 2 heatmaps x 4 channels: 8 sums, 6 loads a step */
-        vf8 acc[2][4];
-        VEC_UNROLL for (int i = 0; i < 2; i++) VEC_UNROLL for (int j = 0; j < 4; j++) acc[i][j] = (vf8){0};
-        for (int64_t p = p0; p < pe; p += 8) {
-          vf8 d[2], xv[4];
-          VEC_UNROLL for (int i = 0; i < 2; i++) d[i] = ld(dl + (k0 + i) * ldd + p);
-          VEC_UNROLL for (int j = 0; j < 4; j++) xv[j] = ld(xp + (c0 + j) * ldx + p);
-          VEC_UNROLL for (int i = 0; i < 2; i++) VEC_UNROLL for (int j = 0; j < 4; j++) acc[i][j] += d[i] * xv[j];
-        }
-        VEC_UNROLL for (int i = 0; i < 2; i++) VEC_UNROLL for (int j = 0; j < 4; j++) {
-          float *at = dwv + ((k0 + i) * c + c0 + j) * 16;
-          st(at, ld(at) + acc[i][j]);
-        }
-      }
-  }
-}
-#else /* never taken below AVX2 (cpu_planes_built) */
+#else /* never taken below AVX-512 (cpu_planes_built) */
 void cpu_planes_gather(const float *x, int64_t blocks, int64_t blk_stride, int64_t np, int64_t np32, float *xp,
                        int64_t ldx) {
   (void)x, (void)blocks, (void)blk_stride, (void)np, (void)np32, (void)xp, (void)ldx;
@@ -276,9 +165,7 @@ void cpu_planes_dw(const float *dl, int64_t ldd, const float *xp, int64_t ldx, i
 
 int cpu_planes_built(void) {
 #ifdef __AVX512F__
-  return 16;
-#elif defined(__AVX2__) && defined(__FMA__)
-  return 8;
+  return 1;
 #else
   return 0;
 #endif

@@ -76,25 +76,6 @@ typedef uint32_t vu16 __attribute__((vector_size(64)));
 typedef uint16_t vh16 __attribute__((vector_size(32)));
 typedef uint16_t vh16u __attribute__((vector_size(32), aligned(2)));
 
-/* Rows of a[] become columns: o[q][l] = a[l][q] (8 x 8, three shuffle stages;
- * conv_stem.c's rows, the 8-lane planes of softargmax_planes.c). */
-INLINE void vtranspose8(const vf8 *a, vf8 *o) {
-  vf8 t[8], u[8];
-  for (int i = 0; i < 8; i += 2) {
-    t[i] = __builtin_shufflevector(a[i], a[i + 1], 0, 8, 1, 9, 4, 12, 5, 13);
-    t[i + 1] = __builtin_shufflevector(a[i], a[i + 1], 2, 10, 3, 11, 6, 14, 7, 15);
-  }
-  for (int i = 0; i < 8; i += 4)
-    for (int h = 0; h < 2; h++) {
-      u[i + 2 * h] = __builtin_shufflevector(t[i + h], t[i + h + 2], 0, 1, 8, 9, 4, 5, 12, 13);
-      u[i + 2 * h + 1] = __builtin_shufflevector(t[i + h], t[i + h + 2], 2, 3, 10, 11, 6, 7, 14, 15);
-    }
-  for (int q = 0; q < 4; q++) {
-    o[q] = __builtin_shufflevector(u[q], u[q + 4], 0, 1, 2, 3, 8, 9, 10, 11);
-    o[q + 4] = __builtin_shufflevector(u[q], u[q + 4], 4, 5, 6, 7, 12, 13, 14, 15);
-  }
-}
-
 /* A 16 x 16 block of 32-bit lanes transposed in registers (r[i] lane j ->
  * r[j] lane i), in any build: four rounds, each swapping one bit of the row
  * index with the same bit of the column index (rows i and i + b, bit b of i
