@@ -2,8 +2,8 @@
  * (backends/cpu/conv_wino.c), with oneDNN held to AVX2 so that it runs
  * on any machine: forward and backward data against the reference backend
  * in training, inference and frozen plans (a batch norm and ReLU folded),
- * sizes that leave partial tiles at the edges, an input gradient added onto
- * another's, a weight gradient added onto the last pass's, against oneDNN's
+ * sizes that leave partial tiles at the edges, outputs streamed past the
+ * caches, an input gradient added onto another's, a weight gradient added onto the last pass's, against oneDNN's
  * direct kernel on the same values, and taken only where it applies. */
 #include <omp.h>
 #include <stdlib.h>
@@ -42,6 +42,18 @@ static void against_ref(void **st) {
   k.flags = SP_PLAN_FROZEN;
   k.label = "wino, frozen, batch norm and ReLU folded";
   run_counted(&k, 2);
+  /* Outputs past the caches (every output over the threshold here): even
+   * widths with a short last tile (10 = 4 + 4 + 2, 6 = 4 + 2) stream; the
+   * odd width above kept its stores. */
+  cpu_bn_stream_bytes = 0;
+  const long streamed = cpu_wino_streamed;
+  k = (cmp_case){"wino, frozen, outputs streamed", b_stack, 2, 3, 6, 10, 0, SP_PLAN_FROZEN, 0, 0};
+  run_counted(&k, 2);
+  k = (cmp_case){"wino, training, outputs streamed", b_stack, 2, 3, 8, 6, 1, 0, 0, 0};
+  run_counted(&k, 5);
+  printf("# outputs streamed: %ld\n", cpu_wino_streamed - streamed);
+  assert_true(cpu_wino_streamed - streamed >= 4); /* c1 and c2 forward, both plans */
+  cpu_bn_stream_bytes = -1;
   k = (cmp_case){"wino, input gradient added", cmp_b_3x3_two_readers, 2, 3, 9, 7, 1, 0, 0, 0};
   run_counted(&k, 6); /* a and b: all three passes (pre reads the plain image) */
   /* The weight gradient's other form (wide layers: every tile transformed

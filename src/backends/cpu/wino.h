@@ -14,6 +14,8 @@
  * turned kernel, and the weight gradient. cpu_wino_own = 0: never taken
  * (tests compare with oneDNN). */
 extern int cpu_wino_own;
+extern int cpu_wino_stream;                  /* 0: 8-lane outputs written through the caches, never streamed */
+extern long cpu_wino_streamed;               /* calls whose output was streamed (tests check the path ran) */
 extern long cpu_wino_calls;                  /* products run (tests check the path ran) */
 extern int64_t cpu_wino_min_tiles;           /* taken from this many 4x4 output tiles (tests lower it) */
 extern int64_t cpu_wino_min_tiles_frozen;    /* ... in frozen plans (weights transformed once) */
