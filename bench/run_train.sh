@@ -16,6 +16,9 @@
 #     INFER_STEPS=N          timed steps of each inference run, both sides (default: steps,
 #                            at least 12: vgg-face's 17 ms batch-64 step over 4 steps is a 70 ms
 #                            window, and spry's figure moved 2043-3888 img/s between identical runs)
+#     INFER_STEPS_B1=N       ... at batch 1 (default: 5 x INFER_STEPS: resunet50's 80 ms batch-1
+#                            step over 12 steps was a 1 s window, and on a noisy Zen 3 spry's
+#                            figure moved 7.9-12.7 img/s between the pairs of one run)
 #     PY=python              a Python with torch (default: bench/.venv-torch, made and
 #                            filled from PyPI with `pip install torch torchvision` if missing)
 #
@@ -36,6 +39,7 @@ PARTS=${PARTS:-"train infer"}
 DTYPES=${DTYPES:-"f32 bf16"}
 REPS=${REPS:-3}
 INFER_STEPS=${INFER_STEPS:-$((STEPS > 12 ? STEPS : 12))}
+INFER_STEPS_B1=${INFER_STEPS_B1:-$((5 * INFER_STEPS))}
 VARIANTS=${VARIANTS:-nchw,channels_last,compile}
 BEST_ONCE=${BEST_ONCE:-1}
 export MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=1000000000000 OMP_NUM_THREADS=$T
@@ -180,14 +184,13 @@ for m in $MODELS; do
     for dt in $DTYPES; do
       declare -A ivars=([1]=$VARIANTS [64]=$VARIANTS)
       for _ in $(seq "$REPS"); do
-        s=$($SPRY bench train --model "$m" --backend cpu --threads "$T" --dtype "$dt" --infer --steps "$INFER_STEPS" --warmup 2)
-        echo "$s"
         for ib in 1 64; do
-          sl=$(echo "$s" | $PY -c 'import json,sys
-for l in sys.stdin:
-    d = json.loads(l)
-    if d["batch"] == int(sys.argv[1]): print(l.strip())' "$ib")
-          p=$($PY bench/peers/torch_train.py --model "$m" --batch "$ib" --threads "$T" --dtype "$dt" --infer --steps "$INFER_STEPS" \
+          is=$INFER_STEPS
+          [ "$ib" = 1 ] && is=$INFER_STEPS_B1
+          sl=$($SPRY bench train --model "$m" --backend cpu --threads "$T" --dtype "$dt" --infer --batch "$ib" --steps "$is" \
+                 --warmup 2 | tail -1)
+          echo "$sl"
+          p=$($PY bench/peers/torch_train.py --model "$m" --batch "$ib" --threads "$T" --dtype "$dt" --infer --steps "$is" \
                 --warmup 2 --variants "${ivars[$ib]}" 2>/dev/null | tail -1)
           echo "$p"
           pair "$sl" "$p" "$m infer $dt b$ib vs eager" eager
