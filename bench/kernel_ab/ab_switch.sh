@@ -2,7 +2,8 @@
 # ab_switch.sh VAR A B [spry bench train args...]: one binary, a switch
 # (a global int of the cpu backend, such as cpu_wino_stream) set to A or B by
 # gdb before main runs, whole-model steps in alternating runs (A B, B A, A B,
-# ...), per-node medians of --profile-nodes and the steps' medians.
+# ...), per-node medians of --profile-nodes and the steps' medians; each node
+# is shown against A scaled by the median node's B/A (the host's drift).
 #
 # Why: on a shared VM the same binary moves 20-60% between runs minutes apart,
 # more than most kernel changes. Alternating the two sides in one build, and
@@ -76,18 +77,24 @@ sb, nb = load("B")
 med = statistics.median
 print(f"\nstep ms ({len(sa)} runs a side): {var}={a} {med(sa):.1f} {[round(x) for x in sa]}"
       f"  {var}={b} {med(sb):.1f} {[round(x) for x in sb]}  B/A {med(sb) / med(sa):.3f}")
+# The host's drift between runs moves every node alike: the median node's B/A
+# estimates it, and each node is shown against A scaled by it, so the nodes
+# the switch touched stand out from those it did not.
+ratios = sorted(med(nb[k]) / med(na[k]) for k in na.keys() & nb.keys() if med(na[k]) > 0.05)
+drift = med(ratios) if ratios else 1.0
 rows = []
 for key in na.keys() & nb.keys():
     ma, mb = med(na[key]), med(nb[key])
-    rows.append((mb - ma, key, ma, mb, min(na[key]), max(na[key]), min(nb[key]), max(nb[key])))
+    rows.append((mb - ma * drift, key, ma, mb, min(na[key]), max(na[key]), min(nb[key]), max(nb[key])))
 rows.sort(key=lambda r: -abs(r[0]))
-print(f"nodes that moved most (fwd + bwd ms a step, medians; the runs' range in brackets):")
-print(f"{'B - A':>8}  {'node':<34} {'A':>8} {'B':>8}")
+print(f"the median node's B/A (the host's drift between the sides): {drift:.3f}")
+print("nodes that moved most against it (fwd + bwd ms a step, medians; the runs' range in brackets):")
+print(f"{'B - A*drift':>11}  {'node':<34} {'A':>8} {'B':>8}")
 for d, (name, op), ma, mb, la, ha, lb, hb in rows[:top]:
-    print(f"{d:8.2f}  {name + ' (' + op + ')':<34} {ma:8.2f} {mb:8.2f}   [{la:.1f}-{ha:.1f}] [{lb:.1f}-{hb:.1f}]")
+    print(f"{d:11.2f}  {name + ' (' + op + ')':<34} {ma:8.2f} {mb:8.2f}   [{la:.1f}-{ha:.1f}] [{lb:.1f}-{hb:.1f}]")
 total_a = sum(med(v) for v in na.values())
 total_b = sum(med(v) for v in nb.values())
 moved = sum(r[0] for r in rows[:top])
-print(f"sum of node medians: A {total_a:.1f}  B {total_b:.1f}; the {min(top, len(rows))} above {moved:+.1f}, "
-      f"the rest {total_b - total_a - moved:+.1f} (the host's drift where the switch touches nothing)")
+print(f"sum of node medians: A {total_a:.1f}  B {total_b:.1f}; the {min(top, len(rows))} above {moved:+.1f} ms "
+      "against the drift")
 EOF
