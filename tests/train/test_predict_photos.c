@@ -197,7 +197,7 @@ static void eval_names_its_boxes(void **state) {
 /* Trains a tiny 68-point heatmap model on the synthetic faces (crops cut from
  * the points: the model predicts faces it is given), enough to run. Validated
  * on the points' crops too: the detector's boxes for validation cost 66 of
- * the run's 78 s under the sanitizers (a Debug build's detector), and what
+ * the run's 78 s under the sanitizers (the detector at -O0), and what
  * this model scores is not what these tests check. */
 static void train_68_model(void) {
   spry(0, 1,
