@@ -37,6 +37,11 @@ run_one() {
   gdb -q -batch -ex 'set pagination off' -ex 'break main' -ex run -ex "set var $var=$value" -ex continue \
     --args "$spry" bench train --steps "${STEPS:-3}" --warmup "${WARMUP:-1}" --profile-nodes "$@" \
     2> "$out/gdb.err" | grep '^{' > "$out/$side.$k.json" || true
+  # gdb runs on past a `set var` it cannot do: both sides would be the same run.
+  if grep -q 'No symbol' "$out/gdb.err"; then
+    echo "ab_switch.sh: $spry has no switch named $var" >&2
+    exit 1
+  fi
   if ! grep -q '"ms_per_step"' "$out/$side.$k.json"; then
     echo "ab_switch.sh: run $side ($var=$value) printed no step; gdb said:" >&2
     tail -5 "$out/gdb.err" >&2
