@@ -199,6 +199,12 @@ static void fill_prep(const sp_plan *p, int i, const int *consumer, sp_op_prep *
   pr->frozen = (p->flags & SP_PLAN_FROZEN) != 0;
   pr->out_bytes = pn->act_bytes;
   pr->saved_bytes = pn->saved_bytes;
+  if (nd->n_in >= 1) {
+    const int j = nd->in[0];
+    const plan_node *pj = &p->nodes[j];
+    if (g->nodes[j].op && consumer[j] == i && pj->impl_state && pj->absorbed_by < 0 && pj->adopted_by < 0)
+      pr->in0_op = g->nodes[j].op, pr->in0_state = pj->impl_state;
+  }
   /* The chain of sole consumers (sp_op_prep.consumer): each link offered
    * while the one before it need not write its own output. A two-input
    * link qualifies when it comes right after the node before it and its

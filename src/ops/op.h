@@ -144,6 +144,12 @@ typedef struct sp_op_prep {
    * norm and takes the add and the ReLU as post-ops (consumer[1], [2]);
    * up to SP_OP_CHAIN links (the inference stem computes the next conv). */
   sp_op_consumer consumer[SP_OP_CHAIN];
+  /* The node computing in[0], where this node is its only consumer and it
+   * absorbed nothing: its op and the state its prepare made (a batch norm
+   * taking the statistics its convolution computed as it wrote its output);
+   * NULL otherwise. */
+  const struct sp_op_def *in0_op;
+  void *in0_state;
   /* reported */
   /* 1: this node also computes its sole consumer (e.g. batchnorm + relu): the
    * plan skips the consumer and gives its output and gradient this node's

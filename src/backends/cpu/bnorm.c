@@ -36,13 +36,14 @@ typedef struct {
   float eps;
   char *fs, *bs; /* bound scratch (own kernels) */
   int affine, batch_stats, update_running, run_backward, need_dparam, fused_relu, has_ws;
-  int fused_add;   /* add + relu absorbed: y = relu(bn(x) + consumer's in[other]) */
-  int other;       /* that input's index in the add */
-  int pair;        /* and the batch norm computing that input adopted (bnorm_pair.c) */
-  int adopted;     /* this node was adopted: its forward computes the statistics alone, no backward */
-  int fused_cat;   /* relu + concat absorbed: y is the first part of the concat's output, the skip copied after */
-  int64_t skip_c;  /* the concat's other input's channels */
-  size_t mask_off; /* in saved (training) */
+  int fused_add;         /* add + relu absorbed: y = relu(bn(x) + consumer's in[other]) */
+  int other;             /* that input's index in the add */
+  int pair;              /* and the batch norm computing that input adopted (bnorm_pair.c) */
+  int adopted;           /* this node was adopted: its forward computes the statistics alone, no backward */
+  const cpu_node *given; /* the node before it computes its batch statistics (cpu_node.stats) */
+  int fused_cat;         /* relu + concat absorbed: y is the first part of the concat's output, the skip copied after */
+  int64_t skip_c;        /* the concat's other input's channels */
+  size_t mask_off;       /* in saved (training) */
   int64_t c, m;
   float momentum;
   dnnl_memory_desc_t md, stat_md, ws_md;
@@ -120,11 +121,18 @@ static void bn_forward(cpu_node *n, const sp_op_args *a) {
   cpu_bn_residual res = s->fused_add ? residual_of(s, a) : (cpu_bn_residual){0};
   const cpu_bn_partner q = s->pair ? partner_of(a) : (cpu_bn_partner){0};
   if (s->pair) res.partner = &q;
-  if (s->own)
+  int batch = s->batch_stats;
+  if (s->given) { /* statistics computed: no pass of their own, the output from them as from running ones */
+    const float *st = s->given->stats;
+    memcpy(s->mean, st, sizeof(float) * (size_t)s->c);
+    memcpy(s->var, st + s->c, sizeof(float) * (size_t)s->c);
+    batch = 0;
+  }
+  if (s->own && !(s->given && s->adopted))
     cpu_bn_forward(&s->geom, a->in[0]->data, s->adopted ? NULL : a->out->data, s->mean, s->var, param_or_null(a, 0),
-                   param_or_null(a, 1), s->eps, s->batch_stats, s->fused_relu || s->fused_add,
-                   s->fused_add ? &res : NULL, s->fs);
-  else
+                   param_or_null(a, 1), s->eps, batch, s->fused_relu || s->fused_add, s->fused_add ? &res : NULL,
+                   s->fs);
+  else if (!s->own)
     cpu_exec_run(&s->f);
   if (s->fused_cat) skip_copy(s, a, 0);
   if (!s->update_running) return;
@@ -303,6 +311,11 @@ static int own_setup(sp_op_prep *p, bn_node *s) {
   p->absorb_consumer = s->fused_add || s->fused_cat ? 2 : s->fused_relu;
   bn_node *q = partner_fits(p, s);
   if (q) q->adopted = 1, s->pair = 1, p->adopt_other = 1;
+  /* Batch statistics from the convolution before it, where it offers them
+   * (channels-last, where its columns are the channels). */
+  if (s->batch_stats && p->training && s->geom.lanes == s->geom.c && s->geom.blocks == 1 &&
+      (p->in0_op == &sp_op_conv2d || p->in0_op == &sp_op_conv_transpose2d) && cpu_node_take_stats(p->in0_state))
+    s->given = p->in0_state;
   cpu_report(p, &s->base);
   return 0;
 }

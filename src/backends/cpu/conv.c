@@ -93,6 +93,16 @@ static void conv_forward(cpu_node *n, const sp_op_args *a) {
     cpu_wino_run(&s->wf, s->wf_u, s->wf_src, a->out->data, s->wf_bias, s->post_relu, 0, s->wf_work);
     return;
   }
+  if (s->mm_fwd) {
+    const cpu_mm1x1 *m = &s->mm1x1;
+    cpu_mm_amx_pack(a->param[0]->data, m->ic, m->oc, 1, s->mm_w, m->threads); /* B = W^T: W is [OC][IC] */
+    const cpu_mm_epilogue e = {.bias = s->has_bias ? a->param[1]->data : NULL,
+                               .mean = s->base.stats_on ? s->base.stats : NULL,
+                               .var = s->base.stats + m->oc,
+                               .stats = s->stats_work};
+    cpu_mm_amx(a->in[0]->data, m->rows, m->ic, s->mm_w, m->oc, a->out->data, &e, m->threads);
+    return;
+  }
   if (!s->wei_kept || a->params_stale) {
     if (s->fold_bn) fold_bn(s, a);
     cpu_exec_run(&s->w_wei);
@@ -167,6 +177,9 @@ static int conv_bind(cpu_node *n, const sp_op_args *a, char *fs, char *bs) {
                     a->consumer2->in[s->add_other]->data)) ||
       cpu_exec_scratchpad(&s->conv, n, s->fwd_pd, fs))
     return -1;
+  s->mm_w = (uint16_t *)wei;
+  if (s->base.stats_able)
+    s->base.stats = (float *)(keep + s->stats_off), s->stats_work = (double *)(fs + s->stats_work_off);
   if (s->dc1 && cpu_dc1_bind(&s->d1, n, src, a->out->data, fs + s->dc1_off)) return -1;
   if (s->cat) {
     if (!a->chain[2] || a->chain[2]->n_in != 2) return sp_error_set("deconv: absorbed concat not wired");
@@ -501,8 +514,14 @@ static void place_buffers(sp_op_prep *p, conv_node *s, size_t mm_bwd, size_t bww
     if (s->dc1) cpu_dc1_keep(&s->d1, kept + at_d1);
     if (s->fold_bn) s->wfold = (float *)(kept + at_f), s->bfold = (float *)(kept + at_b);
   } else {
-    s->wei_off = cpu_take(k, cpu_md_bytes(&s->wei_md));
+    const size_t wb = cpu_md_bytes(&s->wei_md),
+                 packed = s->mm_fwd ? cpu_mm_amx_packed_bytes(s->mm1x1.ic, s->mm1x1.oc) : 0;
+    s->wei_off = cpu_take(k, wb > packed ? wb : packed);
     if (s->wino) s->wf_u_off = cpu_take(&fwd, s->wf_u_bytes);
+  }
+  if (s->base.stats_able) {
+    s->stats_off = cpu_take(k, 2 * sizeof(float) * (size_t)s->mm1x1.oc);
+    s->stats_work_off = cpu_take(&fwd, cpu_mm_amx_stats_bytes(s->mm1x1.oc, s->mm1x1.threads));
   }
   if (s->dc1) s->dc1_off = cpu_take(&fwd, s->dc1_fwd);
   if (s->wino) s->wf_work_off = cpu_take(&fwd, s->wf_work_bytes);
@@ -586,6 +605,14 @@ static int conv_setup(sp_op_prep *p, conv_node *s, const cpu_conv_geom *g) {
           cpu_mm1x1_prepare(&s->mm1x1, &s->base, sp_shape_numel(&p->in_shape[0]) / p->in_shape[0].d[1],
                             p->in_shape[0].d[1], p->out_shape.d[1], s->need_dx, s->need_dw, s->has_bias, &mm_bwd) == 0;
   if (s->mm) s->need_dx = s->need_dw = 0; /* the products do both */
+  /* ... and forward, where nothing is folded or fused into it. */
+  /* ... and forward, where it computes the statistics of the batch norm
+   * after it too (cpu_node.stats): alone, the tiles ran these products no
+   * faster than oneDNN's kernel on a loaded host (bench/README_train.md). */
+  s->base.stats_able = cpu_bn_stats_offer && p->training && p->consumer[0].op == &sp_op_batchnorm;
+  s->mm_fwd = s->mm && s->mm1x1.amx_fwd && s->base.stats_able && !s->fold_bn && !s->post_relu && !s->post_add &&
+              !s->reorder_src;
+  s->base.stats_able = s->mm_fwd;
   const sp_shape *in = &p->in_shape[0], *out = &p->out_shape, *w = &p->param_shape[0];
   const cpu_conv_shape cs = {in->d[0],      in->d[2],    in->d[3],    in->d[1],      out->d[2],
                              out->d[3],     out->d[1],   w->d[2],     w->d[3],       g->strides[0],

@@ -57,7 +57,9 @@ int cpu_mm1x1_prepare(cpu_mm1x1 *m, cpu_node *n, int64_t rows, int64_t ic, int64
   DNNL_TRY(dnnl_memory_desc_init_by_tag(&m->dw_md, 2, w_d, dnnl_f32, dnnl_ab));
   DNNL_TRY(dnnl_memory_desc_init_by_strides(&m->dyt_md, 2, dyt_d, dnnl_bf16, dyt_s));
   size_t pad = 0;
-  if (need_dx) {
+  m->amx_dx = need_dx && cpu_mm_amx_dx && cpu_mm_amx_fits(rows, oc, ic);
+  m->amx_fwd = cpu_mm_amx_fits(rows, ic, oc);
+  if (need_dx && !m->amx_dx) {
     if (matmul_pd(n, &m->dy_md, &m->wh_md, &m->x_md, 0, &m->dx_pd[0], &m->dx_prim[0]) ||
         matmul_pd(n, &m->dy_md, &m->wh_md, &m->x_md, 1, &m->dx_pd[1], &m->dx_prim[1]))
       return -1;
@@ -73,7 +75,7 @@ int cpu_mm1x1_prepare(cpu_mm1x1 *m, cpu_node *n, int64_t rows, int64_t ic, int64
     }
   }
   size_t used = pad;
-  if (need_dx) m->wh_off = cpu_take(&used, sizeof(uint16_t) * (size_t)(oc * ic));
+  if (need_dx) m->wh_off = cpu_take(&used, sizeof(uint16_t) * (size_t)(oc * ic)); /* = packed bytes */
   if (need_dw && has_bias) m->bias_off = cpu_take(&used, sizeof(double) * (size_t)(oc * m->threads));
   if (m->thin_dw) m->thin_off = cpu_take(&used, cpu_thin_dw_scratch_bytes(oc, ic, m->threads));
   if (m->amx_dw) m->amx_off = cpu_take(&used, cpu_dw_amx_scratch_bytes(oc, ic, m->threads));
@@ -85,11 +87,11 @@ int cpu_mm1x1_bind(cpu_mm1x1 *m, cpu_node *n, const sp_op_args *a, char *bs) {
   if (m->need_dx && a->d_in[0]) {
     const int k = (a->d_in_fresh & 1u) ? 0 : 1;
     m->wh = (uint16_t *)(bs + m->wh_off);
-    cpu_exec_init(&m->dx, m->dx_prim[k]);
-    if (cpu_exec_arg(&m->dx, n, DNNL_ARG_SRC, &m->dy_md, a->d_out->data) ||
-        cpu_exec_arg(&m->dx, n, DNNL_ARG_WEIGHTS, &m->wh_md, m->wh) ||
-        cpu_exec_arg(&m->dx, n, DNNL_ARG_DST, &m->x_md, a->d_in[0]->data) ||
-        cpu_exec_scratchpad(&m->dx, n, m->dx_pd[k], bs))
+    cpu_exec_init(&m->dx, m->amx_dx ? NULL : m->dx_prim[k]);
+    if (!m->amx_dx && (cpu_exec_arg(&m->dx, n, DNNL_ARG_SRC, &m->dy_md, a->d_out->data) ||
+                       cpu_exec_arg(&m->dx, n, DNNL_ARG_WEIGHTS, &m->wh_md, m->wh) ||
+                       cpu_exec_arg(&m->dx, n, DNNL_ARG_DST, &m->x_md, a->d_in[0]->data) ||
+                       cpu_exec_scratchpad(&m->dx, n, m->dx_pd[k], bs)))
       return -1;
   }
   if (m->need_dw) {
@@ -141,9 +143,14 @@ static void bias_grad(const cpu_mm1x1 *m, const uint16_t *dy, float *db, int fre
 void cpu_mm1x1_backward(const cpu_mm1x1 *m, const sp_op_args *a) {
   if (m->need_dx && a->d_in[0]) {
     const float *w = a->param[0]->data;
-    const int64_t count = m->oc * m->ic;
-    cpu_round_bf16(m->wh, w, count);
-    cpu_exec_run(&m->dx);
+    if (m->amx_dx) {
+      cpu_mm_amx_pack(w, m->oc, m->ic, 0, m->wh, m->threads); /* B = W [OC][IC] as it lies */
+      const cpu_mm_epilogue add = {.accumulate = !(a->d_in_fresh & 1u)};
+      cpu_mm_amx(a->d_out->data, m->rows, m->oc, m->wh, m->ic, a->d_in[0]->data, &add, m->threads);
+    } else {
+      cpu_round_bf16(m->wh, w, m->oc * m->ic);
+      cpu_exec_run(&m->dx);
+    }
   }
   if (m->need_dw) {
     /* Written where sp_plan_zero_grad marked them (d_param_fresh), else added. */

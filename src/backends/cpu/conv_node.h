@@ -31,6 +31,11 @@ typedef struct {
   int64_t n_bias;
   int mm; /* backward runs as matrix products (conv_mm.c) */
   cpu_mm1x1 mm1x1;
+  int mm_fwd;     /* forward by mm_amx.c too (mm1x1.amx_fwd, no post-ops) */
+  uint16_t *mm_w; /* bound: W^T packed for it, in the weights' buffer */
+  /* base.stats in saved, the products' sums for them in forward scratch */
+  size_t stats_off, stats_work_off;
+  double *stats_work;
   int bww;        /* the weight gradient runs as im2col + matmul (conv_bww_mm.c) */
   int dw_blocked; /* ... or on the blocked layout in registers (conv_dw_blocked.c) */
   cpu_dwb_shape dwb;

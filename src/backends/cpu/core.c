@@ -41,6 +41,18 @@ dnnl_stream_t cpu_stream(void) {
   return g_stream;
 }
 
+int cpu_bn_stats_offer = 1;
+
+/* Only nodes of this backend come here: the plan offers a producer's state
+ * to the batch norm that is its only consumer, both prepared by the cpu
+ * backend's table (a producer the plan could not prepare here is not offered). */
+int cpu_node_take_stats(void *producer_state) {
+  cpu_node *n = producer_state;
+  if (!n || !n->stats_able || !cpu_bn_stats_offer) return 0;
+  n->stats_on = 1;
+  return 1;
+}
+
 void *cpu_node_new(size_t size, const cpu_vt *vt) {
   cpu_node *n = sp_xcalloc(1, size);
   n->vt = vt;

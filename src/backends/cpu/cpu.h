@@ -105,6 +105,12 @@ struct cpu_node {
   dnnl_primitive_t prims[CPU_MAX_PRIMS];
   dnnl_memory_t mems[CPU_MAX_MEMS];
   void *kept; /* cpu_node_keep: memory that outlives every step (frozen weights) */
+  /* The batch statistics of the output, for the batch norm reading it (a
+   * bf16 training plan's products on mm_amx.c compute them as they write
+   * it): offered at prepare (stats_able), taken by that batch norm at its
+   * prepare (stats_on); bound: mean[c], then the biased var[c]. */
+  int stats_able, stats_on;
+  float *stats;
 };
 
 /* Allocates a zeroed node of `size` bytes (an op struct starting with cpu_node). */
@@ -256,6 +262,8 @@ typedef struct {
   int need_dx, need_dw, has_bias, threads;
   int thin_dw; /* the weight gradient by conv_thin_dw.c, not a matmul */
   int amx_dw;  /* ... or by dw_amx.c */
+  int amx_dx;  /* the input gradient by mm_amx.c, not oneDNN's matmul (wh: W packed for it) */
+  int amx_fwd; /* and forward (conv.c; W^T packed into the node's weight buffer) */
   dnnl_memory_desc_t dy_md, x_md, wh_md, dw_md, dyt_md;
   dnnl_primitive_desc_t dx_pd[2], dw_pd[2]; /* [0] writes, [1] adds */
   dnnl_primitive_t dx_prim[2], dw_prim[2];
@@ -280,6 +288,44 @@ int cpu_thin_dw_fits(int64_t oc, int64_t ic);
 size_t cpu_thin_dw_scratch_bytes(int64_t oc, int64_t ic, int threads);
 void cpu_thin_dw(const uint16_t *dy, const uint16_t *x, int64_t rows, int64_t oc, int64_t ic, float *dw,
                  double *scratch, int threads, int fresh); /* fresh: write dw instead of adding */
+/* cpu_node.stats: 1 when the node producing a batch norm's input offers
+ * its statistics (now taken), 0 otherwise; cpu_bn_stats_offer = 0: never
+ * offered (tests). */
+extern int cpu_bn_stats_offer;
+int cpu_node_take_stats(void *producer_state);
+/* mm_amx.c: C[m][n] (=|+=) A[m][k] B[k][n] (+ bias[n]) in bf16 on AMX tiles,
+ * A and C row-major bf16, B packed from f32 weights by cpu_mm_amx_pack (w
+ * is [k][n], or [n][k] with transposed); fits: 0 without usable AMX, with
+ * the switch off, or unless m is a multiple of 16 and k and n of 32. */
+extern int cpu_use_mm_amx;
+/* Input gradients (1x1 convolutions, up-layers) on the tiles too: off, as
+ * alone they ran no faster than oneDNN's matmul on a loaded host. */
+extern int cpu_mm_amx_dx;
+extern long cpu_mm_amx_calls, cpu_mm_amx_stats_calls; /* products run; those with statistics (tests) */
+extern int64_t cpu_mm_amx_panel_bytes;                /* B bytes a panel of columns may hold (tests make it small) */
+int cpu_mm_amx_fits(int64_t m, int64_t k, int64_t n);
+size_t cpu_mm_amx_packed_bytes(int64_t k, int64_t n);
+void cpu_mm_amx_pack(const float *w, int64_t k, int64_t n, int transposed, uint16_t *bp, int threads);
+void cpu_mm_amx_pack_bf16(const uint16_t *w, int64_t k, int64_t n, int transposed, uint16_t *bp, int threads);
+/* What happens to C's f32 sums on their way to bf16 (NULL: nothing). */
+typedef struct {
+  const float *bias; /* [n] added, or NULL */
+  int accumulate;    /* C's old values added (one rounding, as oneDNN's sum post-op) */
+  /* Non-NULL: the mean and biased variance of each of C's columns as stored
+   * (a batch norm's statistics), summed in stats (cpu_mm_amx_stats_bytes). */
+  float *mean, *var;
+  double *stats;
+  int64_t channels; /* the statistics' channel of column j: j % channels (0: n channels) */
+  /* up_k > 0: C's rows are the pixels (image, i, j) of up_h x up_w images
+   * and its columns (a, b, o) the taps and channels of a transposed
+   * convolution with kernel = stride = up_k: C[r][(a up_k + b) up_oc + o]
+   * goes to output pixel (up_k i + a, up_k j + b), channel o, of the
+   * channels-last output (up_k up_oc a multiple of 32). */
+  int64_t up_k, up_h, up_w, up_oc;
+} cpu_mm_epilogue;
+size_t cpu_mm_amx_stats_bytes(int64_t n, int threads);
+void cpu_mm_amx(const uint16_t *a, int64_t m, int64_t k, const uint16_t *bp, int64_t n, uint16_t *c,
+                const cpu_mm_epilogue *e, int threads);
 /* dw_amx.c: the same weight gradient on AMX tiles for long thin products
  * (many rows, at most 256 K gradient values, channels in 16s); fits: 0
  * without usable AMX, for other shapes and with the switch off. */

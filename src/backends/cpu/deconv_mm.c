@@ -23,8 +23,12 @@
  * narrow layers at high resolution, where the products are small and the
  * copies large, keep oneDNN: from 128 input channels (ResUNet-50 bf16 b16,
  * the step's deconvolutions: 141 ms all on oneDNN, 86-92 from 128 channels,
- * 93-95 from 64). Activations in blocked layouts (f32 plans) do not apply:
- * their rows are no matrix. */
+ * 93-95 from 64). With AMX the forward runs on mm_amx.c's tiles, which
+ * write each row's k runs straight to their output pixels: no Y2 and no
+ * copy, so narrow layers take it too (ResUNet-50's 64 -> 32 layer at 224 x
+ * 224), and it sums the batch statistics of the batch norm after it.
+ * Activations in blocked layouts (f32 plans) do not apply: their rows are no
+ * matrix. */
 #ifdef SPRY_HAVE_DNNL
 #include <omp.h>
 #include <string.h>
@@ -40,7 +44,15 @@ typedef struct {
   cpu_node base;
   int64_t n, h, w, ic, oc, k, m, cols;   /* m = n h w rows, cols = k k oc */
   int need_dx, need_dw, amx_dw, threads; /* amx_dw: dWt by dw_amx.c, not a matmul */
-  uint16_t *wt_kept;                     /* frozen plans: Wt prepared once, again only when the parameters change */
+  /* Forward / the input gradient on mm_amx.c's tiles, not oneDNN's matmul:
+   * forward writes the output pixels from its rows (no Y2, no copy) and the
+   * output's batch statistics where a batch norm takes them (base.stats). */
+  int amx_fwd, amx_dx;
+  uint16_t *wt_kept; /* frozen plans: Wt prepared once, again only when the parameters change */
+  uint16_t *bp_kept; /* ... and Wt packed for the tiles */
+  size_t bp_off, bpt_off, stats_off, stats_work_off;
+  uint16_t *bp, *bpt; /* bound: Wt packed (forward), Wt^T packed (input gradient) */
+  double *stats_work;
   dnnl_memory_desc_t x_md, wt_md, y2_md, wtt_md, xt_md, dwt_md;
   dnnl_primitive_desc_t fwd_pd, dx_pd[2], dw_pd; /* dx: [0] writes, [1] adds */
   dnnl_primitive_t fwd, dx_prim[2], dw_prim;
@@ -111,7 +123,21 @@ static void move_rows(const deconv_mm_node *s, uint16_t *mat, uint16_t *img, int
 
 static void deconv_mm_forward(cpu_node *n, const sp_op_args *a) {
   deconv_mm_node *s = (deconv_mm_node *)n;
-  if (!s->wt_kept || a->params_stale) prepare_weights(s, a->param[0]->data);
+  const int stale = !s->wt_kept || a->params_stale;
+  if (stale) prepare_weights(s, a->param[0]->data);
+  if (s->amx_fwd) {
+    if (stale) cpu_mm_amx_pack_bf16(s->wt, s->ic, s->cols, 0, s->bp, s->threads);
+    const cpu_mm_epilogue e = {.mean = n->stats_on ? n->stats : NULL,
+                               .var = n->stats + s->oc,
+                               .stats = s->stats_work,
+                               .channels = s->oc,
+                               .up_k = s->k,
+                               .up_h = s->h,
+                               .up_w = s->w,
+                               .up_oc = s->oc};
+    cpu_mm_amx(a->in[0]->data, s->m, s->ic, s->bp, s->cols, a->out->data, &e, s->threads);
+    return;
+  }
   cpu_exec_run(&s->f);
   move_rows(s, s->y2, a->out->data, 0);
 }
@@ -129,7 +155,13 @@ static void deconv_mm_backward(cpu_node *n, const sp_op_args *a) {
   const int dx = s->need_dx && a->d_in[0], dw = s->need_dw && a->d_param[0];
   if (!dx && !dw) return;
   move_rows(s, s->g, a->d_out->data, 1);
-  if (dx) cpu_exec_run(&s->dx);
+  if (dx && s->amx_dx) {
+    cpu_mm_amx_pack_bf16(s->wt, s->cols, s->ic, 1, s->bpt, s->threads); /* B = Wt^T: Wt is [IC][cols] */
+    const cpu_mm_epilogue add = {.accumulate = !(a->d_in_fresh & 1u)};
+    cpu_mm_amx(s->g, s->m, s->cols, s->bpt, s->ic, a->d_in[0]->data, &add, s->threads);
+  } else if (dx) {
+    cpu_exec_run(&s->dx);
+  }
   if (dw) {
     if (s->amx_dw) cpu_dw_amx(a->in[0]->data, s->g, s->m, s->ic, s->cols, s->dwt, 0, s->amx_scratch, s->threads);
     cpu_exec_run(&s->dw);
@@ -141,18 +173,23 @@ static int deconv_mm_bind(cpu_node *n, const sp_op_args *a, char *fs, char *bs) 
   deconv_mm_node *s = (deconv_mm_node *)n;
   s->wt = s->wt_kept ? s->wt_kept : (uint16_t *)((s->need_dx ? (char *)a->saved : fs) + s->wt_off);
   s->y2 = (uint16_t *)(fs + s->y2_off);
+  s->bp = s->bp_kept ? s->bp_kept : (uint16_t *)(fs + s->bp_off);
+  if (n->stats_able)
+    n->stats = (float *)((char *)a->saved + s->stats_off), s->stats_work = (double *)(fs + s->stats_work_off);
   cpu_exec_init(&s->f, s->fwd);
-  if (cpu_exec_arg(&s->f, n, DNNL_ARG_SRC, &s->x_md, a->in[0]->data) ||
-      cpu_exec_arg(&s->f, n, DNNL_ARG_WEIGHTS, &s->wt_md, s->wt) ||
-      cpu_exec_arg(&s->f, n, DNNL_ARG_DST, &s->y2_md, s->y2) || cpu_exec_scratchpad(&s->f, n, s->fwd_pd, fs))
+  if (!s->amx_fwd &&
+      (cpu_exec_arg(&s->f, n, DNNL_ARG_SRC, &s->x_md, a->in[0]->data) ||
+       cpu_exec_arg(&s->f, n, DNNL_ARG_WEIGHTS, &s->wt_md, s->wt) ||
+       cpu_exec_arg(&s->f, n, DNNL_ARG_DST, &s->y2_md, s->y2) || cpu_exec_scratchpad(&s->f, n, s->fwd_pd, fs)))
     return -1;
   if (!s->need_dx && !s->need_dw) return 0;
   s->g = (uint16_t *)(bs + s->g_off);
+  s->bpt = (uint16_t *)(bs + s->bpt_off);
   s->dwt = (float *)(bs + s->dwt_off);
   s->amx_scratch = bs + s->amx_off;
   cpu_exec_init(&s->dx, NULL);
   cpu_exec_init(&s->dw, NULL);
-  if (s->need_dx && a->d_in[0]) {
+  if (s->need_dx && a->d_in[0] && !s->amx_dx) {
     const int k = (a->d_in_fresh & 1u) ? 0 : 1;
     cpu_exec_init(&s->dx, s->dx_prim[k]);
     if (cpu_exec_arg(&s->dx, n, DNNL_ARG_SRC, &s->y2_md, s->g) ||
@@ -173,14 +210,24 @@ static int deconv_mm_bind(cpu_node *n, const sp_op_args *a, char *fs, char *bs) 
 
 static const cpu_vt deconv_mm_vt = {deconv_mm_forward, deconv_mm_backward, deconv_mm_bind, NULL};
 
-/* The case this file covers, with the input as the plan hands it. */
+/* Forward on the tiles: the output's runs (k oc values) in whole 32-column
+ * blocks. */
+static int amx_fwd_fits(const sp_op_prep *p) {
+  const sp_shape *in = &p->in_shape[0], *w = &p->param_shape[0];
+  const int64_t k = w->d[2], oc = p->out_shape.d[1];
+  return (k * oc) % 32 == 0 && cpu_mm_amx_fits(in->d[0] * in->d[2] * in->d[3], in->d[1], k * k * oc);
+}
+
+/* The case this file covers, with the input as the plan hands it: from
+ * cpu_deconv_mm_min_channels input channels, or any where the forward runs
+ * on the tiles (no copy pass: narrow layers pay too). */
 static int applies(const sp_op_prep *p, const dnnl_memory_desc_t *x) {
   const sp_conv_transpose2d_attr *at = p->attr;
   const sp_shape *w = &p->param_shape[0];
   return p->bf16 && !p->out_plain && p->n_param == 1 && at->groups == 1 && p->in_shape[0].ndim == 4 &&
          w->d[2] == w->d[3] && at->stride_h == w->d[2] && at->stride_w == w->d[3] && at->pad_h == 0 && at->pad_w == 0 &&
          at->out_pad_h == 0 && at->out_pad_w == 0 && at->dil_h == 1 && at->dil_w == 1 &&
-         p->in_shape[0].d[1] >= cpu_deconv_mm_min_channels && x->data_type == dnnl_bf16 &&
+         (p->in_shape[0].d[1] >= cpu_deconv_mm_min_channels || amx_fwd_fits(p)) && x->data_type == dnnl_bf16 &&
          cpu_md_lanes(x) == CPU_LANES_NHWC;
 }
 
@@ -210,10 +257,14 @@ static int setup(sp_op_prep *p, deconv_mm_node *s) {
       md2(&s->y2_md, s->m, s->cols, dnnl_bf16) || md2_t(&s->wtt_md, s->cols, s->ic) || md2_t(&s->xt_md, s->ic, s->m) ||
       md2(&s->dwt_md, s->ic, s->cols, dnnl_f32))
     return -1;
-  if (cpu_matmul_make(&s->base, &s->x_md, &s->wt_md, NULL, &s->y2_md, 0, &s->fwd_pd, &s->fwd)) return -1;
-  for (int k = 0; s->need_dx && k < 2; k++)
+  s->amx_fwd = amx_fwd_fits(p);
+  s->amx_dx = s->need_dx && cpu_mm_amx_dx && cpu_mm_amx_fits(s->m, s->cols, s->ic);
+  if (!s->amx_fwd && cpu_matmul_make(&s->base, &s->x_md, &s->wt_md, NULL, &s->y2_md, 0, &s->fwd_pd, &s->fwd)) return -1;
+  for (int k = 0; s->need_dx && !s->amx_dx && k < 2; k++)
     if (cpu_matmul_make(&s->base, &s->y2_md, &s->wtt_md, NULL, &s->x_md, k, &s->dx_pd[k], &s->dx_prim[k])) return -1;
   s->threads = omp_get_max_threads();
+  s->base.stats_able =
+      s->amx_fwd && cpu_bn_stats_offer && p->training && p->run_backward && p->consumer[0].op == &sp_op_batchnorm;
   s->amx_dw = s->need_dw && cpu_dw_amx_fits(s->m, s->ic, s->cols);
   if (s->need_dw && !s->amx_dw &&
       cpu_matmul_make(&s->base, &s->xt_md, &s->y2_md, NULL, &s->dwt_md, 0, &s->dw_pd, &s->dw_prim))
@@ -226,13 +277,23 @@ static int setup(sp_op_prep *p, deconv_mm_node *s) {
     if (scratchpad(s->dx_pd[k]) > bwd) bwd = scratchpad(s->dx_pd[k]);
   if (scratchpad(s->dw_pd) > bwd) bwd = scratchpad(s->dw_pd);
   const size_t wt_bytes = sizeof(uint16_t) * (size_t)(s->ic * s->cols);
-  if (p->frozen && !p->run_backward)
-    s->wt_kept = cpu_node_keep(&s->base, wt_bytes);
-  else
+  const size_t bp_bytes = s->amx_fwd ? cpu_mm_amx_packed_bytes(s->ic, s->cols) : 0;
+  if (p->frozen && !p->run_backward) {
+    char *kept = cpu_node_keep(&s->base, wt_bytes + bp_bytes);
+    s->wt_kept = (uint16_t *)kept;
+    s->bp_kept = s->amx_fwd ? (uint16_t *)(kept + wt_bytes) : NULL;
+  } else {
     s->wt_off = cpu_take(s->need_dx ? &saved : &fwd, wt_bytes);
-  s->y2_off = cpu_take(&fwd, sizeof(uint16_t) * (size_t)(s->m * s->cols));
+    s->bp_off = cpu_take(&fwd, bp_bytes);
+  }
+  if (s->base.stats_able) {
+    s->stats_off = cpu_take(&saved, 2 * sizeof(float) * (size_t)s->oc);
+    s->stats_work_off = cpu_take(&fwd, cpu_mm_amx_stats_bytes(s->cols, s->threads));
+  }
+  s->y2_off = cpu_take(&fwd, s->amx_fwd ? 0 : sizeof(uint16_t) * (size_t)(s->m * s->cols));
   if (s->need_dx || s->need_dw) {
     s->g_off = cpu_take(&bwd, sizeof(uint16_t) * (size_t)(s->m * s->cols));
+    s->bpt_off = cpu_take(&bwd, s->amx_dx ? cpu_mm_amx_packed_bytes(s->cols, s->ic) : 0);
     s->dwt_off = cpu_take(&bwd, s->need_dw ? sizeof(float) * (size_t)(s->ic * s->cols) : 0);
     s->amx_off = cpu_take(&bwd, s->amx_dw ? cpu_dw_amx_scratch_bytes(s->ic, s->cols, s->threads) : 0);
   }

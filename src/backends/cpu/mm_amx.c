@@ -1,0 +1,317 @@
+/* Matrix products C[M][N] (=|+=) A[M][K] B[K][N] in bf16 on AMX tiles of
+ * our own, with what happens to each block of C on its way out (the
+ * epilogue, cpu_mm_epilogue): a bias, C's old values added, the batch
+ * statistics of C's columns, C's rows scattered to an up-layer's pixels.
+ * A is the activation rows as they lie (channels-last: a row per
+ * position), B the layer's weights packed once a step.
+ *
+ * Where: bf16 training plans on AMX. A 1x1 convolution whose batch norm
+ * takes the statistics (conv.c): the batch norm then skips its statistics
+ * pass, a read of the whole activation. A transposed convolution with
+ * kernel = stride (deconv_mm.c): its output pixels written from the rows,
+ * where oneDNN's matmul wrote a [M, k k OC] matrix and a copy pass moved it
+ * (and the statistics of the batch norm after it too). Input gradients only
+ * with cpu_mm_amx_dx.
+ *
+ * Why not every product: against oneDNN 2.6's brgemm matmul on ResUNet-50's
+ * 1x1 shapes (one process alternating the two, 15 runs each, Xeon with AMX,
+ * 2 threads) the tiles' sum over a step's products was 1.24-1.31x faster
+ * while the host was quiet and 0.90-0.96x while it was loaded (medians;
+ * shapes with K <= 256 and N >= 4K lost most: 0.62-0.74x). Alone they are
+ * no gain; with the statistics or the scattered rows they save a pass.
+ *
+ * How: B is packed the way tdpbf16ps reads it: per 16 columns and per 32
+ * rows (16 row pairs), a 1 KB tile of 16 pairs x 16 columns, the pair's two
+ * values side by side. The work items are (panel of columns, block of 32
+ * rows), panel-major, in contiguous ranges per thread, so a thread keeps one
+ * panel of B (at most cpu_mm_amx_panel_bytes: 512 KB) in its L2 while A
+ * streams past. Per block, 32 rows x 32 columns accumulate in four tiles
+ * over all of K (A's two tiles loaded from the rows where they lie, a row
+ * stride of K), then go through an f32 buffer into bf16 rows; a block's
+ * conversion is issued after the next block's products, so the vector work
+ * runs while the tiles compute (the sum over the step's shapes 1.04 -> 1.16x
+ * oneDNN's on a quiet host). A last block of 16 rows uses two tiles.
+ *
+ * Statistics: per block and column, sums of the stored (rounded) values
+ * shifted by the block's first row, merged per thread in double (Chan et
+ * al.'s pairwise update), then across threads in thread order: the mean
+ * and biased variance a batch norm reading C computes, in another order.
+ *
+ * Conversions are vcvtne2ps2bf16's: round to nearest even, as
+ * sp_bf16_round, except that it reads f32 denormals as zero. */
+#ifdef SPRY_HAVE_DNNL
+#include <omp.h>
+#include <string.h>
+
+#include "backends/cpu/amx.h"
+#include "backends/cpu/cpu.h"
+
+int cpu_use_mm_amx = 1;
+int cpu_mm_amx_dx = 0;
+long cpu_mm_amx_calls, cpu_mm_amx_stats_calls;
+
+enum { TILE_BF16 = 512 };
+
+int cpu_mm_amx_fits(int64_t m, int64_t k, int64_t n) {
+  return cpu_use_mm_amx && m > 0 && m % 16 == 0 && k > 0 && k % 32 == 0 && n > 0 && n % 32 == 0 && cpu_amx_usable();
+}
+
+size_t cpu_mm_amx_packed_bytes(int64_t k, int64_t n) { return sizeof(uint16_t) * (size_t)(k * n); }
+
+/* 32 f32 (two vectors) as 32 bf16 in order: lo's 16, then hi's. */
+AMX_FN static inline __m512i to_bf16(__m512 lo, __m512 hi) { return (__m512i)_mm512_cvtne2ps_pbh(hi, lo); }
+
+/* 32 consecutive values of w from element i, as bf16 (rounded from f32). */
+AMX_FN static inline __m512i load32(const void *w, int bf16, int64_t i) {
+  if (bf16) return _mm512_loadu_si512((const uint16_t *)w + i);
+  const float *f = (const float *)w + i;
+  return to_bf16(_mm512_loadu_ps(f), _mm512_loadu_ps(f + 16));
+}
+
+/* 16 values from element i0 then 16 from i1, as bf16. */
+AMX_FN static inline __m512i load16x2(const void *w, int bf16, int64_t i0, int64_t i1) {
+  if (bf16) {
+    const uint16_t *h = w;
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(h + i0))),
+                              _mm256_loadu_si256((const __m256i *)(h + i1)), 1);
+  }
+  const float *f = w;
+  return to_bf16(_mm512_loadu_ps(f + i0), _mm512_loadu_ps(f + i1));
+}
+
+static void pack(const void *w, int bf16, int64_t k, int64_t n, int transposed, uint16_t *bp, int threads);
+
+void cpu_mm_amx_pack(const float *w, int64_t k, int64_t n, int transposed, uint16_t *bp, int threads) {
+  pack(w, 0, k, n, transposed, bp, threads);
+}
+
+void cpu_mm_amx_pack_bf16(const uint16_t *w, int64_t k, int64_t n, int transposed, uint16_t *bp, int threads) {
+  pack(w, 1, k, n, transposed, bp, threads);
+}
+
+AMX_FN static void pack(const void *w, int bf16, int64_t k, int64_t n, int transposed, uint16_t *bp, int threads) {
+  const int64_t steps = k / 32, blocks = n / 16;
+  static const int16_t pairs[32]
+      __attribute__((aligned(64))) = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
+                                      8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int64_t nb = 0; nb < blocks; nb++)
+    for (int64_t s = 0; s < steps; s++) {
+      uint16_t *tile = bp + (nb * steps + s) * TILE_BF16;
+      if (transposed) {
+        /* w is [n][k]: column c of B is row 16 nb + c of w, its 32 values of
+         * this step contiguous (16 pairs); a dword transpose puts pair p of
+         * every column in tile row p. */
+        __m512i v[16];
+        for (int c = 0; c < 16; c++) v[c] = load32(w, bf16, (16 * nb + c) * k + 32 * s);
+        transpose16(v);
+        for (int p = 0; p < 16; p++) _mm512_store_si512(tile + p * 32, v[p]);
+      } else {
+        /* w is [k][n]: tile row p interleaves rows 32 s + 2p and + 1. */
+        for (int p = 0; p < 16; p++) {
+          const int64_t i0 = (32 * s + 2 * p) * n + 16 * nb;
+          _mm512_store_si512(tile + p * 32,
+                             _mm512_permutexvar_epi16(_mm512_load_si512(pairs), load16x2(w, bf16, i0, i0 + n)));
+        }
+      }
+    }
+}
+
+/* The per-thread sums of the statistics (cpu_mm_epilogue.stats): per column,
+ * the count, mean and sum of squared deviations so far (Chan et al.'s
+ * pairwise update, in double, a block at a time). */
+typedef struct {
+  double *count, *mean, *m2;
+} col_stats;
+
+/* A block's 32 columns into the thread's sums: per column, the block's own
+ * sums shifted by its first row (s1, s2 over `rows` values), merged. */
+static void merge_block(const col_stats *st, int64_t n0, int rows, const float *first, const float *s1,
+                        const float *s2) {
+  for (int j = 0; j < 32; j++) {
+    const double nb = rows, mb = first[j] + (double)s1[j] / nb, m2b = (double)s2[j] - (double)s1[j] * s1[j] / nb;
+    double *cnt = st->count + n0 + j, *mean = st->mean + n0 + j, *m2 = st->m2 + n0 + j;
+    const double total = *cnt + nb, delta = mb - *mean;
+    *mean += delta * nb / total;
+    *m2 += (m2b > 0 ? m2b : 0) + delta * delta * *cnt * nb / total;
+    *cnt = total;
+  }
+}
+
+AMX_FN static inline __m512 widen_lo(__m512i v) {
+  return (__m512)_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(v)), 16);
+}
+AMX_FN static inline __m512 widen_hi(__m512i v) {
+  return (__m512)_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(v, 1)), 16);
+}
+
+/* buf's rows (32 f32 each) into C's bf16 rows at column n0, with the bias
+ * added or C's old values; with st, the written values' sums. */
+/* Where row r (of C's m) and columns n0 .. n0 + 32 go: C's own row, or
+ * with up_k the output pixel of a transposed convolution (cpu_mm_epilogue). */
+static inline uint16_t *row_at(const cpu_mm_epilogue *e, uint16_t *c, int64_t n, int64_t r, int64_t n0) {
+  if (!e->up_k) return c + r * n + n0;
+  const int64_t k = e->up_k, run = k * e->up_oc, a = n0 / run;
+  const int64_t j = r % e->up_w, i = (r / e->up_w) % e->up_h, img = r / (e->up_w * e->up_h);
+  return c + ((img * k * e->up_h + k * i + a) * k * e->up_w + k * j) * e->up_oc + (n0 - a * run);
+}
+
+AMX_FN static void store_rows(const float *buf, int rows, const cpu_mm_epilogue *e, uint16_t *c, int64_t n, int64_t m0,
+                              const col_stats *st, int64_t n0) {
+  const float *bias = e->bias ? e->bias + n0 : NULL;
+  const int accumulate = e->accumulate;
+  if (!bias && !accumulate && !st && !e->up_k) { /* the common case in as few instructions as it takes */
+    uint16_t *out = c + m0 * n + n0;
+    for (int r = 0; r < rows; r++)
+      _mm512_storeu_si512(out + r * n, to_bf16(_mm512_load_ps(buf + r * 32), _mm512_load_ps(buf + r * 32 + 16)));
+    return;
+  }
+  const __m512 b0 = bias ? _mm512_loadu_ps(bias) : _mm512_setzero_ps(),
+               b1 = bias ? _mm512_loadu_ps(bias + 16) : _mm512_setzero_ps();
+  __m512 k0 = _mm512_setzero_ps(), k1 = k0, s10 = k0, s11 = k0, s20 = k0, s21 = k0;
+  for (int r = 0; r < rows; r++) {
+    __m512 lo = _mm512_add_ps(_mm512_load_ps(buf + r * 32), b0),
+           hi = _mm512_add_ps(_mm512_load_ps(buf + r * 32 + 16), b1);
+    uint16_t *out = row_at(e, c, n, m0 + r, n0);
+    if (accumulate) {
+      const __m512i old = _mm512_loadu_si512(out);
+      lo = _mm512_add_ps(lo, widen_lo(old));
+      hi = _mm512_add_ps(hi, widen_hi(old));
+    }
+    const __m512i v = to_bf16(lo, hi);
+    _mm512_storeu_si512(out, v);
+    if (st) {
+      /* The values as stored (rounded), as a batch norm reading C sees them. */
+      const __m512 x0 = widen_lo(v), x1 = widen_hi(v);
+      if (r == 0) k0 = x0, k1 = x1;
+      const __m512 d0 = _mm512_sub_ps(x0, k0), d1 = _mm512_sub_ps(x1, k1);
+      s10 = _mm512_add_ps(s10, d0), s11 = _mm512_add_ps(s11, d1);
+      s20 = _mm512_fmadd_ps(d0, d0, s20), s21 = _mm512_fmadd_ps(d1, d1, s21);
+    }
+  }
+  if (st) {
+    float first[32], s1[32], s2[32];
+    _mm512_storeu_ps(first, k0), _mm512_storeu_ps(first + 16, k1);
+    _mm512_storeu_ps(s1, s10), _mm512_storeu_ps(s1 + 16, s11);
+    _mm512_storeu_ps(s2, s20), _mm512_storeu_ps(s2 + 16, s21);
+    merge_block(st, n0, rows, first, s1, s2);
+  }
+}
+
+/* A block of C waiting in an f32 buffer for its bf16 rows. */
+typedef struct {
+  int64_t m0, n0;
+  int rows;
+  float *buf;
+} pending;
+
+/* The tiles of one block: rows m0 .. m0 + 16 or 32 of C, columns n0 ..
+ * n0 + 32, summed over all of K (tiles 0-3 accumulate, A in 4-5, B in 6-7).
+ * The previous block's rows are converted after this block's products were
+ * issued, so the vector work runs while the tiles compute. */
+AMX_FN static void block(const uint16_t *a, int64_t k, const uint16_t *bp, int64_t m0, int rows, int64_t n0,
+                         float *buf) {
+  const int64_t steps = k / 32;
+  const uint16_t *b0 = bp + (n0 / 16) * steps * TILE_BF16, *b1 = b0 + steps * TILE_BF16, *a0 = a + m0 * k;
+  _tile_zero(0);
+  _tile_zero(1);
+  if (rows == 32) {
+    const uint16_t *a1 = a0 + 16 * k;
+    _tile_zero(2);
+    _tile_zero(3);
+    for (int64_t s = 0; s < steps; s++) {
+      _tile_loadd(4, a0 + 32 * s, k * 2);
+      _tile_loadd(5, a1 + 32 * s, k * 2);
+      _tile_loadd(6, b0 + s * TILE_BF16, 64);
+      _tile_loadd(7, b1 + s * TILE_BF16, 64);
+      _tile_dpbf16ps(0, 4, 6);
+      _tile_dpbf16ps(1, 4, 7);
+      _tile_dpbf16ps(2, 5, 6);
+      _tile_dpbf16ps(3, 5, 7);
+    }
+  } else {
+    for (int64_t s = 0; s < steps; s++) {
+      _tile_loadd(4, a0 + 32 * s, k * 2);
+      _tile_loadd(6, b0 + s * TILE_BF16, 64);
+      _tile_loadd(7, b1 + s * TILE_BF16, 64);
+      _tile_dpbf16ps(0, 4, 6);
+      _tile_dpbf16ps(1, 4, 7);
+    }
+  }
+}
+
+AMX_FN static void store_tiles(int rows, float *buf) {
+  _tile_stored(0, buf, 128);
+  _tile_stored(1, buf + 16, 128);
+  if (rows == 32) {
+    _tile_stored(2, buf + 16 * 32, 128);
+    _tile_stored(3, buf + 16 * 32 + 16, 128);
+  }
+}
+
+int64_t cpu_mm_amx_panel_bytes = 512 * 1024;
+
+size_t cpu_mm_amx_stats_bytes(int64_t n, int threads) { return sizeof(double) * 3 * (size_t)(n * threads); }
+
+/* The threads' sums of each channel's columns merged, in thread then
+ * column order. */
+static void finish_stats(const cpu_mm_epilogue *e, int64_t n, int threads) {
+  const int64_t channels = e->channels ? e->channels : n;
+  for (int64_t ch = 0; ch < channels; ch++) {
+    double cnt = 0, mean = 0, m2 = 0;
+    for (int t = 0; t < threads; t++)
+      for (int64_t j = ch; j < n; j += channels) {
+        const double *w = e->stats + 3 * n * t, nb = w[j];
+        if (nb == 0) continue;
+        const double total = cnt + nb, delta = w[n + j] - mean;
+        mean += delta * nb / total;
+        m2 += w[2 * n + j] + delta * delta * cnt * nb / total;
+        cnt = total;
+      }
+    e->mean[ch] = (float)mean;
+    e->var[ch] = (float)(cnt > 0 ? m2 / cnt : 0);
+  }
+}
+
+AMX_FN void cpu_mm_amx(const uint16_t *a, int64_t m, int64_t k, const uint16_t *bp, int64_t n, uint16_t *c,
+                       const cpu_mm_epilogue *e, int threads) {
+  static const cpu_mm_epilogue plain;
+  if (!e) e = &plain;
+  cpu_mm_amx_calls++, cpu_mm_amx_stats_calls += e->mean != NULL;
+  /* Panels as wide as fit the budget (at least 32 columns): A is read once a panel. */
+  int64_t np = cpu_mm_amx_panel_bytes / (2 * k) / 32 * 32;
+  np = np < 32 ? 32 : np > n ? n : np;
+  const int64_t mblocks = (m + 31) / 32, panels = (n + np - 1) / np, items = mblocks * panels;
+  if (e->mean) memset(e->stats, 0, cpu_mm_amx_stats_bytes(n, threads)); /* a team smaller than asked leaves zeros */
+#pragma omp parallel num_threads(threads)
+  {
+    float bufs[2][32 * 32] __attribute__((aligned(64)));
+    const int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
+    const int64_t i0 = items * t / nt, i1 = items * (t + 1) / nt;
+    col_stats sums = {NULL, NULL, NULL};
+    if (e->mean) {
+      double *w = e->stats + 3 * n * t;
+      sums = (col_stats){w, w + n, w + 2 * n};
+    }
+    const col_stats *st = e->mean ? &sums : NULL;
+    pending prev = {0, 0, 0, NULL};
+    int cur = 0;
+    if (i0 < i1) tiles_configure();
+    for (int64_t i = i0; i < i1; i++) {
+      const int64_t panel = i / mblocks, m0 = (i % mblocks) * 32;
+      const int64_t n0 = panel * np, n1 = n0 + np < n ? n0 + np : n;
+      const int rows = m - m0 < 32 ? 16 : 32;
+      for (int64_t j = n0; j < n1; j += 32) {
+        block(a, k, bp, m0, rows, j, bufs[cur]);
+        if (prev.buf) store_rows(prev.buf, prev.rows, e, c, n, prev.m0, st, prev.n0);
+        store_tiles(rows, bufs[cur]);
+        prev = (pending){m0, j, rows, bufs[cur]};
+        cur ^= 1;
+      }
+    }
+    if (prev.buf) store_rows(prev.buf, prev.rows, e, c, n, prev.m0, st, prev.n0);
+    if (i0 < i1) _tile_release();
+  }
+  if (e->mean) finish_stats(e, n, threads);
+}
+#endif
