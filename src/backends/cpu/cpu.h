@@ -296,7 +296,8 @@ int cpu_node_take_stats(void *producer_state);
 /* mm_amx.c: C[m][n] (=|+=) A[m][k] B[k][n] (+ bias[n]) in bf16 on AMX tiles,
  * A and C row-major bf16, B packed from f32 weights by cpu_mm_amx_pack (w
  * is [k][n], or [n][k] with transposed); fits: 0 without usable AMX, with
- * the switch off, or unless m is a multiple of 16 and k and n of 32. */
+ * the switch off, or unless m is a multiple of 16, n of 32 and k of 32
+ * (or 8 or 16). */
 extern int cpu_use_mm_amx;
 /* Input gradients (1x1 convolutions, up-layers) on the tiles too: off, as
  * alone they ran no faster than oneDNN's matmul on a loaded host. */

@@ -50,10 +50,25 @@ int cpu_use_mm_amx = 1;
 int cpu_mm_amx_dx = 0;
 long cpu_mm_amx_calls, cpu_mm_amx_stats_calls;
 
-enum { TILE_BF16 = 512 };
+/* K in steps of 32 (one A tile row: 64 bytes), or one shorter step for K
+ * of 8 or 16 (the narrow layers of ResUNet's last decoder block): A tiles
+ * of K values a row, B tiles of K / 2 pair rows. */
+static int64_t step_of(int64_t k) { return k < 32 ? k : 32; }
+
+/* Accumulators 0-3 and A tiles 4-5 of 16 rows, B tiles 6-7 of kstep / 2. */
+AMX_FN static void configure(int64_t kstep) {
+  tile_config cfg;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.palette = 1;
+  for (int t = 0; t < 8; t++) cfg.colsb[t] = 64, cfg.rows[t] = 16;
+  cfg.colsb[4] = cfg.colsb[5] = (uint16_t)(2 * kstep);
+  cfg.rows[6] = cfg.rows[7] = (uint8_t)(kstep / 2);
+  __asm__ volatile("ldtilecfg %0" ::"m"(cfg)); /* as amx.h's tiles_configure */
+}
 
 int cpu_mm_amx_fits(int64_t m, int64_t k, int64_t n) {
-  return cpu_use_mm_amx && m > 0 && m % 16 == 0 && k > 0 && k % 32 == 0 && n > 0 && n % 32 == 0 && cpu_amx_usable();
+  return cpu_use_mm_amx && m > 0 && m % 16 == 0 && (k == 8 || k == 16 || (k > 0 && k % 32 == 0)) && n > 0 &&
+         n % 32 == 0 && cpu_amx_usable();
 }
 
 size_t cpu_mm_amx_packed_bytes(int64_t k, int64_t n) { return sizeof(uint16_t) * (size_t)(k * n); }
@@ -66,6 +81,13 @@ AMX_FN static inline __m512i load32(const void *w, int bf16, int64_t i) {
   if (bf16) return _mm512_loadu_si512((const uint16_t *)w + i);
   const float *f = (const float *)w + i;
   return to_bf16(_mm512_loadu_ps(f), _mm512_loadu_ps(f + 16));
+}
+
+/* A step of w's values from element i (32, or 8 or 16 and zeros), as bf16. */
+AMX_FN static inline __m512i load_step(const void *w, int bf16, int64_t i, int64_t kstep) {
+  if (kstep == 32) return load32(w, bf16, i);
+  if (bf16) return _mm512_maskz_loadu_epi16((__mmask32)((1u << kstep) - 1), (const uint16_t *)w + i);
+  return to_bf16(_mm512_maskz_loadu_ps((__mmask16)((1u << kstep) - 1), (const float *)w + i), _mm512_setzero_ps());
 }
 
 /* 16 values from element i0 then 16 from i1, as bf16. */
@@ -90,26 +112,26 @@ void cpu_mm_amx_pack_bf16(const uint16_t *w, int64_t k, int64_t n, int transpose
 }
 
 AMX_FN static void pack(const void *w, int bf16, int64_t k, int64_t n, int transposed, uint16_t *bp, int threads) {
-  const int64_t steps = k / 32, blocks = n / 16;
+  const int64_t kstep = step_of(k), steps = k / kstep, blocks = n / 16, te = 16 * kstep;
   static const int16_t pairs[32]
       __attribute__((aligned(64))) = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
                                       8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
 #pragma omp parallel for num_threads(threads) schedule(static)
   for (int64_t nb = 0; nb < blocks; nb++)
     for (int64_t s = 0; s < steps; s++) {
-      uint16_t *tile = bp + (nb * steps + s) * TILE_BF16;
+      uint16_t *tile = bp + (nb * steps + s) * te;
       if (transposed) {
         /* w is [n][k]: column c of B is row 16 nb + c of w, its 32 values of
          * this step contiguous (16 pairs); a dword transpose puts pair p of
          * every column in tile row p. */
         __m512i v[16];
-        for (int c = 0; c < 16; c++) v[c] = load32(w, bf16, (16 * nb + c) * k + 32 * s);
+        for (int c = 0; c < 16; c++) v[c] = load_step(w, bf16, (16 * nb + c) * k + kstep * s, kstep);
         transpose16(v);
-        for (int p = 0; p < 16; p++) _mm512_store_si512(tile + p * 32, v[p]);
+        for (int p = 0; p < kstep / 2; p++) _mm512_store_si512(tile + p * 32, v[p]);
       } else {
         /* w is [k][n]: tile row p interleaves rows 32 s + 2p and + 1. */
-        for (int p = 0; p < 16; p++) {
-          const int64_t i0 = (32 * s + 2 * p) * n + 16 * nb;
+        for (int p = 0; p < kstep / 2; p++) {
+          const int64_t i0 = (kstep * s + 2 * p) * n + 16 * nb;
           _mm512_store_si512(tile + p * 32,
                              _mm512_permutexvar_epi16(_mm512_load_si512(pairs), load16x2(w, bf16, i0, i0 + n)));
         }
@@ -211,8 +233,8 @@ typedef struct {
  * issued, so the vector work runs while the tiles compute. */
 AMX_FN static void block(const uint16_t *a, int64_t k, const uint16_t *bp, int64_t m0, int rows, int64_t n0,
                          float *buf) {
-  const int64_t steps = k / 32;
-  const uint16_t *b0 = bp + (n0 / 16) * steps * TILE_BF16, *b1 = b0 + steps * TILE_BF16, *a0 = a + m0 * k;
+  const int64_t kstep = step_of(k), steps = k / kstep, te = 16 * kstep;
+  const uint16_t *b0 = bp + (n0 / 16) * steps * te, *b1 = b0 + steps * te, *a0 = a + m0 * k;
   _tile_zero(0);
   _tile_zero(1);
   if (rows == 32) {
@@ -220,10 +242,10 @@ AMX_FN static void block(const uint16_t *a, int64_t k, const uint16_t *bp, int64
     _tile_zero(2);
     _tile_zero(3);
     for (int64_t s = 0; s < steps; s++) {
-      _tile_loadd(4, a0 + 32 * s, k * 2);
-      _tile_loadd(5, a1 + 32 * s, k * 2);
-      _tile_loadd(6, b0 + s * TILE_BF16, 64);
-      _tile_loadd(7, b1 + s * TILE_BF16, 64);
+      _tile_loadd(4, a0 + kstep * s, k * 2);
+      _tile_loadd(5, a1 + kstep * s, k * 2);
+      _tile_loadd(6, b0 + s * te, 64);
+      _tile_loadd(7, b1 + s * te, 64);
       _tile_dpbf16ps(0, 4, 6);
       _tile_dpbf16ps(1, 4, 7);
       _tile_dpbf16ps(2, 5, 6);
@@ -231,9 +253,9 @@ AMX_FN static void block(const uint16_t *a, int64_t k, const uint16_t *bp, int64
     }
   } else {
     for (int64_t s = 0; s < steps; s++) {
-      _tile_loadd(4, a0 + 32 * s, k * 2);
-      _tile_loadd(6, b0 + s * TILE_BF16, 64);
-      _tile_loadd(7, b1 + s * TILE_BF16, 64);
+      _tile_loadd(4, a0 + kstep * s, k * 2);
+      _tile_loadd(6, b0 + s * te, 64);
+      _tile_loadd(7, b1 + s * te, 64);
       _tile_dpbf16ps(0, 4, 6);
       _tile_dpbf16ps(1, 4, 7);
     }
@@ -296,7 +318,7 @@ AMX_FN void cpu_mm_amx(const uint16_t *a, int64_t m, int64_t k, const uint16_t *
     const col_stats *st = e->mean ? &sums : NULL;
     pending prev = {0, 0, 0, NULL};
     int cur = 0;
-    if (i0 < i1) tiles_configure();
+    if (i0 < i1) configure(step_of(k));
     for (int64_t i = i0; i < i1; i++) {
       const int64_t panel = i / mblocks, m0 = (i % mblocks) * 32;
       const int64_t n0 = panel * np, n1 = n0 + np < n ? n0 + np : n;
