@@ -167,56 +167,86 @@ AMX_FN static inline __m512 widen_hi(__m512i v) {
   return (__m512)_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(v, 1)), 16);
 }
 
-/* buf's rows (32 f32 each) into C's bf16 rows at column n0, with the bias
- * added or C's old values; with st, the written values' sums. */
-/* Where row r (of C's m) and columns n0 .. n0 + 32 go: C's own row, or
- * with up_k the output pixel of a transposed convolution (cpu_mm_epilogue). */
-static inline uint16_t *row_at(const cpu_mm_epilogue *e, uint16_t *c, int64_t n, int64_t r, int64_t n0) {
-  if (!e->up_k) return c + r * n + n0;
-  const int64_t k = e->up_k, run = k * e->up_oc, a = n0 / run;
-  const int64_t j = r % e->up_w, i = (r / e->up_w) % e->up_h, img = r / (e->up_w * e->up_h);
-  return c + ((img * k * e->up_h + k * i + a) * k * e->up_w + k * j) * e->up_oc + (n0 - a * run);
+/* Where C's rows go, from row m0 on, columns n0 .. n0 + 32: C's own rows,
+ * or with up_k the output pixels of a transposed convolution
+ * (cpu_mm_epilogue). The divisions once a block; then a step a row (the
+ * next input pixel is k output pixels on) and a jump at the end of an
+ * input row (past the other k - 1 output rows its pixels fill). */
+typedef struct {
+  uint16_t *at;
+  int64_t step, j, w, jump;
+} rows_out;
+
+static rows_out rows_from(const cpu_mm_epilogue *e, uint16_t *c, int64_t n, int64_t m0, int64_t n0) {
+  if (!e->up_k) return (rows_out){c + m0 * n + n0, n, 0, INT64_MAX, 0};
+  const int64_t k = e->up_k, oc = e->up_oc, run = k * oc, a = n0 / run;
+  const int64_t j = m0 % e->up_w, i = (m0 / e->up_w) % e->up_h, img = m0 / (e->up_w * e->up_h);
+  uint16_t *at = c + ((img * k * e->up_h + k * i + a) * k * e->up_w + k * j) * oc + (n0 - a * run);
+  return (rows_out){at, k * oc, j, e->up_w, (k - 1) * k * e->up_w * oc};
 }
 
-AMX_FN static void store_rows(const float *buf, int rows, const cpu_mm_epilogue *e, uint16_t *c, int64_t n, int64_t m0,
-                              const col_stats *st, int64_t n0) {
-  const float *bias = e->bias ? e->bias + n0 : NULL;
-  const int accumulate = e->accumulate;
-  if (!bias && !accumulate && !st && !e->up_k) { /* the common case in as few instructions as it takes */
-    uint16_t *out = c + m0 * n + n0;
-    for (int r = 0; r < rows; r++)
-      _mm512_storeu_si512(out + r * n, to_bf16(_mm512_load_ps(buf + r * 32), _mm512_load_ps(buf + r * 32 + 16)));
-    return;
-  }
+static inline void rows_next(rows_out *o) {
+  o->at += o->step;
+  if (++o->j == o->w) o->j = 0, o->at += o->jump;
+}
+
+/* The body, with what it does known to the compiler: with_bias and add
+ * (the bias or C's old values, where e has them), stats (st non-NULL). */
+AMX_FN static inline __attribute__((always_inline)) void store_rows_with(const float *buf, int rows,
+                                                                         const cpu_mm_epilogue *e, uint16_t *c,
+                                                                         int64_t n, int64_t m0, const col_stats *st,
+                                                                         int64_t n0, const int with_bias, const int add,
+                                                                         const int stats) {
+  const float *bias = with_bias && e->bias ? e->bias + n0 : NULL;
   const __m512 b0 = bias ? _mm512_loadu_ps(bias) : _mm512_setzero_ps(),
                b1 = bias ? _mm512_loadu_ps(bias + 16) : _mm512_setzero_ps();
-  __m512 k0 = _mm512_setzero_ps(), k1 = k0, s10 = k0, s11 = k0, s20 = k0, s21 = k0;
-  for (int r = 0; r < rows; r++) {
-    __m512 lo = _mm512_add_ps(_mm512_load_ps(buf + r * 32), b0),
-           hi = _mm512_add_ps(_mm512_load_ps(buf + r * 32 + 16), b1);
-    uint16_t *out = row_at(e, c, n, m0 + r, n0);
-    if (accumulate) {
+  /* The sums' shift: the first row's values (before rounding: any value
+   * near the column's serves). */
+  const __m512 k0 = _mm512_add_ps(_mm512_load_ps(buf), b0), k1 = _mm512_add_ps(_mm512_load_ps(buf + 16), b1);
+  __m512 s10 = _mm512_setzero_ps(), s11 = s10, s20 = s10, s21 = s10;
+  rows_out o = rows_from(e, c, n, m0, n0);
+  for (int r = 0; r < rows; r++, rows_next(&o)) {
+    __m512 lo = _mm512_load_ps(buf + r * 32), hi = _mm512_load_ps(buf + r * 32 + 16);
+    if (with_bias) lo = _mm512_add_ps(lo, b0), hi = _mm512_add_ps(hi, b1);
+    uint16_t *out = o.at;
+    if (add && e->accumulate) {
       const __m512i old = _mm512_loadu_si512(out);
       lo = _mm512_add_ps(lo, widen_lo(old));
       hi = _mm512_add_ps(hi, widen_hi(old));
     }
     const __m512i v = to_bf16(lo, hi);
     _mm512_storeu_si512(out, v);
-    if (st) {
+    if (stats) {
       /* The values as stored (rounded), as a batch norm reading C sees them. */
-      const __m512 x0 = widen_lo(v), x1 = widen_hi(v);
-      if (r == 0) k0 = x0, k1 = x1;
-      const __m512 d0 = _mm512_sub_ps(x0, k0), d1 = _mm512_sub_ps(x1, k1);
+      const __m512 d0 = _mm512_sub_ps(widen_lo(v), k0), d1 = _mm512_sub_ps(widen_hi(v), k1);
       s10 = _mm512_add_ps(s10, d0), s11 = _mm512_add_ps(s11, d1);
       s20 = _mm512_fmadd_ps(d0, d0, s20), s21 = _mm512_fmadd_ps(d1, d1, s21);
     }
   }
-  if (st) {
+  if (stats) {
     float first[32], s1[32], s2[32];
     _mm512_storeu_ps(first, k0), _mm512_storeu_ps(first + 16, k1);
     _mm512_storeu_ps(s1, s10), _mm512_storeu_ps(s1 + 16, s11);
     _mm512_storeu_ps(s2, s20), _mm512_storeu_ps(s2 + 16, s21);
     merge_block(st, n0, rows, first, s1, s2);
+  }
+}
+
+/* buf's rows (32 f32 each) into C's bf16 rows at column n0, with the bias
+ * added or C's old values; with st, the written values' sums. */
+AMX_FN static void store_rows(const float *buf, int rows, const cpu_mm_epilogue *e, uint16_t *c, int64_t n, int64_t m0,
+                              const col_stats *st, int64_t n0) {
+  const int plain = !e->bias && !e->accumulate;
+  if (plain && !st && !e->up_k) { /* the common case in as few instructions as it takes */
+    uint16_t *out = c + m0 * n + n0;
+    for (int r = 0; r < rows; r++)
+      _mm512_storeu_si512(out + r * n, to_bf16(_mm512_load_ps(buf + r * 32), _mm512_load_ps(buf + r * 32 + 16)));
+  } else if (plain && st) {
+    store_rows_with(buf, rows, e, c, n, m0, st, n0, 0, 0, 1); /* a batch norm's input */
+  } else if (st) {
+    store_rows_with(buf, rows, e, c, n, m0, st, n0, 1, 1, 1);
+  } else {
+    store_rows_with(buf, rows, e, c, n, m0, st, n0, 1, 1, 0);
   }
 }
 
