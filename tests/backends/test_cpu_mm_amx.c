@@ -148,6 +148,14 @@ static void graph_against_onednn_and_ref(void **st) {
     cmp_two_paths_with(&k, stats_in_conv_or_bn, 1e-2, &a_bias);
   }
   cpu_mm_amx_dx = 0;
+  /* Batch norms on oneDNN's kernels take no statistics: the convolutions'
+   * forward stays on oneDNN too. */
+  cpu_bnorm_use_onednn = 1;
+  const long before = cpu_mm_amx_calls;
+  k.tol = 6e-2;
+  cmp_run(&k);
+  assert_int_equal(cpu_mm_amx_calls, before);
+  cpu_bnorm_use_onednn = 0;
   cpu_use_mm_amx = 1;
   cpu_bn_stats_offer = 1;
 }

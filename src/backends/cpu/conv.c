@@ -93,7 +93,7 @@ static void conv_forward(cpu_node *n, const sp_op_args *a) {
     cpu_wino_run(&s->wf, s->wf_u, s->wf_src, a->out->data, s->wf_bias, s->post_relu, 0, s->wf_work);
     return;
   }
-  if (s->mm_fwd) {
+  if (s->mm_fwd && s->base.stats_on) {
     const cpu_mm1x1 *m = &s->mm1x1;
     cpu_mm_amx_pack(a->param[0]->data, m->ic, m->oc, 1, s->mm_w, m->threads); /* B = W^T: W is [OC][IC] */
     const cpu_mm_epilogue e = {.bias = s->has_bias ? a->param[1]->data : NULL,
@@ -605,13 +605,14 @@ static int conv_setup(sp_op_prep *p, conv_node *s, const cpu_conv_geom *g) {
           cpu_mm1x1_prepare(&s->mm1x1, &s->base, sp_shape_numel(&p->in_shape[0]) / p->in_shape[0].d[1],
                             p->in_shape[0].d[1], p->out_shape.d[1], s->need_dx, s->need_dw, s->has_bias, &mm_bwd) == 0;
   if (s->mm) s->need_dx = s->need_dw = 0; /* the products do both */
-  /* ... and forward, where nothing is folded or fused into it. */
   /* ... and forward, where it computes the statistics of the batch norm
-   * after it too (cpu_node.stats): alone, the tiles ran these products no
-   * faster than oneDNN's kernel on a loaded host (bench/README_train.md). */
-  s->base.stats_able = cpu_bn_stats_offer && p->training && p->consumer[0].op == &sp_op_batchnorm;
-  s->mm_fwd = s->mm && s->mm1x1.amx_fwd && s->base.stats_able && !s->fold_bn && !s->post_relu && !s->post_add &&
-              !s->reorder_src;
+   * after it too (offered here, taken by that batch norm's prepare:
+   * cpu_node.stats; forward stays on oneDNN if it is not). Alone the tiles
+   * ran these products no faster than oneDNN's kernel on a loaded host
+   * (bench/README_train.md, session 65). */
+  const int stats_next = cpu_bn_stats_offer && p->training && p->consumer[0].op == &sp_op_batchnorm;
+  s->mm_fwd =
+      s->mm && s->mm1x1.amx_fwd && stats_next && !s->fold_bn && !s->post_relu && !s->post_add && !s->reorder_src;
   s->base.stats_able = s->mm_fwd;
   const sp_shape *in = &p->in_shape[0], *out = &p->out_shape, *w = &p->param_shape[0];
   const cpu_conv_shape cs = {in->d[0],      in->d[2],    in->d[3],    in->d[1],      out->d[2],
