@@ -15,21 +15,8 @@
 #ifdef SPRY_HAVE_DNNL
 #include <omp.h>
 
-#include "backends/cpu/cpu.h"
+#include "amx_tiles.h"
 #include "core/bf16.h"
-
-static void need_amx(void) {
-  cmp_require_cpu();
-  if (!cpu_amx_usable()) {
-    printf("# no AMX here (or ONEDNN_MAX_CPU_ISA caps it): the tile products are not run\n");
-    skip();
-  }
-}
-
-static float unit(uint32_t *s) {
-  *s = *s * 1664525u + 1013904223u;
-  return (float)(*s >> 8) / (float)(1u << 24) - 0.5f;
-}
 
 static void one_shape(int64_t rows, int64_t oc, int64_t ic, int accumulate) {
   uint32_t seed = (uint32_t)(rows * 7 + oc * 131 + ic);

@@ -14,21 +14,8 @@
 #ifdef SPRY_HAVE_DNNL
 #include <omp.h>
 
-#include "backends/cpu/cpu.h"
+#include "amx_tiles.h"
 #include "core/bf16.h"
-
-static void need_amx(void) {
-  cmp_require_cpu();
-  if (!cpu_amx_usable()) {
-    printf("# no AMX here (or ONEDNN_MAX_CPU_ISA caps it): the tile products are not run\n");
-    skip();
-  }
-}
-
-static float unit(uint32_t *s) {
-  *s = *s * 1664525u + 1013904223u;
-  return (float)(*s >> 8) / (float)(1u << 24) - 0.5f;
-}
 
 /* C = A B (+ bias) (+ C's old values) for one shape and packing; with
  * stats, the columns' mean and variance too. */
@@ -127,6 +114,23 @@ static sp_value b_1x1s(sp_graph *g, sp_value x) {
 static void tiles_or_onednn(int path) { cpu_use_mm_amx = path == 0; }
 static void stats_in_conv_or_bn(int path) { cpu_bn_stats_offer = path == 0; }
 
+/* The case against the reference with the input gradients on oneDNN
+ * (`forward` products on the tiles) and on the tiles too (`with_dx`), each
+ * against oneDNN's kernels (2e-2: oneDNN sums in another order, then a batch
+ * norm scales the difference) and with the statistics computed by the
+ * batch norms themselves (1e-2: a last-bit change moves the bf16 roundings
+ * after it). */
+static void both_ways(cmp_case *k, long forward, long with_dx, const cmp_two_opts *o) {
+  for (cpu_mm_amx_dx = 0; cpu_mm_amx_dx < 2; cpu_mm_amx_dx++) {
+    k->tol = 6e-2;
+    cmp_run_counted(k, &cpu_mm_amx_calls, cpu_mm_amx_dx ? with_dx : forward, "tile products");
+    k->tol = 0;
+    cmp_two_paths_with(k, tiles_or_onednn, 2e-2, o);
+    cmp_two_paths_with(k, stats_in_conv_or_bn, 1e-2, o);
+  }
+  cpu_mm_amx_dx = 0;
+}
+
 static void graph_against_onednn_and_ref(void **st) {
   (void)st;
   need_amx();
@@ -136,18 +140,8 @@ static void graph_against_onednn_and_ref(void **st) {
    * statistics (a, c, d); with cpu_mm_amx_dx the input gradients of a, b,
    * c and e too (d's has 8 columns: oneDNN). */
   cmp_run_counted(&k, &cpu_mm_amx_stats_calls, 3, "products with statistics");
-  for (cpu_mm_amx_dx = 0; cpu_mm_amx_dx < 2; cpu_mm_amx_dx++) {
-    k.tol = 6e-2;
-    cmp_run_counted(&k, &cpu_mm_amx_calls, cpu_mm_amx_dx ? 7 : 3, "tile products");
-    k.tol = 0;
-    /* oneDNN sums in another order, then a batch norm scales the difference;
-     * a's bias feeds one (no true gradient: rounding noise both ways). */
-    const cmp_two_opts a_bias = {.shift_free = "a."};
-    cmp_two_paths_with(&k, tiles_or_onednn, 2e-2, &a_bias);
-    /* Statistics summed in another order: a last-bit change moves bf16 roundings after it. */
-    cmp_two_paths_with(&k, stats_in_conv_or_bn, 1e-2, &a_bias);
-  }
-  cpu_mm_amx_dx = 0;
+  const cmp_two_opts a_bias = {.shift_free = "a."};
+  both_ways(&k, 3, 7, &a_bias);
   /* Batch norms on oneDNN's kernels take no statistics: the convolutions'
    * forward stays on oneDNN too. */
   cpu_bnorm_use_onednn = 1;
@@ -179,14 +173,7 @@ static void up_layers_against_onednn_and_ref(void **st) {
   /* 2 images of 4 x 6: 48 rows (a last block of 16), 192 after the first up. */
   cmp_case k = {"up-layers on tiles", b_up, 2, 3, 4, 6, 1, SP_PLAN_BF16, 6e-2, 0};
   cmp_run_counted(&k, &cpu_mm_amx_stats_calls, 2, "up-layers with statistics");
-  for (cpu_mm_amx_dx = 0; cpu_mm_amx_dx < 2; cpu_mm_amx_dx++) {
-    k.tol = 6e-2;
-    cmp_run_counted(&k, &cpu_mm_amx_calls, cpu_mm_amx_dx ? 4 : 2, "tile products");
-    k.tol = 0;
-    cmp_two_paths(&k, tiles_or_onednn, 2e-2);
-    cmp_two_paths(&k, stats_in_conv_or_bn, 1e-3);
-  }
-  cpu_mm_amx_dx = 0;
+  both_ways(&k, 2, 4, NULL);
   cpu_use_mm_amx = 1;
   cpu_bn_stats_offer = 1;
 }
