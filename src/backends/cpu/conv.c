@@ -98,7 +98,7 @@ static void conv_forward(cpu_node *n, const sp_op_args *a) {
     cpu_mm_amx_pack(a->param[0]->data, m->ic, m->oc, 1, s->mm_w, m->threads); /* B = W^T: W is [OC][IC] */
     const cpu_mm_epilogue e = {.bias = s->has_bias ? a->param[1]->data : NULL,
                                .mean = s->base.stats_on ? s->base.stats : NULL,
-                               .var = s->base.stats + m->oc,
+                               .var = s->base.stats + m->oc, /* stats_on: bound */
                                .stats = s->stats_work};
     cpu_mm_amx(a->in[0]->data, m->rows, m->ic, s->mm_w, m->oc, a->out->data, &e, m->threads);
     return;

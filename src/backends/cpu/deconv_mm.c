@@ -128,7 +128,7 @@ static void deconv_mm_forward(cpu_node *n, const sp_op_args *a) {
   if (s->amx_fwd) {
     if (stale) cpu_mm_amx_pack_bf16(s->wt, s->ic, s->cols, 0, s->bp, s->threads);
     const cpu_mm_epilogue e = {.mean = n->stats_on ? n->stats : NULL,
-                               .var = n->stats + s->oc,
+                               .var = n->stats_on ? n->stats + s->oc : NULL,
                                .stats = s->stats_work,
                                .channels = s->oc,
                                .up_k = s->k,
