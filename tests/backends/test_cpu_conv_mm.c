@@ -18,7 +18,8 @@
  * two 1x1 convolutions gets its gradient from both (the second adds). */
 static sp_value b_two_1x1(sp_graph *g, sp_value x) {
   x = sp_conv2d(g, x, "pre", (sp_conv_args){.out_ch = 32, .kernel = 3, .pad = 1});
-  sp_value a = sp_conv2d(g, x, "a", (sp_conv_args){.out_ch = 48, .kernel = 1, .bias = 1}), b = sp_conv2d(g, x, "b", (sp_conv_args){.out_ch = 48, .kernel = 1});
+  sp_value a = sp_conv2d(g, x, "a", (sp_conv_args){.out_ch = 48, .kernel = 1, .bias = 1}),
+           b = sp_conv2d(g, x, "b", (sp_conv_args){.out_ch = 48, .kernel = 1});
   return sp_conv2d(g, sp_relu(g, sp_add(g, a, b)), "post", (sp_conv_args){.out_ch = 5, .kernel = 1, .bias = 1});
 }
 
@@ -26,7 +27,8 @@ static sp_value b_two_1x1(sp_graph *g, sp_value x) {
 static sp_value b_narrow_1x1(sp_graph *g, sp_value x) {
   x = sp_conv2d(g, x, "pre", (sp_conv_args){.out_ch = 8, .kernel = 3, .pad = 1});
   sp_value y = sp_conv2d(g, x, "c", (sp_conv_args){.out_ch = 20, .kernel = 1, .bias = 1});
-  return sp_conv2d(g, sp_add(g, y, sp_conv2d(g, x, "d", (sp_conv_args){.out_ch = 20, .kernel = 3, .pad = 1})), "post", (sp_conv_args){.out_ch = 4, .kernel = 1});
+  return sp_conv2d(g, sp_add(g, y, sp_conv2d(g, x, "d", (sp_conv_args){.out_ch = 20, .kernel = 3, .pad = 1})), "post",
+                   (sp_conv_args){.out_ch = 4, .kernel = 1});
 }
 
 /* vgg-face's first two layers on a grey image: the stem writes 8 channels
@@ -108,6 +110,82 @@ static void packed_col_same_as_plain(void **st) {
   }
   cpu_bww_use_packed = 1;
   cpu_conv_bww_min_channels = 64;
+}
+
+/* Stems on the image (3 channels, or 1) that conv_stem.c does not take
+ * (more than 49 taps or 64 output channels): the weight gradient on AMX
+ * tiles from an im2col of our own (conv_bww_mm.c, small). 7x7 stride 2
+ * (ResNet's stem: runs of 21 values, the next row's 6 on), 9x9 stride 2 on
+ * a grey image (runs of 9, the next 2 on), 3x3 into 80 channels (runs of 9)
+ * and a dilated 7x7 (tap by tap). */
+static sp_value b_stem(sp_graph *g, sp_value x, int oc, int k, int stride, int dil) {
+  x = sp_conv2d(g, x, "stem",
+                (sp_conv_args){.out_ch = oc, .kernel = k, .stride = stride, .pad = dil * (k / 2), .dilation = dil});
+  return sp_conv2d(g, sp_relu(g, x), "post", (sp_conv_args){.out_ch = 4, .kernel = 1, .bias = 1});
+}
+static sp_value b_stem7(sp_graph *g, sp_value x) { return b_stem(g, x, 32, 7, 2, 1); }
+static sp_value b_stem9(sp_graph *g, sp_value x) { return b_stem(g, x, 16, 9, 2, 1); }
+static sp_value b_stem3_wide(sp_graph *g, sp_value x) { return b_stem(g, x, 80, 3, 1, 1); }
+static sp_value b_stem_dilated(sp_graph *g, sp_value x) { return b_stem(g, x, 16, 7, 1, 2); }
+
+static void small_or_onednn(int path) { cpu_bww_use_small = path == 0; }
+
+/* Against the reference backend, and against oneDNN's backward weights on
+ * the same bf16 values (both sum exact bf16 products in f32; only the order
+ * differs). Widths: even outputs (pairs of one output row, from the padded
+ * rows), odd ones (pairs across two rows, tap by tap), and 2 x 56 x 56
+ * output positions (several chunks and a short last one). The small path
+ * must have run where AMX is usable. */
+static void stems_on_tiles(void **st) {
+  (void)st;
+  cmp_require_cpu();
+  const struct {
+    const char *label;
+    cmp_build_fn body;
+    int n, c, h, w;
+  } cases[] = {
+      {"7x7 s2, 3 ch, 9x8 out", b_stem7, 3, 3, 17, 15},       {"7x7 s2, 3 ch, 5x5 out", b_stem7, 3, 3, 9, 9},
+      {"7x7 s2, 3 ch, 56x56 out", b_stem7, 2, 3, 112, 112},   {"9x9 s2, grey", b_stem9, 2, 1, 23, 20},
+      {"3x3 s1, 3 ch -> 80, odd", b_stem3_wide, 2, 3, 11, 9}, {"7x7 dilated 2, 3 ch", b_stem_dilated, 2, 3, 16, 14},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    const long before = cpu_bww_small_calls;
+    cmp_case k = {cases[i].label, cases[i].body, cases[i].n, cases[i].c, cases[i].h, cases[i].w, 1,
+                  SP_PLAN_BF16,   6e-2,          0};
+    cmp_run(&k);
+    if (cmp_bf16_here() && cpu_amx_usable() && cpu_bww_small_calls == before)
+      fail_msg("[%s] the stem's weight gradient did not take the tiles", cases[i].label);
+    k.tol = 0;
+    cmp_two_paths(&k, small_or_onednn, 5e-3);
+  }
+  cpu_bww_use_small = 1;
+}
+
+/* Strided 1x1 layers (ResNet's projection shortcut): the products on the
+ * input's grid positions (conv_mm.c, cpu_mm1x1_grid). Two of them read the
+ * same input, so one writes its gradient and the other adds; odd and even
+ * sizes (an even one leaves the last row and column unread). */
+static sp_value b_strided_1x1(sp_graph *g, sp_value x) {
+  x = sp_conv2d(g, x, "pre", (sp_conv_args){.out_ch = 32, .kernel = 3, .pad = 1});
+  sp_value a = sp_conv2d(g, x, "a", (sp_conv_args){.out_ch = 48, .kernel = 1, .stride = 2});
+  sp_value b = sp_conv2d(g, x, "b", (sp_conv_args){.out_ch = 48, .kernel = 1, .stride = 2, .bias = 1});
+  sp_value c = sp_conv2d(g, x, "c", (sp_conv_args){.out_ch = 48, .kernel = 3, .stride = 2, .pad = 1});
+  return sp_conv2d(g, sp_relu(g, sp_add(g, sp_add(g, a, b), c)), "post", (sp_conv_args){.out_ch = 4, .kernel = 1});
+}
+
+static void strided_or_onednn(int path) { cpu_conv_mm_strided = path == 0; }
+
+static void strided_1x1(void **st) {
+  (void)st;
+  cmp_require_cpu();
+  const int sizes[3][2] = {{17, 15}, {18, 14}, {12, 13}};
+  for (int i = 0; i < 3; i++) {
+    cmp_case k = {"strided 1x1", b_strided_1x1, 3, 3, sizes[i][0], sizes[i][1], 1, SP_PLAN_BF16, 6e-2, 0};
+    cmp_run(&k);
+    k.tol = 0;
+    cmp_two_paths(&k, strided_or_onednn, 5e-3);
+  }
+  cpu_conv_mm_strided = 1;
 }
 
 /* Few channels on one side, the weight gradient in registers
@@ -206,6 +284,27 @@ static void taken_where_it_applies(void **st) {
   if (amx()) assert_true(channels_last);
   assert_int_equal(cpu_conv_bww_packed(p.state), channels_last);
   cpu_node_free(p.state);
+  /* 1x1 stride 2, 64 -> 128, bf16 channels-last: both gradients as products
+   * on the grid positions. */
+  assert_int_equal(dnnl_memory_desc_init_by_tag(&md, 4, d64, dnnl_bf16, dnnl_acdb), dnnl_success);
+  sp_conv2d_attr a1s2 = {2, 2, 0, 0, 1, 1, 1};
+  p = cmp_conv_prep(&sp_op_conv2d, &a1s2, sp_shape4(2, 64, 9, 7), sp_shape4(2, 128, 5, 4), sp_shape4(128, 64, 1, 1), 0,
+                    1, &md);
+  assert_int_equal(cpu_conv_prepare(&p), 0);
+  channels_last = cpu_conv_src_lanes(p.state) == CPU_LANES_NHWC;
+  assert_int_equal(cpu_conv_uses_matmul(p.state), channels_last);
+  cpu_node_free(p.state);
+  /* ResNet's stem, 3 -> 64, 7x7 stride 2, bf16 channels-last: the weight
+   * gradient from the small im2col on the tiles where AMX is usable. */
+  dnnl_dims_t d3 = {2, 3, 32, 32};
+  assert_int_equal(dnnl_memory_desc_init_by_tag(&md, 4, d3, dnnl_bf16, dnnl_acdb), dnnl_success);
+  sp_conv2d_attr a7 = {2, 2, 3, 3, 1, 1, 1};
+  p = cmp_conv_prep(&sp_op_conv2d, &a7, sp_shape4(2, 3, 32, 32), sp_shape4(2, 64, 16, 16), sp_shape4(64, 3, 7, 7), 0, 1,
+                    &md);
+  assert_int_equal(cpu_conv_prepare(&p), 0);
+  channels_last = cpu_conv_src_lanes(p.state) == CPU_LANES_NHWC;
+  assert_int_equal(cpu_conv_bww_small(p.state), channels_last && cpu_amx_usable());
+  cpu_node_free(p.state);
   /* 3x3 stride 2, 8 -> 16, channels-last in: stays channels-last out
    * wherever oneDNN has brgemm kernels for the dtype (bf16: AVX512-BF16 and
    * up; f32: AVX-512), instead of a reorder to plain NCHW each way. */
@@ -229,5 +328,6 @@ static void taken_where_it_applies(void **st) {
 
 CMP_CPU_MAIN(cmocka_unit_test(two_consumers), cmocka_unit_test(narrow_channels), cmocka_unit_test(narrow_channels_last),
              cmocka_unit_test(kxk_weight_gradients), cmocka_unit_test(products_match_onednn),
-             cmocka_unit_test(packed_col_same_as_plain), cmocka_unit_test(thin_weight_gradients),
+             cmocka_unit_test(packed_col_same_as_plain), cmocka_unit_test(stems_on_tiles),
+             cmocka_unit_test(strided_1x1), cmocka_unit_test(thin_weight_gradients),
              cmocka_unit_test(taken_where_it_applies))

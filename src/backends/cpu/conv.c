@@ -27,6 +27,7 @@
 #include "ops/ops.h"
 
 int cpu_conv_use_matmul = 1;
+int cpu_conv_mm_strided = 1;
 int64_t cpu_conv_bww_min_channels = 64;
 
 /* The accessors below (for tests) read a conv node; a prepare that fell back
@@ -64,6 +65,7 @@ static const cpu_bww_mm *bww_of(const conv_node *s) { return s->bww ? &s->bwwmm 
 int cpu_conv_bww_packed(const void *state) { return bww_of(conv_of(state)) && bww_of(conv_of(state))->packed; }
 int cpu_conv_bww_amx(const void *state) { return bww_of(conv_of(state)) && bww_of(conv_of(state))->amx; }
 int cpu_conv_bww_whole(const void *state) { return bww_of(conv_of(state)) && bww_of(conv_of(state))->whole; }
+int cpu_conv_bww_small(const void *state) { return bww_of(conv_of(state)) && bww_of(conv_of(state))->small; }
 int cpu_conv_uses_thin_dw(const void *state) { return conv_of(state)->mm && conv_of(state)->mm1x1.thin_dw; }
 
 /* Folds the absorbed batch norm's running statistics into plain weights and
@@ -319,10 +321,16 @@ static void grow(size_t *to, const_dnnl_primitive_desc_t pd) {
  * channels-last as forward reads and writes them. */
 static int mm_applies(const sp_op_prep *p, const conv_node *s, const cpu_conv_geom *g) {
   const sp_shape *w = &p->param_shape[0];
+  /* Strided (ResNet's projection shortcuts, 1x1 stride 2): the products on
+   * the grid positions (cpu_mm1x1_grid); a negative right padding is input
+   * the grid never reads (an even size at stride 2). oneDNN 2.6's AMX
+   * backward-data kernel ran these at 8-14 ms a layer where the forward took
+   * 2-3 (ResNet-50 bf16, batch 16). */
+  const int strided = g->strides[0] > 1 || g->strides[1] > 1;
   return cpu_conv_use_matmul && p->run_backward && p->bf16 && !g->deconv && g->groups == 1 && w->d[2] == 1 &&
-         w->d[3] == 1 && g->strides[0] == 1 && g->strides[1] == 1 && g->pad_l[0] == 0 && g->pad_l[1] == 0 &&
-         g->pad_r[0] == 0 && g->pad_r[1] == 0 && cpu_md_equal(&s->x_md, &s->src_md) &&
-         s->src_md.data_type == dnnl_bf16 && s->dst_md.data_type == dnnl_bf16 &&
+         w->d[3] == 1 && (!strided || cpu_conv_mm_strided) && g->pad_l[0] == 0 && g->pad_l[1] == 0 &&
+         (strided ? g->pad_r[0] <= 0 && g->pad_r[1] <= 0 : g->pad_r[0] == 0 && g->pad_r[1] == 0) &&
+         cpu_md_equal(&s->x_md, &s->src_md) && s->src_md.data_type == dnnl_bf16 && s->dst_md.data_type == dnnl_bf16 &&
          cpu_md_lanes(&s->src_md) == CPU_LANES_NHWC && cpu_md_lanes(&s->dst_md) == CPU_LANES_NHWC;
 }
 
@@ -331,11 +339,20 @@ static int mm_applies(const sp_op_prep *p, const conv_node *s, const cpu_conv_ge
  * channels: narrower layers (the stem, ResUNet's 32-channel decoder at full
  * resolution) spend more on the im2col copy than the product saves
  * (measured, alternating with oneDNN's kernel: 64 channels at 56x56 22-25 vs
- * 25-30 ms, 512 at 7x7 66-73 vs 108-278; 32 at 224x224 102-182 vs 87-136). */
+ * 25-30 ms, 512 at 7x7 66-73 vs 108-278; 32 at 224x224 102-182 vs 87-136).
+ * Stems on the image (1 or 3 channels) take it where AMX is usable, from an
+ * im2col of our own into the tiles' layout (cpu_bww_small_applies): ResNet-50's
+ * 7x7 stem at batch 16, fwd + bwd 17.4 -> 10.8 ms a step (alternating runs;
+ * oneDNN's kernel wrote blocked f32 that its generic reorder then turned into
+ * the plain 7x7 gradient). A 1-channel input is plain and channels-last at
+ * once. */
 static int bww_applies(const sp_op_prep *p, const conv_node *s, const cpu_conv_geom *g) {
   return cpu_conv_use_matmul && p->run_backward && p->bf16 && !g->deconv && g->groups == 1 && !s->has_bias &&
-         (cpu_conv_bww_min_channels <= p->in_shape[0].d[1]) && p->param_grad[0] && s->src_md.data_type == dnnl_bf16 &&
-         s->dst_md.data_type == dnnl_bf16 && cpu_md_lanes(&s->src_md) == CPU_LANES_NHWC &&
+         (cpu_conv_bww_min_channels <= p->in_shape[0].d[1] ||
+          cpu_bww_small_applies(p->in_shape[0].d[1], p->out_shape.d[1], p->param_shape[0].d[2],
+                                p->param_shape[0].d[3])) &&
+         p->param_grad[0] && s->src_md.data_type == dnnl_bf16 && s->dst_md.data_type == dnnl_bf16 &&
+         (cpu_md_lanes(&s->src_md) == CPU_LANES_NHWC || (p->in_shape[0].d[1] == 1 && cpu_md_is_plain(&s->src_md))) &&
          cpu_md_lanes(&s->dst_md) == CPU_LANES_NHWC;
 }
 
@@ -601,9 +618,12 @@ static int conv_setup(sp_op_prep *p, conv_node *s, const cpu_conv_geom *g) {
   if (cpu_make_reorder(&s->base, &s->wplain_md, &s->wei_md, 0, &s->re_pd[R_WEI], &s->re[R_WEI])) return -1;
 
   size_t mm_bwd = 0;
+  const sp_shape *ins = &p->in_shape[0], *outs = &p->out_shape;
+  const cpu_mm1x1_grid grid = {ins->d[0], ins->d[2], ins->d[3], outs->d[2], outs->d[3], g->strides[0], g->strides[1]};
+  const int strided = g->strides[0] > 1 || g->strides[1] > 1;
   s->mm = mm_applies(p, s, g) &&
-          cpu_mm1x1_prepare(&s->mm1x1, &s->base, sp_shape_numel(&p->in_shape[0]) / p->in_shape[0].d[1],
-                            p->in_shape[0].d[1], p->out_shape.d[1], s->need_dx, s->need_dw, s->has_bias, &mm_bwd) == 0;
+          cpu_mm1x1_prepare(&s->mm1x1, &s->base, sp_shape_numel(outs) / outs->d[1], ins->d[1], outs->d[1], s->need_dx,
+                            s->need_dw, s->has_bias, strided ? &grid : NULL, &mm_bwd) == 0;
   if (s->mm) s->need_dx = s->need_dw = 0; /* the products do both */
   /* ... and forward, where it computes the statistics of the batch norm
    * after it too (offered here, taken by that batch norm's prepare:

@@ -41,13 +41,26 @@ enum { CHUNK_BYTES = 1 << 20, MAX_THREADS = 256 };
 enum { WHOLE_MAX_L2 = 3 << 19, WHOLE_MAX_COL = 32 << 20, WHOLE_PANEL = 256 };
 int64_t cpu_bww_whole_min_t = 2 << 20; /* bytes of T from which (tests take 0) */
 
-int cpu_bww_use_packed = 1;
-
-static size_t round64(size_t b) { return (b + 63) & ~(size_t)63; }
-
 /* The packed layout this file writes: [k / 32][n / 64] blocks (outer
  * strides from the descriptor), each [16 row pairs][64 columns][2 rows]. */
 enum { PACK_ROWS = 32, PACK_COLS = 64 };
+
+int cpu_bww_use_packed = 1;
+int cpu_bww_use_small = 1;
+long cpu_bww_small_calls;
+
+/* Few input channels: a stem on the image (1 or 3 channels), where col's
+ * columns are (kh, kw, ic) runs shorter than a vector. Its own packed
+ * layout, k rounded up to 64 columns; col at most 1024 columns. */
+enum { SMALL_MAX_IC = 15, SMALL_MAX_COLS = 1024 };
+
+int cpu_bww_small_applies(int64_t ic, int64_t oc, int64_t kh, int64_t kw) {
+  const int64_t cols = (kh * kw * ic + PACK_COLS - 1) / PACK_COLS * PACK_COLS;
+  return cpu_bww_use_small && ic <= SMALL_MAX_IC && oc % 16 == 0 && cols <= SMALL_MAX_COLS && cpu_conv_use_dw_amx &&
+         cpu_amx_usable();
+}
+
+static size_t round64(size_t b) { return (b + 63) & ~(size_t)63; }
 
 /* 1 when oneDNN chose that layout for col (md from a `format_tag_any`
  * request), with its two block strides in elements. */
@@ -90,16 +103,47 @@ static int make_product(cpu_bww_mm *m, cpu_node *n, int t, int64_t r, int packed
   return 0;
 }
 
+/* Few input channels: col packed by our own im2col (small_rows below) in
+ * blocks of our own strides, the products on the tiles; T's columns k
+ * rounded up to 16 (col's past k are zero). No oneDNN primitive. */
+static int prepare_small(cpu_bww_mm *m, size_t *bwd_scratch) {
+  const cpu_conv_shape *c = &m->c;
+  const int64_t cols = (m->k + PACK_COLS - 1) / PACK_COLS * PACK_COLS;
+  int64_t chunk = CHUNK_BYTES / (2 * cols);
+  chunk = chunk < 32 ? 32 : chunk & ~(int64_t)31;
+  if (chunk > m->rows) chunk = m->rows;
+  const int64_t chunk32 = (chunk + PACK_ROWS - 1) / PACK_ROWS * PACK_ROWS;
+  m->chunk = chunk;
+  m->small = m->packed = m->amx = 1;
+  m->kt = (m->k + 15) / 16 * 16;
+  m->kblk_stride[0] = m->kblk_stride[1] = cols / PACK_COLS * (PACK_ROWS * PACK_COLS);
+  m->nblk_stride[0] = m->nblk_stride[1] = PACK_ROWS * PACK_COLS;
+  /* A padded row: pl zero positions, the input row, zeros; long enough for
+   * a 32-lane load from the last window. */
+  const int64_t last = (c->ow - 1) * c->sw * c->ic + 32, whole = (c->pl + c->iw) * c->ic;
+  m->row_len = ((last > whole ? last : whole) + 31) / 32 * 32;
+  m->pad_bytes = 0;
+  m->col_bytes = round64(sizeof(uint16_t) * (size_t)(chunk32 * cols));
+  m->t_bytes = round64(sizeof(float) * (size_t)(c->oc * m->kt));
+  m->a_bytes = round64(sizeof(uint16_t) * (size_t)(c->oc * chunk32));
+  m->rows_bytes = round64(sizeof(uint16_t) * (size_t)(c->kh * m->row_len));
+  m->thread_bytes = m->col_bytes + m->t_bytes + m->a_bytes + m->rows_bytes;
+  *bwd_scratch = (size_t)m->threads * m->thread_bytes + 64;
+  return 0;
+}
+
 int cpu_bww_mm_prepare(cpu_bww_mm *m, cpu_node *n, const cpu_conv_shape *c, size_t *bwd_scratch) {
   memset(m, 0, sizeof *m);
   m->c = *c;
   const int64_t k = c->kh * c->kw * c->ic, rows = c->n * c->oh * c->ow;
+  m->rows = rows, m->k = m->kt = k;
+  m->threads = omp_get_max_threads();
+  if (m->threads > MAX_THREADS) m->threads = MAX_THREADS;
+  if (c->ic % 16 && cpu_bww_small_applies(c->ic, c->oc, c->kh, c->kw)) return prepare_small(m, bwd_scratch);
   int64_t chunk = CHUNK_BYTES / (2 * k);
   chunk = chunk < 32 ? 32 : chunk & ~(int64_t)31;
   if (chunk > rows) chunk = rows;
-  m->chunk = chunk, m->rows = rows, m->k = k;
-  m->threads = omp_get_max_threads();
-  if (m->threads > MAX_THREADS) m->threads = MAX_THREADS;
+  m->chunk = chunk;
   const int64_t tail = rows % chunk;
   size_t pad = 0;
   dnnl_dims_t t_d = {c->oc, k};
@@ -271,6 +315,147 @@ static void im2col_packed(const cpu_bww_mm *m, uint16_t *col, int64_t r0, int64_
   }
 }
 
+/* The kh input rows under output row (img, ih0) into rows, each
+ * row_len values: pl zero positions, the input row, zeros (rows outside the
+ * image all zero). */
+static void pad_rows(const cpu_bww_mm *m, int64_t img, int64_t ih0, uint16_t *rows) {
+  const cpu_conv_shape *c = &m->c;
+  const int64_t ic = c->ic, head = c->pl * ic, body = c->iw * ic;
+  for (int64_t kh = 0; kh < c->kh; kh++) {
+    uint16_t *r = rows + kh * m->row_len;
+    const int64_t ih = ih0 + kh * c->dh;
+    if (ih < 0 || ih >= c->ih) {
+      memset(r, 0, sizeof(uint16_t) * (size_t)m->row_len);
+      continue;
+    }
+    memset(r, 0, sizeof(uint16_t) * (size_t)head);
+    memcpy(r + head, (const uint16_t *)m->x + (img * c->ih + ih) * body, sizeof(uint16_t) * (size_t)body);
+    memset(r + head + body, 0, sizeof(uint16_t) * (size_t)(m->row_len - head - body));
+  }
+}
+
+/* A pair's words (stage[0 .. k), zeros to the last 64-column block) into
+ * its place in each block. */
+static void stage_to_pair(const cpu_bww_mm *m, uint32_t *stage, uint16_t *pair) {
+  const int64_t cols = (m->k + PACK_COLS - 1) / PACK_COLS * PACK_COLS;
+  memset(stage + m->k, 0, sizeof(uint32_t) * (size_t)(cols - m->k));
+  for (int64_t b = 0; b < cols / PACK_COLS; b++)
+    memcpy(pair + b * (PACK_ROWS * PACK_COLS), stage + b * PACK_COLS, sizeof(uint32_t) * PACK_COLS);
+}
+
+#if defined(__AVX512BW__)
+/* A vector's first n (<= 16) words into the pair's columns n0 .. n0 + n:
+ * a masked store into each 64-column block they fall in (the second one
+ * from `here` words before that block's start, those lanes masked off). */
+static inline void put_words(uint16_t *pair, int64_t n0, __m512i w, int n) {
+  const int64_t in = n0 % PACK_COLS, here = PACK_COLS - in < n ? PACK_COLS - in : n;
+  uint32_t *blk = (uint32_t *)(pair + n0 / PACK_COLS * (PACK_ROWS * PACK_COLS));
+  _mm512_mask_storeu_epi32(blk + in, (__mmask16)((1u << here) - 1), w);
+  if (here < n)
+    _mm512_mask_storeu_epi32(blk + PACK_ROWS * PACK_COLS / 2 - here, (__mmask16)(((1u << n) - 1) & ~((1u << here) - 1)),
+                             w);
+}
+#endif
+
+/* A pair of rows of one output row, their windows starting `at` values into
+ * the padded rows, into the pair's place in col: per kernel row, a run of kw
+ * ic values (dilation 1) and the second row's `apart` values on, both in one
+ * 32-lane load, interleaved into `run` words (first row low) by a permute
+ * per 16 words, stored where the columns kh run .. lie. Written straight
+ * into the blocks: built in a buffer first, the copy's loads stalled on the
+ * masked stores (2.6 ms a call for ResNet-50's stem at batch 16, a thread). */
+typedef struct {
+#if defined(__AVX512BW__)
+  __m512i lo, hi; /* the permutes' lane indices: word j takes lanes j and j + apart */
+#endif
+  int64_t run, apart;
+} window_walk;
+
+static window_walk window_walk_of(int64_t run, int64_t apart) {
+  window_walk w = {.run = run, .apart = apart};
+#if defined(__AVX512BW__)
+  uint16_t lo[32], hi[32];
+  for (int j = 0; j < 16; j++) {
+    lo[2 * j] = (uint16_t)j, lo[2 * j + 1] = (uint16_t)((j + apart) & 31);
+    hi[2 * j] = (uint16_t)(16 + j), hi[2 * j + 1] = (uint16_t)((16 + j + apart) & 31);
+  }
+  w.lo = _mm512_loadu_si512(lo), w.hi = _mm512_loadu_si512(hi);
+#endif
+  return w;
+}
+
+static inline void window_pair(const cpu_bww_mm *m, const uint16_t *rows, int64_t at, const window_walk *ww,
+                               uint16_t *pair, uint32_t *stage) {
+  const int64_t run = ww->run, apart = ww->apart;
+#if defined(__AVX512BW__)
+  (void)stage;
+  const __m512i ilo = ww->lo, ihi = ww->hi;
+  const int64_t lanes = run + apart;
+  const __mmask32 load = lanes >= 32 ? ~(__mmask32)0 : (((__mmask32)1 << lanes) - 1);
+  const int first = run >= 16 ? 16 : (int)run, second = (int)run - first;
+  for (int64_t kh = 0; kh < m->c.kh; kh++) {
+    const __m512i v = _mm512_maskz_loadu_epi16(load, rows + kh * m->row_len + at);
+    put_words(pair, kh * run, _mm512_permutexvar_epi16(ilo, v), first);
+    if (second) put_words(pair, kh * run + 16, _mm512_permutexvar_epi16(ihi, v), second);
+  }
+  const int64_t cols = (m->k + PACK_COLS - 1) / PACK_COLS * PACK_COLS;
+  for (int64_t n0 = m->k; n0 < cols; n0 += 16)
+    put_words(pair, n0, _mm512_setzero_si512(), cols - n0 < 16 ? (int)(cols - n0) : 16);
+#else
+  for (int64_t kh = 0; kh < m->c.kh; kh++) {
+    const uint16_t *r = rows + kh * m->row_len + at;
+    for (int64_t j = 0; j < run; j++) stage[kh * run + j] = r[j] | (uint32_t)r[j + apart] << 16;
+  }
+  stage_to_pair(m, stage, pair);
+#endif
+}
+
+/* Rows [r0, r0 + count) into col in the small layout (blocks of 32 rows x
+ * 64 columns, row pairs interleaved); rows past count and columns past k
+ * zero. Pairs of one output row read their windows from padded copies of
+ * the input rows (window_pair); others (a pair across two output rows, at
+ * odd widths; dilation; runs longer than a vector; rows past count) tap by
+ * tap into `stage`, then copied a 64-column block at a time. */
+static void small_rows(const cpu_bww_mm *m, uint16_t *col, int64_t r0, int64_t count, uint16_t *rows) {
+  const cpu_conv_shape *c = &m->c;
+  const int64_t rows_padded = (count + PACK_ROWS - 1) / PACK_ROWS * PACK_ROWS;
+  const int64_t kblk = m->kblk_stride[0], run = c->kw * c->ic, apart = c->sw * c->ic;
+  const int windows = c->dw == 1 && run + apart <= 32;
+  uint32_t stage[SMALL_MAX_COLS] __attribute__((aligned(64)));
+  int64_t held_img = -1, held_ih0 = 0;
+  /* Row r0 + q's output position, advanced a row at a time (no divisions). */
+  int64_t ow = r0 % c->ow, oh = r0 / c->ow % c->oh, img = r0 / (c->ow * c->oh);
+  const window_walk ww = window_walk_of(run, apart);
+  for (int64_t q = 0; q < rows_padded; q += 2) {
+    const out_row o0 = {img, oh * c->sh - c->pt, ow * c->sw - c->pl, q < count};
+    if (++ow == c->ow) {
+      ow = 0;
+      if (++oh == c->oh) oh = 0, img++;
+    }
+    const out_row o1 = {img, oh * c->sh - c->pt, ow * c->sw - c->pl, q + 1 < count};
+    if (++ow == c->ow) {
+      ow = 0;
+      if (++oh == c->oh) oh = 0, img++;
+    }
+    uint16_t *pair = col + q / PACK_ROWS * kblk + q % PACK_ROWS / 2 * (2 * PACK_COLS);
+    if (windows && o0.valid && o1.valid && o1.img == o0.img && o1.ih0 == o0.ih0) {
+      if (o0.img != held_img || o0.ih0 != held_ih0) {
+        pad_rows(m, o0.img, o0.ih0, rows);
+        held_img = o0.img, held_ih0 = o0.ih0;
+      }
+      window_pair(m, rows, (o0.iw0 + c->pl) * c->ic, &ww, pair, stage);
+    } else {
+      for (int64_t kh = 0; kh < c->kh; kh++)
+        for (int64_t kw = 0; kw < c->kw; kw++) {
+          const uint16_t *s0 = tap(m, &o0, kh, kw), *s1 = tap(m, &o1, kh, kw);
+          uint32_t *w = stage + (kh * c->kw + kw) * c->ic;
+          for (int64_t i = 0; i < c->ic; i++) w[i] = (s0 ? s0[i] : 0u) | (uint32_t)(s1 ? s1[i] : 0u) << 16;
+        }
+      stage_to_pair(m, stage, pair);
+    }
+  }
+}
+
 /* dW[o][i][kh][kw] (=|+=) T[o][(kh, kw, i)], rows split among the team. */
 static void t_to_weights(const cpu_bww_mm *m, const float *t, int fresh) {
   const cpu_conv_shape *c = &m->c;
@@ -280,7 +465,7 @@ static void t_to_weights(const cpu_bww_mm *m, const float *t, int fresh) {
     for (int64_t i = 0; i < c->ic; i++)
       for (int64_t k = 0; k < khw; k++) {
         float *d = &m->dw[(o * c->ic + i) * khw + k];
-        *d = (fresh ? 0.0f : *d) + t[o * m->k + k * c->ic + i];
+        *d = (fresh ? 0.0f : *d) + t[o * m->kt + k * c->ic + i];
       }
 }
 
@@ -314,7 +499,8 @@ void cpu_bww_mm_run(const cpu_bww_mm *m, int fresh) {
     return;
   }
   const cpu_conv_shape *c = &m->c;
-  const int64_t chunks = (m->rows + m->chunk - 1) / m->chunk, tsize = c->oc * m->k;
+  const int64_t chunks = (m->rows + m->chunk - 1) / m->chunk, tsize = c->oc * m->kt;
+  if (m->small) cpu_bww_small_calls++;
 #pragma omp parallel num_threads(m->threads)
   {
     const int nt = omp_get_num_threads(), th = omp_get_thread_num();
@@ -326,13 +512,15 @@ void cpu_bww_mm_run(const cpu_bww_mm *m, int fresh) {
       const int64_t r0 = ch * m->chunk, count = m->rows - r0 < m->chunk ? m->rows - r0 : m->chunk;
       const int t = count == m->chunk ? 0 : 1;
       dnnl_memory_t *mm = mems_of(m, th, t);
-      if (m->packed)
+      if (m->small)
+        small_rows(m, col, r0, count, (uint16_t *)(sc + m->col_bytes + m->t_bytes + m->a_bytes));
+      else if (m->packed)
         im2col_packed(m, col, r0, count, m->kblk_stride[t], m->nblk_stride[t]);
       else
         im2col(m, col, r0, count);
       if (m->amx) {
         cpu_dw_amx_packed_chunk((const uint16_t *)m->dy + r0 * c->oc, c->oc, count, col, m->kblk_stride[t],
-                                m->nblk_stride[t], m->k, t_acc, (uint16_t *)((char *)t_acc + m->t_bytes));
+                                m->nblk_stride[t], m->kt, t_acc, (uint16_t *)((char *)t_acc + m->t_bytes));
         continue;
       }
       DNNL_RUN(dnnl_memory_set_data_handle(mm[0], (uint16_t *)m->dy + r0 * c->oc));
@@ -350,7 +538,7 @@ void cpu_bww_mm_run(const cpu_bww_mm *m, int fresh) {
         for (int64_t k = 0; k < khw; k++) {
           float s = 0.0f;
           for (int t = 0; t < nt; t++)
-            s += ((const float *)(thread_scratch(m, t) + m->pad_bytes + m->col_bytes))[o * m->k + k * c->ic + i];
+            s += ((const float *)(thread_scratch(m, t) + m->pad_bytes + m->col_bytes))[o * m->kt + k * c->ic + i];
           float *d = &m->dw[(o * c->ic + i) * khw + k];
           *d = (fresh ? 0.0f : *d) + s;
         }

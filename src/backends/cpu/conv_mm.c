@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "backends/cpu/cpu.h"
+#include "backends/cpu/vec.h"
 #include "core/bf16.h"
 
 int cpu_matmul_make(cpu_node *n, const dnnl_memory_desc_t *a, const dnnl_memory_desc_t *b,
@@ -46,10 +47,11 @@ static int matmul_pd(cpu_node *n, const dnnl_memory_desc_t *a, const dnnl_memory
 }
 
 int cpu_mm1x1_prepare(cpu_mm1x1 *m, cpu_node *n, int64_t rows, int64_t ic, int64_t oc, int need_dx, int need_dw,
-                      int has_bias, size_t *bwd_scratch) {
+                      int has_bias, const cpu_mm1x1_grid *grid, size_t *bwd_scratch) {
   memset(m, 0, sizeof *m);
   m->rows = rows, m->ic = ic, m->oc = oc, m->need_dx = need_dx, m->need_dw = need_dw, m->has_bias = has_bias;
   m->threads = omp_get_max_threads();
+  if (grid) m->strided = 1, m->grid = *grid;
   dnnl_dims_t dy_d = {rows, oc}, x_d = {rows, ic}, w_d = {oc, ic}, dyt_d = {oc, rows}, dyt_s = {1, oc};
   DNNL_TRY(dnnl_memory_desc_init_by_tag(&m->dy_md, 2, dy_d, dnnl_bf16, dnnl_ab));
   DNNL_TRY(dnnl_memory_desc_init_by_tag(&m->x_md, 2, x_d, dnnl_bf16, dnnl_ab));
@@ -57,9 +59,13 @@ int cpu_mm1x1_prepare(cpu_mm1x1 *m, cpu_node *n, int64_t rows, int64_t ic, int64
   DNNL_TRY(dnnl_memory_desc_init_by_tag(&m->dw_md, 2, w_d, dnnl_f32, dnnl_ab));
   DNNL_TRY(dnnl_memory_desc_init_by_strides(&m->dyt_md, 2, dyt_d, dnnl_bf16, dyt_s));
   size_t pad = 0;
-  m->amx_dx = need_dx && cpu_mm_amx_dx && cpu_mm_amx_fits(rows, oc, ic);
-  m->amx_fwd = cpu_mm_amx_fits(rows, ic, oc);
-  if (need_dx && !m->amx_dx) {
+  DNNL_TRY(dnnl_memory_desc_init_by_tag(&m->dxs_md, 2, x_d, dnnl_f32, dnnl_ab));
+  m->amx_dx = need_dx && !m->strided && cpu_mm_amx_dx && cpu_mm_amx_fits(rows, oc, ic);
+  m->amx_fwd = !m->strided && cpu_mm_amx_fits(rows, ic, oc);
+  if (need_dx && m->strided) {
+    if (matmul_pd(n, &m->dy_md, &m->wh_md, &m->dxs_md, 0, &m->dx_pd[0], &m->dx_prim[0])) return -1;
+    pad = cpu_scratchpad_bytes(m->dx_pd[0]);
+  } else if (need_dx && !m->amx_dx) {
     if (matmul_pd(n, &m->dy_md, &m->wh_md, &m->x_md, 0, &m->dx_pd[0], &m->dx_prim[0]) ||
         matmul_pd(n, &m->dy_md, &m->wh_md, &m->x_md, 1, &m->dx_pd[1], &m->dx_prim[1]))
       return -1;
@@ -79,18 +85,23 @@ int cpu_mm1x1_prepare(cpu_mm1x1 *m, cpu_node *n, int64_t rows, int64_t ic, int64
   if (need_dw && has_bias) m->bias_off = cpu_take(&used, sizeof(double) * (size_t)(oc * m->threads));
   if (m->thin_dw) m->thin_off = cpu_take(&used, cpu_thin_dw_scratch_bytes(oc, ic, m->threads));
   if (m->amx_dw) m->amx_off = cpu_take(&used, cpu_dw_amx_scratch_bytes(oc, ic, m->threads));
+  if (m->strided && need_dw) m->xs_off = cpu_take(&used, sizeof(uint16_t) * (size_t)(rows * ic));
+  if (m->strided && need_dx) m->dxs_off = cpu_take(&used, sizeof(float) * (size_t)(rows * ic));
   *bwd_scratch = used;
   return 0;
 }
 
 int cpu_mm1x1_bind(cpu_mm1x1 *m, cpu_node *n, const sp_op_args *a, char *bs) {
+  m->xs = m->strided && m->need_dw ? (uint16_t *)(bs + m->xs_off) : NULL;
+  m->dxs = m->strided && m->need_dx ? (float *)(bs + m->dxs_off) : NULL;
   if (m->need_dx && a->d_in[0]) {
-    const int k = (a->d_in_fresh & 1u) ? 0 : 1;
+    const int k = (a->d_in_fresh & 1u) || m->strided ? 0 : 1;
     m->wh = (uint16_t *)(bs + m->wh_off);
     cpu_exec_init(&m->dx, m->amx_dx ? NULL : m->dx_prim[k]);
     if (!m->amx_dx && (cpu_exec_arg(&m->dx, n, DNNL_ARG_SRC, &m->dy_md, a->d_out->data) ||
                        cpu_exec_arg(&m->dx, n, DNNL_ARG_WEIGHTS, &m->wh_md, m->wh) ||
-                       cpu_exec_arg(&m->dx, n, DNNL_ARG_DST, &m->x_md, a->d_in[0]->data) ||
+                       (m->strided ? cpu_exec_arg(&m->dx, n, DNNL_ARG_DST, &m->dxs_md, m->dxs)
+                                   : cpu_exec_arg(&m->dx, n, DNNL_ARG_DST, &m->x_md, a->d_in[0]->data)) ||
                        cpu_exec_scratchpad(&m->dx, n, m->dx_pd[k], bs)))
       return -1;
   }
@@ -103,7 +114,7 @@ int cpu_mm1x1_bind(cpu_mm1x1 *m, cpu_node *n, const sp_op_args *a, char *bs) {
       if (!a->d_param[0] || m->thin_dw || m->amx_dw) continue;
       cpu_exec_init(&m->dw[k], m->dw_prim[k]);
       if (cpu_exec_arg(&m->dw[k], n, DNNL_ARG_SRC, &m->dyt_md, a->d_out->data) ||
-          cpu_exec_arg(&m->dw[k], n, DNNL_ARG_WEIGHTS, &m->x_md, a->in[0]->data) ||
+          cpu_exec_arg(&m->dw[k], n, DNNL_ARG_WEIGHTS, &m->x_md, m->xs ? (void *)m->xs : a->in[0]->data) ||
           cpu_exec_arg(&m->dw[k], n, DNNL_ARG_DST, &m->dw_md, a->d_param[0]->data) ||
           cpu_exec_scratchpad(&m->dw[k], n, m->dw_pd[k], bs))
         return -1;
@@ -140,8 +151,71 @@ static void bias_grad(const cpu_mm1x1 *m, const uint16_t *dy, float *db, int fre
   }
 }
 
+/* xs[(n, i, j)] = x[n, sh i, sw j]: the input rows the strided layer reads. */
+static void gather_grid(const cpu_mm1x1 *m, const uint16_t *x) {
+  const cpu_mm1x1_grid *g = &m->grid;
+  const size_t bytes = sizeof(uint16_t) * (size_t)m->ic;
+#pragma omp parallel for num_threads(m->threads) schedule(static)
+  for (int64_t r = 0; r < g->n * g->oh; r++) {
+    const int64_t img = r / g->oh, i = r % g->oh;
+    const uint16_t *src = x + ((img * g->ih + g->sh * i) * g->iw) * m->ic;
+    uint16_t *dst = m->xs + r * g->ow * m->ic;
+    for (int64_t j = 0; j < g->ow; j++) memcpy(dst + j * m->ic, src + g->sw * j * m->ic, bytes);
+  }
+}
+
+/* A row of n f32 values into bf16 (rounded), or added onto bf16 values (the
+ * sum rounded once). */
+static void round_row(uint16_t *d, const float *s, int64_t n) {
+  int64_t i = 0;
+  for (; i + VW <= n; i += VW) vstw(d, i, vldw(s, i, 0, VW), 1, VW);
+  for (; i < n; i++) d[i] = sp_bf16_round(s[i]);
+}
+static void add_row(uint16_t *d, const float *s, int64_t n) {
+  int64_t i = 0;
+  for (; i + VW <= n; i += VW) vstw(d, i, vldw(d, i, 1, VW) + vldw(s, i, 0, VW), 1, VW);
+  for (; i < n; i++) d[i] = sp_bf16_round(sp_bf16_widen(d[i]) + s[i]);
+}
+
+/* dX from dxs: grid positions get dxs's rows rounded to bf16 (added to what
+ * dX holds where another consumer wrote first: one rounding, as a sum
+ * post-op does), the others zero where dX is written fresh. One input row
+ * (n, y) a task. */
+static void spread_grid(const cpu_mm1x1 *m, uint16_t *dx, int fresh) {
+  const cpu_mm1x1_grid *g = &m->grid;
+  const int64_t ic = m->ic, row = g->iw * ic;
+#pragma omp parallel for num_threads(m->threads) schedule(static)
+  for (int64_t r = 0; r < g->n * g->ih; r++) {
+    const int64_t img = r / g->ih, y = r % g->ih, i = y / g->sh;
+    uint16_t *d = dx + r * row;
+    if (y % g->sh || i >= g->oh) {
+      if (fresh) memset(d, 0, sizeof(uint16_t) * (size_t)row);
+      continue;
+    }
+    const float *s = m->dxs + (img * g->oh + i) * g->ow * ic;
+    for (int64_t xx = 0; xx < g->iw; xx++) {
+      const int64_t j = xx / g->sw;
+      uint16_t *dp = d + xx * ic;
+      if (xx % g->sw || j >= g->ow) {
+        if (fresh) memset(dp, 0, sizeof(uint16_t) * (size_t)ic);
+        continue;
+      }
+      const float *sp = s + j * ic;
+      if (fresh)
+        round_row(dp, sp, ic);
+      else
+        add_row(dp, sp, ic);
+    }
+  }
+}
+
 void cpu_mm1x1_backward(const cpu_mm1x1 *m, const sp_op_args *a) {
-  if (m->need_dx && a->d_in[0]) {
+  if (m->xs && a->d_param[0]) gather_grid(m, a->in[0]->data);
+  if (m->need_dx && a->d_in[0] && m->strided) {
+    cpu_round_bf16(m->wh, a->param[0]->data, m->oc * m->ic);
+    cpu_exec_run(&m->dx);
+    spread_grid(m, a->d_in[0]->data, (a->d_in_fresh & 1u) != 0);
+  } else if (m->need_dx && a->d_in[0]) {
     const float *w = a->param[0]->data;
     if (m->amx_dx) {
       cpu_mm_amx_pack(w, m->oc, m->ic, 0, m->wh, m->threads); /* B = W [OC][IC] as it lies */
@@ -156,11 +230,11 @@ void cpu_mm1x1_backward(const cpu_mm1x1 *m, const sp_op_args *a) {
     /* Written where sp_plan_zero_grad marked them (d_param_fresh), else added. */
     const int w_fresh = (a->d_param_fresh & 1u) != 0, b_fresh = (a->d_param_fresh & 2u) != 0;
     if (m->thin_dw && a->d_param[0])
-      cpu_thin_dw(a->d_out->data, a->in[0]->data, m->rows, m->oc, m->ic, a->d_param[0]->data, m->thin_acc, m->threads,
-                  w_fresh);
+      cpu_thin_dw(a->d_out->data, m->xs ? m->xs : a->in[0]->data, m->rows, m->oc, m->ic, a->d_param[0]->data,
+                  m->thin_acc, m->threads, w_fresh);
     if (m->amx_dw && a->d_param[0])
-      cpu_dw_amx(a->d_out->data, a->in[0]->data, m->rows, m->oc, m->ic, a->d_param[0]->data, !w_fresh, m->amx_scratch,
-                 m->threads);
+      cpu_dw_amx(a->d_out->data, m->xs ? m->xs : a->in[0]->data, m->rows, m->oc, m->ic, a->d_param[0]->data, !w_fresh,
+                 m->amx_scratch, m->threads);
     cpu_exec_run(&m->dw[w_fresh ? 0 : 1]);
     if (m->has_bias && a->n_param > 1 && a->d_param[1]) bias_grad(m, a->d_out->data, a->d_param[1]->data, b_fresh);
   }

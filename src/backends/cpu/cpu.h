@@ -257,9 +257,23 @@ int cpu_matmul_make(cpu_node *n, const dnnl_memory_desc_t *a, const dnnl_memory_
  * master weights; 1 when the case does not apply. */
 int cpu_linear_mm_prepare(sp_op_prep *p);
 
+/* A strided 1x1 convolution's input grid (cpu_mm1x1_prepare): output
+ * position (n, i, j) reads input (n, sh i, sw j). */
 typedef struct {
-  int64_t rows, ic, oc; /* rows = N H W */
+  int64_t n, ih, iw, oh, ow, sh, sw;
+} cpu_mm1x1_grid;
+typedef struct {
+  int64_t rows, ic, oc; /* rows = N OH OW, the output positions */
   int need_dx, need_dw, has_bias, threads;
+  /* Stride above 1: dW reads X's grid positions gathered into xs, and the
+   * input gradient is computed into dxs (f32, compact) and then spread over
+   * dX (the other positions zero, or left as they are where it adds). */
+  int strided;
+  cpu_mm1x1_grid grid;
+  dnnl_memory_desc_t dxs_md;
+  size_t xs_off, dxs_off;
+  uint16_t *xs;
+  float *dxs;
   int thin_dw; /* the weight gradient by conv_thin_dw.c, not a matmul */
   int amx_dw;  /* ... or by dw_amx.c */
   int amx_dx;  /* the input gradient by mm_amx.c, not oneDNN's matmul (wh: W packed for it) */
@@ -274,9 +288,10 @@ typedef struct {
   cpu_exec dx, dw[2];
 } cpu_mm1x1;
 /* Creates the products (owned by n) and sizes their backward scratch; -1
- * (error set) when oneDNN has no fast matmul for them. */
+ * (error set) when oneDNN has no fast matmul for them. grid: NULL for
+ * stride 1, else the strided layer's (rows = its N OH OW). */
 int cpu_mm1x1_prepare(cpu_mm1x1 *m, cpu_node *n, int64_t rows, int64_t ic, int64_t oc, int need_dx, int need_dw,
-                      int has_bias, size_t *bwd_scratch);
+                      int has_bias, const cpu_mm1x1_grid *grid, size_t *bwd_scratch);
 int cpu_mm1x1_bind(cpu_mm1x1 *m, cpu_node *n, const sp_op_args *a, char *bwd_scratch);
 void cpu_mm1x1_backward(const cpu_mm1x1 *m, const sp_op_args *a);
 /* conv_thin_dw.c: dW[o][i] += sum_r dY[r][o] X[r][i] for a 1x1 convolution
@@ -382,6 +397,7 @@ typedef struct {
 typedef struct {
   cpu_conv_shape c;
   int64_t rows, chunk, k; /* k = kh kw ic */
+  int64_t kt;             /* T's columns: k, or (small) k rounded up to 16 for the tiles */
   int threads;
   /* col is written straight in the matmul's packed layout (BA16a64b2a:
    * 32-row blocks of 64 columns, row pairs interleaved), so the matmul does
@@ -390,6 +406,9 @@ typedef struct {
   int packed;
   int amx;   /* the products on AMX tiles (dw_amx.c) reading the packed col */
   int whole; /* amx, few rows and a large T: col and dY^T of all rows at once, threads split T's columns */
+  int small; /* amx, few input channels (a stem on the image): col packed by our own im2col, no oneDNN product */
+  size_t rows_bytes; /* small: each thread's zero-padded input rows (kh of them) */
+  int64_t row_len;   /* small: values in one of those rows */
   int64_t kblk_stride[2], nblk_stride[2];
   dnnl_memory_desc_t a_md[2], b_md[2], t_md; /* [0]: a full chunk, [1]: the tail */
   dnnl_primitive_desc_t pd[2];
@@ -563,6 +582,11 @@ int cpu_conv_weight_mds(const sp_op_prep *p, const cpu_conv_geom *g, dnnl_memory
 /* conv_bww_mm.c: 0 builds col plain and lets the matmul pack it (tests
  * compare the two). */
 extern int cpu_bww_use_packed;
+/* conv_bww_mm.c: 0 keeps layers with few input channels (a stem on the
+ * image) off the tiles (tests compare); runs of that path so far. */
+extern int cpu_bww_use_small;
+extern long cpu_bww_small_calls;
+int cpu_bww_small_applies(int64_t ic, int64_t oc, int64_t kh, int64_t kw);
 /* conv.c: 0 keeps oneDNN's convolution backward for 1x1 convolutions
  * (tests compare the two paths; benchmarks measure them). */
 extern int cpu_conv_use_matmul;
@@ -578,6 +602,9 @@ int cpu_conv_winograd_choice(const sp_op_prep *p, int groups, const int64_t *str
 /* conv.c: input channels from which the weight gradient of a non-1x1 bf16
  * convolution runs as im2col + matmul (64; tests lower it). */
 extern int64_t cpu_conv_bww_min_channels;
+/* conv.c: 0 keeps strided 1x1 layers' backward off the products (oneDNN's
+ * convolution backward; tests compare). */
+extern int cpu_conv_mm_strided;
 extern int64_t
     cpu_bww_whole_min_t; /* conv_bww_mm.c: T's bytes from which a layer of few rows takes the whole-layer form */
 /* A conv node's state (sp_op_prep.state) runs its backward as products. */
@@ -586,6 +613,7 @@ int cpu_conv_uses_thin_dw(const void *state);    /* its weight gradient by conv_
 int cpu_conv_bww_packed(const void *state);      /* ... by conv_bww_mm.c with col packed */
 int cpu_conv_bww_amx(const void *state);         /* ... and its products on AMX tiles */
 int cpu_conv_bww_whole(const void *state);       /* ... all rows at once (the whole-layer form) */
+int cpu_conv_bww_small(const void *state);       /* ... few input channels, our own packed im2col */
 int cpu_conv_uses_dw_blocked(const void *state); /* ... by conv_dw_blocked.c */
 int cpu_conv_winograd_passes(const void *state); /* bit 0 forward, 1 backward data, 2 weights: on Winograd */
 int cpu_conv_uses_s2_dx(const void *state);      /* its input gradient by conv_s2_dx.c */
