@@ -14,6 +14,11 @@
 #ifdef SPRY_HAVE_DNNL
 #include "backends/cpu/cpu.h"
 
+/* With AMX, oneDNN keeps a channels-last bf16 input (its brgemm kernels);
+ * without (AMD Zen 5: AVX512-BF16 only) its bf16 training kernels want
+ * 16-channel blocks, and the plan's activations are blocked. */
+static int amx(void) { return dnnl_get_effective_cpu_isa() >= dnnl_cpu_isa_avx512_core_amx; }
+
 /* x -> conv3 -> [1x1 a (bias), 1x1 b] -> add -> 1x1 post: the input of the
  * two 1x1 convolutions gets its gradient from both (the second adds). */
 static sp_value b_two_1x1(sp_graph *g, sp_value x) {
@@ -188,6 +193,42 @@ static void strided_1x1(void **st) {
   cpu_conv_mm_strided = 1;
 }
 
+/* Few output positions, many weights (ResNet's last stage): forward and
+ * input gradient as im2col + matmul (conv_col_mm.c). A 3x3 stride-2 layer
+ * into 7 x 6, then a 3x3 stride-1 one; the stride-1 layer's input also
+ * feeds a 1x1 convolution, so one of the two adds its input gradient. The
+ * thresholds are lowered to these sizes (256 -> 32 channels). */
+static sp_value b_col_mm(sp_graph *g, sp_value x) {
+  x = sp_conv2d(g, x, "pre", (sp_conv_args){.out_ch = 32, .kernel = 3, .pad = 1});
+  x = sp_relu(g, sp_conv2d(g, x, "s2", (sp_conv_args){.out_ch = 48, .kernel = 3, .stride = 2, .pad = 1}));
+  sp_value a = sp_conv2d(g, x, "s1", (sp_conv_args){.out_ch = 32, .kernel = 3, .pad = 1});
+  sp_value b = sp_conv2d(g, x, "side", (sp_conv_args){.out_ch = 32, .kernel = 1});
+  return sp_conv2d(g, sp_relu(g, sp_add(g, a, b)), "post", (sp_conv_args){.out_ch = 4, .kernel = 1, .bias = 1});
+}
+
+static void col_mm_or_onednn(int path) { cpu_conv_use_col_mm = path == 0; }
+static void col_mm_tiles_or_matmul(int path) { cpu_col_mm_amx = path == 0; }
+
+static void few_positions_col_mm(void **st) {
+  (void)st;
+  cmp_require_cpu();
+  const int64_t min_ch = cpu_col_mm_min_channels;
+  cpu_col_mm_min_channels = 32;
+  const int sizes[2][2] = {{13, 11}, {14, 12}}; /* 7 x 6 outputs either way; the second an even input */
+  for (int i = 0; i < 2; i++) {
+    const long before = cpu_col_mm_calls;
+    cmp_case k = {"col mm", b_col_mm, 2, 3, sizes[i][0], sizes[i][1], 1, SP_PLAN_BF16, 6e-2, 0};
+    cmp_run(&k);
+    if (cmp_bf16_here() && amx() && cpu_col_mm_calls < before + 2)
+      fail_msg("[col mm] the two layers did not take im2col + matmul");
+    k.tol = 0;
+    cmp_two_paths(&k, col_mm_or_onednn, 5e-3);
+    cmp_two_paths(&k, col_mm_tiles_or_matmul, 5e-3);
+  }
+  cpu_conv_use_col_mm = 1, cpu_col_mm_amx = 1;
+  cpu_col_mm_min_channels = min_ch;
+}
+
 /* Few channels on one side, the weight gradient in registers
  * (conv_thin_dw.c): 8 -> 32 and 32 -> 8 as in ResUNet's full-resolution
  * layers, then 8 -> 16 (bias), 16 -> 16 and 16 -> 8. */
@@ -235,11 +276,6 @@ static void products_match_onednn(void **st) {
   same_as_onednn(b_two_1x1, "two 1x1", 9, 7);
 }
 
-/* With AMX, oneDNN keeps a channels-last bf16 input (its brgemm kernels);
- * without (AMD Zen 5: AVX512-BF16 only) its bf16 training kernels want
- * 16-channel blocks, and the plan's activations are blocked. */
-static int amx(void) { return dnnl_get_effective_cpu_isa() >= dnnl_cpu_isa_avx512_core_amx; }
-
 /* The products are taken for channels-last bf16 (what bf16 plans give
  * convolutions on AMX machines) and only there. */
 static void taken_where_it_applies(void **st) {
@@ -283,6 +319,17 @@ static void taken_where_it_applies(void **st) {
   channels_last = cpu_conv_src_lanes(p.state) == CPU_LANES_NHWC;
   if (amx()) assert_true(channels_last);
   assert_int_equal(cpu_conv_bww_packed(p.state), channels_last);
+  cpu_node_free(p.state);
+  /* 3x3, 512 -> 512 at 7x7, bf16 channels-last: im2col + matmul where
+   * the layouts are channels-last (AMX machines). */
+  dnnl_dims_t d512 = {2, 512, 7, 7};
+  assert_int_equal(dnnl_memory_desc_init_by_tag(&md, 4, d512, dnnl_bf16, dnnl_acdb), dnnl_success);
+  p = cmp_conv_prep(&sp_op_conv2d, &a3, sp_shape4(2, 512, 7, 7), sp_shape4(2, 512, 7, 7), sp_shape4(512, 512, 3, 3), 0,
+                    1, &md);
+  assert_int_equal(cpu_conv_prepare(&p), 0);
+  channels_last = cpu_conv_src_lanes(p.state) == CPU_LANES_NHWC;
+  if (amx()) assert_true(cpu_conv_uses_col_mm(p.state));
+  assert_true(!cpu_conv_uses_col_mm(p.state) || channels_last);
   cpu_node_free(p.state);
   /* 1x1 stride 2, 64 -> 128, bf16 channels-last: both gradients as products
    * on the grid positions. */
@@ -329,5 +376,5 @@ static void taken_where_it_applies(void **st) {
 CMP_CPU_MAIN(cmocka_unit_test(two_consumers), cmocka_unit_test(narrow_channels), cmocka_unit_test(narrow_channels_last),
              cmocka_unit_test(kxk_weight_gradients), cmocka_unit_test(products_match_onednn),
              cmocka_unit_test(packed_col_same_as_plain), cmocka_unit_test(stems_on_tiles),
-             cmocka_unit_test(strided_1x1), cmocka_unit_test(thin_weight_gradients),
-             cmocka_unit_test(taken_where_it_applies))
+             cmocka_unit_test(strided_1x1), cmocka_unit_test(few_positions_col_mm),
+             cmocka_unit_test(thin_weight_gradients), cmocka_unit_test(taken_where_it_applies))

@@ -18,8 +18,10 @@
 #include "core/bf16.h"
 
 /* C = A B (+ bias) (+ C's old values) for one shape and packing; with
- * stats, the columns' mean and variance too. */
-static void one_shape(int64_t m, int64_t k, int64_t n, int transposed, int with_bias, int accumulate, int stats) {
+ * stats, the columns' mean and variance too; with f32, C in f32 (the
+ * epilogue's c32: no rounding, no bias or statistics). */
+static void shape_out(int64_t m, int64_t k, int64_t n, int transposed, int with_bias, int accumulate, int stats,
+                      int f32) {
   uint32_t seed = (uint32_t)(m * 7 + k * 131 + n * 17 + transposed);
   const int threads = omp_get_max_threads();
   uint16_t *a = malloc(sizeof(uint16_t) * (size_t)(m * k)), *c = malloc(sizeof(uint16_t) * (size_t)(m * n));
@@ -34,10 +36,14 @@ static void one_shape(int64_t m, int64_t k, int64_t n, int transposed, int with_
   for (int64_t i = 0; i < k * n; i++) w[i] = unit(&seed);
   for (int64_t j = 0; j < n; j++) bias[j] = 3.0f + unit(&seed); /* a mean far from 0: the shifted sums matter */
   for (int64_t i = 0; i < m * n; i++) c[i] = sp_bf16_round(unit(&seed));
+  float *cf = malloc(sizeof(float) * (size_t)(m * n));
+  assert_non_null(cf);
+  for (int64_t i = 0; i < m * n; i++) cf[i] = unit(&seed) * 4.0f; /* f32: old values not on the bf16 grid */
   /* B[kk][j] as the packing reads it: w [k][n], or w [n][k] transposed. */
   for (int64_t i = 0; i < m; i++)
     for (int64_t j = 0; j < n; j++) {
-      double s = (with_bias ? bias[j] : 0.0) + (accumulate ? sp_bf16_widen(c[i * n + j]) : 0.0);
+      double s = (with_bias ? bias[j] : 0.0) +
+                 (accumulate ? (f32 ? (double)cf[i * n + j] : sp_bf16_widen(c[i * n + j])) : 0.0);
       for (int64_t kk = 0; kk < k; kk++)
         s += (double)sp_bf16_widen(a[i * k + kk]) *
              sp_bf16_widen(sp_bf16_round(transposed ? w[j * k + kk] : w[kk * n + j]));
@@ -48,12 +54,14 @@ static void one_shape(int64_t m, int64_t k, int64_t n, int transposed, int with_
                              .accumulate = accumulate,
                              .mean = stats ? mean : NULL,
                              .var = var,
-                             .stats = work};
-  cpu_mm_amx(a, m, k, bp, n, c, &e, threads);
+                             .stats = work,
+                             .c32 = f32 ? cf : NULL};
+  cpu_mm_amx(a, m, k, bp, n, f32 ? NULL : c, &e, threads);
   double worst = 0;
   for (int64_t i = 0; i < m * n; i++) {
-    /* One bf16 rounding of an f32 sum: 2^-8 relative, plus the sum's own error. */
-    const double err = fabs(sp_bf16_widen(c[i]) - want[i]) - ldexp(fabs(want[i]), -8);
+    /* One bf16 rounding of an f32 sum: 2^-8 relative, plus the sum's own
+     * error; f32: the sum's error alone. */
+    const double err = f32 ? fabs(cf[i] - want[i]) : fabs(sp_bf16_widen(c[i]) - want[i]) - ldexp(fabs(want[i]), -8);
     worst = fmax(worst, err);
   }
   if (!(worst <= 1e-4 * sqrt((double)k))) {
@@ -73,8 +81,12 @@ static void one_shape(int64_t m, int64_t k, int64_t n, int transposed, int with_
       fail();
     }
   }
-  free(a), free(c), sp_aligned_free(bp), free(w), free(bias), free(mean), free(var), free(want);
+  free(a), free(c), free(cf), sp_aligned_free(bp), free(w), free(bias), free(mean), free(var), free(want);
   sp_aligned_free(work);
+}
+
+static void one_shape(int64_t m, int64_t k, int64_t n, int transposed, int with_bias, int accumulate, int stats) {
+  shape_out(m, k, n, transposed, with_bias, accumulate, stats, 0);
 }
 
 static void against_double_sums(void **st) {
@@ -87,6 +99,8 @@ static void against_double_sums(void **st) {
       one_shape(shapes[i][0], shapes[i][1], shapes[i][2], transposed, 0, 0, 0);
       one_shape(shapes[i][0], shapes[i][1], shapes[i][2], transposed, 1, 0, 1);
       one_shape(shapes[i][0], shapes[i][1], shapes[i][2], transposed, 0, 1, 0);
+      shape_out(shapes[i][0], shapes[i][1], shapes[i][2], transposed, 0, 0, 0, 1); /* f32 C, written */
+      shape_out(shapes[i][0], shapes[i][1], shapes[i][2], transposed, 0, 1, 0, 1); /* ... and added onto */
     }
   /* Panels of 32 columns: many panels, the threads splitting them. */
   const int64_t panel = cpu_mm_amx_panel_bytes;

@@ -41,6 +41,7 @@ static const conv_node *conv_of(const void *state) {
 }
 
 int cpu_conv_uses_matmul(const void *state) { return conv_of(state)->mm; }
+int cpu_conv_uses_col_mm(const void *state) { return conv_of(state)->colmm; }
 int cpu_conv_uses_dw_blocked(const void *state) { return conv_of(state)->dw_blocked; }
 int cpu_conv_winograd_passes(const void *state) {
   const conv_node *s = conv_of(state);
@@ -105,6 +106,10 @@ static void conv_forward(cpu_node *n, const sp_op_args *a) {
     cpu_mm_amx(a->in[0]->data, m->rows, m->ic, s->mm_w, m->oc, a->out->data, &e, m->threads);
     return;
   }
+  if (s->colmm) {
+    cpu_colmm_forward(&s->cm, a->param[0]->data);
+    return;
+  }
   if (!s->wei_kept || a->params_stale) {
     if (s->fold_bn) fold_bn(s, a);
     cpu_exec_run(&s->w_wei);
@@ -124,6 +129,7 @@ static void conv_backward(cpu_node *n, const sp_op_args *a) {
     cpu_wino_run(&s->wb, s->wb_u, a->d_out->data, a->d_in[0]->data, NULL, 0, !(a->d_in_fresh & 1u), s->wb_work);
   }
   if (s->s2dx && a->d_in[0]) cpu_s2dx_run(&s->s2, a->param[0]->data, !(a->d_in_fresh & 1u));
+  if (s->colmm && a->d_in[0]) cpu_colmm_dx(&s->cm, a->d_in[0]->data, (a->d_in_fresh & 1u) != 0);
   if (s->dxfwd_on) {
     cpu_dxfwd_run(&s->dxf);
   } else if (s->need_dx && a->d_in[0]) {
@@ -180,6 +186,9 @@ static int conv_bind(cpu_node *n, const sp_op_args *a, char *fs, char *bs) {
       cpu_exec_scratchpad(&s->conv, n, s->fwd_pd, fs))
     return -1;
   s->mm_w = (uint16_t *)wei;
+  if (s->colmm && cpu_colmm_bind(&s->cm, n, src, a->out->data, (uint16_t *)wei,
+                                 s->run_backward && a->d_in[0] ? a->d_out->data : NULL, fs, bs))
+    return -1;
   if (s->base.stats_able)
     s->base.stats = (float *)(keep + s->stats_off), s->stats_work = (double *)(fs + s->stats_work_off);
   if (s->dc1 && cpu_dc1_bind(&s->d1, n, src, a->out->data, fs + s->dc1_off)) return -1;
@@ -513,6 +522,7 @@ static void place_buffers(sp_op_prep *p, conv_node *s, size_t mm_bwd, size_t bww
   size_t fwd = 0, bwd = 0, keep = 0;
   for (int r = 0; r < N_REORDERS; r++) grow(r <= R_WEI ? &fwd : &bwd, s->re_pd[r]);
   grow(&fwd, s->fwd_pd);
+  if (s->colmm && s->cm_fwd > fwd) fwd = s->cm_fwd; /* in place of the convolution's, from 0 */
   grow(&bwd, s->bwd_data_pd);
   grow(&bwd, s->bwd_wei_pd);
   size_t *k = s->run_backward ? &keep : &fwd;
@@ -531,8 +541,9 @@ static void place_buffers(sp_op_prep *p, conv_node *s, size_t mm_bwd, size_t bww
     if (s->dc1) cpu_dc1_keep(&s->d1, kept + at_d1);
     if (s->fold_bn) s->wfold = (float *)(kept + at_f), s->bfold = (float *)(kept + at_b);
   } else {
-    const size_t wb = cpu_md_bytes(&s->wei_md),
-                 packed = s->mm_fwd ? cpu_mm_amx_packed_bytes(s->mm1x1.ic, s->mm1x1.oc) : 0;
+    const size_t wb = cpu_md_bytes(&s->wei_md), packed = s->mm_fwd  ? cpu_mm_amx_packed_bytes(s->mm1x1.ic, s->mm1x1.oc)
+                                                         : s->colmm ? s->cm.wt_bytes
+                                                                    : 0;
     s->wei_off = cpu_take(k, wb > packed ? wb : packed);
     if (s->wino) s->wf_u_off = cpu_take(&fwd, s->wf_u_bytes);
   }
@@ -651,7 +662,16 @@ static int conv_setup(sp_op_prep *p, conv_node *s, const cpu_conv_geom *g) {
   /* ... and in either form the concat after the ReLU (U-Net's skip join):
    * written in place, the skip copied after it. */
   s->cat = s->dc1 && cpu_dc1_concat_prepare(&s->d1, p, &s->base.out_md) == 0;
-  size_t s2dx_bwd = 0, bww_bwd = 0; /* s2dx: the input gradient as a 2x2 forward convolution (conv_s2_dx.c) */
+  /* Few output positions, many weights: forward and the input gradient as
+   * im2col + matmul (conv_col_mm.c). */
+  if (p->run_backward && p->bf16 && !g->deconv && g->groups == 1 && !s->has_bias && !s->fold_bn && !s->post_add &&
+      cpu_md_equal(&s->x_md, &s->src_md) && cpu_md_lanes(&s->src_md) == CPU_LANES_NHWC &&
+      cpu_md_lanes(&s->dst_md) == CPU_LANES_NHWC) {
+    const int r = cpu_colmm_prepare(&s->cm, &s->base, &cs, s->need_dx, &s->cm_fwd, &s->cm_bwd);
+    if (r < 0) return -1;
+    if ((s->colmm = r == 0)) s->need_dx = 0;
+  }
+  size_t s2dx_bwd = s->cm_bwd, bww_bwd = 0; /* s2dx: the input gradient as a 2x2 forward convolution (conv_s2_dx.c) */
   const int s2dx = s->need_dx && !g->deconv && g->groups == 1 && cpu_md_equal(&s->x_md, &s->src_md)
                        ? cpu_s2dx_prepare(&s->s2, &s->base, &cs, &s->src_md, &s->dst_md, &s2dx_bwd)
                        : 1;
@@ -670,7 +690,7 @@ static int conv_setup(sp_op_prep *p, conv_node *s, const cpu_conv_geom *g) {
   const int wf_lanes = wino_fits(p, g, &s->src_md, &s->dst_md)                ? 8
                        : wino16_fits(p, g, &s->src_md, &s->dst_md, wf_frozen) ? 16
                                                                               : 0;
-  s->wino = !s->post_add && wf_lanes &&
+  s->wino = !s->post_add && !s->colmm && wf_lanes &&
             cpu_wino_prepare(&s->wf, in->d[0], in->d[2], in->d[3], in->d[1], out->d[1], 0, wf_frozen, wf_lanes,
                              &s->wf_u_bytes, &s->wf_work_bytes) == 0;
   if (!s->wino && !s->post_add && wino_s2_fits(p, g, &s->src_md, &s->dst_md))

@@ -43,7 +43,10 @@ typedef struct {
   int dwb_threads;   /* the team its scratch was sized for */
   char *dwb_scratch; /* from the start of backward scratch */
   cpu_bww_mm bwwmm;
-  int s2dx; /* the input gradient runs as a 2x2 forward convolution + shuffle (conv_s2_dx.c) */
+  int colmm; /* forward and the input gradient as im2col + matmul (conv_col_mm.c) */
+  cpu_colmm cm;
+  size_t cm_fwd, cm_bwd; /* its scratch bytes, from 0 of each region */
+  int s2dx;              /* the input gradient runs as a 2x2 forward convolution + shuffle (conv_s2_dx.c) */
   cpu_s2dx s2;
   int dxfwd,
       dxfwd_on; /* an input gradient added onto another's: ready / bound as a forward convolution (conv_dx_fwd.c) */

@@ -338,6 +338,9 @@ typedef struct {
    * goes to output pixel (up_k i + a, up_k j + b), channel o, of the
    * channels-last output (up_k up_oc a multiple of 32). */
   int64_t up_k, up_h, up_w, up_oc;
+  /* Non-NULL: C is f32, written here ([m][n]; c unused) or added onto
+   * (accumulate); no bias, statistics or up-layer scatter with it. */
+  float *c32;
 } cpu_mm_epilogue;
 size_t cpu_mm_amx_stats_bytes(int64_t n, int threads);
 void cpu_mm_amx(const uint16_t *a, int64_t m, int64_t k, const uint16_t *bp, int64_t n, uint16_t *c,
@@ -426,6 +429,41 @@ int cpu_bww_mm_prepare(cpu_bww_mm *m, cpu_node *n, const cpu_conv_shape *c, size
 int cpu_bww_mm_bind(cpu_bww_mm *m, const void *x, const void *dy, float *dw, char *bwd_scratch);
 void cpu_bww_mm_run(const cpu_bww_mm *m, int fresh); /* fresh: write dW instead of adding */
 void cpu_bww_mm_release(cpu_bww_mm *m);
+/* conv_col_mm.c: a bf16 training convolution with few output positions and
+ * many weights (OH OW <= cpu_col_mm_max_positions, IC >= cpu_col_mm_min_channels)
+ * as im2col + matmul forward and as matmul + a gather of each input's taps
+ * for the input gradient; cpu_col_mm_calls counts forwards. */
+extern int cpu_conv_use_col_mm;
+extern int64_t cpu_col_mm_max_positions, cpu_col_mm_min_channels;
+extern long cpu_col_mm_calls;
+extern int cpu_col_mm_amx; /* its products on mm_amx.c's tiles where they fit; 0: oneDNN's matmul (tests compare) */
+typedef struct {
+  cpu_conv_shape c;
+  int64_t m, k; /* M = N OH OW rows, K = kh kw ic */
+  int need_dx, threads;
+  dnnl_memory_desc_t col_md, wtt_md, y_md, wt_md, dcol_md;
+  dnnl_primitive_desc_t fwd_pd, dx_pd;
+  dnnl_primitive_t fwd, dx;
+  int amx;    /* forward on mm_amx.c's tiles (Wt^T packed into bp), not oneDNN's matmul */
+  int amx_dx; /* ... and dcol (f32 out, Wt packed into bpx) */
+  size_t col_off, dcol_off, bp_off, bpx_off; /* in forward / backward scratch */
+  void *y;
+  const void *dy;
+  uint16_t *bp, *bpx;
+  size_t wt_bytes; /* Wt, kept by the node from forward to backward */
+  const void *x;
+  uint16_t *wt, *col;
+  float *dcol;
+  cpu_exec fwd_run, dx_run;
+} cpu_colmm;
+/* 0: taken (its forward and backward scratch bytes); 1: not; -1: error set. */
+int cpu_colmm_prepare(cpu_colmm *m, cpu_node *n, const cpu_conv_shape *c, int need_dx, size_t *fwd_scratch,
+                      size_t *bwd_scratch);
+/* wt: wt_bytes kept from forward to backward; dy NULL: no input gradient. */
+int cpu_colmm_bind(cpu_colmm *m, cpu_node *n, const void *x, void *y, uint16_t *wt, const void *dy, char *fwd_scratch,
+                   char *bwd_scratch);
+void cpu_colmm_forward(const cpu_colmm *m, const float *w); /* w: the plain f32 master weights */
+void cpu_colmm_dx(const cpu_colmm *m, void *dx, int fresh); /* fresh: write dX instead of adding */
 /* conv_s2_dx.c: the input gradient of a bf16 channels-last 3x3, stride-2,
  * padding-1 convolution (even input size) as a 2x2 forward convolution of
  * dY into the four parity phases of dX, then a shuffle into dX. */
@@ -609,6 +647,7 @@ extern int64_t
     cpu_bww_whole_min_t; /* conv_bww_mm.c: T's bytes from which a layer of few rows takes the whole-layer form */
 /* A conv node's state (sp_op_prep.state) runs its backward as products. */
 int cpu_conv_uses_matmul(const void *state);
+int cpu_conv_uses_col_mm(const void *state);     /* forward and input gradient as im2col + matmul (conv_col_mm.c) */
 int cpu_conv_uses_thin_dw(const void *state);    /* its weight gradient by conv_thin_dw.c */
 int cpu_conv_bww_packed(const void *state);      /* ... by conv_bww_mm.c with col packed */
 int cpu_conv_bww_amx(const void *state);         /* ... and its products on AMX tiles */

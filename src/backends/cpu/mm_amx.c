@@ -236,6 +236,16 @@ AMX_FN static inline __attribute__((always_inline)) void store_rows_with(const f
  * added or C's old values; with st, the written values' sums. */
 AMX_FN static void store_rows(const float *buf, int rows, const cpu_mm_epilogue *e, uint16_t *c, int64_t n, int64_t m0,
                               const col_stats *st, int64_t n0) {
+  if (e->c32) { /* f32 C: the sums as they are (a gradient summed further) */
+    float *out = e->c32 + m0 * n + n0;
+    for (int r = 0; r < rows; r++, out += n) {
+      __m512 lo = _mm512_load_ps(buf + r * 32), hi = _mm512_load_ps(buf + r * 32 + 16);
+      if (e->accumulate)
+        lo = _mm512_add_ps(lo, _mm512_loadu_ps(out)), hi = _mm512_add_ps(hi, _mm512_loadu_ps(out + 16));
+      _mm512_storeu_ps(out, lo), _mm512_storeu_ps(out + 16, hi);
+    }
+    return;
+  }
   const int plain = !e->bias && !e->accumulate;
   if (plain && !st && !e->up_k) { /* the common case in as few instructions as it takes */
     uint16_t *out = c + m0 * n + n0;
