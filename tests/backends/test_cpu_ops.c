@@ -475,6 +475,60 @@ static void blurpool_channels_last(void **s) {
   }
 }
 
+/* Max pooling's own kernel on channels-last input (maxpool_cl.c): 3x3
+ * stride 2 padding 1 over odd and even sizes, 2x2 stride 2 with ceil_mode
+ * (windows over the edge), 3x3 stride 1 (up to 9 outputs an input).
+ * Exact forward; the gradient sums in the reference's order. */
+static void maxpool_channels_last(void **s) {
+  (void)s;
+  cmp_require_cpu();
+  const struct {
+    sp_pool2d_attr a;
+    int h, w;
+  } cases[] = {{{3, 3, 2, 2, 1, 1, 1, 0}, 9, 8},
+               {{3, 3, 2, 2, 1, 1, 1, 0}, 8, 11},
+               {{2, 2, 2, 2, 0, 0, 1, 1}, 7, 9},
+               {{3, 3, 1, 1, 1, 1, 1, 0}, 6, 7}};
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    const sp_pool2d_attr *a = &cases[k].a;
+    sp_shape in = sp_shape4(2, 32, cases[k].h, cases[k].w), out;
+    char err[128];
+    assert_int_equal(sp_op_maxpool2d.infer(a, 1, &in, 0, NULL, &out, err, sizeof err), 0);
+    const long before = cpu_maxpool_own_calls;
+    assert_int_equal(check_channels_last(&sp_op_maxpool2d, cpu_maxpool_prepare, a, in, out, 1e-6),
+                     (size_t)sp_shape_numel(&out)); /* a byte an output value */
+    assert_true(cpu_maxpool_own_calls > before);
+  }
+}
+
+/* After a ReLU most windows tie at zero: the winner is the first in window
+ * order, as the reference takes it (bf16 training plans: channels-last on
+ * AMX machines), and the same values through oneDNN's pooling. */
+static sp_value b_relu_maxpool(sp_graph *g, sp_value x) {
+  x = sp_relu(g, pre(g, x, 32));
+  return post(g, sp_maxpool2d(g, x, (sp_pool_args){.kernel = 3, .stride = 2, .pad = 1}), 4);
+}
+
+static void maxpool_own_or_onednn(int path) { cpu_maxpool_use_own = path == 0; }
+
+static void maxpool_ties(void **s) {
+  (void)s;
+  cmp_require_cpu();
+  const int sizes[2][2] = {{11, 9}, {12, 14}};
+  for (int i = 0; i < 2; i++) {
+    cmp_case k = {"relu maxpool", b_relu_maxpool, 2, 3, sizes[i][0], sizes[i][1], 1, SP_PLAN_BF16, BF16_TOL, 0};
+    const long before = cpu_maxpool_own_calls;
+    cmp_run(&k);
+    if (cmp_bf16_here() && dnnl_get_effective_cpu_isa() >= dnnl_cpu_isa_avx512_core_amx)
+      assert_true(cpu_maxpool_own_calls > before); /* channels-last there */
+    k.tol = 0;
+    cmp_two_paths(&k, maxpool_own_or_onednn, 1e-2);
+    k.flags = 0, k.tol = 1e-5; /* f32 plans: blocked layouts, oneDNN's pooling */
+    cmp_run(&k);
+  }
+  cpu_maxpool_use_own = 1;
+}
+
 static void concat_rows_or_onednn(int path) { cpu_concat_use_rows = path == 0; }
 
 /* concat_rows.c against oneDNN's concat and gradient reorders, one training
@@ -670,6 +724,8 @@ int main(void) {
       cmocka_unit_test(tshift_channels_last),
       cmocka_unit_test(softargmax_channels_last),
       cmocka_unit_test(blurpool_channels_last),
+      cmocka_unit_test(maxpool_channels_last),
+      cmocka_unit_test(maxpool_ties),
       cmocka_unit_test(own_kernels_keep_blocked_layout),
       cmocka_unit_test(own_kernels_take_bf16),
 #endif

@@ -429,6 +429,12 @@ int cpu_bww_mm_prepare(cpu_bww_mm *m, cpu_node *n, const cpu_conv_shape *c, size
 int cpu_bww_mm_bind(cpu_bww_mm *m, const void *x, const void *dy, float *dw, char *bwd_scratch);
 void cpu_bww_mm_run(const cpu_bww_mm *m, int fresh); /* fresh: write dW instead of adding */
 void cpu_bww_mm_release(cpu_bww_mm *m);
+/* maxpool_cl.c: max pooling on channels-last f32 / bf16 (channels a
+ * multiple of the vector width) as loops of our own; 0 taken, 1 not (the
+ * layout, the shape or the switch off), -1 error set. */
+extern int cpu_maxpool_use_own;
+extern long cpu_maxpool_own_calls; /* forwards run (tests check where it is taken) */
+int cpu_maxpool_own_prepare(sp_op_prep *p);
 /* conv_col_mm.c: a bf16 training convolution with few output positions and
  * many weights (OH OW <= cpu_col_mm_max_positions, IC >= cpu_col_mm_min_channels)
  * as im2col + matmul forward and as matmul + a gather of each input's taps

@@ -67,6 +67,8 @@ static void pool_geom(const sp_op_prep *p, const sp_pool2d_attr *at, resize_geom
 }
 
 int cpu_maxpool_prepare(sp_op_prep *p) {
+  const int own = cpu_maxpool_own_prepare(p); /* channels-last: maxpool_cl.c */
+  if (own <= 0) return own;
   resize_geom g;
   pool_geom(p, p->attr, &g);
   g.alg = dnnl_pooling_max;
