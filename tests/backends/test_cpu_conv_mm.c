@@ -320,38 +320,20 @@ static void taken_where_it_applies(void **st) {
   if (amx()) assert_true(channels_last);
   assert_int_equal(cpu_conv_bww_packed(p.state), channels_last);
   cpu_node_free(p.state);
-  /* 3x3, 512 -> 512 at 7x7, bf16 channels-last: im2col + matmul where
-   * the layouts are channels-last (AMX machines). */
-  dnnl_dims_t d512 = {2, 512, 7, 7};
-  assert_int_equal(dnnl_memory_desc_init_by_tag(&md, 4, d512, dnnl_bf16, dnnl_acdb), dnnl_success);
-  p = cmp_conv_prep(&sp_op_conv2d, &a3, sp_shape4(2, 512, 7, 7), sp_shape4(2, 512, 7, 7), sp_shape4(512, 512, 3, 3), 0,
-                    1, &md);
-  assert_int_equal(cpu_conv_prepare(&p), 0);
-  channels_last = cpu_conv_src_lanes(p.state) == CPU_LANES_NHWC;
-  if (amx()) assert_true(cpu_conv_uses_col_mm(p.state));
-  assert_true(!cpu_conv_uses_col_mm(p.state) || channels_last);
-  cpu_node_free(p.state);
-  /* 1x1 stride 2, 64 -> 128, bf16 channels-last: both gradients as products
-   * on the grid positions. */
-  assert_int_equal(dnnl_memory_desc_init_by_tag(&md, 4, d64, dnnl_bf16, dnnl_acdb), dnnl_success);
-  sp_conv2d_attr a1s2 = {2, 2, 0, 0, 1, 1, 1};
-  p = cmp_conv_prep(&sp_op_conv2d, &a1s2, sp_shape4(2, 64, 9, 7), sp_shape4(2, 128, 5, 4), sp_shape4(128, 64, 1, 1), 0,
-                    1, &md);
-  assert_int_equal(cpu_conv_prepare(&p), 0);
-  channels_last = cpu_conv_src_lanes(p.state) == CPU_LANES_NHWC;
-  assert_int_equal(cpu_conv_uses_matmul(p.state), channels_last);
-  cpu_node_free(p.state);
-  /* ResNet's stem, 3 -> 64, 7x7 stride 2, bf16 channels-last: the weight
-   * gradient from the small im2col on the tiles where AMX is usable. */
-  dnnl_dims_t d3 = {2, 3, 32, 32};
-  assert_int_equal(dnnl_memory_desc_init_by_tag(&md, 4, d3, dnnl_bf16, dnnl_acdb), dnnl_success);
-  sp_conv2d_attr a7 = {2, 2, 3, 3, 1, 1, 1};
-  p = cmp_conv_prep(&sp_op_conv2d, &a7, sp_shape4(2, 3, 32, 32), sp_shape4(2, 64, 16, 16), sp_shape4(64, 3, 7, 7), 0, 1,
-                    &md);
-  assert_int_equal(cpu_conv_prepare(&p), 0);
-  channels_last = cpu_conv_src_lanes(p.state) == CPU_LANES_NHWC;
-  assert_int_equal(cpu_conv_bww_small(p.state), channels_last && cpu_amx_usable());
-  cpu_node_free(p.state);
+  /* 3x3, 512 -> 512 at 7x7: im2col + products where the layouts are
+   * channels-last (AMX machines); 1x1 stride 2, 64 -> 128: both gradients
+   * as products on the grid positions; ResNet's stem, 3 -> 64, 7x7 stride
+   * 2: the weight gradient from the small im2col where AMX is usable. */
+  void *s = cmp_conv_node(2, 512, 512, 7, 7, 3, 1, 0, 1, dnnl_acdb);
+  if (amx()) assert_true(cpu_conv_uses_col_mm(s));
+  assert_true(!cpu_conv_uses_col_mm(s) || cpu_conv_src_lanes(s) == CPU_LANES_NHWC);
+  cpu_node_free(s);
+  s = cmp_conv_node(2, 64, 128, 9, 7, 1, 2, 0, 1, dnnl_acdb);
+  assert_int_equal(cpu_conv_uses_matmul(s), cpu_conv_src_lanes(s) == CPU_LANES_NHWC);
+  cpu_node_free(s);
+  s = cmp_conv_node(2, 3, 64, 32, 32, 7, 2, 0, 1, dnnl_acdb);
+  assert_int_equal(cpu_conv_bww_small(s), cpu_conv_src_lanes(s) == CPU_LANES_NHWC && cpu_amx_usable());
+  cpu_node_free(s);
   /* 3x3 stride 2, 8 -> 16, channels-last in: stays channels-last out
    * wherever oneDNN has brgemm kernels for the dtype (bf16: AVX512-BF16 and
    * up; f32: AVX-512), instead of a reorder to plain NCHW each way. */

@@ -234,14 +234,12 @@ int cpu_bww_mm_bind(cpu_bww_mm *m, const void *x, const void *dy, float *dw, cha
   return 0;
 }
 
-/* Rows [r0, r0 + count) of the im2col matrix into col. */
-static void im2col(const cpu_bww_mm *m, uint16_t *col, int64_t r0, int64_t count) {
-  const cpu_conv_shape *c = &m->c;
-  const uint16_t *x = m->x;
+void cpu_im2col_rows(const cpu_conv_shape *c, const void *x_in, uint16_t *col, int64_t r0, int64_t count) {
+  const uint16_t *x = x_in;
   const size_t row_bytes = sizeof(uint16_t) * (size_t)c->ic;
   for (int64_t q = 0; q < count; q++) {
     const int64_t r = r0 + q, ow = r % c->ow, oh = r / c->ow % c->oh, img = r / (c->ow * c->oh);
-    uint16_t *dst = col + q * m->k;
+    uint16_t *dst = col + q * c->kh * c->kw * c->ic;
     for (int64_t kh = 0; kh < c->kh; kh++) {
       const int64_t ih = oh * c->sh - c->pt + kh * c->dh;
       for (int64_t kw = 0; kw < c->kw; kw++, dst += c->ic) {
@@ -517,7 +515,7 @@ void cpu_bww_mm_run(const cpu_bww_mm *m, int fresh) {
       else if (m->packed)
         im2col_packed(m, col, r0, count, m->kblk_stride[t], m->nblk_stride[t]);
       else
-        im2col(m, col, r0, count);
+        cpu_im2col_rows(c, m->x, col, r0, count);
       if (m->amx) {
         cpu_dw_amx_packed_chunk((const uint16_t *)m->dy + r0 * c->oc, c->oc, count, col, m->kblk_stride[t],
                                 m->nblk_stride[t], m->kt, t_acc, (uint16_t *)((char *)t_acc + m->t_bytes));

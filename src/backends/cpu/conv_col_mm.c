@@ -109,26 +109,12 @@ static void make_wt(const cpu_colmm *m, const float *w) {
   }
 }
 
-/* col's row (n, oy, ox): for each tap, the ic input values under it (zeros
- * in the padding). */
+/* col's rows, the threads splitting them (conv_bww_mm.c's im2col). */
 static void im2col(const cpu_colmm *m) {
-  const cpu_conv_shape *c = &m->c;
-  const size_t run = sizeof(uint16_t) * (size_t)c->ic;
-  const uint16_t *x = m->x;
-#pragma omp parallel for num_threads(m->threads) schedule(static)
-  for (int64_t r = 0; r < m->m; r++) {
-    const int64_t ox = r % c->ow, oy = r / c->ow % c->oh, img = r / (c->ow * c->oh);
-    uint16_t *dst = m->col + r * m->k;
-    for (int64_t kh = 0; kh < c->kh; kh++) {
-      const int64_t iy = oy * c->sh - c->pt + kh * c->dh;
-      for (int64_t kw = 0; kw < c->kw; kw++, dst += c->ic) {
-        const int64_t ix = ox * c->sw - c->pl + kw * c->dw;
-        if (iy < 0 || iy >= c->ih || ix < 0 || ix >= c->iw)
-          memset(dst, 0, run);
-        else
-          memcpy(dst, x + ((img * c->ih + iy) * c->iw + ix) * c->ic, run);
-      }
-    }
+#pragma omp parallel num_threads(m->threads)
+  {
+    const int64_t nt = omp_get_num_threads(), t = omp_get_thread_num(), r0 = m->m * t / nt, r1 = m->m * (t + 1) / nt;
+    cpu_im2col_rows(&m->c, m->x, m->col + r0 * m->k, r0, r1 - r0);
   }
 }
 

@@ -175,6 +175,10 @@ typedef struct {
   float *dw;
   char *base;
 } cpu_bww_mm;
+/* Rows [r0, r0 + count) of the im2col matrix of a channels-last bf16 x
+ * into col (row r: output position r's window, (kh, kw, ic) in that order,
+ * zeros in the padding; kh kw ic values a row). */
+void cpu_im2col_rows(const cpu_conv_shape *c, const void *x, uint16_t *col, int64_t r0, int64_t count);
 int cpu_bww_mm_prepare(cpu_bww_mm *m, cpu_node *n, const cpu_conv_shape *c, size_t *bwd_scratch);
 int cpu_bww_mm_bind(cpu_bww_mm *m, const void *x, const void *dy, float *dw, char *bwd_scratch);
 void cpu_bww_mm_run(const cpu_bww_mm *m, int fresh); /* fresh: write dW instead of adding */
