@@ -15,7 +15,15 @@
  * input gradient is written in place too, or added with a sum post-op when
  * another consumer wrote first (no scratch + accumulating reorder). Backward
  * data reads a bf16 copy of the weights, converted each step (OC x IC
- * values). A bias gradient is the column sums of dY. */
+ * values). A bias gradient is the column sums of dY.
+ *
+ * Strided (1x1, stride s, no padding: ResNet's projection shortcuts), M is
+ * the output positions and X's rows are its grid positions (n, s i, s j):
+ * they are gathered into xs for dW, and dX is computed compact in f32 then
+ * spread over the input, the positions between the grid zero (or left as
+ * they are where another consumer wrote first, the add rounded once).
+ * oneDNN's AMX backward-data kernel took 8-14 ms a layer there (ResNet-50
+ * bf16, batch 16), its forward 2-3. */
 #ifdef SPRY_HAVE_DNNL
 #include <omp.h>
 #include <string.h>
