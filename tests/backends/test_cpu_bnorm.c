@@ -18,6 +18,7 @@
 
 #ifdef SPRY_HAVE_DNNL
 #include "backends/cpu/cpu.h"
+#include "backends/cpu/shares.h"
 #include "core/bf16.h"
 #include "ops/ops.h"
 
@@ -360,6 +361,58 @@ static sp_value b_bn_relu8(sp_graph *gr, sp_value x) {
       "post", (sp_conv_args){.out_ch = 4, .kernel = 1, .bias = 1});
 }
 
+/* One forward and backward of the kernels on `in` (x, then dy, then the
+ * residual r, each `bytes`), what they wrote kept in o. */
+typedef struct {
+  char *out, *mask, *dr; /* y then dx (2 x bytes, 64-byte aligned); the mask; r's gradient */
+  float mean[64], var[64], dg[64], db[64];
+} bn_run;
+
+static void bn_run_once(const dnnl_memory_desc_t *md, const sp_shape *s, const char *in, int mode, int acc, int team,
+                        bn_run *o) {
+  const size_t bytes = cpu_md_bytes(md), c = (size_t)s->d[1];
+  cpu_bn_geom g;
+  assert_int_equal(cpu_bn_geom_of(&g, md, s), 0);
+  memset(o, 0, sizeof *o);
+  /* 64-byte aligned, as plans' buffers: whole vectors stream. */
+  o->out = aligned_alloc(64, (2 * bytes + 63) / 64 * 64), o->mask = calloc(1, bytes), o->dr = calloc(1, bytes);
+  memset(o->out, 0, 2 * bytes);
+  if (acc) memcpy(o->out + bytes, in + bytes, bytes); /* dx added into */
+  float gamma[64], beta[64];
+  for (size_t i = 0; i < c; i++) gamma[i] = 0.5f + 0.01f * (float)i, beta[i] = 0.1f - 0.003f * (float)i;
+  char *scratch = malloc(cpu_bn_bwd_scratch_bytes(&g) + cpu_bn_scratch_bytes(&g));
+  cpu_bn_residual res = {in + 2 * bytes, (uint8_t *)o->mask, o->dr, 0, 0, NULL};
+  const cpu_bn_residual *rp = mode == 2 ? &res : NULL;
+  /* team 1: inside a parallel region of one thread the kernels' own region
+   * runs on one thread too (nested regions are inactive), while the plan's
+   * geometry was made for the whole team. */
+#pragma omp parallel num_threads(team > 1 ? 1 : 2)
+#pragma omp single
+  {
+    cpu_bn_forward(&g, in, o->out, o->mean, o->var, gamma, beta, 1e-5f, 1, mode > 0, rp, scratch);
+    cpu_bn_backward(&g, in, in + bytes, o->out + bytes, acc, o->mean, o->var, gamma, beta, 1e-5f, 1, mode > 0, rp,
+                    o->dg, o->db, scratch);
+  }
+  free(scratch);
+}
+
+static int bn_runs_differ(const bn_run *a, const bn_run *b, size_t bytes) {
+  return memcmp(a->out, b->out, 2 * bytes) || memcmp(a->mask, b->mask, bytes) || memcmp(a->dr, b->dr, bytes) ||
+         memcmp(a->dg, b->dg, sizeof a->dg) || memcmp(a->db, b->db, sizeof a->db) ||
+         memcmp(a->mean, b->mean, sizeof a->mean) || memcmp(a->var, b->var, sizeof a->var);
+}
+
+static void bn_run_free(bn_run *o) { free(o->out), free(o->mask), free(o->dr); }
+
+/* Random bytes with finite values: each element's top exponent bit cleared. */
+static char *finite_bytes(size_t n, int bf16, uint64_t seed) {
+  char *in = malloc(n);
+  sp_test_rng rng = {seed};
+  for (size_t i = 0; i < n; i++) in[i] = (char)(sp_test_rng_uniform(&rng, 0, 255));
+  for (size_t i = bf16 ? 1 : 3; i < n; i += bf16 ? 2 : 4) in[i] &= (char)0xbf;
+  return in;
+}
+
 /* Outputs past the caches (cpu_bn_stream_bytes; vstw_nt) hold the same
  * bytes as stored ones: every layout, both dtypes, fused ReLU and residual
  * add, dx fresh and added into (added: never streamed), aligned runs and
@@ -379,40 +432,59 @@ static void streamed_outputs_same_bytes(void **st) {
             assert_int_equal(dnnl_memory_desc_init_by_tag(&md, 4, d, bf16 ? dnnl_bf16 : dnnl_f32, tags[t]),
                              dnnl_success);
             const sp_shape s = sp_shape4(3, chans[ci], 7, 9);
-            const size_t bytes = cpu_md_bytes(&md), c = (size_t)chans[ci];
-            char *in = malloc(3 * bytes), *out[2], *mask[2], *dr[2];
-            sp_test_rng rng = {(uint64_t)(t * 100 + ci * 10 + bf16 + 2 * mode + 5 * acc)};
-            for (size_t i = 0; i < 3 * bytes; i++) in[i] = (char)(sp_test_rng_uniform(&rng, 0, 255));
-            /* Finite values: clear each element's top exponent bit. */
-            for (size_t i = bf16 ? 1 : 3; i < 3 * bytes; i += bf16 ? 2 : 4) in[i] &= (char)0xbf;
-            float gamma[64], beta[64], mean[2][64], var[2][64], dg[2][64] = {{0}}, db[2][64] = {{0}};
-            for (size_t i = 0; i < c; i++) gamma[i] = 0.5f + 0.01f * (float)i, beta[i] = 0.1f - 0.003f * (float)i;
+            const size_t bytes = cpu_md_bytes(&md);
+            char *in = finite_bytes(3 * bytes, bf16, (uint64_t)(t * 100 + ci * 10 + bf16 + 2 * mode + 5 * acc));
+            bn_run o[2];
             for (int k = 0; k < 2; k++) {
               cpu_bn_stream_bytes = k ? 0 : INT64_MAX;
               cpu_bn_geom g;
               assert_int_equal(cpu_bn_geom_of(&g, &md, &s), 0);
               assert_int_equal(g.stream, k);
-              /* 64-byte aligned, as plans' buffers: whole vectors stream. */
-              out[k] = aligned_alloc(64, (2 * bytes + 63) / 64 * 64), mask[k] = calloc(1, bytes),
-              dr[k] = calloc(1, bytes);
-              memset(out[k], 0, 2 * bytes);
-              if (acc) memcpy(out[k] + bytes, in + bytes, bytes); /* dx added into */
-              char *scratch = malloc(cpu_bn_bwd_scratch_bytes(&g) + cpu_bn_scratch_bytes(&g));
-              cpu_bn_residual res = {in + 2 * bytes, (uint8_t *)mask[k], dr[k], 0, 0, NULL};
-              const cpu_bn_residual *rp = mode == 2 ? &res : NULL;
-              cpu_bn_forward(&g, in, out[k], mean[k], var[k], gamma, beta, 1e-5f, 1, mode > 0, rp, scratch);
-              cpu_bn_backward(&g, in, in + bytes, out[k] + bytes, acc, mean[k], var[k], gamma, beta, 1e-5f, 1, mode > 0,
-                              rp, dg[k], db[k], scratch);
-              free(scratch);
+              bn_run_once(&md, &s, in, mode, acc, 2, &o[k]);
             }
             cpu_bn_stream_bytes = -1;
-            if (memcmp(out[0], out[1], 2 * bytes) || memcmp(mask[0], mask[1], bytes) || memcmp(dr[0], dr[1], bytes) ||
-                memcmp(dg[0], dg[1], sizeof dg[0]) || memcmp(db[0], db[1], sizeof db[0]))
-              fail_msg("tag %d, %zu channels, bf16 %d, mode %d, acc %d: streamed outputs differ", (int)tags[t], c, bf16,
-                       mode, acc);
-            for (int k = 0; k < 2; k++) free(out[k]), free(mask[k]), free(dr[k]);
+            if (bn_runs_differ(&o[0], &o[1], bytes))
+              fail_msg("tag %d, %d channels, bf16 %d, mode %d, acc %d: streamed outputs differ", (int)tags[t],
+                       (int)chans[ci], bf16, mode, acc);
+            for (int k = 0; k < 2; k++) bn_run_free(&o[k]);
             free(in);
           }
+}
+
+/* The passes' shares (bnorm_walk.h) taken as threads come free, in a fixed
+ * order per thread, or all by one thread of a smaller team: the same bits
+ * (sums are per share and added in share order). Tensors of 1 to 8 shares
+ * a thread, every layout, both dtypes, each mode. */
+static void shares_same_bits_however_taken(void **st) {
+  (void)st;
+  cmp_require_cpu();
+  const dnnl_format_tag_t tags[4] = {dnnl_abcd, dnnl_aBcd8b, dnnl_aBcd16b, dnnl_acdb};
+  const int64_t sizes[3][3] = {{2, 8, 9}, {4, 24, 30}, {8, 32, 33}}; /* n, h, w: 144, 2880, 8448 positions */
+  for (int t = 0; t < 4; t++)
+    for (int z = 0; z < 3; z++)
+      for (int bf16 = 0; bf16 < 2; bf16++)
+        for (int mode = 0; mode < 3; mode++) {
+          const int64_t n = sizes[z][0], c = 24, h = sizes[z][1], w = sizes[z][2];
+          const dnnl_dims_t d = {n, c, h, w};
+          dnnl_memory_desc_t md;
+          assert_int_equal(dnnl_memory_desc_init_by_tag(&md, 4, d, bf16 ? dnnl_bf16 : dnnl_f32, tags[t]), dnnl_success);
+          const sp_shape s = sp_shape4(n, c, h, w);
+          const size_t bytes = cpu_md_bytes(&md);
+          char *in = finite_bytes(3 * bytes, bf16, (uint64_t)(1000 + t * 100 + z * 10 + bf16 + 2 * mode));
+          bn_run o[3];
+          cpu_shares_dynamic = 1;
+          bn_run_once(&md, &s, in, mode, 0, 2, &o[0]);
+          cpu_shares_dynamic = 0;
+          bn_run_once(&md, &s, in, mode, 0, 2, &o[1]);
+          cpu_shares_dynamic = 1;
+          bn_run_once(&md, &s, in, mode, 0, 1, &o[2]);
+          for (int k = 1; k < 3; k++)
+            if (bn_runs_differ(&o[0], &o[k], bytes))
+              fail_msg("tag %d, %dx%dx%d, bf16 %d, mode %d: %s differs", (int)tags[t], (int)n, (int)h, (int)w, bf16,
+                       mode, k == 1 ? "a fixed order" : "a team of one");
+          for (int k = 0; k < 3; k++) bn_run_free(&o[k]);
+          free(in);
+        }
 }
 
 static void onednn_path_still_matches(void **st) {
@@ -430,4 +502,4 @@ static void onednn_path_still_matches(void **st) {
 CMP_CPU_MAIN(cmocka_unit_test(every_layout), cmocka_unit_test(residual_add), cmocka_unit_test(running_statistics),
              cmocka_unit_test(shapes), cmocka_unit_test(large_mean),
              cmocka_unit_test(bf16_backward_error_is_input_rounding), cmocka_unit_test(onednn_path_still_matches),
-             cmocka_unit_test(streamed_outputs_same_bytes))
+             cmocka_unit_test(streamed_outputs_same_bytes), cmocka_unit_test(shares_same_bits_however_taken))

@@ -14,6 +14,7 @@
 #ifdef SPRY_HAVE_DNNL
 #include "backends/cpu/cpu.h"
 #include "backends/cpu/exp_nonpos.h"
+#include "backends/cpu/shares.h"
 
 /* Whether the heads have a bias. A bias before soft-argmax has no effect on
  * its output and no true gradient (the softmax ignores a shift): both
@@ -138,6 +139,20 @@ static void planes_match_matmul(void **st) {
   }
 }
 
+static void shares_dynamic_or_fixed(int path) { cpu_shares_dynamic = path == 0; }
+
+/* The head's tiles taken as threads come free (shares.h) or in a fixed
+ * order: one training step gives the same bits (each tile's sums are its
+ * own, merged in tile order). Several tiles an image, bf16 and f32. */
+static void tiles_however_taken_same_bits(void **st) {
+  (void)st;
+  cmp_require_cpu();
+  const cmp_case cases[] = {{"head bf16, shares", b_head, 3, 3, 41, 37, 1, SP_PLAN_BF16, 0, 0},
+                            {"two heads f32, shares", b_two_heads, 2, 3, 41, 37, 1, 0, 0, 0}};
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+    cmp_two_paths_with(&cases[c], shares_dynamic_or_fixed, 0.0, NULL);
+}
+
 /* One training step fused and one with the two ops apart, bf16 and f32. */
 static void fused_matches_apart(void **st) {
   (void)st;
@@ -232,4 +247,5 @@ static void exp_nonpos_accuracy(void **st) {
 CMP_CPU_MAIN(cmocka_unit_test(exp_nonpos_accuracy), cmocka_unit_test(head_against_ref),
              cmocka_unit_test(two_heads_against_ref), cmocka_unit_test(fused_matches_apart),
              cmocka_unit_test(amx_matches_matmul), cmocka_unit_test(planes_match_matmul),
-             cmocka_unit_test(frozen_plans_follow_weight_changes), cmocka_unit_test(taken_where_it_applies))
+             cmocka_unit_test(frozen_plans_follow_weight_changes), cmocka_unit_test(taken_where_it_applies),
+             cmocka_unit_test(tiles_however_taken_same_bits))

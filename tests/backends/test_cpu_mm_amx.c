@@ -15,6 +15,7 @@
 #include <omp.h>
 
 #include "amx_tiles.h"
+#include "backends/cpu/shares.h"
 #include "core/bf16.h"
 
 /* C = A B (+ bias) (+ C's old values) for one shape and packing; with
@@ -108,6 +109,48 @@ static void against_double_sums(void **st) {
   one_shape(240, 64, 160, 1, 1, 0, 1);
   one_shape(784, 512, 288, 0, 0, 1, 0);
   cpu_mm_amx_panel_bytes = panel;
+}
+
+/* The work's shares (shares.h) taken as threads come free, in a fixed
+ * order per thread, or all by a team of one: C and its columns'
+ * statistics the same bits (they are summed per share, merged in share
+ * order). */
+static void shares_same_bits(void **st) {
+  (void)st;
+  need_amx();
+  static const int64_t shapes[][3] = {{1008, 64, 64}, {784, 512, 288}, {3136, 96, 160}, {48, 64, 96}};
+  const int threads = omp_get_max_threads();
+  for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+    const int64_t m = shapes[i][0], k = shapes[i][1], n = shapes[i][2];
+    uint32_t seed = (uint32_t)(m + k + n);
+    uint16_t *a = malloc(sizeof(uint16_t) * (size_t)(m * k)), *c[3];
+    uint16_t *bp = sp_aligned_alloc(cpu_mm_amx_packed_bytes(k, n));
+    float *w = malloc(sizeof(float) * (size_t)(k * n)), *bias = malloc(sizeof(float) * (size_t)n), *mean[3], *var[3];
+    double *work = sp_aligned_alloc(cpu_mm_amx_stats_bytes(n, threads));
+    for (int64_t j = 0; j < m * k; j++) a[j] = sp_bf16_round(unit(&seed));
+    for (int64_t j = 0; j < k * n; j++) w[j] = unit(&seed);
+    for (int64_t j = 0; j < n; j++) bias[j] = 3.0f + unit(&seed);
+    cpu_mm_amx_pack(w, k, n, 0, bp, threads);
+    for (int r = 0; r < 3; r++) {
+      c[r] = malloc(sizeof(uint16_t) * (size_t)(m * n));
+      mean[r] = malloc(sizeof(float) * (size_t)n), var[r] = malloc(sizeof(float) * (size_t)n);
+      const cpu_mm_epilogue e = {.bias = bias, .mean = mean[r], .var = var[r], .stats = work};
+      cpu_shares_dynamic = r != 1;
+      /* r = 2: inside a region of one thread, the products' own region is
+       * one thread too (nested regions are inactive). */
+#pragma omp parallel num_threads(r == 2 ? 1 : 2)
+#pragma omp single
+      cpu_mm_amx(a, m, k, bp, n, c[r], &e, threads);
+    }
+    cpu_shares_dynamic = 1;
+    for (int r = 1; r < 3; r++)
+      if (memcmp(c[0], c[r], sizeof(uint16_t) * (size_t)(m * n)) ||
+          memcmp(mean[0], mean[r], sizeof(float) * (size_t)n) || memcmp(var[0], var[r], sizeof(float) * (size_t)n))
+        fail_msg("m %ld k %ld n %ld: %s differs", (long)m, (long)k, (long)n,
+                 r == 1 ? "a fixed order" : "a team of one");
+    for (int r = 0; r < 3; r++) free(c[r]), free(mean[r]), free(var[r]);
+    free(a), sp_aligned_free(bp), free(w), free(bias), sp_aligned_free(work);
+  }
 }
 
 /* x -> 3x3 -> [1x1 a (bias) -> bn, 1x1 b] -> add -> relu -> 1x1 c -> bn
@@ -208,5 +251,6 @@ static void taken_where_it_fits(void **st) {
 }
 #endif
 
-CMP_CPU_MAIN(cmocka_unit_test(against_double_sums), cmocka_unit_test(graph_against_onednn_and_ref),
-             cmocka_unit_test(up_layers_against_onednn_and_ref), cmocka_unit_test(taken_where_it_fits))
+CMP_CPU_MAIN(cmocka_unit_test(against_double_sums), cmocka_unit_test(shares_same_bits),
+             cmocka_unit_test(graph_against_onednn_and_ref), cmocka_unit_test(up_layers_against_onednn_and_ref),
+             cmocka_unit_test(taken_where_it_fits))

@@ -32,7 +32,7 @@ typedef uint8_t vbwu __attribute__((vector_size(VW), aligned(1)));
 
 static void forward_bf16(const uint16_t *x0, const uint16_t *x1, uint16_t *y, uint8_t *mask, int64_t count) {
   const int64_t whole = count / VW * VW;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(guided)
   for (int64_t i = 0; i < whole; i += VW) {
     const vfw v = vldw(x0, i, 1, VW) + vldw(x1, i, 1, VW);
     const viw pos = (viw)(v > 0.0f);
@@ -57,14 +57,14 @@ static void add_relu_forward(cpu_node *n, const sp_op_args *a) {
   uint8_t *mask = a->saved; /* NULL without backward */
   const int64_t count = s->count;
   if (mask) {
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(guided)
     for (int64_t i = 0; i < count; i++) {
       const float v = x0[i] + x1[i];
       mask[i] = v > 0.0f;
       y[i] = v > 0.0f ? v : 0.0f;
     }
   } else {
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(guided)
     for (int64_t i = 0; i < count; i++) {
       const float v = x0[i] + x1[i];
       y[i] = v > 0.0f ? v : 0.0f;
@@ -80,7 +80,7 @@ static void add_relu_forward(cpu_node *n, const sp_op_args *a) {
 INLINE void grads_bf16(uint16_t *const d[2], const int fresh[2], const uint16_t *dy, const uint8_t *mask,
                        int64_t count) {
   const int64_t whole = count / VW * VW;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(guided)
   for (int64_t i = 0; i < whole; i += VW) {
     for (int k = 0; k < 2; k++) {
       if (!d[k]) continue;
@@ -101,7 +101,7 @@ INLINE void grads_bf16(uint16_t *const d[2], const int fresh[2], const uint16_t 
 
 INLINE void grads_f32(float *const d[2], const int fresh[2], const float *dy, const uint8_t *mask, int64_t count) {
   const int64_t whole = count / VW * VW;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(guided)
   for (int64_t i = 0; i < whole; i += VW) {
     const vfw g = (vfw)((viw)vldw(dy, i, 0, VW) & vmask32(mask, i, VW));
     for (int k = 0; k < 2; k++)

@@ -110,7 +110,7 @@ static void inverse_of(bp_inverse *v, const int32_t *tab, int64_t n_in, int64_t 
 INLINE void forward_nhwc(const bp_node *s, const void *x, void *y, int bf16) {
   const int64_t C = s->lanes;
   const int f = s->f;
-#pragma omp parallel for schedule(static) num_threads(s->threads)
+#pragma omp parallel for schedule(guided) num_threads(s->threads)
   for (int64_t q = 0; q < s->n * s->ho; q++) {
     const int64_t img = q / s->ho, oh = q % s->ho;
     int64_t at[MAX_F * MAX_F];
@@ -134,7 +134,7 @@ INLINE void forward_nhwc(const bp_node *s, const void *x, void *y, int bf16) {
 INLINE void backward_gather(const bp_node *s, const void *dy, void *dx, int fresh, int bf16) {
   const int64_t C = s->pos_stride; /* lanes at a position: all C channels-last, VW in blocks */
   const bp_inverse *pi = &s->pin;
-#pragma omp parallel for schedule(static) num_threads(s->threads)
+#pragma omp parallel for schedule(guided) num_threads(s->threads)
   for (int64_t q = 0; q < s->n * s->blocks * s->h; q++) {
     const int64_t u = q / s->h, ih = q % s->h, img = u / s->blocks, blk = u % s->blocks;
     const int64_t in_base = img * s->in_image + blk * s->in_block, out_base = img * s->out_image + blk * s->out_block;
@@ -173,7 +173,7 @@ INLINE void forward_vector_block(const bp_node *s, const void *x, void *y, int64
 INLINE void forward_impl(const bp_node *s, const void *x, void *y, char *scratch, int bf16) {
   const int64_t L = s->lanes, S = s->pos_stride, units = s->n * s->blocks;
   const int f = s->f;
-#pragma omp parallel for schedule(static) num_threads(s->threads)
+#pragma omp parallel for schedule(guided) num_threads(s->threads)
   for (int64_t u = 0; u < units; u++) {
     const int64_t img = u / s->blocks, blk = u % s->blocks;
     const int64_t xb = img * s->in_image + blk * s->in_block, yb = img * s->out_image + blk * s->out_block;
@@ -212,7 +212,7 @@ INLINE void forward_impl(const bp_node *s, const void *x, void *y, char *scratch
 INLINE void backward_impl(const bp_node *s, const void *dy, void *dx, int fresh, char *scratch, int bf16) {
   const int64_t L = s->lanes, S = s->pos_stride, units = s->n * s->blocks, cells = s->h * s->w * S;
   const int f = s->f;
-#pragma omp parallel for schedule(static) num_threads(s->threads)
+#pragma omp parallel for schedule(guided) num_threads(s->threads)
   for (int64_t u = 0; u < units; u++) {
     const int64_t img = u / s->blocks, blk = u % s->blocks;
     const int64_t gb = img * s->out_image + blk * s->out_block, dbo = img * s->in_image + blk * s->in_block;

@@ -121,8 +121,8 @@ int cpu_bn_geom_of(cpu_bn_geom *g, const dnnl_memory_desc_t *md, const sp_shape 
 
 size_t cpu_bn_scratch_bytes(const cpu_bn_geom *g) {
   const size_t cp = channels_padded(g);
-  return BN_ARRAYS * round64(cp * sizeof(float)) + (size_t)g->threads * round64(BN_THREAD_SUMS * cp * sizeof(double)) +
-         64;
+  return BN_ARRAYS * round64(cp * sizeof(float)) + BN_COUNTER_BYTES +
+         (size_t)shares_of(g) * round64(BN_SHARE_SUMS * cp * sizeof(double)) + 64;
 }
 
 /* Backward of the absorbed add + ReLU: dy masked, and written (or added)
@@ -187,19 +187,16 @@ INLINE void sum_group(const void *x, const void *dy, int64_t at, int64_t L, int6
   }
 }
 
-/* Sums over this thread's tiles into its doubles acc[0..cp) and acc[cp..2cp):
+/* Sums over the tiles of the shares this thread takes, into each share's doubles acc[0..cp) and acc[cp..2cp):
  * forward: x - K and (x - K)^2; backward: g and g (x - mean), g = dy masked
  * by the fused ReLU (s->k holds K or the mean, s->a / s->b the mask's scale
  * and shift). L is a constant in the specialised callers. */
 INLINE void sum_tiles(const cpu_bn_geom *g, const tiling *t, const bn_scratch *s, const void *x, const void *dy_all,
                       int64_t L, int bf16, int backward, int relu, const cpu_bn_residual *res) {
-  const int tid = omp_get_thread_num();
   const int64_t cp = g->blocks * L;
-  double *acc = thread_acc(s, tid);
-  for (int64_t c = 0; c < 2 * cp; c++) acc[c] = 0.0;
-  int64_t k0, k1;
-  my_tiles(t, &k0, &k1);
-  for (int64_t k = k0; k < k1; k++) {
+  tile_walk walk = tiles_begin(s, PASS_SUMS, t, 2 * cp);
+  for (int64_t k; tiles_next(&walk, &k);) {
+    double *acc = walk.acc;
     int64_t blk, np;
     const int64_t at = tile_at(g, t, k, &blk, &np), c0 = blk * L;
     const float *K = s->k + c0, *sc = s->a + c0, *sh = s->b + c0;
@@ -298,12 +295,11 @@ INLINE void normalize_group(const void *x, void *y, int64_t at, int64_t L, int64
   }
 }
 
-/* y = affine(x) (+ ReLU) over this thread's tiles. */
+/* y = affine(x) (+ ReLU) over the tiles of the shares this thread takes. */
 INLINE void normalize_tiles(const cpu_bn_geom *g, const tiling *t, const bn_scratch *s, const void *x, void *y_all,
                             int64_t L, int bf16, int relu, const cpu_bn_residual *res) {
-  int64_t k0, k1;
-  my_tiles(t, &k0, &k1);
-  for (int64_t k = k0; k < k1; k++) {
+  tile_walk walk = tiles_begin(s, PASS_APPLY, t, 0);
+  for (int64_t k; tiles_next(&walk, &k);) {
     int64_t blk, np;
     const int64_t at = tile_at(g, t, k, &blk, &np), c0 = blk * L;
     void *y = tile_y(g, t, k, y_all);
@@ -330,7 +326,7 @@ INLINE void normalize_tiles(const cpu_bn_geom *g, const tiling *t, const bn_scra
   }
 }
 
-/* dx (=|+=) a g + b (x - mean) + d over this thread's tiles, g the dy masked
+/* dx (=|+=) a g + b (x - mean) + d over the tiles of the shares this thread takes, g the dy masked
  * by the fused ReLU (mask: its scale, then its shift, per channel). */
 INLINE vfw vdx(vfw xv, vfw gv, vfw m, vfw msc, vfw msh, vfw a, vfw b, vfw d, int relu) {
   if (relu) gv = vmask(gv, vaffine(xv, m, msc, msh));
@@ -369,9 +365,8 @@ INLINE void dx_tiles(const cpu_bn_geom *g, const tiling *t, const bn_scratch *s,
                      const void *dy_all, void *dx, int accumulate, int64_t L, int bf16, int relu,
                      const cpu_bn_residual *res) {
   const int64_t cp = (int64_t)channels_padded(g);
-  int64_t k0, k1;
-  my_tiles(t, &k0, &k1);
-  for (int64_t k = k0; k < k1; k++) {
+  tile_walk walk = tiles_begin(s, PASS_APPLY, t, 0);
+  for (int64_t k; tiles_next(&walk, &k);) {
     int64_t blk, np;
     const int64_t at = tile_at(g, t, k, &blk, &np), c0 = blk * L;
     const void *dy = tile_y(g, t, k, dy_all);
@@ -424,9 +419,9 @@ typedef struct {
   char *scratch;
 } fwd_args;
 
-/* Per channel: mean and variance from the threads' sums (batch), then scale
+/* Per channel: mean and variance from the shares' sums (batch), then scale
  * and shift; padding channels get zeros. Runs on one thread. */
-static void finish_forward(const fwd_args *f, const bn_scratch *s, int nt) {
+static void finish_forward(const fwd_args *f, const bn_scratch *s) {
   const cpu_bn_geom *g = f->g;
   const int64_t cp = (int64_t)channels_padded(g);
   const double m = (double)(g->n * g->hw);
@@ -437,7 +432,7 @@ static void finish_forward(const fwd_args *f, const bn_scratch *s, int nt) {
     }
     if (f->batch) {
       double s1 = 0.0, s2 = 0.0;
-      for (int t = 0; t < nt; t++) s1 += thread_acc(s, t)[c], s2 += thread_acc(s, t)[cp + c];
+      for (int64_t i = 0; i < s->shares; i++) s1 += share_acc(s, i)[c], s2 += share_acc(s, i)[cp + c];
       const double d = s1 / m, var = s2 / m - d * d;
       f->mean[c] = (float)(s->k[c] + d);
       f->var[c] = (float)(var > 0.0 ? var : 0.0);
@@ -453,6 +448,7 @@ INLINE void forward_body(const fwd_args *f, int64_t L, int bf16, int relu) {
   const cpu_bn_geom *g = f->g;
   const tiling t = tiles_of(g);
   const bn_scratch s = scratch_of(g, f->scratch);
+  shares_reset(&s);
 #pragma omp parallel num_threads(g->threads)
   {
     if (f->batch) {
@@ -465,7 +461,7 @@ INLINE void forward_body(const fwd_args *f, int64_t L, int bf16, int relu) {
     const cpu_bn_partner *q = relu == MODE_ADD_RELU ? f->res->partner : NULL;
 #pragma omp single
     {
-      finish_forward(f, &s, omp_get_num_threads());
+      finish_forward(f, &s);
       if (q) cpu_bn_pair_constants(g, &s, q);
     }
     if (q && f->y)
@@ -517,10 +513,10 @@ typedef struct {
   char *scratch;
 } bwd_args;
 
-/* Per channel, from the threads' sums: the parameter gradients and dx's
+/* Per channel, from the shares' sums: the parameter gradients and dx's
  * coefficients (bn_backward_channel). The mask's scale and shift go to
  * `mask` (2 x cp floats). */
-static void finish_backward(const bwd_args *b, const bn_scratch *s, float *mask, int nt) {
+static void finish_backward(const bwd_args *b, const bn_scratch *s, float *mask) {
   const cpu_bn_geom *g = b->g;
   const int64_t cp = (int64_t)channels_padded(g);
   const double m = (double)(g->n * g->hw);
@@ -530,7 +526,7 @@ static void finish_backward(const bwd_args *b, const bn_scratch *s, float *mask,
       continue;
     }
     double s1 = 0.0, s2 = 0.0;
-    for (int t = 0; t < nt; t++) s1 += thread_acc(s, t)[c], s2 += thread_acc(s, t)[cp + c];
+    for (int64_t i = 0; i < s->shares; i++) s1 += share_acc(s, i)[c], s2 += share_acc(s, i)[cp + c];
     bn_backward_channel(s1, s2, m, b->var[c], b->eps, b->gamma ? b->gamma[c] : 1.0f, b->batch,
                         b->dgamma ? b->dgamma + c : NULL, b->dbeta ? b->dbeta + c : NULL, &s->a[c], &s->b[c], &s->d[c]);
   }
@@ -542,13 +538,14 @@ INLINE void backward_body(const bwd_args *b, int64_t L, int bf16, int relu) {
   const bn_scratch s = scratch_of(g, b->scratch);
   const int64_t cp = (int64_t)channels_padded(g);
   /* The ReLU mask's mean / scale / shift, kept apart from the dx coefficients. */
-  float *mask = (float *)((char *)s.per_thread + (size_t)g->threads * s.thread_bytes);
+  float *mask = (float *)shares_end(&s);
   /* A residual gradient written fresh streams as dx does (read back by the
    * second pass below from memory either way). */
   cpu_bn_residual rs = {0};
   if (b->res) rs = *b->res, rs.dr_stream = g->stream && !b->res->dr_add;
   const cpu_bn_residual *res = b->res ? &rs : NULL;
   const cpu_bn_partner *q = relu == MODE_ADD_RELU ? b->res->partner : NULL; /* bnorm_pair.c */
+  shares_reset(&s);
 #pragma omp parallel num_threads(g->threads)
   {
 #pragma omp single
@@ -568,8 +565,8 @@ INLINE void backward_body(const bwd_args *b, int64_t L, int bf16, int relu) {
 #pragma omp barrier
 #pragma omp single
     {
-      finish_backward(b, &s, mask, omp_get_num_threads());
-      if (q) cpu_bn_pair_finish(g, &s, q, omp_get_num_threads());
+      finish_backward(b, &s, mask);
+      if (q) cpu_bn_pair_finish(g, &s, q);
     }
     /* With a residual whose gradient the sums pass wrote (not added), that
      * gradient is the masked dy: read it instead of dy and the mask. */

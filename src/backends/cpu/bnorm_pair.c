@@ -87,9 +87,8 @@ INLINE void normalize_group(const void *x, const void *x2, void *y, uint8_t *mas
 INLINE void normalize_tiles(const cpu_bn_geom *g, const bn_scratch *s, const void *x, void *y,
                             const cpu_bn_residual *res, int64_t L, int bf16) {
   const tiling t = tiles_of(g);
-  int64_t k0, k1;
-  my_tiles(&t, &k0, &k1);
-  for (int64_t k = k0; k < k1; k++) {
+  tile_walk walk = tiles_begin(s, PASS_APPLY, &t, 0);
+  for (int64_t k; tiles_next(&walk, &k);) {
     int64_t blk, np;
     const int64_t at = tile_at(g, &t, k, &blk, &np), c0 = blk * L;
 #define NORMALIZE_GROUP(j, w, G, p0, p1) \
@@ -162,11 +161,9 @@ INLINE void sum_tiles(const cpu_bn_geom *g, const bn_scratch *s, const void *x, 
                       const cpu_bn_residual *res, int64_t L, int bf16) {
   const tiling t = tiles_of(g);
   const int64_t cp = (int64_t)channels_padded(g);
-  double *acc = thread_acc(s, omp_get_thread_num());
-  for (int64_t c = 0; c < 3 * cp; c++) acc[c] = 0.0;
-  int64_t k0, k1;
-  my_tiles(&t, &k0, &k1);
-  for (int64_t k = k0; k < k1; k++) {
+  tile_walk walk = tiles_begin(s, PASS_SUMS, &t, 3 * cp);
+  for (int64_t k; tiles_next(&walk, &k);) {
+    double *acc = walk.acc;
     int64_t blk, np;
     const int64_t at = tile_at(g, &t, k, &blk, &np), c0 = blk * L;
 #define SUM_GROUP(j, w, G, p0, p1) \
@@ -181,10 +178,10 @@ void cpu_bn_pair_sums(const cpu_bn_geom *g, const bn_scratch *s, const void *x, 
   PAIR_DISPATCH(sum_tiles, g, g, s, x, dy, res);
 }
 
-/* The partner's parameter gradients and dx2 coefficients from the threads'
+/* The partner's parameter gradients and dx2 coefficients from the shares'
  * sums (one thread): bnorm_kernels.c's finish_backward for bn2, whose
  * masked gradient is this node's. */
-void cpu_bn_pair_finish(const cpu_bn_geom *g, const bn_scratch *s, const cpu_bn_partner *q, int nt) {
+void cpu_bn_pair_finish(const cpu_bn_geom *g, const bn_scratch *s, const cpu_bn_partner *q) {
   const int64_t cp = (int64_t)channels_padded(g);
   const double m = (double)(g->n * g->hw);
   for (int64_t c = 0; c < cp; c++) {
@@ -193,7 +190,7 @@ void cpu_bn_pair_finish(const cpu_bn_geom *g, const bn_scratch *s, const cpu_bn_
       continue;
     }
     double s1 = 0.0, s3 = 0.0;
-    for (int t = 0; t < nt; t++) s1 += thread_acc(s, t)[c], s3 += thread_acc(s, t)[2 * cp + c];
+    for (int64_t i = 0; i < s->shares; i++) s1 += share_acc(s, i)[c], s3 += share_acc(s, i)[2 * cp + c];
     bn_backward_channel(s1, s3, m, q->var[c], q->eps, q->gamma ? q->gamma[c] : 1.0f, q->batch,
                         q->dgamma ? q->dgamma + c : NULL, q->dbeta ? q->dbeta + c : NULL, &s->a2[c], &s->b2[c],
                         &s->d2[c]);
@@ -238,9 +235,8 @@ INLINE void dx_tiles(const cpu_bn_geom *g, const bn_scratch *s, const void *x, c
                      const cpu_bn_residual *res, int64_t L, int bf16) {
   const tiling t = tiles_of(g);
   const cpu_bn_partner *q = res->partner;
-  int64_t k0, k1;
-  my_tiles(&t, &k0, &k1);
-  for (int64_t k = k0; k < k1; k++) {
+  tile_walk walk = tiles_begin(s, PASS_APPLY, &t, 0);
+  for (int64_t k; tiles_next(&walk, &k);) {
     int64_t blk, np;
     const int64_t at = tile_at(g, &t, k, &blk, &np), c0 = blk * L;
 #define DX_GROUP(j, w, G, p0, p1) \

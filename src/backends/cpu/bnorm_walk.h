@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "backends/cpu/cpu.h"
+#include "backends/cpu/shares.h"
 #include "backends/cpu/vec.h"
 
 /* Elements per tile: the f32 partial sums run over this many values. */
@@ -55,23 +56,49 @@ INLINE void *tile_y(const cpu_bn_geom *g, const tiling *t, int64_t k, const void
   return (char *)y + img * g->y_img_extra * (g->bf16 ? 2 : 4);
 }
 
-/* This thread's tiles: a contiguous static share (memory order). */
-INLINE void my_tiles(const tiling *t, int64_t *k0, int64_t *k1) {
-  const int64_t nt = omp_get_num_threads(), tid = omp_get_thread_num();
-  *k0 = t->count * tid / nt;
-  *k1 = t->count * (tid + 1) / nt;
+/* ---- work shares (shares.h) ----
+ *
+ * A pass cuts its tiles into shares_of(g) contiguous shares, taken by the
+ * threads as they come free. Sums are kept per share and added in share
+ * order: the bits depend neither on which thread took which share nor on
+ * the team's size. */
+enum { BN_SHARES_MAX_PER_THREAD = 8, BN_SHARE_MIN_POSITIONS = 512, BN_PASSES = 2 };
+enum { PASS_SUMS = 0, PASS_APPLY = 1 }; /* the statistics' or gradient sums; then y or dx */
+
+/* Fewer shares for few positions: each share's sums cost 3 doubles a
+ * channel to clear and to add, against 2-4 bytes a position and channel. */
+static inline int64_t shares_of(const cpu_bn_geom *g) {
+  int64_t per = g->n * g->hw / BN_SHARE_MIN_POSITIONS;
+  per = per < 1 ? 1 : per > BN_SHARES_MAX_PER_THREAD ? BN_SHARES_MAX_PER_THREAD : per;
+  return (int64_t)g->threads * per;
 }
 
-/* Scratch: shared per-channel arrays, then per thread 3 x cp doubles (two
- * sums a channel; a third for an adopted batch norm, bnorm_pair.c). */
+/* The tiles of the shares this thread takes, one at a time:
+ *   for (tile_walk w = tiles_begin(s, pass, t, z); tiles_next(&w, &k);)
+ * with w.acc the share's sums, its first z doubles cleared as it is taken
+ * (z = 0: a pass without sums). */
+typedef struct bn_scratch bn_scratch;
 typedef struct {
+  cpu_share_walk walk;
+  const tiling *t;
+  const bn_scratch *s;
+  int64_t k, k1, zero;
+  double *acc;
+} tile_walk;
+
+/* Scratch: shared per-channel arrays, the passes' counters (a cache line
+ * each), then per share 3 x cp doubles (two sums a channel; a third for an
+ * adopted batch norm, bnorm_pair.c). */
+struct bn_scratch {
   float *k, *a, *b, *d;     /* shift; then forward scale/shift or backward coefficients */
   float *k2, *a2, *b2, *d2; /* the same for an adopted batch norm */
-  char *per_thread;
-  size_t thread_bytes;
-} bn_scratch;
+  int64_t *next;            /* BN_PASSES counters, 8 apart */
+  char *per_share;
+  size_t share_bytes;
+  int64_t shares;
+};
 
-enum { BN_ARRAYS = 8, BN_THREAD_SUMS = 3 };
+enum { BN_ARRAYS = 8, BN_SHARE_SUMS = 3, BN_COUNTER_BYTES = 64 * BN_PASSES };
 
 static inline size_t round64(size_t b) { return (b + 63) & ~(size_t)63; }
 
@@ -90,14 +117,46 @@ static inline bn_scratch scratch_of(const cpu_bn_geom *g, char *base) {
                   f[5],
                   f[6],
                   f[7],
-                  base + BN_ARRAYS * arr,
-                  round64(BN_THREAD_SUMS * cp * sizeof(double))};
+                  (int64_t *)(base + BN_ARRAYS * arr),
+                  base + BN_ARRAYS * arr + BN_COUNTER_BYTES,
+                  round64(BN_SHARE_SUMS * cp * sizeof(double)),
+                  shares_of(g)};
   return s;
 }
 
-INLINE double *thread_acc(const bn_scratch *s, int tid) {
-  return (double *)(s->per_thread + (size_t)tid * s->thread_bytes);
+/* The counters back to zero: before the parallel region that runs the passes. */
+static inline void shares_reset(const bn_scratch *s) {
+  for (int p = 0; p < BN_PASSES; p++) s->next[8 * p] = 0;
 }
+
+INLINE int64_t *pass_counter(const bn_scratch *s, int pass) { return s->next + 8 * pass; }
+
+INLINE double *share_acc(const bn_scratch *s, int64_t share) {
+  return (double *)(s->per_share + (size_t)share * s->share_bytes);
+}
+
+INLINE tile_walk tiles_begin(const bn_scratch *s, int pass, const tiling *t, int64_t zero) {
+  const tile_walk w = {cpu_shares_begin(pass_counter(s, pass), s->shares), t, s, 0, 0, zero, NULL};
+  return w;
+}
+
+INLINE int tiles_next(tile_walk *w, int64_t *k) {
+  while (w->k >= w->k1) {
+    const int64_t share = cpu_shares_next(&w->walk);
+    if (share < 0) return 0;
+    w->k = w->t->count * share / w->walk.count;
+    w->k1 = w->t->count * (share + 1) / w->walk.count;
+    if (w->zero) {
+      w->acc = share_acc(w->s, share);
+      for (int64_t c = 0; c < w->zero; c++) w->acc[c] = 0.0;
+    }
+  }
+  *k = w->k++;
+  return 1;
+}
+
+/* The end of the per-share region (what backward keeps after it). */
+INLINE char *shares_end(const bn_scratch *s) { return s->per_share + (size_t)s->shares * s->share_bytes; }
 
 /* Layouts whose lanes are a multiple of 8 walk a tile one lane group (vfw,
  * vec.h: 16 channels with AVX-512, else 8; a last group of 8 when the lanes
@@ -216,7 +275,7 @@ INLINE void bn_backward_channel(double s1, double s2, double m, float var, float
 
 /* bnorm_pair.c: an absorbed add whose other input is an adopted batch norm
  * (cpu_bn_residual.partner); bnorm_kernels.c's bodies call these inside
- * their parallel regions, each thread on its share of the tiles. The
+ * their parallel regions, on the shares each thread takes. The
  * partner's constants (one thread): its mean, scale and shift into k2, a2,
  * b2 for forward; after backward's sums, its parameter gradients and dx2
  * coefficients into a2, b2, d2 (k2 its mean, set before). */
@@ -225,7 +284,7 @@ void cpu_bn_pair_normalize(const cpu_bn_geom *g, const bn_scratch *s, const void
                            const cpu_bn_residual *res);
 void cpu_bn_pair_sums(const cpu_bn_geom *g, const bn_scratch *s, const void *x, const void *dy,
                       const cpu_bn_residual *res);
-void cpu_bn_pair_finish(const cpu_bn_geom *g, const bn_scratch *s, const cpu_bn_partner *q, int nt);
+void cpu_bn_pair_finish(const cpu_bn_geom *g, const bn_scratch *s, const cpu_bn_partner *q);
 void cpu_bn_pair_dx(const cpu_bn_geom *g, const bn_scratch *s, const void *x, const void *dy, void *dx, int add,
                     const cpu_bn_residual *res);
 

@@ -68,7 +68,7 @@ static void concat_rows_forward(cpu_node *n, const sp_op_args *a) {
   const concat_rows_node *s = (const concat_rows_node *)n;
   char *out = a->out->data;
   if (s->short_runs) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(guided)
     for (int64_t r = 0; r < s->rows; r++)
       for (int k = 0; k < s->n_in; k++)
         copy_run(out + (size_t)(r * s->total + s->off[k]) * s->es,
@@ -78,7 +78,7 @@ static void concat_rows_forward(cpu_node *n, const sp_op_args *a) {
   for (int k = 0; k < s->n_in; k++) {
     const char *in = a->in[k]->data;
     const size_t run = (size_t)s->len[k] * s->es, pieces = (run + PIECE_BYTES - 1) / PIECE_BYTES;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(guided)
     for (int64_t t = 0; t < s->rows * (int64_t)pieces; t++) {
       const int64_t r = t / (int64_t)pieces;
       const size_t at = (size_t)(t % (int64_t)pieces) * PIECE_BYTES, left = run - at;
@@ -104,7 +104,7 @@ static inline void grad_piece(const concat_rows_node *s, const sp_op_args *a, in
 static void concat_rows_backward(cpu_node *n, const sp_op_args *a) {
   const concat_rows_node *s = (const concat_rows_node *)n;
   if (s->short_runs) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(guided)
     for (int64_t r = 0; r < s->rows; r++)
       for (int k = 0; k < s->n_in; k++)
         if (a->d_in[k]) grad_piece(s, a, k, r, 0, (size_t)s->len[k] * s->es);
@@ -113,7 +113,7 @@ static void concat_rows_backward(cpu_node *n, const sp_op_args *a) {
   for (int k = 0; k < s->n_in; k++) {
     if (!a->d_in[k]) continue;
     const size_t run = (size_t)s->len[k] * s->es, pieces = (run + PIECE_BYTES - 1) / PIECE_BYTES;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(guided)
     for (int64_t t = 0; t < s->rows * (int64_t)pieces; t++) {
       const size_t at = (size_t)(t % (int64_t)pieces) * PIECE_BYTES, left = run - at;
       grad_piece(s, a, k, t / (int64_t)pieces, at, left < PIECE_BYTES ? left : PIECE_BYTES);

@@ -57,6 +57,7 @@
 
 #include "backends/cpu/conv_softargmax.h"
 #include "backends/cpu/cpu.h"
+#include "backends/cpu/shares.h"
 #include "backends/cpu/vec.h"
 #include "core/bf16.h"
 #include "ops/ops.h"
@@ -198,35 +199,41 @@ static void csam_forward(cpu_node *nd, const sp_op_args *a) {
     if (s->tail) cpu_tail_fold(s->tail, a);
   }
   const void *x = a->in[0]->data;
+  /* Contiguous runs of tiles taken as threads come free (shares.h); each
+   * tile's sums are its own (part), merged in tile order. */
+  const int64_t units = s->n * s->tiles, shares = units < 8 * s->threads ? units : 8 * s->threads;
+  int64_t next_share = 0;
 #pragma omp parallel num_threads(s->threads)
   {
     const int t = omp_get_thread_num();
     char *ts = thread_region(s, sc, t);
     float *l = (float *)(ts + s->t_l), *jc = (float *)(ts + s->t_ij), *ic = jc + s->rt;
-#pragma omp for schedule(static)
-    for (int64_t u = 0; u < s->n * s->tiles; u++) {
-      int64_t p0, np;
-      if (s->tail) { /* the block's output for a band of rows, then the logits from its planes */
-        const int64_t img = u / s->tiles, y0 = u % s->tiles * s->band, nr = s->h - y0 < s->band ? s->h - y0 : s->band;
-        p0 = y0 * s->w, np = nr * s->w;
-        const float *planes = cpu_tail_band(s->tail, x, &s->g, img, y0, nr, ts + s->t_tail);
-        cpu_tail_next next = {.lines = 0};
-        if (u + 1 < s->n * s->tiles) { /* a thread's tiles run in order (static schedule) */
-          const int64_t y1 = (u + 1) % s->tiles * s->band;
-          cpu_tail_next_of(s->tail, x, &s->g, (u + 1) / s->tiles, y1, s->h - y1 < s->band ? s->h - y1 : s->band, &next);
+    cpu_share_walk walk = cpu_shares_begin(&next_share, shares);
+    for (int64_t sh; (sh = cpu_shares_next(&walk)) >= 0;)
+      for (int64_t u = units * sh / shares, u1 = units * (sh + 1) / shares; u < u1; u++) {
+        int64_t p0, np;
+        if (s->tail) { /* the block's output for a band of rows, then the logits from its planes */
+          const int64_t img = u / s->tiles, y0 = u % s->tiles * s->band, nr = s->h - y0 < s->band ? s->h - y0 : s->band;
+          p0 = y0 * s->w, np = nr * s->w;
+          const float *planes = cpu_tail_band(s->tail, x, &s->g, img, y0, nr, ts + s->t_tail);
+          cpu_tail_next next = {.lines = 0};
+          if (u + 1 < u1) { /* the share's tiles run in order on this thread */
+            const int64_t y1 = (u + 1) % s->tiles * s->band;
+            cpu_tail_next_of(s->tail, x, &s->g, (u + 1) / s->tiles, y1, s->h - y1 < s->band ? s->h - y1 : s->band,
+                             &next);
+          }
+          cpu_tail_logits(s->tail, planes, wk, l, s->ldl, s->k, np, &next);
+        } else if (s->planes) {
+          float *xp = (float *)(ts + s->t_x);
+          tile_planes(s, x, u, &p0, &np, xp);
+          cpu_planes_logits(xp, s->ldx, wk, s->c, l, s->ldl, s->k, np32(np), NULL);
+        } else {
+          const void *xt = tile_rows(s, x, u, &p0, &np, ts + s->t_x);
+          logits(s, t, wk, xt, l, ts);
         }
-        cpu_tail_logits(s->tail, planes, wk, l, s->ldl, s->k, np, &next);
-      } else if (s->planes) {
-        float *xp = (float *)(ts + s->t_x);
-        tile_planes(s, x, u, &p0, &np, xp);
-        cpu_planes_logits(xp, s->ldx, wk, s->c, l, s->ldl, s->k, np32(np), NULL);
-      } else {
-        const void *xt = tile_rows(s, x, u, &p0, &np, ts + s->t_x);
-        logits(s, t, wk, xt, l, ts);
+        csam_tile_coords(s, p0, jc, ic);
+        csam_tile_sums(s, l, b, jc, ic, np, part + u * 4 * s->kp);
       }
-      csam_tile_coords(s, p0, jc, ic);
-      csam_tile_sums(s, l, b, jc, ic, np, part + u * 4 * s->kp);
-    }
   }
   csam_merge_tiles(s, part, a->out->data, a->saved ? a->saved : (void *)(sc + s->o_stats));
   if (s->tail) cpu_tail_calls++;

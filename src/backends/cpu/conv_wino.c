@@ -33,6 +33,7 @@
 #include <string.h>
 
 #include "backends/cpu/cpu.h"
+#include "backends/cpu/shares.h"
 #include "backends/cpu/vec.h"
 #include "backends/cpu/wino_product.h"
 
@@ -325,11 +326,13 @@ void cpu_wino_run(const cpu_wino *m, const float *u, const float *x, float *y, c
     }
     return;
   }
+  /* Chunks taken as threads come free (shares.h): each writes its own tiles. */
+  int64_t next = 0;
 #pragma omp parallel num_threads(m->threads)
   {
     float *v = base + (size_t)omp_get_thread_num() * (size_t)(m->v_floats + m->m_floats), *mm = v + m->v_floats;
-#pragma omp for schedule(static)
-    for (int64_t c = 0; c < chunks; c++) {
+    cpu_share_walk walk = cpu_shares_begin(&next, chunks);
+    for (int64_t c; (c = cpu_shares_next(&walk)) >= 0;) {
       const int64_t t0 = c * m->chunk, rows = m->tiles - t0 < m->chunk ? m->tiles - t0 : m->chunk;
       steps(m, u, x, y, bias, relu, accumulate, stream, v, mm, t0, rows, 0, panels);
     }

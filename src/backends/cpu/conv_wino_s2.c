@@ -46,6 +46,7 @@
 #include <string.h>
 
 #include "backends/cpu/cpu.h"
+#include "backends/cpu/shares.h"
 #include "backends/cpu/vec.h"
 #include "backends/cpu/wino_product.h"
 
@@ -369,11 +370,12 @@ void cpu_wino_s2_run(const cpu_wino *m, const float *u, const float *x, float *y
   const int64_t chunks = (m->tiles + m->chunk - 1) / m->chunk, co = m->c_out;
   float *base = (float *)(((uintptr_t)work + 63) & ~(uintptr_t)63);
   cpu_wino_calls++;
+  int64_t next = 0; /* chunks taken as threads come free (shares.h) */
 #pragma omp parallel num_threads(m->threads)
   {
     float *v = base + (size_t)omp_get_thread_num() * (size_t)(m->v_floats + m->m_floats), *mm = v + m->v_floats;
-#pragma omp for schedule(static)
-    for (int64_t c = 0; c < chunks; c++) {
+    cpu_share_walk walk = cpu_shares_begin(&next, chunks);
+    for (int64_t c; (c = cpu_shares_next(&walk)) >= 0;) {
       const int64_t t0 = c * m->chunk, rows = m->tiles - t0 < m->chunk ? m->tiles - t0 : m->chunk;
       if (m->flip) {
         dy_tiles(m, x, t0, rows, v);

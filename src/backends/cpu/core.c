@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "backends/cpu/cpu.h"
+#include "backends/cpu/shares.h"
 #include "backends/cpu/vec.h"
 #include "core/bf16.h"
 
@@ -42,6 +43,7 @@ dnnl_stream_t cpu_stream(void) {
 }
 
 int cpu_bn_stats_offer = 1;
+int cpu_shares_dynamic = 1;
 
 /* Only nodes of this backend come here: the plan offers a producer's state
  * to the batch norm that is its only consumer, both prepared by the cpu

@@ -267,7 +267,7 @@ static inline __attribute__((always_inline)) void put_floats(float *dst, const f
 static inline __attribute__((always_inline)) void shuffle_lanes(const cpu_dc1 *m, const int64_t L) {
   const int64_t blocks = m->oc / L, h_n = m->h, w_n = m->w, plane = h_n * w_n * L, ow = 2 * w_n;
   const int64_t YB = (m->out_c ? m->out_c : m->oc) / L;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(guided)
   for (int64_t r = 0; r < m->n * blocks * 2 * h_n; r++) {
     const int64_t img = r / (blocks * 2 * h_n), b = r / (2 * h_n) % blocks, oy = r % (2 * h_n), h = oy / 2, ky = oy % 2;
     float *dst = m->y + ((img * YB + b) * 2 * h_n + oy) * ow * L;
@@ -293,7 +293,7 @@ static void shuffle(const cpu_dc1 *m) {
 static void copy_skip(const cpu_dc1 *m) {
   const int64_t OH = 2 * m->h, OW = 2 * m->w, L = m->lanes, YB = m->out_c / L, OB = m->oc / L;
   const int64_t run = m->skip_c * OH * OW, piece = 1 << 16, pieces = (run + piece - 1) / piece;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(guided)
   for (int64_t t = 0; t < m->n * pieces; t++) {
     const int64_t img = t / pieces, at = t % pieces * piece, len = run - at < piece ? run - at : piece;
     put_floats(m->y + (img * YB + OB) * OH * OW * L + at, m->skip + img * run + at, len, m->stream, L);
@@ -359,7 +359,7 @@ static inline __attribute__((always_inline)) void direct_run(const cpu_dc1 *m, c
 static void direct(const cpu_dc1 *m) {
   const int64_t W = m->w, OW = 2 * W, OH = 2 * m->h, IB = m->ic / 16, OB = m->oc / 16, full = W / 8 * 8;
   const int64_t YB = (m->out_c ? m->out_c : m->oc) / 16; /* Y's image: its blocks, then a concat's skip */
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(guided)
   for (int64_t r = 0; r < m->n * m->h; r++) {
     const int64_t img = r / m->h, y = r % m->h;
     const float *xr = m->x + (img * IB * m->h + y) * W * 16;

@@ -108,7 +108,7 @@ static void prepare_weights(const deconv_mm_node *s, const float *w) {
  * matrix -> output (scatter). */
 static void move_rows(const deconv_mm_node *s, uint16_t *mat, uint16_t *img, int to_rows) {
   const int64_t k = s->k, run = k * s->oc, ow = k * s->w, oh = k * s->h;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(guided)
   for (int64_t r = 0; r < s->m; r++) {
     const int64_t j = r % s->w, i = (r / s->w) % s->h, n = r / (s->w * s->h);
     for (int64_t a = 0; a < k; a++) {

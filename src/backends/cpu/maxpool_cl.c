@@ -74,7 +74,7 @@ static void mp_forward(cpu_node *n, const sp_op_args *a) {
   const mp_node *s = (const mp_node *)n;
   uint8_t *arg = s->train ? a->saved : NULL;
   cpu_maxpool_own_calls++;
-#pragma omp parallel for num_threads(s->threads) schedule(static)
+#pragma omp parallel for num_threads(s->threads) schedule(guided)
   for (int64_t r = 0; r < s->n * s->oh; r++) {
     if (s->bf16)
       forward_row(s, a->in[0]->data, a->out->data, arg, r / s->oh, r % s->oh, 1);
@@ -120,7 +120,7 @@ static void mp_backward(cpu_node *n, const sp_op_args *a) {
   if (!a->d_in[0]) return;
   const mp_node *s = (const mp_node *)n;
   const int fresh = (a->d_in_fresh & 1u) != 0;
-#pragma omp parallel for num_threads(s->threads) schedule(static)
+#pragma omp parallel for num_threads(s->threads) schedule(guided)
   for (int64_t r = 0; r < s->n * s->h; r++) {
     if (s->bf16)
       backward_row(s, a->d_out->data, a->saved, a->d_in[0]->data, r / s->h, r % s->h, fresh, 1);

@@ -23,9 +23,10 @@
  * How: B is packed the way tdpbf16ps reads it: per 16 columns and per 32
  * rows (16 row pairs), a 1 KB tile of 16 pairs x 16 columns, the pair's two
  * values side by side. The work items are (panel of columns, block of 32
- * rows), panel-major, in contiguous ranges per thread, so a thread keeps one
- * panel of B (at most cpu_mm_amx_panel_bytes: 512 KB) in its L2 while A
- * streams past. Per block, 32 rows x 32 columns accumulate in four tiles
+ * rows), panel-major, cut into 8 contiguous shares a thread that the
+ * threads take as they come free (shares.h), so a thread keeps one panel of
+ * B (at most cpu_mm_amx_panel_bytes: 512 KB) in its L2 while A streams
+ * past. Per block, 32 rows x 32 columns accumulate in four tiles
  * over all of K (A's two tiles loaded from the rows where they lie, a row
  * stride of K), then go through an f32 buffer into bf16 rows; a block's
  * conversion is issued after the next block's products, so the vector work
@@ -33,8 +34,8 @@
  * oneDNN's on a quiet host). A last block of 16 rows uses two tiles.
  *
  * Statistics: per block and column, sums of the stored (rounded) values
- * shifted by the block's first row, merged per thread in double (Chan et
- * al.'s pairwise update), then across threads in thread order: the mean
+ * shifted by the block's first row, merged per share in double (Chan et
+ * al.'s pairwise update), then across shares in share order: the mean
  * and biased variance a batch norm reading C computes, in another order.
  *
  * Conversions are vcvtne2ps2bf16's: round to nearest even, as
@@ -45,6 +46,7 @@
 
 #include "backends/cpu/amx.h"
 #include "backends/cpu/cpu.h"
+#include "backends/cpu/shares.h"
 
 int cpu_use_mm_amx = 1;
 int cpu_mm_amx_dx = 0;
@@ -313,15 +315,21 @@ AMX_FN static void store_tiles(int rows, float *buf) {
 
 int64_t cpu_mm_amx_panel_bytes = 512 * 1024;
 
-size_t cpu_mm_amx_stats_bytes(int64_t n, int threads) { return sizeof(double) * 3 * (size_t)(n * threads); }
+/* Shares of the work items a thread team is cut into (shares.h): the
+ * threads take them as they come free. */
+enum { SHARES_PER_THREAD = 8 };
 
-/* The threads' sums of each channel's columns merged, in thread then
- * column order. */
-static void finish_stats(const cpu_mm_epilogue *e, int64_t n, int threads) {
+size_t cpu_mm_amx_stats_bytes(int64_t n, int threads) {
+  return sizeof(double) * 3 * (size_t)(n * threads * SHARES_PER_THREAD);
+}
+
+/* The shares' sums of each channel's columns merged, in share then column
+ * order. */
+static void finish_stats(const cpu_mm_epilogue *e, int64_t n, int64_t shares) {
   const int64_t channels = e->channels ? e->channels : n;
   for (int64_t ch = 0; ch < channels; ch++) {
     double cnt = 0, mean = 0, m2 = 0;
-    for (int t = 0; t < threads; t++)
+    for (int64_t t = 0; t < shares; t++)
       for (int64_t j = ch; j < n; j += channels) {
         const double *w = e->stats + 3 * n * t, nb = w[j];
         if (nb == 0) continue;
@@ -344,36 +352,45 @@ AMX_FN void cpu_mm_amx(const uint16_t *a, int64_t m, int64_t k, const uint16_t *
   int64_t np = cpu_mm_amx_panel_bytes / (2 * k) / 32 * 32;
   np = np < 32 ? 32 : np > n ? n : np;
   const int64_t mblocks = (m + 31) / 32, panels = (n + np - 1) / np, items = mblocks * panels;
-  if (e->mean) memset(e->stats, 0, cpu_mm_amx_stats_bytes(n, threads)); /* a team smaller than asked leaves zeros */
+  /* Contiguous ranges of items (panel-major: a share keeps to one or two
+   * panels of B), each with its own statistics. */
+  const int64_t shares = (int64_t)threads * SHARES_PER_THREAD;
+  int64_t next = 0;
+  if (e->mean) memset(e->stats, 0, cpu_mm_amx_stats_bytes(n, threads)); /* shares nobody took leave zeros */
 #pragma omp parallel num_threads(threads)
   {
     float bufs[2][32 * 32] __attribute__((aligned(64)));
-    const int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
-    const int64_t i0 = items * t / nt, i1 = items * (t + 1) / nt;
-    col_stats sums = {NULL, NULL, NULL};
-    if (e->mean) {
-      double *w = e->stats + 3 * n * t;
-      sums = (col_stats){w, w + n, w + 2 * n};
-    }
-    const col_stats *st = e->mean ? &sums : NULL;
     pending prev = {0, 0, 0, NULL};
-    int cur = 0;
-    if (i0 < i1) configure(step_of(k));
-    for (int64_t i = i0; i < i1; i++) {
-      const int64_t panel = i / mblocks, m0 = (i % mblocks) * 32;
-      const int64_t n0 = panel * np, n1 = n0 + np < n ? n0 + np : n;
-      const int rows = m - m0 < 32 ? 16 : 32;
-      for (int64_t j = n0; j < n1; j += 32) {
-        block(a, k, bp, m0, rows, j, bufs[cur]);
-        if (prev.buf) store_rows(prev.buf, prev.rows, e, c, n, prev.m0, st, prev.n0);
-        store_tiles(rows, bufs[cur]);
-        prev = (pending){m0, j, rows, bufs[cur]};
-        cur ^= 1;
+    int cur = 0, configured = 0;
+    cpu_share_walk walk = cpu_shares_begin(&next, shares);
+    for (int64_t sh; (sh = cpu_shares_next(&walk)) >= 0;) {
+      const int64_t i0 = items * sh / shares, i1 = items * (sh + 1) / shares;
+      if (i0 == i1) continue;
+      col_stats sums = {NULL, NULL, NULL};
+      if (e->mean) {
+        double *w = e->stats + 3 * n * sh;
+        sums = (col_stats){w, w + n, w + 2 * n};
       }
+      const col_stats *st = e->mean ? &sums : NULL;
+      if (!configured) configure(step_of(k)), configured = 1;
+      for (int64_t i = i0; i < i1; i++) {
+        const int64_t panel = i / mblocks, m0 = (i % mblocks) * 32;
+        const int64_t n0 = panel * np, n1 = n0 + np < n ? n0 + np : n;
+        const int rows = m - m0 < 32 ? 16 : 32;
+        for (int64_t j = n0; j < n1; j += 32) {
+          block(a, k, bp, m0, rows, j, bufs[cur]);
+          if (prev.buf) store_rows(prev.buf, prev.rows, e, c, n, prev.m0, st, prev.n0);
+          store_tiles(rows, bufs[cur]);
+          prev = (pending){m0, j, rows, bufs[cur]};
+          cur ^= 1;
+        }
+      }
+      /* The share's last block out with its statistics. */
+      store_rows(prev.buf, prev.rows, e, c, n, prev.m0, st, prev.n0);
+      prev.buf = NULL;
     }
-    if (prev.buf) store_rows(prev.buf, prev.rows, e, c, n, prev.m0, st, prev.n0);
-    if (i0 < i1) _tile_release();
+    if (configured) _tile_release();
   }
-  if (e->mean) finish_stats(e, n, threads);
+  if (e->mean) finish_stats(e, n, shares);
 }
 #endif
