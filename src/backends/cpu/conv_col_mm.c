@@ -104,7 +104,7 @@ int cpu_colmm_bind(cpu_colmm *m, cpu_node *n, const void *x, void *y, uint16_t *
  * [IC][taps] block turned into [taps][IC]. */
 static void make_wt(const cpu_colmm *m, const float *w) {
   const int64_t taps = m->c.kh * m->c.kw, ic = m->c.ic;
-#pragma omp parallel for num_threads(m->threads) schedule(static)
+#pragma omp parallel for num_threads(m->threads) schedule(guided)
   for (int64_t o = 0; o < m->c.oc; o++) {
     const float *src = w + o * ic * taps;
     uint16_t *dst = m->wt + o * m->k;
@@ -158,7 +158,7 @@ void cpu_colmm_dx(const cpu_colmm *m, void *dx_out, int fresh) {
 #pragma omp parallel num_threads(m->threads)
   {
     float acc[1024] __attribute__((aligned(64)));
-#pragma omp for schedule(static)
+#pragma omp for schedule(guided)
     for (int64_t r = 0; r < c->n * c->ih; r++) {
       const int64_t img = r / c->ih, y = r % c->ih;
       for (int64_t x = 0; x < c->iw; x++) {

@@ -163,7 +163,7 @@ static void bias_grad(const cpu_mm1x1 *m, const uint16_t *dy, float *db, int fre
 static void gather_grid(const cpu_mm1x1 *m, const uint16_t *x) {
   const cpu_mm1x1_grid *g = &m->grid;
   const size_t bytes = sizeof(uint16_t) * (size_t)m->ic;
-#pragma omp parallel for num_threads(m->threads) schedule(static)
+#pragma omp parallel for num_threads(m->threads) schedule(guided)
   for (int64_t r = 0; r < g->n * g->oh; r++) {
     const int64_t img = r / g->oh, i = r % g->oh;
     const uint16_t *src = x + ((img * g->ih + g->sh * i) * g->iw) * m->ic;
@@ -192,7 +192,7 @@ static void add_row(uint16_t *d, const float *s, int64_t n) {
 static void spread_grid(const cpu_mm1x1 *m, uint16_t *dx, int fresh) {
   const cpu_mm1x1_grid *g = &m->grid;
   const int64_t ic = m->ic, row = g->iw * ic;
-#pragma omp parallel for num_threads(m->threads) schedule(static)
+#pragma omp parallel for num_threads(m->threads) schedule(guided)
   for (int64_t r = 0; r < g->n * g->ih; r++) {
     const int64_t img = r / g->ih, y = r % g->ih, i = y / g->sh;
     uint16_t *d = dx + r * row;

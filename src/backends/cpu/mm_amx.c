@@ -353,10 +353,10 @@ AMX_FN void cpu_mm_amx(const uint16_t *a, int64_t m, int64_t k, const uint16_t *
   np = np < 32 ? 32 : np > n ? n : np;
   const int64_t mblocks = (m + 31) / 32, panels = (n + np - 1) / np, items = mblocks * panels;
   /* Contiguous ranges of items (panel-major: a share keeps to one or two
-   * panels of B), each with its own statistics. */
-  const int64_t shares = (int64_t)threads * SHARES_PER_THREAD;
+   * panels of B), each with its own statistics, cleared by the thread that
+   * takes it. */
+  const int64_t most = (int64_t)threads * SHARES_PER_THREAD, shares = items < most ? items : most;
   int64_t next = 0;
-  if (e->mean) memset(e->stats, 0, cpu_mm_amx_stats_bytes(n, threads)); /* shares nobody took leave zeros */
 #pragma omp parallel num_threads(threads)
   {
     float bufs[2][32 * 32] __attribute__((aligned(64)));
@@ -365,10 +365,10 @@ AMX_FN void cpu_mm_amx(const uint16_t *a, int64_t m, int64_t k, const uint16_t *
     cpu_share_walk walk = cpu_shares_begin(&next, shares);
     for (int64_t sh; (sh = cpu_shares_next(&walk)) >= 0;) {
       const int64_t i0 = items * sh / shares, i1 = items * (sh + 1) / shares;
-      if (i0 == i1) continue;
       col_stats sums = {NULL, NULL, NULL};
       if (e->mean) {
         double *w = e->stats + 3 * n * sh;
+        memset(w, 0, sizeof(double) * 3 * (size_t)n);
         sums = (col_stats){w, w + n, w + 2 * n};
       }
       const col_stats *st = e->mean ? &sums : NULL;

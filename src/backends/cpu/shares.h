@@ -26,8 +26,8 @@
  * (A/B runs, and tests that compare the two orders bit for bit).
  *
  * Plain loops whose items share no sums take OpenMP's schedule(guided) for
- * the same reason (add_relu.c, blurpool.c, concat_rows.c, deconv_1x1.c,
- * deconv_mm.c, maxpool_cl.c): chunks that shrink as the loop ends, taken
+ * the same reason (add_relu.c, blurpool.c, concat_rows.c, conv_col_mm.c,
+ * conv_mm.c, deconv_1x1.c, deconv_mm.c, maxpool_cl.c): chunks that shrink as the loop ends, taken
  * as threads come free. */
 #ifndef SPRY_BACKENDS_CPU_SHARES_H
 #define SPRY_BACKENDS_CPU_SHARES_H
