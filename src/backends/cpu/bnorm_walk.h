@@ -62,14 +62,14 @@ INLINE void *tile_y(const cpu_bn_geom *g, const tiling *t, int64_t k, const void
  * threads as they come free. Sums are kept per share and added in share
  * order: the bits depend neither on which thread took which share nor on
  * the team's size. */
-enum { BN_SHARES_MAX_PER_THREAD = 8, BN_SHARE_MIN_POSITIONS = 512, BN_PASSES = 2 };
+enum { BN_SHARE_MIN_POSITIONS = 512, BN_PASSES = 2 };
 enum { PASS_SUMS = 0, PASS_APPLY = 1 }; /* the statistics' or gradient sums; then y or dx */
 
 /* Fewer shares for few positions: each share's sums cost 3 doubles a
  * channel to clear and to add, against 2-4 bytes a position and channel. */
 static inline int64_t shares_of(const cpu_bn_geom *g) {
   int64_t per = g->n * g->hw / BN_SHARE_MIN_POSITIONS;
-  per = per < 1 ? 1 : per > BN_SHARES_MAX_PER_THREAD ? BN_SHARES_MAX_PER_THREAD : per;
+  per = per < 1 ? 1 : per > CPU_SHARES_PER_THREAD ? CPU_SHARES_PER_THREAD : per;
   return (int64_t)g->threads * per;
 }
 
@@ -144,8 +144,7 @@ INLINE int tiles_next(tile_walk *w, int64_t *k) {
   while (w->k >= w->k1) {
     const int64_t share = cpu_shares_next(&w->walk);
     if (share < 0) return 0;
-    w->k = w->t->count * share / w->walk.count;
-    w->k1 = w->t->count * (share + 1) / w->walk.count;
+    cpu_share_range(w->t->count, w->walk.count, share, &w->k, &w->k1);
     if (w->zero) {
       w->acc = share_acc(w->s, share);
       for (int64_t c = 0; c < w->zero; c++) w->acc[c] = 0.0;

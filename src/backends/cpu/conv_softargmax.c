@@ -201,7 +201,7 @@ static void csam_forward(cpu_node *nd, const sp_op_args *a) {
   const void *x = a->in[0]->data;
   /* Contiguous runs of tiles taken as threads come free (shares.h); each
    * tile's sums are its own (part), merged in tile order. */
-  const int64_t units = s->n * s->tiles, shares = units < 8 * s->threads ? units : 8 * s->threads;
+  const int64_t units = s->n * s->tiles, shares = cpu_shares_count(units, s->threads);
   int64_t next_share = 0;
 #pragma omp parallel num_threads(s->threads)
   {
@@ -209,8 +209,8 @@ static void csam_forward(cpu_node *nd, const sp_op_args *a) {
     char *ts = thread_region(s, sc, t);
     float *l = (float *)(ts + s->t_l), *jc = (float *)(ts + s->t_ij), *ic = jc + s->rt;
     cpu_share_walk walk = cpu_shares_begin(&next_share, shares);
-    for (int64_t sh; (sh = cpu_shares_next(&walk)) >= 0;)
-      for (int64_t u = units * sh / shares, u1 = units * (sh + 1) / shares; u < u1; u++) {
+    for (int64_t sh, u, u1; (sh = cpu_shares_next(&walk)) >= 0;)
+      for (cpu_share_range(units, shares, sh, &u, &u1); u < u1; u++) {
         int64_t p0, np;
         if (s->tail) { /* the block's output for a band of rows, then the logits from its planes */
           const int64_t img = u / s->tiles, y0 = u % s->tiles * s->band, nr = s->h - y0 < s->band ? s->h - y0 : s->band;

@@ -315,12 +315,8 @@ AMX_FN static void store_tiles(int rows, float *buf) {
 
 int64_t cpu_mm_amx_panel_bytes = 512 * 1024;
 
-/* Shares of the work items a thread team is cut into (shares.h): the
- * threads take them as they come free. */
-enum { SHARES_PER_THREAD = 8 };
-
 size_t cpu_mm_amx_stats_bytes(int64_t n, int threads) {
-  return sizeof(double) * 3 * (size_t)(n * threads * SHARES_PER_THREAD);
+  return sizeof(double) * 3 * (size_t)(n * threads * CPU_SHARES_PER_THREAD);
 }
 
 /* The shares' sums of each channel's columns merged, in share then column
@@ -355,7 +351,7 @@ AMX_FN void cpu_mm_amx(const uint16_t *a, int64_t m, int64_t k, const uint16_t *
   /* Contiguous ranges of items (panel-major: a share keeps to one or two
    * panels of B), each with its own statistics, cleared by the thread that
    * takes it. */
-  const int64_t most = (int64_t)threads * SHARES_PER_THREAD, shares = items < most ? items : most;
+  const int64_t shares = cpu_shares_count(items, threads);
   int64_t next = 0;
 #pragma omp parallel num_threads(threads)
   {
@@ -364,7 +360,8 @@ AMX_FN void cpu_mm_amx(const uint16_t *a, int64_t m, int64_t k, const uint16_t *
     int cur = 0, configured = 0;
     cpu_share_walk walk = cpu_shares_begin(&next, shares);
     for (int64_t sh; (sh = cpu_shares_next(&walk)) >= 0;) {
-      const int64_t i0 = items * sh / shares, i1 = items * (sh + 1) / shares;
+      int64_t i0, i1;
+      cpu_share_range(items, shares, sh, &i0, &i1);
       col_stats sums = {NULL, NULL, NULL};
       if (e->mean) {
         double *w = e->stats + 3 * n * sh;

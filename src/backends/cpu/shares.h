@@ -37,6 +37,22 @@
 
 extern int cpu_shares_dynamic;
 
+/* Shares a thread, at most: enough that a core running 20-50% slower ends
+ * within a share of the other. */
+enum { CPU_SHARES_PER_THREAD = 8 };
+
+/* Shares for `items` items and `threads` threads: one an item at most. */
+static inline int64_t cpu_shares_count(int64_t items, int threads) {
+  const int64_t most = (int64_t)threads * CPU_SHARES_PER_THREAD;
+  return items < most ? items : most;
+}
+
+/* Share i of `shares` over [0, items): the contiguous items [*lo, *hi). */
+static inline void cpu_share_range(int64_t items, int64_t shares, int64_t i, int64_t *lo, int64_t *hi) {
+  *lo = items * i / shares;
+  *hi = items * (i + 1) / shares;
+}
+
 typedef struct {
   int64_t *next;         /* the region's counter (shared, zero before the region) */
   int64_t count, cursor; /* items; the next one taken without the counter */
