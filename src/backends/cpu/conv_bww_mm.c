@@ -51,8 +51,15 @@ long cpu_bww_small_calls;
 
 /* Few input channels: a stem on the image (1 or 3 channels), where col's
  * columns are (kh, kw, ic) runs shorter than a vector. Its own packed
- * layout, k rounded up to 64 columns; col at most 1024 columns. */
-enum { SMALL_MAX_IC = 15, SMALL_MAX_COLS = 1024 };
+ * layout, k rounded up to 64 columns; col at most 1024 columns.
+ * Not from 5 input channels: vgg-face's second layer (3x3 stride 2, 8 -> 16
+ * at 112x112, batch 64) took it up to session 67 and ran its forward +
+ * backward in 16.6-20.1 ms a step against oneDNN's 8.5-10.7 (the same
+ * binary, 3 alternating runs a side: the step 96.0 -> 82.9 ms): 72 columns
+ * padded to 128 and 16 outputs leave the copy with little product to pay
+ * for. ResNet's 7x7 stem (3 -> 64) keeps it (21 against 41 ms), ResUNet's
+ * 3x3 stem (3 -> 32) about even (15.1 against 16.0). */
+enum { SMALL_MAX_IC = 4, SMALL_MAX_COLS = 1024 };
 
 int cpu_bww_small_applies(int64_t ic, int64_t oc, int64_t kh, int64_t kw) {
   const int64_t cols = (kh * kw * ic + PACK_COLS - 1) / PACK_COLS * PACK_COLS;
