@@ -26,7 +26,8 @@
 # version) and `spry bench peak` (fp32 FMA, bf16 dot, AMX bf16 tile and copy
 # limits, the denominator of each spry row's spry_of_peak). Each figure is
 # REPS pairs; a "ratio_median" line gives the median of the pairs' ratios (on
-# a shared machine one pair can be off by 30% either way). Training ratios are
+# a shared machine one pair can be off by 30% either way). Each ratio line
+# carries host_then, the host's limits read just before its pair. Training ratios are
 # against PyTorch's best variant; inference ratios against the best eager
 # variant and against torch.compile separately.
 set -u
@@ -76,9 +77,10 @@ if [[ " $DTYPES " == *" bf16 "* ]] &&
 fi
 
 ratio() { # spry_json torch_json label which(best|eager|compile)
-  $PY - "$1" "$2" "$3" "$4" "$PEAK" <<'PY'
+  $PY - "$1" "$2" "$3" "$4" "$PEAK" "${PAIR_PEAK:-$PEAK}" <<'PY'
 import json, sys
 a, b, label, which, peak = json.loads(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3], sys.argv[4], json.loads(sys.argv[5])
+now = json.loads(sys.argv[6])
 v = {k: x for k, x in b.get("variants", {}).items() if isinstance(x, (int, float))}
 if which == "eager":
     peer = max([v[k] for k in ("nchw", "channels_last") if k in v] or [0])
@@ -99,9 +101,20 @@ print(json.dumps({"bench": "ratio", "what": label, "spry_images_per_s": round(a[
                   "torch_images_per_s": round(peer, 2), "torch_variant": layout,
                   "spry_over_torch": round(a["images_per_s"] / peer, 3),
                   "spry_gflops_per_s": round(gf, 1) if isinstance(gf, (int, float)) else None,
-                  "spry_of_peak": of_peak, "peak_key": key, "spry_computes": a.get("computes", a.get("dtype"))}))
+                  "spry_of_peak": of_peak, "peak_key": key, "spry_computes": a.get("computes", a.get("dtype")),
+                  "host_then": {k: round(now[k]) for k in ("fp32_gflops_per_s", "amx_bf16_gflops_per_s", "copy_gb_per_s")
+                                if isinstance(now.get(k), (int, float))}}))
 PY
 }
+
+# The host's limits just before a pair (1 s), printed in its ratio line as
+# host_then: on a shared host the phase moves the figures more than most
+# changes do. Within session 68 the AMX bf16 peak read 2169-5988 GFLOP/s
+# (the fp32 one 225-355), a phase lasting minutes, and spry, whose bf16
+# step leans on AMX, lost more of its speed in the slow phases than PyTorch
+# did (resunet50 bf16 training, the same binary: 1.57x with the AMX peak
+# at 2282 before the run, 2.09x at 5571).
+pair_peak() { PAIR_PEAK=$($SPRY bench peak --threads "$T" --runs 1); }
 
 declare -A ratios=()
 median_line() { # label, then the ratios of its pairs (none: no line)
@@ -162,6 +175,7 @@ for m in $MODELS; do
       label="$m train $dt b$b"
       vars=$VARIANTS
       for _ in $(seq "$REPS"); do
+        pair_peak
         # shellcheck disable=SC2086
         s=$($SPRY bench train --model "$m" --backend cpu --batch "$b" --threads "$T" --dtype $dt --steps "$STEPS" --warmup 2 $va | tail -1)
         # shellcheck disable=SC2086
@@ -185,6 +199,7 @@ for m in $MODELS; do
       declare -A ivars=([1]=$VARIANTS [64]=$VARIANTS)
       for _ in $(seq "$REPS"); do
         for ib in 1 64; do
+          pair_peak
           is=$INFER_STEPS
           [ "$ib" = 1 ] && is=$INFER_STEPS_B1
           sl=$($SPRY bench train --model "$m" --backend cpu --threads "$T" --dtype "$dt" --infer --batch "$ib" --steps "$is" \
