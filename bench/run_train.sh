@@ -107,14 +107,16 @@ print(json.dumps({"bench": "ratio", "what": label, "spry_images_per_s": round(a[
 PY
 }
 
-# The host's limits just before a pair (1 s), printed in its ratio line as
+# The host's limits just before a pair (1.5 s; the median of 3 runs: a first
+# run alone read fp32 at half its rate, the FMA loop not yet warm), printed
+# in its ratio line as
 # host_then: on a shared host the phase moves the figures more than most
 # changes do. Within session 68 the AMX bf16 peak read 2169-5988 GFLOP/s
-# (the fp32 one 225-355), a phase lasting minutes, and spry, whose bf16
+# (the fp32 one 216-355), a phase lasting minutes, and spry, whose bf16
 # step leans on AMX, lost more of its speed in the slow phases than PyTorch
 # did (resunet50 bf16 training, the same binary: 1.57x with the AMX peak
 # at 2282 before the run, 2.09x at 5571).
-pair_peak() { PAIR_PEAK=$($SPRY bench peak --threads "$T" --runs 1); }
+pair_peak() { PAIR_PEAK=$($SPRY bench peak --threads "$T" --runs 3); }
 
 declare -A ratios=()
 median_line() { # label, then the ratios of its pairs (none: no line)
