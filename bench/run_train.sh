@@ -27,9 +27,9 @@
 # limits, the denominator of each spry row's spry_of_peak). Each figure is
 # REPS pairs; a "ratio_median" line gives the median of the pairs' ratios (on
 # a shared machine one pair can be off by 30% either way). Each ratio line
-# carries host_then, the host's limits read just before its pair. Training ratios are
-# against PyTorch's best variant; inference ratios against the best eager
-# variant and against torch.compile separately.
+# carries host_then, the host's limits read just before its pair. Training
+# ratios are against PyTorch's best variant; inference ratios against the
+# best eager variant and against torch.compile separately.
 set -u
 cd "$(dirname "$0")/.."
 T=${1:-2}
@@ -107,15 +107,14 @@ print(json.dumps({"bench": "ratio", "what": label, "spry_images_per_s": round(a[
 PY
 }
 
-# The host's limits just before a pair (1.5 s; the median of 3 runs: a first
-# run alone read fp32 at half its rate, the FMA loop not yet warm), printed
-# in its ratio line as
-# host_then: on a shared host the phase moves the figures more than most
-# changes do. Within session 68 the AMX bf16 peak read 2169-5988 GFLOP/s
-# (the fp32 one 216-355), a phase lasting minutes, and spry, whose bf16
-# step leans on AMX, lost more of its speed in the slow phases than PyTorch
-# did (resunet50 bf16 training, the same binary: 1.57x with the AMX peak
-# at 2282 before the run, 2.09x at 5571).
+# The host's limits just before a pair, printed in its ratio line as
+# host_then (1.5 s: the median of 3 runs; a single run read fp32 at about
+# half its rate, the FMA loop not yet warm). On a shared host the phase
+# moves the figures more than most changes do. Within session 68 the AMX
+# bf16 peak read 2069-5988 GFLOP/s (the fp32 one 216-355), a phase lasting
+# minutes, and spry, whose bf16 step leans on AMX, lost more of its speed
+# in the slow phases than PyTorch did (resunet50 bf16 training, the same
+# binary: 1.57x with the AMX peak at 2282 before the run, 2.09x at 5571).
 pair_peak() { PAIR_PEAK=$($SPRY bench peak --threads "$T" --runs 3); }
 
 declare -A ratios=()

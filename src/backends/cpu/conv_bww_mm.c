@@ -53,7 +53,7 @@ long cpu_bww_small_calls;
  * columns are (kh, kw, ic) runs shorter than a vector. Its own packed
  * layout, k rounded up to 64 columns; col at most 1024 columns.
  * Not from 5 input channels: vgg-face's second layer (3x3 stride 2, 8 -> 16
- * at 112x112, batch 64) took it up to session 67 and ran its forward +
+ * at 112x112, batch 64) took it in sessions 66-67 and ran its forward +
  * backward in 16.6-20.1 ms a step against oneDNN's 8.5-10.7 (the same
  * binary, 3 alternating runs a side: the step 96.0 -> 82.9 ms): 72 columns
  * padded to 128 and 16 outputs leave the copy with little product to pay
