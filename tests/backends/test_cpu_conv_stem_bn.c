@@ -1,10 +1,11 @@
-/* An f32 training plan's stem with its batch norm and ReLU as one node
- * (backends/cpu/conv_stem_bn.c): against the reference backend (output,
- * loss, every gradient, the running statistics), against oneDNN's
- * convolution and bnorm.c's batch norm on the same values, over grey and
- * colour images, strides 1-3, padding, dilation, a bias, widths that end
- * in a partial vector and a batch norm without a ReLU after it; and taken
- * only where it applies (below AVX-512 and with it). */
+/* A training plan's stem with its batch norm and ReLU as one node
+ * (backends/cpu/conv_stem_bn.c), f32 and bf16 plans: against the reference
+ * backend (output, loss, every gradient, the running statistics), against
+ * the stem and the batch norm apart (oneDNN's convolution or the stem's own
+ * node, and bnorm.c's batch norm) on the same values, over grey and colour
+ * images, strides 1-3, padding, dilation, a bias, widths that end in a
+ * partial vector or a lone position and a batch norm without a ReLU after
+ * it; and taken only where it applies (below AVX-512 and with it). */
 #include <math.h>
 #include <omp.h>
 #include <string.h>
@@ -72,6 +73,13 @@ static cmp_case training_case(size_t i, double tol) {
   return (cmp_case){cases[i].label, cases[i].body, cases[i].n, cases[i].c, cases[i].h, cases[i].w, 1, 0, tol, 0};
 }
 
+/* ... in a bf16 plan (6e-2: bf16's floor against the f32 reference). */
+static cmp_case bf16_case(size_t i) {
+  cmp_case k = training_case(i, 6e-2);
+  k.flags = SP_PLAN_BF16;
+  return k;
+}
+
 static int on_default = -1;
 static void force_on(void) {
   if (on_default < 0) on_default = cpu_stem_bn_on;
@@ -99,6 +107,9 @@ static void against_ref(void **st) {
       cpu_bn_stream_bytes = stream ? 0 : -1;
       cmp_case k = training_case(i, 1e-4);
       cmp_run_counted(&k, &cpu_stem_bn_calls, 1, stream ? "stem + batch norm, streamed" : "stem + batch norm");
+      if (!cmp_bf16_here()) continue;
+      k = bf16_case(i);
+      cmp_run_counted(&k, &cpu_stem_bn_calls, 1, stream ? "bf16 stem + batch norm, streamed" : "bf16 stem + batch norm");
     }
   cpu_bn_stream_bytes = -1;
   put_back();
@@ -122,6 +133,13 @@ static void same_as_apart(void **st) {
     const cmp_two_opts o = {.shift_free = "stem"};
     cmp_two_paths_with(&k, fused_or_apart, 2e-5, &o);
     assert_true(cpu_stem_bn_calls > before);
+    if (!cmp_bf16_here()) continue;
+    /* bf16: apart, the stem's output is rounded to bf16 before the batch
+     * norm reads it; here it stays f32 (a few bf16 steps apart). */
+    k = bf16_case(c);
+    const long before_bf16 = cpu_stem_bn_calls;
+    cmp_two_paths_with(&k, fused_or_apart, 2e-2, &o);
+    assert_true(cpu_stem_bn_calls > before_bf16);
   }
   put_back();
 }
@@ -259,9 +277,9 @@ static void small_team_and_stale_gradients(void **st) {
   put_back();
 }
 
-/* Taken for an f32 training plan's conv on the plain image (up to 4
- * channels, a small window, 8 output channels, no input gradient) whose
- * sole consumer is a batch norm; by default only below AVX-512. */
+/* Taken for a training plan's conv (f32 or bf16) on the plain image (up to
+ * 4 channels, a small window, 8 output channels, no input gradient) whose
+ * sole consumer is a batch norm; by default on any machine. */
 static void taken_where_it_applies(void **st) {
   (void)st;
   cmp_require_cpu();
@@ -274,7 +292,8 @@ static void taken_where_it_applies(void **st) {
       {0, 1, 1, 0, 1, 3, 8, 1, 0, 1, 1, 1},  /* vgg-face's stem */
       {0, 1, 1, 0, 3, 3, 8, 1, 0, 0, 1, 1},  /* colour, no ReLU */
       {0, 1, 1, 0, 1, 3, 8, 1, 0, 1, 0, 0},  /* switched off */
-      {1, 1, 1, 0, 1, 3, 8, 1, 0, 1, 1, 0},  /* bf16: conv_stem.c's */
+      {1, 1, 1, 0, 1, 3, 8, 1, 0, 1, 1, 1},  /* bf16 */
+      {1, 1, 1, 0, 3, 3, 16, 1, 0, 1, 1, 0}, /* bf16, 16 channels: conv_stem.c's */
       {0, 0, 1, 0, 1, 3, 8, 1, 0, 1, 1, 0},  /* no backward */
       {0, 0, 0, 0, 1, 3, 8, 1, 0, 1, 1, 0},  /* inference */
       {0, 1, 1, 1, 1, 3, 8, 1, 0, 1, 1, 0},  /* the image's gradient wanted */

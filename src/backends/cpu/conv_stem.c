@@ -152,9 +152,9 @@ static void pad_row(const stem_node *s, const float *x, int64_t plane, int64_t y
   }
 }
 
-static void pad_image(const stem_node *s, const float *x, void *img) {
+void cpu_stem_pad_image(const stem_node *s, const float *x, void *img) {
   const size_t row_bytes = (s->bf16 ? 2 : 4) * (size_t)(s->sw * s->wq);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) num_threads(s->threads)
   for (int64_t r = 0; r < s->n * s->ic * s->hp; r++) pad_row(s, x, r / s->hp, r % s->hp, (char *)img + r * row_bytes);
 }
 
@@ -394,13 +394,11 @@ INLINE void forward_row_planar(const stem_node *s, const void *const *src, const
  * them. Per RING8_PG positions one accumulator each, the 8 channels across
  * its lanes: per tap, the tap's 8 weights as one vector against each
  * position's value broadcast, so nothing is transposed. A short last group
- * stores only its own positions (a padded row's tail stays zero). With
- * `ss` (scale, shift) each sum becomes sum scale + shift first (a batch
- * norm), then the ReLU where `relu`; `stream` stores past the caches. k
- * (taps), relu and stream are constants where called: the loops unrolled,
- * a[] in registers. */
+ * stores only its own positions (a padded row's tail stays zero). The ReLU
+ * where `relu`. k (taps) and relu are constants where called: the loops
+ * unrolled, a[] in registers. */
 INLINE void ring8_row(const stem_node *s, const void *const *src, const float *bias, float *out, const int64_t k,
-                      const int relu, const vf8 *ss, const int stream) {
+                      const int relu) {
   const vf8 b = bias ? vload_f(bias) : vbcast(0.0f);
   for (int64_t j = 0; j < s->ow; j += RING8_PG) {
     vf8 a[RING8_PG];
@@ -413,10 +411,6 @@ INLINE void ring8_row(const stem_node *s, const void *const *src, const float *b
       VEC_UNROLL
       for (int q = 0; q < RING8_PG; q++) a[q] += vbcast(x[q]) * w;
     }
-    if (ss) {
-      VEC_UNROLL
-      for (int q = 0; q < RING8_PG; q++) a[q] = a[q] * ss[0] + ss[1];
-    }
     if (relu) {
       VEC_UNROLL
       for (int q = 0; q < RING8_PG; q++) a[q] = vrelu8(a[q]);
@@ -424,12 +418,7 @@ INLINE void ring8_row(const stem_node *s, const void *const *src, const float *b
     float *at = out + j * 8;
     if (j + RING8_PG <= s->ow) {
       VEC_UNROLL
-      for (int q = 0; q < RING8_PG; q++) {
-        if (stream)
-          _mm256_stream_ps(at + q * 8, (__m256)a[q]);
-        else
-          *(vf8u *)(at + q * 8) = a[q];
-      }
+      for (int q = 0; q < RING8_PG; q++) *(vf8u *)(at + q * 8) = a[q];
     } else {
       for (int64_t q = 0; q < s->ow - j; q++) *(vf8u *)(at + q * 8) = a[q];
     }
@@ -439,35 +428,11 @@ INLINE void ring8_row(const stem_node *s, const void *const *src, const float *b
 static void forward_row_ring8(const stem_node *s, const void *const *src, const float *bias, float *out) {
   out += 8;      /* position 0 of the ring's padded row is the padding */
   if (s->k == 9) /* a 3x3 grey stem */
-    s->relu ? ring8_row(s, src, bias, out, 9, 1, NULL, 0) : ring8_row(s, src, bias, out, 9, 0, NULL, 0);
+    s->relu ? ring8_row(s, src, bias, out, 9, 1) : ring8_row(s, src, bias, out, 9, 0);
   else
-    s->relu ? ring8_row(s, src, bias, out, s->k, 1, NULL, 0) : ring8_row(s, src, bias, out, s->k, 0, NULL, 0);
+    s->relu ? ring8_row(s, src, bias, out, s->k, 1) : ring8_row(s, src, bias, out, s->k, 0);
 }
 
-/* Training's stem with its batch norm (conv_stem_bn.c): see conv_stem.h. */
-void cpu_stem_row8(const stem_node *s, const float *x, int64_t row, char *pad, int64_t *pad_held, float *out,
-                   const void **src) {
-  cpu_stem_window(s, x, row, pad, pad_held, src);
-  const float *bias = s->has_bias ? s->bias : NULL;
-  if (s->k == 9)
-    ring8_row(s, src, bias, out + 8, 9, 0, NULL, 0);
-  else
-    ring8_row(s, src, bias, out + 8, s->k, 0, NULL, 0);
-}
-
-void cpu_stem_row8_bn(const stem_node *s, const float *x, int64_t row, char *pad, int64_t *pad_held, float *out,
-                      const vf8 *ss, int relu, int stream) {
-  const void *src[STEM_MAX_K];
-  cpu_stem_window(s, x, row, pad, pad_held, src);
-  const float *bias = s->has_bias ? s->bias : NULL;
-  const int k9 = s->k == 9; /* a 3x3 grey stem: its taps unrolled */
-  if (relu && stream)
-    k9 ? ring8_row(s, src, bias, out, 9, 1, ss, 1) : ring8_row(s, src, bias, out, s->k, 1, ss, 1);
-  else if (relu)
-    k9 ? ring8_row(s, src, bias, out, 9, 1, ss, 0) : ring8_row(s, src, bias, out, s->k, 1, ss, 0);
-  else
-    stream ? ring8_row(s, src, bias, out, s->k, 0, ss, 1) : ring8_row(s, src, bias, out, s->k, 0, ss, 0);
-}
 #endif
 
 /* The image rows output row `row` reads, padded into `pad` (this thread's:
@@ -599,7 +564,7 @@ static void stem_forward(cpu_node *n, const sp_op_args *a) {
     fused_forward(s, a, bias);
     return;
   }
-  if (!s->infer) pad_image(s, a->in[0]->data, s->img);
+  if (!s->infer) cpu_stem_pad_image(s, a->in[0]->data, s->img);
   char *y = a->out->data;
   const size_t es = s->bf16 ? 2 : 4, out_row = es * (size_t)(s->ow * oc);
 #pragma omp parallel num_threads(s->threads)

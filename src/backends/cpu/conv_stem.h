@@ -1,6 +1,6 @@
 /* What conv_stem.c (the stem's forward, its plans), conv_stem_dw.c (its
- * weight gradient) and conv_stem_bn.c (f32 training's stem with its batch
- * norm) share: the node's state, where a tap reads the padded image, and
+ * weight gradient) and conv_stem_bn.c (training's stem with its batch norm)
+ * share: the node's state, the padded image and where a tap reads it, and
  * the row loops. Private to those files. */
 #ifndef SPRY_BACKENDS_CPU_CONV_STEM_H
 #define SPRY_BACKENDS_CPU_CONV_STEM_H
@@ -14,9 +14,9 @@ enum { STEM_MAX_IC = 4, STEM_MAX_K = 49, STEM_MAX_OC = 64 };
 typedef struct {
   cpu_node base;
   int64_t n, ic, ih, iw, oc, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw, k; /* k = ic kh kw taps */
-  int64_t hp, wq; /* the padded image's rows, and values per phase row (pad_image) */
+  int64_t hp, wq; /* the padded image's rows, and values per phase row (cpu_stem_pad_image) */
   int has_bias, threads;
-  int bf16;              /* image copy and output in bf16 (else f32: inference plans only) */
+  int bf16;              /* image copy and output in bf16 (else f32: inference plans and conv_stem_bn.c) */
   int infer, fold, relu; /* an inference plan; the batch norm after it folded in (frozen), and the ReLU */
   int stream;            /* inference's output written past the caches (cpu_stream_threshold) */
   int kept;              /* frozen: wt and bias in the node's own memory, made again only when stale */
@@ -56,19 +56,11 @@ void cpu_stem_weights(const stem_node *s, const float *w, const float *b, const 
  * tap reads position 0 of them (src; consecutive positions are consecutive
  * values, valid up to ow + 8). */
 void cpu_stem_window(const stem_node *s, const float *x, int64_t row, char *pad, int64_t *pad_held, const void **src);
-#if defined(__AVX2__) && defined(__FMA__)
-/* f32, 8 output channels: output row `row` (bias in, no ReLU) channels-last
- * into out from position 1 (out + 8: position 0 is left free), from the
- * image rows cpu_stem_window pads (src as it gives). */
-void cpu_stem_row8(const stem_node *s, const float *x, int64_t row, char *pad, int64_t *pad_held, float *out,
-                   const void **src);
-/* ... normalised (each value y scale + shift, ss = {scale, shift}), then
- * the ReLU where `relu`, position p's 8 channels at out + 8 p (stream: past
- * the caches; out 32-byte aligned); the value before the ReLU is computed
- * as y * ss[0] + ss[1] from the row cpu_stem_row8 gives, bit for bit. */
-void cpu_stem_row8_bn(const stem_node *s, const float *x, int64_t row, char *pad, int64_t *pad_held, float *out,
-                      const vf8 *ss, int relu, int stream);
-#endif
+/* The whole image padded and split by column phase into img (training:
+ * saved for backward), in the plan's type: padded row (n, i, y) at
+ * ((n ic + i) hp + y) sw wq values. */
+void cpu_stem_pad_image(const stem_node *s, const float *x, void *img);
+
 /* The weight gradient (conv_stem_dw.c): the stem node's backward. */
 void cpu_stem_backward(cpu_node *n, const sp_op_args *a);
 
