@@ -347,7 +347,7 @@ static inline void cmp_grad_adds_twice(const cmp_case *k, const char *param, uin
   sp_shape ys = cmp_out_shape(k);
   sp_value y;
   sp_graph *g = cmp_graph(k, &y);
-  sp_plan *p = cmp_plan(k, g, &ys, SP_BACKEND_CPU, 0);
+  sp_plan *p = cmp_plan(k, g, &ys, SP_BACKEND_CPU, k->flags);
   cmp_fill(p, seed, 0);
   sp_graph_zero_grad(g);
   const sp_tensor *dw = NULL;

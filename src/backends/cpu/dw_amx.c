@@ -17,7 +17,14 @@
  *
  * The operand that is transposed is the one with fewer channels (the work
  * is per value): with OC <= IC, A = dY^T and the sums are dW; else A = X^T
- * and the sums are dW^T, transposed when they are added. */
+ * and the sums are dW^T, transposed when they are added.
+ *
+ * The wide form (cpu_dw_amx_wide: few rows, a large gradient, vgg-face's
+ * fc1 at batch 64, 1024 x 6272 from 64 rows) splits the gradient's columns
+ * instead: each thread arranges all of dY^T and its columns of X once, and
+ * every 32 x 32 block of its columns goes from the tiles into dW (or onto
+ * it) directly. oneDNN's matmul took 4.2 ms for that product, twice the
+ * time to write the 25.7 MB gradient once and read it back. */
 #ifdef SPRY_HAVE_DNNL
 #include <omp.h>
 
@@ -26,8 +33,9 @@
 
 int cpu_conv_use_dw_amx = 1;
 int cpu_dw_amx_min_rows = 2048; /* below, oneDNN's matmul (tests take 1) */
+long cpu_dw_amx_wide_calls;     /* cpu_dw_amx_wide runs (tests) */
 
-enum { MAX_SUMS = 512 * 1024, PANEL_BYTES = 512 * 1024 };
+enum { MAX_SUMS = 512 * 1024, PANEL_BYTES = 512 * 1024, WIDE_MAX_ROWS = 256 };
 
 static int64_t chunk_rows(int64_t m, int64_t n) {
   int64_t kc = PANEL_BYTES / (2 * (m + n)) / 32 * 32;
@@ -195,6 +203,47 @@ void cpu_dw_amx(const uint16_t *dy, const uint16_t *x, int64_t rows, int64_t oc,
       }
   }
 }
+int cpu_dw_amx_wide_fits(int64_t rows, int64_t oc, int64_t ic) {
+  return cpu_conv_use_dw_amx && cpu_amx_usable() && oc % 16 == 0 && ic % 16 == 0 && rows <= WIDE_MAX_ROWS &&
+         oc * ic > MAX_SUMS;
+}
+
+/* Per thread: dY^T and X arranged, each whole (the columns are shared
+ * unevenly only by a block of 16). */
+static size_t wide_slice(int64_t rows, int64_t oc, int64_t ic) {
+  const int64_t k = (rows + 31) / 32 * 32;
+  return (sizeof(uint16_t) * (size_t)(k * (oc + ic)) + 63) / 64 * 64;
+}
+
+size_t cpu_dw_amx_wide_scratch_bytes(int64_t rows, int64_t oc, int64_t ic, int threads) {
+  return wide_slice(rows, oc, ic) * (size_t)threads;
+}
+
+/* One thread's columns [i0, i1) of dW (multiples of 16). */
+AMX_FN static void wide_columns(const uint16_t *dy, const uint16_t *x, int64_t rows, int64_t oc, int64_t ic, int64_t i0,
+                                int64_t i1, float *dw, int accumulate, uint16_t *ap) {
+  const int64_t steps = (rows + 31) / 32, n = i1 - i0;
+  uint16_t *bp = ap + steps * 32 * oc;
+  tiles_configure();
+  arrange_a(dy, oc, 0, rows, oc, steps, ap);
+  arrange_b(x + i0, ic, 0, rows, n, steps, bp);
+  const b_tiles bt = {bp, 512, 4 * steps * 512, steps * 512, 64};
+  products(ap, &bt, oc, n, steps, dw + i0, ic, !accumulate);
+  _tile_release();
+}
+
+void cpu_dw_amx_wide(const uint16_t *dy, const uint16_t *x, int64_t rows, int64_t oc, int64_t ic, float *dw,
+                     int accumulate, char *scratch, int threads) {
+  const size_t per = wide_slice(rows, oc, ic);
+  __atomic_add_fetch(&cpu_dw_amx_wide_calls, 1, __ATOMIC_RELAXED);
+#pragma omp parallel num_threads(threads)
+  {
+    const int64_t nt = omp_get_num_threads(), t = omp_get_thread_num(), blocks = ic / 16;
+    const int64_t i0 = blocks * t / nt * 16, i1 = blocks * (t + 1) / nt * 16;
+    if (i0 < i1) wide_columns(dy, x, rows, oc, ic, i0, i1, dw, accumulate, (uint16_t *)(scratch + per * (size_t)t));
+  }
+}
+
 AMX_FN void cpu_dw_amx_packed_chunk(const uint16_t *dy, int64_t oc, int64_t count, const uint16_t *col,
                                     int64_t kblk_stride, int64_t nblk_stride, int64_t k, float *t, uint16_t *ap) {
   const int64_t steps = (count + 31) / 32;

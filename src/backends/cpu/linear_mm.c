@@ -14,6 +14,7 @@
  * input (the flatten before fc1 hands over plain f32) is rounded into saved
  * once. Graph outputs (f32) keep the inner product. */
 #ifdef SPRY_HAVE_DNNL
+#include <omp.h>
 #include <string.h>
 
 #include "backends/cpu/cpu.h"
@@ -23,6 +24,8 @@ typedef struct {
   cpu_node base;
   int64_t n, in, out;
   int has_bias, x_f32, need_dx, need_dw;
+  int dw_wide, threads; /* the weight gradient on dw_amx.c's wide form */
+  char *bwd_scratch;
   dnnl_memory_desc_t xh_md, wt_md, wh_md, b_md, y_md, dx_md, dyt_md, dw_md;
   dnnl_primitive_desc_t fwd_pd, dx_pd[2], dw_pd[2]; /* [0] writes, [1] adds */
   dnnl_primitive_t fwd, dx_prim[2], dw_prim[2];
@@ -43,7 +46,14 @@ static void mm_backward(cpu_node *n, const sp_op_args *a) {
   if (s->need_dx && a->d_in[0]) cpu_exec_run(&s->dx);
   /* Weight and bias gradients are written where sp_plan_zero_grad marked
    * them (d_param_fresh), else added into. */
-  if (s->need_dw && a->d_param[0]) cpu_exec_run(&s->dw[(a->d_param_fresh & 1u) ? 0 : 1]);
+  if (s->need_dw && a->d_param[0]) {
+    const int fresh = (a->d_param_fresh & 1u) != 0;
+    if (s->dw_wide)
+      cpu_dw_amx_wide(a->d_out->data, s->xh, s->n, s->out, s->in, a->d_param[0]->data, !fresh, s->bwd_scratch,
+                      s->threads);
+    else
+      cpu_exec_run(&s->dw[fresh ? 0 : 1]);
+  }
   if (s->has_bias && a->d_param[1]) { /* column sums of dy (N is a batch: short) */
     const uint16_t *dy = a->d_out->data;
     float *db = a->d_param[1]->data;
@@ -57,6 +67,7 @@ static int mm_bind(cpu_node *n, const sp_op_args *a, char *fs, char *bs) {
   mm_node *s = (mm_node *)n;
   s->xh = s->x_f32 ? (uint16_t *)((char *)a->saved + s->xh_off) : (uint16_t *)a->in[0]->data;
   s->wh = (uint16_t *)((char *)a->saved + s->wh_off);
+  s->bwd_scratch = bs;
   cpu_exec_init(&s->f, s->fwd);
   if (cpu_exec_arg(&s->f, n, DNNL_ARG_SRC, &s->xh_md, s->xh) ||
       cpu_exec_arg(&s->f, n, DNNL_ARG_WEIGHTS, &s->wt_md, s->wh) ||
@@ -112,6 +123,12 @@ static int mm_setup(sp_op_prep *p, mm_node *s, const dnnl_memory_desc_t *x_md) {
     for (int k = 0; k < 2; k++)
       if (cpu_matmul_make(&s->base, &s->y_md, &s->wh_md, NULL, &s->dx_md, k, &s->dx_pd[k], &s->dx_prim[k])) return -1;
     bwd = grow(grow(bwd, s->dx_pd[0]), s->dx_pd[1]);
+  }
+  s->threads = omp_get_max_threads();
+  s->dw_wide = s->need_dw && cpu_dw_amx_wide_fits(s->n, s->out, s->in);
+  if (s->dw_wide) {
+    const size_t wide = cpu_dw_amx_wide_scratch_bytes(s->n, s->out, s->in, s->threads);
+    bwd = bwd > wide ? bwd : wide;
   }
   if (s->need_dw) {
     for (int k = 0; k < 2; k++)

@@ -103,6 +103,14 @@ int cpu_dw_amx_fits(int64_t rows, int64_t oc, int64_t ic);
 size_t cpu_dw_amx_scratch_bytes(int64_t oc, int64_t ic, int threads);
 void cpu_dw_amx(const uint16_t *dy, const uint16_t *x, int64_t rows, int64_t oc, int64_t ic, float *dw, int accumulate,
                 char *scratch, int threads);
+/* The wide form, for few rows (up to 256) and more gradient values than
+ * cpu_dw_amx takes (a linear's weight gradient over a batch): the threads
+ * share dW's columns and write (or add) them from the tiles. */
+extern long cpu_dw_amx_wide_calls;
+int cpu_dw_amx_wide_fits(int64_t rows, int64_t oc, int64_t ic);
+size_t cpu_dw_amx_wide_scratch_bytes(int64_t rows, int64_t oc, int64_t ic, int threads);
+void cpu_dw_amx_wide(const uint16_t *dy, const uint16_t *x, int64_t rows, int64_t oc, int64_t ic, float *dw,
+                     int accumulate, char *scratch, int threads);
 /* One chunk of conv_bww_mm.c's products on the tiles: t[OC][k] += dY^T col
  * for count rows of dY (channels-last, OC in 16s) and col in the packed
  * im2col layout (k in 16s); ap: OC x count rounded to 32 bf16 of scratch. */
