@@ -11,6 +11,7 @@
 #include "backend_compare.h"
 
 #ifdef SPRY_HAVE_DNNL
+#include "backends/cpu/conv_narrow.h"
 #include "backends/cpu/cpu.h"
 
 /* stem (channels-last, c channels) -> BN -> ReLU -> the narrow conv -> BN
@@ -66,31 +67,45 @@ static void restore(void) {
   cpu_conv_stem_fuse_next = 1;
 }
 
-static void against_ref(void **st) {
-  (void)st;
-  cmp_require_cpu();
-  require_loop();
-  setup();
+/* On machines with AMX the bf16 rows run on the tiles (conv_narrow_amx.c);
+ * the tests run again with them off, for the vector loops. */
+static void tiles_ran(long before, int want_bf16) {
+  const int usable = cpu_narrow_use_amx && cpu_amx_usable();
+  if (want_bf16 && usable && cpu_narrow_amx_rows == before) fail_msg("the AMX rows did not run");
+  if (!usable && cpu_narrow_amx_rows != before) fail_msg("the AMX rows ran");
+}
+
+static void against_ref_body(void) {
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
     for (size_t m = 0; m < sizeof plans / sizeof plans[0]; m++) {
       const long before = cpu_narrow_calls;
+      const long tiles = cpu_narrow_amx_rows;
       cmp_case k = {cases[i].label, cases[i].body, cases[i].n, 1, cases[i].h, cases[i].w, 0,
                     plans[m].flags, plans[m].tol,  0};
       cmp_run(&k);
       const int want = (k.flags & SP_PLAN_BF16) != 0, ran = cpu_narrow_calls != before;
       if (ran != want) fail_msg("[%s] flags %u: the narrow path %s", k.label, k.flags, want ? "did not run" : "ran");
+      tiles_ran(tiles, want);
     }
+}
+
+static void against_ref(void **st) {
+  (void)st;
+  cmp_require_cpu();
+  require_loop();
+  setup();
+  for (int amx = 1; amx >= 0; amx--) {
+    cpu_narrow_use_amx = amx;
+    against_ref_body();
+  }
+  cpu_narrow_use_amx = 1;
   restore();
 }
 
 /* The narrow path's plan and oneDNN's, same parameters (batch norm
  * statistics away from 0 and 1) and inputs: outputs agree to summation
  * order in f32, to a bf16 rounding of a few values in bf16. */
-static void same_as_onednn(void **st) {
-  (void)st;
-  cmp_require_cpu();
-  require_loop();
-  setup();
+static void same_as_onednn_body(void) {
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
     for (size_t m = 0; m < sizeof plans / sizeof plans[0]; m++) {
       const int bf16 = (plans[m].flags & SP_PLAN_BF16) != 0;
@@ -118,6 +133,18 @@ static void same_as_onednn(void **st) {
       if (!(d <= tol)) fail_msg("[%s] flags %u: the paths differ by %.3g", k.label, k.flags, d);
       for (int path = 0; path < 2; path++) sp_plan_free(p[path]), sp_graph_free(g[path]);
     }
+}
+
+static void same_as_onednn(void **st) {
+  (void)st;
+  cmp_require_cpu();
+  require_loop();
+  setup();
+  for (int amx = 1; amx >= 0; amx--) {
+    cpu_narrow_use_amx = amx;
+    same_as_onednn_body();
+  }
+  cpu_narrow_use_amx = 1;
   restore();
 }
 

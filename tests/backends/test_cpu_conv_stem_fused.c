@@ -14,6 +14,7 @@
 #include "backend_compare.h"
 
 #ifdef SPRY_HAVE_DNNL
+#include "backends/cpu/conv_narrow.h"
 #include "backends/cpu/cpu.h"
 
 /* Whether a plan of these flags fuses here (conv_narrow.h): bf16 in builds
@@ -114,11 +115,7 @@ static cmp_case case_of(const fused_case *f, unsigned flags, double tol) {
 }
 
 /* Only frozen plans fuse (the batch norm folds into the stem). */
-static void against_ref(void **st) {
-  (void)st;
-  cmp_require_cpu();
-  require_loops();
-  setup();
+static void against_ref_body(void) {
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
     for (size_t m = 0; m < sizeof plans / sizeof plans[0]; m++) {
       const long before = cpu_stem_fused_calls;
@@ -127,6 +124,24 @@ static void against_ref(void **st) {
       const int want = fuses_here(k.flags), ran = cpu_stem_fused_calls != before;
       if (ran != want) fail_msg("[%s] flags %u: the fused path %s", k.label, k.flags, want ? "did not run" : "ran");
     }
+}
+
+/* On machines with AMX the second conv's bf16 rows run on the tiles
+ * (conv_narrow_amx.c), the stem's rows channels-last for them; each test
+ * runs again with them off, for the vector loops. */
+static void against_ref(void **st) {
+  (void)st;
+  cmp_require_cpu();
+  require_loops();
+  setup();
+  for (int amx = 1; amx >= 0; amx--) {
+    cpu_narrow_use_amx = amx;
+    const long tiles = cpu_narrow_amx_rows;
+    against_ref_body();
+    if ((cpu_narrow_amx_rows != tiles) != (amx && cpu_amx_usable()))
+      fail_msg("the AMX rows %s", amx && cpu_amx_usable() ? "did not run" : "ran");
+  }
+  cpu_narrow_use_amx = 1;
   restore();
 }
 
@@ -149,11 +164,7 @@ static void forward_counted(const cmp_case *k, sp_plan *p, long want) {
 /* bf16: both ways run the stem's rows and conv_narrow's loops on the same
  * bf16 values, so the bits agree; f32: oneDNN runs the second conv when
  * apart, summation order only. */
-static void same_as_apart(void **st) {
-  (void)st;
-  cmp_require_cpu();
-  require_loops();
-  setup();
+static void same_as_apart_body(void) {
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
     for (int bf16 = 0; bf16 < 2; bf16++) {
       cmp_case k = case_of(&cases[c], SP_PLAN_FROZEN | (bf16 ? SP_PLAN_BF16 : 0), 0);
@@ -172,6 +183,18 @@ static void same_as_apart(void **st) {
         fail_msg("[%s] %s: fused and apart differ by %.3g", k.label, bf16 ? "bf16" : "f32", d);
       for (int path = 0; path < 2; path++) sp_plan_free(p[path]), sp_graph_free(g[path]);
     }
+}
+
+static void same_as_apart(void **st) {
+  (void)st;
+  cmp_require_cpu();
+  require_loops();
+  setup();
+  for (int amx = 1; amx >= 0; amx--) {
+    cpu_narrow_use_amx = amx;
+    same_as_apart_body();
+  }
+  cpu_narrow_use_amx = 1;
   restore();
 }
 

@@ -10,8 +10,9 @@
 #include "ops/ops.h"
 
 enum {
-  CPU_NARROW_IC = 8, /* input channels: 4 pairs in bf16 */
-  CPU_NARROW_KS = 3  /* the window */
+  CPU_NARROW_IC = 8,    /* input channels: 4 pairs in bf16 */
+  CPU_NARROW_KS = 3,    /* the window */
+  CPU_NARROW_AMX_K = 96 /* three window rows of 4 positions x 8 channels: the tiles' K (conv_narrow_amx.c) */
 };
 
 typedef struct {
@@ -27,10 +28,18 @@ typedef struct {
   /* f32 where oneDNN runs below AVX-512: the output in its 8-channel blocks
    * (nChw8c, what its AVX2 kernels read next), from loops on 8 lanes. */
   int blocked8;
-  size_t wt_off, bias_off; /* in the memory cpu_narrow_take sized */
-  void *wt;                /* bf16 pairs [tap][ic / 2][oc][2], or f32 [tap][ic][oc] */
-  float *bias;             /* the bias, or the folded batch norm's shift */
+  /* bf16 on AMX tiles (conv_narrow_amx.c; channels-last rows): the weights
+   * again as VNNI tiles, per window row [4 positions][4 channel pairs][oc][2],
+   * the fourth position's zero. */
+  int amx;
+  size_t wt_off, bias_off, wamx_off; /* in the memory cpu_narrow_take sized */
+  void *wt;                          /* bf16 pairs [tap][ic / 2][oc][2], or f32 [tap][ic][oc] */
+  uint16_t *wamx;
+  float *bias; /* the bias, or the folded batch norm's shift */
 } cpu_narrow;
+
+extern int cpu_narrow_use_amx;   /* 1: bf16 on AMX tiles where usable (tests switch it off) */
+extern long cpu_narrow_amx_rows; /* rows run on the tiles (tests) */
 
 /* The geometry of a convolution (attr, input, weight and output shapes)
  * whose case the loops take; 1 (g untouched) when they do not: 8 input
@@ -55,5 +64,10 @@ size_t cpu_narrow_out_offset(const cpu_narrow *g, int64_t row);
  * 8-channel block where blocked8: out at cpu_narrow_out_offset) from the KS padded input
  * rows it reads (rows[r] unread where !valid[r]: the padding). */
 void cpu_narrow_row(const cpu_narrow *g, const char *const *rows, const int *valid, char *out);
+/* The same on AMX tiles (cpu_narrow.amx), in a thread that configured them:
+ * cpu_narrow_tiles(g, 1) before its rows, (g, 0) after (nothing where
+ * !g->amx; the configuration took a tenth of a row's time). */
+void cpu_narrow_row_amx(const cpu_narrow *g, const char *const *rows, const int *valid, char *out);
+void cpu_narrow_tiles(const cpu_narrow *g, int on);
 
 #endif

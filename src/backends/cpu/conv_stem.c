@@ -469,6 +469,10 @@ static void infer_row(const stem_node *s, const float *x, const float *bias, int
       return;
     }
 #endif
+    if (s->next.amx) { /* bf16 channels-last from position 1 (0: the padding) */
+      forward_row(s, src, bias, (uint16_t *)out + CPU_NARROW_IC, 1);
+      return;
+    }
 #if defined(__AVX512F__) && defined(__AVX512BF16__)
     s->bf16 ? forward_row_planar(s, src, bias, out, planar_len, 1)
             : forward_row_planar(s, src, bias, out, planar_len, 0);
@@ -502,6 +506,7 @@ static void fused_forward(const stem_node *s, const sp_op_args *a, const float *
     int64_t pad_held[STEM_MAX_K];               /* infer_row's ring */
     for (int k = 0; k < STEM_MAX_K; k++) pad_held[k] = -1;
     memset(ring, 0, CPU_NARROW_KS * ring_row); /* the padding: position 0 and the tail past the row */
+    cpu_narrow_tiles(g, 1);
 #pragma omp for schedule(static)
     for (int64_t row = 0; row < g->n * g->oh; row++) {
       const int64_t n = row / g->oh, oy = row % g->oh;
@@ -519,6 +524,7 @@ static void fused_forward(const stem_node *s, const sp_op_args *a, const float *
       }
       cpu_narrow_row(g, rows, valid, y + cpu_narrow_out_offset(g, row));
     }
+    cpu_narrow_tiles(g, 0);
   }
 }
 
@@ -637,7 +643,9 @@ static int fuse_next(stem_node *s, const sp_op_prep *p) {
     return 0;
   const sp_shape in = sp_shape4(s->n, s->oc, s->oh, s->ow);
   if (cpu_narrow_init(&s->next, c->attr, &in, &c->param_shape[0], &c->out_shape, !s->bf16, c->n_param > 1)) return 0;
-  s->next.planar = !s->next.blocked8; /* forward_row_planar writes its rows; forward_row_ring8 channels-last */
+  /* forward_row_planar writes its rows; forward_row_ring8 (8 lanes) and
+   * forward_row (for the AMX tiles) channels-last. */
+  s->next.planar = !s->next.blocked8 && !s->next.amx;
   s->next.fold = bn->op == &sp_op_batchnorm && bn->n_state >= 2 && !bn->out_plain;
   s->next.relu = s->next.fold && relu->op == &sp_op_relu && !relu->out_plain;
   return 1;
