@@ -89,17 +89,22 @@ static void against_ref_body(void) {
     }
 }
 
-static void against_ref(void **st) {
-  (void)st;
+/* body with the tiles on (where AMX is usable) and off. */
+static void both_ways(void (*body)(void)) {
   cmp_require_cpu();
   require_loop();
   setup();
   for (int amx = 1; amx >= 0; amx--) {
     cpu_narrow_use_amx = amx;
-    against_ref_body();
+    body();
   }
   cpu_narrow_use_amx = 1;
   restore();
+}
+
+static void against_ref(void **st) {
+  (void)st;
+  both_ways(against_ref_body);
 }
 
 /* The narrow path's plan and oneDNN's, same parameters (batch norm
@@ -137,15 +142,7 @@ static void same_as_onednn_body(void) {
 
 static void same_as_onednn(void **st) {
   (void)st;
-  cmp_require_cpu();
-  require_loop();
-  setup();
-  for (int amx = 1; amx >= 0; amx--) {
-    cpu_narrow_use_amx = amx;
-    same_as_onednn_body();
-  }
-  cpu_narrow_use_amx = 1;
-  restore();
+  both_ways(same_as_onednn_body);
 }
 
 /* Taken for a bf16 inference plan's 3x3 pad-1 conv, stride 1 or 2, on a

@@ -129,20 +129,24 @@ static void against_ref_body(void) {
 /* On machines with AMX the second conv's bf16 rows run on the tiles
  * (conv_narrow_amx.c), the stem's rows channels-last for them; each test
  * runs again with them off, for the vector loops. */
-static void against_ref(void **st) {
-  (void)st;
+static void both_ways(void (*body)(void)) {
   cmp_require_cpu();
   require_loops();
   setup();
   for (int amx = 1; amx >= 0; amx--) {
     cpu_narrow_use_amx = amx;
     const long tiles = cpu_narrow_amx_rows;
-    against_ref_body();
+    body();
     if ((cpu_narrow_amx_rows != tiles) != (amx && cpu_amx_usable()))
       fail_msg("the AMX rows %s", amx && cpu_amx_usable() ? "did not run" : "ran");
   }
   cpu_narrow_use_amx = 1;
   restore();
+}
+
+static void against_ref(void **st) {
+  (void)st;
+  both_ways(against_ref_body);
 }
 
 /* Fusion on (path 0) or off. */
@@ -187,15 +191,7 @@ static void same_as_apart_body(void) {
 
 static void same_as_apart(void **st) {
   (void)st;
-  cmp_require_cpu();
-  require_loops();
-  setup();
-  for (int amx = 1; amx >= 0; amx--) {
-    cpu_narrow_use_amx = amx;
-    same_as_apart_body();
-  }
-  cpu_narrow_use_amx = 1;
-  restore();
+  both_ways(same_as_apart_body);
 }
 
 /* A frozen plan prepares the fused conv's weights once: after the second
