@@ -40,9 +40,9 @@
  * two apart, and bf16 plans ran them apart (9.6 ms: the stem's own loops
  * and bnorm.c).
  *
- * Sums: of the image shifted by its mean (gram_rows), per row in f32, per
- * thread in double, the threads that ran added in thread order (the same
- * bits for a given thread count). A bias before the batch norm gets no
+ * Sums: of the image shifted by its mean (gram_rows) in f32 over blocks of
+ * rows, backward's per row in f32; per thread in double, the threads that
+ * ran added in thread order (the same bits for a given thread count). A bias before the batch norm gets no
  * gradient (it has none). */
 #ifdef SPRY_HAVE_DNNL
 #include <math.h>
@@ -210,7 +210,8 @@ INLINE void y_at(const row_lanes *L, const float *const *rows, int64_t j, const 
 }
 
 /* A row's taps as f32 rows: the padded image's own in an f32 plan; in a
- * bf16 plan widened into buf (k rows of n values, n >= ow + 1). */
+ * bf16 plan widened into buf (k rows of n values, n = ow rounded up to VW:
+ * every position a vector's pair reads, ow itself where ow is odd). */
 static void f32_rows(const stem_bn_node *s, const void *const *src, float *buf, int64_t n, const float **rows) {
   for (int64_t t = 0; t < s->stem.k; t++) {
     if (!s->stem.bf16) {
@@ -236,8 +237,8 @@ INLINE vfw pre_relu(const row_lanes *L, vfw y) { return y * L->scale + L->shift;
  * products and sums (54 for a 3x3 grey stem) against the row's 72
  * multiply-adds, over a vector of positions at a time from the row's taps
  * shifted into L1 first (shifted_rows; the padding's zeros shifted too, so
- * the identities hold at the borders). Sums per row in f32, per thread in
- * double. The shift keeps a large mean out
+ * the identities hold at the borders). Sums in f32 vectors over blocks of
+ * FLUSH_ROWS rows, per thread in double. The shift keeps a large mean out
  * of G; what remains is the quadratic form's own cancellation where var_c
  * is small against the image's variance (a zero-sum filter on a smooth
  * image): about 1e-7 times their ratio, in the variance (1e-5 for a
