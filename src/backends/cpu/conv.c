@@ -754,6 +754,8 @@ int cpu_conv_prepare(sp_op_prep *p) {
   if (r <= 0) return r;
   r = cpu_conv_mid8_prepare(p); /* f32, 3x3 between 8-channel maps in 16-channel blocks */
   if (r <= 0) return r;
+  r = cpu_conv_in8s2_prepare(p); /* f32 training, 3x3 stride 2 from 8 channels-last channels */
+  if (r <= 0) return r;
   cpu_conv_geom g;
   cpu_conv_geom_of_conv(p, &g);
   conv_node *s = cpu_node_new(sizeof *s, &conv_vt);

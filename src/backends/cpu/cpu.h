@@ -106,8 +106,8 @@ struct cpu_node {
   dnnl_memory_t mems[CPU_MAX_MEMS];
   void *kept; /* cpu_node_keep: memory that outlives every step (frozen weights) */
   /* The batch statistics of the output, for the batch norm reading it (a
-   * bf16 training plan's products on mm_amx.c compute them as they write
-   * it): offered at prepare (stats_able), taken by that batch norm at its
+   * bf16 training plan's products on mm_amx.c and conv_in8_s2.c's f32
+   * forward compute them as they write it): offered at prepare (stats_able), taken by that batch norm at its
    * prepare (stats_on); bound: mean[c], then the biased var[c]. */
   int stats_able, stats_on;
   float *stats;
@@ -615,6 +615,14 @@ int cpu_conv_mid8_prepare(sp_op_prep *p);
 int cpu_conv_is_mid8(const void *state);
 extern int cpu_conv_use_mid8;
 extern long cpu_mid8_calls;
+/* conv_in8_s2.c: f32 3x3 with stride 2 (padding 1, no bias) from 8
+ * channels-last input channels into 16 to 64, training and evaluation
+ * plans (not frozen): forward, input and weight gradient as loops of our
+ * own. cpu_conv_use_in8s2 = 0 leaves it to oneDNN (tests compare the two). */
+int cpu_conv_in8s2_prepare(sp_op_prep *p);
+int cpu_conv_is_in8s2(const void *state);
+extern int cpu_conv_use_in8s2;
+extern long cpu_in8s2_calls;
 /* 0: an absorbed add never adopts the batch norm computing its other input */
 extern int cpu_bnorm_fuse_pair;
 /* 0: a batch norm + ReLU never absorbs the concat after it */
