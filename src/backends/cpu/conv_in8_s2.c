@@ -252,16 +252,14 @@ static void first_output(const in8s2_node *s, const float *x, int64_t r, float *
 }
 
 /* The threads' sums (doubles [thread][3][oc]: y - K, its square, K) into
- * mean and biased variance, merged in thread order (Chan et al.). */
+ * mean and biased variance, merged in thread order. */
 static void merge_stats(const in8s2_node *s, const double *all, const int64_t *count, int nt, float *mean, float *var) {
   for (int64_t c = 0; c < s->oc; c++) {
     double n = 0, m = 0, m2 = 0;
     for (int t = 0; t < nt; t++) {
       const double *d = all + (size_t)t * 3 * s->oc, nb = (double)count[t];
       if (nb == 0) continue;
-      const double mb = d[2 * s->oc + c] + d[c] / nb, m2b = d[s->oc + c] - d[c] * d[c] / nb, total = n + nb;
-      const double delta = mb - m;
-      m += delta * nb / total, m2 += m2b + delta * delta * n * nb / total, n = total;
+      cpu_moments_merge(&n, &m, &m2, nb, d[2 * s->oc + c] + d[c] / nb, d[s->oc + c] - d[c] * d[c] / nb);
     }
     mean[c] = (float)m, var[c] = (float)(n > 0 ? (m2 > 0 ? m2 : 0) / n : 0);
   }

@@ -154,11 +154,7 @@ static void merge_block(const col_stats *st, int64_t n0, int rows, const float *
                         const float *s2) {
   for (int j = 0; j < 32; j++) {
     const double nb = rows, mb = first[j] + (double)s1[j] / nb, m2b = (double)s2[j] - (double)s1[j] * s1[j] / nb;
-    double *cnt = st->count + n0 + j, *mean = st->mean + n0 + j, *m2 = st->m2 + n0 + j;
-    const double total = *cnt + nb, delta = mb - *mean;
-    *mean += delta * nb / total;
-    *m2 += (m2b > 0 ? m2b : 0) + delta * delta * *cnt * nb / total;
-    *cnt = total;
+    cpu_moments_merge(st->count + n0 + j, st->mean + n0 + j, st->m2 + n0 + j, nb, mb, m2b > 0 ? m2b : 0);
   }
 }
 
@@ -328,11 +324,7 @@ static void finish_stats(const cpu_mm_epilogue *e, int64_t n, int64_t shares) {
     for (int64_t t = 0; t < shares; t++)
       for (int64_t j = ch; j < n; j += channels) {
         const double *w = e->stats + 3 * n * t, nb = w[j];
-        if (nb == 0) continue;
-        const double total = cnt + nb, delta = w[n + j] - mean;
-        mean += delta * nb / total;
-        m2 += w[2 * n + j] + delta * delta * cnt * nb / total;
-        cnt = total;
+        if (nb > 0) cpu_moments_merge(&cnt, &mean, &m2, nb, w[n + j], w[2 * n + j]);
       }
     e->mean[ch] = (float)mean;
     e->var[ch] = (float)(cnt > 0 ? m2 / cnt : 0);

@@ -2,7 +2,8 @@
  * forward as products, AMX tiles of our own), included by cpu.h after the
  * node, execution and batch-norm declarations they use: conv_mm.c,
  * conv_thin_dw.c, mm_amx.c, dw_amx.c, conv_dw_blocked.c, conv_bww_mm.c,
- * conv_col_mm.c. Nothing else includes it. */
+ * conv_col_mm.c (and the statistics helper conv_in8_s2.c shares). Nothing
+ * else includes it. */
 #ifndef SPRY_BACKENDS_CPU_PRODUCTS_H
 #define SPRY_BACKENDS_CPU_PRODUCTS_H
 #ifdef SPRY_HAVE_DNNL
@@ -58,6 +59,15 @@ void cpu_thin_dw(const uint16_t *dy, const uint16_t *x, int64_t rows, int64_t oc
  * offered (tests). */
 extern int cpu_bn_stats_offer;
 int cpu_node_take_stats(void *producer_state);
+/* The producers' statistics (mm_amx.c, conv_in8_s2.c): a part of nb values
+ * with mean mb and sum of squared deviations m2b merged into the running
+ * count, mean and m2, in double (Chan et al.'s pairwise update). */
+static inline void cpu_moments_merge(double *count, double *mean, double *m2, double nb, double mb, double m2b) {
+  const double total = *count + nb, delta = mb - *mean;
+  *mean += delta * nb / total;
+  *m2 += m2b + delta * delta * *count * nb / total;
+  *count = total;
+}
 /* mm_amx.c: C[m][n] (=|+=) A[m][k] B[k][n] (+ bias[n]) in bf16 on AMX tiles,
  * A and C row-major bf16, B packed from f32 weights by cpu_mm_amx_pack (w
  * is [k][n], or [n][k] with transposed); fits: 0 without usable AMX, with
