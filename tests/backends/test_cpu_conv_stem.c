@@ -69,6 +69,7 @@ static void against_ref(void **st) {
   remember_default();
   cpu_conv_stem_infer_max_oc = 64; /* every case in inference too */
   cpu_conv_stem_f32_infer = 1;     /* f32 too, where the build would leave it to oneDNN */
+  cpu_conv_stem_train_amx = 1;     /* bf16 training too, where AMX would take the weight gradient */
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
     for (size_t m = 0; m < sizeof plans / sizeof plans[0]; m++) {
       cmp_case k = {cases[i].label, cases[i].body, 3, cases[i].c, cases[i].h, cases[i].w, plans[m].training,
@@ -77,6 +78,7 @@ static void against_ref(void **st) {
     }
   cpu_conv_stem_infer_max_oc = 8;
   cpu_conv_stem_f32_infer = f32_infer_default;
+  cpu_conv_stem_train_amx = 0;
 }
 
 static void stem_or_onednn(int path) { cpu_conv_use_stem = path == 0; }
@@ -87,10 +89,12 @@ static void stem_or_onednn(int path) { cpu_conv_use_stem = path == 0; }
 static void same_as_onednn(void **st) {
   (void)st;
   cmp_require_cpu();
+  cpu_conv_stem_train_amx = 1;
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
     cmp_case k = {cases[c].label, cases[c].body, 3, cases[c].c, cases[c].h, cases[c].w, 1, SP_PLAN_BF16, 0, 0};
     cmp_two_paths(&k, stem_or_onednn, 5e-3);
   }
+  cpu_conv_stem_train_amx = 0;
 }
 
 /* Inference plans (frozen or not, f32 or bf16), the stem's and oneDNN's,
@@ -138,7 +142,8 @@ static void inference_same_as_onednn(void **st) {
 }
 
 /* Taken for a bf16 training plan's conv on the plain image with few
- * channels, a small window and output channels in groups of 8, and for an
+ * channels, a small window and output channels in groups of 8 (where AMX
+ * would take its weight gradient, only with cpu_conv_stem_train_amx), and for an
  * inference plan's with 8 output channels (bf16; f32 where
  * cpu_conv_stem_f32_infer: AVX-512 builds, or switched on); not for f32
  * training, a training plan's forward alone, inference with 32 output
@@ -157,6 +162,7 @@ static void taken_where_it_applies(void **st) {
   } t[] = {{1, 1, 1, 1, 3, 8, 0, 1}, {1, 1, 1, 3, 3, 64, 0, 1}, {0, 1, 1, 1, 3, 8, 1, 0},  {1, 0, 1, 1, 3, 8, 1, 0},
            {1, 0, 0, 1, 3, 8, 0, 1}, {0, 0, 0, 3, 3, 8, 1, 1},  {0, 0, 0, 3, 3, 8, 0, 0},  {0, 0, 0, 3, 3, 32, 1, 0},
            {1, 1, 1, 8, 3, 8, 1, 0}, {1, 1, 1, 3, 7, 64, 1, 0}, {1, 1, 1, 1, 3, 12, 1, 0}, {0, 0, 0, 1, 3, 12, 1, 0}};
+  cpu_conv_stem_train_amx = 1; /* the table: the other conditions; the AMX rule after it */
   for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
     cpu_conv_stem_f32_infer = t[i].f32_infer;
     sp_conv2d_attr at = {2, 2, 1, 1, 1, 1, 1};
@@ -168,6 +174,22 @@ static void taken_where_it_applies(void **st) {
     if (cpu_conv_is_stem(p.state) != t[i].want) fail_msg("case %zu: stem %s", i, t[i].want ? "not taken" : "taken");
     cpu_node_free(p.state);
   }
+  /* bf16 training, colour 3x3 -> 32 (ResUNet-50's stem): left to the AMX
+   * weight gradient where it applies, unless switched on. */
+  for (int amx = 0; amx < 2; amx++) {
+    cpu_conv_stem_train_amx = amx;
+    sp_conv2d_attr at = {2, 2, 1, 1, 1, 1, 1};
+    sp_op_prep p = cmp_conv_prep(&sp_op_conv2d, &at, sp_shape4(2, 3, 32, 32), sp_shape4(2, 32, 16, 16),
+                                 sp_shape4(32, 3, 3, 3), 0, 1, NULL);
+    p.run_backward = p.training = 1, p.need_d_in[0] = 0;
+    assert_int_equal(cpu_conv_prepare(&p), 0);
+    const int want = amx || !cpu_bww_small_applies(3, 32, 3, 3);
+    printf("# colour 3 -> 32 bf16 training, cpu_conv_stem_train_amx %d, AMX weight gradient %s: stem %s\n", amx,
+           cpu_bww_small_applies(3, 32, 3, 3) ? "applies" : "does not apply", want ? "taken" : "not taken");
+    if (cpu_conv_is_stem(p.state) != want) fail_msg("colour 3 -> 32, switch %d: stem %s", amx, want ? "not taken" : "taken");
+    cpu_node_free(p.state);
+  }
+  cpu_conv_stem_train_amx = 0;
   cpu_conv_stem_f32_infer = f32_infer_default;
 }
 #endif

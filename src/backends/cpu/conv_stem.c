@@ -59,6 +59,14 @@
 #include "ops/ops.h"
 
 int cpu_conv_use_stem = 1;
+/* bf16 training: 0 leaves a stem whose weight gradient the AMX tiles take
+ * (cpu_bww_small_applies) to oneDNN's forward and those tiles. ResUNet-50's
+ * 3 -> 32 3x3 stride-2 stem at batch 16 on the Xeon with AMX, the same
+ * binary alternating (gdb): forward + backward 2.8-4.6 + 2.7-7.8 ms against
+ * the loops here 4.5 + 11.5-11.7 (their weight gradient runs on bf16 dot
+ * products, at half an FMA's rate on that machine). Tests set 1 to keep
+ * covering these loops there. */
+int cpu_conv_stem_train_amx = 0;
 /* Inference takes the stem up to this many output channels: where it was
  * measured faster. Batch 64, AMD Zen 5, 2 threads, oneDNN -> here, ms:
  * vgg-face's grey 1 -> 8 f32 2.45-2.69 -> 1.8-2.35, bf16 (with the image
@@ -620,7 +628,8 @@ static const cpu_vt stem_vt = {stem_forward, cpu_stem_backward, stem_bind, NULL}
 static int applies(const sp_op_prep *p) {
   const sp_conv2d_attr *at = p->attr;
   const sp_shape *in = &p->in_shape[0], *w = &p->param_shape[0];
-  const int train = p->bf16 && p->run_backward && !p->need_d_in[0];
+  const int train = p->bf16 && p->run_backward && !p->need_d_in[0] &&
+                    (cpu_conv_stem_train_amx || !cpu_bww_small_applies(in->d[1], w->d[0], w->d[2], w->d[3]));
   /* f32 where cpu_conv_stem_f32_infer, or where it fuses the next layer
    * (cpu_conv_stem_prepare decides). */
   const int infer = !p->run_backward && !p->training && w->d[0] <= cpu_conv_stem_infer_max_oc;

@@ -475,6 +475,7 @@ extern int cpu_stem_bn_on;     /* 0 never; 1 where it applies (conv_stem_bn.c) *
 extern long cpu_stem_bn_calls; /* its forward calls (tests: the path ran) */
 int cpu_conv_is_stem(const void *state);
 extern int cpu_conv_use_stem;              /* 0: oneDNN's convolution there (tests compare the two) */
+extern int cpu_conv_stem_train_amx;        /* 1: bf16 training takes the stem where the AMX weight gradient would too */
 extern int64_t cpu_conv_stem_infer_max_oc; /* inference: the stem up to this many output channels */
 extern int cpu_conv_stem_f32_infer;        /* f32 inference takes the stem alone (default: AVX-512 builds only) */
 extern int cpu_conv_stem_fuse_next;        /* 0: the 3x3 conv after an inference stem runs on its own */
