@@ -451,6 +451,44 @@ static void streamed_outputs_same_bytes(void **st) {
           }
 }
 
+/* Which batch norms stream: training plans from cpu_bn_train_stream_cap
+ * (or half the last-level cache where that is less), inference plans from
+ * half the cache, both from cpu_bn_stream_bytes where a test sets it. A
+ * 128 KB channels-last activation, the cap lowered under it. */
+static void training_streams_from_the_cap(void **st) {
+  (void)st;
+  cmp_require_cpu();
+  const int64_t cap = cpu_bn_train_stream_cap, half = cpu_stream_threshold();
+  assert_true(cpu_bn_stream_threshold(0) == half);
+  assert_true(cpu_bn_stream_threshold(1) == (cap < half ? cap : half));
+  const dnnl_dims_t d = {2, 16, 32, 32};
+  dnnl_memory_desc_t md;
+  assert_int_equal(dnnl_memory_desc_init_by_tag(&md, 4, d, dnnl_f32, dnnl_acdb), dnnl_success);
+  const sp_batchnorm_attr at = {1e-5f, 0.1f};
+  cpu_bn_train_stream_cap = 64 << 10;
+  const struct {
+    int training;
+    int64_t bytes; /* cpu_bn_stream_bytes */
+    int want;
+  } t[] = {{1, -1, 1}, {0, -1, 0}, {1, INT64_MAX, 0}, {0, 0, 1}};
+  for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+    cpu_bn_stream_bytes = t[i].bytes;
+    sp_op_prep p = {.op = &sp_op_batchnorm, .attr = &at, .n_in = 1, .n_param = 2, .n_state = 2};
+    p.training = p.run_backward = t[i].training;
+    p.in_shape[0] = p.out_shape = sp_shape4(2, 16, 32, 32);
+    p.param_shape[0] = p.param_shape[1] = sp_shape1(16), p.param_grad[0] = p.param_grad[1] = t[i].training;
+    p.in_dtype[0] = SP_F32, p.in_layout[0] = &md, p.need_d_in[0] = t[i].training;
+    assert_int_equal(cpu_bnorm_prepare(&p), 0);
+    const int got = cpu_bnorm_streams(p.state);
+    cpu_node_free(p.state);
+    if (got != t[i].want)
+      fail_msg("training %d, cpu_bn_stream_bytes %lld: streams %d, want %d", t[i].training, (long long)t[i].bytes, got,
+               t[i].want);
+  }
+  cpu_bn_stream_bytes = -1;
+  cpu_bn_train_stream_cap = cap;
+}
+
 /* The passes' shares (bnorm_walk.h) taken as threads come free, in a fixed
  * order per thread, or all by one thread of a smaller team: the same bits
  * (sums are per share and added in share order). Tensors of 1 to 8 shares
@@ -502,4 +540,5 @@ static void onednn_path_still_matches(void **st) {
 CMP_CPU_MAIN(cmocka_unit_test(every_layout), cmocka_unit_test(residual_add), cmocka_unit_test(running_statistics),
              cmocka_unit_test(shapes), cmocka_unit_test(large_mean),
              cmocka_unit_test(bf16_backward_error_is_input_rounding), cmocka_unit_test(onednn_path_still_matches),
-             cmocka_unit_test(streamed_outputs_same_bytes), cmocka_unit_test(shares_same_bits_however_taken))
+             cmocka_unit_test(streamed_outputs_same_bytes), cmocka_unit_test(training_streams_from_the_cap),
+             cmocka_unit_test(shares_same_bits_however_taken))

@@ -338,6 +338,8 @@ static int bn_setup(sp_op_prep *p, bn_node *s) {
   s->fused_relu = p->consumer[0].op == &sp_op_relu && !p->consumer[0].out_plain;
   s->eps = eps;
   if (!cpu_bnorm_use_onednn && cpu_bn_geom_of(&s->geom, &s->md, &p->in_shape[0]) == 0) {
+    const cpu_bn_geom *g = &s->geom;
+    s->geom.stream = g->n * g->img_stride * (g->bf16 ? 2 : 4) >= cpu_bn_stream_threshold(p->run_backward);
     s->fused_add = residual_fits(p, &s->md);
     s->other = p->consumer[0].other;
     return own_setup(p, s);
@@ -380,6 +382,11 @@ void cpu_bn_fold(const sp_op_args *bn, int64_t c, float b, float *scale, float *
   const float *mean = bn->state[0]->data, *var = bn->state[1]->data;
   *scale = (gamma ? gamma[c] : 1.0f) / sqrtf(var[c] + at->eps);
   *shift = (b - mean[c]) * *scale + (beta ? beta[c] : 0.0f);
+}
+
+int cpu_bnorm_streams(const void *state) {
+  const bn_node *s = state;
+  return s->base.vt == &bn_vt && s->own && s->geom.stream;
 }
 
 int cpu_bnorm_prepare(sp_op_prep *p) {

@@ -76,6 +76,25 @@ static int64_t llc_bytes(void) {
   return unit == 'K' ? v << 10 : unit == 'M' ? v << 20 : v;
 }
 
+/* A training plan's batch norms stream from 16 MB whatever the cache: its
+ * outputs are read once by the next layer and again only in backward, long
+ * after the rest of the forward pass went through the cache, and a VM's
+ * sysfs can give the host's whole L3. Measured on the Xeon with AMX (sysfs:
+ * 300 MB, so half of it streamed nothing), ResUNet-50 bf16 batch 16, the
+ * same binary alternating 5 runs a side (`bench/kernel_ab/ab_switch.sh
+ * cpu_bn_stream_bytes -1 16777216`), fwd + bwd ms a step: the residual
+ * ends of [16, 32, 224, 224] 27.4 -> 22.6, [16, 64, 112, 112] 21.4 -> 18.2,
+ * [16, 256, 56, 56] 16.3 -> 13.1, 16.0 -> 12.7, 23.3 -> 21.2 (a pair), the
+ * up-layer's 21.1 -> 19.2; 32 MB kept the 25.7 MB ones at their old times.
+ * Inference plans keep half the cache (frozen ResUNet-50 f32 batch 64 lost
+ * with 16 MB: the next layer reads a 25.7 MB output from the cache there). */
+int64_t cpu_bn_train_stream_cap = (int64_t)16 << 20;
+
+int64_t cpu_bn_stream_threshold(int training) {
+  const int64_t t = cpu_stream_threshold();
+  return training && cpu_bn_stream_bytes < 0 && cpu_bn_train_stream_cap < t ? cpu_bn_train_stream_cap : t;
+}
+
 int64_t cpu_stream_threshold(void) {
   if (cpu_bn_stream_bytes >= 0) return cpu_bn_stream_bytes;
   static int64_t half_llc = -1; /* read once (two first callers store the same value) */

@@ -605,6 +605,7 @@ size_t cpu_linear_fwd_scratch_bytes(int64_t m, int64_t k, int64_t n);
 void cpu_linear_fwd_f32(const float *x, const float *w, const float *bias, float *y, int64_t m, int64_t k, int64_t n,
                         int threads, void *scratch);
 int cpu_bnorm_prepare(sp_op_prep *p);
+int cpu_bnorm_streams(const void *state); /* 1: a batch-norm node of our kernels writing past the caches */
 /* bnorm.c: 1 runs oneDNN's batch norm even where our kernels walk the layout
  * (tests compare the two; benchmarks measure them). */
 extern int cpu_bnorm_use_onednn;
