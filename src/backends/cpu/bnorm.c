@@ -15,8 +15,8 @@
  * With our kernels it also absorbs an add right after it whose other input
  * is ready (in the same layout) and the relu after that add: a ResNet
  * block's last batch norm, residual add and ReLU in one node
- * (cpu_bn_residual; the mask, a byte per value, in saved after the
- * statistics). The add's other input and its gradient are the absorbed
+ * (cpu_bn_residual; the mask, a bit per value where the lanes are a
+ * multiple of 8, else a byte, in saved after the statistics). The add's other input and its gradient are the absorbed
  * add's (sp_op_args.consumer). */
 #ifdef SPRY_HAVE_DNNL
 #include <math.h>
@@ -303,7 +303,7 @@ static int own_setup(sp_op_prep *p, bn_node *s) {
   const size_t stats = 2 * sizeof(float) * (size_t)((s->c + 15) & ~15) + 64;
   size_t fwd = cpu_bn_scratch_bytes(&s->geom), saved = s->batch_stats && p->run_backward ? stats : 0;
   if (s->batch_stats && !p->run_backward) fwd += 64 + stats;
-  if (s->fused_add && p->run_backward) s->mask_off = cpu_take(&saved, cpu_md_bytes(&s->md) / (s->geom.bf16 ? 2 : 4));
+  if (s->fused_add && p->run_backward) s->mask_off = cpu_take(&saved, cpu_bn_mask_bytes(&s->geom));
   p->saved_bytes = saved;
   p->fwd_scratch_bytes = fwd;
   p->bwd_scratch_bytes = p->run_backward ? cpu_bn_bwd_scratch_bytes(&s->geom) : 0;

@@ -52,10 +52,13 @@ typedef struct {
   float *dgamma, *dbeta;
 } cpu_bn_partner;
 /* The residual add a batch norm absorbed with the ReLU after it (bnorm.c):
- * y = max(bn(x) + r, 0), r in x's layout. Forward writes mask[i] = y[i] > 0
- * (one byte per element; NULL without backward); backward writes the masked
- * dy into dr (NULL: not wanted), or adds it with dr_add. With partner, r is
- * bn2(x2) (r and dr unused). */
+ * y = max(bn(x) + r, 0), r in x's layout. Forward writes the mask y[i] > 0
+ * (NULL without backward): bit i % 8 of byte i / 8 where the lanes are a
+ * multiple of 8 (the vector walk; a byte a value was an eighth of what
+ * forward wrote and backward read there), else byte i;
+ * cpu_bn_mask_bytes(g) in all. Backward writes the masked dy into dr (NULL:
+ * not wanted), or adds it with dr_add. With partner, r is bn2(x2) (r and dr
+ * unused). */
 typedef struct {
   const void *r;
   uint8_t *mask;
@@ -64,6 +67,7 @@ typedef struct {
   int dr_stream; /* the kernels' own: dr written past the caches (callers leave it 0) */
   const cpu_bn_partner *partner;
 } cpu_bn_residual;
+size_t cpu_bn_mask_bytes(const cpu_bn_geom *g);
 /* Whether the kernels take a partner in this geometry (lanes a multiple of 8). */
 int cpu_bn_pair_walks(const cpu_bn_geom *g);
 /* y = (x - mean) gamma / sqrt(var + eps) + beta (then max(., 0) with relu;

@@ -13,7 +13,7 @@
  * same expression forward used, so fused BN + ReLU costs nothing extra.
  * A residual add absorbed with its ReLU (y = max(bn(x) + r, 0), the end of a
  * ResNet block; cpu_bn_residual) reads r in the normalising pass and keeps a
- * one-byte mask; backward's sums pass writes the masked dy into r's
+ * mask of a bit a value (a byte in the plain and scalar walks); backward's sums pass writes the masked dy into r's
  * gradient on the way. Against batch norm, then add + ReLU apart, that
  * saves writing and reading bn(x) in forward and the gradient in between
  * in backward.
@@ -138,6 +138,11 @@ int cpu_bn_geom_of(cpu_bn_geom *g, const dnnl_memory_desc_t *md, const sp_shape 
   return 0;
 }
 
+size_t cpu_bn_mask_bytes(const cpu_bn_geom *g) {
+  const int64_t values = g->n * g->img_stride;
+  return (size_t)(walk_of(g->lanes) == WALK_VEC ? (values + 7) / 8 : values);
+}
+
 size_t cpu_bn_scratch_bytes(const cpu_bn_geom *g) {
   const size_t cp = channels_padded(g);
   return BN_ARRAYS * round64(cp * sizeof(float)) + BN_COUNTER_BYTES +
@@ -145,9 +150,10 @@ size_t cpu_bn_scratch_bytes(const cpu_bn_geom *g) {
 }
 
 /* Backward of the absorbed add + ReLU: dy masked, and written (or added)
- * into r's gradient. */
-INLINE vfw residual_grad(const cpu_bn_residual *res, int64_t i, vfw gv, int bf16, int w) {
-  gv = mask_apply(gv, res->mask, i, w);
+ * into r's gradient. bits: the vector walk's mask, a bit a value (else a
+ * byte: bnorm.h). */
+INLINE vfw residual_grad(const cpu_bn_residual *res, int64_t i, vfw gv, int bf16, int w, int bits) {
+  gv = bits ? vbits_select(gv, res->mask, i, w) : mask_apply(gv, res->mask, i, w);
   if (res->dr && res->dr_add)
     vstw(res->dr, i, gv + vldw(res->dr, i, bf16, w), bf16, w);
   else if (res->dr && res->dr_stream)
@@ -171,7 +177,7 @@ INLINE void sum_step(const void *x, const void *dy, int64_t i, int w, vfw kk, vf
   } else {
     vfw gv = vldw(dy, i, bf16, w);
     if (relu == MODE_RELU) gv = vmask(gv, vaffine(xv, kk, scc, shc));
-    if (relu == MODE_ADD_RELU) gv = residual_grad(res, i, gv, bf16, w);
+    if (relu == MODE_ADD_RELU) gv = residual_grad(res, i, gv, bf16, w, 1);
     *s1 += gv, *s2 += gv * (xv - kk);
   }
 }
@@ -239,7 +245,7 @@ INLINE void sum_tiles(const cpu_bn_geom *g, const tiling *t, const bn_scratch *s
         } else {
           vfw gv = vldw(dy, at + p, bf16, VW);
           if (relu == MODE_RELU) gv = vmask(gv, vaffine(xv, kk, scc, shc));
-          if (relu == MODE_ADD_RELU) gv = residual_grad(res, at + p, gv, bf16, VW);
+          if (relu == MODE_ADD_RELU) gv = residual_grad(res, at + p, gv, bf16, VW, 0);
           s1 += gv, s2 += gv * (xv - kk);
         }
       }
@@ -279,11 +285,13 @@ INLINE void sum_tiles(const cpu_bn_geom *g, const tiling *t, const bn_scratch *s
 }
 
 /* The normalised v, then as `relu` says: stored, ReLU'd, or added to the
- * residual, ReLU'd and its mask kept. */
-INLINE void store_y(void *y, int64_t i, vfw v, int bf16, int relu, const cpu_bn_residual *res, int w, int nt) {
+ * residual, ReLU'd and its mask kept (bits: as residual_grad). */
+INLINE void store_y(void *y, int64_t i, vfw v, int bf16, int relu, const cpu_bn_residual *res, int w, int nt,
+                    int bits) {
   if (relu == MODE_ADD_RELU) {
     v += vldw(res->r, i, bf16, w);
-    if (res->mask) mask_store(res->mask, i, v, w);
+    if (res->mask && bits) vbits_gt0(res->mask, i, v, w);
+    if (res->mask && !bits) mask_store(res->mask, i, v, w);
   }
   if (nt)
     vstw_nt(y, i, relu ? vrelu(v) : v, bf16, w);
@@ -309,7 +317,7 @@ INLINE void normalize_group(const void *x, void *y, int64_t at, int64_t L, int64
     VEC_UNROLL
     for (int g = 0; g < G; g++) {
       const int64_t i = at + p * L + j + g * w;
-      store_y(y, i, vaffine(vldw(x, i, bf16, w), mm[g], scc[g], shc[g]), bf16, relu, res, w, nt);
+      store_y(y, i, vaffine(vldw(x, i, bf16, w), mm[g], scc[g], shc[g]), bf16, relu, res, w, nt, 1);
     }
   }
 }
@@ -335,7 +343,7 @@ INLINE void normalize_tiles(const cpu_bn_geom *g, const tiling *t, const bn_scra
     if (plain) {
       const vfw mm = vbcastw(m[0]), scc = vbcastw(sc[0]), shc = vbcastw(sh[0]);
       for (; p + VW <= np; p += VW)
-        store_y(y, at + p, vaffine(vldw(x, at + p, bf16, VW), mm, scc, shc), bf16, relu, res, VW, g->stream);
+        store_y(y, at + p, vaffine(vldw(x, at + p, bf16, VW), mm, scc, shc), bf16, relu, res, VW, g->stream, 0);
     }
     for (; p < np; p++)
       for (int64_t l = 0; l < L; l++) {
@@ -368,7 +376,7 @@ INLINE void dx_group(const void *x, const void *dy, void *dx, int64_t at, int64_
     for (int g = 0; g < G; g++) {
       const int64_t i = at + p * L + j + g * w;
       vfw gv = vldw(dy, i, bf16, w);
-      if (relu == MODE_ADD_RELU) gv = mask_apply(gv, res->mask, i, w);
+      if (relu == MODE_ADD_RELU) gv = vbits_select(gv, res->mask, i, w);
       vfw v = vdx(vldw(x, i, bf16, w), gv, mm[g], msc[g], msh[g], a[g], b[g], d[g], relu == MODE_RELU);
       if (accumulate)
         vstw(dx, i, v + vldw(dx, i, bf16, w), bf16, w);

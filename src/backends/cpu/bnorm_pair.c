@@ -15,7 +15,7 @@
  * mask as S/4); here about 12S: forward 5.25S (the two statistics passes,
  * then x1 and x2 read, y and the mask written), backward 8.5S (sums over
  * dy, the mask, x1 and x2; then the same reads and both input gradients
- * written). ResUNet-50 has eight such block ends (the encoder's four first
+ * written); the mask is a bit a value now (bnorm.h), S/32 in bf16. ResUNet-50 has eight such block ends (the encoder's four first
  * blocks, the decoder's four), 193 MB of them at batch 16 in f32.
  *
  * Layouts whose lanes are a multiple of 8 only (bnorm.c takes the pair only
@@ -75,7 +75,7 @@ INLINE void normalize_group(const void *x, const void *x2, void *y, uint8_t *mas
       const int64_t i = at + p * L + j + g * w;
       vfw v = vaffine(vldw(x, i, bf16, w), m[g], sc[g], sh[g]);
       v += vaffine(vldw(x2, i, bf16, w), m2[g], sc2[g], sh2[g]);
-      if (mask) mask_store(mask, i, v, w);
+      if (mask) vbits_gt0(mask, i, v, w);
       if (nt)
         vstw_nt(y, i, vrelu(v), bf16, w);
       else
@@ -122,7 +122,7 @@ void cpu_bn_pair_normalize(const cpu_bn_geom *g, const bn_scratch *s, const void
  * sets of sums on alternate positions (bnorm_kernels.c's sum_group). */
 INLINE void sum_step(const void *x, const void *x2, const void *dy, const uint8_t *mask, int64_t i, int w, vfw k,
                      vfw k2, vfw *s1, vfw *s2, vfw *s3, int bf16) {
-  const vfw gv = mask_apply(vldw(dy, i, bf16, w), mask, i, w);
+  const vfw gv = vbits_select(vldw(dy, i, bf16, w), mask, i, w);
   *s1 += gv;
   *s2 += gv * (vldw(x, i, bf16, w) - k);
   *s3 += gv * (vldw(x2, i, bf16, w) - k2);
@@ -224,7 +224,7 @@ INLINE void dx_group(const void *x, const void *x2, const void *dy, void *dx, vo
     VEC_UNROLL
     for (int g = 0; g < G; g++) {
       const int64_t i = at + p * L + j + g * w;
-      const vfw gv = mask_apply(vldw(dy, i, bf16, w), mask, i, w);
+      const vfw gv = vbits_select(vldw(dy, i, bf16, w), mask, i, w);
       if (dx) put(dx, i, b[g] * (vldw(x, i, bf16, w) - k[g]) + (a[g] * gv + d[g]), add, nt, bf16, w);
       if (dx2) put(dx2, i, b2[g] * (vldw(x2, i, bf16, w) - k2[g]) + (a2[g] * gv + d2[g]), add2, nt, bf16, w);
     }

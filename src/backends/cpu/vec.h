@@ -202,6 +202,32 @@ INLINE vhw vmask16(const uint8_t *m, int64_t i) { return -__builtin_convertvecto
 #endif
 #endif
 
+/* Bit masks: bit l of m at bit i (i a multiple of 8) for lane l of n (VW,
+ * or 8). vbits_gt0 gives lanes > 0 as those bits; vbits_select keeps g's
+ * lanes whose bit is set and zeroes the rest. A vector of lanes is 1 or 2
+ * bytes of mask where a byte a lane took 8 or 16. */
+INLINE void vbits_gt0(uint8_t *m, int64_t i, vfw v, int n) {
+#ifdef __AVX512F__
+  const uint16_t b = (uint16_t)_mm512_cmp_ps_mask((__m512)v, _mm512_setzero_ps(), _CMP_GT_OQ);
+#elif defined(__AVX2__)
+  const uint16_t b = (uint16_t)_mm256_movemask_ps(_mm256_cmp_ps((__m256)v, _mm256_setzero_ps(), _CMP_GT_OQ));
+#else
+  uint16_t b = 0;
+  for (int l = 0; l < VW; l++) b |= (uint16_t)((v[l] > 0.0f) << l);
+#endif
+  m[i >> 3] = (uint8_t)b;
+  if (n > 8) m[(i >> 3) + 1] = (uint8_t)(b >> 8);
+}
+INLINE vfw vbits_select(vfw g, const uint8_t *m, int64_t i, int n) {
+  const uint16_t b = (uint16_t)(m[i >> 3] | (n > 8 ? m[(i >> 3) + 1] << 8 : 0));
+#ifdef __AVX512F__
+  return (vfw)_mm512_maskz_mov_ps((__mmask16)b, (__m512)g);
+#else
+  const viw bit = {1, 2, 4, 8, 16, 32, 64, 128};
+  return (vfw)((viw)g & (((viw){b, b, b, b, b, b, b, b} & bit) != 0));
+#endif
+}
+
 /* max(v, 0), at the machine's width and on 8 lanes. */
 INLINE vfw vrelu(vfw v) { return (vfw)((viw)v & (viw)(v > 0.0f)); }
 INLINE vf8 vrelu8(vf8 v) { return (vf8)((vi8)v & (vi8)(v > 0.0f)); }
