@@ -451,21 +451,21 @@ static void streamed_outputs_same_bytes(void **st) {
           }
 }
 
-/* Which batch norms stream: training plans from cpu_bn_train_stream_cap
+/* Which batch norms stream: training plans from cpu_train_stream_cap
  * (or half the last-level cache where that is less), inference plans from
  * half the cache, both from cpu_bn_stream_bytes where a test sets it. A
  * 128 KB channels-last activation, the cap lowered under it. */
 static void training_streams_from_the_cap(void **st) {
   (void)st;
   cmp_require_cpu();
-  const int64_t cap = cpu_bn_train_stream_cap, half = cpu_stream_threshold();
-  assert_true(cpu_bn_stream_threshold(0) == half);
-  assert_true(cpu_bn_stream_threshold(1) == (cap < half ? cap : half));
+  const int64_t cap = cpu_train_stream_cap, half = cpu_stream_threshold();
+  assert_true(cpu_stream_threshold_plan(0) == half);
+  assert_true(cpu_stream_threshold_plan(1) == (cap < half ? cap : half));
   const dnnl_dims_t d = {2, 16, 32, 32};
   dnnl_memory_desc_t md;
   assert_int_equal(dnnl_memory_desc_init_by_tag(&md, 4, d, dnnl_f32, dnnl_acdb), dnnl_success);
   const sp_batchnorm_attr at = {1e-5f, 0.1f};
-  cpu_bn_train_stream_cap = 64 << 10;
+  cpu_train_stream_cap = 64 << 10;
   const struct {
     int training;
     int64_t bytes; /* cpu_bn_stream_bytes */
@@ -486,7 +486,7 @@ static void training_streams_from_the_cap(void **st) {
                t[i].want);
   }
   cpu_bn_stream_bytes = -1;
-  cpu_bn_train_stream_cap = cap;
+  cpu_train_stream_cap = cap;
 }
 
 /* The passes' shares (bnorm_walk.h) taken as threads come free, in a fixed

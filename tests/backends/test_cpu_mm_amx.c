@@ -114,7 +114,8 @@ static void against_double_sums(void **st) {
 /* The work's shares (shares.h) taken as threads come free, in a fixed
  * order per thread, or all by a team of one: C and its columns'
  * statistics the same bits (they are summed per share, merged in share
- * order). */
+ * order); and C's rows streamed past the caches (cpu_mm_epilogue.stream;
+ * malloc's rows, some lines whole, some not) the same bytes as stored. */
 static void shares_same_bits(void **st) {
   (void)st;
   need_amx();
@@ -123,18 +124,18 @@ static void shares_same_bits(void **st) {
   for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
     const int64_t m = shapes[i][0], k = shapes[i][1], n = shapes[i][2];
     uint32_t seed = (uint32_t)(m + k + n);
-    uint16_t *a = malloc(sizeof(uint16_t) * (size_t)(m * k)), *c[3];
+    uint16_t *a = malloc(sizeof(uint16_t) * (size_t)(m * k)), *c[4];
     uint16_t *bp = sp_aligned_alloc(cpu_mm_amx_packed_bytes(k, n));
-    float *w = malloc(sizeof(float) * (size_t)(k * n)), *bias = malloc(sizeof(float) * (size_t)n), *mean[3], *var[3];
+    float *w = malloc(sizeof(float) * (size_t)(k * n)), *bias = malloc(sizeof(float) * (size_t)n), *mean[4], *var[4];
     double *work = sp_aligned_alloc(cpu_mm_amx_stats_bytes(n, threads));
     for (int64_t j = 0; j < m * k; j++) a[j] = sp_bf16_round(unit(&seed));
     for (int64_t j = 0; j < k * n; j++) w[j] = unit(&seed);
     for (int64_t j = 0; j < n; j++) bias[j] = 3.0f + unit(&seed);
     cpu_mm_amx_pack(w, k, n, 0, bp, threads);
-    for (int r = 0; r < 3; r++) {
+    for (int r = 0; r < 4; r++) {
       c[r] = malloc(sizeof(uint16_t) * (size_t)(m * n));
       mean[r] = malloc(sizeof(float) * (size_t)n), var[r] = malloc(sizeof(float) * (size_t)n);
-      const cpu_mm_epilogue e = {.bias = bias, .mean = mean[r], .var = var[r], .stats = work};
+      const cpu_mm_epilogue e = {.bias = bias, .mean = mean[r], .var = var[r], .stats = work, .stream = r == 3};
       cpu_shares_dynamic = r != 1;
       /* r = 2: inside a region of one thread, the products' own region is
        * one thread too (nested regions are inactive). */
@@ -143,12 +144,14 @@ static void shares_same_bits(void **st) {
       cpu_mm_amx(a, m, k, bp, n, c[r], &e, threads);
     }
     cpu_shares_dynamic = 1;
-    for (int r = 1; r < 3; r++)
+    for (int r = 1; r < 4; r++)
       if (memcmp(c[0], c[r], sizeof(uint16_t) * (size_t)(m * n)) ||
           memcmp(mean[0], mean[r], sizeof(float) * (size_t)n) || memcmp(var[0], var[r], sizeof(float) * (size_t)n))
         fail_msg("m %ld k %ld n %ld: %s differs", (long)m, (long)k, (long)n,
-                 r == 1 ? "a fixed order" : "a team of one");
-    for (int r = 0; r < 3; r++) free(c[r]), free(mean[r]), free(var[r]);
+                 r == 1   ? "a fixed order"
+                 : r == 2 ? "a team of one"
+                          : "streamed");
+    for (int r = 0; r < 4; r++) free(c[r]), free(mean[r]), free(var[r]);
     free(a), sp_aligned_free(bp), free(w), free(bias), sp_aligned_free(work);
   }
 }
@@ -169,6 +172,11 @@ static sp_value b_1x1s(sp_graph *g, sp_value x) {
 }
 
 static void tiles_or_onednn(int path) { cpu_use_mm_amx = path == 0; }
+/* Every training output past the caches (cpu_train_stream_cap 0), or none. */
+static void streamed_or_stored(int path) {
+  cpu_train_stream_cap = path == 0 ? 0 : INT64_MAX;
+  cpu_mm_amx_stream = 1;
+}
 static void stats_in_conv_or_bn(int path) { cpu_bn_stats_offer = path == 0; }
 
 /* The case against the reference with the input gradients on oneDNN
@@ -235,6 +243,22 @@ static void up_layers_against_onednn_and_ref(void **st) {
   cpu_bn_stats_offer = 1;
 }
 
+/* Both graphs with the products' outputs (and the batch norms') streamed
+ * and stored: the same bits; the streamed run did stream. */
+static void streamed_same_bits(void **st) {
+  (void)st;
+  need_amx();
+  const int64_t cap = cpu_train_stream_cap;
+  cmp_case k[2] = {{"1x1 on tiles", b_1x1s, 3, 3, 8, 10, 1, SP_PLAN_BF16, 0, 0},
+                   {"up-layers on tiles", b_up, 2, 3, 4, 6, 1, SP_PLAN_BF16, 0, 0}};
+  for (int i = 0; i < 2; i++) {
+    const long before = cpu_mm_amx_streamed;
+    cmp_two_paths(&k[i], streamed_or_stored, 0);
+    if (cpu_mm_amx_streamed == before) fail_msg("%s: nothing streamed", k[i].label);
+  }
+  cpu_train_stream_cap = cap;
+}
+
 static void taken_where_it_fits(void **st) {
   (void)st;
   need_amx();
@@ -253,4 +277,4 @@ static void taken_where_it_fits(void **st) {
 
 CMP_CPU_MAIN(cmocka_unit_test(against_double_sums), cmocka_unit_test(shares_same_bits),
              cmocka_unit_test(graph_against_onednn_and_ref), cmocka_unit_test(up_layers_against_onednn_and_ref),
-             cmocka_unit_test(taken_where_it_fits))
+             cmocka_unit_test(streamed_same_bits), cmocka_unit_test(taken_where_it_fits))

@@ -339,7 +339,7 @@ static int bn_setup(sp_op_prep *p, bn_node *s) {
   s->eps = eps;
   if (!cpu_bnorm_use_onednn && cpu_bn_geom_of(&s->geom, &s->md, &p->in_shape[0]) == 0) {
     const cpu_bn_geom *g = &s->geom;
-    s->geom.stream = g->n * g->img_stride * (g->bf16 ? 2 : 4) >= cpu_bn_stream_threshold(p->run_backward);
+    s->geom.stream = g->n * g->img_stride * (g->bf16 ? 2 : 4) >= cpu_stream_threshold_plan(p->run_backward);
     s->fused_add = residual_fits(p, &s->md);
     s->other = p->consumer[0].other;
     return own_setup(p, s);

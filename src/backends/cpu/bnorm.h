@@ -28,10 +28,10 @@ extern int64_t cpu_bn_stream_bytes;
 /* Output bytes from which kernels write past the caches: cpu_bn_stream_bytes,
  * or half the last-level cache where that is -1 (bnorm_kernels.c). */
 int64_t cpu_stream_threshold(void);
-/* A batch norm's: that, capped at cpu_bn_train_stream_cap in training plans
- * where cpu_bn_stream_bytes is -1 (bnorm_kernels.c says why). */
-extern int64_t cpu_bn_train_stream_cap;
-int64_t cpu_bn_stream_threshold(int training);
+/* A plan's: that, capped at cpu_train_stream_cap in training plans where
+ * cpu_bn_stream_bytes is -1 (bnorm_kernels.c says why). */
+extern int64_t cpu_train_stream_cap;
+int64_t cpu_stream_threshold_plan(int training);
 /* 0, or -1 for a layout the kernels do not walk. */
 int cpu_bn_geom_of(cpu_bn_geom *g, const dnnl_memory_desc_t *md, const sp_shape *s);
 size_t cpu_bn_scratch_bytes(const cpu_bn_geom *g);

@@ -76,8 +76,8 @@ static int64_t llc_bytes(void) {
   return unit == 'K' ? v << 10 : unit == 'M' ? v << 20 : v;
 }
 
-/* A training plan's batch norms stream from 16 MB whatever the cache: its
- * outputs are read once by the next layer and again only in backward, long
+/* A training plan's outputs stream from 16 MB whatever the cache (the batch
+ * norms', mm_amx.c's bf16 products'): they are read once by the next layer and again only in backward, long
  * after the rest of the forward pass went through the cache, and a VM's
  * sysfs can give the host's whole L3. Measured on the Xeon with AMX (sysfs:
  * 300 MB, so half of it streamed nothing), ResUNet-50 bf16 batch 16, the
@@ -88,11 +88,11 @@ static int64_t llc_bytes(void) {
  * up-layer's 21.1 -> 19.2; 32 MB kept the 25.7 MB ones at their old times.
  * Inference plans keep half the cache (frozen ResUNet-50 f32 batch 64 lost
  * with 16 MB: the next layer reads a 25.7 MB output from the cache there). */
-int64_t cpu_bn_train_stream_cap = (int64_t)16 << 20;
+int64_t cpu_train_stream_cap = (int64_t)16 << 20;
 
-int64_t cpu_bn_stream_threshold(int training) {
+int64_t cpu_stream_threshold_plan(int training) {
   const int64_t t = cpu_stream_threshold();
-  return training && cpu_bn_stream_bytes < 0 && cpu_bn_train_stream_cap < t ? cpu_bn_train_stream_cap : t;
+  return training && cpu_bn_stream_bytes < 0 && cpu_train_stream_cap < t ? cpu_train_stream_cap : t;
 }
 
 int64_t cpu_stream_threshold(void) {

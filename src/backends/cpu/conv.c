@@ -102,7 +102,8 @@ static void conv_forward(cpu_node *n, const sp_op_args *a) {
     const cpu_mm_epilogue e = {.bias = s->has_bias ? a->param[1]->data : NULL,
                                .mean = s->base.stats_on ? s->base.stats : NULL,
                                .var = s->base.stats + m->oc, /* stats_on: bound */
-                               .stats = s->stats_work};
+                               .stats = s->stats_work,
+                               .stream = s->mm_stream};
     cpu_mm_amx(a->in[0]->data, m->rows, m->ic, s->mm_w, m->oc, a->out->data, &e, m->threads);
     return;
   }
@@ -645,6 +646,8 @@ static int conv_setup(sp_op_prep *p, conv_node *s, const cpu_conv_geom *g) {
   s->mm_fwd =
       s->mm && s->mm1x1.amx_fwd && stats_next && !s->fold_bn && !s->post_relu && !s->post_add && !s->reorder_src;
   s->base.stats_able = s->mm_fwd;
+  s->mm_stream =
+      s->mm_fwd && cpu_mm_amx_stream && (int64_t)cpu_md_bytes(&s->dst_md) >= cpu_stream_threshold_plan(p->run_backward);
   const sp_shape *in = &p->in_shape[0], *out = &p->out_shape, *w = &p->param_shape[0];
   const cpu_conv_shape cs = {in->d[0],      in->d[2],    in->d[3],    in->d[1],      out->d[2],
                              out->d[3],     out->d[1],   w->d[2],     w->d[3],       g->strides[0],

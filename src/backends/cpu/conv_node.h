@@ -32,6 +32,7 @@ typedef struct {
   int mm; /* backward runs as matrix products (conv_mm.c) */
   cpu_mm1x1 mm1x1;
   int mm_fwd;     /* forward by mm_amx.c too (mm1x1.amx_fwd, no post-ops) */
+  int mm_stream;  /* ... its output written past the caches (cpu_stream_threshold_plan) */
   uint16_t *mm_w; /* bound: W^T packed for it, in the weights' buffer */
   /* base.stats in saved, the products' sums for them in forward scratch */
   size_t stats_off, stats_work_off;

@@ -48,6 +48,7 @@ typedef struct {
    * forward writes the output pixels from its rows (no Y2, no copy) and the
    * output's batch statistics where a batch norm takes them (base.stats). */
   int amx_fwd, amx_dx;
+  int stream;        /* amx_fwd's output past the caches (cpu_stream_threshold_plan) */
   uint16_t *wt_kept; /* frozen plans: Wt prepared once, again only when the parameters change */
   uint16_t *bp_kept; /* ... and Wt packed for the tiles */
   size_t bp_off, bpt_off, stats_off, stats_work_off;
@@ -134,7 +135,8 @@ static void deconv_mm_forward(cpu_node *n, const sp_op_args *a) {
                                .up_k = s->k,
                                .up_h = s->h,
                                .up_w = s->w,
-                               .up_oc = s->oc};
+                               .up_oc = s->oc,
+                               .stream = s->stream};
     cpu_mm_amx(a->in[0]->data, s->m, s->ic, s->bp, s->cols, a->out->data, &e, s->threads);
     return;
   }
@@ -258,6 +260,8 @@ static int setup(sp_op_prep *p, deconv_mm_node *s) {
       md2(&s->dwt_md, s->ic, s->cols, dnnl_f32))
     return -1;
   s->amx_fwd = amx_fwd_fits(p);
+  s->stream = s->amx_fwd && cpu_mm_amx_stream &&
+              (int64_t)(sizeof(uint16_t) * sp_shape_numel(&p->out_shape)) >= cpu_stream_threshold_plan(p->run_backward);
   s->amx_dx = s->need_dx && cpu_mm_amx_dx && cpu_mm_amx_fits(s->m, s->cols, s->ic);
   if (!s->amx_fwd && cpu_matmul_make(&s->base, &s->x_md, &s->wt_md, NULL, &s->y2_md, 0, &s->fwd_pd, &s->fwd)) return -1;
   for (int k = 0; s->need_dx && !s->amx_dx && k < 2; k++)

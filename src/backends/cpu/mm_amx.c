@@ -50,6 +50,8 @@
 
 int cpu_use_mm_amx = 1;
 int cpu_mm_amx_dx = 0;
+int cpu_mm_amx_stream = 1;
+long cpu_mm_amx_streamed;
 long cpu_mm_amx_calls, cpu_mm_amx_stats_calls;
 
 /* K in steps of 32 (one A tile row: 64 bytes), or one shorter step for K
@@ -188,6 +190,15 @@ static inline void rows_next(rows_out *o) {
   if (++o->j == o->w) o->j = 0, o->at += o->jump;
 }
 
+/* One 64-byte run of C's bf16 row: past the caches with stream where the
+ * line is whole (cpu_mm_epilogue.stream). */
+AMX_FN static inline void put_row(uint16_t *out, __m512i v, int stream) {
+  if (stream && ((uintptr_t)out & 63) == 0)
+    _mm512_stream_si512((__m512i *)out, v);
+  else
+    _mm512_storeu_si512(out, v);
+}
+
 /* The body, with what it does known to the compiler: with_bias and add
  * (the bias or C's old values, where e has them), stats (st non-NULL). */
 AMX_FN static inline __attribute__((always_inline)) void store_rows_with(const float *buf, int rows,
@@ -213,7 +224,7 @@ AMX_FN static inline __attribute__((always_inline)) void store_rows_with(const f
       hi = _mm512_add_ps(hi, widen_hi(old));
     }
     const __m512i v = to_bf16(lo, hi);
-    _mm512_storeu_si512(out, v);
+    put_row(out, v, e->stream && !(add && e->accumulate));
     if (stats) {
       /* The values as stored (rounded), as a batch norm reading C sees them. */
       const __m512 d0 = _mm512_sub_ps(widen_lo(v), k0), d1 = _mm512_sub_ps(widen_hi(v), k1);
@@ -248,7 +259,7 @@ AMX_FN static void store_rows(const float *buf, int rows, const cpu_mm_epilogue 
   if (plain && !st && !e->up_k) { /* the common case in as few instructions as it takes */
     uint16_t *out = c + m0 * n + n0;
     for (int r = 0; r < rows; r++)
-      _mm512_storeu_si512(out + r * n, to_bf16(_mm512_load_ps(buf + r * 32), _mm512_load_ps(buf + r * 32 + 16)));
+      put_row(out + r * n, to_bf16(_mm512_load_ps(buf + r * 32), _mm512_load_ps(buf + r * 32 + 16)), e->stream);
   } else if (plain && st) {
     store_rows_with(buf, rows, e, c, n, m0, st, n0, 0, 0, 1); /* a batch norm's input */
   } else if (st) {
@@ -335,7 +346,7 @@ AMX_FN void cpu_mm_amx(const uint16_t *a, int64_t m, int64_t k, const uint16_t *
                        const cpu_mm_epilogue *e, int threads) {
   static const cpu_mm_epilogue plain;
   if (!e) e = &plain;
-  cpu_mm_amx_calls++, cpu_mm_amx_stats_calls += e->mean != NULL;
+  cpu_mm_amx_calls++, cpu_mm_amx_stats_calls += e->mean != NULL, cpu_mm_amx_streamed += e->stream != 0;
   /* Panels as wide as fit the budget (at least 32 columns): A is read once a panel. */
   int64_t np = cpu_mm_amx_panel_bytes / (2 * k) / 32 * 32;
   np = np < 32 ? 32 : np > n ? n : np;
@@ -379,6 +390,7 @@ AMX_FN void cpu_mm_amx(const uint16_t *a, int64_t m, int64_t k, const uint16_t *
       prev.buf = NULL;
     }
     if (configured) _tile_release();
+    if (e->stream) _mm_sfence(); /* the streamed lines out before the region's barrier */
   }
   if (e->mean) finish_stats(e, n, shares);
 }

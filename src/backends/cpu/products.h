@@ -77,6 +77,9 @@ extern int cpu_use_mm_amx;
 /* Input gradients (1x1 convolutions, up-layers) on the tiles too: off, as
  * alone they ran no faster than oneDNN's matmul on a loaded host. */
 extern int cpu_mm_amx_dx;
+/* 0: its callers never stream C (cpu_mm_epilogue.stream; benchmarks compare). */
+extern int cpu_mm_amx_stream;
+extern long cpu_mm_amx_streamed;                      /* products that streamed C (tests) */
 extern long cpu_mm_amx_calls, cpu_mm_amx_stats_calls; /* products run; those with statistics (tests) */
 extern int64_t cpu_mm_amx_panel_bytes;                /* B bytes a panel of columns may hold (tests make it small) */
 int cpu_mm_amx_fits(int64_t m, int64_t k, int64_t n);
@@ -101,6 +104,10 @@ typedef struct {
   /* Non-NULL: C is f32, written here ([m][n]; c unused) or added onto
    * (accumulate); no bias, statistics or up-layer scatter with it. */
   float *c32;
+  /* 1: C's bf16 rows written past the caches where a row's 64-byte run is
+   * a whole line (not when adding onto C): outputs from
+   * cpu_stream_threshold_plan's bytes. */
+  int stream;
 } cpu_mm_epilogue;
 size_t cpu_mm_amx_stats_bytes(int64_t n, int threads);
 void cpu_mm_amx(const uint16_t *a, int64_t m, int64_t k, const uint16_t *bp, int64_t n, uint16_t *c,
