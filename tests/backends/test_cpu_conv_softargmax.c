@@ -83,6 +83,7 @@ static void two_heads_against_ref(void **st) {
 
 static void fused_or_apart(int path) { cpu_conv_use_softargmax = path == 0; }
 static void amx_or_matmul(int path) { cpu_conv_use_softargmax_amx = path == 0; }
+static void streamed_or_stored(int path) { cpu_train_stream_cap = path == 0 ? 0 : INT64_MAX; }
 
 /* Where AMX is usable: the tile products (softargmax_amx.c) against oneDNN's
  * matmuls, one bf16 training step. Only the products' summation order
@@ -104,6 +105,13 @@ static void amx_matches_matmul(void **st) {
   const cmp_two_opts opts = {.shift_free = "head"};
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
     cmp_two_paths_with(&cases[c], amx_or_matmul, cases[c].tol, &opts);
+  /* The whole tile's input gradient past the caches (cpu_train_stream_cap
+   * 0) and stored: the same bits. */
+  const int64_t cap = cpu_train_stream_cap;
+  const long before = cpu_softargmax_streamed;
+  cmp_two_paths_with(&cases[2], streamed_or_stored, 0.0, NULL);
+  if (cpu_softargmax_streamed == before) fail_msg("the input gradient was not streamed");
+  cpu_train_stream_cap = cap;
 }
 
 static void planes_or_matmul(int path) { cpu_conv_use_softargmax_planes = path == 0; }

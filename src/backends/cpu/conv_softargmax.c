@@ -64,6 +64,7 @@
 
 int cpu_conv_use_softargmax = 1;
 int cpu_conv_use_softargmax_amx = 1;
+long cpu_softargmax_streamed;
 
 enum { TILE_ROWS = 1024, MAX_CHANNELS = 512, MAX_HEATMAPS = 1024, MAX_PLANE_CHANNELS = 128 };
 
@@ -280,7 +281,8 @@ static void amx_grads(const csam_node *s, const sp_op_args *a, char *ts, const v
     const int whole = s->in_place && np == s->rows;
     char *to = whole ? (char *)a->d_in[0]->data + at_of(s, img, 0, p0) * s->es : ts + s->t_dx;
     cpu_amx_head_dx(dl, s->ldd, (const uint16_t *)wk + s->kp * s->c, (uint16_t *)to, s->c, s->kp32, s->rows,
-                    whole && accumulate, bufs, (float *)(bufs + (s->kp32 / 32) * 512));
+                    whole && accumulate, whole && !accumulate && s->stream_dx, bufs,
+                    (float *)(bufs + (s->kp32 / 32) * 512));
     if (!whole) put_rows(s, a->d_in[0]->data, ts + s->t_dx, img, p0, np, accumulate);
   }
   if (dw) cpu_amx_head_dw(dl, s->ldd, xt, (float *)(ts + s->t_dw), s->c, s->kp, s->rows, (uint16_t *)(ts + s->t_xp));
@@ -378,7 +380,9 @@ static void csam_backward(cpu_node *nd, const sp_op_args *a) {
     memset(ts + s->t_db, 0, sizeof(double) * (size_t)s->kp);
 #pragma omp for schedule(static)
     for (int64_t u = 0; u < s->n * s->tiles; u++) backward_tile(s, a, t, u, wk, b, coef, dx, dw, accumulate);
+    if (s->stream_dx) __builtin_ia32_sfence(); /* the streamed lines out before the region's barrier */
   }
+  cpu_softargmax_streamed += s->stream_dx && dx;
   if (s->planes) cpu_planes_calls++;
   for (int t = 0; t < s->threads; t++) {
     const char *ts = thread_region(s, sc, t);
@@ -511,6 +515,8 @@ static int setup(sp_op_prep *p, csam_node *s, const dnnl_memory_desc_t *x) {
   s->tiles = (s->hw + TILE_ROWS - 1) / TILE_ROWS;
   s->rows = (s->hw + s->tiles - 1) / s->tiles; /* as even as the tiles can be */
   s->amx = cpu_conv_use_softargmax_amx && !s->f32 && s->in_place && s->c % 32 == 0 && cpu_amx_usable();
+  s->stream_dx = s->amx && cpu_mm_amx_stream &&
+                 (int64_t)(s->es * sp_shape_numel(&p->in_shape[0])) >= cpu_stream_threshold_plan(p->run_backward);
   if (s->amx) { /* whole steps of 32 positions; the rounding may leave fewer tiles */
     s->kp32 = (s->k + 31) / 32 * 32;
     s->rows = (s->rows + 31) / 32 * 32;

@@ -29,6 +29,7 @@ typedef struct {
   cpu_bn_geom g; /* the input's layout (lanes, blocks, strides) */
   int in_place;  /* channels-last: a full tile's rows are a matrix in x and dx */
   int amx;       /* the products on AMX tiles (softargmax_amx.c), not oneDNN matmuls */
+  int stream_dx; /* amx: a whole tile's fresh dX rows past the caches (cpu_stream_threshold_plan) */
   int64_t kp32;  /* amx: k rounded up to 32 (dL's rows, W's heatmap pairs) */
   int planes;    /* f32 16-channel blocks: the products on planes (softargmax_planes.c) */
   int64_t ldx;   /* planes: row stride of X's and dX's planes */

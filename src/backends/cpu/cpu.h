@@ -544,9 +544,10 @@ void cpu_amx_head_dw(const uint16_t *dl, int64_t ldd, const uint16_t *x, float *
                      uint16_t *xp);
 void cpu_amx_head_w_pairs(const uint16_t *w, int64_t k, int64_t c, int64_t kp32, uint16_t *wv);
 void cpu_amx_head_dx(const uint16_t *dl, int64_t ldd, const uint16_t *wv, uint16_t *dx, int64_t c, int64_t kp32,
-                     int64_t rows, int accumulate, uint16_t *at, float *ct);
+                     int64_t rows, int accumulate, int stream, uint16_t *at, float *ct);
 int cpu_conv_uses_softargmax_amx(const void *state);
 extern int cpu_conv_use_softargmax_amx;
+extern long cpu_softargmax_streamed; /* backward passes whose input gradient went past the caches (tests) */
 /* softargmax_planes.c: the head's per-tile products on planes (f32,
  * 16-channel blocks, AVX-512 builds: cpu_planes_built). gather: np positions
  * of a tile's blocks (x at its first position, blocks blk_stride apart) into

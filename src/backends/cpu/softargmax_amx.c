@@ -150,7 +150,7 @@ void cpu_amx_head_w_pairs(const uint16_t *w, int64_t k, int64_t c, int64_t kp32,
 }
 
 AMX_FN void cpu_amx_head_dx(const uint16_t *dl, int64_t ldd, const uint16_t *wv, uint16_t *dx, int64_t c, int64_t kp32,
-                            int64_t rows, int accumulate, uint16_t *at, float *ct) {
+                            int64_t rows, int accumulate, int stream, uint16_t *at, float *ct) {
   tiles_configure();
   const int64_t steps = kp32 / 32;
   for (int64_t p0 = 0; p0 < rows; p0 += 16) {
@@ -178,7 +178,11 @@ AMX_FN void cpu_amx_head_dx(const uint16_t *dl, int64_t ldd, const uint16_t *wv,
       if (accumulate)
         v = _mm512_add_ps(v, _mm512_castsi512_ps(_mm512_slli_epi32(
                                  _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(d + i))), 16)));
-      _mm256_storeu_si256((__m256i *)(d + i), (__m256i)_mm512_cvtneps_pbh(v));
+      const __m256i h = (__m256i)_mm512_cvtneps_pbh(v);
+      if (stream && ((uintptr_t)(d + i) & 31) == 0) /* past the caches (the caller's sfence) */
+        _mm256_stream_si256((__m256i *)(d + i), h);
+      else
+        _mm256_storeu_si256((__m256i *)(d + i), h);
     }
   }
   _tile_release();
