@@ -547,6 +547,25 @@ static void concat_rows_matches_onednn(void **s) {
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) cmp_two_paths(&cases[c], concat_rows_or_onednn, 1e-6);
 }
 
+static void concat_streamed_or_stored(int path) { cpu_train_stream_cap = path == 0 ? 0 : INT64_MAX; }
+
+/* Channels-last rows written past the caches (every training output
+ * streamed: cpu_train_stream_cap 0), forward and the gradient's split: the
+ * same bits as stored ones (b_concat's 64-byte run streams, its 32-byte
+ * runs fall back to plain stores). */
+static void concat_rows_streamed_same_bits(void **s) {
+  (void)s;
+  cmp_require_cpu();
+  const int64_t cap = cpu_train_stream_cap;
+  const cmp_case k = {"concat bf16 streamed", b_concat, 2, 3, 6, 7, 1, SP_PLAN_BF16, 0, 0};
+  const long before = cpu_concat_streamed;
+  cmp_two_paths(&k, concat_streamed_or_stored, 0);
+  cpu_train_stream_cap = cap;
+#ifdef __AVX512F__
+  if (cpu_concat_streamed == before) fail_msg("the concat did not stream");
+#endif
+}
+
 /* Taken where all inputs share channels-last, or plain / blocked layouts in
  * whole blocks; not for a padded block or mixed layouts. */
 static void concat_rows_taken_where_it_applies(void **s) {
@@ -661,6 +680,7 @@ static void own_kernels_take_bf16(void **s) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(concat_rows_streamed_same_bits),
       cmocka_unit_test(conv3x3),
       cmocka_unit_test(conv_stride2_bias),
       cmocka_unit_test(conv_groups),

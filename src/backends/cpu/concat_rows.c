@@ -22,13 +22,16 @@
 #include "ops/ops.h"
 
 int cpu_concat_use_rows = 1;
+int cpu_concat_stream = 1;
+long cpu_concat_streamed;
 
 typedef struct {
   cpu_node base;
   int n_in, bf16;
-  int short_runs;                               /* channels-last: every run a few vectors */
-  size_t es;                                    /* bytes per element */
-  int64_t rows, total;                          /* rows, and elements per output row */
+  int short_runs;      /* channels-last: every run a few vectors */
+  int stream;          /* short runs written past the caches (cpu_stream_threshold_plan; AVX-512 builds) */
+  size_t es;           /* bytes per element */
+  int64_t rows, total; /* rows, and elements per output row */
   int64_t len[SP_OP_MAX_IN], off[SP_OP_MAX_IN]; /* per input: run length and offset in the output row */
 } concat_rows_node;
 
@@ -46,6 +49,19 @@ static inline void copy_run(char *d, const char *s, size_t bytes) {
     for (size_t i = 0; i < bytes; i += 32) *(v32b *)(d + i) = *(const v32b *)(s + i);
   else
     memcpy(d, s, bytes);
+}
+
+/* copy_run past the caches where the run is whole 64-byte lines on their
+ * alignment (channels-last rows of 32 bf16 channels and more); the caller
+ * fences. */
+static inline void copy_run_nt(char *d, const char *s, size_t bytes) {
+#ifdef __AVX512F__
+  if (bytes <= 1024 && bytes % 64 == 0 && ((uintptr_t)d & 63) == 0) {
+    for (size_t i = 0; i < bytes; i += 64) _mm512_stream_ps((float *)(d + i), _mm512_loadu_ps((const float *)(s + i)));
+    return;
+  }
+#endif
+  copy_run(d, s, bytes);
 }
 
 /* d[0..n) += s[0..n): bf16 widened, summed in f32, rounded once. */
@@ -68,11 +84,21 @@ static void concat_rows_forward(cpu_node *n, const sp_op_args *a) {
   const concat_rows_node *s = (const concat_rows_node *)n;
   char *out = a->out->data;
   if (s->short_runs) {
-#pragma omp parallel for schedule(guided)
-    for (int64_t r = 0; r < s->rows; r++)
-      for (int k = 0; k < s->n_in; k++)
-        copy_run(out + (size_t)(r * s->total + s->off[k]) * s->es,
-                 (const char *)a->in[k]->data + (size_t)(r * s->len[k]) * s->es, (size_t)s->len[k] * s->es);
+#pragma omp parallel
+    {
+#pragma omp for schedule(guided)
+      for (int64_t r = 0; r < s->rows; r++)
+        for (int k = 0; k < s->n_in; k++) {
+          char *d = out + (size_t)(r * s->total + s->off[k]) * s->es;
+          const char *from = (const char *)a->in[k]->data + (size_t)(r * s->len[k]) * s->es;
+          if (s->stream)
+            copy_run_nt(d, from, (size_t)s->len[k] * s->es);
+          else
+            copy_run(d, from, (size_t)s->len[k] * s->es);
+        }
+      if (s->stream) __builtin_ia32_sfence(); /* the streamed lines out before the region's barrier */
+    }
+    cpu_concat_streamed += s->stream;
     return;
   }
   for (int k = 0; k < s->n_in; k++) {
@@ -95,7 +121,9 @@ static inline void grad_piece(const concat_rows_node *s, const sp_op_args *a, in
   const size_t run = (size_t)s->len[k] * s->es;
   const char *from = (const char *)a->d_out->data + (size_t)(r * s->total + s->off[k]) * s->es + at;
   char *to = (char *)a->d_in[k]->data + (size_t)r * run + at;
-  if ((a->d_in_fresh >> k) & 1u)
+  if (((a->d_in_fresh >> k) & 1u) && s->stream && s->short_runs)
+    copy_run_nt(to, from, bytes);
+  else if ((a->d_in_fresh >> k) & 1u)
     copy_run(to, from, bytes);
   else
     add_run(to, from, (int64_t)(bytes / s->es), s->bf16);
@@ -104,10 +132,14 @@ static inline void grad_piece(const concat_rows_node *s, const sp_op_args *a, in
 static void concat_rows_backward(cpu_node *n, const sp_op_args *a) {
   const concat_rows_node *s = (const concat_rows_node *)n;
   if (s->short_runs) {
-#pragma omp parallel for schedule(guided)
-    for (int64_t r = 0; r < s->rows; r++)
-      for (int k = 0; k < s->n_in; k++)
-        if (a->d_in[k]) grad_piece(s, a, k, r, 0, (size_t)s->len[k] * s->es);
+#pragma omp parallel
+    {
+#pragma omp for schedule(guided)
+      for (int64_t r = 0; r < s->rows; r++)
+        for (int k = 0; k < s->n_in; k++)
+          if (a->d_in[k]) grad_piece(s, a, k, r, 0, (size_t)s->len[k] * s->es);
+      if (s->stream) __builtin_ia32_sfence();
+    }
     return;
   }
   for (int k = 0; k < s->n_in; k++) {
@@ -154,6 +186,8 @@ int cpu_concat_rows_prepare(sp_op_prep *p) {
   }
   s->total = at;
   s->short_runs = lanes == CPU_LANES_NHWC;
+  s->stream = s->short_runs && cpu_concat_stream &&
+              (int64_t)s->es * s->rows * s->total >= cpu_stream_threshold_plan(p->run_backward);
   dnnl_dims_t od = {o->d[0], o->d[1], o->d[2], o->d[3]};
   if (dnnl_memory_desc_init_by_tag(&s->base.out_md, 4, od, md[0].data_type, cpu_lanes_tag(lanes)) != dnnl_success) {
     cpu_node_free(&s->base);

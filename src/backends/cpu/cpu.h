@@ -643,6 +643,8 @@ int cpu_concat_prepare(sp_op_prep *p);
 int cpu_concat_rows_prepare(sp_op_prep *p);
 int cpu_concat_is_rows(const void *state);
 extern int cpu_concat_use_rows;
+extern int cpu_concat_stream;          /* 0: channels-last rows never past the caches (cpu_stream_threshold_plan) */
+extern long cpu_concat_streamed;       /* forward passes that streamed (tests) */
 int cpu_tshift_prepare(sp_op_prep *p); /* tshift.c: in the blocked layout */
 /* tshift.c: fresh outputs of at least this many bytes bypass the cache
  * (non-temporal stores); tests lower it to cover that path. */
