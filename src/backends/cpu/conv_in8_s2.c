@@ -549,7 +549,7 @@ int cpu_conv_in8s2_prepare(sp_op_prep *p) {
     cpu_node_free(&s->base);
     return 1;
   }
-  s->stream = (int64_t)cpu_md_bytes(&s->base.out_md) >= cpu_stream_threshold();
+  s->stream = (int64_t)cpu_md_bytes(&s->base.out_md) >= cpu_stream_threshold_plan(p->run_backward);
   /* The edge windows: forward's three rows of 2 PG + 1 columns, or the
    * input gradient's two dY windows of PG + 1 positions. */
   const size_t fwd_win = sizeof(float) * KS * (2 * PG + 1) * IC, dy_win = sizeof(float) * 2 * (PG + 1) * (size_t)s->oc;

@@ -268,7 +268,7 @@ int cpu_conv_mid8_prepare(sp_op_prep *p) {
   s->need_dx = p->run_backward && p->need_d_in[0];
   s->need_dw = p->run_backward && p->param_grad[0];
   s->base.out_md = *(const dnnl_memory_desc_t *)p->in_layout[0]; /* the input's blocks */
-  s->stream = (int64_t)cpu_md_bytes(&s->base.out_md) >= cpu_stream_threshold();
+  s->stream = (int64_t)cpu_md_bytes(&s->base.out_md) >= cpu_stream_threshold_plan(p->run_backward);
   s->ring_bytes = ((size_t)(s->w + 2) * C8 * 3 * sizeof(float) + 63) & ~(size_t)63;
   size_t fwd = 0, bwd = 0;
   s->fwd_ring_off = cpu_take(&fwd, (size_t)s->threads * s->ring_bytes);

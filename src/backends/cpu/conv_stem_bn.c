@@ -655,7 +655,7 @@ int cpu_conv_stem_bn_prepare(sp_op_prep *p) {
   s->part_off = cpu_take(&scratch, (size_t)threads * s->part_slice);
   s->blk_slice = line_up(sizeof(vfw) * (size_t)gram);
   s->blk_off = cpu_take(&scratch, (size_t)threads * s->blk_slice);
-  s->stream = (int64_t)es * s->m * C >= cpu_stream_threshold();
+  s->stream = (int64_t)es * s->m * C >= cpu_stream_threshold_plan(p->run_backward);
   /* The batch's mean and variance, the taps' shifts, the image's sums
    * (gram_rows), then the padded image. */
   s->shift_off = sizeof(float) * 2 * C;
