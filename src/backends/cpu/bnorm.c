@@ -16,8 +16,9 @@
  * is ready (in the same layout) and the relu after that add: a ResNet
  * block's last batch norm, residual add and ReLU in one node
  * (cpu_bn_residual; the mask, a bit per value where the lanes are a
- * multiple of 8, else a byte, in saved after the statistics). The add's other input and its gradient are the absorbed
- * add's (sp_op_args.consumer). */
+ * multiple of 8, else a byte, in saved after the statistics). The add's
+ * other input and its gradient are the absorbed add's
+ * (sp_op_args.consumer). */
 #ifdef SPRY_HAVE_DNNL
 #include <math.h>
 #include <string.h>

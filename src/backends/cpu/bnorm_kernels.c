@@ -13,8 +13,8 @@
  * same expression forward used, so fused BN + ReLU costs nothing extra.
  * A residual add absorbed with its ReLU (y = max(bn(x) + r, 0), the end of a
  * ResNet block; cpu_bn_residual) reads r in the normalising pass and keeps a
- * mask of a bit a value (a byte in the plain and scalar walks); backward's sums pass writes the masked dy into r's
- * gradient on the way. Against batch norm, then add + ReLU apart, that
+ * mask of a bit a value (a byte in the plain and scalar walks); backward's
+ * sums pass writes the masked dy into r's gradient on the way. Against batch norm, then add + ReLU apart, that
  * saves writing and reading bn(x) in forward and the gradient in between
  * in backward.
  * In bf16 they were instruction bound at 8 lanes (15-18 GB/s against a
@@ -77,9 +77,11 @@ static int64_t llc_bytes(void) {
 }
 
 /* A training plan's outputs stream from 16 MB whatever the cache (the batch
- * norms', mm_amx.c's bf16 products'): they are read once by the next layer and again only in backward, long
- * after the rest of the forward pass went through the cache, and a VM's
- * sysfs can give the host's whole L3. Measured on the Xeon with AMX (sysfs:
+ * norms', mm_amx.c's bf16 products', channels-last concats', the heatmap
+ * head's input gradient, the f32 stem and 8-channel nodes'): they are read
+ * once by the next layer and again only in backward, long after the rest of
+ * the forward pass went through the cache, and a VM's sysfs can give the
+ * host's whole L3. Measured on the Xeon with AMX (sysfs:
  * 300 MB, so half of it streamed nothing), ResUNet-50 bf16 batch 16, the
  * same binary alternating 5 runs a side (`bench/kernel_ab/ab_switch.sh
  * cpu_bn_stream_bytes -1 16777216`), fwd + bwd ms a step: the residual

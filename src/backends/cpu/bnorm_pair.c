@@ -15,8 +15,9 @@
  * mask as S/4); here about 12S: forward 5.25S (the two statistics passes,
  * then x1 and x2 read, y and the mask written), backward 8.5S (sums over
  * dy, the mask, x1 and x2; then the same reads and both input gradients
- * written); the mask is a bit a value now (bnorm.h), S/32 in bf16. ResUNet-50 has eight such block ends (the encoder's four first
- * blocks, the decoder's four), 193 MB of them at batch 16 in f32.
+ * written); the mask is a bit a value now (bnorm.h), S/32 in bf16.
+ * ResUNet-50 has eight such block ends (the encoder's four first blocks,
+ * the decoder's four), 193 MB of them at batch 16 in f32.
  *
  * Layouts whose lanes are a multiple of 8 only (bnorm.c takes the pair only
  * there): at most two lane groups side by side, since each group holds
