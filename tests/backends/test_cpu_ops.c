@@ -561,10 +561,11 @@ static void concat_rows_streamed_same_bits(void **s) {
   const long before = cpu_concat_streamed;
   cmp_two_paths(&k, concat_streamed_or_stored, 0);
   cpu_train_stream_cap = cap;
-  /* Where bf16 plans compute in bf16 (channels-last rows; `make asan` caps
-   * oneDNN below AMX, and there they compute f32 on blocks): the streaming
-   * path was taken. */
-  if (cmp_bf16_here() && sp_backend_cpu_bf16_pays() && cpu_concat_streamed == before)
+  /* Where bf16 plans run on channels-last rows, i.e. with AMX: the streaming
+   * path was taken. Without AMX oneDNN keeps bf16 activations in 16-channel
+   * blocks (AVX512-BF16, Zen 4) or the plans compute f32 on blocks (`make
+   * asan` caps oneDNN below AMX), whole rows that the concat copies as such. */
+  if (cmp_bf16_here() && cpu_amx_usable() && cpu_concat_streamed == before)
     fail_msg("the concat did not take its streaming path");
 }
 
