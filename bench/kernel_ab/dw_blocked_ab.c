@@ -41,11 +41,14 @@ static cpu_dwb_shape conv_shape(int64_t n, int64_t ic, int64_t ih, int64_t oc, i
 }
 
 int main(int argc, char **argv) {
-  /* ic, input size, oc, kernel, stride: ResNet-50's distinct layers. */
-  static const int64_t layers[][5] = {
-      {64, 56, 64, 3, 1},   {128, 28, 128, 3, 1},  {256, 14, 256, 3, 1},  {512, 7, 512, 3, 1},  {256, 56, 64, 1, 1},
-      {64, 56, 256, 1, 1},  {1024, 14, 256, 1, 1}, {256, 14, 1024, 1, 1}, {2048, 7, 512, 1, 1}, {512, 7, 2048, 1, 1},
-      {256, 28, 512, 1, 1}, {512, 14, 512, 3, 2},  {128, 56, 128, 3, 2},  {256, 56, 512, 1, 2}};
+  /* ic, input size, oc, kernel, stride, batch: ResNet-50's distinct layers
+   * at batch 16, then vgg-face's at batch 64. */
+  static const int64_t layers[][6] = {
+      {64, 56, 64, 3, 1, 16},   {128, 28, 128, 3, 1, 16}, {256, 14, 256, 3, 1, 16}, {512, 7, 512, 3, 1, 16},
+      {256, 56, 64, 1, 1, 16},  {64, 56, 256, 1, 1, 16},  {1024, 14, 256, 1, 1, 16}, {256, 14, 1024, 1, 1, 16},
+      {2048, 7, 512, 1, 1, 16}, {512, 7, 2048, 1, 1, 16}, {256, 28, 512, 1, 1, 16},  {512, 14, 512, 3, 2, 16},
+      {128, 56, 128, 3, 2, 16}, {256, 56, 512, 1, 2, 16}, {16, 56, 32, 3, 2, 64},    {32, 28, 32, 3, 1, 64},
+      {32, 28, 64, 3, 2, 64},   {64, 14, 64, 3, 1, 64},   {64, 14, 128, 3, 2, 64},   {128, 7, 128, 3, 1, 64}};
   const int n_layers = (int)(sizeof layers / sizeof layers[0]);
   const int all = argc < 2 || argv[1][0] == '-', first = all ? 0 : atoi(argv[1]), last = all ? n_layers : first + 1;
   int calls = argc > 2 ? atoi(argv[2]) : 15;
@@ -57,9 +60,9 @@ int main(int argc, char **argv) {
   char *flush = malloc(flush_bytes);
   double sum_base = 0, sum_now = 0;
   for (int l = first; l < last; l++) {
-    cpu_dwb_shape s = conv_shape(16, layers[l][0], layers[l][1], layers[l][2], layers[l][3], layers[l][4]);
-    const size_t xa = (size_t)(16 * (s.a.c + 15) / 16 * 16 * s.a.h * s.a.w),
-                 yb = (size_t)(16 * (s.b.c + 15) / 16 * 16 * s.b.h * s.b.w);
+    cpu_dwb_shape s = conv_shape(layers[l][5], layers[l][0], layers[l][1], layers[l][2], layers[l][3], layers[l][4]);
+    const size_t xa = (size_t)(s.n * (s.a.c + 15) / 16 * 16 * s.a.h * s.a.w),
+                 yb = (size_t)(s.n * (s.b.c + 15) / 16 * 16 * s.b.h * s.b.w);
     uint16_t *x = malloc(2 * xa + 64), *y = malloc(2 * yb + 64);
     for (size_t i = 0; i < xa; i++) x[i] = (uint16_t)(0x3f80 + i % 7); /* bf16 1.0 .. 1.05 */
     for (size_t i = 0; i < yb; i++) y[i] = (uint16_t)(0x3f00 + i % 5);
@@ -90,11 +93,11 @@ int main(int argc, char **argv) {
     qsort(t_base, (size_t)calls, sizeof(double), by_value);
     qsort(t_now, (size_t)calls, sizeof(double), by_value);
     const double mb = t_base[calls / 2], mn = t_now[calls / 2],
-                 flops = 2.0 * 16 * (double)(s.gh * s.gw) * (double)values;
+                 flops = 2.0 * (double)s.n * (double)(s.gh * s.gw) * (double)values;
     printf(
-        "ic %4ld %3ldx%-3ld oc %4ld k%ld s%ld: base %.2f ms, now %.2f ms (median of %d; %.0f -> %.0f GFLOP/s), "
+        "n%-2ld ic %4ld %3ldx%-3ld oc %4ld k%ld s%ld: base %.2f ms, now %.2f ms (median of %d; %.0f -> %.0f GFLOP/s), "
         "max |difference| %g\n",
-        (long)layers[l][0], (long)layers[l][1], (long)layers[l][1], (long)layers[l][2], (long)layers[l][3],
+        (long)layers[l][5], (long)layers[l][0], (long)layers[l][1], (long)layers[l][1], (long)layers[l][2], (long)layers[l][3],
         (long)layers[l][4], 1e3 * mb, 1e3 * mn, calls, flops / mb * 1e-9, flops / mn * 1e-9, diff);
     sum_base += mb, sum_now += mn;
     free(x), free(y), free(dw_base), free(dw_now), free(scratch);

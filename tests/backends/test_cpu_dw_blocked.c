@@ -116,6 +116,10 @@ static void kernel_against_double(void **st) {
   check_shape("3x3 rows", conv_shape(2, 128, 5, 6, 128, 3, 1, 1, 1));
   check_shape("3x3 512 stride 2 (2.4 M dW values)", conv_shape(2, 512, 4, 3, 512, 3, 2, 1, 1));
   check_shape("7x7 stride 2", conv_shape(1, 32, 12, 11, 16, 7, 2, 3, 1));
+  /* Grids one and three positions wide: every pair of a tap's gather leaves
+   * its grid row (gather_pairs' per-position path), across images too. */
+  check_shape("3x3 one column", conv_shape(3, 32, 5, 1, 16, 3, 1, 1, 1));
+  check_shape("3x3 stride 2, three columns", conv_shape(3, 16, 7, 5, 32, 3, 2, 1, 1));
   check_shape("deconv 2x2", deconv_shape(2, 16, 5, 3, 32, 2));
   check_shape("deconv 2x2 rows", deconv_shape(2, 256, 3, 3, 256, 2));
   /* 16-channel layers: a last 16 columns alone; 8 rows from a padded block. */

@@ -49,7 +49,8 @@ enum {
   MAX_CHUNK = 1024,          /* positions per chunk */
   MIN_CHUNK = 32,
   SPLIT_POSITIONS_MAX = 128 << 10, /* dW values up to which threads split positions (512 KB each) */
-  PREFETCH = 64                    /* positions ahead: activations come from memory */
+  PREFETCH = 64,                   /* positions ahead: activations come from memory */
+  GATHER = 32                      /* pairs whose offsets gather_pairs works out at a time */
 };
 
 static int64_t chunk_positions(int64_t cols) {
@@ -107,60 +108,99 @@ static int identity(const cpu_dwb_side *d, const cpu_dwb_shape *s) {
          (d->dx == 0 || s->kw == 1) && d->oy == 0 && d->ox == 0;
 }
 
-/* Where side d reads the grid positions [g0, g1) at tap (i, j), in pairs as
- * pairs_of_block takes them: at[2k], at[2k + 1] are position offsets into
- * block 0 ((n nb plane + y w + x), to which a block adds b plane), -1 in the
- * padding or for an image's odd last position. Returns the pair count. */
-static int64_t pair_offsets(const cpu_dwb_side *d, const cpu_dwb_shape *s, int64_t i, int64_t j, int64_t g0, int64_t g1,
-                            int64_t *at) {
-  const int64_t nb = blocks_of(d), hw = s->gh * s->gw, plane = d->h * d->w;
-  int64_t n = g0 / hw, y = g0 % hw / s->gw, x = g0 % s->gw, k = 0;
-  for (int64_t g = g0; g < g1; k++) {
-    at[2 * k] = at[2 * k + 1] = -1;
-    const int64_t img = n;
-    for (int e = 0; e < 2 && g < g1 && n == img; e++, g++) {
-      const int64_t ty = y * d->sy + i * d->dy + d->oy, tx = x * d->sx + j * d->dx + d->ox;
-      if (ty >= 0 && ty < d->h && tx >= 0 && tx < d->w) at[2 * k + e] = n * nb * plane + ty * d->w + tx;
-      if (++x == s->gw) x = 0, y++;
-      if (y == s->gh) y = 0, n++;
+/* Where side d reads grid position g at tap (i, j): an offset into block 0
+ * of its tensor (n nb plane + y w + x, to which a block adds b plane), or -1
+ * in the padding. (n, y, x): g's image and grid coordinates. */
+INLINE int64_t tap_offset(const cpu_dwb_side *d, int64_t nb_plane, int64_t cy, int64_t cx, int64_t n, int64_t y,
+                          int64_t x) {
+  const int64_t ty = y * d->sy + cy, tx = x * d->sx + cx;
+  return ty >= 0 && ty < d->h && tx >= 0 && tx < d->w ? n * nb_plane + ty * d->w + tx : -1;
+}
+
+/* Pairs k0 .. k0 + m - 1 of blocks [b0, b1) of side d from their
+ * positions' offsets (at[2 q], at[2 q + 1] for pair k0 + q, -1 in the
+ * padding): one load where the two are neighbours, else two halves. */
+__attribute__((noinline)) static void pairs_at(const cpu_dwb_side *d, const int64_t *at, int64_t m, int64_t k0,
+                                               int64_t b0, int64_t b1, int64_t chunk, __m512i *out) {
+  const int64_t plane = d->h * d->w;
+  for (int64_t b = b0; b < b1; b++) {
+    const uint16_t *base = d->t + b * plane * BLOCK;
+    __m512i *o = out + b * chunk + k0;
+    for (int64_t q = 0; q < m; q++) {
+      const int64_t o0 = at[2 * q], o1 = at[2 * q + 1];
+      __m512i v;
+      if (o0 >= 0 && o1 == o0 + 1) {
+        v = _mm512_loadu_si512(base + o0 * BLOCK);
+      } else {
+        const __m256i lo = o0 >= 0 ? _mm256_loadu_si256((const void *)(base + o0 * BLOCK)) : _mm256_setzero_si256();
+        const __m256i hi = o1 >= 0 ? _mm256_loadu_si256((const void *)(base + o1 * BLOCK)) : _mm256_setzero_si256();
+        v = _mm512_inserti64x4(_mm512_zextsi256_si512(lo), hi, 1);
+      }
+      o[q] = interleave(v);
     }
   }
+}
+
+/* Blocks [b0, b1) of side d at tap (i, j) over grid positions [g0, g1), in
+ * pairs: out[b chunk + k] holds pair k, positions g and g + 1 of an image
+ * (pairs restart at each image; an image's odd last position pairs with
+ * zero), channel by channel (interleave); zero where a tap reads the
+ * padding. Returns the pair count. The positions' offsets are worked out
+ * for GATHER pairs at a time, once for every block: where both positions of
+ * a pair lie in one grid row and inside the tensor, the second is the first
+ * plus sx, with no per-position bounds or coordinates. The table stays in
+ * L1, and each block's pairs are written in order (one pair for every block
+ * at a time put a 512-channel layer's 32 stores a chunk apart, into one
+ * cache set). vgg-face's 16 -> 32, 3x3, stride 2 at batch 64: a whole
+ * chunk's table per tap, then a pass per block over it, took 46% of the
+ * kernel's time. */
+__attribute__((noinline)) static int64_t gather_pairs(const cpu_dwb_side *d, const cpu_dwb_shape *s, int64_t i,
+                                                      int64_t j, int64_t g0, int64_t g1, int64_t b0, int64_t b1,
+                                                      int64_t chunk, __m512i *out) {
+  const int64_t hw = s->gh * s->gw, plane = d->h * d->w, nb_plane = blocks_of(d) * plane, cy = i * d->dy + d->oy,
+                cx = j * d->dx + d->ox;
+  int64_t at[2 * GATHER];
+  int64_t k = 0, k_done = 0, n = g0 / hw;
+  for (int64_t g = g0; g < g1; n++) {
+    const int64_t end = (n + 1) * hw < g1 ? (n + 1) * hw : g1;
+    int64_t y = g % hw / s->gw, x = g % s->gw;
+    for (; g < end; g += 2, k++) {
+      const int two = g + 1 < end;
+      const int64_t ty = y * d->sy + cy, tx = x * d->sx + cx, q = k - k_done;
+      if (two && x + 1 < s->gw && ty >= 0 && ty < d->h && tx >= 0 && tx + d->sx < d->w) {
+        at[2 * q] = n * nb_plane + ty * d->w + tx;
+        at[2 * q + 1] = at[2 * q] + d->sx;
+      } else { /* a row's edge or the padding: each position on its own */
+        const int next_row = x + 1 == s->gw;
+        at[2 * q] = tap_offset(d, nb_plane, cy, cx, n, y, x);
+        at[2 * q + 1] = two ? tap_offset(d, nb_plane, cy, cx, n, next_row ? y + 1 : y, next_row ? 0 : x + 1) : -1;
+      }
+      if (q + 1 == GATHER) pairs_at(d, at, GATHER, k_done, b0, b1, chunk, out), k_done = k + 1;
+      for (x += 2; x >= s->gw; x -= s->gw) y++;
+    }
+    g = end; /* past an odd image's last pair */
+  }
+  if (k > k_done) pairs_at(d, at, k - k_done, k_done, b0, b1, chunk, out);
   return k;
 }
 
-/* out[k]: block b of side d at the pairs of positions `at` gives (or, where
- * at is NULL, grid positions [g0, g1) read in place: the identity case; an
- * image's odd last position pairs with zero). Returns the count. */
-static int64_t pairs_of_block(const cpu_dwb_side *d, const cpu_dwb_shape *s, int64_t b, const int64_t *at, int64_t kp,
-                              int64_t g0, int64_t g1, __m512i *out) {
+/* out[k]: block b of side d at grid positions [g0, g1) read in place (the
+ * identity case: consecutive positions are neighbours in memory), in pairs
+ * as gather_pairs makes them. Returns the count. */
+static int64_t pairs_in_place(const cpu_dwb_side *d, const cpu_dwb_shape *s, int64_t b, int64_t g0, int64_t g1,
+                              __m512i *out) {
   const int64_t nb = blocks_of(d), hw = s->gh * s->gw, plane = d->h * d->w;
   int64_t k = 0;
-  if (!at) {
-    for (int64_t g = g0; g < g1;) {
-      const int64_t n = g / hw, p = g % hw, end = (n + 1) * hw < g1 ? (n + 1) * hw : g1, len = end - g;
-      const uint16_t *row = d->t + ((n * nb + b) * plane + p) * BLOCK;
-      for (int64_t q = 0; q + 1 < len; q += 2) {
-        _mm_prefetch((const char *)(row + (q + PREFETCH) * BLOCK), _MM_HINT_T0);
-        out[k++] = interleave(_mm512_loadu_si512(row + q * BLOCK));
-      }
-      if (len & 1)
-        out[k++] = interleave(_mm512_zextsi256_si512(_mm256_loadu_si256((const void *)(row + (len - 1) * BLOCK))));
-      g = end;
+  for (int64_t g = g0; g < g1;) {
+    const int64_t n = g / hw, p = g % hw, end = (n + 1) * hw < g1 ? (n + 1) * hw : g1, len = end - g;
+    const uint16_t *row = d->t + ((n * nb + b) * plane + p) * BLOCK;
+    for (int64_t q = 0; q + 1 < len; q += 2) {
+      _mm_prefetch((const char *)(row + (q + PREFETCH) * BLOCK), _MM_HINT_T0);
+      out[k++] = interleave(_mm512_loadu_si512(row + q * BLOCK));
     }
-    return k;
-  }
-  const uint16_t *base = d->t + b * plane * BLOCK;
-  for (; k < kp; k++) {
-    const int64_t o0 = at[2 * k], o1 = at[2 * k + 1];
-    __m512i v;
-    if (o0 >= 0 && o1 == o0 + 1) {
-      v = _mm512_loadu_si512(base + o0 * BLOCK);
-    } else {
-      const __m256i lo = o0 >= 0 ? _mm256_loadu_si256((const void *)(base + o0 * BLOCK)) : _mm256_setzero_si256();
-      const __m256i hi = o1 >= 0 ? _mm256_loadu_si256((const void *)(base + o1 * BLOCK)) : _mm256_setzero_si256();
-      v = _mm512_inserti64x4(_mm512_zextsi256_si512(lo), hi, 1);
-    }
-    out[k] = interleave(v);
+    if (len & 1)
+      out[k++] = interleave(_mm512_zextsi256_si512(_mm256_loadu_si256((const void *)(row + (len - 1) * BLOCK))));
+    g = end;
   }
   return k;
 }
@@ -201,19 +241,20 @@ static void run_chunks(const cpu_dwb_shape *s, int64_t c_lo, int64_t c_hi, int64
                 total = s->n * s->gh * s->gw;
   const int a_in_place = identity(&s->a, s), b_in_place = identity(&s->b, s); /* the latter: the same at every tap */
   __m512i *ap = pairs, *bp = pairs + nab * chunk;
-  int64_t *at = (int64_t *)(bp + blocks_of(&s->b) * chunk);
+  const int64_t rb0 = g0 * R / BLOCK, rb1 = (g1 * R - 1) / BLOCK + 1; /* B's blocks that these rows read */
   for (int64_t c = c_lo; c < c_hi; c++) {
     const int64_t p0 = c * chunk, p1 = p0 + chunk < total ? p0 + chunk : total;
     for (int64_t i = 0; i < s->kh; i++)
       for (int64_t j = 0; j < s->kw; j++) {
-        int64_t kp = a_in_place ? 0 : pair_offsets(&s->a, s, i, j, p0, p1, at);
-        for (int64_t blk = k0; blk < k1; blk++)
-          kp = pairs_of_block(&s->a, s, blk, a_in_place ? NULL : at, kp, p0, p1, ap + blk * chunk);
-        if (!b_in_place || (i == 0 && j == 0)) {
-          const int64_t kb = b_in_place ? 0 : pair_offsets(&s->b, s, i, j, p0, p1, at);
-          for (int64_t blk = g0 * R / BLOCK; blk <= (g1 * R - 1) / BLOCK; blk++)
-            pairs_of_block(&s->b, s, blk, b_in_place ? NULL : at, kb, p0, p1, bp + blk * chunk);
-        }
+        int64_t kp = 0;
+        if (a_in_place)
+          for (int64_t blk = k0; blk < k1; blk++) kp = pairs_in_place(&s->a, s, blk, p0, p1, ap + blk * chunk);
+        else
+          kp = gather_pairs(&s->a, s, i, j, p0, p1, k0, k1, chunk, ap);
+        if (b_in_place && i == 0 && j == 0)
+          for (int64_t blk = rb0; blk < rb1; blk++) pairs_in_place(&s->b, s, blk, p0, p1, bp + blk * chunk);
+        else if (!b_in_place)
+          gather_pairs(&s->b, s, i, j, p0, p1, rb0, rb1, chunk, bp);
         float *t = sums + (i * s->kw + j) * rows * cols;
         for (int64_t g = g0; g < g1; g++) {
           const int64_t r = g * R, blk = r / BLOCK;
@@ -230,6 +271,28 @@ static void run_chunks(const cpu_dwb_shape *s, int64_t c_lo, int64_t c_hi, int64
   }
 }
 
+/* dW rows [r0, r1) = (dW where keep, else zero) + the sum arrays add[0 ..
+ * n_add - 1] (taps x rows x cols), in that order. Scalar on purpose: with
+ * -fvect-cost-model=dynamic GCC vectorised the taps with gathers from sums
+ * a rows x cols array apart, which took twice the time of the scalar loop
+ * (ResNet-50's 512 -> 512 3x3: 8% of the kernel's time against 4%, Zen 4). */
+#if defined(__GNUC__) && !defined(__clang__)
+__attribute__((optimize("no-tree-vectorize")))
+#endif
+static void
+add_sums(const cpu_dwb_shape *s, float *dw, const float *const *add, int n_add, int keep, int64_t r0, int64_t r1) {
+  const int64_t rows = s->b.c, cols = s->a.c, taps = taps_of(s);
+  for (int64_t r = r0; r < r1; r++)
+    for (int64_t c = 0; c < cols; c++)
+      for (int64_t tap = 0; tap < taps; tap++) {
+        float *w = dw + r * s->row_stride + c * s->col_stride + tap * s->tap_stride;
+        const size_t at = (size_t)((tap * rows + r) * cols + c);
+        float v = keep ? *w : 0.0f;
+        for (int u = 0; u < n_add; u++) v += add[u][at];
+        *w = v;
+      }
+}
+
 /* When threads split dW rather than positions: by columns or by rows. Each
  * thread builds the pairs of its own share of one side and all of the
  * other's, A's at every tap (B's once, where it reads the grid in place).
@@ -244,9 +307,8 @@ static int by_columns(const cpu_dwb_shape *s, int nt) {
 
 void cpu_dw_blocked(const cpu_dwb_shape *s, float *dw, char *scratch, int threads, int fresh) {
 #ifdef __AVX512BF16__
-  const int64_t rows = s->b.c, cols = s->a.c, taps = taps_of(s), chunk = chunk_positions(cols),
-                total = s->n * s->gh * s->gw, chunks = (total + chunk - 1) / chunk, groups = rows / R,
-                col_blocks = cols / BLOCK;
+  const int64_t rows = s->b.c, cols = s->a.c, chunk = chunk_positions(cols), total = s->n * s->gh * s->gw,
+                chunks = (total + chunk - 1) / chunk, groups = rows / R, col_blocks = cols / BLOCK;
   const size_t share = pair_bytes(s), values = (size_t)values_of(s);
   const int by_positions = split_positions(s), dir = direct(s);
   float *arrays = (float *)(((uintptr_t)scratch + (size_t)threads * share + 63) & ~(uintptr_t)63);
@@ -277,15 +339,7 @@ void cpu_dw_blocked(const cpu_dwb_shape *s, float *dw, char *scratch, int thread
       for (int u = dir ? 1 : 0; u < n_sums; u++)
         if (by_positions ? chunks * (u + 1) / nt > chunks * u / nt : chunks > 0) add[n_add++] = SUMS(u);
       const int keep = !fresh || (dir && by_positions && chunks / nt > 0);
-      for (int64_t r = rows * t / nt; r < rows * (t + 1) / nt; r++)
-        for (int64_t c = 0; c < cols; c++)
-          for (int64_t tap = 0; tap < taps; tap++) {
-            float *w = dw + r * s->row_stride + c * s->col_stride + tap * s->tap_stride;
-            const size_t at = (size_t)((tap * rows + r) * cols + c);
-            float v = keep ? *w : 0.0f;
-            for (int u = 0; u < n_add; u++) v += add[u][at];
-            *w = v;
-          }
+      add_sums(s, dw, add, n_add, keep, rows * t / nt, rows * (t + 1) / nt);
     } else if (chunks == 0 && fresh) {
       for (int64_t r = groups * t / nt * R; r < groups * (t + 1) / nt * R; r++)
         for (int64_t c = 0; c < cols; c++) dw[r * cols + c] = 0.0f;
