@@ -8,7 +8,10 @@ rev=${1:-HEAD}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 git -C "$root" show "$rev:src/backends/cpu/conv_dw_blocked.c" > "$out/base.c"
-cflags="-O2 -march=native -fopenmp -I$root/src -I$root/include -DSPRY_HAVE_DNNL"
+# The build's own flags for the base (CMakeLists.txt): with plain -O2 the base's
+# sums transpose stayed scalar and the 512-channel layers read 8-10% faster
+# than the same file in the build.
+cflags="-O2 -march=native -fopenmp -fvect-cost-model=dynamic -I$root/src -I$root/include -DSPRY_HAVE_DNNL"
 gcc $cflags -Dcpu_dw_blocked=base_dw -Dcpu_dw_blocked_scratch_bytes=base_scratch \
   -Dcpu_dw_blocked_fits=base_fits -Dcpu_conv_use_dw_blocked=base_use -c "$out/base.c" -o "$out/base.o"
 gcc $cflags "$root/bench/kernel_ab/dw_blocked_ab.c" "$out/base.o" "$root/build/libspry.a" \
