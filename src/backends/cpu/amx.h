@@ -30,6 +30,13 @@ AMX_FN static inline void tiles_configure(void) {
   __asm__ volatile("ldtilecfg %0" ::"m"(cfg));
 }
 
+/* The tiles released, as a call of its own: clang 14 outlines an OpenMP
+ * region into a function without AMX_FN's target, and failed to select
+ * tilerelease written there directly (mm_amx.c's parallel region, in a build
+ * whose -march has no AMX: Zen 4's fuzz build). A target function is not
+ * inlined into a caller without that target, so this stays a call. */
+AMX_FN static inline void tiles_release(void) { _tile_release(); }
+
 /* v[i] dword j -> v[j] dword i (vec.h's vtranspose16; each vector converted
  * as a value: a float vector's store through an __m512i object's address
  * would break the aliasing rules). */

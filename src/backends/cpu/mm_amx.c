@@ -389,7 +389,7 @@ AMX_FN void cpu_mm_amx(const uint16_t *a, int64_t m, int64_t k, const uint16_t *
       store_rows(prev.buf, prev.rows, e, c, n, prev.m0, st, prev.n0);
       prev.buf = NULL;
     }
-    if (configured) _tile_release();
+    if (configured) tiles_release();
     if (e->stream) _mm_sfence(); /* the streamed lines out before the region's barrier */
   }
   if (e->mean) finish_stats(e, n, shares);
