@@ -81,7 +81,7 @@ static int direct(const cpu_dwb_shape *s) { return taps_of(s) == 1 && s->col_str
  * holds one or two), for every block of both sides. */
 static size_t pair_bytes(const cpu_dwb_shape *s) {
   const int64_t chunk = chunk_positions(s->a.c);
-  return (size_t)((blocks_of(&s->a) + blocks_of(&s->b)) * chunk * 64 + 2 * chunk * (int64_t)sizeof(int64_t) + 64);
+  return (size_t)((blocks_of(&s->a) + blocks_of(&s->b)) * chunk * 64 + 64);
 }
 /* Sum arrays (taps x rows x columns f32): one per thread when threads split
  * the positions (the first is dW where direct), else one shared. */
@@ -120,8 +120,8 @@ INLINE int64_t tap_offset(const cpu_dwb_side *d, int64_t nb_plane, int64_t cy, i
 /* Pairs k0 .. k0 + m - 1 of blocks [b0, b1) of side d from their
  * positions' offsets (at[2 q], at[2 q + 1] for pair k0 + q, -1 in the
  * padding): one load where the two are neighbours, else two halves. */
-__attribute__((noinline)) static void pairs_at(const cpu_dwb_side *d, const int64_t *at, int64_t m, int64_t k0,
-                                               int64_t b0, int64_t b1, int64_t chunk, __m512i *out) {
+static void pairs_at(const cpu_dwb_side *d, const int64_t *at, int64_t m, int64_t k0, int64_t b0, int64_t b1,
+                     int64_t chunk, __m512i *out) {
   const int64_t plane = d->h * d->w;
   for (int64_t b = b0; b < b1; b++) {
     const uint16_t *base = d->t + b * plane * BLOCK;
@@ -149,14 +149,12 @@ __attribute__((noinline)) static void pairs_at(const cpu_dwb_side *d, const int6
  * for GATHER pairs at a time, once for every block: where both positions of
  * a pair lie in one grid row and inside the tensor, the second is the first
  * plus sx, with no per-position bounds or coordinates. The table stays in
- * L1, and each block's pairs are written in order (one pair for every block
- * at a time put a 512-channel layer's 32 stores a chunk apart, into one
- * cache set). vgg-face's 16 -> 32, 3x3, stride 2 at batch 64: a whole
- * chunk's table per tap, then a pass per block over it, took 46% of the
+ * L1 (one pair for every block at a time, no table, measured even). On
+ * vgg-face's 32 -> 32 3x3 at batch 64 a whole chunk's table per tap, worked
+ * out position by position, then a pass per block over it, took 46% of the
  * kernel's time. */
-__attribute__((noinline)) static int64_t gather_pairs(const cpu_dwb_side *d, const cpu_dwb_shape *s, int64_t i,
-                                                      int64_t j, int64_t g0, int64_t g1, int64_t b0, int64_t b1,
-                                                      int64_t chunk, __m512i *out) {
+static int64_t gather_pairs(const cpu_dwb_side *d, const cpu_dwb_shape *s, int64_t i, int64_t j, int64_t g0, int64_t g1,
+                            int64_t b0, int64_t b1, int64_t chunk, __m512i *out) {
   const int64_t hw = s->gh * s->gw, plane = d->h * d->w, nb_plane = blocks_of(d) * plane, cy = i * d->dy + d->oy,
                 cx = j * d->dx + d->ox;
   int64_t at[2 * GATHER];
